@@ -1,0 +1,111 @@
+"""Typed reading of environment variables for settings.
+
+Guarantee: every reader either returns a value of the promised type or raises
+``ImproperlyConfigured`` naming the variable and what was wrong with it. Values are never
+echoed back in errors for variables that may hold secrets.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None, *, required: bool = False) -> str | None:
+    """The raw string, or ``default``; with ``required`` a missing or empty value is an error."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        if required:
+            raise ImproperlyConfigured(f"{name} must be set (it has no default outside the demo)")
+        return default
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Accepts 1/0, true/false, yes/no, on/off (any case); anything else is an error."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false, 1/0), got {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    """An integer, at least ``minimum`` when given."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list; blanks around items are dropped, empty items rejected."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    items = [item.strip() for item in raw.split(",")]
+    if any(not item for item in items):
+        raise ImproperlyConfigured(f"{name} must be a comma-separated list without empty items")
+    return items
+
+
+def env_choice(name: str, default: str, choices: set[str]) -> str:
+    """One of ``choices`` (compared upper-case, as log levels are)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().upper()
+    if value not in choices:
+        raise ImproperlyConfigured(
+            f"{name} must be one of {', '.join(sorted(choices))}, got {raw!r}"
+        )
+    return value
+
+
+def env_database(name: str, default: str | None, *, required: bool) -> dict:
+    """A Django DATABASES entry parsed from a URL (postgres://, sqlite:///…)."""
+    url = env_str(name, default, required=required)
+    assert url is not None
+    try:
+        config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    except (ValueError, KeyError, dj_database_url.UnknownSchemeError) as exc:
+        # The URL may carry a password: name the problem, not the value.
+        raise ImproperlyConfigured(
+            f"{name} is not a valid database URL ({type(exc).__name__})"
+        ) from None
+    if not config.get("ENGINE"):
+        raise ImproperlyConfigured(f"{name} is not a valid database URL (unknown scheme)")
+    return config
+
+
+def env_redis_url(name: str, default: str | None, *, required: bool) -> str | None:
+    """A redis:// or rediss:// URL, checked for shape only (no connection is made)."""
+    url = env_str(name, default, required=required)
+    if url is None:
+        return None
+    parsed = urlparse(url)
+    if parsed.scheme not in {"redis", "rediss", "unix"} or (
+        parsed.scheme != "unix" and not parsed.hostname
+    ):
+        raise ImproperlyConfigured(f"{name} must be a redis://host:port/db URL")
+    try:
+        parsed.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} has a malformed port") from None
+    return url

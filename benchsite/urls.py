@@ -1,0 +1,35 @@
+"""Top-level routes: the web UI, the REST API, the admin and a health probe."""
+
+from django.contrib import admin
+from django.http import HttpResponse
+from django.urls import include, path
+
+from runs.api.errors import json_not_found, json_server_error
+
+
+def healthz(request):
+    return HttpResponse("ok", content_type="text/plain")
+
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("runs.api.urls")),
+    path("", include("frontend.urls")),
+]
+
+
+def handler404(request, exception=None):
+    if request.path.startswith("/api/"):
+        return json_not_found(request, exception)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+def handler500(request):
+    if request.path.startswith("/api/"):
+        return json_server_error(request)
+    from django.views.defaults import server_error
+
+    return server_error(request)

@@ -1,0 +1,127 @@
+"""The only way to reach a tenant's rows.
+
+Guarantees, for every caller (API views, web views, consumers):
+- a row of another organization is answered exactly like a missing one (``Http404``);
+- a token reaches only the organization it was issued for, whatever its user belongs to;
+- a role that may not do something gets ``PermissionDenied`` (403), checked after tenancy so
+  that a stranger cannot learn that a row exists.
+Escape hatches that bypass these rules are named ``unscoped_*`` so they stand out in review.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import models
+from django.http import Http404
+
+from runs.models import (
+    ApiToken,
+    Budget,
+    Experiment,
+    Membership,
+    ModelSpec,
+    Role,
+    User,
+    WorkloadDataset,
+)
+
+
+class Need(enum.Enum):
+    READ = "read"
+    WRITE = "write"
+    MANAGE = "manage"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated user, restricted to one organization when they came with a token."""
+
+    user: User
+    token: ApiToken | None = None
+
+
+def principal_from_request(request) -> Principal:
+    token = request.auth if isinstance(getattr(request, "auth", None), ApiToken) else None
+    return Principal(user=request.user, token=token)
+
+
+_DENIED = {
+    Need.WRITE: "Your role ({role}) can only read this organization's data.",
+    Need.MANAGE: "Only owners and admins can do this; your role is {role}.",
+}
+
+
+def access_membership(*, principal: Principal, org_slug: str, need: Need = Need.READ) -> Membership:
+    """The principal's membership of the organization ``org_slug``, checked for ``need``."""
+    memberships = Membership.objects.select_related("organization", "user").filter(
+        organization__slug=org_slug, user=principal.user, user__is_active=True
+    )
+    if principal.token is not None:
+        memberships = memberships.filter(organization_id=principal.token.organization_id)
+    membership = memberships.first()
+    if membership is None:
+        raise Http404("No such organization.")
+    role = Role(membership.role)
+    allowed = {Need.READ: True, Need.WRITE: role.can_write, Need.MANAGE: role.can_manage}[need]
+    if not allowed:
+        raise PermissionDenied(_DENIED[need].format(role=role.value))
+    return membership
+
+
+def principal_memberships(principal: Principal) -> models.QuerySet[Membership]:
+    """The memberships a principal may act through (one, when it came with a token)."""
+    memberships = Membership.objects.select_related("organization").filter(
+        user=principal.user, user__is_active=True
+    )
+    if principal.token is not None:
+        memberships = memberships.filter(organization_id=principal.token.organization_id)
+    return memberships.order_by("organization__slug")
+
+
+def scoped(membership: Membership, model: type[models.Model]) -> models.QuerySet:
+    """Every row of ``model`` that belongs to the membership's organization."""
+    return model.objects.filter(organization_id=membership.organization_id)
+
+
+def _get_scoped(membership: Membership, model: type[models.Model], pk) -> models.Model:
+    try:
+        pk = model._meta.pk.to_python(pk)
+    except ValidationError:
+        raise Http404 from None  # a malformed id is as missing as any other
+    row = scoped(membership, model).filter(pk=pk).first()
+    if row is None:
+        raise Http404
+    return row
+
+
+def access_model_spec(*, membership: Membership, model_id) -> ModelSpec:
+    """One of the organization's registered models."""
+    return _get_scoped(membership, ModelSpec, model_id)
+
+
+def access_experiment(*, membership: Membership, experiment_id) -> Experiment:
+    """One of the organization's experiments."""
+    return _get_scoped(membership, Experiment, experiment_id)
+
+
+def access_dataset(*, membership: Membership, dataset_id) -> WorkloadDataset:
+    """One of the organization's uploaded datasets."""
+    return _get_scoped(membership, WorkloadDataset, dataset_id)
+
+
+def access_token(*, membership: Membership, token_id) -> ApiToken:
+    """One of the organization's API tokens."""
+    return _get_scoped(membership, ApiToken, token_id)
+
+
+def access_budget(*, membership: Membership, budget_id) -> Budget:
+    """One of the organization's budgets."""
+    return _get_scoped(membership, Budget, budget_id)
+
+
+def access_member(*, membership: Membership, member_id) -> Membership:
+    """Another membership of the same organization."""
+    return _get_scoped(membership, Membership, member_id)

@@ -1,0 +1,105 @@
+"""One JSON shape for every API error:
+
+    {"error": {"status": 400, "code": "invalid", "message": "…",
+               "fields": {"serve_grid.max_num_seqs[1]": ["…"]}}}
+
+``fields`` is present for validation errors and names each offending field by its path.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from runs.errors import Conflict, DomainValidationError
+
+logger = logging.getLogger(__name__)
+
+
+def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error detail → {"a.b[2].c": ["message", …]}."""
+    flat: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            key = str(key)
+            path = (
+                key if not prefix else (f"{prefix}[{key}]" if key.isdigit() else f"{prefix}.{key}")
+            )
+            if key == "non_field_errors":
+                path = prefix or "non_field_errors"
+            for field, messages in flatten_errors(value, path).items():
+                flat.setdefault(field, []).extend(messages)
+    elif isinstance(detail, list):
+        if all(not isinstance(item, (dict, list)) for item in detail):
+            flat[prefix or "non_field_errors"] = [str(item) for item in detail]
+        else:
+            for index, item in enumerate(detail):
+                if item:
+                    for field, messages in flatten_errors(item, f"{prefix}[{index}]").items():
+                        flat.setdefault(field, []).extend(messages)
+    else:
+        flat[prefix or "non_field_errors"] = [str(detail)]
+    return flat
+
+
+def error_body(status_code: int, code: str, message: str, fields: dict | None = None) -> dict:
+    body = {"status": status_code, "code": code, "message": message}
+    if fields:
+        body["fields"] = fields
+    return {"error": body}
+
+
+def _validation_response(fields: dict[str, list[str]]) -> Response:
+    first_field = next(iter(fields), "")
+    message = (
+        f"Invalid input: {first_field}: {fields[first_field][0]}" if fields else "Invalid input."
+    )
+    return Response(error_body(400, "invalid", message, fields), status=status.HTTP_400_BAD_REQUEST)
+
+
+def api_exception_handler(exc, context):
+    """DRF's handler with our domain errors added and every answer in the one shape."""
+    if isinstance(exc, DomainValidationError):
+        return _validation_response(exc.fields)
+    if isinstance(exc, DjangoValidationError):
+        fields = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
+        return _validation_response(fields)
+    if isinstance(exc, Conflict):
+        return Response(error_body(409, "conflict", str(exc)), status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, IntegrityError):
+        # A concurrent write won a uniqueness race; nothing of this request was stored.
+        logger.info("integrity error answered as 409: %s", type(exc).__name__)
+        message = "The request conflicts with data written at the same time; try again."
+        return Response(error_body(409, "conflict", message), status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, exceptions.ValidationError):
+        return _validation_response(flatten_errors(exc.detail))
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound("Not found.")
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or "You may not do this.")
+    response = exception_handler(exc, context)
+    if response is None:
+        return None  # a real bug: let Django's 500 handler answer (in JSON, see below)
+    detail = response.data.get("detail", "") if isinstance(response.data, dict) else response.data
+    code = getattr(detail, "code", None) or "error"
+    response.data = error_body(response.status_code, str(code), str(detail))
+    return response
+
+
+def json_not_found(request, exception=None):
+    return JsonResponse(error_body(404, "not_found", "Not found."), status=404)
+
+
+def json_server_error(request):
+    return JsonResponse(
+        error_body(500, "server_error", "Internal error; it has been logged."), status=500
+    )

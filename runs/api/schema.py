@@ -1,0 +1,15 @@
+"""OpenAPI description of our bearer-token authentication (drf-spectacular extension)."""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "runs.api.authentication.BearerTokenAuthentication"
+    name = "bearerToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An organization API token: `Authorization: Bearer bsk_…`.",
+        }

@@ -1,0 +1,100 @@
+"""Wire shapes of registered models, GPU types and prices."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from runs.models import GpuType, ModelSpec
+
+_MAX_PARAMETERS = 10**14
+
+
+class ModelSpecSerializer(serializers.ModelSerializer):
+    parameter_count = serializers.IntegerField(min_value=1, max_value=_MAX_PARAMETERS)
+    num_layers = serializers.IntegerField(min_value=1, max_value=10_000)
+    hidden_size = serializers.IntegerField(min_value=1, max_value=1_000_000)
+    num_attention_heads = serializers.IntegerField(min_value=1, max_value=100_000)
+    num_kv_heads = serializers.IntegerField(min_value=1, max_value=100_000)
+    head_dim = serializers.IntegerField(min_value=1, max_value=65_536)
+    max_context = serializers.IntegerField(min_value=16, max_value=100_000_000)
+    kv_cache_bytes_per_token = serializers.SerializerMethodField()
+    weight_bytes = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = ModelSpec
+        fields = [
+            "id",
+            "name",
+            "hf_repo",
+            "revision",
+            "parameter_count",
+            "num_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "num_kv_heads",
+            "head_dim",
+            "dtype",
+            "max_context",
+            "licence",
+            "notes",
+            "kv_cache_bytes_per_token",
+            "weight_bytes",
+            "created_at",
+        ]
+        read_only_fields = ["id", "created_at"]
+        # Uniqueness is checked by the service, with a message that names the field.
+        validators = []
+
+    def get_kv_cache_bytes_per_token(self, model: ModelSpec) -> int:
+        return model.kv_cache_bytes_per_token()
+
+
+class GpuTypeSerializer(serializers.ModelSerializer):
+    org_price_secure_usd_hr = serializers.SerializerMethodField()
+    org_price_community_usd_hr = serializers.SerializerMethodField()
+    org_price_note = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuType
+        fields = [
+            "id",
+            "display_name",
+            "vram_gb",
+            "memory_bandwidth_gbps",
+            "bf16_tflops",
+            "price_secure_usd_hr",
+            "price_community_usd_hr",
+            "price_source",
+            "price_as_of",
+            "org_price_secure_usd_hr",
+            "org_price_community_usd_hr",
+            "org_price_note",
+        ]
+        read_only_fields = fields
+
+    def _override(self, gpu):
+        return self.context.get("overrides", {}).get(gpu.id)
+
+    def get_org_price_secure_usd_hr(self, gpu) -> str | None:
+        override = self._override(gpu)
+        value = override.price_secure_usd_hr if override else None
+        return None if value is None else str(value)
+
+    def get_org_price_community_usd_hr(self, gpu) -> str | None:
+        override = self._override(gpu)
+        value = override.price_community_usd_hr if override else None
+        return None if value is None else str(value)
+
+    def get_org_price_note(self, gpu) -> str | None:
+        override = self._override(gpu)
+        return override.note if override else None
+
+
+class GpuPriceSerializer(serializers.Serializer):
+    price_secure_usd_hr = serializers.DecimalField(
+        max_digits=8, decimal_places=4, min_value=0, default=None, allow_null=True
+    )
+    price_community_usd_hr = serializers.DecimalField(
+        max_digits=8, decimal_places=4, min_value=0, default=None, allow_null=True
+    )
+    note = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")

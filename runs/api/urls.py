@@ -1,0 +1,34 @@
+"""Routes of the REST API, all under /api/v1/ and, for tenant data, /api/v1/orgs/<org>/."""
+
+from __future__ import annotations
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter, SimpleRouter
+
+from runs.api.views_audit import AuditEventViewSet
+from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
+from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
+from runs.api.views_tenancy import MemberViewSet, OrganizationViewSet, TokenViewSet
+
+root = DefaultRouter()
+root.register("orgs", OrganizationViewSet, basename="org")
+root.register("serve-flags", ServeFlagsView, basename="serve-flags")
+
+tenant = SimpleRouter()
+tenant.register("members", MemberViewSet, basename="member")
+tenant.register("tokens", TokenViewSet, basename="token")
+tenant.register("models", ModelSpecViewSet, basename="model")
+tenant.register("gpu-types", GpuTypeViewSet, basename="gpu-type")
+tenant.register("experiments", ExperimentViewSet, basename="experiment")
+tenant.register("datasets", DatasetViewSet, basename="dataset")
+tenant.register("budgets", BudgetViewSet, basename="budget")
+tenant.register("audit", AuditEventViewSet, basename="audit")
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("orgs/<slug:org>/", include(tenant.urls)),
+    path("", include(root.urls)),
+]

@@ -1,0 +1,155 @@
+"""Experiments (with validation and cost estimates), datasets and budgets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from django.db import transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+
+from runs.access import Need, access_budget, access_dataset, access_experiment
+from runs.api.filters import ExperimentFilter
+from runs.api.pagination import cursor_pagination
+from runs.api.scoping import OrgScopedViewSet
+from runs.api.serializers_experiments import (
+    BudgetSerializer,
+    DatasetSerializer,
+    DatasetUploadSerializer,
+    EstimateSerializer,
+    ExperimentSerializer,
+)
+from runs.estimates import experiment_estimate
+from runs.models import Budget, Experiment, WorkloadDataset
+from runs.services.budgets import budget_delete, budget_set
+from runs.services.experiments import (
+    dataset_delete,
+    dataset_upload,
+    experiment_create,
+    experiment_delete,
+    experiment_update,
+)
+
+
+class _DraftRolledBack(Exception):
+    """Raised to undo a draft experiment after it has been validated and estimated."""
+
+
+class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
+    """Experiments: model × GPUs × engine × serve grid × workload × SLOs × budget cap."""
+
+    model = Experiment
+    serializer_class = ExperimentSerializer
+    filterset_class = ExperimentFilter
+    read_only_actions = ("validate",)
+
+    def get_queryset(self):
+        return super().get_queryset().select_related("created_by")
+
+    def create(self, request, org):
+        data = self.get_serializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        experiment = experiment_create(org=self.org, actor=self.actor, **data.validated_data)
+        return Response(self.get_serializer(experiment).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request, org, pk, partial=False):
+        experiment = access_experiment(membership=self.membership, experiment_id=pk)
+        data = self.get_serializer(experiment, data=request.data, partial=partial)
+        data.is_valid(raise_exception=True)
+        experiment = experiment_update(
+            experiment=experiment, actor=self.actor, **data.validated_data
+        )
+        return Response(self.get_serializer(experiment).data)
+
+    def partial_update(self, request, org, pk):
+        return self.update(request, org, pk, partial=True)
+
+    def destroy(self, request, org, pk):
+        experiment = access_experiment(membership=self.membership, experiment_id=pk)
+        experiment_delete(experiment=experiment, actor=self.actor)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(responses=EstimateSerializer)
+    @action(detail=True, methods=["get"])
+    def estimate(self, request, org, pk):
+        """Cost and duration before running: trials × (cold start + sweep) × $/s."""
+        experiment = access_experiment(membership=self.membership, experiment_id=pk)
+        return Response(EstimateSerializer(asdict(experiment_estimate(experiment=experiment))).data)
+
+    @extend_schema(request=ExperimentSerializer, responses=EstimateSerializer)
+    @action(detail=False, methods=["post"])
+    def validate(self, request, org):
+        """Checks a draft exactly as create would and returns its estimate; stores nothing."""
+        data = self.get_serializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        # The draft goes through the very service that creates experiments, inside a
+        # transaction that is always rolled back: one validation path, nothing stored.
+        try:
+            with transaction.atomic():
+                draft = experiment_create(org=self.org, actor=self.actor, **data.validated_data)
+                estimate = experiment_estimate(experiment=draft)
+                raise _DraftRolledBack
+        except _DraftRolledBack:
+            pass
+        return Response(EstimateSerializer(asdict(estimate)).data)
+
+
+class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
+    """ShareGPT-format conversation files for workloads (multipart upload: name, file)."""
+
+    model = WorkloadDataset
+    serializer_class = DatasetSerializer
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(request=DatasetUploadSerializer, responses={201: DatasetSerializer})
+    def create(self, request, org):
+        data = DatasetUploadSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        upload = data.validated_data["file"]
+        dataset = dataset_upload(
+            org=self.org, actor=self.actor, name=data.validated_data["name"], raw=upload.read()
+        )
+        return Response(DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request, org, pk):
+        dataset_delete(
+            dataset=access_dataset(membership=self.membership, dataset_id=pk), actor=self.actor
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class BudgetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
+    """Spending caps: standing monthly, one month, or one experiment. Owners and admins set
+    them; every member can read them."""
+
+    model = Budget
+    serializer_class = BudgetSerializer
+    write_need = Need.MANAGE
+    pagination_class = cursor_pagination("-updated_at", "-pk")
+
+    def get_queryset(self):
+        return super().get_queryset().select_related("experiment")
+
+    def create(self, request, org):
+        """Sets the cap of a scope, replacing the one already there."""
+        data = self.get_serializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        budget = budget_set(
+            org=self.org,
+            actor=self.actor,
+            limit_usd=values["limit_usd"],
+            month=values.get("month"),
+            experiment=values.get("experiment"),
+            note=values.get("note", ""),
+        )
+        return Response(self.get_serializer(budget).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request, org, pk):
+        budget_delete(
+            budget=access_budget(membership=self.membership, budget_id=pk), actor=self.actor
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)

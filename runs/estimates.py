@@ -1,0 +1,184 @@
+"""A cost and duration estimate for an experiment before it runs.
+
+This is a planning figure, not a measurement: a roofline model of decode (memory bandwidth
+vs compute) and prefill (compute) with the efficiency factors in ``Assumptions``, plus
+cold-start allowances. Every assumption is returned with the estimate so a reader can see
+what it rests on. Measured runs replace it; the run's budget check uses it only as a gate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+
+from agents.protocol import Workload, expand_serve_grid, workload_levels
+from runs.models import Experiment
+from runs.selectors import gpu_price
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Factors the estimate rests on; vLLM's own defaults where it has one."""
+
+    pod_provision_seconds: float = 300.0  # pod scheduled, image pulled, agent up
+    weight_download_bytes_per_s: float = 500e6  # first fetch of the weights, once per run
+    weight_load_bytes_per_s: float = 2e9  # from local disk or volume into GPU memory
+    engine_init_seconds: float = 60.0  # profiling, KV-cache sizing, CUDA graph capture
+    engine_init_seconds_eager: float = 20.0  # same, with --enforce-eager
+    bandwidth_efficiency: float = 0.7
+    compute_efficiency: float = 0.5
+    default_max_num_seqs: int = 256  # vLLM's default on GPUs
+    default_gpu_memory_utilization: float = 0.9  # vLLM's default
+    sharegpt_input_len: int = 256  # mean lengths assumed for uploaded conversations
+    sharegpt_output_len: int = 256
+
+
+@dataclass
+class CostEstimate:
+    trials: int
+    levels_per_trial: int
+    gpu_count: int
+    price_usd_per_gpu_hour: Decimal | None
+    price_source: str
+    provisioning_seconds: float
+    cold_start_seconds: float  # all trials
+    sweep_seconds: float  # all trials, all levels
+    total_seconds: float
+    cost_usd: Decimal | None
+    budget_cap_usd: Decimal
+    within_budget: bool | None
+    warnings: list[str] = field(default_factory=list)
+    assumptions: dict = field(default_factory=dict)
+
+
+def _lengths(workload: Workload, a: Assumptions) -> tuple[int, int]:
+    dataset = workload.dataset
+    if dataset.kind == "random":
+        return dataset.input_len, dataset.output_len
+    if dataset.kind == "prefix":
+        return dataset.shared_len + dataset.suffix_len, dataset.output_len
+    return a.sharegpt_input_len, dataset.output_len or a.sharegpt_output_len
+
+
+def experiment_estimate(
+    *, experiment: Experiment, assumptions: Assumptions | None = None
+) -> CostEstimate:
+    """Trials × (cold start + sweep) × the organization's price for the experiment's GPUs."""
+    a = assumptions or Assumptions()
+    model, gpu = experiment.model, experiment.gpu_type
+    workload = Workload.model_validate(experiment.workload)
+    levels = workload_levels(workload)
+    configs = expand_serve_grid(experiment.serve_grid)
+    input_len, output_len = _lengths(workload, a)
+    gpus = experiment.gpu_count
+    warnings: list[str] = []
+
+    weight_bytes = model.weight_bytes
+    provisioning = a.pod_provision_seconds + weight_bytes / a.weight_download_bytes_per_s
+    cold_start = sweep = 0.0
+    for config in configs:
+        eager = bool(config.get("enforce_eager", False))
+        cold_start += weight_bytes / a.weight_load_bytes_per_s + (
+            a.engine_init_seconds_eager if eager else a.engine_init_seconds
+        )
+        kv_element = 1 if str(config.get("kv_cache_dtype", "auto")).startswith("fp8") else None
+        kv_per_token = model.kv_cache_bytes_per_token(kv_element)
+        utilisation = config.get("gpu_memory_utilization", a.default_gpu_memory_utilization)
+        kv_budget = gpu.vram_gb * GIB * gpus * utilisation - weight_bytes
+        if kv_budget <= 0:
+            warnings.append(
+                f"Weights ({weight_bytes / GIB:.1f} GiB) do not fit {gpus}× {gpu.id} at "
+                f"gpu_memory_utilization={utilisation}: that trial will fail at start-up."
+            )
+            continue
+        max_batch = min(
+            config.get("max_num_seqs", a.default_max_num_seqs),
+            max(1, int(kv_budget / (kv_per_token * (input_len + output_len)))),
+        )
+        for index, level in enumerate(levels):
+            requests = workload.requests_per_level + (workload.warmup_requests if index == 0 else 0)
+            sweep += _level_seconds(
+                level,
+                requests,
+                input_len,
+                output_len,
+                max_batch,
+                kv_per_token,
+                weight_bytes,
+                gpus,
+                gpu,
+                model.parameter_count,
+                a,
+            )
+
+    total = provisioning + cold_start + sweep
+    price = gpu_price(org=experiment.organization, gpu_type=gpu, cloud_type=experiment.cloud_type)
+    cost: Decimal | None
+    if experiment.engine == "sim":
+        cost, source = Decimal(0), "the simulator rents no GPU"
+    elif price.usd_per_gpu_hour is None:
+        cost, source = None, price.source
+        warnings.append(f"No price for {gpu.id} ({experiment.cloud_type}); set one to get a cost.")
+    else:
+        per_second = price.usd_per_gpu_hour * gpus / Decimal(3600)
+        cost, source = (
+            (per_second * Decimal(str(round(total, 3)))).quantize(Decimal("0.01")),
+            price.source,
+        )
+    return CostEstimate(
+        trials=len(configs),
+        levels_per_trial=len(levels),
+        gpu_count=gpus,
+        price_usd_per_gpu_hour=price.usd_per_gpu_hour,
+        price_source=source,
+        provisioning_seconds=round(provisioning, 1),
+        cold_start_seconds=round(cold_start, 1),
+        sweep_seconds=round(sweep, 1),
+        total_seconds=round(total, 1),
+        cost_usd=cost,
+        budget_cap_usd=experiment.budget_cap_usd,
+        within_budget=None if cost is None else cost <= experiment.budget_cap_usd,
+        warnings=warnings,
+        assumptions=asdict(a),
+    )
+
+
+def _level_seconds(
+    level: dict,
+    requests: int,
+    input_len: int,
+    output_len: int,
+    max_batch: int,
+    kv_per_token: int,
+    weight_bytes: int,
+    gpus: int,
+    gpu,
+    parameters: int,
+    a: Assumptions,
+) -> float:
+    bandwidth = gpu.memory_bandwidth_gbps * 1e9 * gpus * a.bandwidth_efficiency
+    flops = gpu.bf16_tflops * 1e12 * gpus * a.compute_efficiency
+
+    def decode_step(batch: int) -> float:
+        # Each step reads every weight once and each sequence's cache (half full on average).
+        memory = (weight_bytes + batch * kv_per_token * (input_len + output_len / 2)) / bandwidth
+        compute = 2 * parameters * batch / flops
+        return max(memory, compute)
+
+    prefill = 2 * parameters * input_len / flops
+
+    def wave(batch: int) -> float:
+        return batch * prefill + output_len * decode_step(batch)
+
+    if "concurrency" in level:
+        batch = min(level["concurrency"], max_batch)
+        return math.ceil(requests / batch) * wave(batch)
+    # Open loop: arrivals set the pace unless they outrun what the server can do at its
+    # largest batch; then the backlog drains at capacity.
+    rate = level["request_rate"]
+    capacity = max_batch / wave(max_batch)
+    pace = capacity if rate == "inf" else min(float(rate), capacity)
+    return requests / pace + wave(1)

@@ -1,0 +1,137 @@
+"""Validation of an experiment as a whole: the serve grid and workload against the shared
+schema in ``agents.protocol``, and against the model, GPU count and uploaded datasets.
+
+Guarantee: ``experiment_spec_check`` either returns the normalised grid, workload and SLOs
+exactly as they will be stored and sent to the agent, or raises ``DomainValidationError``
+listing every problem by field path (``serve_grid.max_num_seqs[1]``,
+``workload.dataset.input_len`` …).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pydantic
+from django.conf import settings
+
+from agents.protocol import (
+    SERVE_FLAGS_SCHEMA_VERSION,
+    ServeGridError,
+    Slos,
+    Workload,
+    pydantic_field_errors,
+    validate_serve_grid,
+)
+from runs.errors import DomainValidationError
+from runs.models import GpuType, ModelSpec, Organization, WorkloadDataset
+
+# Docker image tags: what `docker tag` accepts.
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_VERSION_IN_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class CheckedSpec:
+    serve_grid: dict
+    serve_flags_schema_version: int
+    workload: dict
+    slos: dict
+
+
+def vllm_version_of_tag(tag: str) -> str | None:
+    """'v0.11.0' or '0.11.0-cu128' → '0.11.0'; 'latest' or 'nightly' → None (unknown)."""
+    match = _VERSION_IN_TAG.match(tag or "")
+    return match.group(1) if match else None
+
+
+def experiment_spec_check(
+    *,
+    org: Organization,
+    model: ModelSpec,
+    gpu_type: GpuType,
+    gpu_count: int,
+    engine: str,
+    engine_image_tag: str,
+    serve_grid: object,
+    workload: object,
+    slos: object,
+) -> CheckedSpec:
+    """Checks the parts of an experiment that depend on each other (see module docstring)."""
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    if engine == "vllm":
+        if not engine_image_tag:
+            add("engine_image_tag", "The vLLM engine needs an image tag, e.g. 'v0.11.0'.")
+        elif not _IMAGE_TAG.match(engine_image_tag):
+            add("engine_image_tag", "Not a valid image tag (letters, digits, '_', '.', '-').")
+
+    grid: dict = {}
+    if not isinstance(serve_grid, dict):
+        add("serve_grid", "Expected an object mapping vLLM flags to lists of values.")
+    else:
+        try:
+            grid = validate_serve_grid(
+                serve_grid,
+                gpu_count=gpu_count,
+                max_context=model.max_context,
+                max_trials=settings.BENCHSITE_MAX_GRID_TRIALS,
+                vllm_version=vllm_version_of_tag(engine_image_tag) if engine == "vllm" else None,
+            )
+        except ServeGridError as exc:
+            for error in exc.errors:
+                add(f"serve_grid.{error.field}" if error.field else "serve_grid", error.message)
+
+    checked_workload = None
+    try:
+        checked_workload = Workload.model_validate(workload)
+    except pydantic.ValidationError as exc:
+        for error in pydantic_field_errors(exc, prefix="workload"):
+            add(error.field, error.message)
+    if checked_workload is not None:
+        _check_workload_fits(checked_workload, grid, model, org, add)
+
+    checked_slos = None
+    try:
+        checked_slos = Slos.model_validate(slos if slos is not None else {})
+    except pydantic.ValidationError as exc:
+        for error in pydantic_field_errors(exc, prefix="slos"):
+            add(error.field, error.message)
+
+    if errors:
+        raise DomainValidationError(errors)
+    assert checked_workload is not None and checked_slos is not None
+    return CheckedSpec(
+        serve_grid=grid,
+        serve_flags_schema_version=SERVE_FLAGS_SCHEMA_VERSION,
+        workload=checked_workload.model_dump(mode="json"),
+        slos=checked_slos.model_dump(mode="json", exclude_none=True),
+    )
+
+
+def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, add) -> None:
+    dataset = workload.dataset
+    if dataset.kind == "sharegpt":
+        if not WorkloadDataset.objects.filter(organization=org, id=dataset.dataset_id).exists():
+            add("workload.dataset.dataset_id", "No such dataset in this organization.")
+        return
+    if dataset.kind == "random":
+        longest_prompt = int(dataset.input_len * (1 + dataset.range_ratio))
+        longest_output = int(dataset.output_len * (1 + dataset.range_ratio))
+        prompt_field = "workload.dataset.input_len"
+    else:  # prefix sharing: the shared prefix plus a unique suffix
+        longest_prompt = dataset.shared_len + dataset.suffix_len
+        longest_output = dataset.output_len
+        prompt_field = "workload.dataset.shared_len"
+    # Every request must fit the smallest context any trial will serve, or it fails for a
+    # reason that has nothing to do with the configuration being measured.
+    smallest_context = min(grid.get("max_model_len", [model.max_context]))
+    if longest_prompt + longest_output > smallest_context:
+        add(
+            prompt_field,
+            f"Prompt ({longest_prompt}) plus output ({longest_output}) tokens exceed the "
+            f"smallest context served ({smallest_context}).",
+        )

@@ -1,0 +1,36 @@
+"""manage.py audit_verify [--org SLUG] — exit 1 and name the first broken row of any chain."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runs.audit import audit_verify
+from runs.models import AuditEvent, Organization
+
+
+class Command(BaseCommand):
+    help = "Verify the hash chain of every organization's audit log (or of one)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--org", help="slug of one organization")
+
+    def handle(self, *args, org=None, **options):
+        orgs = Organization.objects.order_by("slug")
+        if org:
+            orgs = orgs.filter(slug=org)
+            if not orgs.exists():
+                raise CommandError(f"No organization {org!r}")
+        broken = 0
+        for organization in orgs:
+            chain_break = audit_verify(organization)
+            count = AuditEvent.objects.filter(organization=organization).count()
+            if chain_break is None:
+                self.stdout.write(f"{organization.slug}: ok ({count} events)")
+            else:
+                broken += 1
+                self.stdout.write(
+                    f"{organization.slug}: BROKEN at event #{chain_break.seq} "
+                    f"(id {chain_break.event_id}): {chain_break.reason}"
+                )
+        if broken:
+            raise CommandError(f"{broken} audit chain(s) broken")

@@ -1,0 +1,155 @@
+"""manage.py seed_demo — a demo organization with users, models, experiments and a budget.
+
+Idempotent: running it again keeps the data, gives alice a fresh password and a fresh token,
+and prints both (the demo is local; nothing here is for production).
+"""
+
+from __future__ import annotations
+
+import secrets
+from decimal import Decimal
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from runs.actors import Actor
+from runs.models import ApiToken, Budget, Experiment, GpuType, ModelSpec, Organization, User
+from runs.services.budgets import budget_set
+from runs.services.catalogue import model_spec_create
+from runs.services.experiments import experiment_create
+from runs.services.tenancy import membership_add, org_create, token_create, token_revoke
+
+DEMO_SLUG = "demo"
+PEOPLE = [
+    ("alice@demo.example", "owner"),
+    ("bob@demo.example", "member"),
+    ("vera@demo.example", "viewer"),
+]
+# Architecture facts from the models' published config.json files.
+MODELS = [
+    dict(
+        name="Llama 3.1 8B Instruct",
+        hf_repo="meta-llama/Llama-3.1-8B-Instruct",
+        parameter_count=8_030_261_248,
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        dtype="bfloat16",
+        max_context=131_072,
+        licence="llama3.1",
+    ),
+    dict(
+        name="Qwen2.5 7B Instruct",
+        hf_repo="Qwen/Qwen2.5-7B-Instruct",
+        parameter_count=7_615_616_512,
+        num_layers=28,
+        hidden_size=3584,
+        num_attention_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        dtype="bfloat16",
+        max_context=32_768,
+        licence="apache-2.0",
+    ),
+    dict(
+        name="Llama 3.1 70B Instruct",
+        hf_repo="meta-llama/Llama-3.1-70B-Instruct",
+        parameter_count=70_553_706_496,
+        num_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        dtype="bfloat16",
+        max_context=131_072,
+        licence="llama3.1",
+    ),
+]
+
+
+class Command(BaseCommand):
+    help = "Seed (or refresh) the demo organization and print how to sign in."
+
+    def handle(self, *args, **options):
+        actor = Actor.system("manage.py seed_demo")
+        password = secrets.token_urlsafe(9)
+        with transaction.atomic():
+            users = {}
+            for email, _role in PEOPLE:
+                user = User.objects.filter(email=email).first() or User.objects.create_user(email)
+                user.set_password(password)
+                user.save(update_fields=["password"])
+                users[email] = user
+            alice = users["alice@demo.example"]
+            org = Organization.objects.filter(slug=DEMO_SLUG).first()
+            if org is None:
+                org = org_create(slug=DEMO_SLUG, name="Demo Team", owner=alice, actor=actor)
+                for email, role in PEOPLE[1:]:
+                    membership_add(org=org, user=users[email], role=role, actor=actor)
+                self._seed_content(org, actor)
+            for old in ApiToken.objects.filter(
+                organization=org, name="demo", revoked_at__isnull=True
+            ):
+                token_revoke(token=old, actor=actor)
+            issued = token_create(org=org, user=alice, name="demo", actor=actor)
+        self.stdout.write(
+            "\nBenchsite demo is ready.\n"
+            "  Sign in:  http://127.0.0.1:8000/login/\n"
+            f"  E-mail:   alice@demo.example (owner; bob@ member, vera@ viewer)\n"
+            f"  Password: {password} (same for all three)\n"
+            f"  API:      curl -H 'Authorization: Bearer {issued.raw}' "
+            "http://127.0.0.1:8000/api/v1/orgs/demo/experiments/\n"
+            "  API docs: http://127.0.0.1:8000/api/v1/docs/\n"
+        )
+
+    def _seed_content(self, org: Organization, actor: Actor) -> None:
+        models = [model_spec_create(org=org, actor=actor, **spec) for spec in MODELS]
+        h100 = GpuType.objects.get(id="NVIDIA H100 80GB HBM3")
+        workload = {
+            "dataset": {"kind": "random", "input_len": 1024, "output_len": 256},
+            "concurrency": [1, 8, 64, 192],
+            "requests_per_level": 200,
+            "warmup_requests": 16,
+        }
+        experiment_create(
+            org=org,
+            actor=actor,
+            name="Llama 8B on H100: batching limits",
+            model=models[0],
+            gpu_type=h100,
+            gpu_count=1,
+            engine="vllm",
+            engine_image_tag="v0.11.0",
+            serve_grid={"max_num_seqs": [64, 128, 256], "max_num_batched_tokens": [2048, 8192]},
+            workload=workload,
+            slos={"ttft_ms": 500, "tpot_ms": 50},
+            budget_cap_usd=Decimal(40),
+        )
+        experiment_create(
+            org=org,
+            actor=actor,
+            name="Qwen 7B: prefix caching (simulated)",
+            model=models[1],
+            gpu_type=h100,
+            gpu_count=1,
+            engine="sim",
+            serve_grid={"enable_prefix_caching": [True, False]},
+            workload={
+                "dataset": {
+                    "kind": "prefix",
+                    "shared_len": 1024,
+                    "suffix_len": 128,
+                    "output_len": 128,
+                },
+                "concurrency": [1, 8, 64],
+                "requests_per_level": 100,
+            },
+            slos={"ttft_ms": 300},
+            budget_cap_usd=Decimal(5),
+        )
+        if not Budget.objects.filter(organization=org).exists():
+            budget_set(org=org, actor=actor, limit_usd=Decimal(2000), note="demo standing budget")
+        assert Experiment.objects.filter(organization=org).count() == 2
+        assert ModelSpec.objects.filter(organization=org).count() == len(MODELS)

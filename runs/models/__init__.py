@@ -1,0 +1,26 @@
+"""Every durable fact of Benchsite. Each tenant-owned row carries its organization."""
+
+from runs.models.audit import AuditEvent
+from runs.models.budgets import Budget
+from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
+from runs.models.experiments import Experiment, WorkloadDataset
+from runs.models.runs import Measurement, Run, Trial
+from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
+
+__all__ = [
+    "ApiToken",
+    "AuditEvent",
+    "Budget",
+    "Experiment",
+    "GpuPriceOverride",
+    "GpuType",
+    "Measurement",
+    "Membership",
+    "ModelSpec",
+    "Organization",
+    "Role",
+    "Run",
+    "Trial",
+    "User",
+    "WorkloadDataset",
+]

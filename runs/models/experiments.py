@@ -1,0 +1,88 @@
+"""Experiments (what to measure) and the uploaded datasets their workloads may use."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from runs.models.catalogue import GpuType, ModelSpec
+from runs.models.tenancy import Organization, User
+
+
+class Engine(models.TextChoices):
+    VLLM = "vllm"
+    SIM = "sim"
+
+
+class CloudType(models.TextChoices):
+    SECURE = "secure"
+    COMMUNITY = "community"
+
+
+class WorkloadDataset(models.Model):
+    """A ShareGPT-format conversation file uploaded by a tenant, checked on upload."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="datasets"
+    )
+    name = models.CharField(max_length=200)
+    file = models.FileField(upload_to="datasets/")
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    num_conversations = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Experiment(models.Model):
+    """model × GPU type/count × engine × serve grid × workload × SLOs × budget cap.
+
+    ``serve_grid``, ``workload`` and ``slos`` are stored as validated by ``agents.protocol``
+    (schema version recorded), so the agent builds its arguments from exactly what was checked.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="experiments"
+    )
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    model = models.ForeignKey(ModelSpec, on_delete=models.PROTECT, related_name="experiments")
+    gpu_type = models.ForeignKey(GpuType, on_delete=models.PROTECT, related_name="+")
+    gpu_count = models.PositiveSmallIntegerField(default=1)
+    cloud_type = models.CharField(
+        max_length=16, choices=CloudType.choices, default=CloudType.SECURE
+    )
+    engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.VLLM)
+    engine_image_tag = models.CharField(max_length=128, blank=True)
+    serve_grid = models.JSONField(default=dict)
+    serve_flags_schema_version = models.PositiveSmallIntegerField()
+    workload = models.JSONField()
+    slos = models.JSONField(default=dict)
+    budget_cap_usd = models.DecimalField(max_digits=10, decimal_places=2)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "name"], name="experiment_unique_name")
+        ]
+        indexes = [models.Index(fields=["organization", "-created_at", "-id"])]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,151 @@
+"""Runs of experiments, their trials (one serve config each) and measurements (one load
+level each). Orchestration fills these in; this module only fixes their shape."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from runs.models.experiments import Experiment
+from runs.models.tenancy import Organization, User
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued"
+    PROVISIONING = "provisioning"
+    STARTING = "starting"
+    BENCHMARKING = "benchmarking"
+    FINALIZING = "finalizing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    OVER_BUDGET = "over_budget"
+
+
+TERMINAL_RUN_STATES = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.OVER_BUDGET}
+)
+
+
+class RunTrigger(models.TextChoices):
+    UI = "ui"
+    API = "api"
+    CI = "ci"
+
+
+class Run(models.Model):
+    """One execution of an experiment: a state machine plus what it rented and what it cost."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="runs")
+    experiment = models.ForeignKey(Experiment, on_delete=models.PROTECT, related_name="runs")
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.QUEUED)
+    started_by = models.ForeignKey(
+        User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    trigger = models.CharField(max_length=8, choices=RunTrigger.choices, default=RunTrigger.API)
+    reason = models.CharField(max_length=500, blank=True)
+    # Frozen copy of the experiment at start, so later edits never rewrite history.
+    experiment_snapshot = models.JSONField(default=dict)
+    provider = models.CharField(max_length=32, blank=True)
+    pod_id = models.CharField(max_length=100, blank=True)
+    price_usd_hr = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    billed_seconds = models.FloatField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    run_token_hash = models.CharField(max_length=64, blank=True)
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["organization", "-created_at"]),
+            models.Index(fields=["state"]),
+        ]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"run {self.id}"
+
+    @property
+    def pod_name(self) -> str:
+        """The idempotency name of this run's pod; looked up before any pod is rented."""
+        return f"bench-{self.id}"
+
+
+class TrialOutcome(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class FailureClass(models.TextChoices):
+    OOM_AT_STARTUP = "oom_at_startup"
+    KV_CACHE_TOO_SMALL = "kv_cache_too_small"
+    UNSUPPORTED_FLAG = "unsupported_flag"
+    MODEL_NOT_FOUND = "model_not_found"
+    STARTUP_TIMEOUT = "startup_timeout"
+    CRASH = "crash"
+    DEADLINE = "deadline"
+    OTHER = "other"
+
+
+class Trial(models.Model):
+    """One serve configuration inside a run, with its exact command and cold-start record."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trials")
+    index = models.PositiveIntegerField()
+    serve_config = models.JSONField()
+    command = models.JSONField(default=list)  # argv, never a shell string
+    cold_start = models.JSONField(default=dict)  # phase name → seconds (absent when unseen)
+    outcome = models.CharField(
+        max_length=16, choices=TrialOutcome.choices, default=TrialOutcome.PENDING
+    )
+    failure_class = models.CharField(max_length=32, choices=FailureClass.choices, blank=True)
+    log_tail = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "index"], name="trial_unique_index")]
+        ordering = ["run", "index"]
+
+    def __str__(self) -> str:
+        return f"trial {self.index} of run {self.run_id}"
+
+
+class Measurement(models.Model):
+    """One finished load level of a trial: the client metrics and the server's time series."""
+
+    trial = models.ForeignKey(Trial, on_delete=models.CASCADE, related_name="measurements")
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    request_rate = models.FloatField(null=True, blank=True)  # requests/s; inf stored as null + flag
+    request_rate_infinite = models.BooleanField(default=False)
+    result = models.JSONField()  # the `vllm bench serve` result keys, see agents.protocol
+    server_metrics = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(concurrency__isnull=False)
+                | Q(request_rate__isnull=False)
+                | Q(request_rate_infinite=True),
+                name="measurement_has_level",
+            )
+        ]
+        ordering = ["trial", "created_at"]
+
+    def __str__(self) -> str:
+        rate = self.request_rate or "inf"
+        level = f"c={self.concurrency}" if self.concurrency else f"rate={rate}"
+        return f"{level} of trial {self.trial_id}"

@@ -1,0 +1,168 @@
+"""Registered models and per-organization GPU prices."""
+
+from __future__ import annotations
+
+import copy
+import re
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import ProtectedError
+
+from runs.actors import Actor
+from runs.errors import Conflict, DomainValidationError
+from runs.experiment_spec import experiment_spec_check
+from runs.models import GpuPriceOverride, GpuType, ModelSpec, Organization
+from runs.services.recording import create_recorded, delete_recorded, update_recorded
+
+# Hugging Face repo ids: "owner/name", letters, digits, '-', '_', '.'; at most 96 per part.
+_HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
+MODEL_SPEC_FIELDS = (
+    "name",
+    "hf_repo",
+    "revision",
+    "parameter_count",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "dtype",
+    "max_context",
+    "licence",
+    "notes",
+)
+
+
+def _check_model_spec(org: Organization, spec: dict, *, exclude_id=None) -> None:
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    if not _HF_REPO.match(spec["hf_repo"]):
+        add("hf_repo", "Expected a Hugging Face repo id like 'meta-llama/Llama-3.1-8B-Instruct'.")
+    if ".." in spec["hf_repo"]:
+        add("hf_repo", "A repo id cannot contain '..'.")
+    if not _REVISION.match(spec["revision"]) or ".." in spec["revision"]:
+        add("revision", "Expected a branch, tag or commit hash.")
+    if spec["num_kv_heads"] > spec["num_attention_heads"]:
+        add("num_kv_heads", "Cannot exceed num_attention_heads.")
+    elif spec["num_attention_heads"] % spec["num_kv_heads"]:
+        add("num_kv_heads", "Must divide num_attention_heads (grouped-query attention).")
+    if spec["max_context"] < 16:
+        add("max_context", "Must be at least 16 tokens.")
+    duplicate = ModelSpec.objects.filter(
+        organization=org, hf_repo=spec["hf_repo"], revision=spec["revision"]
+    ).exclude(pk=exclude_id)
+    if duplicate.exists():
+        add("hf_repo", "This repo and revision is already registered in the organization.")
+    if errors:
+        raise DomainValidationError(errors)
+
+
+@transaction.atomic
+def model_spec_create(*, org: Organization, actor: Actor, **fields) -> ModelSpec:
+    """Registers a model. Architecture facts are checked for consistency first."""
+    spec = {"revision": "main", "licence": "", "notes": "", **fields}
+    _check_model_spec(org, spec)
+    model = ModelSpec(organization=org, created_by=actor.user, **spec)
+    return create_recorded(instance=model, actor=actor, event="model.create")
+
+
+@transaction.atomic
+def model_spec_update(*, model: ModelSpec, actor: Actor, **changes) -> ModelSpec:
+    """Changes a registered model; a smaller context must still fit its experiments' grids."""
+    model = ModelSpec.objects.select_for_update().get(pk=model.pk)
+    merged = {field: getattr(model, field) for field in MODEL_SPEC_FIELDS} | changes
+    _check_model_spec(model.organization, merged, exclude_id=model.pk)
+    _check_context_still_fits(model, merged["max_context"])
+    return update_recorded(instance=model, changes=changes, actor=actor, event="model.update")
+
+
+def _check_context_still_fits(model: ModelSpec, max_context: int) -> None:
+    for experiment in model.experiments.only("name", "serve_grid"):
+        lengths = experiment.serve_grid.get("max_model_len", [])
+        if any(length > max_context for length in lengths):
+            raise DomainValidationError.single(
+                "max_context",
+                f"Experiment {experiment.name!r} uses max_model_len up to {max(lengths)}.",
+            )
+    if max_context >= model.max_context:
+        return
+    # Without max_model_len in the grid the model's context is what every request of the
+    # workload must fit: check each experiment again as if the model were already shrunk.
+    shrunk = copy.copy(model)
+    shrunk.max_context = max_context
+    for experiment in model.experiments.select_related("gpu_type"):
+        try:
+            experiment_spec_check(
+                org=model.organization,
+                model=shrunk,
+                gpu_type=experiment.gpu_type,
+                gpu_count=experiment.gpu_count,
+                engine=experiment.engine,
+                engine_image_tag=experiment.engine_image_tag,
+                serve_grid=experiment.serve_grid,
+                workload=experiment.workload,
+                slos=experiment.slos,
+            )
+        except DomainValidationError as exc:
+            field, messages = next(iter(exc.fields.items()))
+            raise DomainValidationError.single(
+                "max_context",
+                f"Experiment {experiment.name!r} would not fit ({field}: {messages[0]})",
+            ) from None
+
+
+@transaction.atomic
+def model_spec_delete(*, model: ModelSpec, actor: Actor) -> None:
+    """Deletes a model that no experiment uses."""
+    if model.experiments.exists():
+        raise Conflict("This model is used by experiments; delete or change them first.")
+    try:
+        delete_recorded(instance=model, actor=actor, event="model.delete")
+    except ProtectedError:  # an experiment appeared since the check: keep everything
+        raise Conflict("This model is used by experiments; delete or change them first.") from None
+
+
+@transaction.atomic
+def gpu_price_set(
+    *,
+    org: Organization,
+    gpu_type: GpuType,
+    actor: Actor,
+    price_secure_usd_hr: Decimal | None,
+    price_community_usd_hr: Decimal | None,
+    note: str = "",
+) -> GpuPriceOverride:
+    """The organization's own price for a GPU type, replacing the catalogue's for its estimates
+    and reports."""
+    if price_secure_usd_hr is None and price_community_usd_hr is None:
+        raise DomainValidationError.single(
+            "price_secure_usd_hr", "Give at least one price (secure or community)."
+        )
+    values = {
+        "price_secure_usd_hr": price_secure_usd_hr,
+        "price_community_usd_hr": price_community_usd_hr,
+        "note": note,
+    }
+    override = (
+        GpuPriceOverride.objects.select_for_update()
+        .filter(organization=org, gpu_type=gpu_type)
+        .first()
+    )
+    if override is None:
+        override = GpuPriceOverride(organization=org, gpu_type=gpu_type, **values)
+        return create_recorded(instance=override, actor=actor, event="gpu_price.set")
+    return update_recorded(instance=override, changes=values, actor=actor, event="gpu_price.set")
+
+
+@transaction.atomic
+def gpu_price_clear(*, org: Organization, gpu_type: GpuType, actor: Actor) -> None:
+    """Drops the organization's price; the catalogue's applies again. Clearing none is a no-op."""
+    override = GpuPriceOverride.objects.filter(organization=org, gpu_type=gpu_type).first()
+    if override is None:
+        return
+    delete_recorded(instance=override, actor=actor, event="gpu_price.clear")

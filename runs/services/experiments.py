@@ -1,0 +1,179 @@
+"""Experiments and the datasets their workloads use."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.db import transaction
+
+from runs.actors import Actor
+from runs.errors import Conflict, DomainValidationError
+from runs.experiment_spec import experiment_spec_check
+from runs.models import Experiment, Organization, WorkloadDataset
+from runs.services.recording import create_recorded, delete_recorded, update_recorded
+
+EXPERIMENT_FIELDS = (
+    "name",
+    "description",
+    "model",
+    "gpu_type",
+    "gpu_count",
+    "cloud_type",
+    "engine",
+    "engine_image_tag",
+    "serve_grid",
+    "workload",
+    "slos",
+    "budget_cap_usd",
+)
+
+
+def _checked_fields(org: Organization, fields: dict) -> dict:
+    spec = experiment_spec_check(
+        org=org,
+        model=fields["model"],
+        gpu_type=fields["gpu_type"],
+        gpu_count=fields["gpu_count"],
+        engine=fields["engine"],
+        engine_image_tag=fields["engine_image_tag"],
+        serve_grid=fields["serve_grid"],
+        workload=fields["workload"],
+        slos=fields["slos"],
+    )
+    return fields | {
+        "serve_grid": spec.serve_grid,
+        "serve_flags_schema_version": spec.serve_flags_schema_version,
+        "workload": spec.workload,
+        "slos": spec.slos,
+    }
+
+
+def _check_name_free(org: Organization, name: str, *, exclude_id=None) -> None:
+    taken = Experiment.objects.filter(organization=org, name=name).exclude(pk=exclude_id)
+    if taken.exists():
+        raise DomainValidationError.single("name", f"An experiment named {name!r} exists.")
+
+
+def _check_same_org(org: Organization, fields: dict) -> None:
+    # The API resolves ids within the organization already; this guards every other caller.
+    model = fields.get("model")
+    if model is not None and model.organization_id != org.id:
+        raise DomainValidationError.single("model", "No such model in this organization.")
+
+
+@transaction.atomic
+def experiment_create(*, org: Organization, actor: Actor, **fields) -> Experiment:
+    """A new experiment, stored exactly as validated."""
+    fields = {
+        "description": "",
+        "gpu_count": 1,
+        "cloud_type": "secure",
+        "engine": "vllm",
+        "engine_image_tag": "",
+        "serve_grid": {},
+        "slos": {},
+        **fields,
+    }
+    _check_same_org(org, fields)
+    _check_name_free(org, fields["name"])
+    experiment = Experiment(organization=org, created_by=actor.user, **_checked_fields(org, fields))
+    return create_recorded(instance=experiment, actor=actor, event="experiment.create")
+
+
+@transaction.atomic
+def experiment_update(*, experiment: Experiment, actor: Actor, **changes) -> Experiment:
+    """Changes an experiment; the whole result is validated again, as if it were new."""
+    experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
+    org = experiment.organization
+    merged = {field: getattr(experiment, field) for field in EXPERIMENT_FIELDS} | changes
+    _check_same_org(org, merged)
+    _check_name_free(org, merged["name"], exclude_id=experiment.pk)
+    checked = _checked_fields(org, merged)
+    updates = {field: checked[field] for field in (*changes, "serve_flags_schema_version")}
+    return update_recorded(
+        instance=experiment, changes=updates, actor=actor, event="experiment.update"
+    )
+
+
+@transaction.atomic
+def experiment_delete(*, experiment: Experiment, actor: Actor) -> None:
+    """Deletes an experiment that has never run; one with runs keeps its history."""
+    if experiment.runs.exists():
+        raise Conflict("This experiment has runs; its history is kept, so it cannot be deleted.")
+    delete_recorded(instance=experiment, actor=actor, event="experiment.delete")
+
+
+def _sharegpt_conversations(raw: bytes) -> int:
+    """Counts usable conversations; raises DomainValidationError naming what is wrong."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DomainValidationError.single("file", f"Not valid JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise DomainValidationError.single("file", "Expected a JSON list of conversations.")
+    usable = 0
+    for index, item in enumerate(data):
+        turns = item.get("conversations") if isinstance(item, dict) else None
+        if not isinstance(turns, list):
+            raise DomainValidationError.single(
+                "file", f"Item {index} has no 'conversations' list (ShareGPT format)."
+            )
+        for turn_index, turn in enumerate(turns):
+            if not (
+                isinstance(turn, dict)
+                and isinstance(turn.get("value"), str)
+                and isinstance(turn.get("from"), str)
+            ):
+                raise DomainValidationError.single(
+                    "file", f"Item {index}, turn {turn_index}: expected {{'from': …, 'value': …}}."
+                )
+        # Like `vllm bench serve`, a conversation is usable when it has a prompt and a reply.
+        if len(turns) >= 2:
+            usable += 1
+    if usable == 0:
+        raise DomainValidationError.single("file", "No conversation has both a prompt and a reply.")
+    return usable
+
+
+@transaction.atomic
+def dataset_upload(*, org: Organization, actor: Actor, name: str, raw: bytes) -> WorkloadDataset:
+    """Stores a ShareGPT-format file after checking its size and shape."""
+    if not name.strip():
+        raise DomainValidationError.single("name", "A dataset needs a name.")
+    if len(raw) > settings.DATASET_MAX_BYTES:
+        raise DomainValidationError.single(
+            "file", f"File is larger than the limit of {settings.DATASET_MAX_BYTES} bytes."
+        )
+    conversations = _sharegpt_conversations(raw)
+    digest = hashlib.sha256(raw).hexdigest()
+    dataset = WorkloadDataset(
+        organization=org,
+        name=name.strip(),
+        sha256=digest,
+        size_bytes=len(raw),
+        num_conversations=conversations,
+        created_by=actor.user,
+    )
+    dataset.file.save(f"{org.id}/{dataset.id}.json", ContentFile(raw), save=False)
+    try:
+        return create_recorded(instance=dataset, actor=actor, event="dataset.upload")
+    except Exception:
+        # The row was not written: do not leave its file behind either.
+        dataset.file.delete(save=False)
+        raise
+
+
+@transaction.atomic
+def dataset_delete(*, dataset: WorkloadDataset, actor: Actor) -> None:
+    """Deletes a dataset no experiment refers to; its file goes once the deletion commits."""
+    in_use = Experiment.objects.filter(
+        organization_id=dataset.organization_id, workload__dataset__dataset_id=str(dataset.id)
+    )
+    if in_use.exists():
+        raise Conflict("This dataset is used by an experiment's workload.")
+    file_name, storage = dataset.file.name, dataset.file.storage
+    delete_recorded(instance=dataset, actor=actor, event="dataset.delete")
+    transaction.on_commit(lambda: storage.delete(file_name))

@@ -1,0 +1,135 @@
+"""The cast and small factories for site tests (need Django and a database)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pytest
+from rest_framework.test import APIClient
+
+from runs.actors import Actor
+from runs.models import GpuType, Organization, User
+from runs.services.catalogue import model_spec_create
+from runs.services.experiments import experiment_create
+from runs.services.tenancy import membership_add, org_create, token_create
+
+SYSTEM = Actor.system("tests")
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@dataclass
+class Person:
+    user: User
+    org: Organization
+    token: str
+
+    def client(self) -> APIClient:
+        """An API client authenticated with this person's token."""
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
+        return client
+
+
+def _person(email: str, org: Organization, role: str | None) -> Person:
+    user = User.objects.create_user(email, "correct-horse-battery")
+    if role:
+        membership_add(org=org, user=user, role=role, actor=SYSTEM)
+    return Person(
+        user=user, org=org, token=token_create(org=org, user=user, name="t", actor=SYSTEM).raw
+    )
+
+
+@pytest.fixture
+def org_a(db) -> Organization:
+    owner = User.objects.create_user("alice@acme.example", "correct-horse-battery")
+    return org_create(slug="acme", name="Acme", owner=owner, actor=SYSTEM)
+
+
+@pytest.fixture
+def org_b(db) -> Organization:
+    owner = User.objects.create_user("charlie@globex.example", "correct-horse-battery")
+    return org_create(slug="globex", name="Globex", owner=owner, actor=SYSTEM)
+
+
+@pytest.fixture
+def alice(org_a) -> Person:
+    user = User.objects.get(email="alice@acme.example")
+    return Person(
+        user=user, org=org_a, token=token_create(org=org_a, user=user, name="t", actor=SYSTEM).raw
+    )
+
+
+@pytest.fixture
+def bob(org_a) -> Person:
+    return _person("bob@acme.example", org_a, "viewer")
+
+
+@pytest.fixture
+def mallory(org_a) -> Person:
+    return _person("mallory@acme.example", org_a, "member")
+
+
+@pytest.fixture
+def charlie(org_b) -> Person:
+    user = User.objects.get(email="charlie@globex.example")
+    return Person(
+        user=user, org=org_b, token=token_create(org=org_b, user=user, name="t", actor=SYSTEM).raw
+    )
+
+
+MODEL_FIELDS = dict(
+    name="Llama 3.1 8B",
+    hf_repo="meta-llama/Llama-3.1-8B-Instruct",
+    parameter_count=8_030_261_248,
+    num_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    dtype="bfloat16",
+    max_context=131_072,
+    licence="llama3.1",
+)
+
+WORKLOAD = {
+    "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
+    "concurrency": [1, 8, 64],
+    "requests_per_level": 100,
+}
+
+
+def make_model(org: Organization, **overrides):
+    return model_spec_create(org=org, actor=SYSTEM, **(MODEL_FIELDS | overrides))
+
+
+def make_experiment(org: Organization, model=None, **overrides):
+    fields = dict(
+        name="batching",
+        model=model or make_model(org),
+        gpu_type=GpuType.objects.get(id=H100),
+        gpu_count=1,
+        engine="vllm",
+        engine_image_tag="v0.11.0",
+        serve_grid={"max_num_seqs": [64, 128]},
+        workload=WORKLOAD,
+        slos={"ttft_ms": 500},
+        budget_cap_usd=Decimal(50),
+    )
+    return experiment_create(org=org, actor=SYSTEM, **(fields | overrides))
+
+
+def experiment_payload(model_id, **overrides) -> dict:
+    """A valid experiment as the API takes it."""
+    return {
+        "name": "api-experiment",
+        "model": str(model_id),
+        "gpu_type": H100,
+        "gpu_count": 1,
+        "engine": "vllm",
+        "engine_image_tag": "v0.11.0",
+        "serve_grid": {"max_num_seqs": [64, 128], "max_num_batched_tokens": [2048]},
+        "workload": WORKLOAD,
+        "slos": {"ttft_ms": 500, "tpot_ms": 50},
+        "budget_cap_usd": "25.00",
+    } | overrides

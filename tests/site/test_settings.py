@@ -1,0 +1,72 @@
+"""Settings come from the environment; a bad value stops start-up naming the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION = {
+    "SECRET_KEY": "k" * 20 + "-production-only-7f3a9c2e41d8b6a5c0e9f2d4b7a1c3e5",
+    "DATABASE_URL": "postgres://bench:s3cret-pass@db.internal:5432/benchsite",
+    "REDIS_URL": "redis://cache.internal:6379/0",
+    "ALLOWED_HOSTS": "bench.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://bench.example.com",
+}
+
+
+def _django(env: dict, *args: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", *PRODUCTION}}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=clean | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_it_passes_the_deployment_checklist_with_production_variables():
+    result = _django(PRODUCTION, "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("DATABASE_URL", "mysql-ish://bench:s3cret-pass@db/x"),
+        ("DATABASE_URL", "not a url at all"),
+        ("REDIS_URL", "http://cache.internal:6379"),
+        ("REDIS_URL", "redis://cache.internal:port/0"),
+        ("DEBUG", "maybe"),
+        ("ALLOWED_HOSTS", "a.example.com,,b.example.com"),
+        ("SECURE_HSTS_SECONDS", "a year"),
+        ("LOG_LEVEL", "chatty"),
+        ("BENCHSITE_MAX_GRID_TRIALS", "0"),
+    ],
+)
+def test_it_stops_on_a_malformed_value_naming_the_variable(variable, value):
+    result = _django(PRODUCTION | {variable: value}, "check")
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert variable in result.stderr
+    assert "s3cret-pass" not in result.stderr  # a URL's password is never echoed
+
+
+@pytest.mark.parametrize("variable", ["SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS"])
+def test_it_requires_production_variables_outside_debug(variable):
+    env = {k: v for k, v in PRODUCTION.items() if k != variable}
+    result = _django(env, "check")
+    assert result.returncode != 0
+    assert variable in result.stderr
+
+
+def test_it_runs_on_embedded_defaults_in_debug():
+    result = _django({"DEBUG": "true"}, "check")
+    assert result.returncode == 0, result.stderr
