@@ -1,0 +1,432 @@
+"""The load generator's engine: runs load levels in order and streams progress events.
+
+Guarantees:
+
+- ``run_bench`` is an async iterator of events (``LevelStarted``, ``RequestDone``,
+  ``LevelFinished``, ``BenchFinished``); closing it early cancels the run cleanly.
+- Closed-loop levels keep exactly ``concurrency`` requests in flight (each slot sends its next
+  request as soon as the last one ends); open-loop levels send at gamma-distributed times
+  (``agents.loadgen.arrivals``), optionally capped by ``max_concurrency``.
+- Everything costly happens before a level's clock starts: prompts are sampled, every
+  request's bytes are encoded, connections are opened and garbage is collected and frozen.
+- Each level uses its own prompts (seeded by ``seed`` and the level's position), so no level
+  is served from the prefix cache another level filled.
+- A server that cannot be reached before the first level raises ``ServerUnreachable``; once
+  levels run, failures are counted in the results, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from agents.loadgen.arrivals import arrival_offsets
+from agents.loadgen.http import ConnectionPool, HttpError, Origin, fetch, parse_base_url
+from agents.loadgen.openai import Endpoint, encode_request, send_request
+from agents.loadgen.prompts import Prompt, PromptSource
+from agents.loadgen.records import RequestRecord
+from agents.loadgen.results import level_result
+from agents.loadgen.server_metrics import MetricsScraper
+from agents.loadgen.tokenizer import Tokenizer
+from agents.protocol import Slos
+
+# In duration mode a level cycles through this many pre-built prompts at most.
+DURATION_PROMPT_POOL = 2000
+
+
+class ServerUnreachable(RuntimeError):
+    """The server did not answer before the first level: nothing was measured."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything one benchmark needs. ``levels`` are ``{"concurrency": n}`` or
+    ``{"request_rate": r}`` dicts (``agents.protocol.workload_levels`` gives them)."""
+
+    base_url: str
+    model: str
+    source: PromptSource
+    levels: tuple[dict, ...]
+    endpoint: Endpoint = "completions"
+    api_key: str | None = field(default=None, repr=False)
+    burstiness: float = 1.0
+    num_prompts: int = 200
+    duration: float | None = None
+    warmup: int = 0
+    max_concurrency: int | None = None
+    tokenizer: Tokenizer | None = None
+    slos: Slos | None = None
+    # "auto": <base-url>/metrics when it answers; None: no scraping.
+    metrics_url: str | None = "auto"
+    metrics_period: float = 1.0
+    seed: int = 0
+    request_timeout: float | None = 600.0
+    connect_timeout: float = 10.0
+    # vLLM's extension; hosted APIs that refuse unknown fields need it off.
+    ignore_eos: bool = True
+
+    def __post_init__(self) -> None:
+        # The CLI and the protocol validate user input; this catches a programming error
+        # before it turns into an empty or endless level.
+        if not self.levels:
+            raise ValueError("at least one level is needed")
+        for level in self.levels:
+            if set(level) == {"concurrency"}:
+                value = level["concurrency"]
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ValueError(f"bad concurrency level {level!r}")
+            elif set(level) == {"request_rate"}:
+                rate = level["request_rate"]
+                if rate != "inf" and not (isinstance(rate, int | float) and 0 < rate < math.inf):
+                    raise ValueError(f"bad request-rate level {level!r}")
+            else:
+                raise ValueError(
+                    f"a level is {{'concurrency': n}} or {{'request_rate': r}}: {level!r}"
+                )
+        if self.num_prompts < 1 or self.warmup < 0 or not self.burstiness > 0:
+            raise ValueError("num_prompts must be ≥ 1, warmup ≥ 0 and burstiness > 0")
+        if self.duration is not None and not self.duration > 0:
+            raise ValueError("duration must be above 0 seconds")
+
+    def describe(self) -> dict:
+        """The configuration as JSON (the key is never included)."""
+        source = self.source
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "dataset": {"kind": type(source).__name__}
+            | {
+                key: value if isinstance(value, int | float | str | None) else str(value)
+                for key, value in vars(source).items()
+            },
+            "levels": list(self.levels),
+            "burstiness": self.burstiness,
+            "num_prompts": None if self.duration is not None else self.num_prompts,
+            "duration": self.duration,
+            "warmup": self.warmup,
+            "max_concurrency": self.max_concurrency,
+            "tokenizer": self.tokenizer is not None,
+            "slos": self.slos.model_dump() if self.slos is not None else None,
+            "metrics_url": self.metrics_url,
+            "seed": self.seed,
+            "request_timeout": self.request_timeout,
+            "ignore_eos": self.ignore_eos,
+        }
+
+
+@dataclass(frozen=True)
+class LevelStarted:
+    """A level's clock has started (prompts built, connections open)."""
+
+    index: int
+    level: dict
+    total: int | None  # requests to send, or None in duration mode
+    duration: float | None
+
+
+@dataclass(frozen=True)
+class RequestDone:
+    """Running totals of the current level after one more request ended."""
+
+    index: int
+    completed: int
+    failed: int
+    output_tokens: int
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class LevelFinished:
+    """A level's result (``agents.loadgen.results``) and its per-request records."""
+
+    index: int
+    result: dict
+    records: list[RequestRecord] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class BenchFinished:
+    """Every level ran; ``config`` is ``BenchConfig.describe()``."""
+
+    config: dict
+    levels: list[dict]
+
+
+Event = LevelStarted | RequestDone | LevelFinished | BenchFinished
+
+
+def level_label(level: dict) -> str:
+    """``concurrency 8`` or ``rate 2.5 req/s``: how a level is named to people."""
+    if "concurrency" in level:
+        return f"concurrency {level['concurrency']}"
+    return f"rate {level['request_rate']} req/s"
+
+
+class _Progress:
+    """Counts a level's finished requests and reports each one."""
+
+    def __init__(self, index: int, emit: Callable[[Event], None]):
+        self.index = index
+        self.emit = emit
+        self.completed = self.failed = self.output_tokens = 0
+        self.started = perf_counter()
+
+    def done(self, record: RequestRecord) -> None:
+        if record.success:
+            self.completed += 1
+            self.output_tokens += record.served_output_tokens
+        else:
+            self.failed += 1
+        self.emit(
+            RequestDone(
+                self.index,
+                self.completed,
+                self.failed,
+                self.output_tokens,
+                record.finished - self.started,
+            )
+        )
+
+
+class _Runner:
+    """Runs one benchmark: preflight, then each level in order, reporting through ``emit``."""
+
+    def __init__(self, config: BenchConfig, emit: Callable[[Event], None]):
+        self.config = config
+        self.emit = emit
+        self.origin: Origin = parse_base_url(config.base_url)
+        self.pool = ConnectionPool(self.origin, connect_timeout=config.connect_timeout)
+        self.scraper: MetricsScraper | None = None
+
+    async def preflight(self) -> None:
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        try:
+            response = await fetch(
+                self.pool, self.origin.path("/v1/models"), headers=headers, timeout=10.0
+            )
+        except HttpError as error:
+            raise ServerUnreachable(f"cannot reach {self.config.base_url}: {error}") from None
+        if response.status in (401, 403):
+            raise ServerUnreachable(
+                f"{self.config.base_url} refused the API key (HTTP {response.status})"
+            )
+        await self._setup_metrics()
+
+    async def _setup_metrics(self) -> None:
+        url = self.config.metrics_url
+        if url is None:
+            return
+        explicit = url != "auto"
+        if explicit:
+            target = parse_base_url(url)
+            path = target.base_path or "/metrics"
+        else:
+            # vLLM serves /metrics at the root, whatever the API's base path.
+            target, path = self.origin, "/metrics"
+        pool = ConnectionPool(target, connect_timeout=self.config.connect_timeout)
+        scraper = MetricsScraper(pool, path, period=self.config.metrics_period)
+        # An explicit URL is scraped even if it fails now (it is reported per level);
+        # the default one only when it answers with vLLM metrics.
+        if explicit or await scraper.probe():
+            self.scraper = scraper
+        else:
+            scraper.close()
+
+    def _prepare(self, prompts: list[Prompt]) -> list[bytes]:
+        config = self.config
+        return [
+            encode_request(
+                self.origin,
+                endpoint=config.endpoint,
+                model=config.model,
+                prompt=prompt.text,
+                output_len=prompt.output_len,
+                api_key=config.api_key,
+                ignore_eos=config.ignore_eos,
+            )
+            for prompt in prompts
+        ]
+
+    async def _closed_loop(
+        self,
+        concurrency: int,
+        prompts: list[Prompt],
+        requests: list[bytes],
+        count: int | None,
+        deadline: float | None,
+        progress: _Progress | None,
+    ) -> list[RequestRecord]:
+        records: list[RequestRecord] = []
+        timeout = self.config.request_timeout
+        pool = self.pool
+
+        async def slot() -> None:
+            while True:
+                index = len(records)
+                if (count is not None and index >= count) or (
+                    deadline is not None and perf_counter() >= deadline
+                ):
+                    return
+                prompt = prompts[index % len(prompts)]
+                record = RequestRecord(index, prompt.output_len, prompt.prompt_len)
+                records.append(record)
+                await send_request(pool, requests[index % len(requests)], record, timeout=timeout)
+                if progress is not None:
+                    progress.done(record)
+
+        await asyncio.gather(*(slot() for _ in range(concurrency)))
+        return records
+
+    async def _open_loop(
+        self,
+        rate: float,
+        prompts: list[Prompt],
+        requests: list[bytes],
+        count: int | None,
+        duration: float | None,
+        rng: random.Random,
+        progress: _Progress,
+    ) -> list[RequestRecord]:
+        records: list[RequestRecord] = []
+        timeout = self.config.request_timeout
+        limit = self.config.max_concurrency
+        gate = asyncio.Semaphore(limit) if limit else None
+        pending: set[asyncio.Task] = set()
+
+        async def send(record: RequestRecord, request: bytes) -> None:
+            if gate is None:
+                await send_request(self.pool, request, record, timeout=timeout)
+            else:
+                async with gate:
+                    await send_request(self.pool, request, record, timeout=timeout)
+            progress.done(record)
+
+        start = perf_counter()
+        for index, offset in enumerate(arrival_offsets(rate, self.config.burstiness, rng)):
+            if (count is not None and index >= count) or (
+                duration is not None and offset >= duration
+            ):
+                break
+            delay = start + offset - perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            prompt = prompts[index % len(prompts)]
+            record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
+            records.append(record)
+            task = asyncio.create_task(send(record, requests[index % len(requests)]))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        if pending:
+            await asyncio.gather(*pending)
+        return records
+
+    async def run_level(self, index: int, level: dict) -> dict:
+        config = self.config
+        # Sampling for a benchmark, not secrecy: a seeded, reproducible generator.
+        rng = random.Random(f"{config.seed}:{index}")  # noqa: S311
+        count = None if config.duration is not None else config.num_prompts
+        prompts = config.source.sample(count or DURATION_PROMPT_POOL, rng, config.tokenizer)
+        requests = self._prepare(prompts)
+        concurrency = level.get("concurrency")
+        if concurrency is not None:
+            await self.pool.warm(concurrency)
+        elif config.max_concurrency:
+            await self.pool.warm(config.max_concurrency)
+        if config.warmup:
+            warm_prompts = config.source.sample(config.warmup, rng, config.tokenizer)
+            await self._closed_loop(
+                min(config.warmup, concurrency or config.max_concurrency or config.warmup),
+                warm_prompts,
+                self._prepare(warm_prompts),
+                config.warmup,
+                None,
+                None,
+            )
+        if self.scraper is not None:
+            await self.scraper.begin()
+        # A full collection now, and none of the survivors scanned again during the level:
+        # a long GC pause would show up as latency that the server never caused.
+        gc.collect()
+        gc.freeze()
+        self.emit(LevelStarted(index, level, count, config.duration))
+        progress = _Progress(index, self.emit)
+        start = progress.started = perf_counter()
+        try:
+            if concurrency is not None:
+                deadline = start + config.duration if config.duration is not None else None
+                records = await self._closed_loop(
+                    concurrency, prompts, requests, count, deadline, progress
+                )
+            else:
+                rate = level["request_rate"]
+                rate = math.inf if rate == "inf" else float(rate)
+                records = await self._open_loop(
+                    rate, prompts, requests, count, config.duration, rng, progress
+                )
+        finally:
+            gc.unfreeze()
+        end = max((record.finished for record in records), default=perf_counter())
+        server = await self.scraper.finish() if self.scraper is not None else None
+        shown = dict(level)
+        if "request_rate" in shown:
+            shown["burstiness"] = config.burstiness
+        result = level_result(shown, records, duration=end - start, slos=config.slos, server=server)
+        self.emit(LevelFinished(index, result, records))
+        return result
+
+    async def run(self) -> None:
+        try:
+            await self.preflight()
+            results = [
+                await self.run_level(index, level) for index, level in enumerate(self.config.levels)
+            ]
+            self.emit(BenchFinished(self.config.describe(), results))
+        finally:
+            self.pool.close()
+            if self.scraper is not None:
+                self.scraper.close()
+
+
+_END = object()
+
+
+async def run_bench(config: BenchConfig) -> AsyncIterator[Event]:
+    """Runs every level of ``config`` in order, yielding progress events as they happen.
+
+    Raises ``ServerUnreachable`` before the first level if the server does not answer.
+    """
+    queue: asyncio.Queue = asyncio.Queue()
+    runner = _Runner(config, queue.put_nowait)
+
+    async def produce() -> None:
+        try:
+            await runner.run()
+        finally:
+            queue.put_nowait(_END)
+
+    task = asyncio.create_task(produce())
+    try:
+        while (event := await queue.get()) is not _END:
+            yield event
+        await task  # re-raises what ended the run
+    finally:
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+
+async def run_levels(config: BenchConfig) -> list[dict]:
+    """Runs the benchmark and returns the level results (no progress)."""
+    results: list[dict] = []
+    async for event in run_bench(config):
+        if isinstance(event, LevelFinished):
+            results.append(event.result)
+    return results

@@ -1,0 +1,549 @@
+"""A small HTTP/1.1 client over asyncio protocols, built for timing streamed responses.
+
+Guarantees:
+
+- Response bytes are handed to a ``ResponseSink`` straight from the transport's
+  ``data_received`` callback together with ``time.perf_counter()`` read on arrival, before any
+  other work: no task wake-up sits between the socket and the timestamp.
+- A request is written with one ``transport.write`` of pre-built bytes, which sends at once on
+  an idle socket; building the bytes is the caller's job, before the clock starts.
+- Bodies framed by ``Content-Length``, ``Transfer-Encoding: chunked`` or connection close are
+  decoded; interim 1xx responses are skipped. Connections are kept alive and reused (LIFO);
+  a reused connection that the server had closed is retried once on a fresh one.
+- Every failure surfaces as ``HttpError`` with a ``kind`` fit for counting
+  (``connection_refused``, ``connect_timeout``, ``connection_error``, ``timeout``,
+  ``stream_ended_early``, ``malformed_http``), never as a bare ``OSError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl as ssl_module
+from collections.abc import Callable
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Protocol
+from urllib.parse import urlsplit
+
+# A response head larger than this is not an HTTP server we can benchmark.
+MAX_HEAD_BYTES = 64 * 1024
+# The longest chunk-size line (hex digits plus extensions) we accept.
+MAX_CHUNK_LINE = 4096
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
+class HttpError(Exception):
+    """A request failed before a complete response was read. ``kind`` is a short, stable
+    name for counting failures; the message is a human-readable sample."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class ResponseSink(Protocol):
+    """Receives one response as it arrives. Called on the event loop; must not block."""
+
+    def on_head(self, status: int, headers: dict[str, str]) -> None: ...
+
+    def on_body(self, data: bytes, now: float) -> None: ...
+
+    def on_end(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where requests go: ``scheme://host:port`` plus the base path of the API."""
+
+    scheme: str
+    host: str
+    port: int
+    base_path: str
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+    def path(self, suffix: str) -> str:
+        return f"{self.base_path}{suffix}"
+
+
+def parse_base_url(url: str) -> Origin:
+    """Splits ``http(s)://host[:port][/base]``; raises ``ValueError`` for anything else."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"a base URL has no query or fragment: {url!r}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise ValueError(f"bad port in {url!r}") from exc
+    return Origin(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+
+def build_request(
+    origin: Origin,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+) -> bytes:
+    """The exact bytes of one HTTP/1.1 request (keep-alive)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {origin.host_header}"]
+    lines.extend(f"{name}: {value}" for name, value in (headers or {}).items())
+    if body or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class ChunkedDecoder:
+    """Decodes ``Transfer-Encoding: chunked`` incrementally; ``done`` after the last chunk
+    and its trailers. Raises ``ValueError`` on malformed framing."""
+
+    __slots__ = ("_buffer", "_remaining", "_state", "done")
+
+    _SIZE, _DATA, _DATA_END, _TRAILER = range(4)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._remaining = 0
+        self._state = self._SIZE
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        buffer = self._buffer + data if self._buffer else data
+        out: list[bytes] = []
+        position, size = 0, len(buffer)
+        while position < size and not self.done:
+            state = self._state
+            if state == self._SIZE:
+                end = buffer.find(b"\r\n", position)
+                if end < 0:
+                    if size - position > MAX_CHUNK_LINE:
+                        raise ValueError("chunk size line too long")
+                    break
+                line = buffer[position:end]
+                position = end + 2
+                digits = line.split(b";", 1)[0].strip() if b";" in line else line.strip()
+                if not digits or digits.strip(_HEX_DIGITS):
+                    raise ValueError(f"bad chunk size {line[:40]!r}")
+                length = int(digits, 16)
+                if not length:
+                    self._state = self._TRAILER
+                    continue
+                data_end = position + length
+                if data_end + 2 <= size:
+                    # The common case: the whole chunk is here, take it in one step.
+                    if buffer[data_end : data_end + 2] != b"\r\n":
+                        raise ValueError("chunk data not followed by CRLF")
+                    out.append(buffer[position:data_end])
+                    position = data_end + 2
+                    continue
+                self._remaining = length
+                self._state = self._DATA
+            elif state == self._DATA:
+                end = min(size, position + self._remaining)
+                out.append(buffer[position:end])
+                self._remaining -= end - position
+                position = end
+                if not self._remaining:
+                    self._state = self._DATA_END
+            elif state == self._DATA_END:
+                if size - position < 2:
+                    break
+                if buffer[position : position + 2] != b"\r\n":
+                    raise ValueError("chunk data not followed by CRLF")
+                position += 2
+                self._state = self._SIZE
+            else:  # trailers, ending with an empty line
+                end = buffer.find(b"\r\n", position)
+                if end < 0:
+                    if size - position > MAX_CHUNK_LINE:
+                        raise ValueError("trailer line too long")
+                    break
+                self.done = end == position
+                position = end + 2
+        self._buffer = buffer[position:]
+        if not out:
+            return b""
+        return out[0] if len(out) == 1 else b"".join(out)
+
+
+class _Exchange:
+    """One request/response on a connection: parses the head, then frames the body."""
+
+    __slots__ = (
+        "_buffer",
+        "_chunked",
+        "_remaining",
+        "_state",
+        "future",
+        "keep_alive",
+        "received",
+        "sink",
+    )
+
+    _HEAD, _LENGTH, _CHUNKED, _UNTIL_CLOSE, _DONE = range(5)
+
+    def __init__(self, sink: ResponseSink, future: asyncio.Future):
+        self.sink = sink
+        self.future = future
+        self.received = 0
+        self.keep_alive = False
+        self._state = self._HEAD
+        self._buffer = b""
+        self._remaining = 0
+        self._chunked: ChunkedDecoder | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self._state == self._DONE
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Consumes bytes; raises ``HttpError`` on malformed framing."""
+        self.received += len(data)
+        state = self._state
+        if state == self._CHUNKED:
+            try:
+                payload = self._chunked.feed(data)
+            except ValueError as exc:
+                raise HttpError("malformed_http", f"chunked encoding: {exc}") from None
+            if payload:
+                self.sink.on_body(payload, now)
+            if self._chunked.done:
+                self._finish()
+        elif state == self._LENGTH:
+            piece = data[: self._remaining]
+            self._remaining -= len(piece)
+            if piece:
+                self.sink.on_body(piece, now)
+            if not self._remaining:
+                self._finish()
+        elif state == self._UNTIL_CLOSE:
+            self.sink.on_body(data, now)
+        elif state == self._HEAD:
+            self._feed_head(data, now)
+        # Bytes after a complete response are ignored: we never pipeline.
+
+    def _feed_head(self, data: bytes, now: float) -> None:
+        buffer = self._buffer + data
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buffer) > MAX_HEAD_BYTES:
+                raise HttpError("malformed_http", "response head too large")
+            self._buffer = buffer
+            return
+        head, rest = buffer[:end], buffer[end + 4 :]
+        self._buffer = b""
+        status, version, headers = _parse_head(head)
+        if 100 <= status < 200 and status != 101:
+            if rest:
+                self._feed_head(rest, now)  # an interim response: the real one follows
+            return
+        connection = headers.get("connection", "").lower()
+        if version == "HTTP/1.0":
+            self.keep_alive = "keep-alive" in connection
+        else:
+            self.keep_alive = "close" not in connection
+        self.sink.on_head(status, headers)
+        encoding = headers.get("transfer-encoding", "").lower()
+        if status in (204, 304):
+            self._finish()
+        elif encoding.rsplit(",", 1)[-1].strip() == "chunked":
+            self._state = self._CHUNKED
+            self._chunked = ChunkedDecoder()
+        elif "content-length" in headers:
+            try:
+                self._remaining = int(headers["content-length"])
+            except ValueError:
+                raise HttpError("malformed_http", "bad Content-Length") from None
+            if self._remaining < 0:
+                raise HttpError("malformed_http", "bad Content-Length")
+            self._state = self._LENGTH
+            if not self._remaining:
+                self._finish()
+        else:
+            self._state = self._UNTIL_CLOSE
+            self.keep_alive = False
+        if rest and self._state != self._DONE:
+            self.feed(rest, now)
+            self.received -= len(rest)  # counted once already
+
+    def connection_closed(self) -> None:
+        """The peer closed: that ends a close-framed body, and cuts any other short."""
+        if self._state == self._UNTIL_CLOSE:
+            self._finish()
+        elif self._state != self._DONE:
+            where = "before the response head" if self._state == self._HEAD else "mid-body"
+            raise HttpError("stream_ended_early", f"connection closed {where}")
+
+    def _finish(self) -> None:
+        self._state = self._DONE
+        self.sink.on_end()
+
+
+def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise HttpError("malformed_http", f"bad status line {lines[0][:80]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise HttpError("malformed_http", f"bad header line {line[:80]!r}")
+        name = name.strip().lower()
+        value = value.strip()
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return int(parts[1]), parts[0], headers
+
+
+class HttpConnection(asyncio.Protocol):
+    """One keep-alive connection; carries at most one exchange at a time."""
+
+    def __init__(self, pool: ConnectionPool):
+        self._pool = pool
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self._exchange: _Exchange | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_received = 0
+
+    # asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # Small requests must leave at once, not wait for Nagle's delayed ACK.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        now = perf_counter()  # first thing: this is the arrival time of these bytes
+        exchange = self._exchange
+        if exchange is None:
+            self.close()  # bytes nobody asked for: the connection is not trustworthy
+            return
+        try:
+            exchange.feed(data, now)
+        except HttpError as exc:
+            self._fail(exc)
+            return
+        except Exception as exc:  # a sink bug must not kill the event loop's callback
+            self._fail(HttpError("client_error", f"{type(exc).__name__}: {exc}"))
+            return
+        if exchange.finished:
+            self._complete(exchange)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost does the rest
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        exchange = self._exchange
+        if exchange is None:
+            return
+        try:
+            exchange.connection_closed()
+        except HttpError as error:
+            if exc is not None:
+                error = HttpError(error.kind, f"{error} ({exc})")
+            self._fail(error)
+            return
+        except Exception as error:
+            self._fail(HttpError("client_error", f"{type(error).__name__}: {error}"))
+            return
+        self._complete(exchange)
+
+    # exchanges --------------------------------------------------------------------------
+
+    def start(self, data: bytes, sink: ResponseSink, timeout: float | None) -> asyncio.Future:
+        """Writes a request; the future resolves when the response is complete."""
+        future = self._loop.create_future()
+        self._exchange = _Exchange(sink, future)
+        if timeout is not None:
+            self._timer = self._loop.call_later(timeout, self._on_timeout, timeout)
+        self.transport.write(data)
+        return future
+
+    @property
+    def response_bytes(self) -> int:
+        """Bytes of response received for the current (or just ended) exchange."""
+        exchange = self._exchange
+        return exchange.received if exchange is not None else self._last_received
+
+    def _on_timeout(self, timeout: float) -> None:
+        self._timer = None
+        self._fail(HttpError("timeout", f"no complete response within {timeout:g} s"))
+
+    def _complete(self, exchange: _Exchange) -> None:
+        self._clear()
+        if not exchange.future.done():
+            exchange.future.set_result(exchange.keep_alive)
+
+    def _fail(self, error: HttpError) -> None:
+        exchange = self._exchange
+        self._clear()
+        self.close()
+        if exchange is not None and not exchange.future.done():
+            exchange.future.set_exception(error)
+
+    def _clear(self) -> None:
+        if self._exchange is not None:
+            self._last_received = self._exchange.received
+        self._exchange = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class ConnectionPool:
+    """Keep-alive connections to one origin. Not thread-safe: one event loop."""
+
+    def __init__(
+        self,
+        origin: Origin,
+        *,
+        connect_timeout: float = 10.0,
+        ssl_context: ssl_module.SSLContext | None = None,
+    ):
+        self.origin = origin
+        self.connect_timeout = connect_timeout
+        if origin.scheme == "https" and ssl_context is None:
+            ssl_context = ssl_module.create_default_context()
+        self._ssl = ssl_context if origin.scheme == "https" else None
+        self._idle: list[HttpConnection] = []
+        self.opened = 0
+
+    async def _connect(self) -> HttpConnection:
+        loop = asyncio.get_running_loop()
+        factory: Callable[[], HttpConnection] = lambda: HttpConnection(self)  # noqa: E731
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, connection = await loop.create_connection(
+                    factory, self.origin.host, self.origin.port, ssl=self._ssl
+                )
+        except ConnectionRefusedError as exc:
+            raise HttpError("connection_refused", f"{self._where()}: {exc}") from None
+        except TimeoutError:
+            raise HttpError(
+                "connect_timeout", f"{self._where()}: no connection in {self.connect_timeout:g} s"
+            ) from None
+        except (OSError, ssl_module.SSLError) as exc:
+            raise HttpError("connection_error", f"{self._where()}: {exc}") from None
+        self.opened += 1
+        return connection
+
+    def _where(self) -> str:
+        return f"{self.origin.host}:{self.origin.port}"
+
+    async def acquire(self) -> HttpConnection:
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed and not connection.transport.is_closing():
+                connection.reused = True
+                return connection
+        return await self._connect()
+
+    def release(self, connection: HttpConnection, keep_alive: bool) -> None:
+        if keep_alive and not connection.closed:
+            self._idle.append(connection)
+        else:
+            connection.close()
+
+    async def warm(self, count: int) -> None:
+        """Opens idle connections until ``count`` are ready (a level's concurrency), so the
+        first requests of a level do not also measure TCP set-up."""
+        self._idle = [c for c in self._idle if not c.closed and not c.transport.is_closing()]
+        missing = count - len(self._idle)
+        if missing > 0:
+            opened = await asyncio.gather(*(self._connect() for _ in range(missing)))
+            self._idle.extend(opened)
+
+    def close(self) -> None:
+        for connection in self._idle:
+            connection.close()
+        self._idle.clear()
+
+    async def send(self, data: bytes, sink: ResponseSink, *, timeout: float | None = None) -> None:
+        """Sends one request and waits for its complete response (delivered to ``sink``).
+
+        Raises ``HttpError``. A reused connection that dies before a single response byte
+        is the server's keep-alive timeout, not a failure: the request is sent once more.
+        """
+        for attempt in range(2):
+            connection = await self.acquire()
+            reused = connection.reused
+            try:
+                keep_alive = await connection.start(data, sink, timeout)
+            except HttpError as error:
+                retry = (
+                    attempt == 0
+                    and reused
+                    and error.kind == "stream_ended_early"
+                    and connection.response_bytes == 0
+                )
+                if not retry:
+                    raise
+                continue
+            except asyncio.CancelledError:
+                connection.close()
+                raise
+            self.release(connection, keep_alive)
+            return
+
+
+class BufferSink:
+    """Collects a whole response (for small requests: metrics, model lists)."""
+
+    def __init__(self, limit: int = 16 * 1024 * 1024):
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._limit = limit
+
+    def on_head(self, status: int, headers: dict[str, str]) -> None:
+        self.status = status
+        self.headers = headers
+
+    def on_body(self, data: bytes, now: float) -> None:
+        self._size += len(data)
+        if self._size <= self._limit:
+            self._parts.append(data)
+
+    def on_end(self) -> None:
+        pass
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self._parts)
+
+
+async def fetch(
+    pool: ConnectionPool,
+    path: str,
+    *,
+    method: str = "GET",
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> BufferSink:
+    """One small request, whole response; raises ``HttpError``."""
+    sink = BufferSink()
+    request = build_request(pool.origin, method, path, body, headers or {})
+    await pool.send(request, sink, timeout=timeout)
+    return sink

@@ -1,0 +1,196 @@
+"""Prompts for a load level: random, ShareGPT conversations, or a shared prefix + suffix.
+
+Guarantees:
+
+- Deterministic: the same source, count and seed give the same prompts.
+- With a tokenizer, random and prefix prompts have exactly the requested input length (in the
+  tokenizer's tokens, before any chat template) and ``prompt_len`` is that length. Without
+  one, prompts are words drawn from a list of common English words, about one token each, and
+  ``prompt_len`` is an estimate: the server's ``usage.prompt_tokens`` is what gets reported.
+- All prompts of a level are built before the level starts: no tokenizer work while requests
+  are in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.loadgen.tokenizer import Tokenizer
+
+# Common words that byte-level BPE vocabularies hold as one token (with their leading space).
+_WORD_TEXT = (
+    "the of and to in is you that it he was for on are as with his they at be this have "
+    "from or one had by word but not what all were we when your can said there use an each "
+    "which she do how their if will up other about out many then them these so some her "
+    "would make like him into time has look two more write go see number no way could people "
+    "my than first water been call who oil its now find long down day did get come made may "
+    "part over new sound take only little work know place year live me back give most very "
+    "after thing our just name good sentence man think say great where help through much "
+    "before line right too mean old any same tell boy follow came want show also around form "
+    "three small set put end does another well large must big even such because turn here "
+    "why ask went men read need land different home us move try kind hand picture again "
+    "change off play spell air away animal house point page letter mother answer found study"
+)
+_WORDS = tuple(_WORD_TEXT.split())
+
+# ShareGPT filtering as in `vllm bench serve`, so the same file gives comparable requests.
+_SHAREGPT_MIN_LEN = 4
+_SHAREGPT_MAX_PROMPT_LEN = 1024
+_SHAREGPT_MAX_TOTAL_LEN = 2048
+
+
+class DatasetError(ValueError):
+    """A dataset file or specification cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request's prompt text, its (exact or estimated) token length, and output length."""
+
+    text: str
+    prompt_len: int
+    output_len: int
+
+
+def _lengths(rng: random.Random, length: int, range_ratio: float, count: int) -> list[int]:
+    low = max(1, int(length * (1 - range_ratio)))
+    high = max(low, int(length * (1 + range_ratio)))
+    return [rng.randint(low, high) for _ in range(count)]
+
+
+def _random_text(rng: random.Random, length: int, tokenizer: Tokenizer | None) -> tuple[str, int]:
+    """Text of ``length`` tokens (exact with a tokenizer), and its token count."""
+    if tokenizer is None:
+        return " ".join(rng.choices(_WORDS, k=length)), length
+    vocab = tokenizer.vocab_size
+    start = rng.randrange(vocab)
+    ids = [(start + step * 7919) % vocab for step in range(length)]
+    text = tokenizer.decode(ids)
+    # Decoding and re-encoding merges or splits tokens: trim or extend until it is exact.
+    for _ in range(16):
+        encoded = tokenizer.encode(text)
+        if len(encoded) == length:
+            return text, length
+        if len(encoded) > length:
+            text = tokenizer.decode(encoded[:length])
+        else:
+            extra = [rng.randrange(vocab) for _ in range(length - len(encoded))]
+            text = tokenizer.decode(encoded + extra)
+    return text, len(tokenizer.encode(text))
+
+
+@dataclass(frozen=True)
+class RandomPrompts:
+    """Random prompts as ``vllm bench serve --dataset-name random``."""
+
+    input_len: int
+    output_len: int
+    range_ratio: float = 0.0
+
+    def sample(
+        self, count: int, rng: random.Random, tokenizer: Tokenizer | None = None
+    ) -> list[Prompt]:
+        inputs = _lengths(rng, self.input_len, self.range_ratio, count)
+        outputs = _lengths(rng, self.output_len, self.range_ratio, count)
+        prompts = []
+        for input_len, output_len in zip(inputs, outputs, strict=True):
+            text, length = _random_text(rng, input_len, tokenizer)
+            prompts.append(Prompt(text, length, output_len))
+        return prompts
+
+
+@dataclass(frozen=True)
+class PrefixPrompts:
+    """``num_prefixes`` shared prefixes of ``shared_len`` tokens, each prompt one of them plus
+    a unique suffix of ``suffix_len`` tokens. Each call draws fresh prefixes, so one level's
+    prefix-cache hits never come from an earlier level."""
+
+    shared_len: int
+    suffix_len: int
+    output_len: int
+    num_prefixes: int = 1
+
+    def sample(
+        self, count: int, rng: random.Random, tokenizer: Tokenizer | None = None
+    ) -> list[Prompt]:
+        prefixes = [_random_text(rng, self.shared_len, tokenizer) for _ in range(self.num_prefixes)]
+        prompts = []
+        for index in range(count):
+            prefix, prefix_len = prefixes[index % self.num_prefixes]
+            suffix, suffix_len = _random_text(rng, self.suffix_len, tokenizer)
+            # Joined by a space so the prefix's tokens stay the same in every prompt.
+            prompts.append(Prompt(f"{prefix} {suffix}", prefix_len + suffix_len, self.output_len))
+        return prompts
+
+
+def _estimate_tokens(text: str) -> int:
+    # About four characters per token for English text in common BPE vocabularies.
+    return max(1, round(len(text) / 4))
+
+
+@dataclass(frozen=True)
+class ShareGptPrompts:
+    """First human turn and first reply of each conversation in a ShareGPT-format JSON file
+    (``[{"conversations": [{"from": "human", "value": …}, {"from": "gpt", …}]}, …]``).
+    ``output_len`` replaces the reply's length when given."""
+
+    path: Path
+    output_len: int | None = None
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        try:
+            data = json.loads(Path(self.path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise DatasetError(f"cannot read ShareGPT file {str(self.path)!r}: {exc}") from exc
+        except ValueError as exc:
+            raise DatasetError(f"ShareGPT file {str(self.path)!r} is not JSON: {exc}") from exc
+        if not isinstance(data, list):
+            raise DatasetError("a ShareGPT file is a JSON list of conversations")
+        pairs = []
+        for entry in data:
+            turns = entry.get("conversations") if isinstance(entry, dict) else None
+            if not isinstance(turns, list) or len(turns) < 2:
+                continue
+            first, second = turns[0], turns[1]
+            if not (isinstance(first, dict) and isinstance(second, dict)):
+                continue
+            prompt, reply = first.get("value"), second.get("value")
+            if isinstance(prompt, str) and isinstance(reply, str):
+                pairs.append((prompt, reply))
+        return pairs
+
+    def load(self, tokenizer: Tokenizer | None = None) -> list[Prompt]:
+        """Every usable conversation as a prompt, in file order."""
+        prompts = []
+        for text, reply in self._pairs():
+            if tokenizer is not None:
+                prompt_len = len(tokenizer.encode(text))
+                reply_len = len(tokenizer.encode(reply))
+            else:
+                prompt_len, reply_len = _estimate_tokens(text), _estimate_tokens(reply)
+            output_len = self.output_len or reply_len
+            if prompt_len < _SHAREGPT_MIN_LEN or prompt_len > _SHAREGPT_MAX_PROMPT_LEN:
+                continue
+            if self.output_len is None and output_len < _SHAREGPT_MIN_LEN:
+                continue
+            if prompt_len + output_len > _SHAREGPT_MAX_TOTAL_LEN:
+                continue
+            prompts.append(Prompt(text, prompt_len, output_len))
+        if not prompts:
+            raise DatasetError(f"no usable conversation in ShareGPT file {str(self.path)!r}")
+        return prompts
+
+    def sample(
+        self, count: int, rng: random.Random, tokenizer: Tokenizer | None = None
+    ) -> list[Prompt]:
+        prompts = self.load(tokenizer)
+        order = list(range(len(prompts)))
+        rng.shuffle(order)
+        # A file with fewer conversations than requests is reused in the same shuffled order.
+        return [prompts[order[index % len(order)]] for index in range(count)]
+
+
+PromptSource = RandomPrompts | PrefixPrompts | ShareGptPrompts

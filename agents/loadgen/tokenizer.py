@@ -1,0 +1,89 @@
+"""Optional tokenizers: exact prompt lengths when ``tokenizers`` or ``transformers`` is present.
+
+Guarantees:
+
+- Nothing here is required: without a tokenizer the load generator builds approximate prompts
+  and reports the server's ``usage.prompt_tokens``.
+- ``load_tokenizer`` reads local files only (a ``tokenizer.json`` file or a model folder) and
+  never downloads; it raises ``TokenizerError`` with a clear reason otherwise.
+- Anything with ``encode``, ``decode`` and ``vocab_size`` (the ``Tokenizer`` protocol) works.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Protocol
+
+
+class TokenizerError(RuntimeError):
+    """The tokenizer named on the command line cannot be loaded."""
+
+
+class Tokenizer(Protocol):
+    """What prompt building needs from a tokenizer (no special tokens added)."""
+
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class _FastTokenizer:
+    """A ``tokenizers.Tokenizer`` read from ``tokenizer.json``."""
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer as HfTokenizer
+
+        self._tokenizer = HfTokenizer.from_file(str(path))
+        self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=False)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+
+class _TransformersTokenizer:
+    """A ``transformers`` tokenizer read from a local model folder."""
+
+    def __init__(self, path: Path):
+        from transformers import AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self.vocab_size = len(self._tokenizer)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def load_tokenizer(path: str | None) -> Tokenizer | None:
+    """The tokenizer at ``path`` (``None`` or ``"none"``: no tokenizer)."""
+    if path is None or path.lower() == "none":
+        return None
+    location = Path(path).expanduser()
+    if not location.exists():
+        raise TokenizerError(f"tokenizer path {path!r} does not exist (local paths only)")
+    tokenizer_json = location if location.is_file() else location / "tokenizer.json"
+    try:
+        if _installed("transformers") and location.is_dir():
+            return _TransformersTokenizer(location)
+        if _installed("tokenizers") and tokenizer_json.is_file():
+            return _FastTokenizer(tokenizer_json)
+    except Exception as exc:  # each library has its own error types
+        raise TokenizerError(f"cannot load tokenizer from {path!r}: {exc}") from exc
+    if not (_installed("tokenizers") or _installed("transformers")):
+        raise TokenizerError(
+            "--tokenizer needs the optional 'tokenizers' or 'transformers' package; "
+            "install one, or pass --tokenizer none for approximate prompt lengths"
+        )
+    raise TokenizerError(f"no tokenizer.json at {str(tokenizer_json)!r}")

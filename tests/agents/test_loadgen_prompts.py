@@ -1,0 +1,112 @@
+"""Prompt sources: seeded, exact with a tokenizer, ShareGPT files read like vLLM does."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from agents.loadgen.prompts import DatasetError, PrefixPrompts, RandomPrompts, ShareGptPrompts
+from agents.loadgen.tokenizer import TokenizerError, load_tokenizer
+
+
+class CharTokenizer:
+    """A toy tokenizer whose decode/encode round trip is not the identity: a token is one
+    character, and decoding drops spaces that would start the text, as real ones can."""
+
+    vocab_size = 26
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(char) - 97 for char in text if char.isalpha()]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(97 + token % 26) for token in ids)
+
+
+def test_random_prompts_are_seeded_and_sized():
+    source = RandomPrompts(input_len=50, output_len=20)
+    first = source.sample(10, random.Random(1))
+    assert first == source.sample(10, random.Random(1))
+    assert first != source.sample(10, random.Random(2))
+    assert {len(p.text.split()) for p in first} == {50}
+    assert {(p.prompt_len, p.output_len) for p in first} == {(50, 20)}
+    assert len({p.text for p in first}) == 10  # no two requests share a cacheable prompt
+
+
+def test_random_lengths_stay_within_the_range_ratio():
+    prompts = RandomPrompts(100, 40, range_ratio=0.5).sample(300, random.Random(0))
+    inputs = [p.prompt_len for p in prompts]
+    outputs = [p.output_len for p in prompts]
+    assert min(inputs) >= 50 and max(inputs) <= 150 and len(set(inputs)) > 20
+    assert min(outputs) >= 20 and max(outputs) <= 60
+
+
+def test_a_tokenizer_makes_input_lengths_exact():
+    tokenizer = CharTokenizer()
+    for prompt in RandomPrompts(37, 5, range_ratio=0.3).sample(20, random.Random(0), tokenizer):
+        assert len(tokenizer.encode(prompt.text)) == prompt.prompt_len
+
+
+def test_prefix_prompts_share_their_prefix_and_differ_after_it():
+    source = PrefixPrompts(shared_len=30, suffix_len=10, output_len=8, num_prefixes=2)
+    prompts = source.sample(6, random.Random(0))
+    prefixes = [" ".join(p.text.split()[:30]) for p in prompts]
+    assert prefixes[0] == prefixes[2] == prefixes[4] != prefixes[1] == prefixes[3]
+    assert len({p.text for p in prompts}) == 6
+    assert {p.prompt_len for p in prompts} == {40}
+    # A new level draws new prefixes: nothing cached by the last level is reused.
+    assert source.sample(1, random.Random(1))[0].text.split()[:30] != prompts[0].text.split()[:30]
+
+
+def write_sharegpt(tmp_path, conversations) -> str:
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(conversations))
+    return path
+
+
+def conversation(prompt: str, reply: str) -> dict:
+    return {"conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": reply}]}
+
+
+def test_sharegpt_takes_the_first_turn_pair_and_filters_like_vllm(tmp_path):
+    long_prompt = "word " * 2000
+    path = write_sharegpt(
+        tmp_path,
+        [
+            conversation("Tell me about the sea and its tides, please.", "The sea " * 20),
+            conversation("hi", "The sea " * 20),  # prompt under 4 tokens
+            conversation(long_prompt, "ok then fine sure"),  # prompt over 1024 tokens
+            {"conversations": [{"from": "human", "value": "alone"}]},  # no reply
+            {"unrelated": True},
+        ],
+    )
+    prompts = ShareGptPrompts(path).load()
+    assert [p.text for p in prompts] == ["Tell me about the sea and its tides, please."]
+    assert prompts[0].output_len == 40  # 160 characters ≈ 40 tokens without a tokenizer
+    sampled = ShareGptPrompts(path, output_len=7).sample(3, random.Random(0))
+    assert [p.output_len for p in sampled] == [7, 7, 7]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        ("{not json", "not JSON"),
+        ('{"a": 1}', "JSON list"),
+        ("[]", "no usable"),
+    ],
+)
+def test_sharegpt_problems_are_clear_errors(tmp_path, content, message):
+    path = tmp_path / "data.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(DatasetError, match=message):
+        ShareGptPrompts(path).load()
+
+
+def test_no_tokenizer_is_fine_and_a_missing_one_is_a_clear_error(tmp_path):
+    assert load_tokenizer(None) is None
+    assert load_tokenizer("none") is None
+    with pytest.raises(TokenizerError, match="does not exist"):
+        load_tokenizer(str(tmp_path / "missing"))
