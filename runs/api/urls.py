@@ -9,6 +9,7 @@ from rest_framework.routers import DefaultRouter, SimpleRouter
 from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
+from runs.api.views_runs import RunViewSet
 from runs.api.views_tenancy import MemberViewSet, OrganizationViewSet, TokenViewSet
 
 root = DefaultRouter()
@@ -23,6 +24,7 @@ tenant.register("gpu-types", GpuTypeViewSet, basename="gpu-type")
 tenant.register("experiments", ExperimentViewSet, basename="experiment")
 tenant.register("datasets", DatasetViewSet, basename="dataset")
 tenant.register("budgets", BudgetViewSet, basename="budget")
+tenant.register("runs", RunViewSet, basename="run")
 tenant.register("audit", AuditEventViewSet, basename="audit")
 
 urlpatterns = [

@@ -103,6 +103,9 @@ def experiment_delete(*, experiment: Experiment, actor: Actor) -> None:
     """Deletes an experiment that has never run; one with runs keeps its history."""
     if experiment.runs.exists():
         raise Conflict("This experiment has runs; its history is kept, so it cannot be deleted.")
+    # Its budgets go with it, each recorded, so the log never loses a cap silently.
+    for budget in experiment.budgets.all():
+        delete_recorded(instance=budget, actor=actor, event="budget.delete")
     delete_recorded(instance=experiment, actor=actor, event="experiment.delete")
 
 

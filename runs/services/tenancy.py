@@ -178,6 +178,9 @@ def _check_owner_change(*, membership: Membership, actor: Actor, new_role: Role 
     if not _may_grant_owner(org=membership.organization, actor=actor):
         raise PermissionDenied("Only an owner can grant or remove the owner role.")
     if membership.role == Role.OWNER and new_role != Role.OWNER:
+        # Lock the organization first: two owners demoting each other at once must not both
+        # see "another owner remains" and leave the organization with none.
+        Organization.objects.select_for_update().filter(pk=membership.organization_id).first()
         owners = Membership.objects.filter(organization=membership.organization, role=Role.OWNER)
         if owners.count() <= 1:
             raise Conflict("An organization must keep at least one owner.")

@@ -15,6 +15,17 @@ from runs.services.experiments import experiment_create
 from runs.services.tenancy import membership_add, org_create, token_create
 
 SYSTEM = Actor.system("tests")
+
+
+@pytest.fixture(autouse=True)
+def isolated_media_and_cheap_hashing(settings, tmp_path):
+    # Uploaded datasets land in the test's own directory (tmp_path), never in the checkout.
+    # The cast's passwords are hashed cheaply: a real hasher costs ~0.3 s per person, and
+    # only Django's own tests need to prove it.
+    settings.MEDIA_ROOT = tmp_path
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 H100 = "NVIDIA H100 80GB HBM3"
 
 

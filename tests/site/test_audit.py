@@ -94,3 +94,20 @@ def test_it_never_records_token_secrets(alice):
     for event in AuditEvent.objects.filter(organization=alice.org, event="token.create"):
         assert "token_hash" not in (event.after or {})
         assert alice.token not in str(event.after)
+
+
+def test_it_records_the_budgets_an_experiment_takes_with_it(alice):
+    from decimal import Decimal
+
+    from runs.services.budgets import budget_set
+    from runs.services.experiments import experiment_delete
+
+    from .conftest import SYSTEM
+
+    experiment = make_experiment(alice.org)
+    budget_set(org=alice.org, actor=SYSTEM, limit_usd=Decimal(10), experiment=experiment)
+    last = AuditEvent.objects.filter(organization=alice.org).order_by("-seq").first().seq
+    experiment_delete(experiment=experiment, actor=SYSTEM)
+    events = AuditEvent.objects.filter(organization=alice.org, seq__gt=last).order_by("seq")
+    assert [e.event for e in events] == ["budget.delete", "experiment.delete"]
+    assert audit_verify(alice.org) is None

@@ -1,0 +1,76 @@
+"""Wire shapes of runs, their trials and measurements (read-only: the orchestration and the
+agent write them)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from runs.models import Measurement, Run, Trial
+
+
+class MeasurementSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Measurement
+        fields = [
+            "id",
+            "concurrency",
+            "request_rate",
+            "request_rate_infinite",
+            "result",
+            "server_metrics",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class TrialSerializer(serializers.ModelSerializer):
+    measurements = MeasurementSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Trial
+        fields = [
+            "index",
+            "serve_config",
+            "command",
+            "cold_start",
+            "outcome",
+            "failure_class",
+            "log_tail",
+            "started_at",
+            "finished_at",
+            "measurements",
+        ]
+        read_only_fields = fields
+
+
+class RunSerializer(serializers.ModelSerializer):
+    started_by = serializers.EmailField(source="started_by.email", read_only=True, default=None)
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "experiment",
+            "state",
+            "trigger",
+            "reason",
+            "started_by",
+            "provider",
+            "pod_id",
+            "price_usd_hr",
+            "billed_seconds",
+            "cost_usd",
+            "failure_reason",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    trials = TrialSerializer(many=True, read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "experiment_snapshot", "trials"]
+        read_only_fields = fields
