@@ -18,7 +18,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from runs.models import GpuType, Membership
+from runs.models import GpuType, Membership, Run
 from runs.services.budgets import budget_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
@@ -69,11 +69,13 @@ def world(alice, bob, keep_test_connection):
     dataset = dataset_upload(org=alice.org, actor=SYSTEM, name="chats", raw=sharegpt.encode())
     budget = budget_set(org=alice.org, actor=SYSTEM, limit_usd=100)
     victim = token_create(org=alice.org, user=bob.user, name="victim", actor=SYSTEM).token
+    run = Run.objects.create(organization=alice.org, experiment=experiment)
     ids = {
         "experiments": str(experiment.id),
         "models": str(experiment.model_id),
         "datasets": str(dataset.id),
         "budgets": str(budget.id),
+        "runs": str(run.id),
         "tokens": str(victim.id),
         "members": str(Membership.objects.get(organization=alice.org, user=bob.user).id),
         "gpu-types": GpuType.objects.first().id,

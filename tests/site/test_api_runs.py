@@ -1,0 +1,41 @@
+"""Runs are readable with their trials and measurements, only by their organization."""
+
+from __future__ import annotations
+
+from runs.models import Measurement, Run, Trial
+
+from .conftest import make_experiment
+
+
+def _run_with_results(org):
+    run = Run.objects.create(organization=org, experiment=make_experiment(org), reason="ci abc123")
+    trial = Trial.objects.create(
+        run=run, index=0, serve_config={"max_num_seqs": 64}, command=["vllm", "serve", "m"]
+    )
+    Measurement.objects.create(trial=trial, concurrency=8, result={"p99_ttft_ms": 41.5})
+    return run
+
+
+def test_it_lists_runs_newest_first_and_filters_by_state(alice):
+    run = _run_with_results(alice.org)
+    client = alice.client()
+    listed = client.get("/api/v1/orgs/acme/runs/").json()["results"]
+    assert [r["id"] for r in listed] == [str(run.id)]
+    assert "trials" not in listed[0]
+    assert client.get("/api/v1/orgs/acme/runs/?state=failed").json()["results"] == []
+
+
+def test_it_shows_trials_and_measurements_in_the_detail(alice):
+    run = _run_with_results(alice.org)
+    detail = alice.client().get(f"/api/v1/orgs/acme/runs/{run.id}/").json()
+    assert detail["reason"] == "ci abc123"
+    [trial] = detail["trials"]
+    assert trial["command"] == ["vllm", "serve", "m"]
+    assert trial["measurements"][0]["result"] == {"p99_ttft_ms": 41.5}
+
+
+def test_it_hides_other_tenants_runs(alice, charlie):
+    run = _run_with_results(alice.org)
+    foreign = charlie.client().get(f"/api/v1/orgs/globex/runs/{run.id}/")
+    assert foreign.status_code == 404
+    assert charlie.client().get("/api/v1/orgs/globex/runs/").json()["results"] == []
