@@ -66,10 +66,10 @@ class Experiment(models.Model):
     )
     engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.VLLM)
     engine_image_tag = models.CharField(max_length=128, blank=True)
-    serve_grid = models.JSONField(default=dict)
+    serve_grid = models.JSONField(default=dict, blank=True)  # {} = one trial, vLLM defaults
     serve_flags_schema_version = models.PositiveSmallIntegerField()
     workload = models.JSONField()
-    slos = models.JSONField(default=dict)
+    slos = models.JSONField(default=dict, blank=True)
     budget_cap_usd = models.DecimalField(max_digits=10, decimal_places=2)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

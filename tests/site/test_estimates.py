@@ -1,0 +1,115 @@
+"""The derived memory facts of a model, and the pre-run cost estimate."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from runs.estimates import experiment_estimate
+from runs.models import GpuType
+from runs.services.catalogue import gpu_price_set
+
+from .conftest import H100, SYSTEM, experiment_payload, make_experiment, make_model
+
+
+def test_it_derives_kv_cache_bytes_per_token_from_the_architecture(alice):
+    model = make_model(alice.org)  # Llama 3.1 8B: 32 layers, 8 KV heads of 128, bf16
+    assert model.kv_cache_bytes_per_token() == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert model.kv_cache_bytes_per_token(kv_cache_dtype_bytes=1) == 65_536  # fp8 cache
+    response = alice.client().get(f"/api/v1/orgs/acme/models/{model.id}/")
+    assert response.json()["kv_cache_bytes_per_token"] == 131_072
+    assert response.json()["weight_bytes"] == 8_030_261_248 * 2
+
+
+def test_it_grows_with_the_number_of_trials(alice):
+    model = make_model(alice.org)
+    one = experiment_estimate(experiment=make_experiment(alice.org, model=model, serve_grid={}))
+    grid = {"max_num_seqs": [8, 16, 32, 64]}
+    four = experiment_estimate(
+        experiment=make_experiment(alice.org, model=model, name="four", serve_grid=grid)
+    )
+    assert (one.trials, four.trials) == (1, 4)
+    assert four.cold_start_seconds == pytest.approx(4 * one.cold_start_seconds, rel=1e-3)
+    assert four.cost_usd > one.cost_usd
+
+
+def test_it_prices_with_the_organizations_own_rate(alice):
+    experiment = make_experiment(alice.org)
+    catalogue = experiment_estimate(experiment=experiment)
+    assert catalogue.price_usd_per_gpu_hour == Decimal("3.99")
+    gpu_price_set(
+        org=alice.org,
+        gpu_type=GpuType.objects.get(id=H100),
+        actor=SYSTEM,
+        price_secure_usd_hr=Decimal("1.995"),
+        price_community_usd_hr=None,
+        note="reserved",
+    )
+    own = experiment_estimate(experiment=experiment)
+    assert own.price_usd_per_gpu_hour == Decimal("1.995")
+    assert "reserved" in own.price_source
+    assert own.total_seconds == catalogue.total_seconds
+    assert own.cost_usd == pytest.approx(catalogue.cost_usd / 2, abs=Decimal("0.01"))
+
+
+def test_it_costs_nothing_on_the_simulator(alice):
+    estimate = experiment_estimate(experiment=make_experiment(alice.org, engine="sim"))
+    assert estimate.cost_usd == 0
+    assert estimate.total_seconds > 0
+
+
+def test_it_warns_when_the_weights_cannot_fit(alice):
+    huge = make_model(
+        alice.org,
+        name="405B",
+        hf_repo="meta-llama/Llama-3.1-405B",
+        parameter_count=405_000_000_000,
+        num_layers=126,
+        hidden_size=16384,
+        num_attention_heads=128,
+        num_kv_heads=8,
+    )
+    estimate = experiment_estimate(experiment=make_experiment(alice.org, model=huge))
+    assert any("do not fit" in warning for warning in estimate.warnings)
+
+
+def test_it_saturates_at_high_concurrency(alice):
+    # Twice the requests at a concurrency far above max_num_seqs: waves of max_num_seqs, so
+    # the sweep time roughly doubles instead of staying flat.
+    model = make_model(alice.org)
+
+    def sweep(requests):
+        workload = {
+            "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
+            "concurrency": [1024],
+            "requests_per_level": requests,
+        }
+        experiment = make_experiment(
+            alice.org,
+            model=model,
+            name=f"sat-{requests}",
+            workload=workload,
+            serve_grid={"max_num_seqs": [64]},
+        )
+        return experiment_estimate(experiment=experiment).sweep_seconds
+
+    assert sweep(1280) == pytest.approx(2 * sweep(640), rel=0.01)
+
+
+def test_it_is_shown_by_the_api_and_flags_the_budget(alice):
+    experiment = make_experiment(alice.org, budget_cap_usd=Decimal("0.01"))
+    body = alice.client().get(f"/api/v1/orgs/acme/experiments/{experiment.id}/estimate/").json()
+    assert body["trials"] == 2 and body["levels_per_trial"] == 3
+    assert body["within_budget"] is False
+    assert Decimal(body["cost_usd"]) > Decimal("0.01")
+    assert "bandwidth_efficiency" in body["assumptions"]
+
+
+def test_it_accepts_an_empty_grid_as_one_trial_on_vllm_defaults(alice):
+    model = make_model(alice.org)
+    response = alice.client().post(
+        "/api/v1/orgs/acme/experiments/", experiment_payload(model.id, serve_grid={}), format="json"
+    )
+    assert response.status_code == 201, response.json()
+    assert response.json()["serve_grid"] == {} and response.json()["trials"] == 1
