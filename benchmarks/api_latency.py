@@ -32,6 +32,7 @@ from django.test.utils import setup_test_environment  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 
 from runs.actors import Actor  # noqa: E402
+from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import Experiment, GpuType, User  # noqa: E402
 from runs.services.catalogue import model_spec_create  # noqa: E402
 from runs.services.experiments import experiment_create  # noqa: E402
@@ -66,20 +67,7 @@ def seed(count: int):
     actor = Actor.system("benchmark")
     owner = User.objects.create_user("owner@bench.example")
     org = org_create(slug="bench", name="Bench", owner=owner, actor=actor)
-    model = model_spec_create(
-        org=org,
-        actor=actor,
-        name="Llama 3.1 8B",
-        hf_repo="meta-llama/Llama-3.1-8B-Instruct",
-        parameter_count=8_030_261_248,
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        dtype="bfloat16",
-        max_context=131_072,
-    )
+    model = model_spec_create(org=org, actor=actor, **MODEL_PRESETS["llama-3.1-8b-instruct"])
     gpu = GpuType.objects.get(id="NVIDIA H100 80GB HBM3")
     template = experiment_create(
         org=org,

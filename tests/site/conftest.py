@@ -9,6 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from runs.actors import Actor
+from runs.model_presets import MODEL_PRESETS
 from runs.models import GpuType, Organization, User
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
@@ -89,19 +90,7 @@ def charlie(org_b) -> Person:
     )
 
 
-MODEL_FIELDS = dict(
-    name="Llama 3.1 8B",
-    hf_repo="meta-llama/Llama-3.1-8B-Instruct",
-    parameter_count=8_030_261_248,
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    dtype="bfloat16",
-    max_context=131_072,
-    licence="llama3.1",
-)
+MODEL_FIELDS = MODEL_PRESETS["llama-3.1-8b-instruct"]
 
 WORKLOAD = {
     "dataset": {"kind": "random", "input_len": 512, "output_len": 128},

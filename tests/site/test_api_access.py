@@ -22,6 +22,7 @@ from rest_framework.test import APIClient
 
 import runs.api.urls
 from runs.access import Need
+from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, AuditEvent, GpuType, Membership, Run, User
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
@@ -35,17 +36,7 @@ from .db_state import database_state
 SHAREGPT = [
     {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}]},
 ]
-QWEN = dict(
-    name="Qwen 2.5 7B",
-    hf_repo="Qwen/Qwen2.5-7B-Instruct",
-    parameter_count=7_615_616_512,
-    num_layers=28,
-    hidden_size=3584,
-    num_attention_heads=28,
-    num_kv_heads=4,
-    head_dim=128,
-    max_context=32_768,
-)
+QWEN = MODEL_PRESETS["qwen2.5-7b-instruct"]
 
 
 @dataclass

@@ -20,6 +20,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from runs.audit import GENESIS_HASH, audit_verify
+from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, AuditEvent, GpuPriceOverride, GpuType, Membership
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
@@ -33,17 +34,7 @@ from .db_state import database_state
 SHAREGPT = [
     {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}]},
 ]
-QWEN = dict(
-    name="Qwen 2.5 7B",
-    hf_repo="Qwen/Qwen2.5-7B-Instruct",
-    parameter_count=7_615_616_512,
-    num_layers=28,
-    hidden_size=3584,
-    num_attention_heads=28,
-    num_kv_heads=4,
-    head_dim=128,
-    max_context=32_768,
-)
+QWEN = MODEL_PRESETS["qwen2.5-7b-instruct"]
 CALLER_IP = "203.0.113.7"
 
 
@@ -165,7 +156,7 @@ WRITES = {
         "model.update",
         "patch",
         lambda w: url("model-detail", pk=w.rows["spare_model"]),
-        lambda w: {"licence": "apache-2.0"},
+        lambda w: {"licence": "qwen-research"},
         "update",
         target="spare_model",
         changed=("licence",),

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from runs.actors import Actor
+from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, Budget, Experiment, GpuType, ModelSpec, Organization, User
 from runs.services.budgets import budget_set
 from runs.services.catalogue import model_spec_create
@@ -25,47 +26,9 @@ PEOPLE = [
     ("bob@demo.example", "member"),
     ("vera@demo.example", "viewer"),
 ]
-# Architecture facts from the models' published config.json files.
 MODELS = [
-    dict(
-        name="Llama 3.1 8B Instruct",
-        hf_repo="meta-llama/Llama-3.1-8B-Instruct",
-        parameter_count=8_030_261_248,
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        dtype="bfloat16",
-        max_context=131_072,
-        licence="llama3.1",
-    ),
-    dict(
-        name="Qwen2.5 7B Instruct",
-        hf_repo="Qwen/Qwen2.5-7B-Instruct",
-        parameter_count=7_615_616_512,
-        num_layers=28,
-        hidden_size=3584,
-        num_attention_heads=28,
-        num_kv_heads=4,
-        head_dim=128,
-        dtype="bfloat16",
-        max_context=32_768,
-        licence="apache-2.0",
-    ),
-    dict(
-        name="Llama 3.1 70B Instruct",
-        hf_repo="meta-llama/Llama-3.1-70B-Instruct",
-        parameter_count=70_553_706_496,
-        num_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_kv_heads=8,
-        head_dim=128,
-        dtype="bfloat16",
-        max_context=131_072,
-        licence="llama3.1",
-    ),
+    MODEL_PRESETS[key]
+    for key in ("llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "llama-3.1-70b-instruct")
 ]
 
 
