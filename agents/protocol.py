@@ -1047,3 +1047,235 @@ def pydantic_field_errors(
                 parts.append(discriminator)
         result.append(FieldError(_join_path(prefix, parts), _readable_message(error)))
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Agent ↔ site messages
+# ---------------------------------------------------------------------------------------------
+
+PROTOCOL_VERSION = 1
+MAX_LOG_TAIL_CHARS = 64 * 1024
+
+SeqNumber = Annotated[int, Field(ge=0)]
+TrialIndex = Annotated[int, Field(ge=0, le=10_000)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+# UUIDs arrive as JSON strings; this one field is lax so parsed JSON validates as is.
+RunId = Annotated[UUID, Field(strict=False)]
+
+
+def _finite_json(value: object, path: str = "") -> object:
+    """Refuses NaN and infinities anywhere in free-form JSON: PostgreSQL's jsonb cannot hold
+    them, and a figure that is not a number must never reach a report."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path or 'value'} is not a finite number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _finite_json(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _finite_json(item, f"{path}[{index}]")
+    return value
+
+
+FiniteJson = Annotated[dict[str, object], pydantic.AfterValidator(_finite_json)]
+
+
+class Level(StrictModel):
+    """One load level: a closed-loop concurrency or an open-loop request rate ("inf": all
+    requests at once)."""
+
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | None = None
+    request_rate: PositiveFloat | Literal["inf"] | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _exactly_one(self) -> Level:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("give exactly one of concurrency and request_rate")
+        return self
+
+
+class AgentMessageBase(StrictModel):
+    """Agent → site. Every message names its run and carries a sequence number unique within
+    the run; the site stores each ``(run_id, seq)`` once, so resending is always safe."""
+
+    protocol: Literal[1] = PROTOCOL_VERSION
+    run_id: RunId
+    seq: SeqNumber
+    sent_at: FiniteFloat | None = None  # agent's wall clock (Unix seconds), for delay figures
+
+
+class GpuInfo(StrictModel):
+    name: str = Field(max_length=200)
+    memory_mib: Annotated[int, Field(ge=0)]
+
+
+class HostFacts(StrictModel):
+    """What the agent found about the machine it runs on."""
+
+    hostname: str = Field(default="", max_length=255)
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=64)
+    driver_version: str | None = Field(default=None, max_length=100)
+    cuda_version: str | None = Field(default=None, max_length=100)
+    vllm_version: str | None = Field(default=None, max_length=100)
+    cpu_count: Annotated[int, Field(ge=0)] | None = None
+    pod_id: str | None = Field(default=None, max_length=100)
+
+
+class Hello(AgentMessageBase):
+    """The agent is up: who it is and what it runs on. Sent first, once per agent start."""
+
+    type: Literal["hello"]
+    agent_version: str = Field(max_length=100)
+    host: HostFacts
+
+
+class Heartbeat(AgentMessageBase):
+    """The agent is alive (about every 10 s); a silent agent is reaped by the site."""
+
+    type: Literal["heartbeat"]
+    trial: TrialIndex | None = None
+
+
+class TrialStarted(AgentMessageBase):
+    """A trial's engine is being started with exactly this configuration and argv."""
+
+    type: Literal["trial_started"]
+    trial: TrialIndex
+    serve_config: FiniteJson
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(max_length=512)
+
+
+class ColdStartPhase(AgentMessageBase):
+    """A cold-start phase was observed: seconds from the engine's process start."""
+
+    type: Literal["cold_start_phase"]
+    trial: TrialIndex
+    phase: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    detail: FiniteJson = Field(default_factory=dict)
+
+
+class LevelProgress(AgentMessageBase):
+    """Live figures of the running level (throttled to about 2 per second)."""
+
+    type: Literal["level_progress"]
+    trial: TrialIndex
+    level: Level
+    requests_done: Annotated[int, Field(ge=0)]
+    requests_total: Annotated[int, Field(ge=0)] | None = None
+    ttft_ms_p50: FiniteFloat | None = None
+    ttft_ms_p99: FiniteFloat | None = None
+    itl_ms_p50: FiniteFloat | None = None
+    itl_ms_p99: FiniteFloat | None = None
+    output_tokens_per_s: FiniteFloat | None = None
+    kv_cache_usage: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    num_requests_waiting: Annotated[int, Field(ge=0)] | None = None
+
+
+class MeasurementReport(AgentMessageBase):
+    """One finished load level of one trial: the load generator's result (the
+    ``vllm bench serve`` keys) and the server's metrics."""
+
+    type: Literal["measurement"]
+    trial: TrialIndex
+    level: Level
+    result: FiniteJson
+    server: FiniteJson = Field(default_factory=dict)
+
+    @field_validator("result")
+    @classmethod
+    def _has_core_keys(cls, result: dict) -> dict:
+        missing = [key for key in ("completed", "failed", "duration") if key not in result]
+        if missing:
+            raise ValueError(f"result lacks {', '.join(missing)}")
+        return result
+
+
+TRIAL_FAILURE_CLASSES = (
+    "oom_at_startup",
+    "kv_cache_too_small",
+    "unsupported_flag",
+    "model_not_found",
+    "startup_timeout",
+    "crash",
+    "deadline",
+    "other",
+)
+
+
+class TrialFinished(AgentMessageBase):
+    """A trial ended; a failed one says why, with the log lines that show it."""
+
+    type: Literal["trial_finished"]
+    trial: TrialIndex
+    outcome: Literal["succeeded", "failed", "skipped"]
+    failure_class: Literal[TRIAL_FAILURE_CLASSES] | None = None  # type: ignore[valid-type]
+    log_tail: str = Field(default="", max_length=MAX_LOG_TAIL_CHARS)
+
+
+class RunFinished(AgentMessageBase):
+    """The agent is done with the run (all trials, a cancel, or its deadline)."""
+
+    type: Literal["run_finished"]
+    outcome: Literal["succeeded", "failed", "cancelled", "deadline"]
+    reason: str = Field(default="", max_length=2000)
+
+
+AgentMessage = Annotated[
+    Hello
+    | Heartbeat
+    | TrialStarted
+    | ColdStartPhase
+    | LevelProgress
+    | MeasurementReport
+    | TrialFinished
+    | RunFinished,
+    Field(discriminator="type"),
+]
+_AGENT_MESSAGE = pydantic.TypeAdapter(AgentMessage)
+
+
+_AGENT_MESSAGE_TYPES = frozenset(
+    get_args(cls.model_fields["type"].annotation)[0] for cls in get_args(get_args(AgentMessage)[0])
+)
+
+
+def parse_agent_message(data: object) -> AgentMessage:
+    """Validates one agent message (parsed JSON); raises ``pydantic.ValidationError``."""
+    return _AGENT_MESSAGE.validate_python(data)
+
+
+def agent_message_errors(exc: pydantic.ValidationError) -> list[FieldError]:
+    """Why ``parse_agent_message`` refused a message, by field path within the message
+    (``seq``, ``level``, ``result``), without pydantic's union tag in front."""
+    errors = []
+    for error in exc.errors():
+        loc = list(error["loc"])
+        if loc and loc[0] in _AGENT_MESSAGE_TYPES:
+            loc = loc[1:]
+        elif not loc and error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = ["type"]  # the discriminator itself is what is wrong
+        errors.append(FieldError(_join_path("", loc), _readable_message(error)))
+    return errors
+
+
+class Ack(StrictModel):
+    """Site → agent: the message ``seq`` is stored (or was already); drop it from the spool."""
+
+    type: Literal["ack"] = "ack"
+    seq: SeqNumber
+
+
+class Rejected(StrictModel):
+    """Site → agent: a message was refused and will never be stored; ``seq`` when known."""
+
+    type: Literal["rejected"] = "rejected"
+    seq: SeqNumber | None = None
+    reason: str
+
+
+class Cancel(StrictModel):
+    """Site → agent: stop the run now (finish nothing, report, stop the engine, exit)."""
+
+    type: Literal["cancel"] = "cancel"
+    reason: str = ""

@@ -1,5 +1,5 @@
-"""The ASGI entry point: HTTP through Django, WebSockets through Channels (consumers arrive
-with the agent and live-run issues)."""
+"""The ASGI entry point: HTTP through Django, WebSockets through Channels (the agent's
+ingest socket and the browser's live socket, see runs/routing.py)."""
 
 import os
 
@@ -8,17 +8,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchsite.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402 - needs Django first
 
-websocket_urlpatterns: list = []
+from runs.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": URLRouter(websocket_urlpatterns),
     }
 )

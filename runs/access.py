@@ -24,6 +24,7 @@ from runs.models import (
     Membership,
     ModelSpec,
     Role,
+    Run,
     User,
     WorkloadDataset,
 )
@@ -125,3 +126,22 @@ def access_budget(*, membership: Membership, budget_id) -> Budget:
 def access_member(*, membership: Membership, member_id) -> Membership:
     """Another membership of the same organization."""
     return _get_scoped(membership, Membership, member_id)
+
+
+def access_run(*, membership: Membership, run_id) -> Run:
+    """One of the organization's runs."""
+    return _get_scoped(membership, Run, run_id)
+
+
+def access_run_of_user(*, principal: Principal, run_id) -> Run:
+    """A run of any organization the principal belongs to (for the live page, whose URL
+    names only the run)."""
+    try:
+        run_id = Run._meta.pk.to_python(run_id)
+    except ValidationError:
+        raise Http404 from None
+    organizations = principal_memberships(principal).values("organization_id")
+    run = Run.objects.filter(pk=run_id, organization_id__in=organizations).first()
+    if run is None:
+        raise Http404
+    return run

@@ -13,3 +13,15 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "An organization API token: `Authorization: Bearer bsk_…`.",
         }
+
+
+class RunTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "runs.api.views_agent.RunTokenAuthentication"
+    name = "runToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A run token (`bsr_…`), valid for its one run until the run ends.",
+        }

@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter, SimpleRouter
 
+from runs.api.views_agent import AgentMessagesView
 from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
@@ -32,5 +33,6 @@ urlpatterns = [
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("orgs/<slug:org>/", include(tenant.urls)),
+    path("agent/runs/<uuid:run_id>/messages/", AgentMessagesView.as_view(), name="agent-messages"),
     path("", include(root.urls)),
 ]

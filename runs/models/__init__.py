@@ -1,5 +1,6 @@
 """Every durable fact of Benchsite. Each tenant-owned row carries its organization."""
 
+from runs.models.agent import AgentMessageRecord
 from runs.models.audit import AuditEvent
 from runs.models.budgets import Budget
 from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
@@ -8,6 +9,7 @@ from runs.models.runs import Measurement, Run, Trial
 from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
 
 __all__ = [
+    "AgentMessageRecord",
     "ApiToken",
     "AuditEvent",
     "Budget",

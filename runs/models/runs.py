@@ -60,6 +60,7 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     failure_reason = models.TextField(blank=True)
+    agent_info = models.JSONField(default=dict, blank=True)  # the agent's hello: version, host
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -9,6 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from runs.actors import Actor
+from runs.gpu_catalogue_seed import seed_gpu_catalogue
 from runs.model_presets import MODEL_PRESETS
 from runs.models import GpuType, Organization, User
 from runs.services.catalogue import model_spec_create
@@ -54,6 +55,8 @@ def _person(email: str, org: Organization, role: str | None) -> Person:
 
 @pytest.fixture
 def org_a(db) -> Organization:
+    # Transactional tests flush every table, the migrated GPU catalogue included: re-seed.
+    seed_gpu_catalogue(GpuType)
     owner = User.objects.create_user("alice@acme.example", "correct-horse-battery")
     return org_create(slug="acme", name="Acme", owner=owner, actor=SYSTEM)
 

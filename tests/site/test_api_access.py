@@ -137,6 +137,8 @@ class Endpoint:
 GLOBAL_ROUTES = {"api-root", "org-list", "org-detail", "serve-flags-list"}
 # Documentation, public by design (SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]): no tenant data.
 PUBLIC_ROUTES = {("api-schema", "get"), ("api-docs", "get"), ("api-redoc", "get")}
+# The agent's endpoints take a run token, never a user's: tested in test_agent_ingest.py.
+AGENT_ROUTES = {("agent-messages", "post")}
 
 R, W, M = Need.READ, Need.WRITE, Need.MANAGE
 ENDPOINTS = [
@@ -253,10 +255,11 @@ def _routes(patterns) -> set[tuple[str, str]]:
 
 def test_it_has_an_access_case_for_every_route():
     routes = _routes(runs.api.urls.urlpatterns)
-    listed = {(e.name, e.method) for e in ENDPOINTS} | PUBLIC_ROUTES
+    listed = {(e.name, e.method) for e in ENDPOINTS} | PUBLIC_ROUTES | AGENT_ROUTES
     assert routes - listed == set(), "routes without access tests"
     assert listed - routes == set(), "access tests for routes that do not exist"
-    assert len(listed) == len(ENDPOINTS) + len(PUBLIC_ROUTES), "an endpoint is listed twice"
+    expected = len(ENDPOINTS) + len(PUBLIC_ROUTES) + len(AGENT_ROUTES)
+    assert len(listed) == expected, "an endpoint is listed twice"
 
 
 # ------------------------------------------------------------------------------------------

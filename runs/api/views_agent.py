@@ -1,0 +1,95 @@
+"""REST endpoints for agents, authenticated by a run token (``Authorization: Bearer bsr_…``).
+
+A run token reaches only these endpoints and only its own run: the user API does not know
+run tokens, and a token of run A gets the same 404 on run B as on a missing run.
+"""
+
+from __future__ import annotations
+
+import pydantic
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents import protocol
+from runs.errors import Conflict
+from runs.models import Run
+from runs.services.ingest import agent_message_ingest
+from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
+
+MAX_BATCH = 1000
+
+
+class RunAgent:
+    """The request's principal when an agent calls: not a user, bound to one run."""
+
+    is_authenticated = True
+    is_active = True
+
+    def __init__(self, run: Run):
+        self.run = run
+
+
+class RunTokenAuthentication(BaseAuthentication):
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if len(parts) != 2 or parts[0].lower() != b"bearer":
+            return None
+        raw = parts[1].decode("latin-1")
+        if not raw.startswith(RUN_TOKEN_PREFIX):
+            raise AuthenticationFailed("Not a run token.")
+        run_id = request.parser_context["kwargs"].get("run_id")
+        run = run_for_token(run_id=run_id, raw=raw)
+        if run is None:
+            # Wrong run, ended run or unknown token: one answer for all.
+            raise AuthenticationFailed("Invalid run token for this run, or the run has ended.")
+        return RunAgent(run), run
+
+    def authenticate_header(self, request) -> str:
+        return 'Bearer realm="agent"'
+
+
+class AgentMessagesView(APIView):
+    """Batch upload of agent messages (the fallback when the WebSocket cannot be reopened).
+    Each message is stored once; the answer lists what is acknowledged and what is refused."""
+
+    authentication_classes = [RunTokenAuthentication]
+
+    @extend_schema(
+        request=inline_serializer("AgentBatch", {"messages": serializers.ListField()}),
+        responses=inline_serializer(
+            "AgentBatchResult",
+            {"acked": serializers.ListField(), "rejected": serializers.ListField()},
+        ),
+    )
+    def post(self, request, run_id):
+        run: Run = request.auth
+        messages = request.data.get("messages") if isinstance(request.data, dict) else None
+        if not isinstance(messages, list) or len(messages) > MAX_BATCH:
+            raise serializers.ValidationError(
+                {"messages": [f"Expected a list of at most {MAX_BATCH} messages."]}
+            )
+        acked, rejected = [], []
+        for index, content in enumerate(messages):
+            seq = content.get("seq") if isinstance(content, dict) else None
+            try:
+                message = protocol.parse_agent_message(content)
+            except pydantic.ValidationError as exc:
+                reason = "; ".join(
+                    f"{e.field}: {e.message}" for e in protocol.agent_message_errors(exc)
+                )
+                rejected.append({"index": index, "seq": seq, "reason": reason})
+                continue
+            if message.run_id != run.id:
+                rejected.append({"index": index, "seq": seq, "reason": "message for another run"})
+                continue
+            try:
+                agent_message_ingest(run_id=run.id, message=message)
+            except Conflict as exc:
+                rejected.append({"index": index, "seq": seq, "reason": str(exc)})
+                continue
+            acked.append(message.seq)
+        return Response({"acked": acked, "rejected": rejected}, status=status.HTTP_200_OK)

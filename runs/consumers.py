@@ -1,0 +1,119 @@
+"""WebSocket consumers: the agent's ingest socket and the browser's live socket.
+
+Both close with the same code (4404) for "no such run" and "not yours", so a socket tells a
+stranger nothing. The browser socket only notifies; the REST API stays the source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pydantic
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.http import Http404
+
+from agents import protocol
+from runs.access import Principal, access_run_of_user
+from runs.errors import Conflict
+from runs.services.ingest import agent_message_ingest, run_group
+from runs.services.run_tokens import run_for_token
+
+logger = logging.getLogger(__name__)
+
+CLOSE_NOT_FOUND = 4404
+MAX_REASON_CHARS = 1000
+
+
+def _bearer(scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            parts = value.decode("latin-1").split()
+            if len(parts) == 2 and parts[0].lower() == "bearer":
+                return parts[1]
+    return None
+
+
+def _summary(exc: pydantic.ValidationError) -> str:
+    errors = protocol.agent_message_errors(exc)
+    return "; ".join(f"{e.field or 'message'}: {e.message}" for e in errors)[:MAX_REASON_CHARS]
+
+
+class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
+    """``/ws/agent/runs/<run id>/``: authenticated by that run's token. Every valid message is
+    stored once and acknowledged with its ``seq``; an invalid one is answered ``rejected``
+    with a reason, and the socket stays open for the next."""
+
+    async def connect(self):
+        run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        self.run = await database_sync_to_async(run_for_token)(
+            run_id=run_id, raw=_bearer(self.scope)
+        )
+        if self.run is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        await self.accept()
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        try:
+            content = json.loads(text_data if text_data is not None else bytes_data)
+        except (TypeError, ValueError):
+            await self._reject(None, "not a JSON message")
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content, **kwargs):
+        seq = content.get("seq") if isinstance(content, dict) else None
+        seq = seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
+        try:
+            message = protocol.parse_agent_message(content)
+        except pydantic.ValidationError as exc:
+            await self._reject(seq, _summary(exc))
+            return
+        if message.run_id != self.run.id:
+            await self._reject(seq, "message for another run")
+            return
+        try:
+            await database_sync_to_async(agent_message_ingest)(run_id=self.run.id, message=message)
+        except Conflict as exc:
+            await self._reject(seq, str(exc))
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        await self.send_json(protocol.Ack(seq=message.seq).model_dump())
+
+    async def _reject(self, seq: int | None, reason: str) -> None:
+        logger.info("run %s: rejected agent message %s: %s", self.run.id, seq, reason)
+        await self.send_json(protocol.Rejected(seq=seq, reason=reason).model_dump())
+
+
+class RunLiveConsumer(AsyncJsonWebsocketConsumer):
+    """``/ws/runs/<run id>/``: a signed-in member of the run's organization receives a notice
+    for every stored agent message of that run."""
+
+    async def connect(self):
+        user = self.scope.get("user")
+        run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        try:
+            run = await database_sync_to_async(access_run_of_user)(
+                principal=Principal(user=user), run_id=run_id
+            )
+        except Http404:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.group = run_group(run.id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content, **kwargs):
+        pass  # notify-only: the browser has nothing to say here
+
+    async def run_update(self, event):
+        await self.send_json(event["update"])

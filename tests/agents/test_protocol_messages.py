@@ -1,0 +1,80 @@
+"""Agent ↔ site messages: strict, versioned, discriminated by type."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import pydantic
+import pytest
+
+from agents import protocol
+
+RUN = str(uuid.uuid4())
+VALID = {
+    "hello": {"agent_version": "0.1", "host": {"gpus": [{"name": "H100", "memory_mib": 81559}]}},
+    "heartbeat": {},
+    "trial_started": {"trial": 0, "serve_config": {"max_num_seqs": 64}, "command": ["vllm"]},
+    "cold_start_phase": {"trial": 0, "phase": "weights_loaded", "seconds": 12.5},
+    "level_progress": {"trial": 0, "level": {"request_rate": "inf"}, "requests_done": 3},
+    "measurement": {
+        "trial": 1,
+        "level": {"concurrency": 8},
+        "result": {"completed": 1, "failed": 0, "duration": 1.0},
+    },
+    "trial_finished": {"trial": 0, "outcome": "failed", "failure_class": "oom_at_startup"},
+    "run_finished": {"outcome": "deadline"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(VALID))
+def test_it_parses_every_message_type(kind):
+    message = protocol.parse_agent_message({"type": kind, "run_id": RUN, "seq": 5, **VALID[kind]})
+    assert message.type == kind
+    assert str(message.run_id) == RUN and message.seq == 5
+    assert message.protocol == protocol.PROTOCOL_VERSION
+    # What the agent sends is what the site parses back.
+    assert protocol.parse_agent_message(message.model_dump(mode="json")) == message
+
+
+def _errors(data) -> dict[str, str]:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        protocol.parse_agent_message(data)
+    return {e.field: e.message for e in protocol.agent_message_errors(caught.value)}
+
+
+def _message(kind, **changes):
+    return {"type": kind, "run_id": RUN, "seq": 1, **VALID[kind], **changes}
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        (_message("heartbeat", seq=-1), "seq"),
+        (_message("heartbeat", seq="1"), "seq"),
+        (_message("heartbeat", extra=1), "extra"),
+        (_message("heartbeat", protocol=2), "protocol"),
+        (_message("measurement", result={"completed": 1}), "result"),
+        (
+            _message("measurement", result={**VALID["measurement"]["result"], "x": math.nan}),
+            "result",
+        ),
+        (_message("measurement", level={}), "level"),
+        (_message("measurement", level={"concurrency": 8, "request_rate": 1.0}), "level"),
+        (_message("cold_start_phase", phase="Weights Loaded"), "phase"),
+        (_message("cold_start_phase", seconds=math.inf), "seconds"),
+        (_message("trial_finished", failure_class="gremlins"), "failure_class"),
+        (_message("trial_started", serve_config={"x": [math.nan]}), "serve_config"),
+        ({"type": "telepathy", "run_id": RUN, "seq": 1}, "type"),
+        ({"run_id": RUN, "seq": 1}, "type"),
+    ],
+)
+def test_it_refuses_malformed_messages_naming_the_field(data, field):
+    errors = _errors(data)
+    assert any(path == field or path.startswith(field) for path in errors), errors
+
+
+def test_it_acknowledges_and_rejects_in_its_own_shapes():
+    assert protocol.Ack(seq=3).model_dump() == {"type": "ack", "seq": 3}
+    assert protocol.Rejected(seq=None, reason="x").model_dump()["type"] == "rejected"
+    assert protocol.Cancel().model_dump() == {"type": "cancel", "reason": ""}

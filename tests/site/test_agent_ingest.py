@@ -1,0 +1,288 @@
+"""The agent's ingest socket and REST batch, and the browser's live socket (issue 5, site
+side): real Channels consumers through the project's ASGI application."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connections
+from rest_framework.test import APIClient
+
+from benchsite.asgi import application
+from runs.models import AgentMessageRecord, Measurement, ModelSpec, Run, Trial
+from runs.services.run_tokens import run_token_issue
+
+from .conftest import make_experiment, make_model
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+async def close_consumer_connections():
+    """Consumers reach the database from asgiref's worker thread, which keeps its own
+    connection; close it so the test database can be dropped at the end."""
+    yield
+    await database_sync_to_async(connections.close_all)()
+
+
+RESULT = {
+    "completed": 100,
+    "failed": 0,
+    "duration": 12.5,
+    "p99_ttft_ms": 48.2,
+    "output_throughput": 1024.0,
+    "median_itl_ms": 9.9,
+}
+
+
+def _new_run(org) -> tuple[Run, str]:
+    model = ModelSpec.objects.filter(organization=org).first() or make_model(org)
+    run = Run.objects.create(
+        organization=org, experiment=make_experiment(org, model=model, name=f"e-{uuid.uuid4()}")
+    )
+    return run, run_token_issue(run=run)
+
+
+def messages(run_id) -> list[dict]:
+    """A whole run of one trial, as an agent sends it."""
+    rid = str(run_id)
+    return [
+        {
+            "type": "hello",
+            "run_id": rid,
+            "seq": 0,
+            "agent_version": "0.1.0",
+            "host": {
+                "hostname": "pod-1",
+                "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559}],
+            },
+        },
+        {
+            "type": "trial_started",
+            "run_id": rid,
+            "seq": 1,
+            "trial": 0,
+            "serve_config": {"max_num_seqs": 64},
+            "command": ["vllm", "serve", "m", "--max-num-seqs", "64"],
+        },
+        {
+            "type": "cold_start_phase",
+            "run_id": rid,
+            "seq": 2,
+            "trial": 0,
+            "phase": "weights_loaded",
+            "seconds": 31.5,
+        },
+        {
+            "type": "level_progress",
+            "run_id": rid,
+            "seq": 3,
+            "trial": 0,
+            "level": {"concurrency": 8},
+            "requests_done": 40,
+            "requests_total": 100,
+            "ttft_ms_p99": 47.0,
+        },
+        {
+            "type": "measurement",
+            "run_id": rid,
+            "seq": 4,
+            "trial": 0,
+            "level": {"concurrency": 8},
+            "result": RESULT,
+            "server": {"kv_cache_usage_perc": {"max": 0.4}},
+        },
+        {"type": "trial_finished", "run_id": rid, "seq": 5, "trial": 0, "outcome": "succeeded"},
+        {"type": "run_finished", "run_id": rid, "seq": 6, "outcome": "succeeded"},
+    ]
+
+
+async def _agent_socket(run_id, token) -> WebsocketCommunicator:
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    return WebsocketCommunicator(application, f"/ws/agent/runs/{run_id}/", headers=headers)
+
+
+async def test_it_stores_a_whole_run_sent_over_the_socket(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    assert (await socket.connect())[0]
+    for message in messages(run.id):
+        await socket.send_json_to(message)
+        assert await socket.receive_json_from() == {"type": "ack", "seq": message["seq"]}
+    await socket.disconnect()
+
+    def stored():
+        run.refresh_from_db()
+        trial = Trial.objects.get(run=run, index=0)
+        measurement = Measurement.objects.get(trial=trial)
+        return run, trial, measurement
+
+    run, trial, measurement = await sync_to_async(stored)()
+    assert run.state == "succeeded" and run.finished_at is not None
+    assert run.agent_info["hostname"] == "pod-1"
+    assert trial.command[:2] == ["vllm", "serve"] and trial.outcome == "succeeded"
+    assert trial.cold_start == {"weights_loaded": 31.5}
+    assert measurement.concurrency == 8
+    assert measurement.result == RESULT  # exactly what the agent computed
+    assert measurement.server_metrics == {"kv_cache_usage_perc": {"max": 0.4}}
+
+
+async def test_it_stores_a_message_sent_three_times_once(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    await socket.connect()
+    measurement = messages(run.id)[4]
+    for _ in range(3):
+        await socket.send_json_to(measurement)
+        assert await socket.receive_json_from() == {"type": "ack", "seq": 4}
+    await socket.disconnect()
+    counts = await sync_to_async(
+        lambda: (
+            AgentMessageRecord.objects.filter(run=run).count(),
+            Measurement.objects.filter(trial__run=run).count(),
+        )
+    )()
+    assert counts == (1, 1)
+
+
+async def test_it_rejects_bad_messages_and_stays_usable(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    await socket.connect()
+    await socket.send_to(text_data="{not json")
+    assert (await socket.receive_json_from())["type"] == "rejected"
+    broken = {**messages(run.id)[4], "result": {"completed": 1}}
+    await socket.send_json_to(broken)
+    reply = await socket.receive_json_from()
+    assert reply["type"] == "rejected" and reply["seq"] == 4 and "result" in reply["reason"]
+    foreign = {**messages(run.id)[0], "run_id": str(uuid.uuid4())}
+    await socket.send_json_to(foreign)
+    assert (await socket.receive_json_from())["reason"] == "message for another run"
+    await socket.send_json_to(messages(run.id)[0])
+    assert await socket.receive_json_from() == {"type": "ack", "seq": 0}
+    await socket.disconnect()
+    assert await sync_to_async(AgentMessageRecord.objects.filter(run=run).count)() == 1
+
+
+async def test_it_refuses_a_token_of_another_run_like_a_missing_run(alice):
+    run_a, token_a = await sync_to_async(_new_run)(alice.org)
+    run_b, _ = await sync_to_async(_new_run)(alice.org)
+    for run_id, token in [
+        (run_b.id, token_a),
+        (uuid.uuid4(), token_a),
+        (run_a.id, None),
+        (run_a.id, alice.token),
+        (run_a.id, "bsr_forged"),
+    ]:
+        socket = await _agent_socket(run_id, token)
+        assert await socket.connect() == (False, 4404)
+
+
+async def test_it_refuses_messages_once_the_run_has_ended(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    await sync_to_async(Run.objects.filter(pk=run.pk).update)(state="cancelled")
+    socket = await _agent_socket(run.id, token)
+    assert await socket.connect() == (False, 4404)
+
+
+async def test_it_finishes_the_run_only_when_every_message_has_arrived(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    await socket.connect()
+    sent = messages(run.id)
+    for message in [sent[0], sent[1], sent[5], sent[6]]:  # 2, 3, 4 lost on the way
+        await socket.send_json_to(message)
+        await socket.receive_json_from()
+    assert (await sync_to_async(Run.objects.get)(pk=run.pk)).state == "finalizing"
+    for message in [sent[4], sent[2], sent[3]]:  # replayed after a reconnect, any order
+        await socket.send_json_to(message)
+        await socket.receive_json_from()
+    await socket.disconnect()
+    assert (await sync_to_async(Run.objects.get)(pk=run.pk)).state == "succeeded"
+
+
+async def _browser(user, run_id) -> WebsocketCommunicator:
+    from channels.auth import login  # noqa: F401 - session cookie below is what matters
+    from django.test import Client
+
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    return WebsocketCommunicator(
+        application,
+        f"/ws/runs/{run_id}/",
+        headers=[
+            (b"cookie", cookie.encode()),
+            (b"origin", b"http://127.0.0.1:8000"),
+            (b"host", b"127.0.0.1:8000"),
+        ],
+    )
+
+
+async def test_it_notifies_the_runs_watchers_as_messages_are_stored(alice, bob):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    browser = await _browser(bob.user, run.id)  # a viewer may watch
+    assert (await browser.connect())[0]
+    agent = await _agent_socket(run.id, token)
+    await agent.connect()
+    await agent.send_json_to(messages(run.id)[4])
+    await agent.receive_json_from()
+    notice = await browser.receive_json_from(timeout=5)
+    assert notice["kind"] == "measurement" and notice["trial"] == 0
+    assert notice["level"] == {"concurrency": 8}
+    assert notice["result"]["p99_ttft_ms"] == 48.2
+    await agent.disconnect()
+    await browser.disconnect()
+
+
+async def test_it_closes_the_browser_socket_alike_for_foreign_and_missing_runs(alice, charlie):
+    run, _ = await sync_to_async(_new_run)(alice.org)
+    foreign = await _browser(charlie.user, run.id)
+    missing = await _browser(charlie.user, uuid.uuid4())
+    assert await foreign.connect() == await missing.connect() == (False, 4404)
+    anonymous = WebsocketCommunicator(
+        application, f"/ws/runs/{run.id}/", headers=[(b"origin", b"http://127.0.0.1:8000")]
+    )
+    assert await anonymous.connect() == (False, 4404)
+
+
+def test_it_takes_a_batch_over_rest_when_the_socket_is_gone(alice):
+    run, token = _new_run(alice.org)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    url = f"/api/v1/agent/runs/{run.id}/messages/"
+    batch = messages(run.id)
+    batch.insert(3, {"type": "measurement", "run_id": str(run.id), "seq": 99})  # malformed
+    response = client.post(url, {"messages": batch + batch[:2]}, format="json")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["acked"] == [0, 1, 2, 3, 4, 5, 6, 0, 1]
+    assert [r["seq"] for r in body["rejected"]] == [99]
+    run.refresh_from_db()
+    assert run.state == "succeeded"
+    assert Measurement.objects.get(trial__run=run).result == RESULT
+
+
+def test_it_keeps_run_tokens_and_user_tokens_apart(alice):
+    run, token = _new_run(alice.org)
+    other, _ = _new_run(alice.org)
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert agent.get("/api/v1/orgs/acme/experiments/").status_code == 401
+    assert (
+        agent.post(
+            f"/api/v1/agent/runs/{other.id}/messages/", {"messages": []}, format="json"
+        ).status_code
+        == 401
+    )
+    user = alice.client()
+    assert (
+        user.post(
+            f"/api/v1/agent/runs/{run.id}/messages/", {"messages": []}, format="json"
+        ).status_code
+        == 401
+    )
