@@ -18,6 +18,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import itertools
 import json
@@ -1279,3 +1280,94 @@ class Cancel(StrictModel):
 
     type: Literal["cancel"] = "cancel"
     reason: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The job: everything an agent needs to run one run, unattended
+# ---------------------------------------------------------------------------------------------
+
+MAX_JOB_TRIALS = 1024
+
+
+class ModelSource(StrictModel):
+    """Which weights to serve and the architecture facts the simulator and memory checks use."""
+
+    hf_repo: str = Field(max_length=200)
+    revision: str = Field(default="main", max_length=100)
+    served_model_name: str = Field(max_length=200)
+    local_path: str | None = Field(default=None, max_length=1000)  # weights already on disk
+    parameter_count: Annotated[int, Field(ge=1)]
+    num_layers: Annotated[int, Field(ge=1)]
+    hidden_size: Annotated[int, Field(ge=1)]
+    num_attention_heads: Annotated[int, Field(ge=1)]
+    num_kv_heads: Annotated[int, Field(ge=1)]
+    head_dim: Annotated[int, Field(ge=1)]
+    dtype: str = Field(max_length=16)
+    max_context: Annotated[int, Field(ge=16)]
+
+
+class EngineSpec(StrictModel):
+    """What serves each trial: real vLLM (of this version) or the simulator (of these GPUs)."""
+
+    kind: Literal["vllm", "sim"]
+    image_tag: str | None = Field(default=None, max_length=128)
+    vllm_version: str | None = Field(default=None, max_length=64)
+    gpu_type: str = Field(max_length=100)
+    gpu_count: Annotated[int, Field(ge=1, le=64)]
+    sim_speed: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] = 1.0
+
+
+class TrialSpec(StrictModel):
+    index: TrialIndex
+    serve_config: FiniteJson
+
+
+class ReportTo(StrictModel):
+    """Where results go: the site's WebSocket and REST base, or (both None) a results folder."""
+
+    ws_url: str | None = Field(default=None, max_length=1000)
+    rest_url: str | None = Field(default=None, max_length=1000)
+
+
+class JobSpec(StrictModel):
+    """Site → agent, once per run: trials in order, the workload every trial runs, the SLOs,
+    the engine, the model, a hard deadline (the agent stops itself there, whatever the site
+    does) and where to report. The run token travels apart from it (``BENCHSITE_TOKEN``)."""
+
+    protocol: Literal[1] = PROTOCOL_VERSION
+    run_id: RunId
+    trials: list[TrialSpec] = Field(min_length=1, max_length=MAX_JOB_TRIALS)
+    workload: Workload
+    slos: Slos = Field(default_factory=Slos)
+    engine: EngineSpec
+    model: ModelSource
+    deadline: Annotated[datetime.datetime, Field(strict=False)]
+    report: ReportTo = Field(default_factory=ReportTo)
+
+    @field_validator("deadline")
+    @classmethod
+    def _aware(cls, deadline: datetime.datetime) -> datetime.datetime:
+        if deadline.tzinfo is None:
+            raise ValueError("the deadline needs a time zone (e.g. 2026-11-29T23:00:00Z)")
+        return deadline
+
+
+def protocol_json_schema() -> dict:
+    """JSON Schema of everything on the wire between agent and site (checked in CI against
+    the committed copy in docs/protocol.schema.json)."""
+    messages = pydantic.TypeAdapter(AgentMessage).json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Benchsite agent protocol",
+        "x-protocol-version": PROTOCOL_VERSION,
+        "x-serve-flags-schema-version": SERVE_FLAGS_SCHEMA_VERSION,
+        "agent_to_site": messages,
+        "site_to_agent": {
+            model.__name__: model.model_json_schema() for model in (Ack, Rejected, Cancel)
+        },
+        "job": JobSpec.model_json_schema(),
+    }
+
+
+if __name__ == "__main__":  # python -m agents.protocol > docs/protocol.schema.json
+    print(json.dumps(protocol_json_schema(), indent=2, sort_keys=True))

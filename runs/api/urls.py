@@ -6,7 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter, SimpleRouter
 
-from runs.api.views_agent import AgentMessagesView
+from runs.api.views_agent import AgentJobView, AgentMessagesView
 from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
@@ -34,5 +34,6 @@ urlpatterns = [
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("orgs/<slug:org>/", include(tenant.urls)),
     path("agent/runs/<uuid:run_id>/messages/", AgentMessagesView.as_view(), name="agent-messages"),
+    path("agent/runs/<uuid:run_id>/job/", AgentJobView.as_view(), name="agent-job"),
     path("", include(root.urls)),
 ]

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from agents import protocol
 from runs.errors import Conflict
+from runs.jobs import run_job_spec
 from runs.models import Run
 from runs.services.ingest import agent_message_ingest
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
@@ -93,3 +94,19 @@ class AgentMessagesView(APIView):
                 continue
             acked.append(message.seq)
         return Response({"acked": acked, "rejected": rejected}, status=status.HTTP_200_OK)
+
+
+class AgentJobView(APIView):
+    """The run's job (``JobSpec``), for an agent that was started with only its run id and
+    token. The WebSocket URL is derived from the request's own host and scheme."""
+
+    authentication_classes = [RunTokenAuthentication]
+
+    @extend_schema(responses=dict)
+    def get(self, request, run_id):
+        base = request.build_absolute_uri("/")
+        ws_base = base.replace("http", "ws", 1)  # http→ws, https→wss
+        job = run_job_spec(
+            request.auth, ws_url=f"{ws_base}ws/agent/runs/{run_id}/", rest_url=base + "api/v1/"
+        )
+        return Response(job.model_dump(mode="json"))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -78,3 +80,10 @@ def test_it_acknowledges_and_rejects_in_its_own_shapes():
     assert protocol.Ack(seq=3).model_dump() == {"type": "ack", "seq": 3}
     assert protocol.Rejected(seq=None, reason="x").model_dump()["type"] == "rejected"
     assert protocol.Cancel().model_dump() == {"type": "cancel", "reason": ""}
+
+
+def test_the_committed_protocol_schema_matches_the_models():
+    committed = Path(__file__).resolve().parents[2] / "docs" / "protocol.schema.json"
+    assert json.loads(committed.read_text()) == json.loads(
+        json.dumps(protocol.protocol_json_schema())
+    ), "regenerate it: python -m agents.protocol > docs/protocol.schema.json"

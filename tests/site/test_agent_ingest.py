@@ -286,3 +286,27 @@ def test_it_keeps_run_tokens_and_user_tokens_apart(alice):
         ).status_code
         == 401
     )
+
+
+def test_it_gives_the_agent_its_job_with_a_deadline_within_budget(alice):
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from agents import protocol
+
+    run, token = _new_run(alice.org)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = client.get(f"/api/v1/agent/runs/{run.id}/job/")
+    assert response.status_code == 200, response.content
+    job = protocol.JobSpec.model_validate(response.json())  # exactly the shared shape
+    assert job.run_id == run.id
+    assert [t.serve_config for t in job.trials] == [{"max_num_seqs": 64}, {"max_num_seqs": 128}]
+    assert job.engine.kind == "vllm" and job.engine.vllm_version == "0.11.0"
+    assert job.report.ws_url == f"ws://testserver/ws/agent/runs/{run.id}/"
+    # $50 cap at $3.99/GPU-hour: at most about 12.5 hours, and never past 2x the estimate.
+    hours = (job.deadline - timezone.now()).total_seconds() / 3600
+    assert 0 < hours <= float(Decimal(50) / Decimal("3.99")) + 0.01
+    other, _ = _new_run(alice.org)
+    assert client.get(f"/api/v1/agent/runs/{other.id}/job/").status_code == 401

@@ -138,7 +138,7 @@ GLOBAL_ROUTES = {"api-root", "org-list", "org-detail", "serve-flags-list"}
 # Documentation, public by design (SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]): no tenant data.
 PUBLIC_ROUTES = {("api-schema", "get"), ("api-docs", "get"), ("api-redoc", "get")}
 # The agent's endpoints take a run token, never a user's: tested in test_agent_ingest.py.
-AGENT_ROUTES = {("agent-messages", "post")}
+AGENT_ROUTES = {("agent-messages", "post"), ("agent-job", "get")}
 
 R, W, M = Need.READ, Need.WRITE, Need.MANAGE
 ENDPOINTS = [
