@@ -6,6 +6,7 @@ stranger nothing. The browser socket only notifies; the REST API stays the sourc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -16,14 +17,16 @@ from django.http import Http404
 
 from agents import protocol
 from runs.access import Principal, access_run_of_user
-from runs.errors import Conflict
-from runs.services.ingest import agent_message_ingest, run_group
+from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
 from runs.services.run_tokens import run_for_token
 
 logger = logging.getLogger(__name__)
 
 CLOSE_NOT_FOUND = 4404
+CLOSE_INTERNAL_ERROR = 1011
 MAX_REASON_CHARS = 1000
+# Messages that arrived while the previous batch was being written go in one transaction.
+MAX_WRITE_BATCH = 200
 
 
 def _bearer(scope) -> str | None:
@@ -42,8 +45,13 @@ def _summary(exc: pydantic.ValidationError) -> str:
 
 class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
     """``/ws/agent/runs/<run id>/``: authenticated by that run's token. Every valid message is
-    stored once and acknowledged with its ``seq``; an invalid one is answered ``rejected``
-    with a reason, and the socket stays open for the next."""
+    stored once and acknowledged with its ``seq`` after it is committed; an invalid one is
+    answered ``rejected`` with a reason, and the socket stays open for the next.
+
+    Messages are validated as they arrive and written by one task per socket, which takes
+    everything that queued up while it wrote the previous batch: a pipelining agent gets one
+    commit per batch instead of one per message. A message still queued when the socket
+    drops was never acknowledged, so the agent resends it."""
 
     async def connect(self):
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
@@ -53,7 +61,14 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         if self.run is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        self.pending: asyncio.Queue = asyncio.Queue()
+        self.writer = asyncio.create_task(self._write_batches())
         await self.accept()
+
+    async def disconnect(self, code):
+        writer = getattr(self, "writer", None)
+        if writer is not None:
+            writer.cancel()
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         try:
@@ -74,13 +89,35 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         if message.run_id != self.run.id:
             await self._reject(seq, "message for another run")
             return
+        self.pending.put_nowait(message)
+
+    async def _write_batches(self):
         try:
-            await database_sync_to_async(agent_message_ingest)(run_id=self.run.id, message=message)
-        except Conflict as exc:
-            await self._reject(seq, str(exc))
-            await self.close(code=CLOSE_NOT_FOUND)
-            return
-        await self.send_json(protocol.Ack(seq=message.seq).model_dump())
+            while True:
+                batch = [await self.pending.get()]
+                while not self.pending.empty() and len(batch) < MAX_WRITE_BATCH:
+                    batch.append(self.pending.get_nowait())
+                outcomes = await self._ingest(run_id=self.run.id, messages=batch)
+                for outcome in outcomes:
+                    if outcome.refused:
+                        await self._reject(outcome.seq, outcome.refused)
+                    else:
+                        await self.send_json(protocol.Ack(seq=outcome.seq).model_dump())
+                updates = [o.update for o in outcomes if o.update is not None]
+                await anotify_run_watchers(self.run.id, updates)
+                if any(outcome.refused for outcome in outcomes):
+                    await self.close(code=CLOSE_NOT_FOUND)  # the run has ended
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Nothing unacknowledged is lost: the agent reconnects and resends it.
+            logger.exception("run %s: ingest failed; closing the agent socket", self.run.id)
+            await self.close(code=CLOSE_INTERNAL_ERROR)
+
+    # Off the shared "thread-sensitive" thread: sockets of different runs write in parallel
+    # (each worker thread has its own connection), so their commits overlap.
+    _ingest = staticmethod(database_sync_to_async(agent_messages_ingest, thread_sensitive=False))
 
     async def _reject(self, seq: int | None, reason: str) -> None:
         logger.info("run %s: rejected agent message %s: %s", self.run.id, seq, reason)
@@ -115,5 +152,6 @@ class RunLiveConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content, **kwargs):
         pass  # notify-only: the browser has nothing to say here
 
-    async def run_update(self, event):
-        await self.send_json(event["update"])
+    async def run_updates(self, event):
+        for update in event["updates"]:
+            await self.send_json(update)

@@ -15,10 +15,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import protocol
-from runs.errors import Conflict
 from runs.jobs import run_job_spec
 from runs.models import Run
-from runs.services.ingest import agent_message_ingest
+from runs.services.ingest import agent_messages_ingest, notify_run_watchers
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
 
 MAX_BATCH = 1000
@@ -73,26 +72,28 @@ class AgentMessagesView(APIView):
             raise serializers.ValidationError(
                 {"messages": [f"Expected a list of at most {MAX_BATCH} messages."]}
             )
-        acked, rejected = [], []
+        acked, rejected, valid = [], [], []
         for index, content in enumerate(messages):
             seq = content.get("seq") if isinstance(content, dict) else None
             try:
                 message = protocol.parse_agent_message(content)
             except pydantic.ValidationError as exc:
-                reason = "; ".join(
-                    f"{e.field}: {e.message}" for e in protocol.agent_message_errors(exc)
-                )
+                errors = protocol.agent_message_errors(exc)
+                reason = "; ".join(f"{e.field}: {e.message}" for e in errors)
                 rejected.append({"index": index, "seq": seq, "reason": reason})
                 continue
             if message.run_id != run.id:
                 rejected.append({"index": index, "seq": seq, "reason": "message for another run"})
                 continue
-            try:
-                agent_message_ingest(run_id=run.id, message=message)
-            except Conflict as exc:
-                rejected.append({"index": index, "seq": seq, "reason": str(exc)})
-                continue
-            acked.append(message.seq)
+            valid.append((index, message))
+        outcomes = agent_messages_ingest(run_id=run.id, messages=[m for _, m in valid])
+        for (index, _), outcome in zip(valid, outcomes, strict=True):
+            if outcome.refused:
+                rejected.append({"index": index, "seq": outcome.seq, "reason": outcome.refused})
+            else:
+                acked.append(outcome.seq)
+        notify_run_watchers(run.id, outcomes)
+        rejected.sort(key=lambda refusal: refusal["index"])
         return Response({"acked": acked, "rejected": rejected}, status=status.HTTP_200_OK)
 
 

@@ -42,41 +42,89 @@ def run_group(run_id) -> str:
 
 @dataclass(frozen=True)
 class IngestOutcome:
+    """What became of one message: stored now, stored before (a resend), or refused."""
+
     seq: int
-    stored: bool  # False: this (run, seq) was stored before, nothing changed
+    stored: bool  # False: this (run, seq) was stored before (or refused), nothing changed
+    refused: str | None = None  # why it will never be stored
+    update: dict | None = None  # the notice for the run's watchers, when stored now
+
+
+def agent_messages_ingest(*, run_id, messages: list) -> list[IngestOutcome]:
+    """Applies validated messages of one run in order, in ONE transaction (one commit for
+    the batch: a commit's disk flush, not the message, is what costs). Returns an outcome per
+    message, in order. Notify the run's watchers with ``notify_run_watchers`` afterwards."""
+    try:
+        with transaction.atomic():
+            return _ingest_batch(run_id, messages)
+    except IntegrityError:
+        # Another connection of the same run stored one of these seqs at the same moment
+        # (an agent that reconnected while its old socket still drained): go one by one.
+        if len(messages) == 1:
+            if AgentMessageRecord.objects.filter(run_id=run_id, seq=messages[0].seq).exists():
+                return [IngestOutcome(seq=messages[0].seq, stored=False)]
+            raise
+        return [
+            outcome
+            for m in messages
+            for outcome in agent_messages_ingest(run_id=run_id, messages=[m])
+        ]
 
 
 def agent_message_ingest(*, run_id, message) -> IngestOutcome:
-    """Applies one validated agent message (see the module docstring)."""
-    try:
-        with transaction.atomic():
-            run = Run.objects.select_for_update().get(pk=run_id)
-            if AgentMessageRecord.objects.filter(run=run, seq=message.seq).exists():
-                return IngestOutcome(seq=message.seq, stored=False)  # a resend: ack again
-            if run.state in TERMINAL_RUN_STATES:
-                raise Conflict(f"Run {run.id} has ended ({run.state}); nothing more is accepted.")
-            AgentMessageRecord.objects.create(
-                run=run, seq=message.seq, type=message.type, payload=message.model_dump(mode="json")
-            )
-            _apply(run, message)
+    """One message (see ``agent_messages_ingest``); raises ``Conflict`` when refused."""
+    [outcome] = agent_messages_ingest(run_id=run_id, messages=[message])
+    if outcome.refused:
+        raise Conflict(outcome.refused)
+    notify_run_watchers(run_id, [outcome])
+    return outcome
+
+
+def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
+    run = Run.objects.select_for_update().get(pk=run_id)
+    seen = set(
+        AgentMessageRecord.objects.filter(run=run, seq__in=[m.seq for m in messages]).values_list(
+            "seq", flat=True
+        )
+    )
+    outcomes, changed, trials = [], set(), {}
+    for message in messages:
+        if message.seq in seen:
+            outcomes.append(IngestOutcome(seq=message.seq, stored=False))  # a resend: ack again
+            continue
+        if run.state in TERMINAL_RUN_STATES:
+            reason = f"Run {run.id} has ended ({run.state}); nothing more is accepted."
+            outcomes.append(IngestOutcome(seq=message.seq, stored=False, refused=reason))
+            continue
+        AgentMessageRecord.objects.create(
+            run=run, seq=message.seq, type=message.type, payload=message.model_dump(mode="json")
+        )
+        seen.add(message.seq)
+        changed.update(_apply(run, message, trials))
+        if message.type == "run_finished" or run.state == RunState.FINALIZING:
+            run.save(update_fields=changed)
             _finish_if_complete(run)
-            update = _browser_update(message)
-            transaction.on_commit(lambda: _notify(run.id, update))
-    except IntegrityError:
-        if not AgentMessageRecord.objects.filter(run_id=run_id, seq=message.seq).exists():
-            raise
-        # The unique (run, seq) refused a second copy: the first one was applied in full.
-        return IngestOutcome(seq=message.seq, stored=False)
-    return IngestOutcome(seq=message.seq, stored=True)
+        outcomes.append(
+            IngestOutcome(seq=message.seq, stored=True, update=_browser_update(message))
+        )
+    if changed:
+        run.save(update_fields=changed)
+    return outcomes
 
 
-def _trial(run: Run, index: int) -> Trial:
-    # Messages of a trial may be replayed out of order after a reconnect: create on first sight.
-    trial, _ = Trial.objects.get_or_create(run=run, index=index, defaults={"serve_config": {}})
-    return trial
+def _trial(run: Run, index: int, trials: dict[int, Trial]) -> Trial:
+    # Messages of a trial may be replayed out of order after a reconnect: create on first
+    # sight. ``trials`` caches them for the batch: most messages of a batch share a trial.
+    if index not in trials:
+        trials[index], _ = Trial.objects.get_or_create(
+            run=run, index=index, defaults={"serve_config": {}}
+        )
+    return trials[index]
 
 
-def _apply(run: Run, message) -> None:
+def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
+    """Applies one message to its rows; returns the run's fields it changed (saved once per
+    batch by the caller)."""
     now = timezone.now()
     run.last_heartbeat_at = now
     fields = ["last_heartbeat_at"]
@@ -87,7 +135,7 @@ def _apply(run: Run, message) -> None:
             run.state = RunState.STARTING
             fields.append("state")
     elif isinstance(message, protocol.TrialStarted):
-        trial = _trial(run, message.trial)
+        trial = _trial(run, message.trial, trials)
         trial.serve_config, trial.command = message.serve_config, message.command
         trial.outcome, trial.started_at = TrialOutcome.RUNNING, trial.started_at or now
         trial.save(update_fields=["serve_config", "command", "outcome", "started_at"])
@@ -96,13 +144,13 @@ def _apply(run: Run, message) -> None:
             run.started_at = run.started_at or now
             fields += ["state", "started_at"]
     elif isinstance(message, protocol.ColdStartPhase):
-        trial = _trial(run, message.trial)
+        trial = _trial(run, message.trial, trials)
         trial.cold_start = {**trial.cold_start, message.phase: message.seconds}
         trial.save(update_fields=["cold_start"])
     elif isinstance(message, protocol.MeasurementReport):
         rate = message.level.request_rate
         Measurement.objects.create(
-            trial=_trial(run, message.trial),
+            trial=_trial(run, message.trial, trials),
             concurrency=message.level.concurrency,
             request_rate=None if rate in (None, "inf") else rate,
             request_rate_infinite=rate == "inf",
@@ -110,13 +158,13 @@ def _apply(run: Run, message) -> None:
             server_metrics=message.server,
         )
     elif isinstance(message, protocol.TrialFinished):
-        trial = _trial(run, message.trial)
+        trial = _trial(run, message.trial, trials)
         trial.outcome = message.outcome
         trial.failure_class = message.failure_class or ""
         trial.log_tail = message.log_tail
         trial.finished_at = now
         trial.save(update_fields=["outcome", "failure_class", "log_tail", "finished_at"])
-    run.save(update_fields=fields)
+    return fields
 
 
 def _finish_if_complete(run: Run) -> None:
@@ -175,11 +223,21 @@ def _browser_update(message) -> dict:
     return update
 
 
-def _notify(run_id, update: dict) -> None:
+def notify_run_watchers(run_id, outcomes: list[IngestOutcome]) -> None:
+    """Sends the notices of freshly stored messages to the run's browsers (from sync code).
+    A lost notice costs nothing: the page re-reads REST."""
+    updates = [outcome.update for outcome in outcomes if outcome.update is not None]
+    if updates:
+        async_to_sync(anotify_run_watchers)(run_id, updates)
+
+
+async def anotify_run_watchers(run_id, updates: list[dict]) -> None:
+    """The same, from async code (the ingest consumer)."""
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not updates:
         return
     try:
-        async_to_sync(layer.group_send)(run_group(run_id), {"type": "run.update", "update": update})
+        # One channel-layer message per batch; the browser consumer unpacks it.
+        await layer.group_send(run_group(run_id), {"type": "run.updates", "updates": updates})
     except Exception:  # the stored fact is what counts; a lost notice is re-read via REST
         logger.warning("could not notify browsers of run %s", run_id, exc_info=True)
