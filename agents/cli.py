@@ -3,12 +3,17 @@
 ``benchsite-agent bench`` load-tests any OpenAI-compatible server on its own. Exit codes:
 0 done, 2 bad arguments or a server that cannot be reached before the first level (one clear
 error line, nothing measured), 130 interrupted (the levels finished so far are written).
+
+``serve-sim`` runs the vLLM simulator in the foreground; ``engine-up`` starts an engine (real
+vLLM or the simulator) from a JSON description, prints its start-up phases as they happen and
+serves until Ctrl-C (exit 0), or prints the failure class and evidence (exit 3).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import sys
@@ -36,6 +41,7 @@ from agents.loadgen.report import ProgressView, append_records, level_table, wri
 from agents.protocol import MAX_CONCURRENCY, Slos, pydantic_field_errors
 
 EXIT_USAGE = 2
+EXIT_ENGINE_FAILED = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -228,6 +234,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", type=Path, metavar="OUT.json", help="write the results")
     bench.add_argument("--per-request", type=Path, metavar="OUT.jsonl", help="one line a request")
+
+    sim = commands.add_parser(
+        "serve-sim",
+        help="serve the vLLM simulator (OpenAI API, simulated timing)",
+        description="An OpenAI-compatible server whose timing models vLLM on a GPU. "
+        "Everything it serves is labelled simulated.",
+    )
+    sim.add_argument("--model-spec", required=True, help="preset (llama-3.1-8b…) or JSON file")
+    sim.add_argument("--gpu", required=True, help="H100, H200, B200, A100, L40S, RTX 4090")
+    sim.add_argument("--config", type=Path, metavar="SERVE.json", help="serve flags (schema)")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8000)
+    sim.add_argument("--served-model-name", help="default: the model spec's name")
+    sim.add_argument("--speed", type=float, default=1.0, help="simulated seconds per second")
+    sim.add_argument("--startup-speed", type=float, help="speed of start-up (default --speed)")
+    sim.add_argument("--seed", type=int, default=0)
+
+    up = commands.add_parser(
+        "engine-up",
+        help="start vLLM or the simulator from a JSON description and serve until Ctrl-C",
+    )
+    up.add_argument("--engine", choices=("vllm", "sim"), help="overrides the file's 'engine'")
+    up.add_argument("--config", type=Path, required=True, metavar="ENGINE.json")
+    up.add_argument("--workdir", type=Path, default=Path("engine-run"), help="logs and caches")
+    up.add_argument("--restarts", type=int, default=1, help="watchdog restarts after a crash")
     return parser
 
 
@@ -284,10 +315,112 @@ def _run_bench_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_json_object(option: str, path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{option}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{option}: expected a JSON object")
+    return data
+
+
+def _run_serve_sim(args: argparse.Namespace) -> int:
+    from agents.engines.sim import server
+    from agents.protocol import ServeGridError, serve_args
+
+    errors = Console(stderr=True)
+    try:
+        flags = serve_args(_read_json_object("--config", args.config)) if args.config else []
+    except UsageError as exc:
+        errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return EXIT_USAGE
+    except ServeGridError as exc:
+        errors.print(f"[red]error:[/] --config: {exc}", highlight=False, soft_wrap=True)
+        return EXIT_USAGE
+    argv = [
+        args.model_spec,
+        "--gpu",
+        args.gpu,
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--speed",
+        repr(args.speed),
+        "--seed",
+        str(args.seed),
+        *flags,
+    ]
+    if args.served_model_name:
+        argv += ["--served-model-name", args.served_model_name]
+    if args.startup_speed:
+        argv += ["--startup-speed", repr(args.startup_speed)]
+    return server.main(argv)
+
+
+def _run_engine_up(args: argparse.Namespace) -> int:
+    import threading
+
+    from agents.engines.base import EngineFailed
+    from agents.engines.launch import EngineConfigError, engine_from_config
+    from agents.engines.process import Watchdog
+
+    console = Console()
+    errors = Console(stderr=True)
+    try:
+        data = _read_json_object("--config", args.config)
+        engine = engine_from_config(data, workdir=args.workdir, engine=args.engine)
+    except (UsageError, EngineConfigError) as exc:
+        errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return EXIT_USAGE
+    console.print(f"starting {engine.name}: {' '.join(engine.argv)}", highlight=False)
+    console.print(f"log: {engine.log_path}", highlight=False)
+
+    def show(phase) -> None:
+        detail = " ".join(f"{k}={v}" for k, v in phase.detail.items())
+        console.print(f"  {phase.at:8.2f}s  {phase.name:<20} {detail}", highlight=False)
+
+    try:
+        report = engine.start(on_phase=show)
+    except EngineFailed as exc:
+        errors.print(f"[red]failed:[/] {exc}", highlight=False, soft_wrap=True)
+        for line in exc.evidence:
+            errors.print(f"  | {line}", highlight=False, soft_wrap=True, markup=False)
+        return EXIT_ENGINE_FAILED
+    except KeyboardInterrupt:
+        engine.stop()
+        return EXIT_INTERRUPTED
+    label = " (SIMULATED)" if report.simulated else ""
+    console.print(f"serving{label} at {report.base_url}; unknown phases: {report.unknown}")
+    down = threading.Event()
+
+    def incident(event) -> None:
+        state = "restarted" if event.restarted else "down"
+        errors.print(f"[red]engine died[/] ({event.failure}); {state}; {event.lost}")
+        if not event.restarted:
+            down.set()
+
+    try:
+        with Watchdog(engine, restarts=args.restarts, on_incident=incident):
+            while not down.wait(0.5):
+                pass
+        return EXIT_ENGINE_FAILED
+    except KeyboardInterrupt:
+        console.print("stopping…")
+        return 0
+    finally:
+        engine.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "bench":
         return _run_bench_command(args)
+    if args.command == "serve-sim":
+        return _run_serve_sim(args)
+    if args.command == "engine-up":
+        return _run_engine_up(args)
     return EXIT_USAGE  # pragma: no cover - argparse requires a command
 
 

