@@ -1,9 +1,9 @@
 """Storing what agents report.
 
-Guarantees of ``agent_message_ingest``:
+Guarantees of ``agent_messages_ingest``:
 - each (run, seq) is applied once: a resent message is acknowledged and changes nothing;
-- a message is stored together with everything it implies (trial, measurement, run state)
-  in one transaction, and the browsers watching the run are notified after it commits;
+- a batch is stored together with everything it implies (trials, measurements, run state)
+  in one transaction; callers notify the run's browsers after it has committed;
 - a run that has ended accepts nothing new (a resend of a stored message is still acked);
 - the run reaches its final state once ``run_finished`` and every message before it have
   arrived (resends after a reconnect may fill gaps in any order).
@@ -20,7 +20,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents import protocol
-from runs.errors import Conflict
 from runs.models import AgentMessageRecord, Measurement, Run, Trial
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
 
@@ -69,15 +68,6 @@ def agent_messages_ingest(*, run_id, messages: list) -> list[IngestOutcome]:
             for m in messages
             for outcome in agent_messages_ingest(run_id=run_id, messages=[m])
         ]
-
-
-def agent_message_ingest(*, run_id, message) -> IngestOutcome:
-    """One message (see ``agent_messages_ingest``); raises ``Conflict`` when refused."""
-    [outcome] = agent_messages_ingest(run_id=run_id, messages=[message])
-    if outcome.refused:
-        raise Conflict(outcome.refused)
-    notify_run_watchers(run_id, [outcome])
-    return outcome
 
 
 def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
