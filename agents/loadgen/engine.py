@@ -13,6 +13,10 @@ Guarantees:
   is served from the prefix cache another level filled.
 - A server that cannot be reached before the first level raises ``ServerUnreachable``; once
   levels run, failures are counted in the results, never raised.
+- Setting the ``stop`` event ends the benchmark within one event-loop turn: no request is
+  sent after it, requests in flight are abandoned, and the level in progress is reported from
+  the requests that had finished (``"partial": true``, ``"aborted"``: how many were cut off);
+  no later level starts. A stop before a level's clock started reports nothing for it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import asyncio
 import gc
 import math
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -133,13 +137,24 @@ class LevelStarted:
 
 @dataclass(frozen=True)
 class RequestDone:
-    """Running totals of the current level after one more request ended."""
+    """Running totals of the current level after one more request ended, and that request."""
 
     index: int
     completed: int
     failed: int
     output_tokens: int
     elapsed: float
+    record: RequestRecord = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ServerSample:
+    """One periodic scrape of the server's metrics during a level (``None``: not exposed)."""
+
+    index: int
+    kv_cache_usage: float | None
+    num_requests_running: float | None
+    num_requests_waiting: float | None
 
 
 @dataclass(frozen=True)
@@ -153,13 +168,14 @@ class LevelFinished:
 
 @dataclass(frozen=True)
 class BenchFinished:
-    """Every level ran; ``config`` is ``BenchConfig.describe()``."""
+    """Every level ran, or ``stopped`` early; ``config`` is ``BenchConfig.describe()``."""
 
     config: dict
     levels: list[dict]
+    stopped: bool = False
 
 
-Event = LevelStarted | RequestDone | LevelFinished | BenchFinished
+Event = LevelStarted | RequestDone | ServerSample | LevelFinished | BenchFinished
 
 
 def level_label(level: dict) -> str:
@@ -191,6 +207,7 @@ class _Progress:
                 self.failed,
                 self.output_tokens,
                 record.finished - self.started,
+                record,
             )
         )
 
@@ -198,9 +215,16 @@ class _Progress:
 class _Runner:
     """Runs one benchmark: preflight, then each level in order, reporting through ``emit``."""
 
-    def __init__(self, config: BenchConfig, emit: Callable[[Event], None]):
+    def __init__(
+        self,
+        config: BenchConfig,
+        emit: Callable[[Event], None],
+        stop: asyncio.Event | None = None,
+    ):
         self.config = config
         self.emit = emit
+        self.stop = stop
+        self.level_index = 0
         self.origin: Origin = parse_base_url(config.base_url)
         self.pool = ConnectionPool(self.origin, connect_timeout=config.connect_timeout)
         self.scraper: MetricsScraper | None = None
@@ -231,13 +255,48 @@ class _Runner:
             # vLLM serves /metrics at the root, whatever the API's base path.
             target, path = self.origin, "/metrics"
         pool = ConnectionPool(target, connect_timeout=self.config.connect_timeout)
-        scraper = MetricsScraper(pool, path, period=self.config.metrics_period)
+        scraper = MetricsScraper(
+            pool, path, period=self.config.metrics_period, on_sample=self._server_sample
+        )
         # An explicit URL is scraped even if it fails now (it is reported per level);
         # the default one only when it answers with vLLM metrics.
         if explicit or await scraper.probe():
             self.scraper = scraper
         else:
             scraper.close()
+
+    def _server_sample(self, snapshot) -> None:
+        self.emit(
+            ServerSample(
+                self.level_index,
+                snapshot.gauge("kv_cache_usage_perc"),
+                snapshot.gauge("num_requests_running"),
+                snapshot.gauge("num_requests_waiting"),
+            )
+        )
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    async def _unless_stopped(self, work: Awaitable[object]) -> bool:
+        """Runs ``work`` to its end, or cancels it once ``stop`` is set; True when stopped."""
+        task = asyncio.ensure_future(work)
+        if self.stop is None:
+            await task
+            return False
+        stopper = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if task.done():
+            task.result()  # re-raises a failure of the work itself
+            return False
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        return True
 
     def _prepare(self, prompts: list[Prompt]) -> list[bytes]:
         config = self.config
@@ -262,8 +321,8 @@ class _Runner:
         count: int | None,
         deadline: float | None,
         progress: _Progress | None,
-    ) -> list[RequestRecord]:
-        records: list[RequestRecord] = []
+        records: list[RequestRecord],
+    ) -> None:
         timeout = self.config.request_timeout
         pool = self.pool
 
@@ -282,7 +341,6 @@ class _Runner:
                     progress.done(record)
 
         await asyncio.gather(*(slot() for _ in range(concurrency)))
-        return records
 
     async def _open_loop(
         self,
@@ -293,8 +351,8 @@ class _Runner:
         duration: float | None,
         rng: random.Random,
         progress: _Progress,
-    ) -> list[RequestRecord]:
-        records: list[RequestRecord] = []
+        records: list[RequestRecord],
+    ) -> None:
         timeout = self.config.request_timeout
         limit = self.config.max_concurrency
         gate = asyncio.Semaphore(limit) if limit else None
@@ -309,26 +367,32 @@ class _Runner:
             progress.done(record)
 
         start = perf_counter()
-        for index, offset in enumerate(arrival_offsets(rate, self.config.burstiness, rng)):
-            if (count is not None and index >= count) or (
-                duration is not None and offset >= duration
-            ):
-                break
-            delay = start + offset - perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            prompt = prompts[index % len(prompts)]
-            record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
-            records.append(record)
-            task = asyncio.create_task(send(record, requests[index % len(requests)]))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-        if pending:
-            await asyncio.gather(*pending)
-        return records
+        try:
+            for index, offset in enumerate(arrival_offsets(rate, self.config.burstiness, rng)):
+                if (count is not None and index >= count) or (
+                    duration is not None and offset >= duration
+                ):
+                    break
+                delay = start + offset - perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                prompt = prompts[index % len(prompts)]
+                record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
+                records.append(record)
+                task = asyncio.create_task(send(record, requests[index % len(requests)]))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            if pending:
+                await asyncio.gather(*pending)
+        finally:
+            # Stopped (cancelled) while sending: the requests in flight go too.
+            for task in list(pending):
+                task.cancel()
 
-    async def run_level(self, index: int, level: dict) -> dict:
+    async def run_level(self, index: int, level: dict) -> dict | None:
+        """Runs one level; its result, or None when ``stop`` came before its clock started."""
         config = self.config
+        self.level_index = index
         # Sampling for a benchmark, not secrecy: a seeded, reproducible generator.
         rng = random.Random(f"{config.seed}:{index}")  # noqa: S311
         count = None if config.duration is not None else config.num_prompts
@@ -341,14 +405,19 @@ class _Runner:
             await self.pool.warm(config.max_concurrency)
         if config.warmup:
             warm_prompts = config.source.sample(config.warmup, rng, config.tokenizer)
-            await self._closed_loop(
+            warm_up = self._closed_loop(
                 min(config.warmup, concurrency or config.max_concurrency or config.warmup),
                 warm_prompts,
                 self._prepare(warm_prompts),
                 config.warmup,
                 None,
                 None,
+                [],
             )
+            if await self._unless_stopped(warm_up):
+                return None
+        if self.stopped:
+            return None
         if self.scraper is not None:
             await self.scraper.begin()
         # A full collection now, and none of the survivors scanned again during the level:
@@ -357,37 +426,49 @@ class _Runner:
         gc.freeze()
         self.emit(LevelStarted(index, level, count, config.duration))
         progress = _Progress(index, self.emit)
+        records: list[RequestRecord] = []
         start = progress.started = perf_counter()
         try:
             if concurrency is not None:
                 deadline = start + config.duration if config.duration is not None else None
-                records = await self._closed_loop(
-                    concurrency, prompts, requests, count, deadline, progress
+                work = self._closed_loop(
+                    concurrency, prompts, requests, count, deadline, progress, records
                 )
             else:
                 rate = level["request_rate"]
                 rate = math.inf if rate == "inf" else float(rate)
-                records = await self._open_loop(
-                    rate, prompts, requests, count, config.duration, rng, progress
+                work = self._open_loop(
+                    rate, prompts, requests, count, config.duration, rng, progress, records
                 )
+            stopped = await self._unless_stopped(work)
         finally:
             gc.unfreeze()
-        end = max((record.finished for record in records), default=perf_counter())
+        finished = [record for record in records if record.finished] if stopped else records
+        end = max((record.finished for record in finished), default=perf_counter())
         server = await self.scraper.finish() if self.scraper is not None else None
         shown = dict(level)
         if "request_rate" in shown:
             shown["burstiness"] = config.burstiness
-        result = level_result(shown, records, duration=end - start, slos=config.slos, server=server)
-        self.emit(LevelFinished(index, result, records))
+        result = level_result(
+            shown, finished, duration=end - start, slos=config.slos, server=server
+        )
+        if stopped:
+            result["partial"] = True
+            result["aborted"] = len(records) - len(finished)
+        self.emit(LevelFinished(index, result, finished))
         return result
 
     async def run(self) -> None:
         try:
             await self.preflight()
-            results = [
-                await self.run_level(index, level) for index, level in enumerate(self.config.levels)
-            ]
-            self.emit(BenchFinished(self.config.describe(), results))
+            results = []
+            for index, level in enumerate(self.config.levels):
+                if self.stopped:
+                    break
+                result = await self.run_level(index, level)
+                if result is not None:
+                    results.append(result)
+            self.emit(BenchFinished(self.config.describe(), results, stopped=self.stopped))
         finally:
             self.pool.close()
             if self.scraper is not None:
@@ -397,13 +478,16 @@ class _Runner:
 _END = object()
 
 
-async def run_bench(config: BenchConfig) -> AsyncIterator[Event]:
-    """Runs every level of ``config`` in order, yielding progress events as they happen.
+async def run_bench(
+    config: BenchConfig, *, stop: asyncio.Event | None = None
+) -> AsyncIterator[Event]:
+    """Runs every level of ``config`` in order, yielding progress events as they happen;
+    setting ``stop`` ends it early (see the module docstring).
 
     Raises ``ServerUnreachable`` before the first level if the server does not answer.
     """
     queue: asyncio.Queue = asyncio.Queue()
-    runner = _Runner(config, queue.put_nowait)
+    runner = _Runner(config, queue.put_nowait, stop)
 
     async def produce() -> None:
         try:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter
 
@@ -101,10 +102,18 @@ def _delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
 class MetricsScraper:
     """Scrapes one /metrics URL: ``begin`` before a level, ``finish`` after it."""
 
-    def __init__(self, pool: ConnectionPool, path: str, *, period: float = 1.0):
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        path: str,
+        *,
+        period: float = 1.0,
+        on_sample: Callable[[Snapshot], None] | None = None,
+    ):
         self._pool = pool
         self._path = path
         self.period = period
+        self._on_sample = on_sample
         self._baseline: Snapshot | None = None
         self._samples: list[Snapshot] = []
         self._errors = 0
@@ -145,6 +154,8 @@ class MetricsScraper:
             snapshot = await self.scrape()
             if snapshot is not None:
                 self._samples.append(snapshot)
+                if self._on_sample is not None:
+                    self._on_sample(snapshot)
 
     async def finish(self) -> dict:
         """The level's server-side report (see module docstring)."""

@@ -1,0 +1,1 @@
+"""The agent runner: runs a whole job unattended and delivers every message to the site."""

@@ -1,0 +1,433 @@
+"""Runs a whole job unattended: for each trial, engine up → load levels → engine down.
+
+Guarantees:
+
+- Every fact goes out as a protocol message through ``emit`` (validated against
+  ``agents.protocol`` before it leaves): ``hello`` first, then per trial ``trial_started``,
+  each ``cold_start_phase`` as the engine reaches it, ``level_progress`` at most every
+  ``progress_every`` seconds, one ``measurement`` per finished level, ``trial_finished``;
+  ``heartbeat`` every ``heartbeat_every`` seconds throughout; ``run_finished`` last.
+- A trial whose engine fails to start or dies is recorded with its failure class and log
+  tail, and the run goes on with the next trial.
+- The job's deadline is enforced here, whatever the site does: ``deadline_margin`` seconds
+  before it the level in progress is ended (its finished requests are reported as a partial
+  measurement), the engine is stopped, the remaining trials are reported as skipped and the
+  run finishes with outcome ``deadline``. ``request_stop`` (cancel from the site, a signal)
+  does the same at once with its own outcome; it is safe to call from any thread.
+- The engine is always stopped before ``run`` returns, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pydantic
+
+from agents import protocol
+from agents.engines.base import EngineFailed, FailureKind
+from agents.engines.process import ProcessEngine
+from agents.loadgen import (
+    LevelFinished,
+    LevelStarted,
+    RequestDone,
+    ServerSample,
+    ServerUnreachable,
+    config_from_workload,
+    run_bench,
+)
+from agents.protocol import JobSpec, ServeGridError
+from agents.runner.hostfacts import agent_version, host_facts
+from agents.runner.live import LiveLevel
+from agents.runner.simulated import (
+    progress_in_simulated_time,
+    result_in_simulated_time,
+    slos_for_speed,
+)
+from agents.runner.trial_engine import EngineOptions, trial_engine
+
+logger = logging.getLogger(__name__)
+
+Emit = Callable[[dict], None]
+
+# The engine's failure kinds as the protocol names them.
+_FAILURE_CLASS = {
+    FailureKind.OOM_AT_STARTUP: "oom_at_startup",
+    FailureKind.KV_CACHE_TOO_SMALL: "kv_cache_too_small",
+    FailureKind.BAD_FLAG: "unsupported_flag",
+    FailureKind.MODEL_NOT_FOUND: "model_not_found",
+    FailureKind.STARTUP_TIMEOUT: "startup_timeout",
+    FailureKind.CRASH: "crash",
+}
+ENGINE_POLL_SECONDS = 0.5
+LOG_TAIL_LINES = 60
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """Why the run is ending early: the ``run_finished`` outcome and a reason for people."""
+
+    outcome: str  # "cancelled", "deadline" or "failed"
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """How the run ended (also sent as ``run_finished``)."""
+
+    outcome: str
+    reason: str
+    trials_succeeded: int
+    trials_failed: int
+    trials_skipped: int
+
+
+def _message(model: type[protocol.AgentMessageBase], run_id, **fields) -> dict:
+    """A validated agent message without ``seq`` (the outbox numbers it)."""
+    instance = model(run_id=run_id, seq=0, sent_at=time.time(), **fields)
+    return instance.model_dump(mode="json", exclude={"seq"})
+
+
+def _tail(lines: list[str]) -> str:
+    text = "\n".join(lines[-LOG_TAIL_LINES:])
+    return text[-protocol.MAX_LOG_TAIL_CHARS :]
+
+
+class JobRunner:
+    """Runs one ``JobSpec`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        *,
+        emit: Emit,
+        workdir: Path,
+        engine_options: EngineOptions | None = None,
+        dataset_path: Callable[[str], Path] | None = None,
+        deadline_margin: float = 15.0,
+        heartbeat_every: float = 10.0,
+        progress_every: float = 0.5,
+        metrics_period: float = 1.0,
+    ):
+        self.job = job
+        self._emit = emit
+        self.workdir = Path(workdir)
+        self.engine_options = engine_options or EngineOptions()
+        self.dataset_path = dataset_path
+        self.deadline_margin = deadline_margin
+        self.heartbeat_every = heartbeat_every
+        self.progress_every = progress_every
+        self.metrics_period = metrics_period
+        self.current_trial: int | None = None
+        self._stop_request: StopRequest | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = asyncio.Event()  # set once the run must end
+        self._level_stop = asyncio.Event()  # ends the level in progress
+        self._engine: ProcessEngine | None = None
+        self._engine_starting = False
+        # The simulator's speed-up, undone in every figure it reports (None: real hardware).
+        self.sim_speed = job.engine.sim_speed if job.engine.kind == "sim" else None
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def request_stop(self, outcome: str, reason: str) -> None:
+        """Ends the run as soon as possible (thread-safe; the first request wins)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self._set_stop(outcome, reason)
+            return
+        # RuntimeError: the loop has just closed, so nothing is left to stop.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._set_stop, outcome, reason)
+
+    def _set_stop(self, outcome: str, reason: str) -> None:
+        if self._stop_request is None:
+            logger.warning("stopping the run: %s (%s)", outcome, reason)
+            self._stop_request = StopRequest(outcome, reason)
+        self._stop.set()
+        engine = self._engine
+        if engine is not None and self._engine_starting and self._loop is not None:
+            # A start-up can take minutes: stopping the engine ends it at once. A serving
+            # engine is stopped after the level, so its last metrics can still be read.
+            self._loop.run_in_executor(None, engine.stop)
+
+    def seconds_to_deadline(self) -> float:
+        now = datetime.datetime.now(datetime.UTC)
+        return (self.job.deadline - now).total_seconds() - self.deadline_margin
+
+    # -- messages --------------------------------------------------------------------------
+
+    def emit(self, model: type[protocol.AgentMessageBase], **fields) -> None:
+        try:
+            message = _message(model, self.job.run_id, **fields)
+        except pydantic.ValidationError:
+            # A bug of ours must not end a paid run: log it and carry on without the message.
+            logger.exception("could not build a %s message", model.__name__)
+            return
+        self._emit(message)
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> RunSummary:
+        """Runs every trial in order; returns how the run ended (``run_finished`` is sent)."""
+        self._loop = asyncio.get_running_loop()
+        if self._stop_request is not None:
+            self._stop.set()
+        self.emit(
+            protocol.Hello,
+            type="hello",
+            agent_version=agent_version(),
+            host=host_facts(vllm_version=self.job.engine.vllm_version),
+        )
+        deadline_timer = self._loop.call_later(
+            max(self.seconds_to_deadline(), 0.0),
+            self._set_stop,
+            "deadline",
+            "the run's deadline was reached",
+        )
+        heartbeat = asyncio.create_task(self._heartbeats())
+        outcomes: dict[str, int] = {"succeeded": 0, "failed": 0, "skipped": 0}
+        try:
+            for trial in self.job.trials:
+                if self._stop_request is not None:
+                    self._skip(trial)
+                    outcomes["skipped"] += 1
+                    continue
+                outcome = await self._run_trial(trial)
+                outcomes[outcome] += 1
+        except Exception as exc:
+            logger.exception("the run failed")
+            self._set_stop("failed", f"agent error: {type(exc).__name__}: {exc}")
+        finally:
+            deadline_timer.cancel()
+            heartbeat.cancel()
+            engine = self._engine
+            if engine is not None:
+                await asyncio.to_thread(engine.stop)
+        stop = self._stop_request
+        summary = RunSummary(
+            outcome=stop.outcome if stop else "succeeded",
+            reason=stop.reason if stop else "",
+            trials_succeeded=outcomes["succeeded"],
+            trials_failed=outcomes["failed"],
+            trials_skipped=outcomes["skipped"],
+        )
+        self.emit(
+            protocol.RunFinished,
+            type="run_finished",
+            outcome=summary.outcome,
+            reason=summary.reason[:2000],
+        )
+        return summary
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_every)
+            self.emit(protocol.Heartbeat, type="heartbeat", trial=self.current_trial)
+
+    def _skip(self, trial: protocol.TrialSpec) -> None:
+        stop = self._stop_request
+        self.emit(
+            protocol.TrialFinished,
+            type="trial_finished",
+            trial=trial.index,
+            outcome="skipped",
+            failure_class="deadline" if stop and stop.outcome == "deadline" else None,
+            log_tail=f"not run: {stop.reason}" if stop else "",
+        )
+
+    def _finish_trial(
+        self, trial: int, outcome: str, failure_class: str | None = None, log_tail: str = ""
+    ) -> str:
+        self.emit(
+            protocol.TrialFinished,
+            type="trial_finished",
+            trial=trial,
+            outcome=outcome,
+            failure_class=failure_class,
+            log_tail=log_tail,
+        )
+        return outcome
+
+    def _stopped_outcome(self, trial: int, log_tail: str = "") -> str:
+        """The trial was cut short by a stop request: deadline → failed, else skipped."""
+        stop = self._stop_request
+        assert stop is not None
+        if stop.outcome == "deadline":
+            return self._finish_trial(trial, "failed", "deadline", log_tail or stop.reason)
+        return self._finish_trial(trial, "skipped", None, log_tail or stop.reason)
+
+    async def _run_trial(self, trial: protocol.TrialSpec) -> str:
+        index = trial.index
+        self.current_trial = index
+        workdir = self.workdir / f"trial-{index}"
+        try:
+            engine = trial_engine(
+                self.job,
+                trial.serve_config,
+                workdir=workdir,
+                options=self.engine_options,
+                startup_timeout=self.seconds_to_deadline(),
+            )
+        except ServeGridError as exc:
+            problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
+            self.emit(
+                protocol.TrialStarted,
+                type="trial_started",
+                trial=index,
+                serve_config=trial.serve_config,
+                command=[],
+            )
+            return self._finish_trial(index, "failed", "unsupported_flag", problems)
+        self.emit(
+            protocol.TrialStarted,
+            type="trial_started",
+            trial=index,
+            serve_config=trial.serve_config,
+            command=engine.argv,
+        )
+        self._engine = engine
+        try:
+            return await self._serve_and_measure(index, engine)
+        finally:
+            await asyncio.to_thread(engine.stop)
+            self._engine = None
+            self.current_trial = None
+
+    async def _serve_and_measure(self, index: int, engine: ProcessEngine) -> str:
+        def on_phase(phase) -> None:  # called from the engine's log thread
+            self.emit(
+                protocol.ColdStartPhase,
+                type="cold_start_phase",
+                trial=index,
+                phase=phase.name,
+                seconds=max(phase.at, 0.0),
+                detail=dict(phase.detail),
+            )
+
+        if self._stop_request is not None:
+            return self._stopped_outcome(index)
+        self._engine_starting = True
+        try:
+            await asyncio.to_thread(engine.start, on_phase)
+        except EngineFailed as failure:
+            if self._stop_request is not None:
+                return self._stopped_outcome(index, _tail(failure.log_tail))
+            evidence = "\n".join(failure.evidence)
+            log_tail = f"{failure.message}\n{evidence}\n{_tail(failure.log_tail)}".strip()
+            return self._finish_trial(
+                index, "failed", _FAILURE_CLASS.get(failure.kind, "other"), log_tail
+            )
+        finally:
+            self._engine_starting = False
+        # One event ends the level: the run's stop, or the engine dying under it.
+        self._level_stop = asyncio.Event()
+        if self._stop.is_set():
+            self._level_stop.set()
+        crash: list[EngineFailed] = []
+        watcher = asyncio.create_task(self._watch_engine(engine, crash))
+        try:
+            await self._measure(index, engine)
+        except ServerUnreachable as exc:
+            failure = engine.exit_status()
+            if failure is not None:
+                crash.append(failure)
+            else:
+                return self._finish_trial(index, "failed", "other", str(exc))
+        finally:
+            watcher.cancel()
+        if not crash:
+            # A level can finish (every request refused) before the watcher's next look.
+            failure = engine.exit_status()
+            if failure is not None:
+                crash.append(failure)
+        if crash:
+            failure = crash[0]
+            log_tail = f"{failure.message}\n{_tail(failure.log_tail)}"
+            return self._finish_trial(
+                index, "failed", _FAILURE_CLASS.get(failure.kind, "crash"), log_tail
+            )
+        if self._stop_request is not None:
+            return self._stopped_outcome(index)
+        return self._finish_trial(index, "succeeded")
+
+    async def _watch_engine(self, engine: ProcessEngine, crash: list[EngineFailed]) -> None:
+        """Ends the level at once when the engine dies under it."""
+        while True:
+            await asyncio.sleep(ENGINE_POLL_SECONDS)
+            failure = engine.exit_status()
+            if failure is not None:
+                crash.append(failure)
+                self._level_stop.set()
+                return
+
+    async def _measure(self, index: int, engine: ProcessEngine) -> None:
+        job = self.job
+        sharegpt = getattr(job.workload.dataset, "dataset_id", None)
+        config = config_from_workload(
+            job.workload,
+            base_url=engine.base_url,
+            model=job.model.served_model_name,
+            slos=slos_for_speed(job.slos, self.sim_speed) if self.sim_speed else job.slos,
+            sharegpt_path=(
+                self.dataset_path(str(sharegpt)) if sharegpt and self.dataset_path else None
+            ),
+            metrics_url="auto",
+            metrics_period=self.metrics_period,
+            seed=index,
+        )
+        relay = asyncio.create_task(self._relay_stop())
+        live: LiveLevel | None = None
+        level: dict = {}
+        try:
+            async for event in run_bench(config, stop=self._level_stop):
+                if isinstance(event, LevelStarted):
+                    level = event.level
+                    live = LiveLevel(event.total, every=self.progress_every)
+                elif isinstance(event, RequestDone) and live is not None:
+                    live.add(event.record)
+                    if live.due():
+                        self._progress(index, level, live)
+                elif isinstance(event, ServerSample) and live is not None:
+                    live.server(event.kv_cache_usage, event.num_requests_waiting)
+                elif isinstance(event, LevelFinished):
+                    self._measurement(index, event.result)
+        finally:
+            relay.cancel()
+
+    async def _relay_stop(self) -> None:
+        await self._stop.wait()
+        self._level_stop.set()
+
+    def _progress(self, index: int, level: dict, live: LiveLevel) -> None:
+        figures = live.figures()
+        if self.sim_speed:
+            figures = progress_in_simulated_time(figures, self.sim_speed)
+        self.emit(
+            protocol.LevelProgress,
+            type="level_progress",
+            trial=index,
+            level=protocol.Level(**level),
+            **figures,
+        )
+
+    def _measurement(self, index: int, result: dict) -> None:
+        if self.sim_speed:
+            result = result_in_simulated_time(result, self.sim_speed)
+        result = dict(result)
+        server = result.pop("server", None) or {}
+        level = {key: result[key] for key in ("concurrency", "request_rate") if key in result}
+        self.emit(
+            protocol.MeasurementReport,
+            type="measurement",
+            trial=index,
+            level=protocol.Level(**level),
+            result=result,
+            server=server,
+        )
