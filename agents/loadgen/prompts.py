@@ -82,6 +82,33 @@ def _random_text(rng: random.Random, length: int, tokenizer: Tokenizer | None) -
     return text, len(tokenizer.encode(text))
 
 
+def _exact_suffix(
+    rng: random.Random, prefix: str, length: int, tokenizer: Tokenizer
+) -> tuple[str, int]:
+    """``prefix`` plus a random suffix such that the prompt encodes to the prefix's own tokens
+    followed by exactly ``length`` more (a prefix cache then matches the whole prefix), and
+    the prompt's token count."""
+    prefix_ids = tokenizer.encode(prefix)
+    shared = len(prefix_ids)
+    vocab = tokenizer.vocab_size
+    text = f"{prefix} {_random_text(rng, length, tokenizer)[0]}"
+    # Tokens merge across the join, so adjust the suffix in token space until it holds.
+    for _ in range(16):
+        encoded = tokenizer.encode(text)
+        if encoded[:shared] != prefix_ids:  # the join changed the prefix: another suffix
+            text = f"{prefix} {_random_text(rng, length, tokenizer)[0]}"
+            continue
+        tail = encoded[shared:]
+        if len(tail) == length:
+            return text, shared + length
+        if len(tail) > length:
+            tail = tail[:length]
+        else:
+            tail += [rng.randrange(vocab) for _ in range(length - len(tail))]
+        text = prefix + tokenizer.decode(tail)
+    return text, len(tokenizer.encode(text))
+
+
 @dataclass(frozen=True)
 class RandomPrompts:
     """Random prompts as ``vllm bench serve --dataset-name random``."""
@@ -120,9 +147,13 @@ class PrefixPrompts:
         prompts = []
         for index in range(count):
             prefix, prefix_len = prefixes[index % self.num_prefixes]
-            suffix, suffix_len = _random_text(rng, self.suffix_len, tokenizer)
-            # Joined by a space so the prefix's tokens stay the same in every prompt.
-            prompts.append(Prompt(f"{prefix} {suffix}", prefix_len + suffix_len, self.output_len))
+            if tokenizer is not None:
+                text, length = _exact_suffix(rng, prefix, self.suffix_len, tokenizer)
+            else:
+                suffix, suffix_len = _random_text(rng, self.suffix_len, None)
+                # Joined by a space so the prefix's words stay the same in every prompt.
+                text, length = f"{prefix} {suffix}", prefix_len + suffix_len
+            prompts.append(Prompt(text, length, self.output_len))
         return prompts
 
 

@@ -110,3 +110,45 @@ def test_no_tokenizer_is_fine_and_a_missing_one_is_a_clear_error(tmp_path):
     assert load_tokenizer("none") is None
     with pytest.raises(TokenizerError, match="does not exist"):
         load_tokenizer(str(tmp_path / "missing"))
+
+
+@pytest.fixture(scope="module")
+def bpe_tokenizer_json(tmp_path_factory):
+    """A real byte-level BPE tokenizer (the kind Llama-family models ship), trained here on
+    made-up words in a second: nothing is downloaded."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tests.vllm.build_tiny_model import SPECIAL, _corpus
+
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=2048,
+        special_tokens=SPECIAL,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(0, lines=1000), trainer=trainer)
+    folder = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_a_real_bpe_tokenizer_gives_exact_lengths_for_random_and_prefix_prompts(
+    bpe_tokenizer_json,
+):
+    # A folder and the file itself are both accepted.
+    for location in (bpe_tokenizer_json, bpe_tokenizer_json / "tokenizer.json"):
+        tokenizer = load_tokenizer(str(location))
+        assert tokenizer is not None and tokenizer.vocab_size > 256
+        rng = random.Random(0)
+        for prompt in RandomPrompts(100, 8, range_ratio=0.5).sample(30, rng, tokenizer):
+            assert len(tokenizer.encode(prompt.text)) == prompt.prompt_len
+        prefix = PrefixPrompts(shared_len=64, suffix_len=16, output_len=8, num_prefixes=2)
+        prompts = prefix.sample(6, rng, tokenizer)
+        for prompt in prompts:
+            assert len(tokenizer.encode(prompt.text)) == prompt.prompt_len == 80
+        # Prompts with the same prefix share its first 64 tokens exactly (what a prefix
+        # cache matches on), and differ after it.
+        first, third = (tokenizer.encode(prompts[i].text) for i in (0, 2))
+        assert first[:64] == third[:64] and first[64:] != third[64:]

@@ -17,7 +17,13 @@ import pytest
 from agents.engines.base import EngineFailed, FailureKind
 from agents.engines.process import Watchdog
 from agents.engines.vllm import vllm_engine
-from agents.loadgen import BenchConfig, RandomPrompts, event_loop_runner, run_levels
+from agents.loadgen import (
+    BenchConfig,
+    RandomPrompts,
+    event_loop_runner,
+    load_tokenizer,
+    run_levels,
+)
 
 EAGER = {"enforce_eager": True}
 
@@ -39,11 +45,14 @@ def engine_for(venv: Path, model: Path, workdir: Path, config: dict, **options):
     )
 
 
-def level(base_url: str, *, concurrency: int, requests: int, output_len: int = 32) -> dict:
+def level(
+    base_url: str, *, concurrency: int, requests: int, output_len: int = 32, tokenizer=None
+) -> dict:
     config = BenchConfig(
         base_url=base_url,
         model="tiny",
         source=RandomPrompts(input_len=64, output_len=output_len),
+        tokenizer=tokenizer,
         levels=({"concurrency": concurrency},),
         num_prompts=requests,
         metrics_period=0.2,
@@ -95,7 +104,9 @@ def test_two_configs_one_after_the_other_with_phases_and_a_load_level(
     try:
         report_b = second.start()
         show("config B", report_b.as_dict())
-        result = level(second.base_url, concurrency=8, requests=24)
+        # The model's own tokenizer, read by the load generator: prompts of exactly 64 tokens.
+        tokenizer = load_tokenizer(str(tiny_model))
+        result = level(second.base_url, concurrency=8, requests=24, tokenizer=tokenizer)
     finally:
         second.stop()
     show("config B level c=8", {k: result[k] for k in ("completed", "failed", "server")})
@@ -106,6 +117,7 @@ def test_two_configs_one_after_the_other_with_phases_and_a_load_level(
     assert server["num_requests_waiting"]["max"] > 0
     assert server["kv_cache_usage_perc"]["max"] > 0
     assert server["generation_tokens"] == 24 * 32
+    assert result["total_input_tokens"] == server["prompt_tokens"] == 24 * 64
     assert server["num_gpu_blocks"] > 0
 
 
