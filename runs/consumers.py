@@ -18,6 +18,7 @@ from django.http import Http404
 from agents import protocol
 from runs.access import Principal, access_run_of_user
 from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
+from runs.services.run_control import agent_run_group
 from runs.services.run_tokens import run_for_token
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,10 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
     Messages are validated as they arrive and written by one task per socket, which takes
     everything that queued up while it wrote the previous batch: a pipelining agent gets one
     commit per batch instead of one per message. A message still queued when the socket
-    drops was never acknowledged, so the agent resends it."""
+    drops was never acknowledged, so the agent resends it.
+
+    A cancel request reaches the agent as ``cancel``: at once when its socket is open, and
+    right after connecting when it was made while no socket was."""
 
     async def connect(self):
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
@@ -64,11 +68,30 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         self.pending: asyncio.Queue = asyncio.Queue()
         self.writer = asyncio.create_task(self._write_batches())
         await self.accept()
+        self.agent_group = agent_run_group(self.run.id)
+        await self.channel_layer.group_add(self.agent_group, self.channel_name)
+        # Read again after joining: a request committed before the join is seen here, one
+        # committed after it arrives as agent.cancel (both at worst: a second cancel is harmless).
+        await database_sync_to_async(self.run.refresh_from_db)(
+            fields=["cancel_requested_at", "cancel_reason"]
+        )
+        if self.run.cancel_requested_at is not None:
+            await self._send_cancel(self.run.cancel_reason)
 
     async def disconnect(self, code):
         writer = getattr(self, "writer", None)
         if writer is not None:
             writer.cancel()
+        if hasattr(self, "agent_group"):
+            await self.channel_layer.group_discard(self.agent_group, self.channel_name)
+
+    async def agent_cancel(self, event):
+        """A cancel request for this run, from ``runs.services.run_control``."""
+        await self._send_cancel(event.get("reason", ""))
+
+    async def _send_cancel(self, reason: str) -> None:
+        logger.info("run %s: telling the agent to cancel", self.run.id)
+        await self.send_json(protocol.Cancel(reason=reason).model_dump())
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         try:

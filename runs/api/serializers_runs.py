@@ -1,5 +1,5 @@
 """Wire shapes of runs, their trials and measurements (read-only: the orchestration and the
-agent write them)."""
+agent write them), and of a request to cancel a run."""
 
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ class RunSerializer(serializers.ModelSerializer):
             "billed_seconds",
             "cost_usd",
             "failure_reason",
+            "cancel_requested_at",
+            "cancel_reason",
             "created_at",
             "started_at",
             "finished_at",
@@ -74,3 +76,21 @@ class RunDetailSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "experiment_snapshot", "trials"]
         read_only_fields = fields
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string and nothing else (DRF's CharField would take the number 5 as "5")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class RunCancelSerializer(serializers.Serializer):
+    reason = StrictCharField(
+        max_length=Run._meta.get_field("cancel_reason").max_length,
+        allow_blank=True,
+        default="",
+        help_text="Why the run is stopped; shown with the run and told to its agent.",
+    )

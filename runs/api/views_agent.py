@@ -1,12 +1,14 @@
 """REST endpoints for agents, authenticated by a run token (``Authorization: Bearer bsr_…``).
 
 A run token reaches only these endpoints and only its own run: the user API does not know
-run tokens, and a token of run A gets the same 404 on run B as on a missing run.
+run tokens, and a token of run A gets the same 401 on run B as on a missing run.
 """
 
 from __future__ import annotations
 
 import pydantic
+from django.http import FileResponse, Http404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
@@ -16,7 +18,7 @@ from rest_framework.views import APIView
 
 from agents import protocol
 from runs.jobs import run_job_spec
-from runs.models import Run
+from runs.models import Run, WorkloadDataset
 from runs.services.ingest import agent_messages_ingest, notify_run_watchers
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
 
@@ -54,7 +56,8 @@ class RunTokenAuthentication(BaseAuthentication):
 
 class AgentMessagesView(APIView):
     """Batch upload of agent messages (the fallback when the WebSocket cannot be reopened).
-    Each message is stored once; the answer lists what is acknowledged and what is refused."""
+    Each message is stored once; the answer lists what is acknowledged and what is refused,
+    and carries the run's cancel request (``null`` while there is none)."""
 
     authentication_classes = [RunTokenAuthentication]
 
@@ -62,7 +65,13 @@ class AgentMessagesView(APIView):
         request=inline_serializer("AgentBatch", {"messages": serializers.ListField()}),
         responses=inline_serializer(
             "AgentBatchResult",
-            {"acked": serializers.ListField(), "rejected": serializers.ListField()},
+            {
+                "acked": serializers.ListField(),
+                "rejected": serializers.ListField(),
+                "cancel": inline_serializer(
+                    "AgentCancelRequest", {"reason": serializers.CharField()}, allow_null=True
+                ),
+            },
         ),
     )
     def post(self, request, run_id):
@@ -94,7 +103,12 @@ class AgentMessagesView(APIView):
                 acked.append(outcome.seq)
         notify_run_watchers(run.id, outcomes)
         rejected.sort(key=lambda refusal: refusal["index"])
-        return Response({"acked": acked, "rejected": rejected}, status=status.HTTP_200_OK)
+        # Read after the ingest: a cancel requested while the batch was on its way is included.
+        run.refresh_from_db(fields=["cancel_requested_at", "cancel_reason"])
+        cancel = {"reason": run.cancel_reason} if run.cancel_requested_at else None
+        return Response(
+            {"acked": acked, "rejected": rejected, "cancel": cancel}, status=status.HTTP_200_OK
+        )
 
 
 class AgentJobView(APIView):
@@ -111,3 +125,28 @@ class AgentJobView(APIView):
             request.auth, ws_url=f"{ws_base}ws/agent/runs/{run_id}/", rest_url=base + "api/v1/"
         )
         return Response(job.model_dump(mode="json"))
+
+
+def _dataset_of_run(run: Run, dataset_id) -> WorkloadDataset:
+    """The dataset ``dataset_id`` when the run's workload names it; else ``Http404`` (the same
+    for a dataset that exists but is not the run's as for one that does not exist)."""
+    named = (run.experiment.workload or {}).get("dataset") or {}
+    if named.get("kind") != "sharegpt" or named.get("dataset_id") != str(dataset_id):
+        raise Http404
+    dataset = WorkloadDataset.objects.filter(
+        organization_id=run.organization_id, pk=dataset_id
+    ).first()
+    if dataset is None:
+        raise Http404
+    return dataset
+
+
+class AgentDatasetView(APIView):
+    """The ShareGPT file the run's workload names, exactly as uploaded; no other dataset."""
+
+    authentication_classes = [RunTokenAuthentication]
+
+    @extend_schema(responses={(200, "application/json"): OpenApiTypes.BINARY})
+    def get(self, request, run_id, dataset_id):
+        dataset = _dataset_of_run(request.auth, dataset_id)
+        return FileResponse(dataset.file.open("rb"), content_type="application/json")

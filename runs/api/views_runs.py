@@ -1,15 +1,20 @@
-"""Runs of the organization's experiments, with trials and measurements (read-only here;
-starting and cancelling runs arrive with the orchestration)."""
+"""Runs of the organization's experiments, with trials and measurements, and cancelling a
+run (starting runs arrives with the orchestration)."""
 
 from __future__ import annotations
 
 import django_filters
 from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins
+from rest_framework.decorators import action
+from rest_framework.response import Response
 
+from runs.access import access_run
 from runs.api.scoping import OrgScopedViewSet
-from runs.api.serializers_runs import RunDetailSerializer, RunSerializer
+from runs.api.serializers_runs import RunCancelSerializer, RunDetailSerializer, RunSerializer
 from runs.models import Run, Trial
+from runs.services.run_control import run_cancel
 
 
 class RunFilter(django_filters.FilterSet):
@@ -35,3 +40,14 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedView
             trials = Trial.objects.prefetch_related("measurements").order_by("index")
             queryset = queryset.prefetch_related(Prefetch("trials", queryset=trials))
         return queryset
+
+    @extend_schema(request=RunCancelSerializer, responses=RunSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, org, pk):
+        """Stops the run: a queued run at once, a started one when its agent has stopped
+        (until then ``cancel_requested_at`` shows the request). 409 when it has ended."""
+        run = access_run(membership=self.membership, run_id=pk)
+        data = RunCancelSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = run_cancel(actor=self.actor, run=run, reason=data.validated_data["reason"])
+        return Response(RunSerializer(run).data)

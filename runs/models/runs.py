@@ -60,6 +60,10 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     failure_reason = models.TextField(blank=True)
+    # Set once, by the first cancel request: a queued run ends at once, any other when its
+    # agent reports that it stopped (runs.services.run_control).
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.CharField(max_length=500, blank=True)
     agent_info = models.JSONField(default=dict, blank=True)  # the agent's hello: version, host
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

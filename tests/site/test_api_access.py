@@ -117,7 +117,7 @@ class Endpoint:
 
     @property
     def detail(self) -> bool:
-        return self.name.endswith(("-detail", "-price", "-estimate"))
+        return self.name.endswith(("-detail", "-price", "-estimate", "-cancel"))
 
     @property
     def reads_only(self) -> bool:
@@ -137,8 +137,9 @@ class Endpoint:
 GLOBAL_ROUTES = {"api-root", "org-list", "org-detail", "serve-flags-list"}
 # Documentation, public by design (SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]): no tenant data.
 PUBLIC_ROUTES = {("api-schema", "get"), ("api-docs", "get"), ("api-redoc", "get")}
-# The agent's endpoints take a run token, never a user's: tested in test_agent_ingest.py.
-AGENT_ROUTES = {("agent-messages", "post"), ("agent-job", "get")}
+# The agent's endpoints take a run token, never a user's: tested in test_agent_ingest.py and
+# test_run_cancel.py (datasets).
+AGENT_ROUTES = {("agent-messages", "post"), ("agent-job", "get"), ("agent-dataset", "get")}
 
 R, W, M = Need.READ, Need.WRITE, Need.MANAGE
 ENDPOINTS = [
@@ -190,6 +191,8 @@ ENDPOINTS = [
     Endpoint("budget-detail", "delete", M),
     Endpoint("run-list", "get", R),
     Endpoint("run-detail", "get", R),
+    # The world's run is queued: cancelling it ends it at once (test_run_cancel.py: the rest).
+    Endpoint("run-cancel", "post", W, lambda w: {"reason": "wrong grid"}),
     Endpoint("audit-list", "get", R),
     Endpoint("audit-export", "get", R),
 ]

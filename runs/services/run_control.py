@@ -1,0 +1,96 @@
+"""Stopping a run on a person's request.
+
+Guarantees of ``run_cancel``:
+- a run that has ended is refused (``Conflict``) and nothing is written;
+- a queued run (nothing rented, no agent yet) is cancelled at once;
+- any other run is marked once: the first request's time and reason stand, a repeat writes
+  nothing and records no second event. The run becomes cancelled when its agent reports
+  ``run_finished`` with the outcome ``cancelled`` (``runs.services.ingest``);
+- the change and its ``run.cancel`` audit event are committed together. Telling the agent is
+  a side effect after the commit whose loss costs nothing: the agent also learns of the
+  request when its socket (re)connects and in the answer to every REST batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.utils import timezone
+
+from runs.actors import Actor
+from runs.audit import audit_diff, audit_record, audit_snapshot
+from runs.errors import Conflict, DomainValidationError
+from runs.models import Run
+from runs.models.runs import TERMINAL_RUN_STATES, RunState
+
+logger = logging.getLogger(__name__)
+
+MAX_CANCEL_REASON_CHARS = Run._meta.get_field("cancel_reason").max_length
+
+
+def agent_run_group(run_id) -> str:
+    """The channel-layer group of the agent sockets of one run."""
+    return f"agent-run-{run_id}"
+
+
+def _clean_reason(reason) -> str:
+    if not isinstance(reason, str):
+        raise DomainValidationError.single("reason", "Expected a string.")
+    reason = reason.strip()
+    if len(reason) > MAX_CANCEL_REASON_CHARS:
+        raise DomainValidationError.single(
+            "reason", f"At most {MAX_CANCEL_REASON_CHARS} characters (got {len(reason)})."
+        )
+    if "\x00" in reason:
+        raise DomainValidationError.single("reason", "Null characters are not allowed.")
+    return reason
+
+
+@transaction.atomic
+def run_cancel(*, actor: Actor, run: Run, reason: str = "") -> Run:
+    """Cancels ``run``: at once when it is queued, else by asking its agent to stop."""
+    reason = _clean_reason(reason)
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.state in TERMINAL_RUN_STATES:
+        raise Conflict(f"Run {run.id} has already ended ({run.state}).")
+    if run.cancel_requested_at is not None:
+        # Asked again: the first request stands. A lost notice is the likeliest reason to
+        # ask twice, so the agent is told again.
+        _tell_agent_on_commit(run)
+        return run
+    before = audit_snapshot(run)
+    now = timezone.now()
+    run.cancel_requested_at, run.cancel_reason = now, reason
+    fields = ["cancel_requested_at", "cancel_reason"]
+    if run.state == RunState.QUEUED:
+        # Nothing is rented yet; a provisioning task claims the run only while it is queued.
+        run.state, run.finished_at, run.failure_reason = RunState.CANCELLED, now, reason
+        fields += ["state", "finished_at", "failure_reason"]
+    else:
+        _tell_agent_on_commit(run)
+    run.save(update_fields=fields)
+    old, new = audit_diff(before, audit_snapshot(run))
+    audit_record(
+        org=run.organization, actor=actor, event="run.cancel", target=run, before=old, after=new
+    )
+    return run
+
+
+def _tell_agent_on_commit(run: Run) -> None:
+    transaction.on_commit(functools.partial(_tell_agent, run.id, run.cancel_reason))
+
+
+def _tell_agent(run_id, reason: str) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(
+            agent_run_group(run_id), {"type": "agent.cancel", "reason": reason}
+        )
+    except Exception:  # the request is stored; the agent reads it on reconnect or via REST
+        logger.warning("could not tell the agent of run %s to cancel", run_id, exc_info=True)
