@@ -4,7 +4,9 @@
 0 done, 2 bad arguments or a server that cannot be reached before the first level (one clear
 error line, nothing measured), 130 interrupted (the levels finished so far are written).
 
-``serve-sim`` runs the vLLM simulator in the foreground; ``engine-up`` starts an engine (real
+``run`` runs a whole job (every trial of a run) unattended and reports to the site or a
+results folder; ``flush`` delivers what an earlier ``run`` could not. ``serve-sim`` runs the
+vLLM simulator in the foreground; ``engine-up`` starts an engine (real
 vLLM or the simulator) from a JSON description, prints its start-up phases as they happen and
 serves until Ctrl-C (exit 0), or prints the failure class and evidence (exit 3).
 """
@@ -39,6 +41,17 @@ from agents.loadgen import (
 from agents.loadgen.http import parse_base_url
 from agents.loadgen.report import ProgressView, append_records, level_table, write_json
 from agents.protocol import MAX_CONCURRENCY, Slos, pydantic_field_errors
+from agents.runner.job import JobError, load_job, run_token
+from agents.runner.outbox import Outbox
+from agents.runner.session import (
+    EXIT_UNDELIVERED,
+    SPOOL,
+    SessionError,
+    run_session,
+    site_endpoints,
+)
+from agents.runner.summary import read_journal, summary_table
+from agents.runner.trial_engine import EngineOptions
 
 EXIT_USAGE = 2
 EXIT_ENGINE_FAILED = 3
@@ -259,6 +272,37 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--config", type=Path, required=True, metavar="ENGINE.json")
     up.add_argument("--workdir", type=Path, default=Path("engine-run"), help="logs and caches")
     up.add_argument("--restarts", type=int, default=1, help="watchdog restarts after a crash")
+
+    run = commands.add_parser(
+        "run",
+        help="run a whole job (every trial) and report to the site or a results folder",
+        description="Runs each trial of the job: engine up, load levels, engine down. The job "
+        "comes from --job or BENCHSITE_JOB (base64 JSON), the run token from BENCHSITE_TOKEN. "
+        "Exit codes: 0 done and delivered, 2 bad job, 3 stopped early (cancel, deadline, "
+        "refused), 4 messages left undelivered in the spool.",
+    )
+    run.add_argument("--job", type=Path, metavar="JOB.json", help="default: $BENCHSITE_JOB")
+    run.add_argument("--workdir", type=Path, help="results, spool and logs (default ./run-<id>)")
+    run.add_argument("--dataset-dir", type=Path, help="ShareGPT files as <dataset id>.json")
+    run.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long to keep delivering after the run",
+    )
+    run.add_argument(
+        "--deadline-margin",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="stop this long before the job's deadline",
+    )
+
+    flush = commands.add_parser("flush", help="deliver what an earlier `run` left in its spool")
+    flush.add_argument("--job", type=Path, metavar="JOB.json", help="default: $BENCHSITE_JOB")
+    flush.add_argument("--workdir", type=Path, required=True, help="the run's folder")
+    flush.add_argument("--drain-timeout", type=float, default=600.0, metavar="SECONDS")
     return parser
 
 
@@ -413,8 +457,78 @@ def _run_engine_up(args: argparse.Namespace) -> int:
         engine.stop()
 
 
+def _load_job_or_report(args: argparse.Namespace, errors: Console):
+    try:
+        return load_job(args.job)
+    except JobError as exc:
+        errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return None
+
+
+def _run_job_command(args: argparse.Namespace) -> int:
+    _allow_many_connections()
+    console, errors = Console(), Console(stderr=True)
+    job = _load_job_or_report(args, errors)
+    if job is None:
+        return EXIT_USAGE
+    workdir = args.workdir or Path(f"run-{job.run_id}")
+    try:
+        result = run_session(
+            job,
+            token=run_token(),
+            workdir=workdir,
+            engine_options=EngineOptions.from_environment(),
+            dataset_dir=args.dataset_dir,
+            drain_timeout=args.drain_timeout,
+            deadline_margin=args.deadline_margin,
+        )
+    except SessionError as exc:
+        errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return EXIT_USAGE
+    console.print(summary_table(read_journal(result.journal), simulated=job.engine.kind == "sim"))
+    summary, delivery = result.summary, result.delivery
+    console.print(
+        f"run {summary.outcome}"
+        + (f" ({summary.reason})" if summary.reason else "")
+        + f": {summary.trials_succeeded} trials succeeded, {summary.trials_failed} failed, "
+        f"{summary.trials_skipped} skipped; results in {workdir}",
+        highlight=False,
+    )
+    if delivery.pending:
+        errors.print(
+            f"[red]{delivery.pending} messages not delivered[/]; they stay in "
+            f"{workdir / 'spool'} — `benchsite-agent flush --workdir {workdir}` sends them",
+            highlight=False,
+        )
+    return result.exit_code
+
+
+def _run_flush_command(args: argparse.Namespace) -> int:
+    console, errors = Console(), Console(stderr=True)
+    job = _load_job_or_report(args, errors)
+    if job is None:
+        return EXIT_USAGE
+    try:
+        site = site_endpoints(job, run_token())
+    except SessionError as exc:
+        errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return EXIT_USAGE
+    if site is None:
+        errors.print("[red]error:[/] the job names no site to deliver to", highlight=False)
+        return EXIT_USAGE
+    outbox = Outbox(run_id=str(job.run_id), spool_dir=args.workdir / SPOOL, site=site)
+    outbox.start()
+    delivery = outbox.close(drain_timeout=args.drain_timeout)
+    console.print(f"delivered {delivery.delivered}, still pending {delivery.pending}")
+    return EXIT_UNDELIVERED if delivery.pending else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "run":
+        return _run_job_command(args)
+    if args.command == "flush":
+        return _run_flush_command(args)
     if args.command == "bench":
         return _run_bench_command(args)
     if args.command == "serve-sim":

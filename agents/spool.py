@@ -3,9 +3,12 @@
 Guarantees:
 - ``append`` gives the message the run's next sequence number and returns only once the
   message is on disk (written and fsync'd): a crash after that loses nothing.
+  ``append_many`` does the same for several messages with one write and one fsync; a crash
+  during it may keep a prefix of them, none of which had been returned (so none acknowledged).
 - Sequence numbers never repeat within a run, across restarts of the agent included.
 - ``pending`` lists every message not yet acknowledged, in sequence order; acknowledging a
-  number twice, or one never sent, is harmless.
+  number twice, or one never sent, is harmless. ``ack_many`` records several acknowledgements
+  with one write and one fsync.
 - A line torn by a crash mid-write is ignored (it was never acknowledged, so never counted).
 - ``compact`` rewrites the files without what was acknowledged, atomically (rename).
 
@@ -26,8 +29,13 @@ NEXT_SEQ = "next_seq"
 
 
 def _append_line(path: Path, line: str) -> None:
+    append_lines_durably(path, [line])
+
+
+def append_lines_durably(path: Path, lines: list[str]) -> None:
+    """Appends ``lines`` to ``path`` and returns once they are on disk (one fsync)."""
     with path.open("a", encoding="utf-8") as file:
-        file.write(line + "\n")
+        file.write("".join(line + "\n" for line in lines))
         file.flush()
         os.fsync(file.fileno())
 
@@ -84,12 +92,39 @@ class Spool:
         self._next_seq += 1
         return numbered
 
+    def append_many(self, messages: list[dict]) -> list[dict]:
+        """Numbers ``messages`` consecutively, in order, writes them durably with one fsync,
+        returns them numbered. Nothing is numbered if the write fails."""
+        first = self._next_seq
+        numbered = [
+            {**message, "run_id": self.run_id, "seq": first + offset}
+            for offset, message in enumerate(messages)
+        ]
+        if not numbered:
+            return []
+        append_lines_durably(
+            self.folder / MESSAGES, [json.dumps(m, separators=(",", ":")) for m in numbered]
+        )
+        for message in numbered:
+            self._messages[message["seq"]] = message
+        self._next_seq = first + len(numbered)
+        return numbered
+
     def ack(self, seq: int) -> None:
         """Marks ``seq`` as stored by the site; it will not be sent again."""
         if seq in self._acked or seq not in self._messages:
             return
         _append_line(self.folder / ACKED, str(seq))
         self._acked.add(seq)
+
+    def ack_many(self, seqs: list[int]) -> None:
+        """Marks every one of ``seqs`` as stored by the site, with one fsync; duplicates and
+        numbers never sent are ignored, as with ``ack``."""
+        fresh = sorted({s for s in seqs if s in self._messages and s not in self._acked})
+        if not fresh:
+            return
+        append_lines_durably(self.folder / ACKED, [str(seq) for seq in fresh])
+        self._acked.update(fresh)
 
     def pending(self) -> list[dict]:
         """Every message the site has not acknowledged, oldest first."""

@@ -198,17 +198,23 @@ def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) 
                 flush=True,
             )
         for concurrency in (64, 192):
-            # CPU per token from the difference of two runs, so start-up cancels out.
+            # CPU per token from the difference of a run of N and one of 8N requests, so
+            # start-up (seconds of CPU importing vLLM, and varying by a second or more)
+            # cancels out; the median of three such pairs, as one pair can still be off.
             requests = concurrency * rounds
-            _, small = vllm_bench(
-                python, server, tokenizer, concurrency, requests, 50, 1, cpu, workdir
-            )
-            _, large = vllm_bench(
-                python, server, tokenizer, concurrency, 4 * requests, 50, 1, cpu, workdir
-            )
-            per_token = (large - small) / (3 * requests * OUTPUT_LEN) * 1e6
-            print(f"{'saturation':<11}{concurrency:>5}{requests:>6}{'':>22}{per_token:>12.2f}",
-                  flush=True)  # fmt: skip
+            estimates = []
+            for _ in range(3):
+                _, small = vllm_bench(
+                    python, server, tokenizer, concurrency, requests, 50, 1, cpu, workdir
+                )
+                _, large = vllm_bench(
+                    python, server, tokenizer, concurrency, 8 * requests, 50, 1, cpu, workdir
+                )
+                estimates.append((large - small) / (7 * requests * OUTPUT_LEN) * 1e6)
+            per_token = statistics.median(estimates)
+            spread = ", ".join(f"{e:.1f}" for e in sorted(estimates))
+            print(f"{'saturation':<11}{concurrency:>5}{requests:>6}{'':>22}{per_token:>12.2f}"
+                  f"  (pairs: {spread})", flush=True)  # fmt: skip
 
 
 def main() -> None:

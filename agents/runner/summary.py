@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 
 def read_journal(path: Path) -> list[dict]:
@@ -39,45 +42,48 @@ def _level_text(level: dict) -> str:
     return f"{level['request_rate']} req/s"
 
 
-def summary_table(messages: list[dict], *, simulated: bool) -> Table:
-    """One row per measured level, and one per trial that failed or was skipped."""
+def summary_table(messages: list[dict], *, simulated: bool) -> Group:
+    """One row per measured level, then one line per trial that failed or was skipped."""
     title = "Run summary" + (" — SIMULATED (not measured on hardware)" if simulated else "")
-    table = Table(title=title, title_justify="left")
-    for column in ("trial", "config", "level", "ok/failed", "TTFT p50", "TTFT p99"):
-        table.add_column(column, justify="left" if column in ("config", "level") else "right")
-    for column in ("TPOT p50", "ITL p99", "out tok/s", "SLOs"):
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("trial", overflow="fold")
+    table.add_column("level")
+    for column in ("ok/fail", "TTFT p50/p99 ms", "TPOT p50", "ITL p99", "out tok/s", "SLOs"):
         table.add_column(column, justify="right")
-    table.add_column("note")
     configs = {m["trial"]: m["serve_config"] for m in messages if m["type"] == "trial_started"}
+    problems = []
     for message in messages:
+        trial = message.get("trial")
+        label = f"{trial} {_config_text(configs.get(trial, {}))}"
         if message["type"] == "measurement":
             result = message["result"]
             slos = result.get("slo") or {}
             verdict = (
                 "–" if not slos else ("met" if all(s["met"] for s in slos.values()) else "missed")
             )
-            note = f"partial: {result.get('aborted', 0)} cut off" if result.get("partial") else ""
+            partial = "*" if result.get("partial") else ""
             table.add_row(
-                str(message["trial"]),
-                _config_text(configs.get(message["trial"], {})),
-                _level_text(message["level"]),
+                label,
+                _level_text(message["level"]) + partial,
                 f"{result['completed']}/{result['failed']}",
-                _ms(result.get("median_ttft_ms")),
-                _ms(result.get("p99_ttft_ms")),
+                f"{_ms(result.get('median_ttft_ms'))}/{_ms(result.get('p99_ttft_ms'))}",
                 _ms(result.get("median_tpot_ms")),
                 _ms(result.get("p99_itl_ms")),
                 _ms(result.get("output_throughput")),
                 verdict,
-                note,
             )
+            if partial:
+                problems.append(
+                    Text(
+                        f"* trial {trial} {_level_text(message['level'])}: partial level, "
+                        f"{result.get('aborted', 0)} requests cut off"
+                    )
+                )
         elif message["type"] == "trial_finished" and message["outcome"] != "succeeded":
             why = message.get("failure_class") or message["outcome"]
             first_line = (message.get("log_tail") or "").strip().splitlines()[:1]
-            table.add_row(
-                str(message["trial"]),
-                _config_text(configs.get(message["trial"], {})),
-                f"[red]{message['outcome']}: {why}[/]",
-                *([""] * 7),
-                first_line[0][:80] if first_line else "",
-            )
-    return table
+            detail = f": {first_line[0][:200]}" if first_line else ""
+            # Plain Text, never markup: log lines are full of [brackets].
+            line = Text(f"trial {label}: {message['outcome']} ({why})", style="red")
+            problems.append(line + Text(detail))
+    return Group(table, *problems)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import uuid
 
+import pytest
+
 from agents import protocol
-from agents.spool import MESSAGES, Spool
+from agents.spool import ACKED, MESSAGES, Spool
 
 RUN = uuid.uuid4()
 
@@ -68,3 +72,42 @@ def test_it_compacts_without_losing_pending_messages_or_the_counter(tmp_path):
     again.ack(4)
     again.compact()  # nothing left on disk but the counter
     assert Spool(tmp_path, RUN).append(_heartbeat())["seq"] == 5
+
+
+def test_it_appends_a_batch_with_consecutive_numbers_durably(tmp_path):
+    spool = Spool(tmp_path, RUN)
+    spool.append(_heartbeat())
+    batch = spool.append_many([{"type": "heartbeat", "trial": n} for n in range(3)])
+    assert [m["seq"] for m in batch] == [1, 2, 3]
+    assert [m["trial"] for m in batch] == [0, 1, 2]  # in the order given
+    assert spool.append_many([]) == []
+    again = Spool(tmp_path, RUN)  # what was returned is on disk
+    assert [m["seq"] for m in again.pending()] == [0, 1, 2, 3]
+    assert again.append(_heartbeat())["seq"] == 4
+
+
+def test_it_numbers_nothing_when_a_batch_cannot_be_written(tmp_path, monkeypatch):
+    spool = Spool(tmp_path, RUN)
+    spool.append(_heartbeat())
+
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError):
+        spool.append_many([_heartbeat(), _heartbeat()])
+    monkeypatch.undo()
+    assert [m["seq"] for m in spool.pending()] == [0]
+    assert spool.append(_heartbeat())["seq"] == 1  # the number was not used up
+
+
+def test_it_acknowledges_a_batch_ignoring_duplicates_and_unknown_numbers(tmp_path):
+    spool = Spool(tmp_path, RUN)
+    for _ in range(5):
+        spool.append(_heartbeat())
+    spool.ack(1)
+    spool.ack_many([1, 3, 3, 0, 99])
+    spool.ack_many([])
+    assert [m["seq"] for m in spool.pending()] == [2, 4]
+    assert (tmp_path / ACKED).read_text().split() == ["1", "0", "3"]  # each number once
+    assert [m["seq"] for m in Spool(tmp_path, RUN).pending()] == [2, 4]

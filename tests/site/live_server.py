@@ -30,17 +30,19 @@ def _database_url() -> str:
     return f"postgres://{auth}{host}:{port}/{settings['NAME']}"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
 @contextlib.contextmanager
-def daphne_server(timeout: float = 30, log_path: str | None = None) -> Iterator[str]:
+def daphne_server(
+    timeout: float = 30, log_path: str | None = None, port: int | None = None
+) -> Iterator[str]:
     """Yields "127.0.0.1:PORT" once the server accepts connections; stops it afterwards.
-    The server's output goes to ``log_path`` when given."""
-    port = _free_port()
+    The server's output goes to ``log_path`` when given; ``port`` defaults to a free one."""
+    port = port or free_port()
     env = {**os.environ, "DATABASE_URL": _database_url(), "DEBUG": "true"}
     log_path = log_path or os.environ.get("BENCHSITE_LIVE_LOG")
     log = tempfile.TemporaryFile() if not log_path else open(log_path, "ab")  # noqa: SIM115

@@ -1,0 +1,268 @@
+"""The agent's two ways to the site — its WebSocket and the REST batch — and what the site
+says back, reduced to what the outbox needs to decide: delivered, refused, cancelled, or
+"try again later".
+
+Guarantees:
+- Every transport failure surfaces as ``LinkDown`` (retry later) or ``SiteRefused`` (the run
+  token is not valid for this run: the socket closed with 4404, or HTTP 401/403/404).
+- The run token is sent only in the ``Authorization`` header. It is never part of a repr, an
+  exception message or a log line of this module (the WebSocket library's own debug log
+  is redacted too).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import httpx
+import pydantic
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as websocket_connect
+
+from agents import protocol
+
+logger = logging.getLogger(__name__)
+
+CLOSE_NOT_FOUND = 4404  # the site's "no such run, or not yours" (runs/consumers.py)
+REFUSING_HTTP_STATUSES = frozenset({401, 403, 404})
+REST_TIMEOUT_SECONDS = 30.0
+WS_OPEN_TIMEOUT_SECONDS = 10.0
+# A site that does not finish the closing handshake is cut off after this; resending is safe.
+WS_CLOSE_TIMEOUT_SECONDS = 2.0
+REDACTED = "[run token]"
+
+
+@dataclass(frozen=True)
+class SiteEndpoints:
+    """Where one run reports, and the run token that proves the agent may.
+
+    ``rest_url`` is the API base (``…/api/v1/``); the batch goes to
+    ``agent/runs/<run_id>/messages/`` under it. Either URL may be None."""
+
+    run_id: str
+    token: str = field(repr=False)
+    ws_url: str | None
+    rest_url: str | None
+
+    @property
+    def messages_url(self) -> str | None:
+        if self.rest_url is None:
+            return None
+        return self.rest_url.rstrip("/") + f"/agent/runs/{self.run_id}/messages/"
+
+    def redact(self, text: str) -> str:
+        """``text`` with the run token blanked out, for anything the outside world wrote
+        (an exception, a reason) before it is logged or reported."""
+        return text.replace(self.token, REDACTED) if self.token else text
+
+
+class LinkDown(Exception):
+    """The site could not be reached, or the connection was lost: retry later."""
+
+
+class SiteRefused(Exception):
+    """The site says this token is not valid for this run (or the run has ended): permanent."""
+
+
+class Connection(Protocol):
+    """One open socket to the site, text frames only."""
+
+    async def send(self, text: str) -> None: ...
+
+    async def recv(self) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+Connector = Callable[[], Awaitable[Connection]]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter: before retry ``attempt`` (0 first), wait a
+    uniformly random time between 0 and ``min(maximum, initial * factor ** attempt)``."""
+
+    initial: float = 0.5
+    factor: float = 2.0
+    maximum: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        ceiling = self.maximum
+        # factor ** attempt overflows for a long outage; past the cap it no longer matters.
+        if attempt < 64:
+            ceiling = min(self.maximum, self.initial * self.factor**attempt)
+        return random.uniform(0, ceiling)  # noqa: S311 (jitter, not cryptography)
+
+
+# ---------------------------------------------------------------------------------------------
+# WebSocket
+# ---------------------------------------------------------------------------------------------
+
+
+class _RedactingLogger(logging.LoggerAdapter):
+    """The WebSocket library logs request headers at debug level; this blanks the token."""
+
+    def __init__(self, logger: logging.Logger, site: SiteEndpoints):
+        super().__init__(logger, {})
+        self._site = site
+
+    def log(self, level, msg, *args, **kwargs):
+        if not self.isEnabledFor(level):
+            return
+        text = str(msg) % args if args else str(msg)
+        kwargs.setdefault("stacklevel", 2)
+        self.logger.log(level, "%s", self._site.redact(text), **kwargs)
+
+
+class _WebSocketConnection:
+    def __init__(self, socket: ClientConnection):
+        self._socket = socket
+
+    async def send(self, text: str) -> None:
+        try:
+            await self._socket.send(text)
+        except websockets.ConnectionClosed as exc:
+            raise _closed(exc) from None
+
+    async def recv(self) -> str:
+        try:
+            frame = await self._socket.recv()
+        except websockets.ConnectionClosed as exc:
+            raise _closed(exc) from None
+        return frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
+
+    async def close(self) -> None:
+        await self._socket.close()
+
+
+def _closed(exc: websockets.ConnectionClosed) -> Exception:
+    code = exc.rcvd.code if exc.rcvd is not None else None
+    if code == CLOSE_NOT_FOUND:
+        return SiteRefused(f"the site closed the socket with {CLOSE_NOT_FOUND}")
+    return LinkDown(f"socket closed ({code if code is not None else 'no close frame'})")
+
+
+def websocket_connector(site: SiteEndpoints) -> Connector:
+    """Opens ``site.ws_url`` with the run token; the default ``Connector`` of the outbox."""
+    if site.ws_url is None:
+        raise ValueError("the site has no WebSocket URL")
+    ws_url = site.ws_url
+    library_logger = _RedactingLogger(logging.getLogger(f"{__name__}.websockets"), site)
+
+    async def connect() -> Connection:
+        try:
+            socket = await websocket_connect(
+                ws_url,
+                additional_headers={"Authorization": f"Bearer {site.token}"},
+                open_timeout=WS_OPEN_TIMEOUT_SECONDS,
+                close_timeout=WS_CLOSE_TIMEOUT_SECONDS,
+                logger=library_logger,
+            )
+        except websockets.InvalidStatus as exc:
+            # Daphne answers a socket closed before accept (4404) with HTTP 403.
+            status = exc.response.status_code
+            if status in REFUSING_HTTP_STATUSES:
+                raise SiteRefused(f"the site refused the socket with HTTP {status}") from None
+            raise LinkDown(f"the socket handshake got HTTP {status}") from None
+        except websockets.ConnectionClosed as exc:
+            raise _closed(exc) from None
+        except (OSError, TimeoutError, websockets.WebSocketException) as exc:
+            raise LinkDown(site.redact(f"cannot open the socket: {exc!r}")) from None
+        return _WebSocketConnection(socket)
+
+    return connect
+
+
+# ---------------------------------------------------------------------------------------------
+# What the site says
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_site_frame(text: str) -> protocol.Ack | protocol.Rejected | protocol.Cancel:
+    """One site → agent frame, strictly validated; raises ``ValueError`` otherwise."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError("not JSON") from exc
+    kind = data.get("type") if isinstance(data, dict) else None
+    model = {"ack": protocol.Ack, "rejected": protocol.Rejected, "cancel": protocol.Cancel}
+    if kind not in model:
+        raise ValueError(f"unknown frame type {kind!r}")
+    try:
+        return model[kind].model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ValueError(f"bad {kind} frame: {exc.error_count()} error(s)") from None
+
+
+@dataclass(frozen=True)
+class BatchAnswer:
+    """The site's answer to one REST batch: acknowledged seqs, refusals (``seq`` filled in
+    from the batch by ``index`` when the site could not read it), and a cancel reason (None:
+    no cancel)."""
+
+    acked: list[int]
+    rejected: list[dict]
+    cancel: str | None
+
+
+async def rest_post_batch(
+    client: httpx.AsyncClient, site: SiteEndpoints, batch: list[tuple[int, str]]
+) -> BatchAnswer:
+    """POSTs ``batch`` — ``(seq, message as JSON text)`` pairs, at most the site's batch
+    limit — as ``{"messages": [...]}`` and reads the answer.
+
+    Raises ``SiteRefused`` on 401/403/404 and ``LinkDown`` on everything else that is not a
+    well-formed 2xx answer (5xx, timeouts, connection errors, a body that is not the answer)."""
+    url = site.messages_url
+    if url is None:
+        raise ValueError("the site has no REST URL")
+    # The messages are already JSON (as spooled); splice them rather than parse them again.
+    body = '{"messages":[' + ",".join(text for _, text in batch) + "]}"
+    try:
+        response = await client.post(
+            url,
+            content=body.encode("utf-8"),
+            headers={
+                "Authorization": f"Bearer {site.token}",
+                "Content-Type": "application/json",
+            },
+            timeout=REST_TIMEOUT_SECONDS,
+        )
+    except httpx.HTTPError as exc:
+        raise LinkDown(site.redact(f"REST batch failed: {exc!r}")) from None
+    if response.status_code in REFUSING_HTTP_STATUSES:
+        raise SiteRefused(f"the site refused the REST batch with HTTP {response.status_code}")
+    if not 200 <= response.status_code < 300:
+        raise LinkDown(f"REST batch got HTTP {response.status_code}")
+    try:
+        return _batch_answer(response.json(), [seq for seq, _ in batch])
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise LinkDown(f"REST batch answer unreadable: {exc!r}") from None
+
+
+def _batch_answer(body: object, seqs: list[int]) -> BatchAnswer:
+    if not isinstance(body, dict):
+        raise ValueError("not an object")
+    acked = body.get("acked", [])
+    if not isinstance(acked, list) or not all(_is_seq(seq) for seq in acked):
+        raise ValueError("acked is not a list of sequence numbers")
+    rejected = []
+    for refusal in body.get("rejected", []):
+        seq = refusal.get("seq")
+        index = refusal.get("index")
+        if not _is_seq(seq) and _is_seq(index) and index < len(seqs):
+            seq = seqs[index]  # the site could not read it; we know what we sent
+        rejected.append({"seq": seq if _is_seq(seq) else None, "reason": str(refusal["reason"])})
+    cancel = body.get("cancel")
+    reason = str(cancel.get("reason", "")) if isinstance(cancel, dict) else None
+    return BatchAnswer(acked=acked, rejected=rejected, cancel=reason)
+
+
+def _is_seq(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
