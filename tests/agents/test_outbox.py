@@ -436,7 +436,8 @@ def test_it_still_delivers_when_the_journal_cannot_be_written(tmp_path, run_id, 
     def disk_full(path, texts):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("agents.runner.outbox._append_journal", disk_full)
+    # The journal only: the spool writes through its own module's name.
+    monkeypatch.setattr("agents.runner.outbox.append_lines_durably", disk_full)
     outbox = _outbox(tmp_path, run_id, site.endpoints())
     outbox.start()
     outbox.emit(_beat(0))
