@@ -1,6 +1,6 @@
 """``benchsite-agent run`` as a process against a real ASGI server (Daphne, PostgreSQL and
-channels-redis): the REST fallback when the socket never opens, and a site that is down for
-the whole run and receives everything once it is back."""
+channels-redis): a whole run over the socket, the REST fallback when the socket never opens,
+and a site that is down for the whole run and receives everything once it is back."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
 SIM_SPEED = 10.0
 
 
-def write_job(run: Run, tmp_path, *, ws_url: str, rest_url: str):
+def write_job(run: Run, tmp_path, *, ws_url: str, rest_url: str | None):
     job = run_job_spec(run, ws_url=ws_url, rest_url=rest_url)
     job = job.model_copy(update={"engine": job.engine.model_copy(update={"sim_speed": SIM_SPEED})})
     path = tmp_path / "job.json"
@@ -61,6 +61,23 @@ def start_agent(job_path, workdir, token: str) -> subprocess.Popen:
 def journal_of(workdir) -> list[dict]:
     path = workdir / "messages.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_two_trial_run_streams_over_a_real_socket_into_the_site(alice, tmp_path):
+    run, token = new_sim_run(alice.org)
+    with daphne_server() as address:
+        # No REST URL: the socket is the only way in.
+        job_path = write_job(
+            run, tmp_path, ws_url=f"ws://{address}/ws/agent/runs/{run.id}/", rest_url=None
+        )
+        agent = start_agent(job_path, tmp_path / "work", token)
+        output, _ = agent.communicate(timeout=300)
+    assert agent.returncode == 0, output
+    journal = journal_of(tmp_path / "work")
+    assert [m["trial"] for m in journal if m["type"] == "trial_finished"] == [0, 1]
+    run.refresh_from_db()
+    assert run.state == "succeeded"
+    assert_site_holds_the_journal(run, journal)
 
 
 def test_the_rest_batch_delivers_a_run_whose_socket_never_opens(alice, tmp_path):

@@ -1,0 +1,1 @@
+"""Where agents run: rented GPU pods (Runpod) or a subprocess on this machine (local)."""

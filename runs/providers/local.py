@@ -1,0 +1,197 @@
+"""The local provider: the agent as a subprocess on the worker's machine, for the demo,
+on-premises GPU boxes and tests.
+
+Guarantees (on top of ``runs.providers.base``):
+- A "pod" is one ``benchsite-agent run`` process in its own process group, with a record in
+  ``state_dir`` (``<pod name>.json``): ``find_by_name`` and ``list_bench_pods`` read those
+  records, so a restarted worker finds the pods an earlier one started.
+- The job and the run token reach the agent only through its environment; its output goes to
+  ``<state_dir>/<pod name>/agent.log``.
+- A record whose process is gone reads ``EXITED``; a recycled pid is not mistaken for the
+  agent (the process's start time is recorded and compared).
+- ``terminate`` stops the whole process group (SIGTERM, SIGKILL after a grace period) and
+  removes the record; it is idempotent.
+- Costs nothing to rent: ``cost_per_hr`` and ``price`` are None, so runs are priced from the
+  catalogue (the GPU the experiment names — for the simulator, the simulated GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+
+from runs.providers.base import (
+    POD_NAME_PREFIX,
+    PermanentProviderError,
+    PodInfo,
+    PodSpec,
+    PodState,
+)
+
+STOP_GRACE_SECONDS = 10.0
+# Processes this worker started: their exit is read from the child itself (no zombies).
+_children: dict[int, subprocess.Popen] = {}
+_children_lock = threading.Lock()
+
+
+def default_agent_command() -> list[str]:
+    """The agent of this very installation."""
+    return [sys.executable, "-m", "agents.cli", "run"]
+
+
+def _process_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (Linux), or None when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def _alive(pid: int, started: str | None) -> bool:
+    with _children_lock:
+        child = _children.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now_started = _process_start_time(pid)
+    if started is not None and now_started is not None and now_started != started:
+        return False  # the pid was recycled
+    stat = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError, IndexError):
+        if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+class LocalProvider:
+    """Pods as local processes (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        agent_command: Sequence[str] | None = None,
+        extra_env: dict[str, str] | None = None,
+    ):
+        self.state_dir = Path(state_dir)
+        self.agent_command = list(agent_command or default_agent_command())
+        self.extra_env = dict(extra_env or {})
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _record_path(self, name: str) -> Path:
+        if not name.startswith(POD_NAME_PREFIX) or "/" in name or name in (".", ".."):
+            raise PermanentProviderError(f"not a pod name: {name!r}")
+        return self.state_dir / f"{name}.json"
+
+    def _read(self, path: Path) -> dict | None:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _info(self, record: dict) -> PodInfo:
+        alive = _alive(record["pid"], record.get("started"))
+        return PodInfo(
+            pod_id=record["name"],
+            name=record["name"],
+            state=PodState.RUNNING if alive else PodState.EXITED,
+            cost_per_hr=None,
+            gpu_type_id=record.get("gpu_type_id"),
+            gpu_count=record.get("gpu_count"),
+            created_at=record.get("created_at"),
+            raw_status="running" if alive else "exited",
+        )
+
+    # -- the Provider interface ------------------------------------------------------------
+
+    def find_by_name(self, name: str) -> PodInfo | None:
+        record = self._read(self._record_path(name))
+        return self._info(record) if record else None
+
+    def create(self, spec: PodSpec) -> PodInfo:
+        path = self._record_path(spec.name)
+        if path.exists():
+            raise PermanentProviderError(f"a pod named {spec.name} exists already")
+        workdir = self.state_dir / spec.name
+        workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.extra_env, **spec.env}
+        log = (workdir / "agent.log").open("ab")
+        try:
+            process = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
+                [*self.agent_command, "--workdir", str(workdir / "run")],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=workdir,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise PermanentProviderError(f"could not start the agent: {exc.strerror}") from None
+        finally:
+            log.close()
+        with _children_lock:
+            _children[process.pid] = process
+        record = {
+            "name": spec.name,
+            "pid": process.pid,
+            "started": _process_start_time(process.pid),
+            "created_at": time.time(),
+            "gpu_type_id": spec.gpu_type_id,
+            "gpu_count": spec.gpu_count,
+        }
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(record))
+        temporary.replace(path)
+        return self._info(record)
+
+    def status(self, pod_id: str) -> PodInfo | None:
+        return self.find_by_name(pod_id)
+
+    def terminate(self, pod_id: str) -> None:
+        path = self._record_path(pod_id)
+        record = self._read(path)
+        if record is None:
+            return
+        pid = record["pid"]
+        if _alive(pid, record.get("started")):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while _alive(pid, record.get("started")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with _children_lock:
+            child = _children.pop(pid, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(5)
+        path.unlink(missing_ok=True)
+
+    def list_bench_pods(self) -> list[PodInfo]:
+        if not self.state_dir.exists():
+            return []
+        records = (self._read(path) for path in sorted(self.state_dir.glob("bench-*.json")))
+        return [self._info(record) for record in records if record]
+
+    def price(self, gpu_type_id: str, cloud_type: str) -> Decimal | None:
+        return None
