@@ -61,13 +61,38 @@ def _lengths(rng: random.Random, length: int, range_ratio: float, count: int) ->
     return [rng.randint(low, high) for _ in range(count)]
 
 
+# Token ids that decode to clean text and encode back to themselves, per tokenizer: random
+# ids that decode to a broken UTF-8 fragment ("\ufffd") re-encode to several tokens, and a
+# prompt built from them may never settle at the requested length.
+_CLEAN_POOL_SIZE = 4096
+_clean_pools: dict[int, list[int]] = {}
+
+
+def _clean_ids(tokenizer: Tokenizer) -> list[int]:
+    """A fixed (seeded) sample of the tokenizer's round-trip-clean token ids."""
+    key = id(tokenizer)
+    if key not in _clean_pools:
+        vocab = tokenizer.vocab_size
+        probe = random.Random(0)  # noqa: S311 - a reproducible sample, not a secret
+        pool: list[int] = []
+        for _ in range(_CLEAN_POOL_SIZE * 4):
+            if len(pool) >= min(_CLEAN_POOL_SIZE, vocab):
+                break
+            token = probe.randrange(vocab)
+            text = tokenizer.decode([token])
+            if text.strip() and "\ufffd" not in text and tokenizer.encode(text) == [token]:
+                pool.append(token)
+        _clean_pools[key] = pool or list(range(vocab))
+    return _clean_pools[key]
+
+
 def _random_text(rng: random.Random, length: int, tokenizer: Tokenizer | None) -> tuple[str, int]:
     """Text of ``length`` tokens (exact with a tokenizer), and its token count."""
     if tokenizer is None:
         return " ".join(rng.choices(_WORDS, k=length)), length
-    vocab = tokenizer.vocab_size
-    start = rng.randrange(vocab)
-    ids = [(start + step * 7919) % vocab for step in range(length)]
+    pool = _clean_ids(tokenizer)
+    start = rng.randrange(len(pool))
+    ids = [pool[(start + step * 7919) % len(pool)] for step in range(length)]
     text = tokenizer.decode(ids)
     # Decoding and re-encoding merges or splits tokens: trim or extend until it is exact.
     for _ in range(16):
@@ -77,7 +102,7 @@ def _random_text(rng: random.Random, length: int, tokenizer: Tokenizer | None) -
         if len(encoded) > length:
             text = tokenizer.decode(encoded[:length])
         else:
-            extra = [rng.randrange(vocab) for _ in range(length - len(encoded))]
+            extra = [rng.choice(pool) for _ in range(length - len(encoded))]
             text = tokenizer.decode(encoded + extra)
     return text, len(tokenizer.encode(text))
 
@@ -90,7 +115,7 @@ def _exact_suffix(
     the prompt's token count."""
     prefix_ids = tokenizer.encode(prefix)
     shared = len(prefix_ids)
-    vocab = tokenizer.vocab_size
+    pool = _clean_ids(tokenizer)
     text = f"{prefix} {_random_text(rng, length, tokenizer)[0]}"
     # Tokens merge across the join, so adjust the suffix in token space until it holds.
     for _ in range(16):
@@ -104,7 +129,7 @@ def _exact_suffix(
         if len(tail) > length:
             tail = tail[:length]
         else:
-            tail += [rng.randrange(vocab) for _ in range(length - len(tail))]
+            tail += [rng.choice(pool) for _ in range(length - len(tail))]
         text = prefix + tokenizer.decode(tail)
     return text, len(tokenizer.encode(text))
 
