@@ -4,11 +4,21 @@ membership) so that no read can wander into another tenant's rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 
-from runs.models import AuditEvent, GpuPriceOverride, GpuType, Organization
+from runs.costs import (
+    DEFAULT_SERVING_WINDOW_SECONDS,
+    TrialCost,
+    month_bounds_utc,
+    pod_usd_per_hr,
+    round_usd,
+    trial_cost_per_million_output_tokens,
+)
+from runs.models import AuditEvent, GpuPriceOverride, GpuType, Measurement, Organization, Run, Trial
+from runs.models.experiments import Engine
 
 
 @dataclass(frozen=True)
@@ -42,3 +52,67 @@ def gpu_types_with_prices(*, org: Organization) -> list[tuple[GpuType, GpuPriceO
 def audit_events(*, org: Organization) -> QuerySet[AuditEvent]:
     """The organization's audit log, newest first."""
     return AuditEvent.objects.filter(organization=org).order_by("-seq")
+
+
+def org_month_spend_usd(*, org: Organization, month: date) -> Decimal:
+    """What the organization's runs started in ``month`` (its first day, UTC) cost, exactly.
+
+    The rule of ``runs.costs.spend_by_month``: each run's ``cost_usd`` counts whole in the
+    month of its ``created_at``; another organization's runs never count.
+    """
+    start, end = month_bounds_utc(month)
+    total = Run.objects.filter(
+        organization=org, created_at__gte=start, created_at__lt=end
+    ).aggregate(total=Sum("cost_usd"))["total"]
+    return round_usd(total if total is not None else Decimal(0))
+
+
+def _level_of(measurement: Measurement) -> dict:
+    # The stored columns are authoritative for the level; the result's own keys may repeat it.
+    level = {
+        k: v for k, v in measurement.result.items() if k not in ("concurrency", "request_rate")
+    }
+    if measurement.concurrency is not None:
+        level["concurrency"] = measurement.concurrency
+    else:
+        level["request_rate"] = (
+            "inf" if measurement.request_rate_infinite else measurement.request_rate
+        )
+    return level
+
+
+def trial_costs(
+    *, trial: Trial, serving_window_seconds: Decimal = DEFAULT_SERVING_WINDOW_SECONDS
+) -> TrialCost:
+    """The trial's $ per 1M output tokens at its best level under the SLOs, steady and with
+    cold start amortized (``runs.costs.trial_cost_per_million_output_tokens``).
+
+    Priced at the pod's billed rate when the provider gave one (``Run.price_usd_hr``), else
+    at the organization's price for the experiment's GPUs × their count. Reads only rows of
+    the trial's own organization.
+    """
+    run = trial.run
+    experiment = run.experiment
+    rate: Decimal | None
+    if run.price_usd_hr is not None:
+        rate, source = run.price_usd_hr, "the pod's billed rate"
+    else:
+        price = gpu_price(
+            org=run.organization, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
+        )
+        rate = (
+            None
+            if price.usd_per_gpu_hour is None
+            else pod_usd_per_hr(
+                gpu_usd_per_hr=price.usd_per_gpu_hour, gpu_count=experiment.gpu_count
+            )
+        )
+        source = f"{price.source}; per GPU-hour × {experiment.gpu_count} GPU(s)"
+    return trial_cost_per_million_output_tokens(
+        [_level_of(measurement) for measurement in trial.measurements.all()],
+        pod_usd_per_hr=rate,
+        cold_start=trial.cold_start,
+        price_source=source,
+        serving_window_seconds=serving_window_seconds,
+        simulated=experiment.engine == Engine.SIM,
+    )

@@ -1,0 +1,389 @@
+"""What a run cost and what a token cost: billed seconds, run cost, $ per 1M output tokens at
+the best load level under the SLOs (also with cold start amortized), spend per month.
+
+Guarantees (docs/costs.md gives every formula with a worked example):
+
+- Pure: no database and no clock. Callers pass what they read; ``runs.selectors`` does the
+  reading.
+- Money is ``Decimal`` from end to end. A float where money or seconds are expected is
+  refused (``TypeError``); a measured float (a throughput) enters as ``Decimal(str(x))``, its
+  shortest decimal form, never its binary expansion.
+- Arithmetic runs at 34 significant digits whatever the caller's decimal context, and each
+  public function rounds every money figure it returns once, at the end, to 0.0001 USD with
+  ROUND_HALF_EVEN. Nothing is rounded on the way.
+- Every rate here is USD per *pod*-hour (the whole pod, all its GPUs — what Runpod's
+  ``costPerHr`` bills). A catalogue price per GPU-hour becomes a pod rate in one place only,
+  ``pod_usd_per_hr``, so no figure is multiplied by the GPU count twice.
+- A cost derived from a simulated trial says so (``TrialCost.simulated``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal, localcontext
+from typing import Any, Protocol
+
+USD_QUANTUM = Decimal("0.0001")
+SECONDS_PER_HOUR = Decimal(3600)
+ONE_MILLION = Decimal(1_000_000)
+# One hour of serving at the level's throughput: long enough that a reader sees what a
+# deployment pays for starting, short enough that the start-up is not hidden.
+DEFAULT_SERVING_WINDOW_SECONDS = Decimal(3600)
+
+_ARITHMETIC = Context(prec=34, rounding=ROUND_HALF_EVEN)
+CLOSED_LOOP = "concurrency"
+OPEN_LOOP = "request_rate"
+
+
+def round_usd(amount: Decimal) -> Decimal:
+    """``amount`` rounded to 0.0001 USD, half to even (the one rounding rule for money)."""
+    with localcontext(_ARITHMETIC):
+        return _exact(amount, "amount").quantize(USD_QUANTUM, rounding=ROUND_HALF_EVEN)
+
+
+def _exact(value: Any, name: str) -> Decimal:
+    # Money and billed seconds must already be exact: a float here has lost digits before
+    # we see it, so it is refused rather than silently converted.
+    if isinstance(value, bool) or not isinstance(value, Decimal | int):
+        raise TypeError(f"{name} must be a Decimal (or int), not {type(value).__name__}")
+    value = Decimal(value)
+    if not value.is_finite():
+        raise ValueError(f"{name} must be finite, not {value}")
+    return value
+
+
+def _measured(value: Any, name: str) -> Decimal | None:
+    """A measured figure (JSON number) as a Decimal through its shortest decimal form."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Decimal | int | float):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, not {value}")
+    return Decimal(str(value))
+
+
+# --- A pod's billed time and what it cost ------------------------------------------------
+
+
+def billed_seconds(started: datetime, ended: datetime | None) -> Decimal:
+    """Whole seconds billed for a pod that lived from ``started`` to ``ended``.
+
+    Runpod bills per second, so any started second is billed: the lifetime is rounded *up*.
+    A pod that has not ended has no billed time yet (``ValueError``): the caller passes the
+    end it observed, never "now", so a figure is never computed from a guess.
+    """
+    if started is None or ended is None:
+        raise ValueError(
+            "billed seconds need both the pod's start and its end; it has not ended yet"
+        )
+    lifetime = ended - started  # TypeError when one is naive and the other aware
+    if lifetime < timedelta(0):
+        raise ValueError(f"the pod ended ({ended}) before it started ({started})")
+    with localcontext(_ARITHMETIC):
+        # timedelta is exact in days, seconds and microseconds: no float on the way.
+        exact = Decimal(lifetime.days * 86_400 + lifetime.seconds) + Decimal(
+            lifetime.microseconds
+        ).scaleb(-6)
+        return exact.to_integral_value(rounding=ROUND_CEILING)
+
+
+def pod_usd_per_hr(*, gpu_usd_per_hr: Decimal, gpu_count: int) -> Decimal:
+    """A pod's rate from a price per GPU-hour (the catalogue's unit): price × GPUs.
+
+    The only place a per-GPU price is multiplied by the GPU count. Runpod's ``costPerHr`` is
+    already a pod rate and must not pass through here.
+    """
+    if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 1:
+        raise ValueError(f"gpu_count must be a whole number ≥ 1, not {gpu_count!r}")
+    with localcontext(_ARITHMETIC):
+        return round_usd(_exact(gpu_usd_per_hr, "gpu_usd_per_hr") * gpu_count)
+
+
+def run_cost_usd(*, seconds: Decimal, pod_usd_per_hr: Decimal) -> Decimal:
+    """What ``seconds`` of a pod cost at its rate per pod-hour: seconds × rate ÷ 3600.
+
+    ``pod_usd_per_hr`` is for the whole pod; convert a per-GPU price with ``pod_usd_per_hr()``.
+    """
+    with localcontext(_ARITHMETIC):
+        seconds = _exact(seconds, "seconds")
+        if seconds < 0:
+            raise ValueError(f"seconds must not be negative, not {seconds}")
+        return round_usd(seconds * _exact(pod_usd_per_hr, "pod_usd_per_hr") / SECONDS_PER_HOUR)
+
+
+def _throughput(value: Any) -> Decimal | None:
+    # No tokens served means no cost per token (None), not a division by zero.
+    throughput = _measured(value, "output throughput")
+    if throughput is not None and throughput < 0:
+        raise ValueError(f"output throughput must not be negative, not {throughput}")
+    return throughput or None
+
+
+def _usd_per_million(throughput: Decimal, pod_rate: Decimal) -> Decimal:
+    # pod $/s ÷ tokens/s = $ per token; × 1e6. Unrounded: callers round once, at the end.
+    return pod_rate / SECONDS_PER_HOUR / throughput * ONE_MILLION
+
+
+def level_cost_per_million_output_tokens(
+    *, output_throughput_tok_s: float | Decimal | None, pod_usd_per_hr: Decimal
+) -> Decimal | None:
+    """USD per 1M output tokens while the pod serves at this throughput (None when nothing
+    was served): pod $/s ÷ output tokens/s × 1e6.
+
+    With the load generator's ``output_throughput = total_output_tokens / duration`` this is
+    DESIGN.md's "billed $/s × measured wall seconds ÷ output tokens × 1e6".
+    """
+    with localcontext(_ARITHMETIC):
+        rate = _exact(pod_usd_per_hr, "pod_usd_per_hr")
+        throughput = _throughput(output_throughput_tok_s)
+        return None if throughput is None else round_usd(_usd_per_million(throughput, rate))
+
+
+# --- The best load level under the SLOs --------------------------------------------------
+
+
+def level_load(level: Mapping[str, Any]) -> tuple[str, Decimal]:
+    """The level's kind (``"concurrency"`` or ``"request_rate"``) and how heavy it is; an
+    unbounded rate (``"inf"``) is heavier than any finite one."""
+    concurrency, rate = level.get("concurrency"), level.get("request_rate")
+    if (concurrency is None) == (rate is None):
+        raise ValueError("a level has exactly one of concurrency and request_rate")
+    if concurrency is not None:
+        return CLOSED_LOOP, Decimal(concurrency)
+    if rate == "inf":
+        return OPEN_LOOP, Decimal("Infinity")
+    return OPEN_LOOP, _measured(rate, "request_rate")
+
+
+def _load_text(level: Mapping[str, Any]) -> str:
+    kind, _ = level_load(level)
+    return f"{kind}={level[kind]}"
+
+
+def level_qualifies(level: Mapping[str, Any]) -> bool:
+    """Whether a level's figures may be reported as "meets the SLOs".
+
+    It must have completed requests and no failed one, must not have been cut short
+    (``partial``: its figures cover only the requests that finished before the stop), and
+    every objective in its ``slo`` report must be met. A level measured without SLOs has
+    nothing to miss and qualifies.
+    """
+    if level.get("partial") or (level.get("failed") or 0) > 0:
+        return False
+    if not level.get("completed"):
+        return False
+    report = level.get("slo") or {}
+    return all(objective.get("met") is True for objective in report.values())
+
+
+def _ranked_kind(levels: list[Mapping[str, Any]]) -> str | None:
+    # Closed-loop and open-loop levels are not one scale (64 users ≠ 64 requests/s), so
+    # only one kind is ranked: closed-loop when the trial has any, as the sweep's main axis.
+    kinds = {level_load(level)[0] for level in levels}
+    if CLOSED_LOOP in kinds:
+        return CLOSED_LOOP
+    return OPEN_LOOP if kinds else None
+
+
+def best_level_under_slos(levels: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The heaviest qualifying level (``level_qualifies``), or None when none qualifies.
+
+    ``levels`` are the load generator's level results (each with ``concurrency`` or
+    ``request_rate``). Levels are ranked by concurrency, or by request rate when the trial
+    has no closed-loop level: when both kinds exist only the closed-loop ones are ranked,
+    even if none of them qualifies, so that two trials are never compared on different
+    kinds of load.
+    """
+    levels = list(levels)
+    kind = _ranked_kind(levels)
+    candidates = [
+        level for level in levels if level_load(level)[0] == kind and level_qualifies(level)
+    ]
+    return max(candidates, key=lambda level: level_load(level)[1], default=None)
+
+
+# --- Cost per token of a trial ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """A trial's cost per 1M output tokens, every figure it rests on, and the assumptions.
+
+    Money fields are Decimals rounded to 0.0001 USD; a None means "not known" and ``notes``
+    says why. ``simulated`` figures are in the modelled hardware's time and priced at its
+    rate: show them apart from measured ones, never in one ranking.
+    """
+
+    simulated: bool
+    level: Mapping[str, Any] | None  # the chosen level's result, as given
+    load: str | None  # "concurrency=64", "request_rate=inf"
+    output_throughput_tok_s: Decimal | None
+    pod_usd_per_hr: Decimal | None
+    price_source: str
+    usd_per_million_output_tokens: Decimal | None
+    cold_start_phase: str | None  # the last cold-start phase recorded
+    cold_start_seconds: Decimal | None  # engine process start → that phase
+    cold_start_usd: Decimal | None  # what one cold start costs at the pod's rate
+    serving_window_seconds: Decimal  # the serving a cold start is amortized over
+    usd_per_million_output_tokens_cold_start_amortized: Decimal | None
+    notes: tuple[str, ...]
+
+
+def _last_cold_start_phase(cold_start: Mapping[str, Any]) -> tuple[str, Decimal] | None:
+    # Phase times are seconds since the engine process started, so the last phase is the
+    # latest time (first_token, or health_ready when no token was timed). On a tie the later
+    # entry wins: the site stores phases in the order they arrive.
+    last = None
+    for phase, seconds in cold_start.items():
+        value = _measured(seconds, f"cold_start[{phase!r}]")
+        if value is not None and (last is None or value >= last[1]):
+            last = (phase, value)
+    return last
+
+
+def trial_cost_per_million_output_tokens(
+    levels: Iterable[Mapping[str, Any]],
+    *,
+    pod_usd_per_hr: Decimal | None,
+    cold_start: Mapping[str, Any],
+    price_source: str = "",
+    serving_window_seconds: Decimal = DEFAULT_SERVING_WINDOW_SECONDS,
+    simulated: bool = False,
+) -> TrialCost:
+    """$ per 1M output tokens at the trial's best level under the SLOs, steady and with the
+    cold start amortized.
+
+    Steady: ``level_cost_per_million_output_tokens`` at ``best_level_under_slos``.
+    Amortized: a deployment pays its cold start C once, then serves W seconds
+    (``serving_window_seconds``) at that level's throughput T, so
+    ``pod $/s × (C + W) ÷ (T × W) × 1e6`` = steady × (1 + C/W). C is the time of the last
+    cold-start phase recorded (``cold_start``: phase → seconds since the engine process
+    started); renting and booting the pod before that is not in it.
+
+    ``pod_usd_per_hr`` None (no price known) leaves the money figures None. ``simulated`` is
+    set when the caller says so or any level carries the simulator's ``simulated`` label.
+    """
+    levels = list(levels)
+    with localcontext(_ARITHMETIC):
+        window = _exact(serving_window_seconds, "serving_window_seconds")
+        if window <= 0:
+            raise ValueError(f"the serving window must be positive, not {window}")
+        rate = None if pod_usd_per_hr is None else _exact(pod_usd_per_hr, "pod_usd_per_hr")
+        simulated = simulated or any(
+            level.get("simulated") not in (None, False) for level in levels
+        )
+        notes: list[str] = [
+            "A level qualifies when every SLO given is met at p99, no request failed and it "
+            "was not cut short; a level measured without SLOs qualifies."
+        ]
+        kinds = {level_load(level)[0] for level in levels}
+        if kinds == {CLOSED_LOOP, OPEN_LOOP}:
+            notes.append(
+                "Closed-loop levels ranked by concurrency; the open-loop levels are not "
+                "compared with them."
+            )
+        if simulated:
+            notes.append(
+                "Simulated: throughput in the modelled hardware's time, priced at its rate; "
+                "not a measurement."
+            )
+
+        level = best_level_under_slos(levels)
+        throughput = None if level is None else _throughput(level.get("output_throughput"))
+        if level is None:
+            notes.append("No level met the SLOs without failures: no cost per token.")
+        if rate is None:
+            notes.append(f"No price known ({price_source or 'no source'}): no cost.")
+
+        steady = amortized = cold_usd = None
+        if rate is not None and throughput is not None:
+            steady = _usd_per_million(throughput, rate)
+
+        last_phase = _last_cold_start_phase(cold_start)
+        if last_phase is None:
+            notes.append("No cold-start phase was recorded: nothing to amortize.")
+        else:
+            phase, seconds = last_phase
+            notes.append(
+                f"Cold start: {seconds} s (engine process start → {phase}), paid once per "
+                f"deployment and amortized over {window} s of serving at the level's "
+                "throughput; pod provisioning and image pull are not included."
+            )
+            if rate is not None:
+                cold_usd = rate * seconds / SECONDS_PER_HOUR
+            if steady is not None:
+                amortized = steady * (seconds + window) / window
+
+        return TrialCost(
+            simulated=simulated,
+            level=level,
+            load=None if level is None else _load_text(level),
+            output_throughput_tok_s=throughput,
+            pod_usd_per_hr=None if rate is None else round_usd(rate),
+            price_source=price_source,
+            usd_per_million_output_tokens=None if steady is None else round_usd(steady),
+            cold_start_phase=None if last_phase is None else last_phase[0],
+            cold_start_seconds=None if last_phase is None else last_phase[1],
+            cold_start_usd=None if cold_usd is None else round_usd(cold_usd),
+            serving_window_seconds=window,
+            usd_per_million_output_tokens_cold_start_amortized=(
+                None if amortized is None else round_usd(amortized)
+            ),
+            notes=tuple(notes),
+        )
+
+
+# --- Spend per organization per month ----------------------------------------------------
+
+
+class RunSpend(Protocol):
+    """What month spend reads from a run (``runs.models.Run`` has these)."""
+
+    organization_id: Any
+    created_at: datetime
+    cost_usd: Decimal
+
+
+def month_start(moment: datetime) -> date:
+    """The first day of the UTC calendar month ``moment`` falls in (aware datetimes only)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{moment} has no time zone: its month is ambiguous")
+    return moment.astimezone(UTC).date().replace(day=1)
+
+
+def month_bounds_utc(month: date) -> tuple[datetime, datetime]:
+    """[start, end) of the UTC calendar month whose first day is ``month``."""
+    if month.day != 1:
+        raise ValueError(f"a month is given by its first day, not {month}")
+    following = date(month.year + month.month // 12, month.month % 12 + 1, 1)
+    return (
+        datetime(month.year, month.month, 1, tzinfo=UTC),
+        datetime(following.year, following.month, 1, tzinfo=UTC),
+    )
+
+
+def spend_by_month(runs: Iterable[RunSpend]) -> dict[tuple[Any, date], Decimal]:
+    """Total ``cost_usd`` per (organization id, UTC month the run was started in).
+
+    A run is counted whole in the month of its ``created_at`` — the moment it was started
+    and passed its budget check — even when its pod ran into the next month: it is not
+    prorated.
+    """
+    totals: dict[tuple[Any, date], Decimal] = {}
+    with localcontext(_ARITHMETIC):
+        for run in runs:
+            key = (run.organization_id, month_start(run.created_at))
+            totals[key] = totals.get(key, Decimal(0)) + _exact(run.cost_usd, "cost_usd")
+        return {key: round_usd(total) for key, total in totals.items()}
+
+
+def month_spend(runs: Iterable[RunSpend], *, organization_id: Any, month: date) -> Decimal:
+    """What one organization's runs started in ``month`` (its first day) cost, by the rule of
+    ``spend_by_month``; 0.0000 when none."""
+    month_bounds_utc(month)  # refuses a date that is not a month's first day
+    total = spend_by_month(run for run in runs if run.organization_id == organization_id)
+    return total.get((organization_id, month), round_usd(Decimal(0)))
