@@ -17,11 +17,13 @@ $(STAMP): requirements/dev.lock.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# The demo runs on SQLite and in-memory layers whatever the shell has set.
+# The demo runs on SQLite and in-memory layers whatever the shell has set: it serves the site,
+# runs the demo experiment end to end (run_start → provisioning task → local agent → simulator
+# → the site's socket), prints the results, and keeps serving until Ctrl-C.
+DEMO_ARGS ?=
 demo: $(STAMP)
 	env -u DATABASE_URL -u REDIS_URL DEBUG=true $(BIN)/python manage.py migrate --noinput -v0
-	env -u DATABASE_URL -u REDIS_URL DEBUG=true $(BIN)/python manage.py seed_demo
-	env -u DATABASE_URL -u REDIS_URL DEBUG=true $(BIN)/python manage.py runserver 127.0.0.1:8000 --noreload
+	env -u DATABASE_URL -u REDIS_URL DEBUG=true $(BIN)/python manage.py demo_run $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -7,14 +7,20 @@ echoed back in errors for variables that may hold secrets.
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 from urllib.parse import urlparse
 
 import dj_database_url
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+# 32 bytes in URL-safe base64: 43 characters and one '=' of padding.
+_FERNET_KEY = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]=")
 
 
 def env_str(name: str, default: str | None = None, *, required: bool = False) -> str | None:
@@ -91,6 +97,16 @@ def env_database(name: str, default: str | None, *, required: bool) -> dict:
         ) from None
     if not config.get("ENGINE"):
         raise ImproperlyConfigured(f"{name} is not a valid database URL (unknown scheme)")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # The demo's site, worker and agent ingest write one file from several processes:
+        # WAL lets readers run beside a writer, IMMEDIATE transactions queue writers instead
+        # of failing them, and the timeout is how long a writer waits its turn.
+        config["OPTIONS"] = {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        config["CONN_MAX_AGE"] = 0
     return config
 
 
@@ -109,3 +125,30 @@ def env_redis_url(name: str, default: str | None, *, required: bool) -> str | No
     except ValueError:
         raise ImproperlyConfigured(f"{name} has a malformed port") from None
     return url
+
+
+def env_fernet_keys(name: str, *, derive_from: str | None) -> str:
+    """One or more Fernet keys (URL-safe base64 of 32 bytes), comma-separated: the first
+    encrypts, every one decrypts (so a key can be rotated). Unset, a key is derived from
+    ``derive_from`` with HKDF-SHA256 (the demo, from SECRET_KEY); without ``derive_from`` the
+    variable is required. Errors never echo the value."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        if derive_from is None:
+            raise ImproperlyConfigured(
+                f"{name} must be set (it has no default outside the demo); generate one with "
+                "python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())'"
+            )
+        derived = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=b"benchsite/credentials/v1"
+        ).derive(derive_from.encode())
+        return base64.urlsafe_b64encode(derived).decode()
+    keys = [item.strip() for item in raw.split(",")]
+    for position, key in enumerate(keys, start=1):
+        if not _FERNET_KEY.fullmatch(key):
+            raise ImproperlyConfigured(
+                f"{name} must hold Fernet keys (32 bytes, URL-safe base64), comma-separated; "
+                f"item {position} is not one"
+            )
+    return ",".join(keys)

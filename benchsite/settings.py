@@ -14,6 +14,7 @@ from benchsite.env import (
     env_bool,
     env_choice,
     env_database,
+    env_fernet_keys,
     env_int,
     env_list,
     env_redis_url,
@@ -33,6 +34,12 @@ if _PRODUCTION and not ALLOWED_HOSTS:
 
     raise ImproperlyConfigured("ALLOWED_HOSTS must be set (comma-separated host names)")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Encrypts the organizations' provider API keys at rest (runs/secrets.py). Losing or changing
+# it makes the stored keys unreadable, so it is its own variable, not derived from SECRET_KEY
+# (which operators rotate for other reasons) except in the demo.
+CREDENTIALS_ENCRYPTION_KEY = env_fernet_keys(
+    "CREDENTIALS_ENCRYPTION_KEY", derive_from=None if _PRODUCTION else SECRET_KEY
+)
 
 INSTALLED_APPS = [
     "daphne",
@@ -164,6 +171,26 @@ SPECTACULAR_SETTINGS = {
 BENCHSITE_MAX_GRID_TRIALS = env_int("BENCHSITE_MAX_GRID_TRIALS", 64, minimum=1)
 # Token last-used times are written at most this often, so reads stay reads.
 BENCHSITE_TOKEN_TOUCH_SECONDS = env_int("BENCHSITE_TOKEN_TOUCH_SECONDS", 60, minimum=0)
+
+# Runs: where agents report (the site's address as pods see it), where vLLM runs, and how
+# long the reconcile task waits before it calls an agent silent or a cancel unanswered.
+BENCHSITE_PUBLIC_URL = env_str("BENCHSITE_PUBLIC_URL", "http://127.0.0.1:8000")
+BENCHSITE_PROVIDER = env_choice("BENCHSITE_PROVIDER", "runpod", {"runpod", "local"})
+BENCHSITE_AGENT_IMAGE = env_str("BENCHSITE_AGENT_IMAGE", "benchsite/agent:{tag}")
+BENCHSITE_LOCAL_PODS_DIR = env_str("BENCHSITE_LOCAL_PODS_DIR", "")  # "": MEDIA_ROOT/pods
+BENCHSITE_LOCAL_AGENT_COMMAND = env_str("BENCHSITE_LOCAL_AGENT_COMMAND", "")
+BENCHSITE_SIM_SPEED = env_int("BENCHSITE_SIM_SPEED", 1, minimum=1)
+BENCHSITE_AGENT_SILENCE_SECONDS = env_int("BENCHSITE_AGENT_SILENCE_SECONDS", 120, minimum=10)
+BENCHSITE_PROVISION_TIMEOUT_SECONDS = env_int(
+    "BENCHSITE_PROVISION_TIMEOUT_SECONDS", 1800, minimum=60
+)
+BENCHSITE_CANCEL_GRACE_SECONDS = env_int("BENCHSITE_CANCEL_GRACE_SECONDS", 60, minimum=0)
+CELERY_BEAT_SCHEDULE = {
+    "runs-reconcile": {
+        "task": "runs.tasks.runs_reconcile",
+        "schedule": env_int("BENCHSITE_RECONCILE_SECONDS", 30, minimum=5),
+    },
+}
 
 # Behind a TLS-terminating proxy the original scheme arrives in this header.
 if env_bool("SECURE_PROXY_SSL_HEADER", False):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 from decimal import Decimal
 
+from django.conf import settings
 from django.utils import timezone
 
 from agents import protocol
@@ -58,6 +59,9 @@ def run_job_spec(run: Run, *, ws_url: str | None, rest_url: str | None) -> proto
             vllm_version=vllm_version_of_tag(experiment.engine_image_tag),
             gpu_type=experiment.gpu_type_id,
             gpu_count=experiment.gpu_count,
+            # How much faster than the modelled GPU the simulator runs (its figures are
+            # reported in the GPU's time whatever this is); no effect on real vLLM.
+            sim_speed=float(getattr(settings, "BENCHSITE_SIM_SPEED", 1.0)),
         ),
         model=protocol.ModelSource(
             hf_repo=model.hf_repo,

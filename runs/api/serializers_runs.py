@@ -6,6 +6,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from runs.models import Measurement, Run, Trial
+from runs.models.runs import RunTrigger
 
 
 class MeasurementSerializer(serializers.ModelSerializer):
@@ -85,6 +86,21 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class RunStartSerializer(serializers.Serializer):
+    experiment = serializers.UUIDField(help_text="The experiment to run (of this organization).")
+    reason = StrictCharField(
+        max_length=Run._meta.get_field("reason").max_length,
+        allow_blank=True,
+        default="",
+        help_text="Why it runs, e.g. a commit; shown with the run.",
+    )
+    trigger = serializers.ChoiceField(
+        choices=RunTrigger.choices,
+        default=RunTrigger.API,
+        help_text="Who asked: a person's script (api), a CI pipeline (ci) or the web UI (ui).",
+    )
 
 
 class RunCancelSerializer(serializers.Serializer):

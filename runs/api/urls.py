@@ -9,6 +9,7 @@ from rest_framework.routers import DefaultRouter, SimpleRouter
 from runs.api.views_agent import AgentDatasetView, AgentJobView, AgentMessagesView
 from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
+from runs.api.views_credentials import ProviderKeyViewSet
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
 from runs.api.views_runs import RunViewSet
 from runs.api.views_tenancy import MemberViewSet, OrganizationViewSet, TokenViewSet
@@ -27,6 +28,7 @@ tenant.register("datasets", DatasetViewSet, basename="dataset")
 tenant.register("budgets", BudgetViewSet, basename="budget")
 tenant.register("runs", RunViewSet, basename="run")
 tenant.register("audit", AuditEventViewSet, basename="audit")
+tenant.register("provider-keys", ProviderKeyViewSet, basename="provider-key")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -1,20 +1,27 @@
-"""Runs of the organization's experiments, with trials and measurements, and cancelling a
-run (starting runs arrives with the orchestration)."""
+"""Runs of the organization's experiments, with trials and measurements: starting one (the
+budget checked against its estimate first) and cancelling one."""
 
 from __future__ import annotations
 
 import django_filters
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from runs.access import access_run
+from runs.access import access_run, scoped
 from runs.api.scoping import OrgScopedViewSet
-from runs.api.serializers_runs import RunCancelSerializer, RunDetailSerializer, RunSerializer
-from runs.models import Run, Trial
+from runs.api.serializers_runs import (
+    RunCancelSerializer,
+    RunDetailSerializer,
+    RunSerializer,
+    RunStartSerializer,
+)
+from runs.errors import DomainValidationError
+from runs.models import Experiment, Run, Trial
 from runs.services.run_control import run_cancel
+from runs.services.run_start import run_start
 
 
 class RunFilter(django_filters.FilterSet):
@@ -40,6 +47,27 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedView
             trials = Trial.objects.prefetch_related("measurements").order_by("index")
             queryset = queryset.prefetch_related(Prefetch("trials", queryset=trials))
         return queryset
+
+    @extend_schema(request=RunStartSerializer, responses={201: RunSerializer})
+    def create(self, request, org):
+        """Starts a run of an experiment: refused (400 on ``budget``, nothing rented) when
+        its estimate would break the experiment's or the organization's budget."""
+        data = RunStartSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        experiment = (
+            scoped(self.membership, Experiment).filter(id=data.validated_data["experiment"]).first()
+        )
+        if experiment is None:
+            raise DomainValidationError.single(
+                "experiment", "No such experiment in this organization."
+            )
+        run = run_start(
+            actor=self.actor,
+            experiment=experiment,
+            reason=data.validated_data["reason"],
+            trigger=data.validated_data["trigger"],
+        )
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=RunCancelSerializer, responses=RunSerializer)
     @action(detail=True, methods=["post"])

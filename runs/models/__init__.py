@@ -4,6 +4,7 @@ from runs.models.agent import AgentMessageRecord
 from runs.models.audit import AuditEvent
 from runs.models.budgets import Budget
 from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
+from runs.models.credentials import CredentialProvider, ProviderCredential
 from runs.models.experiments import Experiment, WorkloadDataset
 from runs.models.runs import Measurement, Run, Trial
 from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
@@ -13,6 +14,7 @@ __all__ = [
     "ApiToken",
     "AuditEvent",
     "Budget",
+    "CredentialProvider",
     "Experiment",
     "GpuPriceOverride",
     "GpuType",
@@ -20,6 +22,7 @@ __all__ = [
     "Membership",
     "ModelSpec",
     "Organization",
+    "ProviderCredential",
     "Role",
     "Run",
     "Trial",

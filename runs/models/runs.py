@@ -53,6 +53,9 @@ class Run(models.Model):
     provider = models.CharField(max_length=32, blank=True)
     pod_id = models.CharField(max_length=100, blank=True)
     price_usd_hr = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    # The rented pod's lifetime: billing runs from its creation to its termination.
+    pod_started_at = models.DateTimeField(null=True, blank=True)
+    pod_terminated_at = models.DateTimeField(null=True, blank=True)
     billed_seconds = models.FloatField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     run_token_hash = models.CharField(max_length=64, blank=True)

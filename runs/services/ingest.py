@@ -11,6 +11,7 @@ Guarantees of ``agent_messages_ingest``:
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -174,6 +175,17 @@ def _finish_if_complete(run: Run) -> None:
     elif finished.payload.get("reason"):
         run.failure_reason = finished.payload["reason"]
     run.save(update_fields=["state", "finished_at", "failure_reason"])
+    # The pod is given back as soon as the run is over (reconcile catches a lost task).
+    transaction.on_commit(functools.partial(_enqueue_finalize, run.id))
+
+
+def _enqueue_finalize(run_id) -> None:
+    from runs.tasks import run_finalize  # the task module imports services
+
+    try:
+        run_finalize.delay(str(run_id))
+    except Exception:  # a broker hiccup must not lose the stored messages; reconcile retries
+        logger.warning("could not enqueue finalizing run %s", run_id, exc_info=True)
 
 
 def _browser_update(message) -> dict:

@@ -23,9 +23,10 @@ from django.utils import timezone
 
 from runs.actors import Actor
 from runs.audit import audit_diff, audit_record, audit_snapshot
-from runs.errors import Conflict, DomainValidationError
+from runs.errors import Conflict
 from runs.models import Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
+from runs.services.text_input import clean_short_text
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +38,8 @@ def agent_run_group(run_id) -> str:
     return f"agent-run-{run_id}"
 
 
-def _clean_reason(reason) -> str:
-    if not isinstance(reason, str):
-        raise DomainValidationError.single("reason", "Expected a string.")
-    reason = reason.strip()
-    if len(reason) > MAX_CANCEL_REASON_CHARS:
-        raise DomainValidationError.single(
-            "reason", f"At most {MAX_CANCEL_REASON_CHARS} characters (got {len(reason)})."
-        )
-    if "\x00" in reason:
-        raise DomainValidationError.single("reason", "Null characters are not allowed.")
-    return reason
+def _clean_reason(reason: object) -> str:
+    return clean_short_text(reason, field="reason", max_chars=MAX_CANCEL_REASON_CHARS)
 
 
 @transaction.atomic

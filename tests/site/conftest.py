@@ -28,6 +28,18 @@ def isolated_media_and_cheap_hashing(settings, tmp_path):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def celery_tasks_run_in_process():
+    """Tasks run where they are enqueued, so no message outlives its test in a shared broker
+    (the tests with a real worker process switch this off for themselves)."""
+    from benchsite.celery import app
+
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager = False
+
+
 H100 = "NVIDIA H100 80GB HBM3"
 
 

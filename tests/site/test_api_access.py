@@ -26,6 +26,7 @@ from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, AuditEvent, GpuType, Membership, Run, User
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
+from runs.services.credentials import provider_key_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import membership_add, token_create
 
@@ -71,6 +72,7 @@ def world(alice, bob, mallory, charlie) -> World:
         price_secure_usd_hr=Decimal("3.00"),
         price_community_usd_hr=None,
     )
+    provider_key_set(actor=SYSTEM, org=org, provider="runpod", api_key="rpa_world_" + "0" * 30)
     return World(
         alice=alice,
         bob=bob,
@@ -86,6 +88,7 @@ def world(alice, bob, mallory, charlie) -> World:
             "dataset": dataset.pk,
             "budget": budget.pk,
             "run": run.pk,
+            "provider-key": "runpod",
         },
     )
 
@@ -190,11 +193,17 @@ ENDPOINTS = [
     Endpoint("budget-detail", "get", R),
     Endpoint("budget-detail", "delete", M),
     Endpoint("run-list", "get", R),
+    # Starting is writing (and spending): provisioning follows the commit, not run here.
+    Endpoint("run-list", "post", W, lambda w: {"experiment": str(w.rows["experiment"])}),
     Endpoint("run-detail", "get", R),
     # The world's run is queued: cancelling it ends it at once (test_run_cancel.py: the rest).
     Endpoint("run-cancel", "post", W, lambda w: {"reason": "wrong grid"}),
     Endpoint("audit-list", "get", R),
     Endpoint("audit-export", "get", R),
+    # Provider keys are secrets: even their fingerprints are for owners and admins.
+    Endpoint("provider-key-detail", "get", M),
+    Endpoint("provider-key-detail", "put", M, lambda w: {"api_key": "rpa_replaced_" + "1" * 30}),
+    Endpoint("provider-key-detail", "delete", M),
 ]
 TENANT_ENDPOINTS = [e for e in ENDPOINTS if e.tenant]
 ORG_DETAIL = next(e for e in ENDPOINTS if e.name == "org-detail")
@@ -209,7 +218,8 @@ def url_of(endpoint: Endpoint, org: str, row=None) -> str:
         return reverse(endpoint.name, kwargs={"org": org})
     kwargs = {"org": org}
     if endpoint.detail:
-        kwargs["pk"] = row
+        # A provider key is named by its provider ("runpod"), not by a row's id.
+        kwargs["provider" if endpoint.basename == "provider-key" else "pk"] = row
     return reverse(endpoint.name, kwargs=kwargs)
 
 
@@ -310,9 +320,13 @@ def test_it_hides_other_tenants_organizations(world, endpoint):
     }
 
 
-# GPU types are a shared catalogue: B reading H100 is not reading A's row (see below).
+# GPU types are a shared catalogue: B reading H100 is not reading A's row (see below). A
+# provider key is named by its provider ("runpod"), the same name in every organization: B's
+# URL reaches B's own key (test_provider_keys.py: test_it_hides_other_tenants_keys).
 @pytest.mark.parametrize(
-    "endpoint", [e for e in TENANT_ROW_ENDPOINTS if e.basename != "gpu-type"], ids=ids
+    "endpoint",
+    [e for e in TENANT_ROW_ENDPOINTS if e.basename not in {"gpu-type", "provider-key"}],
+    ids=ids,
 )
 def test_it_hides_other_tenants_rows(world, endpoint):
     """charlie, in his own organization, naming one of A's rows: the answer of a missing id."""

@@ -16,6 +16,8 @@ PRODUCTION = {
     "REDIS_URL": "redis://cache.internal:6379/0",
     "ALLOWED_HOSTS": "bench.example.com",
     "CSRF_TRUSTED_ORIGINS": "https://bench.example.com",
+    # A Fernet key (32 url-safe base64 bytes): encrypts the organizations' provider keys.
+    "CREDENTIALS_ENCRYPTION_KEY": "ZmRzYWZkc2FmZHNhZmRzYWZkc2FmZHNhZmRzYWZkc2E=",
 }
 
 
@@ -59,7 +61,10 @@ def test_it_stops_on_a_malformed_value_naming_the_variable(variable, value):
     assert "s3cret-pass" not in result.stderr  # a URL's password is never echoed
 
 
-@pytest.mark.parametrize("variable", ["SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS"])
+@pytest.mark.parametrize(
+    "variable",
+    ["SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "CREDENTIALS_ENCRYPTION_KEY"],
+)
 def test_it_requires_production_variables_outside_debug(variable):
     env = {k: v for k, v in PRODUCTION.items() if k != variable}
     result = _django(env, "check")

@@ -1,0 +1,53 @@
+"""Which provider serves a run, holding which organization's key.
+
+Guarantees: a simulated experiment always runs on the local provider (it needs no GPU); a
+vLLM experiment runs where ``BENCHSITE_PROVIDER`` says (``runpod`` unless configured
+otherwise); a Runpod provider is built with the run's own organization's key and no other.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from django.conf import settings
+
+from runs.models import Organization
+from runs.providers.base import PermanentProviderError, Provider
+from runs.providers.local import LocalProvider, default_agent_command
+
+
+def local_provider() -> LocalProvider:
+    """The local provider of this installation (its pods' records under MEDIA_ROOT)."""
+    configured = getattr(settings, "BENCHSITE_LOCAL_PODS_DIR", "")
+    state_dir = Path(configured) if configured else Path(settings.MEDIA_ROOT) / "pods"
+    command = getattr(settings, "BENCHSITE_LOCAL_AGENT_COMMAND", "")
+    return LocalProvider(
+        state_dir,
+        agent_command=shlex.split(command) if command else default_agent_command(),
+        extra_env=dict(getattr(settings, "BENCHSITE_LOCAL_AGENT_ENV", {})),
+    )
+
+
+def provider_name_for(*, engine: str) -> str:
+    if engine == "sim":
+        return "local"
+    return getattr(settings, "BENCHSITE_PROVIDER", "runpod")
+
+
+def provider_for(*, org: Organization, name: str) -> Provider:
+    """The provider ``name`` acting for ``org``; raises ``PermanentProviderError`` when the
+    organization has no key for it."""
+    if name == "local":
+        return local_provider()
+    if name == "runpod":
+        from runs.providers.runpod import RunpodProvider
+        from runs.services.credentials import provider_key_for_run
+
+        key = provider_key_for_run(org)
+        if not key:
+            raise PermanentProviderError(
+                "The organization has no Runpod API key; an owner or admin can set one."
+            )
+        return RunpodProvider(key)
+    raise PermanentProviderError(f"unknown provider {name!r}")

@@ -1,0 +1,122 @@
+"""An organization's provider API keys: set, clear, and read back for a run.
+
+Guarantees: the key is stored only as ciphertext (runs/secrets.py); the audit log, error
+messages and return values carry its fingerprint (the last four characters) and never the
+key or the ciphertext; each change and its audit event are written in one transaction; a
+refused key leaves whatever was stored before untouched.
+"""
+
+from __future__ import annotations
+
+import string
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs.actors import Actor
+from runs.audit import audit_record
+from runs.errors import DomainValidationError
+from runs.models import CredentialProvider, Organization, ProviderCredential
+from runs.providers.base import PermanentProviderError
+from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
+
+API_KEY_MAX_LENGTH = 200
+# Printable ASCII without whitespace: what provider keys are made of, and nothing that could
+# break out of an HTTP header.
+_KEY_CHARACTERS = frozenset(string.ascii_letters + string.digits + string.punctuation)
+# Shorter keys show no characters at all: four of a short key would give too much away.
+_FINGERPRINT_MIN_LENGTH = 16
+
+
+def _check_api_key(api_key: str) -> None:
+    # Messages describe the rule, never the value: the value is a secret.
+    if not api_key:
+        message = "Must not be empty."
+    elif len(api_key) > API_KEY_MAX_LENGTH:
+        message = f"Must be at most {API_KEY_MAX_LENGTH} characters."
+    elif not set(api_key) <= _KEY_CHARACTERS:
+        message = "Must be printable ASCII without spaces, tabs or line breaks."
+    else:
+        return
+    raise DomainValidationError.single("api_key", message)
+
+
+def key_fingerprint(api_key: str) -> str:
+    """What may be shown of a key: "…" and its last four characters."""
+    return "…" + (api_key[-4:] if len(api_key) >= _FINGERPRINT_MIN_LENGTH else "")
+
+
+@transaction.atomic
+def provider_key_set(
+    *, actor: Actor, org: Organization, provider: str, api_key: str
+) -> ProviderCredential:
+    """Stores (or replaces) the organization's key for ``provider``, encrypted."""
+    provider = CredentialProvider(provider)
+    _check_api_key(api_key)
+    fingerprint = key_fingerprint(api_key)
+    credential = (
+        ProviderCredential.objects.select_for_update()
+        .filter(organization=org, provider=provider)
+        .first()
+    )
+    before = None
+    if credential is None:
+        credential = ProviderCredential(organization=org, provider=provider, created_by=actor.user)
+    else:
+        before = {"provider": provider.value, "fingerprint": credential.fingerprint}
+    credential.encrypted_key = encrypt_secret(api_key)
+    credential.fingerprint = fingerprint
+    credential.updated_at = timezone.now()
+    credential.save()
+    audit_record(
+        org=org,
+        actor=actor,
+        event="provider_key.set",
+        target=credential,
+        before=before,
+        after={"provider": provider.value, "fingerprint": fingerprint},
+    )
+    return credential
+
+
+@transaction.atomic
+def provider_key_clear(*, actor: Actor, org: Organization, provider: str) -> None:
+    """Forgets the organization's key for ``provider``; clearing none is a no-op."""
+    provider = CredentialProvider(provider)
+    credential = (
+        ProviderCredential.objects.select_for_update()
+        .filter(organization=org, provider=provider)
+        .first()
+    )
+    if credential is None:
+        return
+    audit_record(
+        org=org,
+        actor=actor,
+        event="provider_key.clear",
+        target=credential,
+        before={"provider": provider.value, "fingerprint": credential.fingerprint},
+    )
+    credential.delete()
+
+
+def provider_key_for_run(
+    org: Organization, provider: str = CredentialProvider.RUNPOD
+) -> str | None:
+    """The organization's own key for ``provider`` in clear, or None when it has none.
+
+    Only a provider adapter acting for this organization may hold the result, and only for
+    the calls it makes; a key that cannot be decrypted raises ``PermanentProviderError``
+    (the run fails with the reason).
+    """
+    credential = ProviderCredential.objects.filter(organization=org, provider=provider).first()
+    if credential is None:
+        return None
+    try:
+        return decrypt_secret(credential.encrypted_key)
+    except SecretUnreadable:
+        raise PermanentProviderError(
+            f"The organization's {CredentialProvider(provider).label} API key "
+            f"({credential.fingerprint}) cannot be decrypted: CREDENTIALS_ENCRYPTION_KEY has "
+            "changed since it was saved. Restore the previous key, or set the API key again."
+        ) from None

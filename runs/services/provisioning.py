@@ -1,0 +1,173 @@
+"""Renting a run's pod, and giving it back.
+
+Guarantees:
+- ``run_provision`` claims the run with a conditional UPDATE and a lease (a queued run, or a
+  provisioning one whose lease expired and which has no pod recorded), so two workers never
+  provision one run at once; a run it cannot claim is left alone.
+- The pod is looked up by its idempotency name before anything is rented: a run whose
+  earlier attempt created a pod but died before recording it adopts that pod (exactly one
+  pod per run, however often provisioning is delivered).
+- The run token is issued (its hash committed) before the pod is created, so an adopted pod's
+  agent holds a token the site accepts; the job and token travel only in the pod's env.
+- Provider errors are split: ``TransientProviderError`` releases the lease and is re-raised
+  for the task to retry; ``PermanentProviderError`` fails the run with the reason.
+- ``run_release_pod`` terminates the run's pod (idempotent) and records the final billed
+  seconds and cost.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import logging
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
+from runs.jobs import run_job_spec
+from runs.models import Run
+from runs.models.runs import RunState
+from runs.providers.base import (
+    PermanentProviderError,
+    PodSpec,
+    TransientProviderError,
+    pod_name,
+)
+from runs.providers.registry import provider_for, provider_name_for
+from runs.selectors import gpu_price
+from runs.services.run_tokens import run_token_issue
+
+logger = logging.getLogger(__name__)
+
+LEASE = datetime.timedelta(minutes=5)
+
+
+def _public_urls(run: Run) -> tuple[str, str]:
+    base = getattr(settings, "BENCHSITE_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+    ws_base = "ws" + base[4:] if base.startswith("http") else base
+    return f"{ws_base}/ws/agent/runs/{run.id}/", f"{base}/api/v1/"
+
+
+def run_claim_for_provisioning(*, run_id, owner: str) -> Run | None:
+    """Takes the provisioning lease of a run that needs a pod; None when another worker
+    holds it or the run needs none."""
+    now = timezone.now()
+    claimable = Q(state=RunState.QUEUED) | Q(
+        state=RunState.PROVISIONING, pod_id="", lease_expires_at__lt=now
+    )
+    claimed = Run.objects.filter(claimable, id=run_id, cancel_requested_at__isnull=True).update(
+        state=RunState.PROVISIONING, lease_owner=owner, lease_expires_at=now + LEASE
+    )
+    return (
+        Run.objects.select_related("experiment", "organization").get(id=run_id) if claimed else None
+    )
+
+
+def _pod_spec(run: Run, token: str) -> PodSpec:
+    experiment = run.experiment
+    ws_url, rest_url = _public_urls(run)
+    job = run_job_spec(run, ws_url=ws_url, rest_url=rest_url)
+    tag = experiment.engine_image_tag or "latest"
+    image = getattr(settings, "BENCHSITE_AGENT_IMAGE", "benchsite/agent:{tag}").format(tag=tag)
+    return PodSpec(
+        name=pod_name(run.id),
+        image=image,
+        gpu_type_id=experiment.gpu_type_id,
+        gpu_count=experiment.gpu_count,
+        cloud_type=experiment.cloud_type,
+        env={
+            "BENCHSITE_JOB": base64.b64encode(job.model_dump_json().encode()).decode("ascii"),
+            "BENCHSITE_TOKEN": token,
+        },
+    )
+
+
+def _billed_rate(run: Run, pod_cost_per_hr: Decimal | None) -> Decimal | None:
+    """The pod's billed rate (USD/h for the whole pod): the provider's, else the catalogue's."""
+    if pod_cost_per_hr is not None:
+        return pod_cost_per_hr
+    experiment = run.experiment
+    price = gpu_price(
+        org=run.organization, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
+    ).usd_per_gpu_hour
+    return (
+        None
+        if price is None
+        else pod_usd_per_hr(gpu_usd_per_hr=price, gpu_count=experiment.gpu_count)
+    )
+
+
+def run_provision(*, run_id, owner: str) -> str:
+    """Rents (or adopts) the run's pod; returns what it did: ``created``, ``adopted`` or
+    ``skipped``. Raises ``TransientProviderError`` for the task to retry."""
+    run = run_claim_for_provisioning(run_id=run_id, owner=owner)
+    if run is None:
+        return "skipped"
+    name = provider_name_for(engine=run.experiment.engine)
+    try:
+        provider = provider_for(org=run.organization, name=name)
+        pod = provider.find_by_name(pod_name(run.id))
+        outcome = "adopted"
+        if pod is None:
+            token = run_token_issue(run=run)
+            pod = provider.create(_pod_spec(run, token))
+            outcome = "created"
+    except TransientProviderError:
+        Run.objects.filter(id=run.id, lease_owner=owner).update(lease_expires_at=timezone.now())
+        raise
+    except PermanentProviderError as exc:
+        run_fail(run_id=run.id, reason=f"Could not rent a pod: {exc}")
+        return "failed"
+    now = timezone.now()
+    Run.objects.filter(id=run.id, lease_owner=owner).update(
+        provider=name,
+        pod_id=pod.pod_id,
+        # A local "pod" rents nothing: no billed rate, so no spend (reports price its tokens
+        # from the catalogue, labelled).
+        price_usd_hr=None if name == "local" else _billed_rate(run, pod.cost_per_hr),
+        pod_started_at=now,
+        lease_owner="",
+        lease_expires_at=None,
+    )
+    logger.info("run %s: pod %s %s on %s", run.id, pod.pod_id, outcome, name)
+    return outcome
+
+
+def run_fail(*, run_id, reason: str, state: str = RunState.FAILED) -> bool:
+    """Ends an active run in ``state`` with ``reason`` (conditional: a run that already ended
+    keeps its end). Returns whether it changed."""
+    from runs.models.runs import TERMINAL_RUN_STATES
+
+    return bool(
+        Run.objects.filter(id=run_id)
+        .exclude(state__in=TERMINAL_RUN_STATES)
+        .update(state=state, failure_reason=reason[:2000], finished_at=timezone.now())
+    )
+
+
+def run_accrued_cost(run: Run, *, until: datetime.datetime) -> tuple[Decimal, Decimal]:
+    """Billed seconds and cost of the run's pod from its start to ``until``."""
+    if run.pod_started_at is None or run.price_usd_hr is None:
+        return Decimal(0), Decimal(0)
+    seconds = billed_seconds(run.pod_started_at, until)
+    return seconds, run_cost_usd(seconds=seconds, pod_usd_per_hr=run.price_usd_hr)
+
+
+def run_release_pod(*, run_id) -> bool:
+    """Terminates the run's pod (idempotent) and records the final billed seconds and cost.
+    Returns whether a pod was released now."""
+    run = Run.objects.select_related("experiment", "organization").get(id=run_id)
+    if not run.pod_id or run.pod_terminated_at is not None:
+        return False
+    provider = provider_for(org=run.organization, name=run.provider or "local")
+    provider.terminate(run.pod_id)
+    now = timezone.now()
+    seconds, cost = run_accrued_cost(run, until=now)
+    Run.objects.filter(id=run.id, pod_terminated_at__isnull=True).update(
+        pod_terminated_at=now, billed_seconds=float(seconds), cost_usd=cost
+    )
+    logger.info("run %s: pod %s terminated; %s s billed, $%s", run.id, run.pod_id, seconds, cost)
+    return True

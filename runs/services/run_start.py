@@ -1,0 +1,161 @@
+"""Starting a run: the budget check against the estimate, the run row, its provisioning.
+
+Guarantees of ``run_start``:
+- Nothing is written and nothing is rented when a cap would be broken: the error names the
+  cap and the numbers (``BudgetExceeded``, a ``DomainValidationError`` on field ``budget``).
+- Caps checked (real money only: a simulated experiment rents nothing and costs nothing):
+  the experiment's own ``budget_cap_usd`` against the run's estimate; an experiment budget
+  (``Budget`` with ``experiment``) against what the experiment's runs spent plus this
+  estimate; the organization's budget for this month (or its standing monthly budget)
+  against the month's spend, plus what active runs may still spend (their estimates), plus
+  this estimate.
+- The run, a frozen copy of the experiment and the estimate, and its ``run.start`` audit
+  event are committed together; provisioning is enqueued only after that commit, so a
+  rolled-back start never rents a GPU.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from runs.actors import Actor
+from runs.audit import audit_record
+from runs.costs import month_start
+from runs.errors import DomainValidationError
+from runs.estimates import CostEstimate, experiment_estimate
+from runs.models import Budget, Experiment, Organization, Run
+from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
+from runs.selectors import org_month_spend_usd
+from runs.services.text_input import clean_short_text
+
+MAX_REASON_CHARS = Run._meta.get_field("reason").max_length
+
+
+class BudgetExceeded(DomainValidationError):
+    """The run would break a cap; the message names the cap and the numbers."""
+
+
+def _usd(value: Decimal) -> str:
+    return f"${value.quantize(Decimal('0.01')):,}"
+
+
+def _active_runs_commitment(org: Organization, *, exclude_experiment=None) -> Decimal:
+    """What runs still under way may yet spend: the larger of their estimate and what they
+    have cost so far."""
+    total = Decimal(0)
+    active = Run.objects.filter(organization=org).exclude(state__in=TERMINAL_RUN_STATES)
+    for run in active.only("cost_usd", "experiment_snapshot"):
+        estimate = Decimal(str(run.experiment_snapshot.get("estimate_usd") or 0))
+        total += max(estimate, run.cost_usd)
+    return total
+
+
+def budget_check(*, experiment: Experiment, estimate: CostEstimate) -> None:
+    """Raises ``BudgetExceeded`` when starting a run of ``experiment`` would break a cap."""
+    if experiment.engine == "sim":
+        return  # the simulator rents no GPU
+    org = experiment.organization
+    if estimate.cost_usd is None:
+        raise BudgetExceeded.single(
+            "budget",
+            f"No price is known for {experiment.gpu_type_id} ({experiment.cloud_type}), so the "
+            "run's cost cannot be checked against its budget; set a GPU price first.",
+        )
+    cost = estimate.cost_usd
+    if cost > experiment.budget_cap_usd:
+        raise BudgetExceeded.single(
+            "budget",
+            f"The run's estimated cost {_usd(cost)} exceeds the experiment's cap "
+            f"{_usd(experiment.budget_cap_usd)} (budget_cap_usd).",
+        )
+    experiment_budget = Budget.objects.filter(organization=org, experiment=experiment).first()
+    if experiment_budget is not None:
+        spent = Run.objects.filter(experiment=experiment).aggregate(total=Sum("cost_usd"))[
+            "total"
+        ] or Decimal(0)
+        if spent + cost > experiment_budget.limit_usd:
+            raise BudgetExceeded.single(
+                "budget",
+                f"The experiment's budget is {_usd(experiment_budget.limit_usd)}; its runs "
+                f"have spent {_usd(spent)} and this run's estimate is {_usd(cost)}.",
+            )
+    month = month_start(timezone.now())
+    month_budget = (
+        Budget.objects.filter(organization=org, month=month).first()
+        or Budget.objects.filter(organization=org, month=None, experiment=None).first()
+    )
+    if month_budget is not None:
+        spent = org_month_spend_usd(org=org, month=month)
+        committed = _active_runs_commitment(org)
+        if spent + committed + cost > month_budget.limit_usd:
+            raise BudgetExceeded.single(
+                "budget",
+                f"The organization's budget for {month:%B %Y} is "
+                f"{_usd(month_budget.limit_usd)}: {_usd(spent)} spent, {_usd(committed)} "
+                f"committed to runs under way, and this run's estimate is {_usd(cost)}.",
+            )
+
+
+def _clean_reason(reason: object) -> str:
+    return clean_short_text(reason, field="reason", max_chars=MAX_REASON_CHARS)
+
+
+def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
+    """The experiment as it was when the run started (later edits never rewrite history)."""
+    return {
+        "name": experiment.name,
+        "model": str(experiment.model_id),
+        "gpu_type": experiment.gpu_type_id,
+        "gpu_count": experiment.gpu_count,
+        "cloud_type": experiment.cloud_type,
+        "engine": experiment.engine,
+        "engine_image_tag": experiment.engine_image_tag,
+        "serve_grid": experiment.serve_grid,
+        "workload": experiment.workload,
+        "slos": experiment.slos,
+        "budget_cap_usd": str(experiment.budget_cap_usd),
+        "estimate_usd": None if estimate.cost_usd is None else str(estimate.cost_usd),
+        "estimate_seconds": estimate.total_seconds,
+    }
+
+
+@transaction.atomic
+def run_start(
+    *,
+    actor: Actor,
+    experiment: Experiment,
+    reason: str = "",
+    trigger: str = RunTrigger.API,
+) -> Run:
+    """Starts a run of ``experiment`` (see the module docstring)."""
+    from runs.tasks import run_provision  # the task module imports services
+
+    reason = _clean_reason(reason)
+    if trigger not in RunTrigger.values:
+        raise DomainValidationError.single("trigger", f"One of {', '.join(RunTrigger.values)}.")
+    # One start at a time per organization, so two starts cannot both fit the last dollars.
+    Organization.objects.select_for_update().filter(pk=experiment.organization_id).first()
+    estimate = experiment_estimate(experiment=experiment)
+    budget_check(experiment=experiment, estimate=estimate)
+    run = Run.objects.create(
+        organization=experiment.organization,
+        experiment=experiment,
+        started_by=actor.user,
+        trigger=trigger,
+        reason=reason,
+        experiment_snapshot=experiment_snapshot(experiment, estimate),
+    )
+    audit_record(
+        org=run.organization,
+        actor=actor,
+        event="run.start",
+        target=run,
+        before=None,
+        after={"experiment": str(experiment.id), "reason": reason, "trigger": trigger},
+    )
+    run_provision.delay_on_commit(str(run.id))
+    return run

@@ -1,0 +1,67 @@
+"""Celery tasks: short, idempotent, bounded. They take ids, parse nothing, and call services.
+
+Every task is ``acks_late`` with ``reject_on_worker_lost`` (a worker killed mid-task leaves
+the message to be delivered again) and time-limited; the services they call claim their
+step with conditional UPDATEs and leases, so a second delivery does nothing twice. No task
+waits for a benchmark: the agent pushes its results and ``runs_reconcile`` is the safety net.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+
+from celery import shared_task
+
+from runs.providers.base import TransientProviderError
+from runs.services.provisioning import run_fail, run_release_pod
+from runs.services.provisioning import run_provision as provision_service
+from runs.services.reconcile import runs_reconcile as reconcile_service
+
+logger = logging.getLogger(__name__)
+
+MAX_RETRIES = 5
+RETRY_BASE_SECONDS = 10
+RETRY_MAX_SECONDS = 300  # far below the broker's visibility timeout (1 h)
+
+TASK_OPTIONS = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "time_limit": 180,
+    "soft_time_limit": 170,
+}
+
+
+def _retry_delay(retries: int) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0, min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2**retries))  # noqa: S311
+
+
+@shared_task(bind=True, max_retries=MAX_RETRIES, **TASK_OPTIONS)
+def run_provision(self, run_id: str) -> str:
+    """Rents (or adopts) the run's pod; transient provider errors are retried with backoff,
+    and after the last retry the run fails with the reason."""
+    owner = f"{socket.gethostname()}:{self.request.id or 'eager'}"
+    try:
+        return provision_service(run_id=run_id, owner=owner)
+    except TransientProviderError as exc:
+        if self.request.retries >= self.max_retries:
+            run_fail(run_id=run_id, reason=f"No pod after {self.max_retries + 1} attempts: {exc}")
+            return "failed"
+        logger.warning("run %s: provisioning will be retried: %s", run_id, exc)
+        raise self.retry(countdown=_retry_delay(self.request.retries), exc=exc) from None
+
+
+@shared_task(**TASK_OPTIONS)
+def run_finalize(run_id: str) -> bool:
+    """Terminates an ended run's pod and records its final cost (idempotent; reconcile does
+    the same for any it misses)."""
+    return run_release_pod(run_id=run_id)
+
+
+@shared_task(**TASK_OPTIONS)
+def runs_reconcile() -> dict:
+    """The periodic safety net (Celery beat): see ``runs.services.reconcile``."""
+    report = reconcile_service(enqueue_provision=run_provision.delay)
+    return {key: len(value) for key, value in vars(report).items()}
