@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from runs.models import AuditEvent, Budget, Run
 from runs.models.runs import RunState
-from runs.providers.base import PodSpec, pod_name
+from runs.providers.base import PodSpec, TransientProviderError, pod_name
 from runs.providers.registry import local_provider
 from runs.services.budgets import budget_set
 from runs.services.provisioning import run_provision
@@ -200,3 +200,66 @@ def test_reconcile_reprovisions_a_run_whose_task_was_lost(alice):
     enqueued = []
     report = runs_reconcile(enqueue_provision=enqueued.append)
     assert enqueued == [str(run.id)] == report.reprovisioned
+
+
+@pytest.fixture
+def retries_run_in_process():
+    """Eager tasks re-run on ``retry()`` (no countdown) when errors do not propagate."""
+    from benchsite.celery import app
+
+    app.conf.task_eager_propagates = False
+    yield
+    app.conf.task_eager_propagates = True
+
+
+def test_the_provision_task_retries_transient_errors_then_gives_up(
+    alice, monkeypatch, retries_run_in_process
+):
+    import runs.tasks
+
+    experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
+    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    calls = []
+
+    def no_capacity(*, run_id, owner):
+        calls.append(owner)
+        raise TransientProviderError("no instances available", no_capacity=True)
+
+    monkeypatch.setattr(runs.tasks, "provision_service", no_capacity)
+    assert runs.tasks.run_provision.apply(args=[str(run.id)]).get() == "failed"
+    assert len(calls) == runs.tasks.MAX_RETRIES + 1
+    run.refresh_from_db()
+    assert run.state == "failed" and "no instances available" in run.failure_reason
+    assert f"after {runs.tasks.MAX_RETRIES + 1} attempts" in run.failure_reason
+
+
+def test_the_provision_task_succeeds_once_capacity_returns(
+    alice, monkeypatch, retries_run_in_process
+):
+    import runs.tasks
+
+    experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
+    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    real, calls = runs.tasks.provision_service, []
+
+    def flaky(*, run_id, owner):
+        calls.append(owner)
+        if len(calls) < 3:
+            raise TransientProviderError("429 Too Many Requests")
+        return real(run_id=run_id, owner=owner)
+
+    monkeypatch.setattr(runs.tasks, "provision_service", flaky)
+    assert runs.tasks.run_provision.apply(args=[str(run.id)]).get() == "created"
+    assert len(calls) == 3
+    assert [pod.name for pod in local_provider().list_bench_pods()] == [pod_name(run.id)]
+
+
+def test_retry_delays_back_off_with_jitter_and_stay_below_the_visibility_timeout():
+    import runs.tasks
+
+    for retries in range(runs.tasks.MAX_RETRIES + 1):
+        ceiling = min(runs.tasks.RETRY_MAX_SECONDS, runs.tasks.RETRY_BASE_SECONDS * 2**retries)
+        delays = [runs.tasks._retry_delay(retries) for _ in range(200)]
+        assert all(0 <= delay <= ceiling for delay in delays)
+        assert len(set(delays)) > 100  # jittered, not a fixed schedule
+    assert runs.tasks.RETRY_MAX_SECONDS < 3600  # the broker's visibility timeout
