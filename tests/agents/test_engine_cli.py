@@ -85,6 +85,9 @@ def test_engine_up_serves_until_ctrl_c(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(__import__("pathlib").Path.cwd())},
+        # A shell that starts the test run in the background ignores SIGINT, and the child
+        # would inherit that: give it the default, as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines = []
     try:

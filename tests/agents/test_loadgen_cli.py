@@ -147,7 +147,15 @@ def test_ctrl_c_writes_the_levels_finished_so_far(server, tmp_path):
         "--json", str(out),
     ]  # fmt: skip
     # The second level would take about 300 s: it is interrupted once the first is written.
-    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # A shell that starts the test run in the background ignores SIGINT, and the child
+        # would inherit that: give it the default, as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 20
     while not out.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
