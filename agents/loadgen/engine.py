@@ -421,9 +421,14 @@ class _Runner:
         if self.scraper is not None:
             await self.scraper.begin()
         # A full collection now, and none of the survivors scanned again during the level:
-        # a long GC pause would show up as latency that the server never caused.
+        # a GC pause would show up as latency that the server never caused. A level of a
+        # fixed number of requests makes a bounded amount of garbage, so it runs with no
+        # automatic collection at all; a timed level (unbounded) keeps them.
         gc.collect()
         gc.freeze()
+        gc_was_enabled = gc.isenabled()
+        if count is not None:
+            gc.disable()
         self.emit(LevelStarted(index, level, count, config.duration))
         progress = _Progress(index, self.emit)
         records: list[RequestRecord] = []
@@ -443,6 +448,8 @@ class _Runner:
             stopped = await self._unless_stopped(work)
         finally:
             gc.unfreeze()
+            if gc_was_enabled:
+                gc.enable()
         finished = [record for record in records if record.finished] if stopped else records
         end = max((record.finished for record in finished), default=perf_counter())
         server = await self.scraper.finish() if self.scraper is not None else None
