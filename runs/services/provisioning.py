@@ -77,7 +77,7 @@ def _pod_spec(run: Run, token: str) -> PodSpec:
         image=image,
         gpu_type_id=experiment.gpu_type_id,
         gpu_count=experiment.gpu_count,
-        cloud_type=experiment.cloud_type,
+        cloud_type=experiment.cloud_type.upper(),  # the site's "secure" is Runpod's SECURE
         env={
             "BENCHSITE_JOB": base64.b64encode(job.model_dump_json().encode()).decode("ascii"),
             "BENCHSITE_TOKEN": token,

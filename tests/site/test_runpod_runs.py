@@ -1,0 +1,117 @@
+"""A run through the whole Runpod path (issue 6): the API starts it, the provisioning task
+rents a pod with the real ``runpod`` SDK from the fake Runpod API, the "pod" runs the real
+agent (the simulator standing in for the GPU's vLLM), the agent streams into a real Daphne
+server, reconcile gives the pod back and the run's cost comes from the pod's billed rate."""
+
+from __future__ import annotations
+
+import sys
+import time
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from runs.actors import Actor
+from runs.costs import billed_seconds, run_cost_usd
+from runs.models import Measurement, Run
+from runs.providers.base import pod_name
+from runs.services.credentials import provider_key_set
+from runs.services.reconcile import runs_reconcile
+from tests.fakes.runpod_api import FakeRunpodApi
+
+from .conftest import make_experiment, make_model
+from .live_server import daphne_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+
+KEY = "rpa_acme_live_0123456789abcdef"
+# The pod's entrypoint: the agent, with the job's engine swapped for the simulator (this
+# machine has no GPU), 10x faster than the modelled H100; results stay in the H100's time.
+POD_AGENT = """
+import base64, json, os, sys
+job = json.loads(base64.b64decode(os.environ["BENCHSITE_JOB"]))
+job["engine"].update(kind="sim", sim_speed=10.0)
+os.environ["BENCHSITE_JOB"] = base64.b64encode(json.dumps(job).encode()).decode()
+os.execv(sys.executable, [sys.executable, "-m", "agents.cli", "run", "--workdir",
+         os.path.join(os.environ["POD_WORKDIR"], os.environ["RUNPOD_POD_ID"])])
+"""
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_run_goes_from_start_to_succeeded_on_runpod_and_is_billed(
+    alice, settings, monkeypatch, tmp_path
+):
+    fake = FakeRunpodApi(
+        api_keys=(KEY,),
+        agent_command=[sys.executable, "-c", POD_AGENT],
+        agent_env={"POD_WORKDIR": str(tmp_path / "pods")},
+    )
+    with fake, daphne_server() as address:
+        fake.point_sdk_at_me(monkeypatch)
+        settings.BENCHSITE_PROVIDER = "runpod"
+        settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
+        provider_key_set(
+            actor=Actor(user=alice.user, via="web"), org=alice.org, provider="runpod", api_key=KEY
+        )
+        experiment = make_experiment(
+            alice.org,
+            model=make_model(alice.org),
+            serve_grid={"max_num_seqs": [8, 2]},
+            workload={
+                "dataset": {"kind": "random", "input_len": 64, "output_len": 16},
+                "concurrency": [1, 4],
+                "requests_per_level": 8,
+            },
+            slos={"ttft_ms": 2000},
+        )
+        response = alice.client().post(
+            f"/api/v1/orgs/{alice.org.slug}/runs/",
+            {"experiment": str(experiment.id), "reason": "nightly"},
+            format="json",
+        )
+        assert response.status_code == 201, response.json()
+        run = Run.objects.get(id=response.json()["id"])
+        assert run.state != "failed", run.failure_reason
+        # Provisioning ran after the commit: one pod, named for the run, rented with our key.
+        (pod,) = fake.pods(KEY)
+        assert pod.name == pod_name(run.id) and pod.gpu.id == experiment.gpu_type_id
+        assert set(pod.env) == {"BENCHSITE_JOB", "BENCHSITE_TOKEN"}
+        run.refresh_from_db()
+        assert (run.provider, run.pod_id, run.price_usd_hr) == (
+            "runpod",
+            pod.id,
+            Decimal("3.99"),  # the pod's costPerHr: H100 secure × 1 GPU
+        )
+
+        def finished():
+            run.refresh_from_db()
+            return run.state in ("succeeded", "failed")
+
+        wait_for(finished, 240, "the agent to finish the run")
+        log = pod.log_path.read_text() if pod.log_path else ""
+        assert run.state == "succeeded", (run.failure_reason, log[-3000:])
+        assert Measurement.objects.filter(trial__run=run).count() == 4
+        assert all(
+            m.result["simulated"] == {"speed": 10.0}
+            for m in Measurement.objects.filter(trial__run=run)
+        )
+
+        report = runs_reconcile()
+        assert str(run.id) in report.released
+        assert fake.pods(KEY) == []  # terminated: gone from the account
+        run.refresh_from_db()
+        assert run.pod_terminated_at is not None
+        seconds = billed_seconds(run.pod_started_at, run.pod_terminated_at)
+        assert Decimal(str(run.billed_seconds)) == seconds > 0
+        assert run.cost_usd == run_cost_usd(seconds=seconds, pod_usd_per_hr=Decimal("3.99"))
+        assert run.pod_terminated_at <= timezone.now()
