@@ -139,6 +139,16 @@ async def outbox_agent(address: str, run, token: str, count: int, gap: float) ->
         assert report.pending == 0, report
 
 
+async def paced_round(address: str, run, token: str, cookie: str, sender) -> list[float]:
+    """100 messages at 20/s from ``sender`` while a browser watches; the notice delays."""
+    delays: list[float] = []
+    watcher = asyncio.create_task(watch(address, run, cookie, 100, delays))
+    await asyncio.sleep(0.5)  # the browser is subscribed before the first message
+    await sender(address, run, token, 100, 0.05)
+    await asyncio.wait_for(watcher, 30)
+    return delays
+
+
 async def agent(address: str, run, token: str, count: int) -> None:
     async with websockets.connect(
         f"ws://{address}/ws/agent/runs/{run.id}/",
@@ -218,35 +228,15 @@ def main() -> None:
                 )
             # Delay from a measurement leaving the agent to a browser receiving its notice,
             # at a live run's pace (the flood rounds above measure queueing, not delay).
-            run, token = pairs[11]
-            delays: list[float] = []
-
-            async def paced():
-                watcher = asyncio.create_task(watch(address, run, cookie, 100, delays))
-                await asyncio.sleep(0.5)
-                await paced_agent(address, run, token, 100, 0.05)
-                await asyncio.wait_for(watcher, 30)
-
-            asyncio.run(paced())
-            print(
-                "paced: 1 agent, 20 messages/s: notice delay "
-                f"p50 {statistics.median(delays):.1f} ms, p99 {percentile(delays, 0.99):.1f} ms"
-            )
-            run, token = pairs[12]
-            delays = []
-
-            async def paced_outbox():
-                watcher = asyncio.create_task(watch(address, run, cookie, 100, delays))
-                await asyncio.sleep(0.5)
-                await outbox_agent(address, run, token, 100, 0.05)
-                await asyncio.wait_for(watcher, 30)
-
-            asyncio.run(paced_outbox())
-            print(
-                "paced through the agent's outbox (spool fsync, journal, socket), 20/s: "
-                f"notice delay p50 {statistics.median(delays):.1f} ms, "
-                f"p99 {percentile(delays, 0.99):.1f} ms"
-            )
+            for (run, token), sender, label in (
+                (pairs[11], paced_agent, "paced: 1 agent, 20 messages/s"),
+                (pairs[12], outbox_agent, "paced through the agent's outbox (spool, socket), 20/s"),
+            ):
+                delays = asyncio.run(paced_round(address, run, token, cookie, sender))
+                print(
+                    f"{label}: notice delay p50 {statistics.median(delays):.1f} ms, "
+                    f"p99 {percentile(delays, 0.99):.1f} ms"
+                )
     finally:
         connections.close_all()
         connection.creation.destroy_test_db(old_name, verbosity=0)
