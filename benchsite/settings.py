@@ -113,6 +113,9 @@ else:
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
+# Site, worker and beat must agree on it; another name keeps deployments (or test runs) that
+# share one Redis from taking each other's tasks.
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -185,10 +188,17 @@ BENCHSITE_PROVISION_TIMEOUT_SECONDS = env_int(
     "BENCHSITE_PROVISION_TIMEOUT_SECONDS", 1800, minimum=60
 )
 BENCHSITE_CANCEL_GRACE_SECONDS = env_int("BENCHSITE_CANCEL_GRACE_SECONDS", 60, minimum=0)
+# The operator's Runpod key for reading GPU prices into the catalogue ("" = keep the seeded
+# prices); organizations' keys are only ever used for their own runs.
+BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "")
 CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {
         "task": "runs.tasks.runs_reconcile",
         "schedule": env_int("BENCHSITE_RECONCILE_SECONDS", 30, minimum=5),
+    },
+    "gpu-prices-refresh": {
+        "task": "runs.tasks.gpu_prices_refresh",
+        "schedule": env_int("BENCHSITE_PRICE_REFRESH_SECONDS", 86400, minimum=60),
     },
 }
 

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 
 from agents.protocol import Workload, expand_serve_grid, workload_levels
-from runs.models import Experiment
-from runs.selectors import gpu_price
+from runs.models import Experiment, GpuType
+from runs.placement import Placement, experiment_placements
+from runs.selectors import GpuPrice, gpu_price
 
 GIB = 1024**3
 
@@ -61,6 +62,35 @@ def _lengths(workload: Workload, a: Assumptions) -> tuple[int, int]:
     if dataset.kind == "prefix":
         return dataset.shared_len + dataset.suffix_len, dataset.output_len
     return a.sharegpt_input_len, dataset.output_len or a.sharegpt_output_len
+
+
+def _dearest_price(experiment: Experiment) -> tuple[GpuPrice, Placement]:
+    """The price of the dearest placement the experiment allows (a run may land on any of
+    them, so its cap is checked against the worst); an unpriced placement wins, as unknown."""
+    allowed = experiment_placements(experiment)
+    gpus = {experiment.gpu_type_id: experiment.gpu_type} | GpuType.objects.in_bulk(
+        [p.gpu_type_id for p in allowed[1:]]
+    )
+    dearest: tuple[GpuPrice, Placement] | None = None
+    for placement in allowed:
+        gpu = gpus.get(placement.gpu_type_id)
+        if gpu is None:
+            return GpuPrice(None, f"{placement.gpu_type_id} is not in the catalogue"), placement
+        price = gpu_price(
+            org=experiment.organization, gpu_type=gpu, cloud_type=placement.cloud_type
+        )
+        if price.usd_per_gpu_hour is None:
+            return price, placement
+        if dearest is None or price.usd_per_gpu_hour > dearest[0].usd_per_gpu_hour:
+            dearest = (price, placement)
+    assert dearest is not None  # the experiment's own placement is always first
+    price, placement = dearest
+    if len(allowed) > 1:
+        price = GpuPrice(
+            price.usd_per_gpu_hour,
+            f"{price.source}; {placement}, the dearest of {len(allowed)} placements allowed",
+        )
+    return price, placement
 
 
 def experiment_estimate(
@@ -115,13 +145,13 @@ def experiment_estimate(
             )
 
     total = provisioning + cold_start + sweep
-    price = gpu_price(org=experiment.organization, gpu_type=gpu, cloud_type=experiment.cloud_type)
+    price, placement = _dearest_price(experiment)
     cost: Decimal | None
     if experiment.engine == "sim":
         cost, source = Decimal(0), "the simulator rents no GPU"
     elif price.usd_per_gpu_hour is None:
         cost, source = None, price.source
-        warnings.append(f"No price for {gpu.id} ({experiment.cloud_type}); set one to get a cost.")
+        warnings.append(f"No price for {placement}; set one to get a cost.")
     else:
         per_second = price.usd_per_gpu_hour * gpus / Decimal(3600)
         cost, source = (

@@ -25,10 +25,15 @@ from agents.protocol import (
 )
 from runs.errors import DomainValidationError
 from runs.models import GpuType, ModelSpec, Organization, WorkloadDataset
+from runs.placement import MAX_FALLBACK_GPU_TYPES
 
 # Docker image tags: what `docker tag` accepts.
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _VERSION_IN_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
+# Runpod network volume ids: letters, digits, '_' and '-' (they go into a GraphQL query).
+_NETWORK_VOLUME_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+CONTAINER_DISK_GB = (10, 2000)
+_GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class CheckedSpec:
     serve_flags_schema_version: int
     workload: dict
     slos: dict
+    fallback_gpu_types: list[str]
 
 
 def vllm_version_of_tag(tag: str) -> str | None:
@@ -56,6 +62,9 @@ def experiment_spec_check(
     serve_grid: object,
     workload: object,
     slos: object,
+    fallback_gpu_types: object = (),
+    container_disk_gb: object = 80,
+    network_volume_id: object = "",
 ) -> CheckedSpec:
     """Checks the parts of an experiment that depend on each other (see module docstring)."""
     errors: dict[str, list[str]] = {}
@@ -101,6 +110,16 @@ def experiment_spec_check(
         for error in pydantic_field_errors(exc, prefix="slos"):
             add(error.field, error.message)
 
+    fallbacks = _check_placement(
+        model=model,
+        gpu_type=gpu_type,
+        gpu_count=gpu_count,
+        fallback_gpu_types=fallback_gpu_types,
+        container_disk_gb=container_disk_gb,
+        network_volume_id=network_volume_id,
+        add=add,
+    )
+
     if errors:
         raise DomainValidationError(errors)
     assert checked_workload is not None and checked_slos is not None
@@ -109,7 +128,52 @@ def experiment_spec_check(
         serve_flags_schema_version=SERVE_FLAGS_SCHEMA_VERSION,
         workload=checked_workload.model_dump(mode="json"),
         slos=checked_slos.model_dump(mode="json", exclude_none=True),
+        fallback_gpu_types=fallbacks,
     )
+
+
+def _check_placement(
+    *, model, gpu_type, gpu_count, fallback_gpu_types, container_disk_gb, network_volume_id, add
+) -> list[str]:
+    """Checks where the pod may go; returns the fallback GPU type ids as they will be stored."""
+    low, high = CONTAINER_DISK_GB
+    if (
+        not isinstance(container_disk_gb, int)
+        or isinstance(container_disk_gb, bool)
+        or not low <= container_disk_gb <= high
+    ):
+        add("container_disk_gb", f"A whole number of GB from {low} to {high}.")
+    if network_volume_id and not (
+        isinstance(network_volume_id, str) and _NETWORK_VOLUME_ID.match(network_volume_id)
+    ):
+        add("network_volume_id", "A Runpod network volume id: letters, digits, '_' and '-'.")
+
+    if not isinstance(fallback_gpu_types, list | tuple) or not all(
+        isinstance(item, str) for item in fallback_gpu_types
+    ):
+        add("fallback_gpu_types", "Expected a list of GPU type ids.")
+        return []
+    if len(fallback_gpu_types) > MAX_FALLBACK_GPU_TYPES:
+        add("fallback_gpu_types", f"At most {MAX_FALLBACK_GPU_TYPES} fallback GPU types.")
+        return []
+    known = GpuType.objects.in_bulk(list(fallback_gpu_types))
+    primary = getattr(gpu_type, "id", None)
+    for index, gpu_id in enumerate(fallback_gpu_types):
+        field = f"fallback_gpu_types[{index}]"
+        if gpu_id == primary:
+            add(field, "The experiment's own GPU type is always tried first; list others.")
+        elif gpu_id in fallback_gpu_types[:index]:
+            add(field, f"{gpu_id!r} is listed twice.")
+        elif gpu_id not in known:
+            add(field, f"No GPU type {gpu_id!r} in the catalogue.")
+        elif model.weight_bytes > known[gpu_id].vram_gb * _GIB * gpu_count:
+            # A fallback that cannot hold the weights would only rent a GPU to fail on it.
+            add(
+                field,
+                f"The weights ({model.weight_bytes / _GIB:.1f} GiB) do not fit "
+                f"{gpu_count}× {gpu_id} ({known[gpu_id].vram_gb} GB each).",
+            )
+    return list(fallback_gpu_types)
 
 
 def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, add) -> None:

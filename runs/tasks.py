@@ -15,6 +15,7 @@ import socket
 from celery import shared_task
 
 from runs.providers.base import TransientProviderError
+from runs.services.price_refresh import gpu_prices_refresh as price_refresh_service
 from runs.services.provisioning import run_fail, run_release_pod
 from runs.services.provisioning import run_provision as provision_service
 from runs.services.reconcile import runs_reconcile as reconcile_service
@@ -65,3 +66,15 @@ def runs_reconcile() -> dict:
     """The periodic safety net (Celery beat): see ``runs.services.reconcile``."""
     report = reconcile_service(enqueue_provision=run_provision.delay)
     return {key: len(value) for key, value in vars(report).items()}
+
+
+@shared_task(**TASK_OPTIONS)
+def gpu_prices_refresh() -> dict:
+    """Refreshes the GPU price catalogue from Runpod (Celery beat, daily): see
+    ``runs.services.price_refresh``."""
+    from runs.providers.registry import catalogue_price_provider
+
+    report = price_refresh_service(provider=catalogue_price_provider())
+    return {
+        key: value if isinstance(value, str) else len(value) for key, value in vars(report).items()
+    }

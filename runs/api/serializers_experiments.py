@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
+from runs.experiment_spec import CONTAINER_DISK_GB
 from runs.models import AuditEvent, Budget, Experiment, GpuType, ModelSpec, WorkloadDataset
 
 
@@ -66,6 +67,17 @@ class ExperimentSerializer(serializers.ModelSerializer):
         queryset=GpuType.objects.all(), pk_field=serializers.CharField(max_length=100)
     )
     gpu_count = serializers.IntegerField(min_value=1, max_value=8, default=1)
+    # Checked against the catalogue and the model by the service (field-named errors).
+    fallback_gpu_types = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, default=list
+    )
+    allow_other_cloud = serializers.BooleanField(required=False, default=False)
+    container_disk_gb = serializers.IntegerField(
+        min_value=CONTAINER_DISK_GB[0], max_value=CONTAINER_DISK_GB[1], default=80
+    )
+    network_volume_id = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, default=""
+    )
     serve_grid = StrictJSONField(required=False, default=dict)
     workload = StrictJSONField()
     slos = StrictJSONField(required=False, default=dict)
@@ -85,6 +97,10 @@ class ExperimentSerializer(serializers.ModelSerializer):
             "gpu_type",
             "gpu_count",
             "cloud_type",
+            "fallback_gpu_types",
+            "allow_other_cloud",
+            "container_disk_gb",
+            "network_volume_id",
             "engine",
             "engine_image_tag",
             "serve_grid",

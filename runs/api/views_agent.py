@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from agents import protocol
 from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
+from runs.placement import recorded_placement
 from runs.services.ingest import agent_messages_ingest, notify_run_watchers
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
 
@@ -122,7 +123,10 @@ class AgentJobView(APIView):
         base = request.build_absolute_uri("/")
         ws_base = base.replace("http", "ws", 1)  # http→ws, https→wss
         job = run_job_spec(
-            request.auth, ws_url=f"{ws_base}ws/agent/runs/{run_id}/", rest_url=base + "api/v1/"
+            request.auth,
+            ws_url=f"{ws_base}ws/agent/runs/{run_id}/",
+            rest_url=base + "api/v1/",
+            placement=recorded_placement(request.auth),
         )
         return Response(job.model_dump(mode="json"))
 

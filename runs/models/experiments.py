@@ -64,6 +64,14 @@ class Experiment(models.Model):
     cloud_type = models.CharField(
         max_length=16, choices=CloudType.choices, default=CloudType.SECURE
     )
+    # Where else the pod may go when the GPU type has no capacity (runs.placement): other
+    # GPU types in order of preference, and whether the other cloud will do.
+    fallback_gpu_types = models.JSONField(default=list, blank=True)
+    allow_other_cloud = models.BooleanField(default=False)
+    container_disk_gb = models.PositiveIntegerField(default=80)
+    # A Runpod network volume that keeps downloaded weights between runs ("" = none); it
+    # pins the pod to the volume's data centre.
+    network_volume_id = models.CharField(max_length=64, blank=True)
     engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.VLLM)
     engine_image_tag = models.CharField(max_length=128, blank=True)
     serve_grid = models.JSONField(default=dict, blank=True)  # {} = one trial, vLLM defaults

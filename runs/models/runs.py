@@ -52,6 +52,9 @@ class Run(models.Model):
     experiment_snapshot = models.JSONField(default=dict)
     provider = models.CharField(max_length=32, blank=True)
     pod_id = models.CharField(max_length=100, blank=True)
+    # Where the pod landed: the experiment's GPU type and cloud, or a fallback it allows.
+    pod_gpu_type = models.CharField(max_length=100, blank=True)
+    pod_cloud_type = models.CharField(max_length=16, blank=True)
     price_usd_hr = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
     # The rented pod's lifetime: billing runs from its creation to its termination.
     pod_started_at = models.DateTimeField(null=True, blank=True)

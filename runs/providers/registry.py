@@ -51,3 +51,14 @@ def provider_for(*, org: Organization, name: str) -> Provider:
             )
         return RunpodProvider(key)
     raise PermanentProviderError(f"unknown provider {name!r}")
+
+
+def catalogue_price_provider():
+    """The provider the GPU price catalogue is refreshed from: Runpod with the operator's own
+    key (``BENCHSITE_RUNPOD_PRICE_KEY``), never an organization's; None when none is set."""
+    key = getattr(settings, "BENCHSITE_RUNPOD_PRICE_KEY", "")
+    if not key:
+        return None
+    from runs.providers.runpod import RunpodProvider
+
+    return RunpodProvider(key)

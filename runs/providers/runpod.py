@@ -295,12 +295,11 @@ class RunpodProvider:
         return [info for info in self._pods() if run_id_of_pod(info.name) is not None]
 
     def price(self, gpu_type_id: str, cloud_type: str) -> Decimal | None:
-        _check_gpu_type(gpu_type_id)
         _check(cloud_type in CLOUD_TYPES, "cloud_type", "must be SECURE, COMMUNITY or ALL")
-        raw = self._call(f"reading the price of {gpu_type_id}", _get_gpu_or_none, gpu_type_id)
-        if not raw:
+        listed = self.prices(gpu_type_id)
+        if listed is None:
             return None
-        secure, community = _money(raw.get("securePrice")), _money(raw.get("communityPrice"))
+        secure, community = listed
         if cloud_type == "SECURE":
             return secure
         if cloud_type == "COMMUNITY":
@@ -308,6 +307,15 @@ class RunpodProvider:
         # ALL may land in either cloud: budget with the dearer of the two.
         offered = [price for price in (secure, community) if price is not None]
         return max(offered) if offered else None
+
+    def prices(self, gpu_type_id: str) -> tuple[Decimal | None, Decimal | None] | None:
+        """(secure, community) USD per GPU-hour as Runpod lists them now, each None where that
+        cloud offers none; None when Runpod has no such GPU type. One call."""
+        _check_gpu_type(gpu_type_id)
+        raw = self._call(f"reading the price of {gpu_type_id}", _get_gpu_or_none, gpu_type_id)
+        if not raw:
+            return None
+        return _money(raw.get("securePrice")), _money(raw.get("communityPrice"))
 
     # -- the SDK, under the lock, with errors classified ----------------------------------
 

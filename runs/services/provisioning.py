@@ -7,6 +7,9 @@ Guarantees:
 - The pod is looked up by its idempotency name before anything is rented: a run whose
   earlier attempt created a pod but died before recording it adopts that pod (exactly one
   pod per run, however often provisioning is delivered).
+- The pod goes to the first placement (GPU type, cloud) the experiment allows that has
+  capacity (``runs.placement``); only a capacity answer moves on to the next one. Where it
+  landed is recorded on the run, with the provider's billed rate for it.
 - The run token is issued (its hash committed) before the pod is created, so an adopted pod's
   agent holds a token the site accepts; the job and token travel only in the pod's env.
 - Provider errors are split: ``TransientProviderError`` releases the lease and is re-raised
@@ -28,11 +31,14 @@ from django.utils import timezone
 
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
 from runs.jobs import run_job_spec
-from runs.models import Run
+from runs.models import GpuType, Run
 from runs.models.runs import RunState
+from runs.placement import Placement, recorded_placement, run_placements
 from runs.providers.base import (
     PermanentProviderError,
+    PodInfo,
     PodSpec,
+    Provider,
     TransientProviderError,
     pod_name,
 )
@@ -66,37 +72,68 @@ def run_claim_for_provisioning(*, run_id, owner: str) -> Run | None:
     )
 
 
-def _pod_spec(run: Run, token: str) -> PodSpec:
-    experiment = run.experiment
+def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
+    experiment, frozen = run.experiment, run.experiment_snapshot
     ws_url, rest_url = _public_urls(run)
-    job = run_job_spec(run, ws_url=ws_url, rest_url=rest_url)
+    job = run_job_spec(run, ws_url=ws_url, rest_url=rest_url, placement=placement)
     tag = experiment.engine_image_tag or "latest"
     image = getattr(settings, "BENCHSITE_AGENT_IMAGE", "benchsite/agent:{tag}").format(tag=tag)
     return PodSpec(
         name=pod_name(run.id),
         image=image,
-        gpu_type_id=experiment.gpu_type_id,
+        gpu_type_id=placement.gpu_type_id,
         gpu_count=experiment.gpu_count,
-        cloud_type=experiment.cloud_type.upper(),  # the site's "secure" is Runpod's SECURE
+        cloud_type=placement.cloud_type.upper(),  # the site's "secure" is Runpod's SECURE
         env={
             "BENCHSITE_JOB": base64.b64encode(job.model_dump_json().encode()).decode("ascii"),
             "BENCHSITE_TOKEN": token,
         },
+        container_disk_gb=int(frozen.get("container_disk_gb") or experiment.container_disk_gb),
+        network_volume_id=frozen.get("network_volume_id") or None,
     )
 
 
-def _billed_rate(run: Run, pod_cost_per_hr: Decimal | None) -> Decimal | None:
-    """The pod's billed rate (USD/h for the whole pod): the provider's, else the catalogue's."""
+def _billed_rate(run: Run, placement: Placement, pod_cost_per_hr: Decimal | None) -> Decimal | None:
+    """The pod's billed rate (USD/h for the whole pod): the provider's, else the catalogue's
+    for the placement it took."""
     if pod_cost_per_hr is not None:
         return pod_cost_per_hr
-    experiment = run.experiment
+    gpu = GpuType.objects.filter(id=placement.gpu_type_id).first()
+    if gpu is None:
+        return None
     price = gpu_price(
-        org=run.organization, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
+        org=run.organization, gpu_type=gpu, cloud_type=placement.cloud_type
     ).usd_per_gpu_hour
     return (
         None
         if price is None
-        else pod_usd_per_hr(gpu_usd_per_hr=price, gpu_count=experiment.gpu_count)
+        else pod_usd_per_hr(gpu_usd_per_hr=price, gpu_count=run.experiment.gpu_count)
+    )
+
+
+def _create_at_first_free_placement(
+    provider: Provider, run: Run, token: str, owner: str
+) -> tuple[PodInfo, Placement]:
+    """Creates the pod at the first placement with capacity. Each attempt's placement is
+    written to the run before the create, so a pod adopted after a crash is known by where it
+    was asked for. Raises the last ``TransientProviderError`` when no placement has capacity,
+    and any other provider error at once (a rate limit or outage is not a capacity answer)."""
+    allowed = run_placements(run)
+    refused: list[str] = []
+    for placement in allowed:
+        Run.objects.filter(id=run.id, lease_owner=owner).update(
+            pod_gpu_type=placement.gpu_type_id, pod_cloud_type=placement.cloud_type
+        )
+        try:
+            return provider.create(_pod_spec(run, token, placement)), placement
+        except TransientProviderError as exc:
+            if not exc.no_capacity:
+                raise
+            refused.append(str(placement))
+            logger.info("run %s: no capacity at %s", run.id, placement)
+    raise TransientProviderError(
+        f"No capacity at any placement the experiment allows: {', '.join(refused)}",
+        no_capacity=True,
     )
 
 
@@ -113,8 +150,11 @@ def run_provision(*, run_id, owner: str) -> str:
         outcome = "adopted"
         if pod is None:
             token = run_token_issue(run=run)
-            pod = provider.create(_pod_spec(run, token))
+            pod, placement = _create_at_first_free_placement(provider, run, token, owner)
             outcome = "created"
+        else:
+            # Asked for before the crash (written before every create), else the experiment's.
+            placement = recorded_placement(run) or run_placements(run)[0]
     except TransientProviderError:
         Run.objects.filter(id=run.id, lease_owner=owner).update(lease_expires_at=timezone.now())
         raise
@@ -125,14 +165,16 @@ def run_provision(*, run_id, owner: str) -> str:
     Run.objects.filter(id=run.id, lease_owner=owner).update(
         provider=name,
         pod_id=pod.pod_id,
+        pod_gpu_type=placement.gpu_type_id,
+        pod_cloud_type=placement.cloud_type,
         # A local "pod" rents nothing: no billed rate, so no spend (reports price its tokens
         # from the catalogue, labelled).
-        price_usd_hr=None if name == "local" else _billed_rate(run, pod.cost_per_hr),
+        price_usd_hr=None if name == "local" else _billed_rate(run, placement, pod.cost_per_hr),
         pod_started_at=now,
         lease_owner="",
         lease_expires_at=None,
     )
-    logger.info("run %s: pod %s %s on %s", run.id, pod.pod_id, outcome, name)
+    logger.info("run %s: pod %s %s on %s at %s", run.id, pod.pod_id, outcome, name, placement)
     return outcome
 
 

@@ -62,8 +62,8 @@ def budget_check(*, experiment: Experiment, estimate: CostEstimate) -> None:
     if estimate.cost_usd is None:
         raise BudgetExceeded.single(
             "budget",
-            f"No price is known for {experiment.gpu_type_id} ({experiment.cloud_type}), so the "
-            "run's cost cannot be checked against its budget; set a GPU price first.",
+            f"No price is known ({estimate.price_source}), so the run's cost cannot be "
+            "checked against its budget; set a GPU price first.",
         )
     cost = estimate.cost_usd
     if cost > experiment.budget_cap_usd:
@@ -112,6 +112,10 @@ def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
         "gpu_type": experiment.gpu_type_id,
         "gpu_count": experiment.gpu_count,
         "cloud_type": experiment.cloud_type,
+        "fallback_gpu_types": list(experiment.fallback_gpu_types or []),
+        "allow_other_cloud": experiment.allow_other_cloud,
+        "container_disk_gb": experiment.container_disk_gb,
+        "network_volume_id": experiment.network_volume_id,
         "engine": experiment.engine,
         "engine_image_tag": experiment.engine_image_tag,
         "serve_grid": experiment.serve_grid,
