@@ -9,8 +9,8 @@ Guarantees (on top of ``runs.providers.base``):
   ``<state_dir>/<pod name>/agent.log``.
 - A record whose process is gone reads ``EXITED``; a recycled pid is not mistaken for the
   agent (the process's start time is recorded and compared).
-- ``terminate`` stops the whole process group (SIGTERM, SIGKILL after a grace period) and
-  removes the record; it is idempotent.
+- ``terminate`` stops the agent and every process below it, engines in their own sessions
+  included (SIGTERM, SIGKILL after a grace period), and removes the record; it is idempotent.
 - Costs nothing to rent: ``cost_per_hr`` and ``price`` are None, so runs are priced from the
   catalogue (the GPU the experiment names — for the simulator, the simulated GPU).
 """
@@ -36,6 +36,7 @@ from runs.providers.base import (
     PodSpec,
     PodState,
 )
+from runs.providers.process_tree import kill_tree
 
 STOP_GRACE_SECONDS = 10.0
 # Processes this worker started: their exit is read from the child itself (no zombies).
@@ -173,13 +174,14 @@ class LocalProvider:
             return
         pid = record["pid"]
         if _alive(pid, record.get("started")):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGTERM)
+            # The agent stops its engine on SIGTERM; whatever is left after the grace (an
+            # engine in its own session) is killed with it.
+            below = kill_tree(pid, signal.SIGTERM)
             deadline = time.monotonic() + STOP_GRACE_SECONDS
             while _alive(pid, record.get("started")) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+            alive = _alive(pid, record.get("started"))
+            kill_tree(pid, signal.SIGKILL, below=below, include_root=alive)
         with _children_lock:
             child = _children.pop(pid, None)
         if child is not None:

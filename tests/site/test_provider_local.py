@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,38 @@ def test_the_token_is_not_in_the_record(tmp_path):
     assert "bsr_secret" not in (tmp_path / f"{name}.json").read_text()
     assert "bsr_secret" not in repr(spec(name))
     provider.terminate(name)
+
+
+# Stands in for an agent whose engine runs in a session of its own (as the agent starts
+# vLLM) and that does not stop it: it writes the engine's pid, then waits.
+AGENT_WITH_ENGINE = [
+    sys.executable,
+    "-c",
+    "import subprocess, sys, time\n"
+    "engine = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+    " start_new_session=True)\n"
+    "print('engine', engine.pid, flush=True)\n"
+    "time.sleep(120)",
+]
+
+
+def test_terminate_also_stops_an_engine_in_its_own_session(tmp_path):
+    provider = LocalProvider(tmp_path, agent_command=AGENT_WITH_ENGINE)
+    name = pod_name(uuid.uuid4())
+    provider.create(spec(name))
+    log = tmp_path / name / "agent.log"
+    wait_for(lambda: log.exists() and "engine " in log.read_text())
+    engine_pid = int(log.read_text().split("engine ")[1].split()[0])
+    os.kill(engine_pid, 0)  # running, outside the agent's process group
+    assert os.getpgid(engine_pid) != json.loads((tmp_path / f"{name}.json").read_text())["pid"]
+    provider.terminate(name)
+    # Not a zombie of ours either: its parent was the agent, gone now; init reaps it.
+    wait_for(lambda: not _running(engine_pid))
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
