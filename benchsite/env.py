@@ -72,12 +72,13 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def env_choice(name: str, default: str, choices: set[str]) -> str:
-    """One of ``choices`` (compared upper-case, as log levels are)."""
+    """One of ``choices``, in any case, returned as ``choices`` spell it (log levels
+    upper-case, provider names lower-case)."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
-    value = raw.strip().upper()
-    if value not in choices:
+    value = {choice.casefold(): choice for choice in choices}.get(raw.strip().casefold())
+    if value is None:
         raise ImproperlyConfigured(
             f"{name} must be one of {', '.join(sorted(choices))}, got {raw!r}"
         )

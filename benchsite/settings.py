@@ -191,14 +191,19 @@ BENCHSITE_CANCEL_GRACE_SECONDS = env_int("BENCHSITE_CANCEL_GRACE_SECONDS", 60, m
 # The operator's Runpod key for reading GPU prices into the catalogue ("" = keep the seeded
 # prices); organizations' keys are only ever used for their own runs.
 BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "")
+_RECONCILE_SECONDS = env_int("BENCHSITE_RECONCILE_SECONDS", 30, minimum=5)
+_PRICE_REFRESH_SECONDS = env_int("BENCHSITE_PRICE_REFRESH_SECONDS", 86400, minimum=60)
+# Each entry expires when the next is due: passes that fall behind are dropped, not queued up.
 CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {
         "task": "runs.tasks.runs_reconcile",
-        "schedule": env_int("BENCHSITE_RECONCILE_SECONDS", 30, minimum=5),
+        "schedule": _RECONCILE_SECONDS,
+        "options": {"expires": _RECONCILE_SECONDS},
     },
     "gpu-prices-refresh": {
         "task": "runs.tasks.gpu_prices_refresh",
-        "schedule": env_int("BENCHSITE_PRICE_REFRESH_SECONDS", 86400, minimum=60),
+        "schedule": _PRICE_REFRESH_SECONDS,
+        "options": {"expires": _PRICE_REFRESH_SECONDS},
     },
 }
 

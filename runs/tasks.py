@@ -43,9 +43,10 @@ def _retry_delay(retries: int) -> float:
 def run_provision(self, run_id: str) -> str:
     """Rents (or adopts) the run's pod; transient provider errors are retried with backoff,
     and after the last retry the run fails with the reason."""
-    owner = f"{socket.gethostname()}:{self.request.id or 'eager'}"
+    task_id = self.request.id
+    owner = f"{socket.gethostname()}:{task_id or 'eager'}"
     try:
-        return provision_service(run_id=run_id, owner=owner)
+        return provision_service(run_id=run_id, owner=owner, task_id=task_id)
     except TransientProviderError as exc:
         if self.request.retries >= self.max_retries:
             run_fail(run_id=run_id, reason=f"No pod after {self.max_retries + 1} attempts: {exc}")

@@ -6,7 +6,8 @@ Guarantees of ``agent_messages_ingest``:
   in one transaction; callers notify the run's browsers after it has committed;
 - a run that has ended accepts nothing new (a resend of a stored message is still acked);
 - the run reaches its final state once ``run_finished`` and every message before it have
-  arrived (resends after a reconnect may fill gaps in any order).
+  arrived (resends after a reconnect may fill gaps in any order); an agent that stopped as
+  cancelled when nobody asked (its pod was stopped from outside) leaves the run ``failed``.
 """
 
 from __future__ import annotations
@@ -172,6 +173,12 @@ def _finish_if_complete(run: Run) -> None:
     run.finished_at = timezone.now()
     if outcome == "deadline":
         run.failure_reason = "The agent stopped at the run's deadline; partial results kept."
+    elif outcome == "cancelled" and run.cancel_requested_at is None:
+        # Nobody here asked: the pod was stopped from outside (Runpod, its console, a host
+        # going down) and the agent said so on its way out. That is a failure, not a cancel.
+        said = finished.payload.get("reason") or "the agent gave no reason"
+        run.state = RunState.FAILED
+        run.failure_reason = f"The pod stopped before the run finished ({said})."
     elif finished.payload.get("reason"):
         run.failure_reason = finished.payload["reason"]
     run.save(update_fields=["state", "finished_at", "failure_reason"])

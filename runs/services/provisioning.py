@@ -10,8 +10,11 @@ Guarantees:
 - The pod goes to the first placement (GPU type, cloud) the experiment allows that has
   capacity (``runs.placement``); only a capacity answer moves on to the next one. Where it
   landed is recorded on the run, with the provider's billed rate for it.
-- The run token is issued (its hash committed) before the pod is created, so an adopted pod's
-  agent holds a token the site accepts; the job and token travel only in the pod's env.
+- The run token (the same for every attempt, ``runs.services.run_tokens``) has its hash
+  committed before the pod is created, so an adopted pod's agent holds a token the site
+  accepts; the job and token travel only in the pod's env.
+- Billing starts when the create that rented the pod was sent (``pod_started_at`` is written
+  before each create), also for a pod adopted after a crash.
 - Provider errors are split: ``TransientProviderError`` releases the lease and is re-raised
   for the task to retry; ``PermanentProviderError`` fails the run with the reason.
 - ``run_release_pod`` terminates the run's pod (idempotent) and records the final billed
@@ -26,7 +29,8 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
@@ -57,13 +61,20 @@ def _public_urls(run: Run) -> tuple[str, str]:
     return f"{ws_base}/ws/agent/runs/{run.id}/", f"{base}/api/v1/"
 
 
-def run_claim_for_provisioning(*, run_id, owner: str) -> Run | None:
+def run_claim_for_provisioning(*, run_id, owner: str, task_id: str | None = None) -> Run | None:
     """Takes the provisioning lease of a run that needs a pod; None when another worker
-    holds it or the run needs none."""
+    holds it or the run needs none.
+
+    A lease held under the same broker message (``task_id``) is taken over at once: the
+    broker hands a message out again only once its worker is gone (killed, or lost past the
+    visibility timeout, far beyond the task's time limit), so waiting out that lease would
+    only delay the run."""
     now = timezone.now()
     claimable = Q(state=RunState.QUEUED) | Q(
         state=RunState.PROVISIONING, pod_id="", lease_expires_at__lt=now
     )
+    if task_id:
+        claimable |= Q(state=RunState.PROVISIONING, pod_id="", lease_owner__endswith=f":{task_id}")
     claimed = Run.objects.filter(claimable, id=run_id, cancel_requested_at__isnull=True).update(
         state=RunState.PROVISIONING, lease_owner=owner, lease_expires_at=now + LEASE
     )
@@ -122,7 +133,10 @@ def _create_at_first_free_placement(
     refused: list[str] = []
     for placement in allowed:
         Run.objects.filter(id=run.id, lease_owner=owner).update(
-            pod_gpu_type=placement.gpu_type_id, pod_cloud_type=placement.cloud_type
+            pod_gpu_type=placement.gpu_type_id,
+            pod_cloud_type=placement.cloud_type,
+            # Billing starts at the create that rents the pod (a few seconds early at most).
+            pod_started_at=timezone.now(),
         )
         try:
             return provider.create(_pod_spec(run, token, placement)), placement
@@ -137,10 +151,12 @@ def _create_at_first_free_placement(
     )
 
 
-def run_provision(*, run_id, owner: str) -> str:
+def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
     """Rents (or adopts) the run's pod; returns what it did: ``created``, ``adopted`` or
-    ``skipped``. Raises ``TransientProviderError`` for the task to retry."""
-    run = run_claim_for_provisioning(run_id=run_id, owner=owner)
+    ``skipped``. Raises ``TransientProviderError`` for the task to retry. ``owner`` names the
+    lease holder; ``task_id`` (the broker message's id) lets a redelivery take over its own
+    dead predecessor's lease."""
+    run = run_claim_for_provisioning(run_id=run_id, owner=owner, task_id=task_id)
     if run is None:
         return "skipped"
     name = provider_name_for(engine=run.experiment.engine)
@@ -170,7 +186,9 @@ def run_provision(*, run_id, owner: str) -> str:
         # A local "pod" rents nothing: no billed rate, so no spend (reports price its tokens
         # from the catalogue, labelled).
         price_usd_hr=None if name == "local" else _billed_rate(run, placement, pod.cost_per_hr),
-        pod_started_at=now,
+        # Written before the create that rented it (for an adopted pod: before the last
+        # attempt's create, which is normally the one that left it).
+        pod_started_at=Coalesce(F("pod_started_at"), Value(now)),
         lease_owner="",
         lease_expires_at=None,
     )

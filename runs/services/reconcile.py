@@ -14,6 +14,10 @@ change is a conditional UPDATE, and terminating a pod twice is harmless):
 - an ended run whose pod is still up gets it terminated and its final cost recorded;
 - every ``bench-*`` pod that no active run owns is terminated (orphans: e.g. a create that
   errored but left a pod, a run deleted behind the site's back).
+
+A pass costs a fixed number of round trips to the database however many runs are active (the
+costs' conditional UPDATEs travel together), plus a few per run it ends or releases; it calls
+each provider account once to list its pods, plus once per pod it terminates.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Q
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
-from runs.models import Organization, Run
+from runs.models import Organization, ProviderCredential, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
-from runs.providers.base import PodInfo, PodState, ProviderError, pod_name, run_id_of_pod
+from runs.providers.base import PodInfo, PodState, Provider, ProviderError, run_id_of_pod
 from runs.providers.registry import local_provider, provider_for
 from runs.services.provisioning import run_accrued_cost, run_fail, run_release_pod
 
@@ -46,6 +52,8 @@ PROVISION_TIMEOUT = _seconds("BENCHSITE_PROVISION_TIMEOUT_SECONDS", 1800)
 CANCEL_GRACE = _seconds("BENCHSITE_CANCEL_GRACE_SECONDS", 60)
 QUEUE_GRACE = datetime.timedelta(seconds=30)  # a fresh run's task is normally on its way
 
+Account = tuple[str, str | None]  # (provider name, organization id; None for local)
+
 
 @dataclass
 class ReconcileReport:
@@ -60,21 +68,35 @@ class ReconcileReport:
     errors: list[str] = field(default_factory=list)
 
 
-def _pods_by_account(report: ReconcileReport) -> dict[tuple[str, str | None], dict[str, PodInfo]]:
-    """Every ``bench-*`` pod per (provider, organization) account, by pod name."""
-    accounts: dict[tuple[str, str | None], dict[str, PodInfo]] = {}
+def _pods_by_account(
+    report: ReconcileReport,
+) -> tuple[dict[Account, dict[str, PodInfo]], dict[Account, Provider]]:
+    """Every ``bench-*`` pod per (provider, organization) account, by pod id: names are not
+    unique at Runpod (a create the client gave up on may still rent a second pod); and the
+    provider that listed each account, to terminate its orphans with."""
+    pods: dict[Account, dict[str, PodInfo]] = {}
+    providers: dict[Account, Provider] = {}
     try:
-        accounts[("local", None)] = {pod.name: pod for pod in local_provider().list_bench_pods()}
+        local = local_provider()
+        pods[("local", None)] = {p.pod_id: p for p in local.list_bench_pods()}
+        providers[("local", None)] = local
     except (OSError, ProviderError) as exc:
         report.errors.append(f"local: {exc}")
-    runpod_orgs = Organization.objects.filter(runs__provider="runpod").distinct()
+    # Every organization with a key, too: a create that failed may have rented a pod before
+    # any of its runs recorded Runpod as its provider.
+    runpod_orgs = Organization.objects.filter(
+        Q(id__in=Run.objects.filter(provider="runpod").values("organization_id"))
+        | Q(id__in=ProviderCredential.objects.filter(provider="runpod").values("organization_id"))
+    )
     for org in runpod_orgs:
+        account = ("runpod", str(org.id))
         try:
             provider = provider_for(org=org, name="runpod")
-            accounts[("runpod", str(org.id))] = {p.name: p for p in provider.list_bench_pods()}
+            pods[account] = {p.pod_id: p for p in provider.list_bench_pods()}
+            providers[account] = provider
         except ProviderError as exc:
             report.errors.append(f"runpod ({org.slug}): {exc}")
-    return accounts
+    return pods, providers
 
 
 def _end(run: Run, state: str, reason: str, report_list: list[str]) -> None:
@@ -83,9 +105,64 @@ def _end(run: Run, state: str, reason: str, report_list: list[str]) -> None:
         logger.warning("run %s: %s (%s)", run.id, state, reason)
 
 
-def _cap_usd(run: Run) -> Decimal | None:
-    cap = run.experiment_snapshot.get("budget_cap_usd")
-    return Decimal(cap) if cap is not None else None
+def _active_with_pods() -> list[Run]:
+    """Active runs that recorded a pod: only what a pass reads, the frozen experiment's cap
+    and engine included (``snapshot_cap``, ``snapshot_engine``), not the whole snapshot."""
+    return list(
+        Run.objects.exclude(state__in=TERMINAL_RUN_STATES)
+        .exclude(pod_id="")
+        .annotate(
+            snapshot_cap=KT("experiment_snapshot__budget_cap_usd"),
+            snapshot_engine=KT("experiment_snapshot__engine"),
+        )
+        .only(
+            "id",
+            "organization_id",
+            "provider",
+            "pod_id",
+            "price_usd_hr",
+            "pod_started_at",
+            "billed_seconds",
+            "cost_usd",
+            "last_heartbeat_at",
+            "created_at",
+            "cancel_requested_at",
+            "cancel_reason",
+        )
+        .order_by()
+    )
+
+
+def _record_costs(runs: list[Run], now: datetime.datetime) -> None:
+    """Brings the billed seconds and cost of each run whose figures changed up to ``now``:
+    one conditional UPDATE per run (a run that ended meanwhile keeps its final figures), all
+    sent at once and committed together."""
+    changed = []
+    for run in runs:
+        seconds, cost = run_accrued_cost(run, until=now)
+        if (run.billed_seconds, run.cost_usd) != (float(seconds), cost):
+            run.billed_seconds, run.cost_usd = float(seconds), cost
+            changed.append(run)
+    if not changed:
+        return
+    # executemany, not the ORM: psycopg pipelines the statements (one round trip for all),
+    # where an ORM update per run waits for each, and bulk_update builds a CASE per run.
+    fields = [Run._meta.get_field(name) for name in ("billed_seconds", "cost_usd", "id", "state")]
+    table = connection.ops.quote_name(Run._meta.db_table)
+    billed_col, cost_col, id_col, state_col = (connection.ops.quote_name(f.column) for f in fields)
+    ended = sorted(str(state) for state in TERMINAL_RUN_STATES)
+    # Only the model's own names are formatted in; every value is a parameter.
+    sql = (
+        f"UPDATE {table} SET {billed_col} = %s, {cost_col} = %s "  # noqa: S608
+        f"WHERE {id_col} = %s AND {state_col} NOT IN ({', '.join(['%s'] * len(ended))})"
+    )
+    rows = [
+        [field.get_db_prep_save(getattr(run, field.attname), connection) for field in fields[:3]]
+        + ended
+        for run in changed
+    ]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def runs_reconcile(
@@ -98,11 +175,16 @@ def runs_reconcile(
     report = ReconcileReport()
 
     # 1. Runs that need a pod and have no live claim on one.
-    waiting = Run.objects.filter(
-        Q(state=RunState.QUEUED) | Q(state=RunState.PROVISIONING),
-        pod_id="",
-        created_at__lt=now - QUEUE_GRACE,
-    ).filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+    waiting = (
+        Run.objects.filter(
+            Q(state=RunState.QUEUED) | Q(state=RunState.PROVISIONING),
+            pod_id="",
+            created_at__lt=now - QUEUE_GRACE,
+        )
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        .only("id", "cancel_requested_at", "cancel_reason")
+        .order_by()
+    )
     for run in waiting:
         if run.cancel_requested_at is not None:
             _end(run, RunState.CANCELLED, run.cancel_reason or "cancelled", report.cancelled)
@@ -111,25 +193,19 @@ def runs_reconcile(
             report.reprovisioned.append(str(run.id))
 
     # 2. Active runs with a pod.
-    pods = _pods_by_account(report)
-    active = (
-        Run.objects.exclude(state__in=TERMINAL_RUN_STATES)
-        .exclude(pod_id="")
-        .select_related("organization")
-    )
+    pods, providers = _pods_by_account(report)
+    active = _active_with_pods()
+    _record_costs(active, now)
     for run in active:
         account = (
             ("local", None) if run.provider == "local" else ("runpod", str(run.organization_id))
         )
-        seconds, cost = run_accrued_cost(run, until=now)
-        Run.objects.filter(id=run.id).exclude(state__in=TERMINAL_RUN_STATES).update(
-            billed_seconds=float(seconds), cost_usd=cost
-        )
-        cap = _cap_usd(run)
+        cost = run.cost_usd
+        cap = None if run.snapshot_cap is None else Decimal(str(run.snapshot_cap))
         heard = run.last_heartbeat_at or run.pod_started_at or run.created_at
         silence = AGENT_SILENCE if run.last_heartbeat_at else PROVISION_TIMEOUT
-        pod = pods.get(account, {}).get(pod_name(run.id))
-        if cap is not None and cost >= cap and run.experiment_snapshot.get("engine") != "sim":
+        pod = pods.get(account, {}).get(run.pod_id)
+        if cap is not None and cost >= cap and run.snapshot_engine != "sim":
             _end(
                 run,
                 RunState.OVER_BUDGET,
@@ -139,12 +215,15 @@ def runs_reconcile(
         elif run.cancel_requested_at and now - run.cancel_requested_at > CANCEL_GRACE:
             _end(run, RunState.CANCELLED, run.cancel_reason or "cancelled", report.cancelled)
         elif now - heard > silence:
-            _end(
-                run,
-                RunState.FAILED,
-                f"The agent fell silent (last heard {heard:%H:%M:%S} UTC).",
-                report.failed,
-            )
+            if run.last_heartbeat_at:
+                reason = f"The agent fell silent (last heard {heard:%H:%M:%S} UTC)."
+            else:
+                where = f"the pod is {pod.state}" if pod is not None else "the pod is not listed"
+                reason = (
+                    f"The agent never reported: no word {int(silence.total_seconds())} s after "
+                    f"the pod was rented ({where})."
+                )
+            _end(run, RunState.FAILED, reason, report.failed)
         elif (
             account in pods
             and (pod is None or pod.state in (PodState.EXITED, PodState.TERMINATED))
@@ -153,35 +232,37 @@ def runs_reconcile(
             _end(run, RunState.FAILED, "The pod stopped before the run finished.", report.failed)
 
     # 3. Ended runs whose pod is still rented.
-    unreleased = Run.objects.filter(
-        state__in=TERMINAL_RUN_STATES, pod_terminated_at__isnull=True
-    ).exclude(pod_id="")
-    for run in unreleased:
+    unreleased = (
+        Run.objects.filter(state__in=TERMINAL_RUN_STATES, pod_terminated_at__isnull=True)
+        .exclude(pod_id="")
+        .values_list("id", flat=True)
+        .order_by()
+    )
+    for run_id in unreleased:
         try:
-            if run_release_pod(run_id=run.id):
-                report.released.append(str(run.id))
+            if run_release_pod(run_id=run_id):
+                report.released.append(str(run_id))
         except ProviderError as exc:
-            report.errors.append(f"run {run.id}: {exc}")
+            report.errors.append(f"run {run_id}: {exc}")
 
-    # 4. Orphans: bench-* pods no active run owns.
-    active_ids = {
-        str(i)
-        for i in Run.objects.exclude(state__in=TERMINAL_RUN_STATES).values_list("id", flat=True)
+    # 4. Orphans: bench-* pods no active run owns. An active run owns the pod it recorded;
+    #    until it records one, any pod of its name (it may be about to adopt it).
+    active_pod_ids = {
+        str(run_id): pod_id
+        for run_id, pod_id in Run.objects.exclude(state__in=TERMINAL_RUN_STATES)
+        .values_list("id", "pod_id")
+        .order_by()
     }
-    for (provider_name, org_id), account_pods in pods.items():
-        for name, pod in account_pods.items():
-            if run_id_of_pod(name) in active_ids or run_id_of_pod(name) in report.released:
+    released = set(report.released)
+    for account, account_pods in pods.items():
+        for pod in account_pods.values():
+            name, owner = pod.name, run_id_of_pod(pod.name)
+            if active_pod_ids.get(owner) in ("", pod.pod_id) or owner in released:
                 continue  # owned, or terminated a moment ago in step 3
             try:
-                org = Organization.objects.get(id=org_id) if org_id else None
-                provider = (
-                    local_provider()
-                    if provider_name == "local"
-                    else provider_for(org=org, name=provider_name)
-                )
-                provider.terminate(pod.pod_id)
+                providers[account].terminate(pod.pod_id)
                 report.orphans_terminated.append(name)
-                logger.warning("terminated orphan pod %s (%s)", name, provider_name)
+                logger.warning("terminated orphan pod %s (%s)", name, account[0])
             except ProviderError as exc:
                 report.errors.append(f"orphan {name}: {exc}")
     return report

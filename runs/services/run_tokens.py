@@ -1,14 +1,24 @@
-"""Run tokens: the agent's credential, valid for one run only and only until it ends."""
+"""Run tokens: the agent's credential, valid for one run only and only until it ends.
+
+A run's token is derived from its id under the site's ``SECRET_KEY`` (HMAC-SHA256), so every
+provisioning attempt hands out the same one: a pod that an earlier attempt rented — a create
+that timed out on our side and was carried out later, or a worker killed after the create —
+is adopted with a token the site accepts. Only the token's hash is stored; changing
+``SECRET_KEY`` invalidates the tokens of runs under way.
+"""
 
 from __future__ import annotations
 
+import base64
 import hashlib
-import secrets
+
+from django.utils.crypto import salted_hmac
 
 from runs.models import Run
 from runs.models.runs import TERMINAL_RUN_STATES
 
 RUN_TOKEN_PREFIX = "bsr_"
+_SALT = "benchsite.run-token"
 
 
 def _digest(raw: str) -> str:
@@ -16,8 +26,9 @@ def _digest(raw: str) -> str:
 
 
 def run_token_issue(*, run: Run) -> str:
-    """A new token for ``run`` (replacing any earlier one); only its hash is stored."""
-    raw = RUN_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    """The token of ``run`` — the same on every call — with its hash stored on the run."""
+    mac = salted_hmac(_SALT, str(run.pk), algorithm="sha256").digest()
+    raw = RUN_TOKEN_PREFIX + base64.urlsafe_b64encode(mac).decode("ascii").rstrip("=")
     Run.objects.filter(pk=run.pk).update(run_token_hash=_digest(raw))
     run.run_token_hash = _digest(raw)
     return raw

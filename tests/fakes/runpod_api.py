@@ -25,7 +25,8 @@ Faults, injected per test with ``inject(kind, …)`` (each for ``times`` matchin
 - ``create_leaves_pod`` — create makes the pod, then answers an HTML 502;
 - ``never_running`` — the created pod never gets a runtime (its agent never starts);
 - ``dies_after`` — the created pod's process is killed and the pod exits ``seconds`` after
-  it started (``exit_pod`` does the same at once).
+  it started (``exit_pod`` does the same at once; ``crash_pod`` too, but with SIGKILL, so
+  its agent cannot report on its way out).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from runs.providers.process_tree import kill_tree
 
 
 @dataclass(frozen=True)
@@ -503,6 +506,19 @@ class FakeRunpodApi:
             _kill(pod)
             pod.desired_status, pod.runtime = "EXITED", False
 
+    def crash_pod(self, pod_id: str) -> None:
+        """The pod's host dies: its process is killed at once (SIGKILL, so nothing in it gets
+        to report) and the pod reads EXITED."""
+        with self._lock:
+            pod = self._find(pod_id)
+            if pod is None:
+                return
+            if pod.process is not None and pod.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pod.process.pid, signal.SIGKILL)
+                pod.process.wait(timeout=5)
+            pod.desired_status, pod.runtime = "EXITED", False
+
     def stop_agents(self) -> None:
         """Kills every agent process the fake started (their pods read EXITED after)."""
         with self._lock:
@@ -721,14 +737,12 @@ def _kill(pod: FakePod) -> None:
     process = pod.process
     if process is None or process.poll() is not None:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
+    # A real pod's container takes everything with it: so do the agent's engines here.
+    below = kill_tree(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=5)
+    kill_tree(process.pid, signal.SIGKILL, below=below, include_root=process.poll() is None)
+    process.wait(timeout=5)
 
 
 def _handler_for(fake: FakeRunpodApi) -> type[BaseHTTPRequestHandler]:

@@ -1,15 +1,19 @@
-"""A real ASGI server for tests and benchmarks: Daphne in a subprocess, serving the
-project's application on the current (test) database and channel layer."""
+"""Real servers for tests and benchmarks, each in its own process on the current (test)
+database: Daphne serving the project's application on the channel layer, and a Celery worker
+taking tasks from the broker."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +22,8 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _database_url() -> str:
+def database_url() -> str:
+    """The test database's address, for processes that must share it."""
     settings = connection.settings_dict
     if connection.vendor != "postgresql":
         raise RuntimeError("a live server needs PostgreSQL (the test database must be shared)")
@@ -43,7 +48,7 @@ def daphne_server(
     """Yields "127.0.0.1:PORT" once the server accepts connections; stops it afterwards.
     The server's output goes to ``log_path`` when given; ``port`` defaults to a free one."""
     port = port or free_port()
-    env = {**os.environ, "DATABASE_URL": _database_url(), "DEBUG": "true"}
+    env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "true"}
     log_path = log_path or os.environ.get("BENCHSITE_LIVE_LOG")
     log = tempfile.TemporaryFile() if not log_path else open(log_path, "ab")  # noqa: SIM115
     process = subprocess.Popen(
@@ -81,3 +86,87 @@ def daphne_server(
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
+
+
+@contextlib.contextmanager
+def celery_worker(
+    log_path: Path,
+    *,
+    app: str = "benchsite",
+    env: dict[str, str] | None = None,
+    timeout: float = 90,
+) -> Iterator[subprocess.Popen]:
+    """A real ``celery worker`` of ``app`` (prefork, one child) on the test database, taking
+    tasks from the queue ``CELERY_TASK_DEFAULT_QUEUE`` names in the environment; yields its
+    process once it consumes. The worker and its child are one process group, stopped on the
+    way out whatever happened (SIGTERM, then SIGKILL); a test may SIGKILL it sooner."""
+    env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "true", **(env or {})}
+    hostname = f"test-{uuid.uuid4().hex[:12]}@%h"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "celery", "-A", app, "worker"),
+                *("--hostname", hostname, "--concurrency", "1", "--loglevel", "INFO"),
+                # Alone on a shared Redis: no syncing or chatter with other tests' workers.
+                *("--without-mingle", "--without-gossip", "--without-heartbeat"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while b" ready." not in log_path.read_bytes():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the worker did not start: {log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield process
+    finally:
+        stop_process_group(process)
+
+
+def stop_process_group(process: subprocess.Popen, grace: float = 20) -> None:
+    """SIGTERM to the process's group (a worker finishes its task), SIGKILL after ``grace``."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+        if process.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(wait)
+    # The pool's children are gone with their parent's group, or reaped by init.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def unacked_messages(channel, queue: str) -> dict[str, dict]:
+    """Messages of ``queue`` that a worker took and never acknowledged (Redis puts them back
+    after the visibility timeout), by delivery tag; ``channel`` is a kombu Redis channel."""
+    found = {}
+    for tag, raw in channel.client.hgetall(channel.unacked_key).items():
+        payload, _exchange, routing_key = json.loads(raw)
+        if routing_key == queue:
+            found[tag.decode() if isinstance(tag, bytes) else tag] = payload
+    return found
+
+
+def broker_queue_delete(queue: str) -> None:
+    """Removes ``queue`` from the shared broker: its waiting messages, its binding, and its
+    unacknowledged ones (which Redis would otherwise put back one day, for nobody)."""
+    from kombu import Exchange, Queue
+
+    from benchsite.celery import app
+
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        for tag in unacked_messages(channel, queue):
+            channel.client.pipeline().zrem(channel.unacked_index_key, tag).hdel(
+                channel.unacked_key, tag
+            ).execute()
+        # A channel deletes only the bindings it knows, so declare the queue first: a bare
+        # queue_delete leaves the messages and the binding behind.
+        bound = Queue(queue, Exchange(queue), routing_key=queue, channel=channel)
+        bound.declare()
+        bound.delete()

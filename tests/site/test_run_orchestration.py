@@ -83,6 +83,23 @@ def test_provisioning_delivered_twice_or_after_a_crash_rents_exactly_one_pod(ali
     assert run.pod_id == pod_name(run.id)
 
 
+def test_a_redelivered_message_takes_over_its_dead_workers_lease_at_once(alice):
+    """The broker hands a message out again only when its worker is gone: the redelivery
+    need not wait out the lease. Another message must."""
+    experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
+    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    lease = timezone.now() + datetime.timedelta(minutes=5)
+    Run.objects.filter(id=run.id).update(
+        state=RunState.PROVISIONING, lease_owner="host-a:task-1", lease_expires_at=lease
+    )
+    assert run_provision(run_id=run.id, owner="host-b:task-2", task_id="task-2") == "skipped"
+    assert run_provision(run_id=run.id, owner="host-b:eager") == "skipped"
+    assert run_provision(run_id=run.id, owner="host-b:task-1", task_id="task-1") == "created"
+    assert [pod.name for pod in local_provider().list_bench_pods()] == [pod_name(run.id)]
+    # Once the pod is recorded, not even its own message provisions again.
+    assert run_provision(run_id=run.id, owner="host-c:task-1", task_id="task-1") == "skipped"
+
+
 def test_a_run_over_the_experiment_cap_is_refused_and_nothing_is_written(alice):
     experiment = make_experiment(alice.org, budget_cap_usd=Decimal("0.01"))
     before = snapshot()
@@ -221,7 +238,7 @@ def test_the_provision_task_retries_transient_errors_then_gives_up(
     run = Run.objects.create(organization=alice.org, experiment=experiment)
     calls = []
 
-    def no_capacity(*, run_id, owner):
+    def no_capacity(*, run_id, owner, task_id):
         calls.append(owner)
         raise TransientProviderError("no instances available", no_capacity=True)
 
@@ -242,11 +259,11 @@ def test_the_provision_task_succeeds_once_capacity_returns(
     run = Run.objects.create(organization=alice.org, experiment=experiment)
     real, calls = runs.tasks.provision_service, []
 
-    def flaky(*, run_id, owner):
+    def flaky(*, run_id, owner, task_id):
         calls.append(owner)
         if len(calls) < 3:
             raise TransientProviderError("429 Too Many Requests")
-        return real(run_id=run_id, owner=owner)
+        return real(run_id=run_id, owner=owner, task_id=task_id)
 
     monkeypatch.setattr(runs.tasks, "provision_service", flaky)
     assert runs.tasks.run_provision.apply(args=[str(run.id)]).get() == "created"

@@ -50,6 +50,7 @@ def test_it_passes_the_deployment_checklist_with_production_variables():
         ("ALLOWED_HOSTS", "a.example.com,,b.example.com"),
         ("SECURE_HSTS_SECONDS", "a year"),
         ("LOG_LEVEL", "chatty"),
+        ("BENCHSITE_PROVIDER", "aws"),
         ("BENCHSITE_MAX_GRID_TRIALS", "0"),
     ],
 )
@@ -70,6 +71,14 @@ def test_it_requires_production_variables_outside_debug(variable):
     result = _django(env, "check")
     assert result.returncode != 0
     assert variable in result.stderr
+
+
+def test_it_reads_a_choice_in_any_case_as_the_settings_spell_it():
+    code = "from django.conf import settings as s; print(s.BENCHSITE_PROVIDER, s.LOGGING)"
+    env = PRODUCTION | {"BENCHSITE_PROVIDER": "Local", "LOG_LEVEL": "warning"}
+    result = _django(env, "shell", "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert "\nlocal {" in result.stdout and "'level': 'WARNING'" in result.stdout
 
 
 def test_it_runs_on_embedded_defaults_in_debug():
