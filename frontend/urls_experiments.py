@@ -1,0 +1,3 @@
+"""Models and the experiment builder."""
+
+urlpatterns: list = []

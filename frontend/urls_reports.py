@@ -1,0 +1,3 @@
+"""Reports for managers, promotion with approval, the audit log viewer."""
+
+urlpatterns: list = []

@@ -1,0 +1,3 @@
+"""The live run page, run history and comparisons."""
+
+urlpatterns: list = []
