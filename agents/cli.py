@@ -473,11 +473,16 @@ def _run_job_command(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     workdir = args.workdir or Path(f"run-{job.run_id}")
     try:
+        engine_options = EngineOptions.from_environment()
+    except ValueError as exc:
+        errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return EXIT_USAGE
+    try:
         result = run_session(
             job,
             token=run_token(),
             workdir=workdir,
-            engine_options=EngineOptions.from_environment(),
+            engine_options=engine_options,
             dataset_dir=args.dataset_dir,
             drain_timeout=args.drain_timeout,
             deadline_margin=args.deadline_margin,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from agents.protocol import JobSpec, ModelSource
 
 VLLM_COMMAND_ENV = "BENCHSITE_VLLM_COMMAND"
 VLLM_CPU_ENV = "BENCHSITE_VLLM_CPU"
+VLLM_ENV_ENV = "BENCHSITE_VLLM_ENV"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,25 @@ class EngineOptions:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> EngineOptions:
-        """``BENCHSITE_VLLM_COMMAND`` (e.g. ``/opt/vllm/bin/vllm serve``) and
-        ``BENCHSITE_VLLM_CPU=1`` (vLLM's CPU backend)."""
+        """``BENCHSITE_VLLM_COMMAND`` (e.g. ``/opt/vllm/bin/vllm serve``),
+        ``BENCHSITE_VLLM_CPU=1`` (vLLM's CPU backend) and ``BENCHSITE_VLLM_ENV``: ``KEY=VALUE``
+        words (shell quoting) added to vLLM's otherwise built environment, e.g.
+        ``HF_HOME=/srv/hf HF_HUB_OFFLINE=1`` for weights this machine has cached already.
+        Raises ``ValueError`` naming the variable for a word that is not ``KEY=VALUE``."""
         environ = os.environ if environ is None else environ
         command = tuple(shlex.split(environ.get(VLLM_COMMAND_ENV, ""))) or cls.vllm_command
         cpu = environ.get(VLLM_CPU_ENV, "").lower() in ("1", "true", "yes")
-        return cls(vllm_command=command, cpu=cpu)
+        extra: dict[str, str] = {}
+        try:
+            words = shlex.split(environ.get(VLLM_ENV_ENV, ""))
+        except ValueError as exc:  # an unbalanced quote
+            raise ValueError(f"{VLLM_ENV_ENV}: {exc}") from None
+        for word in words:
+            key, equals, value = word.partition("=")
+            if not equals or not _ENV_NAME.fullmatch(key):
+                raise ValueError(f"{VLLM_ENV_ENV}: expected KEY=VALUE words, got {word!r}")
+            extra[key] = value
+        return cls(vllm_command=command, cpu=cpu, vllm_env=extra)
 
 
 def sim_model_file(model: ModelSource, workdir: Path) -> Path:

@@ -192,7 +192,9 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
         lease_owner="",
         lease_expires_at=None,
     )
-    logger.info("run %s: pod %s %s on %s at %s", run.id, pod.pod_id, outcome, name, placement)
+    # A local pod has no GPU of the catalogue's: its placement names only what is modelled.
+    where = "" if name == "local" else f" at {placement}"
+    logger.info("run %s: pod %s %s on %s%s", run.id, pod.pod_id, outcome, name, where)
     return outcome
 
 

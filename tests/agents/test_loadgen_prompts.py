@@ -117,7 +117,7 @@ def bpe_tokenizer_json(tmp_path_factory):
     """A real byte-level BPE tokenizer (the kind Llama-family models ship), trained here on
     made-up words in a second: nothing is downloaded."""
     tokenizers = pytest.importorskip("tokenizers")
-    from tests.vllm.build_tiny_model import SPECIAL, _corpus
+    from scripts.build_tiny_model import SPECIAL, _corpus
 
     tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
