@@ -216,7 +216,7 @@ class Command(BaseCommand):
             settings.BENCHSITE_LOCAL_AGENT_ENV = vllm.agent_env
         # Tasks run where they are enqueued: the demo needs no broker and no worker process.
         celery_app.conf.task_always_eager = True
-        call_command("seed_demo", stdout=self.stdout)
+        call_command("seed_demo", base_url=base, stdout=self.stdout)
         org = Organization.objects.get(slug="demo")
         experiment = self._experiment(org, plan, vllm)
         server = self._serve(port)

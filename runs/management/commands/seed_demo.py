@@ -35,7 +35,13 @@ MODELS = [
 class Command(BaseCommand):
     help = "Seed (or refresh) the demo organization and print how to sign in."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--base-url", default="http://127.0.0.1:8000", help="where the site is served"
+        )
+
+    def handle(self, *args, base_url: str, **options):
+        base_url = base_url.rstrip("/")
         actor = Actor.system("manage.py seed_demo")
         password = secrets.token_urlsafe(9)
         with transaction.atomic():
@@ -59,12 +65,12 @@ class Command(BaseCommand):
             issued = token_create(org=org, user=alice, name="demo", actor=actor)
         self.stdout.write(
             "\nBenchsite demo is ready.\n"
-            "  Sign in:  http://127.0.0.1:8000/login/\n"
+            f"  Sign in:  {base_url}/login/\n"
             f"  E-mail:   alice@demo.example (owner; bob@ member, vera@ viewer)\n"
             f"  Password: {password} (same for all three)\n"
             f"  API:      curl -H 'Authorization: Bearer {issued.raw}' "
-            "http://127.0.0.1:8000/api/v1/orgs/demo/experiments/\n"
-            "  API docs: http://127.0.0.1:8000/api/v1/docs/\n"
+            f"{base_url}/api/v1/orgs/demo/experiments/\n"
+            f"  API docs: {base_url}/api/v1/docs/\n"
         )
 
     def _seed_content(self, org: Organization, actor: Actor) -> None:
