@@ -121,13 +121,15 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
                 while not self.pending.empty() and len(batch) < MAX_WRITE_BATCH:
                     batch.append(self.pending.get_nowait())
                 outcomes = await self._ingest(run_id=self.run.id, messages=batch)
+                # Browsers first, acks after: an agent that hangs up on its last ack cancels
+                # this task, and a notice still unsent then would be lost.
+                updates = [o.update for o in outcomes if o.update is not None]
+                await anotify_run_watchers(self.run.id, updates)
                 for outcome in outcomes:
                     if outcome.refused:
                         await self._reject(outcome.seq, outcome.refused)
                     else:
                         await self.send_json(protocol.Ack(seq=outcome.seq).model_dump())
-                updates = [o.update for o in outcomes if o.update is not None]
-                await anotify_run_watchers(self.run.id, updates)
                 if any(outcome.refused for outcome in outcomes):
                     await self.close(code=CLOSE_NOT_FOUND)  # the run has ended
                     return

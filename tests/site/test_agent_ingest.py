@@ -239,6 +239,33 @@ async def test_it_notifies_the_runs_watchers_as_messages_are_stored(alice, bob):
     await browser.disconnect()
 
 
+async def test_an_agent_hanging_up_on_its_ack_never_loses_the_browsers_notice(alice, monkeypatch):
+    """The agent closes its socket the moment its last ack arrives (as every agent does at
+    the end of a run); the notice of that message must already be on its way."""
+    import asyncio
+
+    from runs import consumers
+
+    real_notify = consumers.anotify_run_watchers
+
+    async def slow_notify(run_id, updates):
+        await asyncio.sleep(0.3)  # a busy channel layer
+        await real_notify(run_id, updates)
+
+    monkeypatch.setattr(consumers, "anotify_run_watchers", slow_notify)
+    run, token = await sync_to_async(_new_run)(alice.org)
+    browser = await _browser(alice.user, run.id)
+    assert (await browser.connect())[0]
+    agent = await _agent_socket(run.id, token)
+    await agent.connect()
+    await agent.send_json_to(messages(run.id)[4])
+    assert (await agent.receive_json_from(timeout=5))["type"] == "ack"
+    await agent.disconnect()  # at once, like an agent whose run is over
+    notice = await browser.receive_json_from(timeout=5)
+    assert notice["kind"] == "measurement"
+    await browser.disconnect()
+
+
 async def test_it_closes_the_browser_socket_alike_for_foreign_and_missing_runs(alice, charlie):
     run, _ = await sync_to_async(_new_run)(alice.org)
     foreign = await _browser(charlie.user, run.id)
