@@ -46,9 +46,20 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
+# The browser tests (tests/browser) drive Debian's Chromium through Playwright, which never
+# downloads a browser of its own: install the package on first use (as root, or with sudo).
+# Outside CI a failed install only warns and those tests skip; with CI=true it stops here.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(CHROMIUM):
+	( $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q chromium chromium-driver ) \
+	  || { case "$$CI" in 1|true|yes) exit 1;; esac; \
+	       echo "warning: chromium not installed; the browser tests will skip" >&2; }
+
 # tests/service_env.py picks PostgreSQL and Redis on 127.0.0.1 when they answer; with CI=true
 # it fails when they don't, otherwise it falls back to SQLite and skips the Redis tests.
-test: lint
+test: lint $(CHROMIUM)
 	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest $(PYTEST_ARGS)
 
 bench-api: $(STAMP)

@@ -168,6 +168,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Runs and promotions both have a "state": each enum keeps a name of its own.
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "runs.models.runs.RunState",  # the name it had before promotions came
+        "PromotionStateEnum": "runs.models.promotions.PromotionState",
+    },
 }
 
 # Benchsite's own knobs.

@@ -1,3 +1,39 @@
 """Models and the experiment builder."""
 
-urlpatterns: list = []
+from django.urls import path
+
+from frontend import views_experiments as views
+
+urlpatterns = [
+    path("o/<slug:org>/models/", views.models_list, name="models"),
+    path("o/<slug:org>/models/new/", views.model_new, name="model-new"),
+    path("o/<slug:org>/models/<uuid:model_id>/edit/", views.model_edit, name="model-edit"),
+    path("o/<slug:org>/experiments/", views.experiments_list, name="experiments"),
+    path("o/<slug:org>/experiments/new/", views.experiment_new, name="experiment-new"),
+    path("o/<slug:org>/experiments/check/", views.experiment_check, name="experiment-check"),
+    path(
+        "o/<slug:org>/experiments/<uuid:experiment_id>/",
+        views.experiment_detail,
+        name="experiment-detail",
+    ),
+    path(
+        "o/<slug:org>/experiments/<uuid:experiment_id>/edit/",
+        views.experiment_edit,
+        name="experiment-edit",
+    ),
+    path(
+        "o/<slug:org>/experiments/<uuid:experiment_id>/check/",
+        views.experiment_check,
+        name="experiment-edit-check",
+    ),
+    path(
+        "o/<slug:org>/experiments/<uuid:experiment_id>/duplicate/",
+        views.experiment_duplicate,
+        name="experiment-duplicate",
+    ),
+    path(
+        "o/<slug:org>/experiments/<uuid:experiment_id>/start/",
+        views.experiment_start,
+        name="experiment-start",
+    ),
+]

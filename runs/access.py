@@ -23,8 +23,10 @@ from runs.models import (
     Experiment,
     Membership,
     ModelSpec,
+    Promotion,
     Role,
     Run,
+    Trial,
     User,
     WorkloadDataset,
 )
@@ -145,3 +147,17 @@ def access_run_of_user(*, principal: Principal, run_id) -> Run:
     if run is None:
         raise Http404
     return run
+
+
+def access_trial(*, membership: Membership, run_id, index) -> Trial:
+    """Trial ``index`` of one of the organization's runs."""
+    run = access_run(membership=membership, run_id=run_id)
+    trial = Trial.objects.filter(run=run, index=index).select_related("run").first()
+    if trial is None:
+        raise Http404
+    return trial
+
+
+def access_promotion(*, membership: Membership, promotion_id) -> Promotion:
+    """One of the organization's promotions."""
+    return _get_scoped(membership, Promotion, promotion_id)

@@ -11,6 +11,7 @@ from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
 from runs.api.views_credentials import ProviderKeyViewSet
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
+from runs.api.views_promotions import PromotionViewSet
 from runs.api.views_runs import RunViewSet
 from runs.api.views_tenancy import MemberViewSet, OrganizationViewSet, TokenViewSet
 
@@ -28,6 +29,7 @@ tenant.register("datasets", DatasetViewSet, basename="dataset")
 tenant.register("budgets", BudgetViewSet, basename="budget")
 tenant.register("runs", RunViewSet, basename="run")
 tenant.register("audit", AuditEventViewSet, basename="audit")
+tenant.register("promotions", PromotionViewSet, basename="promotion")
 tenant.register("provider-keys", ProviderKeyViewSet, basename="provider-key")
 
 urlpatterns = [

@@ -6,6 +6,7 @@ from runs.models.budgets import Budget
 from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
 from runs.models.credentials import CredentialProvider, ProviderCredential
 from runs.models.experiments import Experiment, WorkloadDataset
+from runs.models.promotions import Promotion, PromotionState
 from runs.models.runs import Measurement, Run, Trial
 from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
 
@@ -22,6 +23,8 @@ __all__ = [
     "Membership",
     "ModelSpec",
     "Organization",
+    "Promotion",
+    "PromotionState",
     "ProviderCredential",
     "Role",
     "Run",

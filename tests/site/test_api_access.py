@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 import runs.api.urls
 from runs.access import Need
 from runs.model_presets import MODEL_PRESETS
-from runs.models import ApiToken, AuditEvent, GpuType, Membership, Run, User
+from runs.models import ApiToken, AuditEvent, GpuType, Membership, Promotion, Run, Trial, User
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
 from runs.services.credentials import provider_key_set
@@ -73,6 +73,10 @@ def world(alice, bob, mallory, charlie) -> World:
         price_community_usd_hr=None,
     )
     provider_key_set(actor=SYSTEM, org=org, provider="runpod", api_key="rpa_world_" + "0" * 30)
+    trial = Trial.objects.create(run=run, index=0, serve_config={}, outcome="succeeded")
+    promotion = Promotion.objects.create(
+        organization=org, experiment=run.experiment, trial=trial, proposed_by=mallory.user
+    )
     return World(
         alice=alice,
         bob=bob,
@@ -89,6 +93,7 @@ def world(alice, bob, mallory, charlie) -> World:
             "budget": budget.pk,
             "run": run.pk,
             "provider-key": "runpod",
+            "promotion": promotion.pk,
         },
     )
 
@@ -200,6 +205,8 @@ ENDPOINTS = [
     Endpoint("run-cancel", "post", W, lambda w: {"reason": "wrong grid"}),
     Endpoint("audit-list", "get", R),
     Endpoint("audit-export", "get", R),
+    Endpoint("promotion-list", "get", R),
+    Endpoint("promotion-detail", "get", R),
     # Provider keys are secrets: even their fingerprints are for owners and admins.
     Endpoint("provider-key-detail", "get", M),
     Endpoint("provider-key-detail", "put", M, lambda w: {"api_key": "rpa_replaced_" + "1" * 30}),

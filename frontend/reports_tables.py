@@ -1,0 +1,347 @@
+"""The tables of the managers' reports, built once and rendered twice: as HTML and as CSV.
+
+Guarantee: a report's page and its CSV export come from the same ``ReportTable``, so the CSV
+holds exactly the figures the page shows (money as exact decimals to 0.0001 USD, measured
+times and rates to 0.1), cell for cell. A missing figure is an empty cell in the CSV and a
+dash on the page. Simulated figures only ever sit in tables of their own (``simulated``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.http import HttpResponse
+
+from runs.reports import (
+    BestConfig,
+    ExperimentSpend,
+    ModelPoint,
+    MonthSpend,
+    TrialFigure,
+    tenth,
+)
+
+SLO_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    href: str | None = None
+    badge: bool = False  # shown as the simulated label
+    numeric: bool = False
+    wrap: bool = False  # long text (a serve config) may wrap; figures never do
+
+
+@dataclass
+class ReportTable:
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    simulated: bool = False
+    empty: str = "Nothing to show yet."
+    note: str = ""
+
+    def column(self, row: list[Cell], name: str) -> str:
+        """The text of ``row``'s cell in the column headed ``name``."""
+        return row[self.columns.index(name)].text
+
+
+def text(value) -> str:
+    """The one way a figure becomes text, on the page and in the CSV alike."""
+    if value is None:
+        return ""
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
+
+
+def num(value) -> Cell:
+    return Cell(text(value), numeric=True)
+
+
+def config_text(serve_config: dict) -> str:
+    if not serve_config:
+        return "vLLM defaults"
+    return ", ".join(f"{name}={value}" for name, value in serve_config.items())
+
+
+def slos_text(slos: dict) -> str:
+    parts = [
+        f"{label} ≤ {format(Decimal(str(slos[f'{metric}_ms'])).normalize(), 'f')} ms"
+        for metric, label in SLO_LABELS.items()
+        if slos.get(f"{metric}_ms") is not None
+    ]
+    return ", ".join(parts) or "none"
+
+
+def gpus_text(figure: TrialFigure) -> str:
+    return f"{figure.gpu_count}× {figure.gpu_type_id}"
+
+
+def headroom_text(figure: TrialFigure) -> str:
+    return ", ".join(
+        f"{SLO_LABELS[metric]} {text(value) if value is not None else '?'}%"
+        for metric, value in figure.headroom_pct().items()
+    )
+
+
+RunHref = Callable[[TrialFigure], str | None]
+
+
+def run_cell(figure: TrialFigure, run_href: RunHref) -> Cell:
+    return Cell(f"{str(figure.run.id)[:8]} #{figure.trial.index}", href=run_href(figure))
+
+
+def _simulated_first(table: ReportTable, rows: list[list[Cell]]) -> list[list[Cell]]:
+    if not table.simulated:
+        return rows
+    table.columns.insert(0, "Source")
+    return [[Cell("simulated", badge=True), *row] for row in rows]
+
+
+# --- Cost per 1M output tokens -------------------------------------------------------------
+
+COST_COLUMNS = [
+    "Model",
+    "GPUs",
+    "USD / 1M output tokens",
+    "USD / 1M, cold start amortized",
+    "Best config",
+    "Load at SLOs",
+    "Output tok/s",
+    "Pod USD/h",
+    "SLOs",
+    "Experiment",
+    "Run · trial",
+    "Parameters",
+    "Trials priced / compared",
+]
+
+
+def cost_table(
+    key: str, title: str, bests: list[BestConfig], *, simulated: bool, run_href: RunHref
+) -> ReportTable:
+    table = ReportTable(key=key, title=title, columns=list(COST_COLUMNS), simulated=simulated)
+    rows = []
+    for best in bests:
+        f = best.best
+        rows.append(
+            [
+                Cell(f.model.name),
+                Cell(gpus_text(f)),
+                num(f.usd_per_million),
+                num(f.cost.usd_per_million_output_tokens_cold_start_amortized),
+                Cell(config_text(f.trial.serve_config), wrap=True),
+                Cell(f.cost.load or ""),
+                num(_tput(f)),
+                num(f.cost.pod_usd_per_hr),
+                Cell(slos_text(f.slos)),
+                Cell(f.experiment.name),
+                run_cell(f, run_href),
+                num(f.model.parameter_count),
+                num(f"{best.trials_priced} / {best.trials_compared}"),
+            ]
+        )
+    table.rows = _simulated_first(table, rows)
+    return table
+
+
+def _tput(figure: TrialFigure):
+    return tenth(figure.cost.output_throughput_tok_s)
+
+
+# --- Model size ------------------------------------------------------------------------------
+
+MODEL_COLUMNS = [
+    "Model",
+    "Parameters",
+    "USD / 1M output tokens",
+    "GPUs",
+    "Best config",
+    "Load at SLOs",
+    "Output tok/s per GPU",
+    "p99 TTFT ms",
+    "p99 TPOT ms",
+    "p99 ITL ms",
+    "Pareto front",
+]
+
+
+def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bool) -> ReportTable:
+    table = ReportTable(key=key, title=title, columns=list(MODEL_COLUMNS), simulated=simulated)
+    rows = []
+    for point in points:
+        f = point.figure
+        rows.append(
+            [
+                Cell(f.model.name),
+                num(f.model.parameter_count),
+                num(f.usd_per_million),
+                Cell(gpus_text(f)),
+                Cell(config_text(f.trial.serve_config), wrap=True),
+                Cell(f.cost.load or ""),
+                num(f.throughput_per_gpu),
+                num(f.p99_ms("ttft")),
+                num(f.p99_ms("tpot")),
+                num(f.p99_ms("itl")),
+                Cell("yes" if point.pareto else ""),
+            ]
+        )
+    table.rows = _simulated_first(table, rows)
+    return table
+
+
+def model_chart_data(points: list[ModelPoint]) -> list[dict]:
+    """The chart's points, from the same figures as the table (numbers as exact text)."""
+    return [
+        {
+            "model": p.figure.model.name,
+            "parameters": p.figure.model.parameter_count,
+            "usd_per_million": text(p.figure.usd_per_million),
+            "throughput_per_gpu": text(p.figure.throughput_per_gpu),
+            "p99_ttft_ms": text(p.figure.p99_ms("ttft")),
+            "pareto": p.pareto,
+        }
+        for p in points
+    ]
+
+
+# --- Spend -----------------------------------------------------------------------------------
+
+
+def month_table(months: list[MonthSpend]) -> ReportTable:
+    table = ReportTable(
+        key="months",
+        title="Spend by month (UTC)",
+        columns=[
+            "Month",
+            "Runs",
+            "Spend USD",
+            "Budget USD",
+            "Budget",
+            "Remaining USD",
+            "Used %",
+        ],
+        empty="No runs and no monthly budget yet.",
+    )
+    for m in months:
+        table.rows.append(
+            [
+                Cell(m.month.strftime("%Y-%m")),
+                num(m.runs),
+                num(m.spend_usd),
+                num(m.budget_usd),
+                Cell(m.budget_scope),
+                num(m.remaining_usd),
+                num(m.used_pct),
+            ]
+        )
+    return table
+
+
+def experiment_spend_table(rows: list[ExperimentSpend], experiment_href) -> ReportTable:
+    table = ReportTable(
+        key="experiments",
+        title="Spend by experiment",
+        columns=[
+            "Experiment",
+            "Engine",
+            "Model",
+            "Runs",
+            "Spend USD",
+            "Experiment budget USD",
+            "Remaining USD",
+            "Used %",
+            "Per-run cap USD",
+        ],
+        empty="No runs yet.",
+        note="Simulated experiments rent no GPU: their runs cost nothing and are labelled.",
+    )
+    for row in rows:
+        e = row.experiment
+        table.rows.append(
+            [
+                Cell(e.name, href=experiment_href(e)),
+                Cell("simulated", badge=True) if e.engine == "sim" else Cell(e.engine),
+                Cell(e.model.name),
+                num(row.runs),
+                num(row.spend_usd),
+                num(row.budget_usd),
+                num(row.remaining_usd),
+                num(row.used_pct),
+                num(e.budget_cap_usd),
+            ]
+        )
+    return table
+
+
+# --- Model choice ------------------------------------------------------------------------------
+
+CHOICE_COLUMNS = [
+    "Rank",
+    "Model",
+    "Experiment",
+    "GPUs",
+    "Config",
+    "Load at SLOs",
+    "USD / 1M output tokens",
+    "USD / 1M, cold start amortized",
+    "Headroom under SLOs",
+    "Levels meeting SLOs",
+    "Run · trial",
+]
+
+
+def choice_table(
+    key: str,
+    title: str,
+    figures: list[TrialFigure],
+    *,
+    run_href: RunHref,
+    first_rank: int = 1,
+    simulated: bool = False,
+    empty: str = "None.",
+) -> ReportTable:
+    table = ReportTable(
+        key=key, title=title, columns=list(CHOICE_COLUMNS), simulated=simulated, empty=empty
+    )
+    rows = []
+    for rank, f in enumerate(figures, start=first_rank):
+        rows.append(
+            [
+                num(rank),
+                Cell(f.model.name),
+                Cell(f.experiment.name),
+                Cell(gpus_text(f)),
+                Cell(config_text(f.trial.serve_config), wrap=True),
+                Cell(f.cost.load or ""),
+                num(f.usd_per_million),
+                num(f.cost.usd_per_million_output_tokens_cold_start_amortized),
+                Cell(headroom_text(f), wrap=True),
+                Cell(", ".join(f.qualifying_loads()), wrap=True),
+                run_cell(f, run_href),
+            ]
+        )
+    table.rows = _simulated_first(table, rows)
+    return table
+
+
+# --- CSV -------------------------------------------------------------------------------------
+
+
+def csv_response(table: ReportTable, *, filename: str) -> HttpResponse:
+    """The table as a CSV file: a header row, then one row per table row, cell for cell."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow(table.columns)
+    for row in table.rows:
+        writer.writerow([cell.text for cell in row])
+    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

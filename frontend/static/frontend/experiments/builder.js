@@ -1,0 +1,261 @@
+// The experiment builder's live parts: the serve-grid editor (rows or raw JSON), showing
+// only the inputs that apply, and a live check of the whole form against the server — the
+// same validation as the API — with the trial count, the estimate and field errors.
+// Without this script the form still submits, and the server shows the same errors.
+(function () {
+  "use strict";
+
+  const form = document.getElementById("builder");
+  if (!form) return;
+  const checkUrl = form.dataset.checkUrl;
+  const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
+  const rowsBody = document.getElementById("grid-rows");
+  const rowTemplate = document.getElementById("grid-row-template");
+  const jsonArea = document.getElementById("f-serve_grid_json");
+  const DEBOUNCE_MS = 300;
+
+  // --- the serve-grid editor ------------------------------------------------------------
+
+  // A typed value as the server reads it: JSON literals, else the text itself.
+  function literal(text) {
+    const lowered = text.toLowerCase();
+    if (lowered === "true" || lowered === "false" || lowered === "null") return JSON.parse(lowered);
+    try {
+      return JSON.parse(text);
+    } catch (_) {
+      return text;
+    }
+  }
+
+  function shown(value) {
+    if (typeof value === "string" && literal(value) === value) return value;
+    return JSON.stringify(value);
+  }
+
+  function rowsToGrid() {
+    const grid = {};
+    rowsBody.querySelectorAll(".grid-row").forEach(function (row) {
+      const flag = row.querySelector("select[name=grid_flag]").value;
+      const text = row.querySelector("input[name=grid_values]").value;
+      if (!flag) return;
+      grid[flag] = text.split(",").map(function (part) { return part.trim(); })
+        .filter(function (part) { return part !== ""; }).map(literal);
+    });
+    return grid;
+  }
+
+  function addRow(flag, valuesText) {
+    const row = rowTemplate.content.firstElementChild.cloneNode(true);
+    const select = row.querySelector("select");
+    if (flag && !Array.from(select.options).some(function (o) { return o.value === flag; })) {
+      select.add(new Option(flag + " (not a known flag)", flag));
+    }
+    select.value = flag || "";
+    row.querySelector("input").value = valuesText || "";
+    rowsBody.appendChild(row);
+    return row;
+  }
+
+  function gridToRows(grid) {
+    rowsBody.replaceChildren();
+    Object.keys(grid).forEach(function (flag) {
+      const values = Array.isArray(grid[flag]) ? grid[flag] : [grid[flag]];
+      addRow(flag, values.map(shown).join(", "));
+    });
+    if (!rowsBody.children.length) addRow("", "");
+  }
+
+  function gridMode() {
+    return form.querySelector("input[name=grid_mode]:checked").value;
+  }
+
+  function showGridEditor() {
+    const mode = gridMode();
+    form.querySelectorAll("[data-grid-editor]").forEach(function (editor) {
+      editor.hidden = editor.dataset.gridEditor !== mode;
+    });
+  }
+
+  form.querySelectorAll("input[name=grid_mode]").forEach(function (radio) {
+    radio.addEventListener("change", function () {
+      if (radio.value === "json") {
+        jsonArea.value = JSON.stringify(rowsToGrid(), null, 2);
+      } else {
+        let grid;
+        try {
+          grid = JSON.parse(jsonArea.value || "{}");
+        } catch (error) {
+          // Keep the JSON (and its editor) until it parses; the live check names the problem.
+          form.querySelector("input[name=grid_mode][value=json]").checked = true;
+          showErrors({ serve_grid: ["Not valid JSON: " + error.message] });
+          return;
+        }
+        if (grid && typeof grid === "object" && !Array.isArray(grid)) gridToRows(grid);
+      }
+      showGridEditor();
+    });
+  });
+
+  // Blank rows are what the page offers without JavaScript; with it, rows are added on demand.
+  rowsBody.querySelectorAll(".grid-row").forEach(function (row) {
+    const flag = row.querySelector("select").value;
+    const text = row.querySelector("input").value;
+    if (!flag && !text && rowsBody.querySelectorAll(".grid-row").length > 1) row.remove();
+  });
+  rowsBody.querySelectorAll(".remove-row").forEach(function (button) { button.hidden = false; });
+  const addButton = document.getElementById("add-grid-row");
+  addButton.hidden = false;
+  addButton.addEventListener("click", function () {
+    addRow("", "").querySelector("select").focus();
+  });
+  rowsBody.addEventListener("click", function (event) {
+    const button = event.target.closest(".remove-row");
+    if (!button) return;
+    button.closest(".grid-row").remove();
+    if (!rowsBody.children.length) addRow("", "");
+    scheduleCheck();
+  });
+
+  // --- inputs that apply only to some choices -------------------------------------------
+
+  const kindSelect = document.getElementById("f-dataset_kind");
+  const engineSelect = document.getElementById("f-engine");
+
+  function showApplicable() {
+    form.querySelectorAll("[data-kinds]").forEach(function (field) {
+      field.hidden = !field.dataset.kinds.split(" ").includes(kindSelect.value);
+    });
+    document.querySelectorAll("[data-engine-only]").forEach(function (element) {
+      element.hidden = element.dataset.engineOnly !== engineSelect.value;
+    });
+  }
+
+  // --- the live check -------------------------------------------------------------------
+
+  const figures = {
+    trials: document.getElementById("live-trials"),
+    levels: document.getElementById("live-levels"),
+    cost: document.getElementById("live-cost"),
+    duration: document.getElementById("live-duration"),
+    budget: document.getElementById("live-budget"),
+    source: document.getElementById("live-source"),
+    warnings: document.getElementById("live-warnings"),
+    status: document.getElementById("live-status"),
+  };
+
+  // A grid error's path names its flag (serve_grid.max_num_seqs[1]): mark that row.
+  function markGridRows(fields) {
+    Object.keys(fields).forEach(function (path) {
+      const match = /^serve_grid\.([^.[]+)/.exec(path);
+      if (!match) return;
+      rowsBody.querySelectorAll(".grid-row").forEach(function (row) {
+        if (row.querySelector("select").value === match[1]) {
+          row.querySelector("input").setAttribute("aria-invalid", "true");
+        }
+      });
+    });
+  }
+
+  function showErrors(slots) {
+    form.querySelectorAll(".field-errors").forEach(function (list) { list.replaceChildren(); });
+    form.querySelectorAll(".has-error").forEach(function (field) {
+      field.classList.remove("has-error");
+    });
+    form.querySelectorAll("[aria-invalid]").forEach(function (input) {
+      input.removeAttribute("aria-invalid");
+    });
+    Object.keys(slots).forEach(function (slot) {
+      const list = form.querySelector('.field-errors[data-slot="' + slot + '"]') ||
+        form.querySelector('.field-errors[data-slot="form"]');
+      slots[slot].forEach(function (message) {
+        const item = document.createElement("li");
+        item.textContent = message;
+        list.appendChild(item);
+      });
+      const field = list.closest(".field");
+      if (field) {
+        field.classList.add("has-error");
+        field.querySelectorAll("input, select, textarea").forEach(function (input) {
+          input.setAttribute("aria-invalid", "true");
+        });
+      }
+    });
+  }
+
+  function showResult(result) {
+    figures.trials.textContent = result.trials === null ? "–" : String(result.trials);
+    const estimate = result.estimate;
+    figures.levels.textContent = estimate ? String(estimate.levels_per_trial) : "–";
+    figures.cost.textContent = estimate ? estimate.cost_text : "–";
+    figures.duration.textContent = estimate ? estimate.duration_text : "–";
+    figures.source.textContent = estimate ? "Price: " + estimate.price_source : "";
+    figures.budget.className = estimate && estimate.within_budget === false ? "error" : "muted";
+    if (!estimate || estimate.within_budget === null) {
+      figures.budget.textContent = "";
+    } else if (estimate.within_budget) {
+      figures.budget.textContent = "Within the cap of $" + estimate.budget_cap_usd + ".";
+    } else {
+      figures.budget.textContent =
+        "Over the cap of $" + estimate.budget_cap_usd + ": a run would be refused.";
+    }
+    figures.warnings.replaceChildren();
+    (estimate ? estimate.warnings : []).forEach(function (warning) {
+      const item = document.createElement("li");
+      item.textContent = warning;
+      figures.warnings.appendChild(item);
+    });
+    const problems = Object.values(result.slots).reduce(function (n, list) {
+      return n + list.length;
+    }, 0);
+    figures.status.textContent = result.ok ? "Valid: ready to save." :
+      problems + (problems === 1 ? " problem" : " problems") + " marked in the form.";
+    showErrors(result.slots);
+    markGridRows(result.fields);
+  }
+
+  let timer = null;
+  let sent = 0;
+  let controller = null;
+
+  async function check() {
+    const number = ++sent;
+    if (controller) controller.abort();
+    controller = new AbortController();
+    const body = new FormData(form);
+    figures.status.textContent = "Checking…";
+    try {
+      const response = await fetch(checkUrl, {
+        method: "POST",
+        body: body,
+        headers: { "X-CSRFToken": csrf, Accept: "application/json" },
+        credentials: "same-origin",
+        signal: controller.signal,
+      });
+      if (!response.ok) throw new Error("the server answered " + response.status);
+      const result = await response.json();
+      if (number !== sent) return; // a newer check is on its way
+      showResult(result);
+      form.dataset.checked = String(number);
+    } catch (error) {
+      if (error.name === "AbortError") return;
+      figures.status.textContent = "Could not check the form (" + error.message +
+        "); saving still checks it.";
+    }
+  }
+
+  function scheduleCheck() {
+    clearTimeout(timer);
+    timer = setTimeout(check, DEBOUNCE_MS);
+  }
+
+  form.addEventListener("input", scheduleCheck);
+  form.addEventListener("change", function (event) {
+    if (event.target === kindSelect || event.target === engineSelect) showApplicable();
+    scheduleCheck();
+  });
+  // With the live check, "Check and estimate" is what already happens on every change.
+  document.getElementById("check-button").hidden = true;
+
+  showGridEditor();
+  showApplicable();
+})();

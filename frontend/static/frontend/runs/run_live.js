@@ -1,0 +1,453 @@
+/* The live run page.
+ *
+ * The page starts from the state the server rendered into it, then listens on the browser
+ * socket (/ws/runs/<id>/), which only notifies. After every (re)connect — and, debounced,
+ * after a notice that changes more than a chart point — it re-reads the whole state from
+ * live.json and then applies the notices that state does not cover. A notice is covered
+ * when its seq is at most the state's last_seq and not among its missing_seqs, or when it
+ * was applied already: so nothing is lost across a reconnect and nothing is counted twice.
+ *
+ * window.benchsiteRunPage exposes the charts and the state (for the browser tests).
+ */
+(function () {
+  "use strict";
+
+  var root = document.getElementById("run-live");
+  var dataNode = document.getElementById("run-state-data");
+  if (!root || !dataNode || typeof window.Chart === "undefined") {
+    return; // the server-rendered tables stand on their own
+  }
+
+  var COLORS = ["#2f5bea", "#d9480f", "#2b8a3e", "#ae3ec9", "#e67700", "#0b7285", "#c2255c",
+    "#5c940d", "#364fc7", "#862e9c"];
+  var CURVES = [
+    ["ttft", "chart-ttft", "ms"],
+    ["itl", "chart-itl", "ms"],
+    ["tpot", "chart-tpot", "ms"]
+  ];
+  var RESYNC_DELAY_MS = 300;
+  var MAX_RETRY_MS = 15000;
+
+  var page = {
+    charts: {},
+    state: null,
+    resyncs: 0,
+    notices: 0,
+    applied: 0,
+    socket: null,
+    connected: false,
+    // Closes the socket as a network would; the next attempt waits ``retryAfterMs``.
+    dropSocket: function (retryAfterMs) {
+      if (typeof retryAfterMs === "number") { retryMs = retryAfterMs; }
+      if (page.socket) { page.socket.close(); }
+    }
+  };
+  window.benchsiteRunPage = page;
+
+  var pending = null; // notices that arrive while a re-read is in flight
+  var resyncing = false;
+  var resyncAgain = false;
+  var resyncTimer = null;
+  var retryMs = 1000;
+  var ended = false;
+  var clockOffsetMs = 0;
+
+  var $ = function (id) { return document.getElementById(id); };
+
+  // --- state ------------------------------------------------------------------------------
+
+  function adopt(snapshot) {
+    snapshot.missing = new Set(snapshot.missing_seqs || []);
+    snapshot.applied = new Set();
+    clockOffsetMs = Date.parse(snapshot.now) - Date.now();
+    page.state = snapshot;
+    if (typeof snapshot.trials_html === "string") {
+      replaceTrials(snapshot.trials_html);
+    }
+    renderAll();
+  }
+
+  function covered(seq) {
+    var s = page.state;
+    return (seq <= s.last_seq && !s.missing.has(seq)) || s.applied.has(seq);
+  }
+
+  function levelKey(level) {
+    if (!level) { return "?"; }
+    if (level.concurrency !== undefined && level.concurrency !== null) {
+      return "c=" + level.concurrency;
+    }
+    return "rate=" + String(level.request_rate);
+  }
+
+  function trialOf(index) {
+    var trials = page.state.trials;
+    for (var i = 0; i < trials.length; i++) {
+      if (trials[i].index === index) { return trials[i]; }
+    }
+    var trial = { index: index, label: "trial " + index, levels: [], cold_start: [],
+      outcome: "running", failure_class: "", simulated: false };
+    trials.push(trial);
+    trials.sort(function (a, b) { return a.index - b.index; });
+    return trial;
+  }
+
+  function addTimeline(stage, label, status) {
+    var timeline = page.state.timeline;
+    timeline.forEach(function (entry) { if (entry.status === "now") { entry.status = "done"; } });
+    timeline.push({ stage: stage, label: label, at: new Date().toISOString(),
+      status: status || "now" });
+  }
+
+  function apply(notice) {
+    if (typeof notice.seq !== "number" || covered(notice.seq)) { return; }
+    page.state.applied.add(notice.seq);
+    page.applied += 1;
+    var trial = typeof notice.trial === "number" ? trialOf(notice.trial) : null;
+    switch (notice.kind) {
+      case "level_progress":
+        page.state.progress.push({
+          seq: notice.seq, t: notice.sent_at || Date.now() / 1000, trial: notice.trial,
+          level: levelKey(notice.level), kv_cache_usage: notice.kv_cache_usage,
+          num_requests_waiting: notice.num_requests_waiting,
+          requests_done: notice.requests_done, requests_total: notice.requests_total
+        });
+        renderServerChart();
+        renderProgress(notice);
+        return;
+      case "measurement":
+        upsertLevel(trial, notice);
+        addTimeline("level", "Trial " + trial.index + ": level " + levelKey(notice.level) +
+          " done (" + (notice.result || {}).completed + " ok, " +
+          (notice.result || {}).failed + " failed)", "now");
+        renderCurves();
+        break;
+      case "trial_started":
+        trial.outcome = "running";
+        addTimeline("trial", "Trial " + trial.index + " started");
+        break;
+      case "cold_start_phase":
+        trial.cold_start = trial.cold_start.filter(function (p) { return p[0] !== notice.phase; });
+        trial.cold_start.push([notice.phase, notice.seconds]);
+        addTimeline("phase", "Trial " + trial.index + ": " + String(notice.phase).replace(/_/g, " ") +
+          " at " + Number(notice.seconds).toFixed(1) + " s");
+        break;
+      case "trial_finished":
+        trial.outcome = notice.outcome;
+        trial.failure_class = notice.failure_class || "";
+        addTimeline("trial_end", "Trial " + trial.index + " " + notice.outcome +
+          (notice.failure_class ? " — " + notice.failure_class : ""),
+          notice.outcome === "failed" ? "failed" : "now");
+        break;
+      case "heartbeat":
+        return;
+      default:
+        break; // hello, run_finished: the re-read below tells the rest
+    }
+    renderTimeline();
+    scheduleResync(); // p50s, tables, cost and state come with the full re-read
+  }
+
+  function upsertLevel(trial, notice) {
+    var key = levelKey(notice.level);
+    var result = notice.result || {};
+    var level = null;
+    trial.levels.forEach(function (l) { if (l.key === key) { level = l; } });
+    if (!level) {
+      level = { key: key, concurrency: notice.level.concurrency,
+        request_rate: notice.level.request_rate };
+      trial.levels.push(level);
+    }
+    level.completed = result.completed;
+    level.failed = result.failed;
+    level.ttft_p99 = pick(result.p99_ttft_ms, level.ttft_p99);
+    level.itl_p99 = pick(result.p99_itl_ms, level.itl_p99);
+    level.tpot_p99 = pick(result.p99_tpot_ms, level.tpot_p99);
+    level.output_throughput = pick(result.output_throughput, level.output_throughput);
+  }
+
+  function pick(value, fallback) { return typeof value === "number" ? value : fallback; }
+
+  // --- rendering --------------------------------------------------------------------------
+
+  function renderAll() {
+    renderHeader();
+    renderTimeline();
+    renderCurves();
+    renderServerChart();
+    renderProgress(null);
+    tickSpend();
+  }
+
+  function renderHeader() {
+    var run = page.state.run;
+    var badge = $("run-state");
+    badge.textContent = run.state;
+    badge.className = "run-state run-state-" + run.state;
+    var form = document.querySelector(".cancel-form");
+    if (run.terminal && form) {
+      var note = document.createElement("p");
+      note.className = "muted";
+      note.id = "control-note";
+      note.textContent = "The run has ended (" + run.state + ")." +
+        (run.failure_reason ? " " + run.failure_reason : "");
+      form.replaceWith(note);
+      var requested = $("cancel-requested");
+      if (requested) { requested.remove(); }
+    }
+  }
+
+  function renderTimeline() {
+    var list = $("timeline");
+    var fragment = document.createDocumentFragment();
+    page.state.timeline.forEach(function (entry) {
+      var item = document.createElement("li");
+      item.className = "tl tl-" + entry.status + " tl-" + entry.stage;
+      item.textContent = entry.label + " ";
+      if (entry.at) {
+        var time = document.createElement("time");
+        time.className = "muted";
+        time.dateTime = entry.at;
+        time.textContent = entry.at.slice(11, 19);
+        item.appendChild(time);
+      }
+      fragment.appendChild(item);
+    });
+    var atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 8;
+    list.replaceChildren(fragment);
+    if (atEnd) { list.scrollTop = list.scrollHeight; } // follow the run unless scrolled back
+  }
+
+  function replaceTrials(html) {
+    var holder = $("trials");
+    var checked = new Set();
+    holder.querySelectorAll("input[type=checkbox]:checked").forEach(function (box) {
+      checked.add(box.value);
+    });
+    holder.innerHTML = html; // rendered by the page's own (escaping) template
+    holder.querySelectorAll("input[type=checkbox]").forEach(function (box) {
+      box.checked = checked.has(box.value);
+    });
+  }
+
+  function xOf(level) {
+    if (page.state.axis === "concurrency") {
+      return typeof level.concurrency === "number" ? level.concurrency : null;
+    }
+    return typeof level.request_rate === "number" ? level.request_rate : null;
+  }
+
+  function color(index) { return COLORS[index % COLORS.length]; }
+
+  function series(trial, field) {
+    return trial.levels
+      .map(function (level) { return { x: xOf(level), y: level[field] }; })
+      .filter(function (p) { return p.x !== null && typeof p.y === "number"; })
+      .sort(function (a, b) { return a.x - b.x; });
+  }
+
+  function lineChart(id, yTitle, extraScales) {
+    if (page.charts[id]) { return page.charts[id]; }
+    var axis = page.state.axis;
+    var scales = {
+      x: { type: axis === "concurrency" ? "logarithmic" : "linear",
+        title: { display: true, text: axis === "concurrency" ? "concurrency" : "requests/s" } },
+      y: { beginAtZero: true, title: { display: true, text: yTitle } }
+    };
+    Object.assign(scales, extraScales || {});
+    page.charts[id] = new window.Chart($(id), {
+      type: "line",
+      data: { datasets: [] },
+      options: {
+        animation: false,
+        responsive: true,
+        maintainAspectRatio: false,
+        parsing: false,
+        scales: scales,
+        plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } } }
+      }
+    });
+    return page.charts[id];
+  }
+
+  function renderCurves() {
+    var trials = page.state.trials;
+    CURVES.forEach(function (curve) {
+      var chart = lineChart(curve[1], curve[2]);
+      var datasets = [];
+      trials.forEach(function (trial) {
+        [["p50", []], ["p99", [6, 4]]].forEach(function (kind) {
+          datasets.push({
+            label: "#" + trial.index + " " + trial.label + " " + kind[0],
+            data: series(trial, curve[0] + "_" + kind[0]),
+            borderColor: color(trial.index), backgroundColor: color(trial.index),
+            borderDash: kind[1], pointRadius: 3, tension: 0
+          });
+        });
+      });
+      chart.data.datasets = datasets;
+      chart.update("none");
+    });
+    var throughput = lineChart("chart-throughput", "output tokens/s");
+    throughput.data.datasets = trials.map(function (trial) {
+      return { label: "#" + trial.index + " " + trial.label,
+        data: series(trial, "output_throughput"), borderColor: color(trial.index),
+        backgroundColor: color(trial.index), pointRadius: 3, tension: 0 };
+    });
+    throughput.update("none");
+  }
+
+  function renderServerChart() {
+    var chart = page.charts["chart-server"];
+    if (!chart) {
+      chart = new window.Chart($("chart-server"), {
+        type: "line",
+        data: { datasets: [] },
+        options: {
+          animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
+          spanGaps: true,
+          scales: {
+            x: { type: "linear", title: { display: true, text: "seconds since the first level" } },
+            y: { min: 0, max: 100, title: { display: true, text: "KV-cache usage %" } },
+            waiting: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false },
+              title: { display: true, text: "waiting requests" } }
+          },
+          plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } } }
+        }
+      });
+      page.charts["chart-server"] = chart;
+    }
+    var points = page.state.progress;
+    var t0 = points.length ? points[0].t : 0;
+    var kv = [];
+    var waiting = [];
+    points.forEach(function (p) {
+      var x = Math.round((p.t - t0) * 10) / 10;
+      if (typeof p.kv_cache_usage === "number") { kv.push({ x: x, y: p.kv_cache_usage * 100 }); }
+      if (typeof p.num_requests_waiting === "number") {
+        waiting.push({ x: x, y: p.num_requests_waiting });
+      }
+    });
+    chart.data.datasets = [
+      { label: "KV-cache usage %", data: kv, borderColor: COLORS[0], backgroundColor: COLORS[0],
+        pointRadius: 0, yAxisID: "y" },
+      { label: "waiting requests", data: waiting, borderColor: COLORS[1],
+        backgroundColor: COLORS[1], pointRadius: 0, yAxisID: "waiting" }
+    ];
+    chart.update("none");
+  }
+
+  function renderProgress(notice) {
+    var s = page.state;
+    $("progress-trials").textContent = String(s.trials.length);
+    var line = $("progress-level");
+    if (notice && !s.run.terminal) {
+      line.textContent = "Trial " + notice.trial + " · " + levelKey(notice.level) + ": " +
+        notice.requests_done + (notice.requests_total ? " of " + notice.requests_total : "") +
+        " requests";
+    } else {
+      var done = s.trials.reduce(function (n, t) { return n + t.levels.length; }, 0);
+      line.textContent = done + " of " + (s.planned_trials * s.planned_levels) +
+        " load levels finished";
+    }
+  }
+
+  function tickSpend() {
+    var run = page.state.run;
+    var spend = parseFloat(run.cost_usd);
+    var live = !run.terminal && run.price_usd_hr && run.pod_started_at && !run.pod_terminated_at;
+    if (live) {
+      // Runpod bills every started second; the billed figure lands when the pod is gone.
+      var seconds = Math.ceil(Math.max(0,
+        (Date.now() + clockOffsetMs - Date.parse(run.pod_started_at)) / 1000));
+      spend = Math.max(spend, parseFloat(run.price_usd_hr) * seconds / 3600);
+    }
+    $("spend").textContent = "$" + spend.toFixed(4);
+    var meter = $("spend-meter");
+    meter.value = spend;
+    if (live) {
+      $("spend-note").textContent = "≈ so far at $" + run.price_usd_hr +
+        "/h; billed exactly when the pod is gone";
+    }
+  }
+
+  function status(text, kind) {
+    var node = $("live-status");
+    node.textContent = text;
+    node.className = "live-status live-" + kind;
+  }
+
+  // --- the socket and the re-read ---------------------------------------------------------
+
+  function scheduleResync() {
+    if (resyncTimer) { return; }
+    resyncTimer = setTimeout(function () { resyncTimer = null; resync(); }, RESYNC_DELAY_MS);
+  }
+
+  function resync() {
+    if (resyncing) { resyncAgain = true; return; }
+    resyncing = true;
+    pending = [];
+    fetch(root.dataset.liveUrl, { credentials: "same-origin", cache: "no-store",
+      headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.json();
+      })
+      .then(function (snapshot) {
+        adopt(snapshot);
+        page.resyncs += 1;
+      })
+      .catch(function () {
+        status("could not re-read the run; retrying", "error");
+        resyncAgain = true;
+      })
+      .then(function () {
+        var queued = pending;
+        pending = null;
+        resyncing = false;
+        queued.forEach(apply);
+        if (page.state.run.terminal && !ended) {
+          ended = true;
+          status("run ended", "ended");
+          if (page.socket) { page.socket.close(); }
+        }
+        if (resyncAgain) { resyncAgain = false; setTimeout(scheduleResync, 2000); }
+      });
+  }
+
+  function connect() {
+    var scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+    var socket = new WebSocket(scheme + "//" + window.location.host + root.dataset.socketPath);
+    page.socket = socket;
+    socket.onopen = function () {
+      retryMs = 1000;
+      page.connected = true;
+      status("live", "on");
+      resync(); // whatever happened while no socket was open
+    };
+    socket.onmessage = function (event) {
+      var notice;
+      try { notice = JSON.parse(event.data); } catch (err) { return; }
+      page.notices += 1;
+      if (pending) { pending.push(notice); } else { apply(notice); }
+    };
+    socket.onclose = function () {
+      page.connected = false;
+      if (page.socket === socket) { page.socket = null; }
+      if (ended) { return; }
+      status("reconnecting…", "off");
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, MAX_RETRY_MS);
+    };
+  }
+
+  adopt(JSON.parse(dataNode.textContent));
+  setInterval(tickSpend, 1000);
+  if (page.state.run.terminal) {
+    ended = true;
+    status("run ended", "ended");
+  } else {
+    connect();
+  }
+})();

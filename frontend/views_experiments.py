@@ -1,0 +1,332 @@
+"""Pages for models and experiments: register and edit models (with what fits which GPUs),
+build, check, duplicate and start experiments.
+
+Like the API, these pages reach tenant rows only through ``runs.access`` (another
+organization's row is a 404, a viewer's write a 403) and write only through the services the
+API calls, via ``frontend.experiments_forms``: a page and the API give the same errors.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Max
+from django.http import JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from frontend import experiments_forms as forms
+from runs.access import (
+    Need,
+    Principal,
+    access_experiment,
+    access_membership,
+    access_model_spec,
+    scoped,
+)
+from runs.actors import actor_from_request
+from runs.errors import DomainValidationError
+from runs.estimates import experiment_estimate
+from runs.model_presets import MODEL_PRESETS
+from runs.models import Experiment, GpuType, ModelSpec, Role, WorkloadDataset
+from runs.models.catalogue import WeightDtype
+from runs.models.experiments import CloudType, Engine
+from runs.models.runs import RunTrigger
+from runs.services.run_start import MAX_REASON_CHARS, run_start
+
+_NAME_MAX = Experiment._meta.get_field("name").max_length
+
+
+def _membership(request, org: str, need: Need = Need.READ):
+    return access_membership(principal=Principal(user=request.user), org_slug=org, need=need)
+
+
+def _base_context(membership) -> dict:
+    return {
+        "membership": membership,
+        "org": membership.organization,
+        "can_write": Role(membership.role).can_write,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def models_list(request, org: str):
+    membership = _membership(request, org)
+    gpu_types = list(GpuType.objects.order_by("vram_gb", "display_name"))
+    models = scoped(membership, ModelSpec).order_by("name", "id")
+    context = _base_context(membership) | {
+        "rows": [(model, forms.model_fit_rows(model, gpu_types)) for model in models],
+        "fit_counts": forms.FIT_GPU_COUNTS,
+        "utilization": forms.FIT_GPU_MEMORY_UTILIZATION,
+    }
+    return render(request, "frontend/experiments/models_list.html", context)
+
+
+def _render_model_form(request, membership, *, values, fields=None, model=None, preset=""):
+    gpu_types = list(GpuType.objects.order_by("vram_gb", "display_name"))
+    context = _base_context(membership) | {
+        "values": values,
+        "slots": forms.errors_by_slot(fields or {}),
+        "model": model,
+        "fit_rows": forms.model_fit_rows(model, gpu_types) if model else None,
+        "fit_counts": forms.FIT_GPU_COUNTS,
+        "utilization": forms.FIT_GPU_MEMORY_UTILIZATION,
+        "presets": sorted(MODEL_PRESETS.items(), key=lambda item: item[1]["name"]),
+        "preset": preset,
+        "dtypes": WeightDtype.values,
+    }
+    return render(request, "frontend/experiments/model_form.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def model_new(request, org: str):
+    membership = _membership(request, org, Need.WRITE)
+    if request.method == "POST":
+        values = forms.model_form_from_post(request.POST)
+        model, fields = forms.model_submit(
+            values=values, membership=membership, actor=actor_from_request(request), model=None
+        )
+        if model is not None:
+            return redirect("model-edit", org, model.id)
+        return _render_model_form(request, membership, values=values, fields=fields)
+    preset = request.GET.get("preset", "")
+    fields = MODEL_PRESETS.get(preset, {"revision": "main", "dtype": WeightDtype.BFLOAT16})
+    values = forms.model_form_from_fields({"revision": "main"} | fields)
+    return _render_model_form(request, membership, values=values, preset=preset)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def model_edit(request, org: str, model_id):
+    membership = _membership(request, org, Need.WRITE)
+    model = access_model_spec(membership=membership, model_id=model_id)
+    if request.method == "POST":
+        values = forms.model_form_from_post(request.POST)
+        saved, fields = forms.model_submit(
+            values=values, membership=membership, actor=actor_from_request(request), model=model
+        )
+        if saved is not None:
+            return redirect("models", org)
+        return _render_model_form(request, membership, values=values, fields=fields, model=model)
+    values = forms.model_form_from_fields({f: getattr(model, f) for f in forms.MODEL_SPEC_FIELDS})
+    return _render_model_form(request, membership, values=values, model=model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Experiments
+# ---------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def experiments_list(request, org: str):
+    membership = _membership(request, org)
+    experiments = (
+        scoped(membership, Experiment)
+        .select_related("model", "gpu_type")
+        .annotate(run_count=Count("runs"), last_run_at=Max("runs__created_at"))
+        .order_by("-created_at", "-id")[:200]
+    )
+    rows = [(e, forms.grid_trials(e.serve_grid)) for e in experiments]
+    return render(
+        request,
+        "frontend/experiments/experiments_list.html",
+        _base_context(membership) | {"rows": rows},
+    )
+
+
+def _render_builder(request, membership, *, form, outcome, experiment=None):
+    org = membership.organization
+    if experiment is None:
+        action = reverse("experiment-new", args=[org.slug])
+        check = reverse("experiment-check", args=[org.slug])
+    else:
+        action = reverse("experiment-edit", args=[org.slug, experiment.id])
+        check = reverse("experiment-edit-check", args=[org.slug, experiment.id])
+    flags = forms.serve_flag_choices()
+    context = _base_context(membership) | {
+        "experiment": experiment,
+        "form": form.padded(),
+        "v": form.values,
+        "slots": outcome.slots,
+        "invalid_flags": forms.invalid_grid_flags(outcome.fields),
+        "trials": outcome.trials,
+        "estimate": forms.estimate_json(outcome.estimate),
+        "action_url": action,
+        "check_url": check,
+        "models": scoped(membership, ModelSpec).order_by("name", "id"),
+        "gpu_types": GpuType.objects.order_by("display_name"),
+        "datasets": scoped(membership, WorkloadDataset).order_by("name"),
+        "flags": flags,
+        "flag_names": {flag["name"] for flag in flags},
+        "engines": Engine.values,
+        "clouds": CloudType.values,
+        "slo_names": forms.SLO_NAMES,
+    }
+    return render(request, "frontend/experiments/builder.html", context)
+
+
+def _builder_post(request, membership, experiment=None):
+    form = forms.builder_form_from_post(request.POST)
+    save = request.POST.get("action") != "check"
+    outcome = forms.builder_submit(
+        form=form,
+        membership=membership,
+        actor=actor_from_request(request),
+        experiment=experiment,
+        save=save,
+    )
+    if outcome.experiment is not None:
+        return redirect("experiment-detail", membership.organization.slug, outcome.experiment.id)
+    return _render_builder(request, membership, form=form, outcome=outcome, experiment=experiment)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_new(request, org: str):
+    membership = _membership(request, org, Need.WRITE)
+    if request.method == "POST":
+        return _builder_post(request, membership)
+    first_model = scoped(membership, ModelSpec).order_by("name", "id").first()
+    h100 = GpuType.objects.filter(id="NVIDIA H100 80GB HBM3").first() or GpuType.objects.first()
+    form = forms.blank_builder_form(
+        model_id=str(first_model.id) if first_model else "",
+        gpu_type_id=h100.id if h100 else "",
+    )
+    outcome = forms.BuilderOutcome(
+        trials=forms.grid_trials(forms.experiment_payload(form)[0]["serve_grid"])
+    )
+    return _render_builder(request, membership, form=form, outcome=outcome)
+
+
+def _checked_on_open(request, membership, form, experiment=None):
+    """The builder opened on a stored experiment: checked at once, so the page shows its
+    trials and estimate even without JavaScript."""
+    outcome = forms.builder_submit(
+        form=form,
+        membership=membership,
+        actor=actor_from_request(request),
+        experiment=experiment,
+        save=False,
+    )
+    return _render_builder(request, membership, form=form, outcome=outcome, experiment=experiment)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_edit(request, org: str, experiment_id):
+    membership = _membership(request, org, Need.WRITE)
+    experiment = access_experiment(membership=membership, experiment_id=experiment_id)
+    if request.method == "POST":
+        return _builder_post(request, membership, experiment)
+    form = forms.builder_form_from_experiment(experiment)
+    return _checked_on_open(request, membership, form, experiment)
+
+
+def _copy_name(membership, name: str) -> str:
+    """'copy of NAME', numbered when that name is taken too."""
+    taken = set(scoped(membership, Experiment).values_list("name", flat=True))
+    base = f"copy of {name}"[:_NAME_MAX]
+    candidate, number = base, 2
+    while candidate in taken:
+        suffix = f" ({number})"
+        candidate = base[: _NAME_MAX - len(suffix)] + suffix
+        number += 1
+    return candidate
+
+
+@login_required
+@require_GET
+def experiment_duplicate(request, org: str, experiment_id):
+    membership = _membership(request, org, Need.WRITE)
+    original = access_experiment(membership=membership, experiment_id=experiment_id)
+    form = forms.builder_form_from_experiment(original, name=_copy_name(membership, original.name))
+    return _checked_on_open(request, membership, form)
+
+
+@login_required
+@require_POST
+def experiment_check(request, org: str, experiment_id=None):
+    """The builder's live check: the form as it stands, validated as the API would and
+    estimated; nothing stored. Always 200: a draft with errors is a normal answer here."""
+    membership = _membership(request, org)
+    experiment = None
+    if experiment_id is not None:
+        experiment = access_experiment(membership=membership, experiment_id=experiment_id)
+    outcome = forms.builder_submit(
+        form=forms.builder_form_from_post(request.POST),
+        membership=membership,
+        actor=actor_from_request(request),
+        experiment=experiment,
+        save=False,
+    )
+    return JsonResponse(
+        {
+            "ok": outcome.ok,
+            "trials": outcome.trials,
+            "fields": outcome.fields,
+            "slots": outcome.slots,
+            "estimate": forms.estimate_json(outcome.estimate),
+        }
+    )
+
+
+def _render_detail(request, membership, experiment, *, start_errors=None, reason=""):
+    runs = experiment.runs.select_related("started_by").order_by("-created_at", "-id")[:100]
+    estimate = experiment_estimate(experiment=experiment)
+    context = _base_context(membership) | {
+        "experiment": experiment,
+        "trials": forms.grid_trials(experiment.serve_grid),
+        "estimate": forms.estimate_json(estimate),
+        "raw_estimate": estimate,
+        "runs": runs,
+        "grid_json": experiment.serve_grid,
+        "slo_text": " · ".join(
+            f"{name.removesuffix('_ms').upper()} ≤ {experiment.slos[name]} ms"
+            for name in forms.SLO_NAMES
+            if experiment.slos.get(name) is not None
+        )
+        or "none",
+        "start_slots": forms.errors_by_slot(start_errors or {}),
+        "reason": reason,
+        "reason_max": MAX_REASON_CHARS,
+    }
+    return render(request, "frontend/experiments/detail.html", context)
+
+
+@login_required
+@require_GET
+def experiment_detail(request, org: str, experiment_id):
+    membership = _membership(request, org)
+    experiment = access_experiment(membership=membership, experiment_id=experiment_id)
+    return _render_detail(request, membership, experiment)
+
+
+@login_required
+@require_POST
+def experiment_start(request, org: str, experiment_id):
+    membership = _membership(request, org, Need.WRITE)
+    experiment = access_experiment(membership=membership, experiment_id=experiment_id)
+    reason = request.POST.get("reason", "")
+    try:
+        run = run_start(
+            actor=actor_from_request(request),
+            experiment=experiment,
+            reason=reason,
+            trigger=RunTrigger.UI,
+        )
+    except DomainValidationError as exc:
+        return _render_detail(
+            request, membership, experiment, start_errors=exc.fields, reason=reason
+        )
+    try:
+        return redirect(reverse("run-detail", args=[org, run.id]))
+    except NoReverseMatch:  # the run page lives in another area; until it exists, stay here
+        return redirect(reverse("experiment-detail", args=[org, experiment.id]) + "#runs")

@@ -1,0 +1,382 @@
+"""Organization settings: members and roles, API tokens, budgets and the Runpod key.
+
+Every view settles the caller's membership through ``runs.access`` first (404 for a stranger,
+403 for a role that may not), parses its form with the API's serializer and calls the API's
+service, so the rules, the audit trail and the field-named errors are the API's. Nothing
+secret is rendered, except a new API token, once, in the answer to the request that made it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
+
+from frontend.validation import error_summary, parse_as_api
+from runs.access import (
+    Need,
+    Principal,
+    access_budget,
+    access_member,
+    access_membership,
+    access_token,
+    scoped,
+)
+from runs.actors import actor_from_request
+from runs.api.serializers_experiments import BudgetSerializer
+from runs.api.serializers_tenancy import (
+    MemberAddSerializer,
+    MemberRoleSerializer,
+    TokenCreateSerializer,
+)
+from runs.api.views_credentials import ProviderKeySetSerializer
+from runs.costs import month_start
+from runs.errors import Conflict, DomainValidationError
+from runs.models import (
+    ApiToken,
+    Budget,
+    CredentialProvider,
+    Experiment,
+    Membership,
+    ProviderCredential,
+    Role,
+    User,
+)
+from runs.selectors import org_month_spend_usd
+from runs.services.budgets import budget_delete, budget_set
+from runs.services.credentials import provider_key_clear, provider_key_set
+from runs.services.tenancy import (
+    membership_add,
+    membership_change_role,
+    membership_remove,
+    token_create,
+    token_revoke,
+)
+
+_GET_POST = require_http_methods(["GET", "POST"])
+# The label of each API field on the pages' forms (the error summary links to the control).
+_MEMBER_LABELS = {"email": "E-mail address", "role": "Role"}
+_TOKEN_LABELS = {"name": "Token name", "user": "Acts as"}
+_BUDGET_LABELS = {
+    "limit_usd": "Limit (USD)",
+    "month": "Month",
+    "experiment": "Experiment",
+    "note": "Note",
+}
+_KEY_LABELS = {"api_key": "Runpod API key"}
+# <input type="month"> sends "2025-07"; the API takes the month's first day.
+_MONTH_INPUT = re.compile(r"^\d{4}-\d{2}$")
+
+
+def _membership(request, org: str, need: Need = Need.READ) -> Membership:
+    return access_membership(principal=Principal(user=request.user), org_slug=org, need=need)
+
+
+def _page_context(membership: Membership, section: str, **extra) -> dict:
+    """What every settings page shows: the organization, the caller's powers, the section."""
+    role = Role(membership.role)
+    return {
+        "membership": membership,
+        "org": membership.organization,
+        "section": section,
+        "can_manage": role.can_manage,
+        **extra,
+    }
+
+
+def _runpod_credential(membership: Membership) -> ProviderCredential | None:
+    credentials = scoped(membership, ProviderCredential)
+    return credentials.filter(provider=CredentialProvider.RUNPOD).first()
+
+
+def _describe(fields: dict[str, list[str]]) -> str:
+    """Field-named errors in one line, as the API's message says them."""
+    return "; ".join(f"{field}: {' '.join(texts)}" for field, texts in fields.items())
+
+
+@login_required
+def org_settings(request, org: str):
+    """The settings overview: a summary of each section the caller may open."""
+    membership = _membership(request, org)
+    context = _page_context(
+        membership,
+        "overview",
+        member_count=scoped(membership, Membership).count(),
+        budget_count=scoped(membership, Budget).count(),
+    )
+    if context["can_manage"]:
+        context["active_token_count"] = (
+            scoped(membership, ApiToken).filter(revoked_at__isnull=True).count()
+        )
+        context["runpod_key"] = _runpod_credential(membership)
+    return render(request, "frontend/org/settings.html", context)
+
+
+# ---- Members and roles: everyone reads; owners and admins change ----
+
+
+@login_required
+@_GET_POST
+def org_members(request, org: str):
+    writing = request.method == "POST"
+    membership = _membership(request, org, Need.MANAGE if writing else Need.READ)
+    errors: dict[str, list[str]] = {}
+    if writing:
+        try:
+            data = parse_as_api(MemberAddSerializer, request.POST)
+            email = data["email"].lower()
+            # As in the API: a new address becomes a user without a password (they sign in
+            # once an operator sets one), and a refused add leaves no user behind.
+            with transaction.atomic():
+                user = User.objects.filter(email=email).first() or User.objects.create_user(email)
+                membership_add(
+                    org=membership.organization,
+                    user=user,
+                    role=data["role"],
+                    actor=actor_from_request(request),
+                )
+        except DomainValidationError as exc:
+            errors = exc.fields
+        else:
+            messages.success(request, f"Added {email} as {data['role']}.")
+            return redirect("org-members", org)
+    members = scoped(membership, Membership).select_related("user").order_by("created_at", "pk")
+    is_owner = membership.role == Role.OWNER
+    context = _page_context(
+        membership,
+        "members",
+        members=members,
+        errors=errors,
+        summary=error_summary(errors, _MEMBER_LABELS),
+        values=request.POST if writing else {},
+        # Only an owner may grant or take away the owner role (the service enforces it).
+        grantable_roles=[r for r in Role if is_owner or r != Role.OWNER],
+        is_owner=is_owner,
+    )
+    return render(request, "frontend/org/members.html", context)
+
+
+@login_required
+@require_POST
+def org_member_role(request, org: str, member_id: int):
+    membership = _membership(request, org, Need.MANAGE)
+    member = access_member(membership=membership, member_id=member_id)
+    try:
+        data = parse_as_api(MemberRoleSerializer, request.POST)
+        membership_change_role(
+            membership=member, role=data["role"], actor=actor_from_request(request)
+        )
+    except DomainValidationError as exc:
+        messages.error(request, f"{member.user.email}: {_describe(exc.fields)}")
+    except Conflict as exc:
+        messages.error(request, f"{member.user.email}: {exc}")
+    else:
+        messages.success(request, f"{member.user.email} is now {data['role']}.")
+    return redirect("org-members", org)
+
+
+@login_required
+@require_POST
+def org_member_remove(request, org: str, member_id: int):
+    membership = _membership(request, org, Need.MANAGE)
+    member = access_member(membership=membership, member_id=member_id)
+    email = member.user.email
+    try:
+        membership_remove(membership=member, actor=actor_from_request(request))
+    except Conflict as exc:
+        messages.error(request, f"{email}: {exc}")
+        return redirect("org-members", org)
+    messages.success(request, f"Removed {email}; their API tokens here are revoked.")
+    if member.pk == membership.pk:
+        return redirect("home")  # they left: this organization's pages are closed to them now
+    return redirect("org-members", org)
+
+
+# ---- API tokens: owners and admins only, as in the API ----
+
+
+@never_cache  # the answer to a create carries the token: no cache may keep it
+@login_required
+@_GET_POST
+def org_tokens(request, org: str):
+    membership = _membership(request, org, Need.MANAGE)
+    errors: dict[str, list[str]] = {}
+    issued = None
+    if request.method == "POST":
+        # An empty choice means "myself", as leaving ``user`` out does in the API.
+        data = {k: v for k, v in request.POST.items() if k in ("name", "user") and v != ""}
+        try:
+            values = parse_as_api(TokenCreateSerializer, data)
+            user = membership.user
+            if values.get("user"):
+                found = (
+                    scoped(membership, Membership)
+                    .filter(user__email=values["user"].lower())
+                    .select_related("user")
+                    .first()
+                )
+                if found is None:
+                    message = "No member with this e-mail address."
+                    raise DomainValidationError.single("user", message)
+                user = found.user
+            issued = token_create(
+                org=membership.organization,
+                user=user,
+                name=values["name"],
+                actor=actor_from_request(request),
+            )
+        except DomainValidationError as exc:
+            errors = exc.fields
+    tokens = scoped(membership, ApiToken).select_related("user").order_by("-created_at", "pk")
+    context = _page_context(
+        membership,
+        "tokens",
+        tokens=tokens,
+        issued=issued,
+        errors=errors,
+        summary=error_summary(errors, _TOKEN_LABELS),
+        values=request.POST if errors else {},
+        members=scoped(membership, Membership).select_related("user").order_by("user__email"),
+    )
+    return render(request, "frontend/org/tokens.html", context)
+
+
+@login_required
+@require_POST
+def org_token_revoke(request, org: str, token_id):
+    membership = _membership(request, org, Need.MANAGE)
+    token = token_revoke(
+        token=access_token(membership=membership, token_id=token_id),
+        actor=actor_from_request(request),
+    )
+    messages.success(request, f"Revoked the token “{token.name}” ({token.prefix}…).")
+    return redirect("org-tokens", org)
+
+
+# ---- Budgets: everyone reads; owners and admins set and remove ----
+
+
+@login_required
+@_GET_POST
+def org_budgets(request, org: str):
+    writing = request.method == "POST"
+    membership = _membership(request, org, Need.MANAGE if writing else Need.READ)
+    errors: dict[str, list[str]] = {}
+    if writing:
+        data = {
+            key: value.strip()
+            for key, value in request.POST.items()
+            if key in ("limit_usd", "month", "experiment", "note") and value.strip()
+        }
+        if _MONTH_INPUT.match(data.get("month", "")):
+            data["month"] += "-01"
+        try:
+            values = parse_as_api(BudgetSerializer, data, membership=membership)
+            budget = budget_set(
+                org=membership.organization,
+                actor=actor_from_request(request),
+                limit_usd=values["limit_usd"],
+                month=values.get("month"),
+                experiment=values.get("experiment"),
+                note=values.get("note", ""),
+            )
+        except DomainValidationError as exc:
+            errors = exc.fields
+        else:
+            messages.success(request, f"Set the {_scope_label(budget)} to ${budget.limit_usd}.")
+            return redirect("org-budgets", org)
+
+    org_row = membership.organization
+    this_month = month_start(timezone.now())
+    budgets = scoped(membership, Budget).select_related("experiment")
+    budgets = list(budgets.order_by("-month", "experiment__name"))
+    monthly = {b.month: b for b in budgets if b.experiment_id is None}
+    # This month's cap: its own budget when it has one, else the standing monthly one.
+    cap = monthly.get(this_month) or monthly.get(None)
+    spend = org_month_spend_usd(org=org_row, month=this_month)
+    context = _page_context(
+        membership,
+        "budgets",
+        budgets=[(b, _scope_label(b)) for b in budgets],
+        errors=errors,
+        summary=error_summary(errors, _BUDGET_LABELS),
+        values=request.POST if writing else {},
+        experiments=scoped(membership, Experiment).order_by("name"),
+        this_month=this_month,
+        spend=spend,
+        cap=cap,
+        spend_percent=min(100, int(spend * 100 / cap.limit_usd)) if cap and cap.limit_usd else None,
+        over=bool(cap and spend > cap.limit_usd),
+    )
+    return render(request, "frontend/org/budgets.html", context)
+
+
+def _scope_label(budget: Budget) -> str:
+    if budget.experiment_id:
+        return f"budget of experiment “{budget.experiment.name}”"
+    if budget.month:
+        return f"budget for {budget.month:%B %Y}"
+    return "standing monthly budget"
+
+
+@login_required
+@require_POST
+def org_budget_delete(request, org: str, budget_id: int):
+    membership = _membership(request, org, Need.MANAGE)
+    budget = access_budget(membership=membership, budget_id=budget_id)
+    label = _scope_label(budget)
+    budget_delete(budget=budget, actor=actor_from_request(request))
+    messages.success(request, f"Removed the {label}.")
+    return redirect("org-budgets", org)
+
+
+# ---- The organization's Runpod key: write-only; owners and admins see its fingerprint ----
+
+
+@login_required
+@_GET_POST
+def org_runpod_key(request, org: str):
+    membership = _membership(request, org, Need.MANAGE)
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        try:
+            data = parse_as_api(ProviderKeySetSerializer, request.POST)
+            credential = provider_key_set(
+                actor=actor_from_request(request),
+                org=membership.organization,
+                provider=CredentialProvider.RUNPOD,
+                api_key=data["api_key"],
+            )
+        except DomainValidationError as exc:
+            errors = exc.fields  # the messages describe the rule, never the key
+        else:
+            messages.success(request, f"Saved the Runpod API key {credential.fingerprint}.")
+            return redirect("org-runpod-key", org)
+    credential = _runpod_credential(membership)
+    context = _page_context(
+        membership,
+        "runpod-key",
+        credential=credential,
+        errors=errors,
+        summary=error_summary(errors, _KEY_LABELS),
+    )
+    return render(request, "frontend/org/runpod_key.html", context)
+
+
+@login_required
+@require_POST
+def org_runpod_key_remove(request, org: str):
+    membership = _membership(request, org, Need.MANAGE)
+    provider_key_clear(
+        actor=actor_from_request(request),
+        org=membership.organization,
+        provider=CredentialProvider.RUNPOD,
+    )
+    messages.success(request, "Removed the Runpod API key. Runs on Runpod need a key again.")
+    return redirect("org-runpod-key", org)

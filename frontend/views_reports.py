@@ -1,0 +1,561 @@
+"""Pages for managers: cost and model-choice reports (printable, exportable as CSV),
+promotion of a trial to production with approval, and the audit log viewer.
+
+Like the API, these pages reach tenant rows only through ``runs.access`` (another
+organization's row is a 404, a role that may not act a 403) and write only through
+``runs.services.promotions``. Reports read through ``runs.reports``; simulated figures are
+shown in sections of their own and never ranked with measured ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import Http404, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from frontend import reports_tables as tables
+from runs.access import (
+    Need,
+    Principal,
+    access_experiment,
+    access_membership,
+    access_promotion,
+    access_trial,
+    scoped,
+)
+from runs.actors import actor_from_request
+from runs.api.serializers_experiments import AuditEventSerializer
+from runs.audit import audit_verify
+from runs.errors import Conflict, DomainValidationError
+from runs.models import AuditEvent, Experiment, Promotion, PromotionState, Role
+from runs.reports import (
+    best_configs,
+    model_choice,
+    model_points,
+    spend_by_experiment,
+    spend_by_month,
+    trial_figures,
+    trial_is_simulated,
+)
+from runs.services.promotions import (
+    MAX_TEXT_CHARS,
+    promotion_approve,
+    promotion_propose,
+    promotion_reject,
+)
+
+AUDIT_PAGE_SIZE = 50
+
+
+def _membership(request, org: str, need: Need = Need.READ):
+    return access_membership(principal=Principal(user=request.user), org_slug=org, need=need)
+
+
+def _context(membership, **extra) -> dict:
+    role = Role(membership.role)
+    return {
+        "membership": membership,
+        "org": membership.organization,
+        "can_write": role.can_write,
+        "can_manage": role.can_manage,
+    } | extra
+
+
+def _run_href(org_slug: str):
+    def href(figure) -> str | None:
+        # The run page belongs to the runs area (frontend.urls_runs); until it is routed the
+        # report still renders, without the link.
+        try:
+            return reverse("run-detail", args=[org_slug, figure.run.id])
+        except NoReverseMatch:
+            return None
+
+    return href
+
+
+def _experiment_href(org_slug: str):
+    def href(experiment) -> str | None:
+        try:
+            return reverse("experiment-detail", args=[org_slug, experiment.id])
+        except NoReverseMatch:
+            return None
+
+    return href
+
+
+def _report(request, membership, template: str, report_tables: list, **extra):
+    """The page, or with ``?csv=<table>`` that table as a CSV file (same rows, same text)."""
+    wanted = request.GET.get("csv")
+    if wanted is not None:
+        table = next((t for t in report_tables if t.key == wanted), None)
+        if table is None:
+            raise Http404("No such table in this report.")
+        name = f"{membership.organization.slug}-{template.rsplit('/', 1)[-1][:-5]}-{wanted}.csv"
+        return tables.csv_response(table, filename=name)
+    return render(request, template, _context(membership, tables=report_tables, **extra))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def reports_index(request, org: str):
+    membership = _membership(request, org)
+    experiments = scoped(membership, Experiment).select_related("model").order_by("name")
+    return render(
+        request,
+        "frontend/reports/index.html",
+        _context(membership, experiments=experiments),
+    )
+
+
+@login_required
+@require_GET
+def report_costs(request, org: str):
+    membership = _membership(request, org)
+    figures = trial_figures(org=membership.organization)
+    href = _run_href(org)
+    measured = tables.cost_table(
+        "measured",
+        "Measured on real vLLM",
+        best_configs(f for f in figures if not f.simulated),
+        simulated=False,
+        run_href=href,
+    )
+    measured.empty = "No measured trial yet."
+    simulated = tables.cost_table(
+        "simulated",
+        "Simulated (not measurements)",
+        best_configs(f for f in figures if f.simulated),
+        simulated=True,
+        run_href=href,
+    )
+    simulated.empty = "No simulated trial."
+    simulated.note = (
+        "The simulator's figures are in the modelled GPU's time, priced at its rate. They are "
+        "never ranked with measured figures."
+    )
+    steady, amortized = "USD / 1M output tokens", "USD / 1M, cold start amortized"
+    chart = [
+        {
+            "label": f"{measured.column(row, 'Model')} · {measured.column(row, 'GPUs')}",
+            "steady": measured.column(row, steady),
+            "amortized": measured.column(row, amortized),
+        }
+        for row in measured.rows
+        if measured.column(row, steady)
+    ]
+    return _report(
+        request,
+        membership,
+        "frontend/reports/costs.html",
+        [measured, simulated],
+        chart=chart,
+    )
+
+
+@login_required
+@require_GET
+def report_models(request, org: str):
+    membership = _membership(request, org)
+    figures = trial_figures(org=membership.organization)
+    measured_points = model_points(f for f in figures if not f.simulated)
+    simulated_points = model_points(f for f in figures if f.simulated)
+    measured = tables.model_table(
+        "measured", "Measured on real vLLM", measured_points, simulated=False
+    )
+    measured.empty = "No model has a measured cost per token yet."
+    simulated = tables.model_table(
+        "simulated", "Simulated (not measurements)", simulated_points, simulated=True
+    )
+    simulated.empty = "No simulated figures."
+    return _report(
+        request,
+        membership,
+        "frontend/reports/models.html",
+        [measured, simulated],
+        chart=tables.model_chart_data(measured_points),
+    )
+
+
+@login_required
+@require_GET
+def report_spend(request, org: str):
+    membership = _membership(request, org)
+    months = spend_by_month(org=membership.organization)
+    month_table = tables.month_table(months)
+    experiment_table = tables.experiment_spend_table(
+        spend_by_experiment(org=membership.organization), _experiment_href(org)
+    )
+    chart = [
+        {
+            "month": month_table.column(row, "Month"),
+            "spend": month_table.column(row, "Spend USD"),
+            "budget": month_table.column(row, "Budget USD"),
+        }
+        for row in reversed(month_table.rows)
+    ]
+    return _report(
+        request,
+        membership,
+        "frontend/reports/spend.html",
+        [month_table, experiment_table],
+        chart=chart,
+    )
+
+
+@login_required
+@require_GET
+def report_choice(request, org: str, experiment_id):
+    membership = _membership(request, org)
+    experiment = access_experiment(membership=membership, experiment_id=experiment_id)
+    choice = model_choice(experiment=experiment)
+    href = _run_href(org)
+    recommended = tables.choice_table(
+        "recommended",
+        "Recommended",
+        choice.measured[:1],
+        run_href=href,
+        empty="No measured trial met the SLOs: nothing to recommend yet.",
+    )
+    runners_up = tables.choice_table(
+        "runners-up", "Runners-up", choice.runners_up, run_href=href, first_rank=2
+    )
+    unpriced = tables.choice_table(
+        "unpriced",
+        "Measured, but no level met the SLOs (or no price is known)",
+        choice.unpriced,
+        run_href=href,
+        first_rank=len(choice.measured) + 1,
+    )
+    simulated = tables.choice_table(
+        "simulated",
+        "Simulated (not measurements, never recommended)",
+        choice.simulated,
+        run_href=href,
+        simulated=True,
+    )
+    return _report(
+        request,
+        membership,
+        "frontend/reports/choice.html",
+        [recommended, runners_up, unpriced, simulated],
+        experiment=experiment,
+        choice=choice,
+        best=choice.recommended,
+        best_config=(
+            tables.config_text(choice.recommended.trial.serve_config) if choice.recommended else ""
+        ),
+        slos_text=tables.slos_text(experiment.slos or {}),
+        others=[e for e in choice.comparable if e.id != experiment.id],
+        headroom=[
+            (tables.SLO_LABELS[metric], value)
+            for metric, value in (
+                choice.recommended.headroom_pct().items() if choice.recommended else []
+            )
+        ],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Promotions
+# ---------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def promotions_list(request, org: str):
+    membership = _membership(request, org)
+    promotions = (
+        scoped(membership, Promotion)
+        .select_related("experiment__model", "trial__run", "proposed_by", "decided_by")
+        .order_by("-proposed_at", "-id")
+    )
+    current = [p for p in promotions if p.state == PromotionState.APPROVED]
+    pending = [p for p in promotions if p.state == PromotionState.PROPOSED]
+    history = [
+        p for p in promotions if p.state not in (PromotionState.APPROVED, PromotionState.PROPOSED)
+    ]
+    return render(
+        request,
+        "frontend/reports/promotions.html",
+        _context(membership, current=current, pending=pending, history=history[:200]),
+    )
+
+
+def _promotion_page(request, membership, promotion, *, error="", values=None, status=200):
+    trial = promotion.trial
+    context = _context(
+        membership,
+        promotion=promotion,
+        trial=trial,
+        run=trial.run,
+        config_text=tables.config_text(trial.serve_config),
+        may_decide=(
+            Role(membership.role).can_manage
+            and promotion.state == PromotionState.PROPOSED
+            and promotion.proposed_by_id != request.user.id
+        ),
+        own_proposal=promotion.proposed_by_id == request.user.id,
+        error=error,
+        values=values or {},
+        max_chars=MAX_TEXT_CHARS,
+        run_href=_run_href(membership.organization.slug)(_FigureLike(trial.run)),
+    )
+    return render(request, "frontend/reports/promotion_detail.html", context, status=status)
+
+
+class _FigureLike:
+    # _run_href takes a report figure; a promotion only has the run.
+    def __init__(self, run):
+        self.run = run
+
+
+@login_required
+@require_GET
+def promotion_detail(request, org: str, promotion_id):
+    membership = _membership(request, org)
+    promotion = access_promotion(membership=membership, promotion_id=promotion_id)
+    return _promotion_page(request, membership, promotion)
+
+
+def _errors_text(exc: DomainValidationError) -> str:
+    return " ".join(" ".join(messages) for messages in exc.fields.values())
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def promotion_propose_page(request, org: str, run_id, index: int):
+    membership = _membership(request, org, need=Need.WRITE)
+    trial = access_trial(membership=membership, run_id=run_id, index=index)
+    error, status = "", 200
+    if request.method == "POST":
+        note = request.POST.get("note", "")
+        try:
+            promotion = promotion_propose(
+                membership=membership,
+                actor=actor_from_request(request),
+                trial=trial,
+                note=note,
+            )
+        except DomainValidationError as exc:
+            error, status = _errors_text(exc), 400
+        except Conflict as exc:
+            error, status = str(exc), 409
+        else:
+            return redirect("promotion-detail", org, promotion.id)
+    open_proposal = Promotion.objects.filter(trial=trial, state=PromotionState.PROPOSED).first()
+    context = _context(
+        membership,
+        trial=trial,
+        run=trial.run,
+        experiment=trial.run.experiment,
+        config_text=tables.config_text(trial.serve_config),
+        simulated=trial_is_simulated(trial),
+        open_proposal=open_proposal,
+        note=request.POST.get("note", ""),
+        error=error,
+        max_chars=MAX_TEXT_CHARS,
+    )
+    return render(request, "frontend/reports/propose.html", context, status=status)
+
+
+def _decide(request, org: str, promotion_id, service):
+    membership = _membership(request, org, need=Need.MANAGE)
+    promotion = access_promotion(membership=membership, promotion_id=promotion_id)
+    comment = request.POST.get("comment", "")
+    try:
+        service(
+            membership=membership,
+            actor=actor_from_request(request),
+            promotion=promotion,
+            comment=comment,
+        )
+    except DomainValidationError as exc:
+        return _promotion_page(
+            request,
+            membership,
+            promotion,
+            error=_errors_text(exc),
+            values={"comment": comment},
+            status=400,
+        )
+    except Conflict as exc:
+        promotion.refresh_from_db()
+        return _promotion_page(request, membership, promotion, error=str(exc), status=409)
+    return redirect("promotion-detail", org, promotion.id)
+
+
+@login_required
+@require_POST
+def promotion_approve_view(request, org: str, promotion_id):
+    return _decide(request, org, promotion_id, promotion_approve)
+
+
+@login_required
+@require_POST
+def promotion_reject_view(request, org: str, promotion_id):
+    return _decide(request, org, promotion_id, promotion_reject)
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit log
+# ---------------------------------------------------------------------------------------------
+
+
+def _date(value: str, field: str, errors: dict) -> datetime.date | None:
+    if not value:
+        return None
+    try:
+        return datetime.date.fromisoformat(value)
+    except ValueError:
+        errors[field] = "Give a date as YYYY-MM-DD."
+        return None
+
+
+def _audit_filtered(org, params) -> tuple:
+    """The organization's events matching the filters, newest first; and the filter errors."""
+    errors: dict[str, str] = {}
+    events = AuditEvent.objects.filter(organization=org)
+    event = params.get("event", "").strip()
+    if event:
+        # A trailing dot selects a whole noun ("promotion." → every promotion event).
+        events = (
+            events.filter(event__startswith=event)
+            if event.endswith(".")
+            else events.filter(event=event)
+        )
+    actor = params.get("actor", "").strip()
+    if actor:
+        events = events.filter(actor_label__icontains=actor)
+    target = params.get("target", "").strip()
+    if target:
+        events = events.filter(
+            Q(target_type__iexact=target) | Q(target_id=target) | Q(target_repr__icontains=target)
+        )
+    since = _date(params.get("since", "").strip(), "since", errors)
+    until = _date(params.get("until", "").strip(), "until", errors)
+    # Dates are whole UTC days, the until day included.
+    if since:
+        events = events.filter(
+            created_at__gte=datetime.datetime.combine(since, datetime.time(), datetime.UTC)
+        )
+    if until:
+        end = datetime.datetime.combine(
+            until + datetime.timedelta(days=1), datetime.time(), datetime.UTC
+        )
+        events = events.filter(created_at__lt=end)
+    if since and until and until < since:
+        errors["until"] = "The end date is before the start date."
+    return events.order_by("-seq"), errors
+
+
+def _audit_csv(events, filename: str) -> StreamingHttpResponse:
+    columns = AuditEventSerializer.Meta.fields
+
+    def lines():
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\r\n")
+        writer.writerow(columns)
+        for event in events.iterator(chunk_size=500):
+            row = AuditEventSerializer(event).data
+            writer.writerow(
+                [
+                    json.dumps(row[c], sort_keys=True)
+                    if isinstance(row[c], dict | list)
+                    else ("" if row[c] is None else row[c])
+                    for c in columns
+                ]
+            )
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@login_required
+@require_GET
+def audit_log(request, org: str):
+    membership = _membership(request, org)
+    organization = membership.organization
+    events, errors = _audit_filtered(organization, request.GET)
+    if request.GET.get("format") == "csv" and not errors:
+        # Oldest first, like the API's export.
+        return _audit_csv(events.order_by("seq"), f"audit-{organization.slug}.csv")
+    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    query.pop("format", None)
+    chain_break = audit_verify(organization)
+    rows = [
+        {
+            "event": event,
+            "changes": _changes_text(event),
+            "href": _audit_target_href(organization.slug, event),
+        }
+        for event in page.object_list
+    ]
+    context = _context(
+        membership,
+        page=page,
+        rows=rows,
+        errors=errors,
+        values={k: request.GET.get(k, "") for k in ("event", "actor", "target", "since", "until")},
+        query=query.urlencode(),
+        chain_break=chain_break,
+        chain_length=AuditEvent.objects.filter(organization=organization).count(),
+        event_names=AuditEvent.objects.filter(organization=organization)
+        .order_by("event")
+        .values_list("event", flat=True)
+        .distinct(),
+    )
+    return render(request, "frontend/reports/audit.html", context, status=400 if errors else 200)
+
+
+def _short(value) -> str:
+    # A summary for the table; the CSV export carries the whole before/after.
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _changes_text(event: AuditEvent, shown: int = 6) -> str:
+    after = event.after or {}
+    before = event.before or {}
+    keys = [k for k in dict.fromkeys([*before, *after]) if k != "id"]
+    parts = []
+    for key in keys[:shown]:
+        if key in before and key in after:
+            parts.append(f"{key}: {_short(before[key])} → {_short(after[key])}")
+        elif key in after:
+            parts.append(f"{key}: {_short(after[key])}")
+        else:
+            parts.append(f"{key}: {_short(before[key])} (removed)")
+    if len(keys) > shown:
+        parts.append(f"… {len(keys) - shown} more (in the CSV)")
+    return "; ".join(parts)
+
+
+def _audit_target_href(org_slug: str, event: AuditEvent) -> str | None:
+    if event.target_type == "promotion":
+        return reverse("promotion-detail", args=[org_slug, event.target_id])
+    if event.target_type == "run":
+        try:
+            return reverse("run-detail", args=[org_slug, event.target_id])
+        except NoReverseMatch:
+            return None
+    return None

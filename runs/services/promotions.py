@@ -1,0 +1,183 @@
+"""Promoting a trial to production: propose, then approve or reject.
+
+Guarantees:
+- A member, admin or owner may propose a trial of their organization that succeeded on real
+  vLLM (a simulated trial is not a measurement); a viewer may not (``PermissionDenied``).
+- Only an owner or admin may decide, and never on their own proposal (``PermissionDenied``).
+- A proposal is decided once: the decision is a conditional UPDATE from ``proposed``, so two
+  people deciding at once cannot both win; the loser gets ``Conflict`` and nothing is written.
+- At most one promotion per experiment is approved at a time. Approving another supersedes
+  the previous one in the same transaction (a partial unique index backs this up).
+- Every step writes its audit event (``promotion.propose``, ``promotion.approve``,
+  ``promotion.reject``, ``promotion.supersede``) in the transaction of the change.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from agents.protocol import ServeGridError
+from runs.actors import Actor
+from runs.audit import audit_record, audit_snapshot
+from runs.errors import Conflict, DomainValidationError
+from runs.models import Experiment, Membership, Promotion, PromotionState, Role, Trial
+from runs.models.runs import TrialOutcome
+from runs.recipes import trial_recipe
+from runs.reports import trial_is_simulated
+from runs.services.text_input import clean_short_text
+
+MAX_TEXT_CHARS = 2000
+
+
+def _same_org(membership: Membership, org_id) -> None:
+    # Callers reach rows through runs.access; this keeps a slip from crossing tenants.
+    if membership.organization_id != org_id:
+        raise PermissionDenied("Not a member of this organization.")
+
+
+@transaction.atomic
+def promotion_propose(
+    *, membership: Membership, actor: Actor, trial: Trial, note: str = ""
+) -> Promotion:
+    """Proposes ``trial``'s serve configuration as its experiment's production config."""
+    _same_org(membership, trial.run.organization_id)
+    if not Role(membership.role).can_write:
+        raise PermissionDenied(f"Your role ({membership.role}) cannot propose a promotion.")
+    note = clean_short_text(note, field="note", max_chars=MAX_TEXT_CHARS)
+    run = trial.run
+    if trial.outcome != TrialOutcome.SUCCEEDED:
+        raise DomainValidationError.single(
+            "trial", f"Only a trial that succeeded can be promoted; this one is {trial.outcome}."
+        )
+    if trial_is_simulated(trial):
+        raise DomainValidationError.single(
+            "trial",
+            "This trial ran on the simulator: its figures are not measurements. Promote a "
+            "trial measured on real vLLM.",
+        )
+    try:
+        recipe = trial_recipe(trial=trial, model=run.experiment.model)
+    except ServeGridError as exc:
+        raise DomainValidationError.single(
+            "trial", f"Its serve configuration no longer renders: {exc}"
+        ) from None
+    # Serialises proposals and decisions of one experiment (see promotion_approve).
+    Experiment.objects.select_for_update().filter(pk=run.experiment_id).first()
+    if Promotion.objects.filter(trial=trial, state=PromotionState.PROPOSED).exists():
+        raise Conflict("This trial already has an open proposal.")
+    promotion = Promotion.objects.create(
+        organization_id=run.organization_id,
+        experiment_id=run.experiment_id,
+        trial=trial,
+        note=note,
+        recipe=recipe,
+        proposed_by=actor.user,
+    )
+    audit_record(
+        org=run.organization,
+        actor=actor,
+        event="promotion.propose",
+        target=promotion,
+        after=audit_snapshot(promotion),
+    )
+    return promotion
+
+
+def _may_decide(membership: Membership, promotion: Promotion) -> None:
+    _same_org(membership, promotion.organization_id)
+    if not Role(membership.role).can_manage:
+        raise PermissionDenied(
+            f"Only owners and admins can decide on a promotion; your role is {membership.role}."
+        )
+    if promotion.proposed_by_id is not None and promotion.proposed_by_id == membership.user_id:
+        raise PermissionDenied(
+            "You proposed this promotion: another owner or admin must decide on it."
+        )
+
+
+def _decide(
+    *, membership: Membership, actor: Actor, promotion: Promotion, state: str, comment: str
+) -> Promotion:
+    _may_decide(membership, promotion)
+    comment = clean_short_text(comment, field="comment", max_chars=MAX_TEXT_CHARS)
+    if state == PromotionState.REJECTED and not comment:
+        raise DomainValidationError.single("comment", "Say why the proposal is rejected.")
+    Experiment.objects.select_for_update().filter(pk=promotion.experiment_id).first()
+    now = timezone.now()
+    superseded = None
+    if state == PromotionState.APPROVED:
+        superseded = (
+            Promotion.objects.select_for_update()
+            .filter(experiment_id=promotion.experiment_id, state=PromotionState.APPROVED)
+            .first()
+        )
+        if superseded is not None and superseded.pk != promotion.pk:
+            Promotion.objects.filter(pk=superseded.pk, state=PromotionState.APPROVED).update(
+                state=PromotionState.SUPERSEDED, superseded_by=promotion, superseded_at=now
+            )
+    decided = Promotion.objects.filter(pk=promotion.pk, state=PromotionState.PROPOSED).update(
+        state=state, decided_by=actor.user, decided_at=now, decision_comment=comment
+    )
+    if decided != 1:
+        # Someone decided first: roll the supersede back with everything else.
+        current = Promotion.objects.get(pk=promotion.pk).state
+        raise Conflict(f"This proposal has already been decided ({current}).")
+    promotion.refresh_from_db()
+    org = promotion.organization
+    if superseded is not None and superseded.pk != promotion.pk:
+        audit_record(
+            org=org,
+            actor=actor,
+            event="promotion.supersede",
+            target=superseded,
+            before={"state": PromotionState.APPROVED},
+            after={
+                "state": PromotionState.SUPERSEDED,
+                "superseded_by": str(promotion.pk),
+                "superseded_at": now.isoformat(),
+            },
+        )
+    audit_record(
+        org=org,
+        actor=actor,
+        event=f"promotion.{'approve' if state == PromotionState.APPROVED else 'reject'}",
+        target=promotion,
+        before={"state": PromotionState.PROPOSED},
+        after={
+            "state": state,
+            "decided_by": actor.label,
+            "decided_at": now.isoformat(),
+            "decision_comment": comment,
+        },
+    )
+    return promotion
+
+
+@transaction.atomic
+def promotion_approve(
+    *, membership: Membership, actor: Actor, promotion: Promotion, comment: str = ""
+) -> Promotion:
+    """Approves a proposal; the experiment's previously approved promotion is superseded."""
+    return _decide(
+        membership=membership,
+        actor=actor,
+        promotion=promotion,
+        state=PromotionState.APPROVED,
+        comment=comment,
+    )
+
+
+@transaction.atomic
+def promotion_reject(
+    *, membership: Membership, actor: Actor, promotion: Promotion, comment: str
+) -> Promotion:
+    """Rejects a proposal; a comment saying why is required."""
+    return _decide(
+        membership=membership,
+        actor=actor,
+        promotion=promotion,
+        state=PromotionState.REJECTED,
+        comment=comment,
+    )

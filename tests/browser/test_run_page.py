@@ -1,0 +1,211 @@
+"""The live run page and the comparison in headless Chromium, against Daphne and the real
+channels-redis layer: a simulated run streamed by the real agent fills the charts in, a
+dropped socket loses nothing, two runs compare side by side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from playwright.sync_api import expect
+from websockets.sync.client import connect
+
+from runs.jobs import run_job_spec
+from runs.models import Measurement, Run
+from tests.site.test_agent_ingest import RESULT, _new_run
+from tests.site.test_agent_runs import new_sim_run
+from tests.site.test_live_agent import start_agent
+from tests.site.test_web_runs import seed_run
+
+pytestmark = pytest.mark.needs_redis
+
+# Three levels of two configs, the simulator 3x faster than the GPU it models: slow enough to
+# watch the levels arrive one by one and for the agent to scrape the server during each.
+SIM_SPEED = 3.0
+WORKLOAD = {
+    "dataset": {"kind": "random", "input_len": 64, "output_len": 32},
+    "concurrency": [1, 4, 16],
+    "requests_per_level": 24,
+}
+POINTS = (
+    "() => benchsiteRunPage.charts['chart-ttft'].data.datasets"
+    ".reduce((n, d) => n + d.data.length, 0)"
+)
+THROUGHPUT_POINTS = (
+    "() => benchsiteRunPage.charts['chart-throughput'].data.datasets"
+    ".reduce((n, d) => n + d.data.length, 0)"
+)
+
+
+def write_job(run: Run, tmp_path, *, ws_url: str):
+    job = run_job_spec(run, ws_url=ws_url, rest_url=None)
+    job = job.model_copy(update={"engine": job.engine.model_copy(update={"sim_speed": SIM_SPEED})})
+    path = tmp_path / "job.json"
+    path.write_text(job.model_dump_json())
+    return path
+
+
+def run_page(page, run: Run):
+    page.goto(f"/o/{run.organization.slug}/runs/{run.id}/")
+    page.wait_for_function("() => window.benchsiteRunPage && benchsiteRunPage.connected")
+
+
+def test_it_fills_the_charts_in_while_a_simulated_run_streams(
+    page, sign_in, alice, live_site, tmp_path, screenshot
+):
+    run, token = new_sim_run(alice.org, workload=WORKLOAD)
+    sign_in(page, alice)
+    run_page(page, run)
+    assert page.evaluate(POINTS) == 0
+    address = live_site.removeprefix("http://")
+    job = write_job(run, tmp_path, ws_url=f"ws://{address}/ws/agent/runs/{run.id}/")
+    agent = start_agent(job, tmp_path / "work", token)
+    try:
+        # The first level's point appears before the run is over: the chart fills in live.
+        page.wait_for_function(f"() => ({POINTS})() >= 1", timeout=120_000)
+        seen_first = page.evaluate(POINTS)
+        assert Run.objects.get(pk=run.pk).state != "succeeded"
+        expect(page.locator("#live-status")).to_have_text("live")
+        # Every level of both trials: p50 and p99 lines, one point per level each.
+        page.wait_for_function(f"() => ({POINTS})() === 2 * 2 * 3", timeout=240_000)
+        output, _ = agent.communicate(timeout=240)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, output
+    assert seen_first < 12
+    expect(page.locator("#run-state")).to_have_text("succeeded", timeout=30_000)
+    assert page.evaluate(THROUGHPUT_POINTS) == Measurement.objects.filter(trial__run=run).count()
+    assert page.evaluate("() => benchsiteRunPage.notices") > 12
+    # KV-cache usage and waiting requests over time, from the level_progress notices.
+    kv_points = page.evaluate(
+        "() => benchsiteRunPage.charts['chart-server'].data.datasets[1].data.length"
+    )
+    assert kv_points > 0
+    expect(page.locator(".badge-simulated").first).to_be_visible()
+    expect(page.locator("#trials article.trial")).to_have_count(2)
+    expect(page.locator(".cancel-form")).to_have_count(0)  # ended: nothing to cancel
+    screenshot(page, "run-page-simulated")
+
+
+def _agent_socket(address: str, run: Run, token: str):
+    return connect(
+        f"ws://{address}/ws/agent/runs/{run.id}/",
+        additional_headers={"Authorization": f"Bearer {token}"},
+    )
+
+
+def _send(agent, message: dict) -> None:
+    agent.send(json.dumps(message))
+    assert json.loads(agent.recv(timeout=20)) == {"type": "ack", "seq": message["seq"]}
+
+
+def _measurement(run, seq, concurrency, ttft):
+    return {
+        "type": "measurement",
+        "run_id": str(run.id),
+        "seq": seq,
+        "trial": 0,
+        "level": {"concurrency": concurrency},
+        "result": RESULT | {"median_ttft_ms": ttft, "p99_ttft_ms": ttft * 2},
+    }
+
+
+def test_it_keeps_its_state_across_a_dropped_socket_and_a_reload(page, sign_in, alice, live_site):
+    run, token = _new_run(alice.org)
+    rid = str(run.id)
+    sign_in(page, alice)
+    run_page(page, run)
+    address = live_site.removeprefix("http://")
+    with _agent_socket(address, run, token) as agent:
+        _send(agent, {"type": "hello", "run_id": rid, "seq": 0, "agent_version": "t", "host": {}})
+        _send(
+            agent,
+            {
+                "type": "trial_started",
+                "run_id": rid,
+                "seq": 1,
+                "trial": 0,
+                "serve_config": {"max_num_seqs": 64},
+                "command": ["vllm", "serve", "m"],
+            },
+        )
+        _send(agent, _measurement(run, 2, 1, 40.0))
+        page.wait_for_function(f"() => ({POINTS})() === 2")
+
+        # The socket drops; a level lands while it is down (its notice never reaches the page).
+        page.evaluate("() => benchsiteRunPage.dropSocket(3000)")
+        page.wait_for_function("() => !benchsiteRunPage.connected")
+        expect(page.locator("#live-status")).to_have_text("reconnecting…")
+        resyncs = page.evaluate("() => benchsiteRunPage.resyncs")
+        _send(agent, _measurement(run, 3, 8, 45.0))
+        # Back: it re-read the run (the missed level is there) and counts nothing twice.
+        page.wait_for_function(
+            f"() => benchsiteRunPage.connected && benchsiteRunPage.resyncs > {resyncs}",
+            timeout=30_000,
+        )
+        page.wait_for_function(f"() => ({POINTS})() === 4")
+        _send(agent, _measurement(run, 4, 64, 60.0))
+        page.wait_for_function(f"() => ({POINTS})() === 6")
+        assert page.evaluate(THROUGHPUT_POINTS) == 3
+        p50 = page.evaluate(
+            "() => benchsiteRunPage.charts['chart-ttft'].data.datasets[0].data.map(p => [p.x, p.y])"
+        )
+        assert p50 == [[1, 40.0], [8, 45.0], [64, 60.0]]
+
+        # A reload starts from the server's state and shows the same.
+        page.reload()
+        page.wait_for_function("() => window.benchsiteRunPage && benchsiteRunPage.connected")
+        assert page.evaluate(POINTS) == 6
+        _send(
+            agent,
+            {"type": "trial_finished", "run_id": rid, "seq": 5, "trial": 0, "outcome": "succeeded"},
+        )
+        _send(agent, {"type": "run_finished", "run_id": rid, "seq": 6, "outcome": "succeeded"})
+    expect(page.locator("#run-state")).to_have_text("succeeded", timeout=30_000)
+    expect(page.locator("#live-status")).to_have_text("run ended")
+
+
+def test_it_compares_two_runs_picked_in_the_history(page, sign_in, alice, screenshot):
+    first = seed_run(alice.org, ttft=100.0, throughput=1000.0)
+    second = seed_run(alice.org, experiment=first.experiment, ttft=70.0, throughput=950.0)
+    sign_in(page, alice)
+    page.goto("/o/acme/runs/")
+    page.get_by_label(f"compare run {str(first.id)[:8]}").check()
+    page.get_by_label(f"compare run {str(second.id)[:8]}").check()
+    page.get_by_role("button", name="Compare selected runs").click()
+    expect(page.get_by_role("heading", name="Compare")).to_be_visible()
+    table = page.locator("#compare-table")
+    expect(table.locator("[data-verdict=better]").first).to_be_visible()
+    expect(table.locator("[data-verdict=worse]").first).to_be_visible()
+    expect(page.locator("#threshold-note")).to_contain_text("at least 5%")
+    page.get_by_label("Highlight changes of at least").fill("50")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#threshold-note")).to_contain_text("at least 50%")
+    expect(table.locator("[data-verdict=worse]")).to_have_count(0)
+    page.get_by_label("Highlight changes of at least").fill("5")
+    page.get_by_role("button", name="Apply").click()
+    screenshot(page, "compare-two-runs")
+
+
+def test_it_shows_charlie_a_404_for_alices_run(page, sign_in, alice, charlie, console):
+    run = seed_run(alice.org)
+    sign_in(page, charlie)
+    console.allow("404")
+    response = page.goto(f"/o/acme/runs/{run.id}/")
+    assert response.status == 404
+    # (The live site runs with DEBUG, whose 404 page echoes the URL: check the run's data.)
+    assert run.experiment.name not in page.content()
+    assert "max_num_seqs" not in page.content()
+
+
+def test_it_works_on_a_phone(page, sign_in, alice, screenshot):
+    run = seed_run(alice.org, state="benchmarking")
+    page.set_viewport_size({"width": 390, "height": 844})
+    sign_in(page, alice)
+    run_page(page, run)
+    page.wait_for_function(f"() => ({POINTS})() === 12")
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    path = screenshot(page, "run-page-phone")
+    page.screenshot(path=str(path.with_name("run-page-phone-top.png")))  # the first screen

@@ -1,0 +1,250 @@
+"""Promotion with approval: who may propose and decide, one approved config per experiment,
+the deployment recipe, and the audit trail of every step."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from django.core.exceptions import PermissionDenied
+
+from runs.actors import Actor
+from runs.audit import audit_verify
+from runs.errors import Conflict, DomainValidationError
+from runs.models import AuditEvent, Membership, Promotion, PromotionState
+from runs.services.promotions import promotion_approve, promotion_propose, promotion_reject
+
+from .conftest import _person
+from .report_data import build_history
+
+
+def member(person) -> Membership:
+    return Membership.objects.get(user=person.user, organization=person.org)
+
+
+def actor(person) -> Actor:
+    return Actor(user=person.user, via="web", ip="127.0.0.1")
+
+
+def propose(person, trial, note="cheapest at the SLOs"):
+    return promotion_propose(membership=member(person), actor=actor(person), trial=trial, note=note)
+
+
+def approve(person, promotion, comment="ok"):
+    return promotion_approve(
+        membership=member(person), actor=actor(person), promotion=promotion, comment=comment
+    )
+
+
+@pytest.fixture
+def history(alice):
+    return build_history(alice.org)
+
+
+@pytest.fixture
+def dana(org_a):
+    """An admin of acme: a second person who may decide."""
+    return _person("dana@acme.example", org_a, "admin")
+
+
+def events(org, prefix="promotion."):
+    return list(
+        AuditEvent.objects.filter(organization=org, event__startswith=prefix)
+        .order_by("seq")
+        .values_list("event", "target_id")
+    )
+
+
+def test_it_lets_a_member_propose_and_an_owner_approve(history, mallory, alice):
+    promotion = propose(mallory, history.t128)
+    assert promotion.state == PromotionState.PROPOSED
+    assert promotion.experiment_id == history.small.id
+    approved = approve(alice, promotion, comment="ship it")
+    assert approved.state == PromotionState.APPROVED
+    assert approved.decided_by == alice.user and approved.decision_comment == "ship it"
+    assert events(alice.org) == [
+        ("promotion.propose", str(promotion.id)),
+        ("promotion.approve", str(promotion.id)),
+    ]
+    approve_event = AuditEvent.objects.get(organization=alice.org, event="promotion.approve")
+    assert approve_event.actor_label == "alice@acme.example"
+    assert approve_event.after["decision_comment"] == "ship it"
+    assert audit_verify(alice.org) is None
+
+
+def test_it_builds_the_recipe_from_the_serve_flag_schema(history, mallory):
+    recipe = propose(mallory, history.t128).recipe
+    assert recipe["serve_argv"] == [
+        "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
+        "--served-model-name", "meta-llama/Llama-3.1-8B-Instruct",
+        "--host", "0.0.0.0", "--port", "8000",
+        "--max-num-seqs", "128",
+    ]  # fmt: skip
+    assert shlex.split(recipe["serve_command"]) == recipe["serve_argv"]
+    docker = shlex.split(recipe["docker_command"])
+    assert docker[:2] == ["docker", "run"] and "vllm/vllm-openai:v0.11.0" in docker
+    assert docker[-2:] == ["--max-num-seqs", "128"]
+    pod = recipe["runpod_pod"]
+    assert pod["gpu_type_id"] == "NVIDIA H100 80GB HBM3" and pod["gpu_count"] == 1
+    assert pod["cloud_type"] == "SECURE" and pod["image_name"] == "vllm/vllm-openai:v0.11.0"
+    assert pod["container_disk_in_gb"] == 80 and pod["ports"] == "8000/http"
+
+
+def test_it_refuses_the_proposer_approving_their_own_proposal(history, alice, dana):
+    promotion = propose(alice, history.t128)
+    with pytest.raises(PermissionDenied, match="another owner or admin"):
+        approve(alice, promotion)
+    promotion.refresh_from_db()
+    assert promotion.state == PromotionState.PROPOSED and promotion.decided_at is None
+    assert events(alice.org) == [("promotion.propose", str(promotion.id))]
+    # Another admin may.
+    assert approve(dana, promotion).state == PromotionState.APPROVED
+
+
+def test_it_refuses_a_viewer_proposing(history, bob):
+    with pytest.raises(PermissionDenied, match="viewer"):
+        propose(bob, history.t128)
+    assert not Promotion.objects.exists() and events(bob.org) == []
+
+
+def test_it_refuses_a_member_deciding(history, alice, mallory):
+    promotion = propose(alice, history.t128)
+    with pytest.raises(PermissionDenied, match="owners and admins"):
+        approve(mallory, promotion)
+    with pytest.raises(PermissionDenied, match="owners and admins"):
+        promotion_reject(
+            membership=member(mallory), actor=actor(mallory), promotion=promotion, comment="no"
+        )
+    promotion.refresh_from_db()
+    assert promotion.state == PromotionState.PROPOSED
+    assert [e for e, _ in events(alice.org)] == ["promotion.propose"]
+
+
+def test_it_keeps_one_approved_config_per_experiment_superseding_the_previous(
+    history, mallory, alice, dana
+):
+    first = approve(alice, propose(mallory, history.t64))
+    second_proposal = propose(mallory, history.t128)
+    second = approve(dana, second_proposal, comment="faster")
+    first.refresh_from_db()
+    assert first.state == PromotionState.SUPERSEDED
+    assert first.superseded_by_id == second.id and first.superseded_at is not None
+    assert second.state == PromotionState.APPROVED
+    approved = Promotion.objects.filter(experiment=history.small, state=PromotionState.APPROVED)
+    assert list(approved) == [second]
+    assert [e for e, _ in events(alice.org)] == [
+        "promotion.propose",
+        "promotion.approve",
+        "promotion.propose",
+        "promotion.supersede",
+        "promotion.approve",
+    ]
+    supersede = AuditEvent.objects.get(organization=alice.org, event="promotion.supersede")
+    assert supersede.target_id == str(first.id) and supersede.actor_label == "dana@acme.example"
+    assert supersede.after["superseded_by"] == str(second.id)
+    # Another experiment's approval supersedes nothing here.
+    approve(alice, propose(mallory, history.tqwen))
+    assert Promotion.objects.get(pk=second.pk).state == PromotionState.APPROVED
+    assert audit_verify(alice.org) is None
+
+
+def test_it_rejects_with_a_required_comment(history, mallory, alice):
+    promotion = propose(mallory, history.t128)
+    with pytest.raises(DomainValidationError) as refused:
+        promotion_reject(
+            membership=member(alice), actor=actor(alice), promotion=promotion, comment="  "
+        )
+    assert "comment" in refused.value.fields
+    assert Promotion.objects.get(pk=promotion.pk).state == PromotionState.PROPOSED
+    rejected = promotion_reject(
+        membership=member(alice), actor=actor(alice), promotion=promotion, comment="too risky"
+    )
+    assert rejected.state == PromotionState.REJECTED
+    assert rejected.decision_comment == "too risky"
+    assert [e for e, _ in events(alice.org)] == ["promotion.propose", "promotion.reject"]
+
+
+def test_it_decides_a_proposal_only_once(history, mallory, alice, dana):
+    promotion = propose(mallory, history.t128)
+    stale = Promotion.objects.get(pk=promotion.pk)  # what a second browser tab still shows
+    approve(alice, promotion)
+    with pytest.raises(Conflict, match="already been decided"):
+        promotion_reject(membership=member(dana), actor=actor(dana), promotion=stale, comment="x")
+    with pytest.raises(Conflict):
+        approve(dana, stale)
+    assert Promotion.objects.get(pk=promotion.pk).state == PromotionState.APPROVED
+    assert [e for e, _ in events(alice.org)] == ["promotion.propose", "promotion.approve"]
+
+
+def test_it_refuses_simulated_failed_and_duplicate_proposals(history, mallory):
+    with pytest.raises(DomainValidationError, match="simulator"):
+        propose(mallory, history.tsim)
+    failed = history.run_small.trials.get(index=2)
+    with pytest.raises(DomainValidationError, match="succeeded"):
+        propose(mallory, failed)
+    propose(mallory, history.t128)
+    with pytest.raises(Conflict, match="open proposal"):
+        propose(mallory, history.t128)
+    assert Promotion.objects.count() == 1
+    assert [e for e, _ in events(mallory.org)] == ["promotion.propose"]
+
+
+def test_it_refuses_a_note_too_long_and_writes_nothing(history, mallory):
+    with pytest.raises(DomainValidationError) as refused:
+        propose(mallory, history.t128, note="x" * 2001)
+    assert "note" in refused.value.fields
+    assert not Promotion.objects.exists() and events(mallory.org) == []
+
+
+def test_it_hides_other_tenants_promotions_from_their_members(history, mallory, charlie):
+    promotion = propose(mallory, history.t128)
+    charlies = Membership.objects.get(user=charlie.user)
+    with pytest.raises(PermissionDenied):
+        promotion_approve(
+            membership=charlies, actor=actor(charlie), promotion=promotion, comment=""
+        )
+    with pytest.raises(PermissionDenied):
+        promotion_propose(membership=charlies, actor=actor(charlie), trial=history.t64, note="")
+    assert Promotion.objects.get(pk=promotion.pk).state == PromotionState.PROPOSED
+
+
+# --- API (read-only) ------------------------------------------------------------------------
+
+
+def test_it_serves_the_promoted_config_per_experiment_over_the_api(history, mallory, alice, bob):
+    superseded = approve(alice, propose(mallory, history.t64))
+    current = approve(alice, propose(mallory, history.t128))
+    propose(mallory, history.tqwen)  # open, not promoted
+    response = bob.client().get(
+        "/api/v1/orgs/acme/promotions/",
+        {"state": "approved", "experiment": str(history.small.id)},
+    )
+    assert response.status_code == 200
+    (promoted,) = response.json()["results"]
+    assert promoted["id"] == str(current.id) and promoted["state"] == "approved"
+    assert promoted["run"] == str(history.t128.run_id) and promoted["trial_index"] == 1
+    assert promoted["serve_config"] == {"max_num_seqs": 128}
+    assert promoted["recipe"]["serve_command"].endswith("--max-num-seqs 128")
+    assert promoted["proposed_by"] == "mallory@acme.example"
+    assert promoted["decided_by"] == "alice@acme.example"
+    everything = bob.client().get("/api/v1/orgs/acme/promotions/").json()["results"]
+    assert {p["state"] for p in everything} == {"approved", "superseded", "proposed"}
+    detail = bob.client().get(f"/api/v1/orgs/acme/promotions/{superseded.id}/").json()
+    assert detail["superseded_by"] == str(current.id)
+
+
+def test_it_hides_other_tenants_promotions_in_the_api(history, mallory, charlie):
+    promotion = propose(mallory, history.t128)
+    client = charlie.client()
+    assert client.get("/api/v1/orgs/acme/promotions/").status_code == 404
+    assert client.get(f"/api/v1/orgs/acme/promotions/{promotion.id}/").status_code == 404
+    assert client.get(f"/api/v1/orgs/globex/promotions/{promotion.id}/").status_code == 404
+    assert client.get("/api/v1/orgs/globex/promotions/").json()["results"] == []
+
+
+def test_it_offers_no_way_to_write_promotions_over_the_api(history, mallory, alice):
+    promotion = propose(mallory, history.t128)
+    client = alice.client()
+    assert client.post("/api/v1/orgs/acme/promotions/", {}).status_code == 405
+    assert client.delete(f"/api/v1/orgs/acme/promotions/{promotion.id}/").status_code == 405
+    assert Promotion.objects.get().state == PromotionState.PROPOSED

@@ -1,0 +1,553 @@
+"""Pages for models and experiments (issue 7): who may see and do what, and that a form's
+errors are the API's errors, named by the same field paths, with nothing stored."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+
+from frontend.experiments_forms import error_slot
+from runs.model_presets import MODEL_PRESETS
+from runs.models import AuditEvent, Experiment, ModelSpec, Run
+
+from .conftest import H100, experiment_payload, make_experiment, make_model
+from .db_state import database_state
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(person) -> Client:
+    client = Client()
+    client.force_login(person.user)
+    return client
+
+
+def builder_form(model, **overrides) -> dict:
+    """What the builder posts for a valid experiment (rows editor, random dataset)."""
+    form = {
+        "name": "web-experiment",
+        "description": "",
+        "model": str(model.id),
+        "gpu_type": H100,
+        "gpu_count": "1",
+        "cloud_type": "secure",
+        "fallback_gpu_types": ["", "", "", ""],
+        "container_disk_gb": "80",
+        "network_volume_id": "",
+        "engine": "vllm",
+        "engine_image_tag": "v0.11.0",
+        "grid_mode": "rows",
+        "grid_flag": ["max_num_seqs", "max_num_batched_tokens", ""],
+        "grid_values": ["64, 128", "2048", ""],
+        "serve_grid_json": "",
+        "dataset_kind": "random",
+        "input_len": "512",
+        "output_len": "128",
+        "range_ratio": "",
+        "endpoint": "completions",
+        "concurrency": "1, 8, 64",
+        "request_rates": "",
+        "requests_per_level": "100",
+        "warmup_requests": "",
+        "burstiness": "",
+        "slo_ttft_ms": "500",
+        "slo_tpot_ms": "50",
+        "slo_itl_ms": "",
+        "slo_e2el_ms": "",
+        "budget_cap_usd": "25.00",
+    }
+    return form | overrides
+
+
+def api_fields(person, payload) -> dict:
+    """The field errors the API's validate endpoint gives for ``payload`` (or {})."""
+    response = person.client().post(
+        f"/api/v1/orgs/{person.org.slug}/experiments/validate/", payload, format="json"
+    )
+    return response.json()["error"]["fields"] if response.status_code == 400 else {}
+
+
+def page_urls(org, model, experiment) -> dict[str, str]:
+    base = f"/o/{org.slug}"
+    return {
+        "models": f"{base}/models/",
+        "model-new": f"{base}/models/new/",
+        "model-edit": f"{base}/models/{model.id}/edit/",
+        "experiments": f"{base}/experiments/",
+        "experiment-new": f"{base}/experiments/new/",
+        "experiment-detail": f"{base}/experiments/{experiment.id}/",
+        "experiment-edit": f"{base}/experiments/{experiment.id}/edit/",
+        "experiment-duplicate": f"{base}/experiments/{experiment.id}/duplicate/",
+    }
+
+
+READ_PAGES = ("models", "experiments", "experiment-detail")
+WRITE_PAGES = (
+    "model-new",
+    "model-edit",
+    "experiment-new",
+    "experiment-edit",
+    "experiment-duplicate",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Access rules
+# ---------------------------------------------------------------------------------------------
+
+
+def test_it_sends_anonymous_visitors_to_sign_in(alice):
+    experiment = make_experiment(alice.org)
+    urls = page_urls(alice.org, experiment.model, experiment)
+    urls["experiment-start"] = f"{urls['experiment-detail']}start/"
+    urls["experiment-check"] = "/o/acme/experiments/check/"
+    client = Client()
+    for name, url in urls.items():
+        method = client.post if name in ("experiment-start", "experiment-check") else client.get
+        response = method(url)
+        assert response.status_code == 302, name
+        assert response.url.startswith("/login/?next="), name
+
+
+def test_it_lets_every_member_read_every_page(alice, bob, mallory):
+    experiment = make_experiment(alice.org, name="secret-sauce")
+    urls = page_urls(alice.org, experiment.model, experiment)
+    for person in (alice, mallory):
+        client = signed_in(person)
+        for name in (*READ_PAGES, *WRITE_PAGES):
+            assert client.get(urls[name]).status_code == 200, (person.user.email, name)
+    viewer = signed_in(bob)
+    for name in READ_PAGES:
+        page = viewer.get(urls[name])
+        assert page.status_code == 200, name
+    assert b"secret-sauce" in viewer.get(urls["experiments"]).content
+
+
+def test_it_lets_viewers_only_read(alice, bob):
+    experiment = make_experiment(alice.org)
+    urls = page_urls(alice.org, experiment.model, experiment)
+    viewer = signed_in(bob)
+    before = database_state()
+    for name in WRITE_PAGES:
+        assert viewer.get(urls[name]).status_code == 403, name
+    for name in ("model-new", "model-edit"):
+        response = viewer.post(urls[name], MODEL_PRESETS["qwen2.5-7b-instruct"])
+        assert response.status_code == 403, name
+    for name in ("experiment-new", "experiment-edit"):
+        response = viewer.post(urls[name], builder_form(experiment.model, name="viewer-made"))
+        assert response.status_code == 403, name
+    started = viewer.post(f"{urls['experiment-detail']}start/", {"reason": "curious"})
+    assert started.status_code == 403
+    assert database_state() == before
+    # The pages a viewer reads offer no button that would only answer 403.
+    detail = viewer.get(urls["experiment-detail"]).content.decode()
+    assert "Start a run" not in detail and "Duplicate" not in detail
+    assert "Register a model" not in viewer.get(urls["models"]).content.decode()
+
+
+def test_it_hides_other_tenants_models_and_experiments(alice, charlie):
+    experiment = make_experiment(alice.org, name="secret-sauce")
+    acme = page_urls(alice.org, experiment.model, experiment)
+    # The same objects under charlie's own organization's address: still not his.
+    globex = page_urls(charlie.org, experiment.model, experiment)
+    client = signed_in(charlie)
+    before = database_state()
+    for name, url in [*acme.items(), *globex.items()]:
+        if name in ("models", "experiments", "model-new", "experiment-new") and "globex" in url:
+            continue  # charlie's own lists and forms
+        response = client.get(url)
+        assert response.status_code == 404, url
+        assert b"secret-sauce" not in response.content
+    for url in (f"{acme['experiment-detail']}start/", f"{globex['experiment-detail']}start/"):
+        assert client.post(url, {"reason": "x"}).status_code == 404
+    post_edit = client.post(globex["experiment-edit"], builder_form(experiment.model))
+    assert post_edit.status_code == 404
+    check = client.post(f"{globex['experiment-detail']}check/", builder_form(experiment.model))
+    assert check.status_code == 404
+    assert database_state() == before
+    # charlie's own lists do not show acme's rows, and acme's model cannot be used in his.
+    assert b"secret-sauce" not in client.get(globex["experiments"]).content
+    assert b"Llama 3.1 8B" not in client.get(globex["models"]).content
+    made = client.post(globex["experiment-new"], builder_form(experiment.model, name="stolen"))
+    assert made.status_code == 200
+    assert "Invalid pk" in made.content.decode() or "does not exist" in made.content.decode()
+    assert database_state() == before
+
+
+def test_it_answers_404_for_a_missing_experiment_or_model(alice):
+    client = signed_in(alice)
+    missing = uuid.uuid4()
+    assert client.get(f"/o/acme/experiments/{missing}/").status_code == 404
+    assert client.get(f"/o/acme/models/{missing}/edit/").status_code == 404
+    assert client.get("/o/acme/experiments/not-a-uuid/").status_code == 404
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+
+
+def test_it_shows_each_models_kv_bytes_and_which_gpus_hold_it(alice):
+    make_model(alice.org)  # Llama 3.1 8B: 2 × 32 layers × 8 KV heads × 128 × 2 bytes
+    make_model(alice.org, **MODEL_PRESETS["llama-3.1-70b-instruct"])
+    page = signed_in(alice).get("/o/acme/models/").content.decode()
+    assert "131,072" in page  # both have 8 KV heads of 128; 70B has 80 layers: 327,680
+    assert "327,680" in page
+    # 8B in bf16 (~15 GiB) fits one RTX 4090 with ~54k tokens of KV cache at 0.9;
+    # 70B (~131 GiB) fits no single 80 GB GPU.
+    assert "~54k tokens" in page
+    assert "✗ no" in page
+
+
+def test_it_registers_a_model_from_a_preset(alice):
+    client = signed_in(alice)
+    form = client.get("/o/acme/models/new/?preset=qwen2.5-7b-instruct").content.decode()
+    assert 'value="Qwen/Qwen2.5-7B-Instruct"' in form
+    preset = MODEL_PRESETS["qwen2.5-7b-instruct"]
+    response = client.post("/o/acme/models/new/", preset | {"revision": "main", "notes": ""})
+    model = ModelSpec.objects.get(organization=alice.org, hf_repo="Qwen/Qwen2.5-7B-Instruct")
+    assert response.status_code == 302
+    assert response.url == f"/o/acme/models/{model.id}/edit/"
+    assert (model.num_kv_heads, model.max_context, model.created_by) == (4, 32768, alice.user)
+    assert AuditEvent.objects.filter(event="model.create", target_id=str(model.id)).exists()
+    # The edit page shows what was derived: 2 × 28 × 4 × 128 × 2 bytes per token.
+    assert "57,344" in client.get(response.url).content.decode()
+
+
+def test_it_shows_a_models_errors_like_the_api_and_stores_nothing(alice):
+    client = signed_in(alice)
+    make_model(alice.org)
+    before = database_state()
+    bad = MODEL_PRESETS["qwen2.5-7b-instruct"] | {
+        "hf_repo": "not a repo",
+        "num_kv_heads": "5",  # does not divide 28 heads
+        "head_dim": "many",
+    }
+    page = client.post("/o/acme/models/new/", bad)
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "A valid integer is required." in text  # head_dim, from the API's serializer
+    fixed_types = bad | {"head_dim": "128"}
+    page = client.post("/o/acme/models/new/", fixed_types).content.decode()
+    assert "Expected a Hugging Face repo id" in page  # the service's messages
+    assert "Must divide num_attention_heads" in page
+    assert 'value="not a repo"' in page  # what was typed stays in the form
+    duplicate = client.post("/o/acme/models/new/", MODEL_PRESETS["llama-3.1-8b-instruct"])
+    assert "already registered" in duplicate.content.decode()
+    assert database_state() == before
+
+
+def test_it_edits_a_model_and_refuses_a_context_its_experiments_outgrow(alice):
+    experiment = make_experiment(alice.org)  # workload: 512 + 128 tokens per request
+    model = experiment.model
+    client = signed_in(alice)
+    form = client.get(f"/o/acme/models/{model.id}/edit/").content.decode()
+    assert 'value="meta-llama/Llama-3.1-8B-Instruct"' in form
+    fields = MODEL_PRESETS["llama-3.1-8b-instruct"] | {"revision": "main", "notes": "x"}
+    before = database_state()
+    page = client.post(f"/o/acme/models/{model.id}/edit/", fields | {"max_context": "600"})
+    assert "would not fit" in page.content.decode()
+    assert database_state() == before
+    done = client.post(f"/o/acme/models/{model.id}/edit/", fields | {"notes": "pinned"})
+    assert done.status_code == 302
+    model.refresh_from_db()
+    assert model.notes == "pinned"
+
+
+# ---------------------------------------------------------------------------------------------
+# The experiment builder
+# ---------------------------------------------------------------------------------------------
+
+
+def test_it_builds_an_experiment_stored_exactly_as_the_api_would(alice):
+    model = make_model(alice.org)
+    response = signed_in(alice).post("/o/acme/experiments/new/", builder_form(model))
+    experiment = Experiment.objects.get(organization=alice.org, name="web-experiment")
+    assert response.status_code == 302
+    assert response.url == f"/o/acme/experiments/{experiment.id}/"
+    via_api = alice.client().post(
+        "/api/v1/orgs/acme/experiments/", experiment_payload(model.id), format="json"
+    )
+    assert via_api.status_code == 201, via_api.json()
+    api_row = Experiment.objects.get(id=via_api.json()["id"])
+    for field in ("serve_grid", "workload", "slos", "budget_cap_usd", "gpu_type_id", "engine"):
+        assert getattr(experiment, field) == getattr(api_row, field), field
+    assert AuditEvent.objects.filter(event="experiment.create", actor_via="web").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "message"),
+    [
+        (
+            {"grid_flag": ["max_num_seq"], "grid_values": ["64"]},
+            "serve_grid.max_num_seq",
+            "unknown serve flag; did you mean max_num_seqs",
+        ),
+        (
+            {"grid_flag": ["max_num_seqs"], "grid_values": ["64, 0"]},
+            "serve_grid.max_num_seqs[1]",
+            "must be at least 1",
+        ),
+        (
+            {"input_len": "131000"},
+            "workload.dataset.input_len",
+            "exceed the smallest context served (131072)",
+        ),
+        ({"concurrency": "1, 8, 8"}, "workload.concurrency[2]", "duplicate of"),
+        ({"slo_ttft_ms": "-5"}, "slos.ttft_ms", ""),
+        ({"budget_cap_usd": "lots"}, "budget_cap_usd", "A valid number is required."),
+        ({"engine_image_tag": ""}, "engine_image_tag", "needs an image tag"),
+    ],
+    ids=["bad-flag", "bad-value", "too-long-for-context", "duplicate-level", "slo", "cap", "tag"],
+)
+def test_it_shows_the_apis_field_errors_and_stores_nothing(alice, change, path, message):
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    form = builder_form(model, **change)
+    before = database_state()
+    page = client.post("/o/acme/experiments/new/", form)
+    assert page.status_code == 200
+    assert database_state() == before
+    text = page.content.decode()
+    assert message in text
+    # The live check answers with the API's own errors, field by field.
+    checked = client.post("/o/acme/experiments/check/", form).json()
+    assert checked["ok"] is False
+    assert path in checked["fields"], checked["fields"]
+    payload = experiment_payload(model.id) | _api_equivalent(change)
+    assert checked["fields"][path] == api_fields(alice, payload)[path]
+    assert database_state() == before
+
+
+def _api_equivalent(change: dict) -> dict:
+    """The API payload change that matches a form change of the parametrized cases."""
+    workload = {
+        "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
+        "concurrency": [1, 8, 64],
+        "requests_per_level": 100,
+    }
+    if "grid_flag" in change:
+        values = [int(v) for v in change["grid_values"][0].split(",")]
+        return {"serve_grid": {change["grid_flag"][0]: values}}
+    if "input_len" in change:
+        workload["dataset"]["input_len"] = int(change["input_len"])
+        return {"workload": workload}
+    if "concurrency" in change:
+        return {"workload": workload | {"concurrency": [1, 8, 8]}}
+    if "slo_ttft_ms" in change:
+        return {"slos": {"ttft_ms": -5}}
+    return change
+
+
+def test_it_keeps_what_was_typed_when_the_form_has_errors(alice):
+    model = make_model(alice.org)
+    form = builder_form(model, grid_flag=["max_num_seq"], grid_values=["64, 96"])
+    page = signed_in(alice).post("/o/acme/experiments/new/", form).content.decode()
+    assert '<option value="max_num_seq" selected>' in page
+    assert 'value="64, 96"' in page
+    assert "serve_grid.max_num_seq: unknown serve flag" in page
+
+
+def test_it_takes_the_grid_as_raw_json(alice):
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    broken = builder_form(model, grid_mode="json", serve_grid_json='{"max_num_seqs": [64,')
+    before = database_state()
+    page = client.post("/o/acme/experiments/new/", broken).content.decode()
+    assert "Not valid JSON" in page
+    assert database_state() == before
+    grid = '{"max_num_seqs": [32, 64], "enable_prefix_caching": [true, false]}'
+    response = client.post(
+        "/o/acme/experiments/new/", builder_form(model, grid_mode="json", serve_grid_json=grid)
+    )
+    assert response.status_code == 302
+    experiment = Experiment.objects.get(name="web-experiment")
+    assert experiment.serve_grid == {
+        "max_num_seqs": [32, 64],
+        "enable_prefix_caching": [True, False],
+    }
+
+
+def test_it_checks_and_estimates_a_draft_without_storing_it(alice):
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    before = database_state()
+    checked = client.post("/o/acme/experiments/check/", builder_form(model)).json()
+    assert checked["ok"] is True and checked["fields"] == {}
+    assert checked["trials"] == 2
+    api = alice.client().post(
+        "/api/v1/orgs/acme/experiments/validate/", experiment_payload(model.id), format="json"
+    )
+    assert checked["estimate"]["cost_usd"] == api.json()["cost_usd"]
+    assert checked["estimate"]["total_seconds"] == api.json()["total_seconds"]
+    # Without JavaScript, "Check and estimate" shows the same on the page.
+    page = client.post("/o/acme/experiments/new/", builder_form(model, action="check"))
+    assert page.status_code == 200
+    assert f"${api.json()['cost_usd']}" in page.content.decode()
+    # An invalid form still counts its trials.
+    three = builder_form(model, grid_values=["1, 2, 3", "2048", ""], name="")
+    checked = client.post("/o/acme/experiments/check/", three).json()
+    assert (checked["ok"], checked["trials"], checked["estimate"]) == (False, 3, None)
+    assert "name" in checked["slots"]
+    assert database_state() == before
+
+
+def test_it_edits_an_experiment(alice):
+    experiment = make_experiment(alice.org)
+    client = signed_in(alice)
+    form = client.get(f"/o/acme/experiments/{experiment.id}/edit/").content.decode()
+    assert 'value="64, 128"' in form  # the grid's values in the row editor
+    # The edit's live check validates as an update: the experiment's own name is no clash.
+    checked = client.post(
+        f"/o/acme/experiments/{experiment.id}/check/",
+        builder_form(experiment.model, name="batching"),
+    ).json()
+    assert checked["ok"] is True, checked["fields"]
+    response = client.post(
+        f"/o/acme/experiments/{experiment.id}/edit/",
+        builder_form(experiment.model, name="batching", grid_values=["32, 64, 128", "2048", ""]),
+    )
+    assert response.status_code == 302
+    experiment.refresh_from_db()
+    assert experiment.serve_grid == {
+        "max_num_seqs": [32, 64, 128],
+        "max_num_batched_tokens": [2048],
+    }
+
+
+def test_it_refuses_an_edit_that_takes_another_experiments_name(alice):
+    first = make_experiment(alice.org, name="first")
+    second = make_experiment(alice.org, model=first.model, name="second")
+    before = database_state()
+    page = signed_in(alice).post(
+        f"/o/acme/experiments/{second.id}/edit/", builder_form(first.model, name="first")
+    )
+    assert "An experiment named &#x27;first&#x27; exists." in page.content.decode()
+    assert database_state() == before
+
+
+def test_it_duplicates_an_experiment_into_the_builder(alice):
+    experiment = make_experiment(alice.org, slos={"ttft_ms": 250})
+    client = signed_in(alice)
+    before = database_state()
+    page = client.get(f"/o/acme/experiments/{experiment.id}/duplicate/").content.decode()
+    assert database_state() == before  # opening the copy stores nothing
+    assert 'value="copy of batching"' in page
+    assert 'value="250"' in page and 'value="64, 128"' in page
+    assert 'action="/o/acme/experiments/new/"' in page
+    make_experiment(alice.org, model=experiment.model, name="copy of batching")
+    again = client.get(f"/o/acme/experiments/{experiment.id}/duplicate/").content.decode()
+    assert 'value="copy of batching (2)"' in again
+
+
+# ---------------------------------------------------------------------------------------------
+# The experiment page and starting runs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_it_shows_the_spec_the_estimate_and_the_runs(alice, bob):
+    experiment = make_experiment(alice.org)
+    run = Run.objects.create(
+        organization=alice.org, experiment=experiment, started_by=alice.user, reason="nightly"
+    )
+    page = signed_in(bob).get(f"/o/acme/experiments/{experiment.id}/").content.decode()
+    assert "max_num_seqs" in page and "64, 128" in page
+    assert "2 trials" in page
+    estimate = alice.client().get(f"/api/v1/orgs/acme/experiments/{experiment.id}/estimate/")
+    assert f"${estimate.json()['cost_usd']}" in page
+    assert str(run.id)[:8] in page and "nightly" in page
+
+
+def test_it_labels_simulated_experiments(alice):
+    sim = make_experiment(alice.org, name="pretend", engine="sim", engine_image_tag="")
+    make_experiment(alice.org, model=sim.model, name="real")
+    client = signed_in(alice)
+    listing = client.get("/o/acme/experiments/").content.decode()
+    assert listing.count("badge-simulated") == 1
+    assert "badge-simulated" in client.get(f"/o/acme/experiments/{sim.id}/").content.decode()
+
+
+def test_it_starts_a_run_from_the_page(alice, mallory):
+    experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
+    response = signed_in(mallory).post(
+        f"/o/acme/experiments/{experiment.id}/start/", {"reason": "try the new scheduler"}
+    )
+    run = Run.objects.get(experiment=experiment)
+    assert response.status_code == 302
+    assert str(run.id) in response.url or response.url.endswith("#runs")
+    assert (run.trigger, run.reason, run.started_by) == (
+        "ui",
+        "try the new scheduler",
+        mallory.user,
+    )
+    assert AuditEvent.objects.filter(event="run.start", target_id=str(run.id)).exists()
+
+
+def test_it_shows_a_budget_refusal_with_the_apis_message_and_starts_nothing(alice):
+    experiment = make_experiment(alice.org, budget_cap_usd=Decimal("0.01"))
+    before = database_state()
+    page = signed_in(alice).post(
+        f"/o/acme/experiments/{experiment.id}/start/", {"reason": "please"}
+    )
+    assert page.status_code == 200
+    api = alice.client().post(
+        "/api/v1/orgs/acme/runs/", {"experiment": str(experiment.id)}, format="json"
+    )
+    assert api.status_code == 400
+    message = api.json()["error"]["fields"]["budget"][0]
+    assert "exceeds the experiment's cap $0.01" in message
+    assert message.replace("'", "&#x27;") in page.content.decode()
+    assert 'value="please"' in page.content.decode()  # the reason is kept to try again
+    assert database_state() == before
+
+
+def test_it_refuses_a_reason_too_long_and_starts_nothing(alice):
+    experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
+    before = database_state()
+    page = signed_in(alice).post(
+        f"/o/acme/experiments/{experiment.id}/start/", {"reason": "x" * 501}
+    )
+    assert "At most 500 characters" in page.content.decode()
+    assert database_state() == before
+
+
+def test_it_only_starts_runs_by_post(alice):
+    experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
+    assert signed_in(alice).get(f"/o/acme/experiments/{experiment.id}/start/").status_code == 405
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "slot"),
+    [
+        ("name", "name"),
+        ("serve_grid", "serve_grid"),
+        ("serve_grid.max_num_seqs[1]", "serve_grid"),
+        ("fallback_gpu_types[2]", "fallback_gpu_types"),
+        ("workload", "workload"),
+        ("workload.dataset", "dataset_kind"),
+        ("workload.dataset.kind", "dataset_kind"),
+        ("workload.dataset.dataset_id", "dataset_id"),
+        ("workload.concurrency[3]", "concurrency"),
+        ("workload.requests_per_level", "requests_per_level"),
+        ("workload.surprise", "workload"),
+        ("slos.tpot_ms", "slo_tpot_ms"),
+        ("slos.bogus", "slos"),
+        ("budget", "budget"),
+        ("non_field_errors", "form"),
+        ("something.else", "form"),
+    ],
+)
+def test_it_shows_every_error_path_somewhere_on_the_form(path, slot):
+    assert error_slot(path) == slot
+
+
+def test_it_names_the_missing_dataset_of_a_sharegpt_workload(alice):
+    model = make_model(alice.org)
+    form = builder_form(model, dataset_kind="sharegpt")
+    checked = signed_in(alice).post("/o/acme/experiments/check/", form).json()
+    assert "workload.dataset.dataset_id" in checked["fields"]
+    assert checked["slots"]["dataset_id"] == checked["fields"]["workload.dataset.dataset_id"]

@@ -1,0 +1,455 @@
+"""The run pages (issue 7, part C): the live run page and its JSON, cancel, history, compare.
+
+Access rules on every page (anonymous → sign in, another tenant → 404, a viewer reads but
+cannot cancel) and the bad-input paths (clear message, no 500, nothing changed)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from runs.models import AgentMessageRecord, AuditEvent, Measurement, ModelSpec, Run, Trial
+
+from .conftest import make_experiment, make_model
+
+LEVELS = (1, 8, 64)
+
+
+def result(concurrency: int, *, ttft=50.0, throughput=1000.0, simulated=False) -> dict:
+    """A level result with the ``vllm bench serve`` keys the pages read."""
+    figures = {
+        "completed": 100,
+        "failed": 0,
+        "duration": 10.0,
+        "median_ttft_ms": ttft,
+        "p99_ttft_ms": ttft * 2,
+        "median_itl_ms": 10.0,
+        "p99_itl_ms": 20.0,
+        "median_tpot_ms": 11.0,
+        "p99_tpot_ms": 22.0,
+        "output_throughput": throughput * concurrency,
+    }
+    if simulated:
+        figures["simulated"] = {"speed": 1.0}
+    return figures
+
+
+def new_experiment(org, name: str | None = None, **fields):
+    """An experiment of the organization's first model (one is registered when none is)."""
+    model = fields.pop("model", None) or (
+        ModelSpec.objects.filter(organization=org).first() or make_model(org)
+    )
+    return make_experiment(org, model=model, name=name or f"e-{uuid.uuid4().hex[:8]}", **fields)
+
+
+def seed_run(
+    org,
+    *,
+    experiment=None,
+    configs=({"max_num_seqs": 64}, {"max_num_seqs": 128}),
+    state="succeeded",
+    ttft=50.0,
+    throughput=1000.0,
+    simulated=False,
+    created_at=None,
+    **run_fields,
+) -> Run:
+    """A run with one trial per config and a measurement per level (and its agent
+    messages: hello, then per trial a start, a cold-start phase and the levels)."""
+    experiment = experiment or new_experiment(org)
+    run = Run.objects.create(
+        organization=org,
+        experiment=experiment,
+        state=state,
+        created_at=created_at or timezone.now(),
+        **run_fields,
+    )
+    seq = 0
+    AgentMessageRecord.objects.create(run=run, seq=seq, type="hello", payload={})
+    for index, config in enumerate(configs):
+        trial = Trial.objects.create(
+            run=run,
+            index=index,
+            serve_config=config,
+            command=["vllm", "serve", "m"],
+            cold_start={"weights_loaded": 20.5, "health_ready": 31.0},
+            outcome="succeeded",
+        )
+        for concurrency in LEVELS:
+            Measurement.objects.create(
+                trial=trial,
+                concurrency=concurrency,
+                result=result(concurrency, ttft=ttft, throughput=throughput, simulated=simulated),
+                server_metrics={
+                    "kv_cache_usage_perc": {"max": 0.5, "mean": 0.3},
+                    "num_requests_waiting": {"max": 3, "mean": 1},
+                },
+            )
+            seq += 1
+            AgentMessageRecord.objects.create(
+                run=run,
+                seq=seq,
+                type="level_progress",
+                payload={
+                    "type": "level_progress",
+                    "trial": index,
+                    "level": {"concurrency": concurrency},
+                    "requests_done": 50,
+                    "requests_total": 100,
+                    "kv_cache_usage": 0.25,
+                    "num_requests_waiting": 2,
+                    "sent_at": 1_700_000_000.0 + seq,
+                },
+            )
+    return run
+
+
+def web(person) -> Client:
+    client = Client()
+    client.force_login(person.user)
+    return client
+
+
+def detail_url(run) -> str:
+    return reverse("run-detail", args=[run.organization.slug, run.id])
+
+
+def live_url(run) -> str:
+    return reverse("run-live", args=[run.organization.slug, run.id])
+
+
+def cancel_url(run) -> str:
+    return reverse("run-cancel", args=[run.organization.slug, run.id])
+
+
+def compare_url(org="acme") -> str:
+    return reverse("runs-compare", args=[org])
+
+
+# --- access rules ----------------------------------------------------------------------------
+
+
+def test_it_sends_anonymous_visitors_to_sign_in(alice):
+    run = seed_run(alice.org, state="benchmarking")
+    anonymous = Client()
+    for url in (reverse("runs", args=["acme"]), detail_url(run), live_url(run), compare_url()):
+        response = anonymous.get(url)
+        assert response.status_code == 302, url
+        assert response.url.startswith("/login/"), url
+    response = anonymous.post(cancel_url(run))
+    assert response.status_code == 302 and response.url.startswith("/login/")
+    assert Run.objects.get(pk=run.pk).cancel_requested_at is None
+
+
+def test_it_hides_other_tenants_runs(alice, charlie):
+    run = seed_run(alice.org, state="benchmarking")
+    own = seed_run(charlie.org)
+    client = web(charlie)
+    assert client.get(detail_url(run)).status_code == 404
+    assert client.get(live_url(run)).status_code == 404
+    assert client.post(cancel_url(run)).status_code == 404
+    # Same answer for a run that does not exist at all.
+    missing = reverse("run-detail", args=["acme", uuid.uuid4()])
+    assert client.get(missing).status_code == 404
+    # An acme run id in globex's history or compare page, or named under acme's slug.
+    assert client.get(reverse("runs", args=["acme"])).status_code == 404
+    foreign = client.get(compare_url("globex"), {"runs": [str(own.id), str(run.id)]})
+    assert foreign.status_code == 404
+    assert str(run.id) not in foreign.content.decode()
+    assert client.get(compare_url("acme"), {"runs": [str(run.id), str(run.id)]}).status_code == 404
+    assert Run.objects.get(pk=run.pk).cancel_requested_at is None
+
+
+def test_it_hides_other_tenants_runs_from_the_history(alice, charlie):
+    seed_run(alice.org, experiment=new_experiment(alice.org, name="acme-secret"))
+    seed_run(charlie.org, experiment=new_experiment(charlie.org, name="globex-own"))
+    page = web(charlie).get(reverse("runs", args=["globex"]))
+    assert page.status_code == 200
+    assert b"globex-own" in page.content
+    assert b"acme-secret" not in page.content
+
+
+def test_it_lets_a_viewer_watch_but_not_cancel(alice, bob):
+    run = seed_run(alice.org, state="benchmarking")
+    client = web(bob)
+    page = client.get(detail_url(run))
+    assert page.status_code == 200
+    assert b"cancel-button" not in page.content
+    assert b"can watch this run but not cancel it" in page.content
+    assert client.get(live_url(run)).status_code == 200
+    refused = client.post(cancel_url(run), {"reason": "mine now"})
+    assert refused.status_code == 403
+    run.refresh_from_db()
+    assert run.cancel_requested_at is None and run.state == "benchmarking"
+    assert not AuditEvent.objects.filter(event="run.cancel").exists()
+
+
+# --- the run page ----------------------------------------------------------------------------
+
+
+def test_it_shows_a_run_with_every_measurement_without_javascript(alice):
+    run = seed_run(alice.org)
+    page = web(alice).get(detail_url(run))
+    assert page.status_code == 200
+    html = page.content.decode()
+    # Both trials, labelled by the flag that tells them apart, each with its three levels.
+    assert "max_num_seqs=64" in html and "max_num_seqs=128" in html
+    assert html.count('<th scope="row">c=') == 2 * len(LEVELS)
+    assert "50.0 / 100.0" in html  # TTFT p50 / p99 of a level
+    assert "weights_loaded 20.5 s" in html
+    assert 'id="run-state-data"' in html  # the live state, for the script
+    # Charts come from the vendored file, never a CDN.
+    assert "/static/frontend/vendor/chart.umd.min.js" in html
+    assert not re.search(r"<script[^>]+src=\"https?://", html)
+    assert "badge-simulated" not in html
+
+
+def test_it_labels_simulated_results(alice):
+    experiment = new_experiment(alice.org, name="simmed", engine="sim", engine_image_tag="")
+    run = seed_run(alice.org, experiment=experiment, simulated=True)
+    html = web(alice).get(detail_url(run)).content.decode()
+    assert html.count('class="badge-simulated"') >= 1 + 2 + 2 * len(LEVELS)
+    state = web(alice).get(live_url(run)).json()
+    assert state["run"]["simulated"] is True
+    assert all(level["simulated"] for trial in state["trials"] for level in trial["levels"])
+
+
+def test_it_shows_failure_classes_with_their_log_tails(alice):
+    run = seed_run(alice.org, configs=({"max_num_seqs": 64},))
+    Trial.objects.create(
+        run=run,
+        index=1,
+        serve_config={"max_num_seqs": 128},
+        outcome="failed",
+        failure_class="oom_at_startup",
+        log_tail="torch.OutOfMemoryError: CUDA out of memory <script>x</script>",
+    )
+    html = web(alice).get(detail_url(run)).content.decode()
+    assert "oom_at_startup" in html
+    assert "CUDA out of memory &lt;script&gt;" in html  # escaped, never markup
+
+
+def test_its_live_state_names_the_messages_it_covers(alice):
+    run = seed_run(alice.org, state="benchmarking")
+    AgentMessageRecord.objects.create(run=run, seq=9, type="heartbeat", payload={})
+    state = web(alice).get(live_url(run)).json()
+    assert state["last_seq"] == 9
+    assert state["missing_seqs"] == [7, 8]  # resends may still fill these: not covered
+    assert len(state["progress"]) == 2 * len(LEVELS)
+    assert state["progress"][0]["kv_cache_usage"] == 0.25
+    assert state["axis"] == "concurrency"
+    trial = state["trials"][0]
+    assert [level["key"] for level in trial["levels"]] == ["c=1", "c=8", "c=64"]
+    assert trial["levels"][1]["ttft_p50"] == 50.0 and trial["levels"][1]["ttft_p99"] == 100.0
+    assert trial["levels"][1]["output_throughput"] == 8000.0
+    assert 'name="trials"' in state["trials_html"]
+    assert [entry["stage"] for entry in state["timeline"]][:2] == ["queued", "agent"]
+    assert state["timeline"][-1]["status"] == "now"
+    assert state["run"]["terminal"] is False
+
+
+def test_it_shows_spend_against_the_budget_cap(alice):
+    run = seed_run(
+        alice.org,
+        state="benchmarking",
+        price_usd_hr=Decimal("3.99"),
+        pod_started_at=timezone.now() - timedelta(minutes=10),
+        cost_usd=Decimal("0.25"),
+    )
+    html = web(alice).get(detail_url(run)).content.decode()
+    assert "$0.2500" in html and "of $50.00 cap" in html
+    state = web(alice).get(live_url(run)).json()["run"]
+    assert state["price_usd_hr"] == "3.9900" and state["budget_cap_usd"] == "50.00"
+
+
+# --- cancel ----------------------------------------------------------------------------------
+
+
+def test_it_cancels_a_run_for_a_member(alice, mallory):
+    run = seed_run(alice.org, state="benchmarking")
+    response = web(mallory).post(cancel_url(run), {"reason": "wrong grid"})
+    assert response.status_code == 302 and response.url == detail_url(run)
+    run.refresh_from_db()
+    assert run.cancel_requested_at is not None and run.cancel_reason == "wrong grid"
+    assert AuditEvent.objects.filter(event="run.cancel").count() == 1
+    page = web(mallory).get(detail_url(run)).content.decode()
+    assert "Cancel requested" in page
+
+
+def test_it_refuses_to_cancel_an_ended_run_and_says_why(alice):
+    run = seed_run(alice.org, state="succeeded")
+    client = web(alice)
+    response = client.post(cancel_url(run), follow=True)
+    assert response.status_code == 200
+    assert "Not cancelled: Run" in response.content.decode()
+    assert "has already ended" in response.content.decode()
+    run.refresh_from_db()
+    assert run.state == "succeeded" and run.cancel_requested_at is None
+
+
+def test_it_refuses_a_too_long_reason_and_keeps_the_run(alice):
+    run = seed_run(alice.org, state="benchmarking")
+    response = web(alice).post(cancel_url(run), {"reason": "x" * 501}, follow=True)
+    assert "Not cancelled:" in response.content.decode()
+    run.refresh_from_db()
+    assert run.cancel_requested_at is None and run.state == "benchmarking"
+
+
+def test_it_answers_a_get_on_cancel_with_405(alice):
+    run = seed_run(alice.org, state="benchmarking")
+    assert web(alice).get(cancel_url(run)).status_code == 405
+
+
+# --- history ---------------------------------------------------------------------------------
+
+
+def test_it_filters_the_history_on_the_server(alice):
+    make_model(alice.org)  # the runs' usual model
+    other_model = make_model(alice.org, name="other-model", hf_repo="acme/other-model")
+    now = timezone.now()
+    old = seed_run(alice.org, state="failed", created_at=now - timedelta(days=40))
+    sim = seed_run(
+        alice.org,
+        experiment=new_experiment(alice.org, name="sim-exp", engine="sim", engine_image_tag=""),
+    )
+    tagged = seed_run(
+        alice.org,
+        experiment=new_experiment(
+            alice.org, name="new-vllm", model=other_model, engine_image_tag="v0.12.0"
+        ),
+        pod_gpu_type="NVIDIA H200",
+    )
+    client = web(alice)
+    url = reverse("runs", args=["acme"])
+
+    def found(**query) -> set:
+        page = client.get(url, query)
+        assert page.status_code == 200
+        return set(re.findall(r'name="runs" value="([0-9a-f-]+)"', page.content.decode()))
+
+    assert found() == {str(old.id), str(sim.id), str(tagged.id)}
+    assert found(model=str(other_model.id)) == {str(tagged.id)}
+    assert found(gpu="NVIDIA H200") == {str(tagged.id)}
+    assert found(gpu="NVIDIA H100 80GB HBM3") == {str(old.id), str(sim.id)}
+    assert found(engine="sim") == {str(sim.id)}
+    assert found(engine="v0.12.0") == {str(tagged.id)}
+    assert found(state="failed") == {str(old.id)}
+    yesterday = (now - timedelta(days=1)).date().isoformat()
+    assert found(created_from=yesterday) == {str(sim.id), str(tagged.id)}
+    assert found(created_to=(now - timedelta(days=30)).date().isoformat()) == {str(old.id)}
+
+
+def test_it_explains_bad_history_filters_instead_of_failing(alice, charlie):
+    run = seed_run(alice.org)
+    foreign_model = make_model(charlie.org)
+    page = web(alice).get(
+        reverse("runs", args=["acme"]),
+        {"created_from": "yesterday", "model": str(foreign_model.id), "state": "exploded"},
+    )
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Enter a valid date." in html
+    assert "Select a valid choice" in html  # another tenant's model is no choice here
+    assert str(run.id) in html  # the bad fields filter nothing
+
+
+def test_it_pages_the_history_in_constant_queries(alice, django_assert_max_num_queries):
+    experiment = new_experiment(alice.org, name="many")
+    Run.objects.bulk_create(
+        Run(organization=alice.org, experiment=experiment, state="succeeded") for _ in range(120)
+    )
+    client = web(alice)
+    client.get(reverse("runs", args=["acme"]))  # session and caches warm
+    with django_assert_max_num_queries(12):
+        page = client.get(reverse("runs", args=["acme"]), {"page": 2})
+    assert page.status_code == 200
+    assert "page 2 of 3" in page.content.decode()
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+
+def test_it_compares_two_runs_config_by_config_with_direction(alice):
+    experiment = new_experiment(alice.org, name="bump")
+    before = seed_run(alice.org, experiment=experiment, ttft=100.0, throughput=1000.0)
+    after = seed_run(alice.org, experiment=experiment, ttft=80.0, throughput=900.0)
+    page = web(alice).get(compare_url(), {"runs": [str(before.id), str(after.id)]})
+    assert page.status_code == 200
+    html = page.content.decode()
+    table = html[html.index('id="compare-table"') :]
+    # Four columns: each trial of `after` against the same config of `before`.
+    assert table.count("vs column 1") == 2 and table.count("vs column 2") == 1
+    # Lower TTFT is better; lower throughput is worse; cost follows throughput (per token).
+    assert re.search(r'data-verdict="better">80\.00 <span class="delta">\(-20\.0% ▲ better', table)
+    assert re.search(r'data-verdict="worse">900\.00 <span class="delta">\(-10\.0% ▼ worse', table)
+    assert "at least <strong>5%</strong>" in html
+    cost = table[table.index("$ per 1M output tokens") :]
+    assert 'data-verdict="worse">$' in cost.split("</tr>")[0]
+
+
+def test_it_marks_the_serve_flags_that_differ_and_honours_the_threshold(alice):
+    run = seed_run(alice.org)
+    client = web(alice)
+    trials = [f"{run.id}:0", f"{run.id}:1"]
+    html = client.get(compare_url(), {"trials": trials}).content.decode()
+    assert re.search(r'<tr class="differs"><th scope="row"><code>max_num_seqs</code>', html)
+    loose = client.get(compare_url(), {"trials": trials, "threshold": "50"}).content.decode()
+    assert "at least <strong>50%</strong>" in loose
+
+
+def test_it_never_ranks_simulated_against_measured(alice):
+    measured = seed_run(alice.org, configs=({"max_num_seqs": 64},))
+    simulated = seed_run(
+        alice.org,
+        experiment=new_experiment(alice.org, name="sim", engine="sim", engine_image_tag=""),
+        configs=({"max_num_seqs": 64},),
+        simulated=True,
+        ttft=10.0,
+    )
+    html = (
+        web(alice)
+        .get(compare_url(), {"runs": [str(measured.id), str(simulated.id)]})
+        .content.decode()
+    )
+    assert "never compared with each other" in html
+    assert "simulated vs measured: not compared" in html
+    assert "data-verdict" not in html
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"runs": ["nope", "also-nope"]}, "runs: &#x27;nope&#x27; is not a run id"),
+        ({"runs": [str(uuid.uuid4())]}, "Pick two or more runs or trials"),
+        ({}, "Pick two or more runs or trials"),
+        ({"trials": [str(uuid.uuid4())] * 2}, "is not &lt;run id&gt;:&lt;trial index&gt;"),
+        ({"trials": ["12345678-1234-1234-1234-12345678zzzz:0"] * 2}, "is not &lt;run id&gt;"),
+        ({"runs": ["x" * 5000]}, "is not a run id"),
+    ],
+)
+def test_it_explains_a_malformed_selection(alice, query, message):
+    response = web(alice).get(compare_url(), query)
+    assert response.status_code == 400
+    assert message in response.content.decode()
+
+
+def test_it_answers_404_for_a_trial_that_is_not_there(alice):
+    run = seed_run(alice.org)
+    response = web(alice).get(compare_url(), {"trials": [f"{run.id}:0", f"{run.id}:7"]})
+    assert response.status_code == 404
+
+
+def test_it_explains_a_bad_threshold_and_uses_the_default(alice):
+    run = seed_run(alice.org)
+    response = web(alice).get(
+        compare_url(), {"trials": [f"{run.id}:0", f"{run.id}:1"], "threshold": "lots"}
+    )
+    assert response.status_code == 200
+    assert "is not a percentage from 0 to 100; 5% is used" in response.content.decode()
