@@ -18,7 +18,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from runs.models import GpuType, Membership, Run
+from runs.models import GpuType, Membership, Promotion, Run, Trial
 from runs.services.budgets import budget_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
@@ -70,6 +70,10 @@ def world(alice, bob, keep_test_connection):
     budget = budget_set(org=alice.org, actor=SYSTEM, limit_usd=100)
     victim = token_create(org=alice.org, user=bob.user, name="victim", actor=SYSTEM).token
     run = Run.objects.create(organization=alice.org, experiment=experiment)
+    trial = Trial.objects.create(run=run, index=0, serve_config={}, outcome="succeeded")
+    promotion = Promotion.objects.create(
+        organization=alice.org, experiment=experiment, trial=trial, proposed_by=bob.user
+    )
     ids = {
         "experiments": str(experiment.id),
         "models": str(experiment.model_id),
@@ -79,6 +83,7 @@ def world(alice, bob, keep_test_connection):
         "tokens": str(victim.id),
         "members": str(Membership.objects.get(organization=alice.org, user=bob.user).id),
         "gpu-types": GpuType.objects.first().id,
+        "promotions": str(promotion.id),
     }
     return alice, ids
 
