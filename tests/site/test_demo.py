@@ -50,3 +50,4 @@ def test_the_demo_runs_the_demo_experiment_end_to_end(tmp_path):
     # Every address printed is where the demo serves, not a default port.
     assert f"Sign in:  http://127.0.0.1:{port}/login/" in out
     assert "127.0.0.1:8000" not in out
+    assert f"Run page:   http://127.0.0.1:{port}/o/demo/runs/" in out

@@ -38,6 +38,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.urls import reverse
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -232,6 +233,8 @@ class Command(BaseCommand):
             console.print(
                 f"\n[bold]Run {run.id}[/] of “{experiment.name}”: "
                 f"{trials} configs × concurrency {experiment.workload['concurrency']}.\n"
+                f"  Run page:   {base}{reverse('run-detail', args=[org.slug, run.id])}"
+                " (sign in as above)\n"
                 f"  Live (API): {base}/api/v1/orgs/demo/runs/{run.id}/\n"
                 f"  Agent log:  {local_provider().state_dir / run.pod_name / 'agent.log'}\n",
                 soft_wrap=True,  # a URL or path broken across lines cannot be copied
