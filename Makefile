@@ -57,9 +57,18 @@ $(CHROMIUM):
 	  || { case "$$CI" in 1|true|yes) exit 1;; esac; \
 	       echo "warning: chromium not installed; the browser tests will skip" >&2; }
 
+# tests/ops validates docker/compose.yaml with Debian's docker-compose (no Docker engine is
+# needed for `config`): installed the same way, on first use.
+DOCKER_COMPOSE := /usr/bin/docker-compose
+$(DOCKER_COMPOSE):
+	( $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q docker-compose ) \
+	  || { case "$$CI" in 1|true|yes) exit 1;; esac; \
+	       echo "warning: docker-compose not installed; the compose test will skip" >&2; }
+
 # tests/service_env.py picks PostgreSQL and Redis on 127.0.0.1 when they answer; with CI=true
 # it fails when they don't, otherwise it falls back to SQLite and skips the Redis tests.
-test: lint $(CHROMIUM)
+test: lint $(CHROMIUM) $(DOCKER_COMPOSE)
 	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest $(PYTEST_ARGS)
 
 bench-api: $(STAMP)

@@ -2,7 +2,8 @@
 
 Guarantee: every reader either returns a value of the promised type or raises
 ``ImproperlyConfigured`` naming the variable and what was wrong with it. Values are never
-echoed back in errors for variables that may hold secrets.
+echoed back in errors for variables that may hold secrets. A secret may instead be read from
+the file that ``<NAME>_FILE`` names (Docker and Kubernetes secrets), never from both.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+from pathlib import Path
 from urllib.parse import urlparse
 
 import dj_database_url
@@ -23,9 +25,30 @@ _FALSE = {"0", "false", "no", "off", ""}
 _FERNET_KEY = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]=")
 
 
-def env_str(name: str, default: str | None = None, *, required: bool = False) -> str | None:
-    """The raw string, or ``default``; with ``required`` a missing or empty value is an error."""
+def _secret_value(name: str) -> str | None:
+    """``name``'s value, or the contents of the file ``<name>_FILE`` names (one trailing
+    newline dropped: ``echo`` and editors add one). Both set is an error: which one wins
+    would be a guess, and a stale variable silently beating a rotated file is worse."""
     value = os.environ.get(name)
+    path = os.environ.get(f"{name}_FILE")
+    if not path:
+        return value
+    if value:
+        raise ImproperlyConfigured(f"set {name} or {name}_FILE, not both")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise ImproperlyConfigured(f"{name}_FILE: cannot read {path!r} ({reason})") from None
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def env_str(
+    name: str, default: str | None = None, *, required: bool = False, secret: bool = False
+) -> str | None:
+    """The raw string, or ``default``; with ``required`` a missing or empty value is an error.
+    With ``secret`` the value may come from the file ``<name>_FILE`` names instead."""
+    value = _secret_value(name) if secret else os.environ.get(name)
     if value is None or value == "":
         if required:
             raise ImproperlyConfigured(f"{name} must be set (it has no default outside the demo)")
@@ -86,8 +109,9 @@ def env_choice(name: str, default: str, choices: set[str]) -> str:
 
 
 def env_database(name: str, default: str | None, *, required: bool) -> dict:
-    """A Django DATABASES entry parsed from a URL (postgres://, sqlite:///…)."""
-    url = env_str(name, default, required=required)
+    """A Django DATABASES entry parsed from a URL (postgres://, sqlite:///…); the URL may
+    carry a password, so it may come from ``<name>_FILE``."""
+    url = env_str(name, default, required=required, secret=True)
     assert url is not None
     try:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
@@ -112,8 +136,9 @@ def env_database(name: str, default: str | None, *, required: bool) -> dict:
 
 
 def env_redis_url(name: str, default: str | None, *, required: bool) -> str | None:
-    """A redis:// or rediss:// URL, checked for shape only (no connection is made)."""
-    url = env_str(name, default, required=required)
+    """A redis:// or rediss:// URL, checked for shape only (no connection is made); it may
+    carry a password, so it may come from ``<name>_FILE``."""
+    url = env_str(name, default, required=required, secret=True)
     if url is None:
         return None
     parsed = urlparse(url)
@@ -132,8 +157,9 @@ def env_fernet_keys(name: str, *, derive_from: str | None) -> str:
     """One or more Fernet keys (URL-safe base64 of 32 bytes), comma-separated: the first
     encrypts, every one decrypts (so a key can be rotated). Unset, a key is derived from
     ``derive_from`` with HKDF-SHA256 (the demo, from SECRET_KEY); without ``derive_from`` the
-    variable is required. Errors never echo the value."""
-    raw = os.environ.get(name, "").strip()
+    variable is required. The keys may come from ``<name>_FILE``. Errors never echo the
+    value."""
+    raw = (_secret_value(name) or "").strip()
     if not raw:
         if derive_from is None:
             raise ImproperlyConfigured(

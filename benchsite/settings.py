@@ -27,7 +27,11 @@ DEBUG = env_bool("DEBUG", False)
 # Production never falls back to a default for these: a forgotten variable must be loud.
 _PRODUCTION = not DEBUG
 
-SECRET_KEY = env_str("SECRET_KEY", "insecure-demo-key-only-for-debug", required=_PRODUCTION)
+# The secrets (this, DATABASE_URL, REDIS_URL, CREDENTIALS_ENCRYPTION_KEY and
+# BENCHSITE_RUNPOD_PRICE_KEY) may instead be read from the file that <NAME>_FILE names.
+SECRET_KEY = env_str(
+    "SECRET_KEY", "insecure-demo-key-only-for-debug", required=_PRODUCTION, secret=True
+)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"] if DEBUG else [])
 if _PRODUCTION and not ALLOWED_HOSTS:
     from django.core.exceptions import ImproperlyConfigured
@@ -99,13 +103,20 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_redis_url("REDIS_URL", None, required=_PRODUCTION)
+# The channel layer's keys on Redis start with this. Site processes must agree on it; another
+# prefix keeps deployments (or test runs) that share one Redis apart: a layer's flush()
+# deletes every key under its prefix, the groups of every server using it included.
+CHANNEL_LAYER_PREFIX = env_str("CHANNEL_LAYER_PREFIX", "asgi")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # redis-py 8 reads with a 5 s socket timeout by default, which aborts the
-            # layer's blocking pop on every idle socket (django/channels_redis#422).
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}]},
+            "CONFIG": {
+                # redis-py 8 reads with a 5 s socket timeout by default, which aborts the
+                # layer's blocking pop on every idle socket (django/channels_redis#422).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "prefix": CHANNEL_LAYER_PREFIX,
+            },
         }
     }
 else:
@@ -195,7 +206,7 @@ BENCHSITE_PROVISION_TIMEOUT_SECONDS = env_int(
 BENCHSITE_CANCEL_GRACE_SECONDS = env_int("BENCHSITE_CANCEL_GRACE_SECONDS", 60, minimum=0)
 # The operator's Runpod key for reading GPU prices into the catalogue ("" = keep the seeded
 # prices); organizations' keys are only ever used for their own runs.
-BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "")
+BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "", secret=True)
 _RECONCILE_SECONDS = env_int("BENCHSITE_RECONCILE_SECONDS", 30, minimum=5)
 _PRICE_REFRESH_SECONDS = env_int("BENCHSITE_PRICE_REFRESH_SECONDS", 86400, minimum=60)
 # Each entry expires when the next is due: passes that fall behind are dropped, not queued up.

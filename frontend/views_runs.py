@@ -101,7 +101,15 @@ def run_live(request, org: str, run_id):
     # The trial cards come rendered by the page's own template, so the live page and the
     # page without JavaScript show them alike.
     state["trials_html"] = render_to_string(
-        "frontend/runs/_trials.html", {"trials": state["trials"], "run": run}, request=request
+        "frontend/runs/_trials.html",
+        {
+            "trials": state["trials"],
+            "run": run,
+            "org": membership.organization,
+            "can_write": Role(membership.role).can_write,
+            "simulated": state["run"]["simulated"],
+        },
+        request=request,
     )
     return JsonResponse(state)
 

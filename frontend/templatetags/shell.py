@@ -27,6 +27,9 @@ SECTIONS = (
     ("audit", "Audit log"),
     ("org-settings", "Settings"),
 )
+# Pages of a section whose addresses are not under the section's own (URL names): the
+# promotions are a part of Reports, whose sub-navigation lists them.
+SECTION_PAGES = {"reports": ("promotions",)}
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,19 @@ def site_shell(context) -> dict:
 
     nav: list[NavLink] = []
     if org is not None:
-        links = [(label, _reverse(name, org=org.slug)) for name, label in SECTIONS]
-        links = [(label, url) for label, url in links if url]
-        # The current section is the one whose address is the longest prefix of this page's.
-        best = max((url for _, url in links if request.path.startswith(url)), key=len, default=None)
-        nav = [NavLink(label, url, url == best) for label, url in links]
+        # The current section is the one owning the longest prefix of this page's address.
+        owners: dict[str, str] = {}  # an address prefix → the URL of the section owning it
+        links = []
+        for name, label in SECTIONS:
+            url = _reverse(name, org=org.slug)
+            if url is None:
+                continue
+            links.append((label, url))
+            pages = SECTION_PAGES.get(name, ())
+            for prefix in (url, *(_reverse(page, org=org.slug) for page in pages)):
+                if prefix:
+                    owners[prefix] = url
+        best = max((p for p in owners if request.path.startswith(p)), key=len, default=None)
+        current = owners.get(best)
+        nav = [NavLink(label, url, url == current) for label, url in links]
     return {"orgs": orgs, "org": org, "nav": nav}

@@ -3,7 +3,8 @@ the real pages served by Daphne from the test database.
 
 Fixtures (names are shared with every browser test):
 - ``live_site`` — base URL ("http://127.0.0.1:PORT") of Daphne serving the site; the test's
-  database is transactional so the server sees what the test writes;
+  database is transactional so the server sees what the test writes; on Redis the server has
+  a Celery queue and a channel-layer prefix of its own (this process shares the prefix);
 - ``page`` — a fresh Playwright page (own cookies, 1280×900, ``base_url`` = ``live_site``,
   so ``page.goto("/o/acme/")`` works); any console error or uncaught page error fails the
   test at teardown, unless the test allowed it with ``console.allow(pattern)``;
@@ -12,7 +13,7 @@ Fixtures (names are shared with every browser test):
 - ``screenshot(page, name)`` — a full-page PNG under ``test-output/screenshots/``;
 - the cast of tests/site: ``alice`` (owner of acme), ``bob`` (viewer), ``mallory``
   (member), ``charlie`` (owner of globex), and ``org_a``/``org_b``; as there, tasks enqueued
-  by this process run in it (the live server's own tasks go to its broker).
+  by this process run in it (the live server's own go to its queue, deleted afterwards).
 
 Every test in this folder is marked ``browser`` (select with ``-m browser``). When Chromium
 or Playwright is missing the tests skip, except with CI=true, where they fail.
@@ -21,13 +22,17 @@ or Playwright is missing the tests skip, except with CI=true, where they fail.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
+from django.test import override_settings
 
 from tests.conftest import IN_CI
 from tests.site.conftest import (  # noqa: F401 — re-exported: the cast, shared with tests/site
@@ -40,7 +45,12 @@ from tests.site.conftest import (  # noqa: F401 — re-exported: the cast, share
     org_a,
     org_b,
 )
-from tests.site.live_server import ROOT, daphne_server
+from tests.site.live_server import (
+    ROOT,
+    broker_queue_delete,
+    channel_layer_delete,
+    daphne_server,
+)
 
 HERE = Path(__file__).resolve().parent
 CHROMIUM = Path(os.environ.get("BENCHSITE_CHROMIUM", "/usr/bin/chromium"))
@@ -90,6 +100,29 @@ def _environ(**values: str | None) -> Iterator[None]:
                 os.environ[name] = value
 
 
+def _own_redis_names(running: contextlib.ExitStack) -> dict[str, str]:
+    """A Celery queue and a channel-layer prefix of this folder's own on the shared Redis,
+    deleted when ``running`` closes, as the server's environment variables.
+
+    Other test runs (CI, a colleague's) share that Redis. Under the default prefix, the
+    layer.flush() of any of them deletes every group, those of this server's pages included:
+    a page's socket stays open but hears nothing more, and the page never learns that its run
+    ended. The queue holds the tasks the server enqueues (run_provision, run_finalize), which
+    no worker serves here: in the shared "celery" queue they would pile up for the next worker
+    of anyone's to take, about runs of a database that is gone."""
+    if not django_settings.REDIS_URL:
+        return {}
+    # Not starting with "asgi": the default layer's flush() deletes every "asgi*" key.
+    queue = prefix = f"benchsite-browser-{uuid.uuid4().hex}"
+    running.callback(broker_queue_delete, queue)
+    running.callback(channel_layer_delete, prefix)
+    # This process's own notices (a cancel from a test) must reach the server's consumers.
+    layers = copy.deepcopy(django_settings.CHANNEL_LAYERS)
+    layers["default"]["CONFIG"]["prefix"] = prefix
+    running.enter_context(override_settings(CHANNEL_LAYERS=layers))
+    return {"CELERY_TASK_DEFAULT_QUEUE": queue, "CHANNEL_LAYER_PREFIX": prefix}
+
+
 @pytest.fixture(scope="package")
 def _daphne(django_db_setup, django_db_blocker) -> Iterator[str]:
     # One server for the whole folder: it reads the test database, whose rows each test's
@@ -98,9 +131,10 @@ def _daphne(django_db_setup, django_db_blocker) -> Iterator[str]:
     log_path = OUTPUT / "browser-live-site.log"
     log_path.unlink(missing_ok=True)
     with django_db_blocker.unblock(), contextlib.ExitStack() as running:
+        names = _own_redis_names(running)  # deleted after the server has stopped
         # The server keeps Django's async-safety checks, whatever this process relaxed
         # (it copies the environment when it starts).
-        with _environ(DJANGO_ALLOW_ASYNC_UNSAFE=None):
+        with _environ(DJANGO_ALLOW_ASYNC_UNSAFE=None, **names):
             address = running.enter_context(daphne_server(timeout=120, log_path=str(log_path)))
         yield f"http://{address}"
 

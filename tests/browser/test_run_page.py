@@ -84,6 +84,7 @@ def test_it_fills_the_charts_in_while_a_simulated_run_streams(
     assert kv_points > 0
     expect(page.locator(".badge-simulated").first).to_be_visible()
     expect(page.locator("#trials article.trial")).to_have_count(2)
+    expect(page.locator("#trials .propose")).to_have_count(0)  # simulated: never promoted
     expect(page.locator(".cancel-form")).to_have_count(0)  # ended: nothing to cancel
     screenshot(page, "run-page-simulated")
 
@@ -153,15 +154,22 @@ def test_it_keeps_its_state_across_a_dropped_socket_and_a_reload(page, sign_in, 
         )
         assert p50 == [[1, 40.0], [8, 45.0], [64, 60.0]]
 
-        # A reload starts from the server's state and shows the same.
+        # A reload starts from the server's state and shows the same, read once on connecting.
         page.reload()
-        page.wait_for_function("() => window.benchsiteRunPage && benchsiteRunPage.connected")
+        page.wait_for_function(
+            "() => window.benchsiteRunPage && benchsiteRunPage.connected"
+            " && benchsiteRunPage.resyncs === 1"
+        )
         assert page.evaluate(POINTS) == 6
+        # A level's notice carries its p50 and p99: drawn at once, without re-reading the run.
+        _send(agent, _measurement(run, 5, 128, 80.0))
+        page.wait_for_function(f"() => ({POINTS})() === 8")
+        assert page.evaluate("() => benchsiteRunPage.resyncs") == 1
         _send(
             agent,
-            {"type": "trial_finished", "run_id": rid, "seq": 5, "trial": 0, "outcome": "succeeded"},
+            {"type": "trial_finished", "run_id": rid, "seq": 6, "trial": 0, "outcome": "succeeded"},
         )
-        _send(agent, {"type": "run_finished", "run_id": rid, "seq": 6, "outcome": "succeeded"})
+        _send(agent, {"type": "run_finished", "run_id": rid, "seq": 7, "outcome": "succeeded"})
     expect(page.locator("#run-state")).to_have_text("succeeded", timeout=30_000)
     expect(page.locator("#live-status")).to_have_text("run ended")
 

@@ -514,8 +514,8 @@ class FakeRunpodApi:
             if pod is None:
                 return
             if pod.process is not None and pod.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pod.process.pid, signal.SIGKILL)
+                # The whole container goes: the agent's engines (own sessions) with it.
+                kill_tree(pod.process.pid, signal.SIGKILL)
                 pod.process.wait(timeout=5)
             pod.desired_status, pod.runtime = "EXITED", False
 

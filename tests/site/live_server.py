@@ -170,3 +170,19 @@ def broker_queue_delete(queue: str) -> None:
         bound = Queue(queue, Exchange(queue), routing_key=queue, channel=channel)
         bound.declare()
         bound.delete()
+
+
+def channel_layer_delete(prefix: str) -> None:
+    """Removes every key of the channel layer under ``prefix`` from the shared Redis: the
+    groups and undelivered messages of the servers that used it. Only for a test's own prefix
+    (one that no other prefix starts with)."""
+    import redis
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()

@@ -234,7 +234,24 @@ async def test_it_notifies_the_runs_watchers_as_messages_are_stored(alice, bob):
     notice = await browser.receive_json_from(timeout=5)
     assert notice["kind"] == "measurement" and notice["trial"] == 0
     assert notice["level"] == {"concurrency": 8}
-    assert notice["result"]["p99_ttft_ms"] == 48.2
+    # The figures the page charts, as they came (p50 and p99): the page draws from them.
+    assert notice["result"] == {
+        "completed": 100,
+        "failed": 0,
+        "p99_ttft_ms": 48.2,
+        "median_itl_ms": 9.9,
+        "output_throughput": 1024.0,
+    }
+    simulated = messages(run.id)[4] | {
+        "seq": 5,
+        "level": {"concurrency": 16},
+        "result": RESULT | {"median_ttft_ms": 20.0, "simulated": {"speed": 3.0}},
+    }
+    await agent.send_json_to(simulated)
+    await agent.receive_json_from()
+    notice = await browser.receive_json_from(timeout=5)
+    assert notice["result"]["median_ttft_ms"] == 20.0
+    assert notice["result"]["simulated"] == {"speed": 3.0}  # labelled on the page at once
     await agent.disconnect()
     await browser.disconnect()
 

@@ -84,3 +84,14 @@ def test_it_reads_a_choice_in_any_case_as_the_settings_spell_it():
 def test_it_runs_on_embedded_defaults_in_debug():
     result = _django({"DEBUG": "true"}, "check")
     assert result.returncode == 0, result.stderr
+
+
+def test_it_keeps_the_channel_layer_under_the_prefix_it_is_given():
+    # Deployments (or test runs) sharing one Redis stay apart: a layer's flush() deletes
+    # every key under its prefix.
+    code = "from django.conf import settings as s; print(s.CHANNEL_LAYERS['default']['CONFIG'])"
+    given = _django(PRODUCTION | {"CHANNEL_LAYER_PREFIX": "bench-blue"}, "shell", "-c", code)
+    assert given.returncode == 0, given.stderr
+    assert "'prefix': 'bench-blue'" in given.stdout
+    default = _django(PRODUCTION, "shell", "-c", code)
+    assert "'prefix': 'asgi'" in default.stdout

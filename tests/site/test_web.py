@@ -53,3 +53,18 @@ def test_it_answers_api_404s_in_json(alice):
     response = alice.client().get("/api/v1/no-such-thing/")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_it_highlights_the_section_a_page_belongs_to(alice):
+    client = Client()
+    client.force_login(alice.user)
+    # Promotions are a part of Reports (its sub-navigation lists them), not of the overview
+    # whose address /o/acme/ is a prefix of theirs.
+    html = client.get("/o/acme/promotions/").content.decode()
+    assert '<a href="/o/acme/reports/" aria-current="page">Reports</a>' in html
+    assert html.count('aria-current="page"') == 2  # Reports, and Promotions in its sub-navigation
+    html = client.get("/o/acme/runs/").content.decode()
+    assert '<a href="/o/acme/runs/" aria-current="page">Runs</a>' in html
+    assert '<a href="/o/acme/reports/">Reports</a>' in html
+    html = client.get("/o/acme/").content.decode()
+    assert '<a href="/o/acme/" aria-current="page">Overview</a>' in html

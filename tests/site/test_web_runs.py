@@ -209,6 +209,7 @@ def test_it_shows_a_run_with_every_measurement_without_javascript(alice):
     assert "/static/frontend/vendor/chart.umd.min.js" in html
     assert not re.search(r"<script[^>]+src=\"https?://", html)
     assert "badge-simulated" not in html
+    assert "{#" not in html and "{%" not in html  # no template syntax leaks into the page
 
 
 def test_it_labels_simulated_results(alice):
@@ -234,6 +235,39 @@ def test_it_shows_failure_classes_with_their_log_tails(alice):
     html = web(alice).get(detail_url(run)).content.decode()
     assert "oom_at_startup" in html
     assert "CUDA out of memory &lt;script&gt;" in html  # escaped, never markup
+
+
+def propose_url(run, index: int) -> str:
+    return reverse("promotion-propose", args=[run.organization.slug, run.id, index])
+
+
+def test_it_offers_each_succeeded_measured_trial_for_production(alice, mallory):
+    run = seed_run(alice.org, state="failed")
+    Trial.objects.filter(run=run, index=1).update(outcome="failed", failure_class="crash")
+    client = web(mallory)  # a member may propose; an owner or admin approves
+    html = client.get(detail_url(run)).content.decode()
+    assert html.count("for production</a>") == 1
+    assert f'href="{propose_url(run, 0)}"' in html and propose_url(run, 1) not in html
+    # The live page's trial cards, re-read after a reconnect, carry the same link.
+    trials_html = client.get(live_url(run)).json()["trials_html"]
+    assert f'href="{propose_url(run, 0)}"' in trials_html and propose_url(run, 1) not in trials_html
+    assert client.get(propose_url(run, 0)).status_code == 200
+
+
+def test_it_offers_no_simulated_trial_for_production(alice):
+    experiment = new_experiment(alice.org, name="simmed", engine="sim", engine_image_tag="")
+    run = seed_run(alice.org, experiment=experiment, simulated=True)
+    client = web(alice)
+    assert "for production</a>" not in client.get(detail_url(run)).content.decode()
+    assert "for production</a>" not in client.get(live_url(run)).json()["trials_html"]
+
+
+def test_it_offers_viewers_no_proposal(alice, bob):
+    run = seed_run(alice.org)
+    client = web(bob)
+    assert "for production</a>" not in client.get(detail_url(run)).content.decode()
+    assert "for production</a>" not in client.get(live_url(run)).json()["trials_html"]
+    assert client.get(propose_url(run, 0)).status_code == 403
 
 
 def test_its_live_state_names_the_messages_it_covers(alice):
@@ -290,6 +324,7 @@ def test_it_refuses_to_cancel_an_ended_run_and_says_why(alice):
     assert response.status_code == 200
     assert "Not cancelled: Run" in response.content.decode()
     assert "has already ended" in response.content.decode()
+    assert response.content.decode().count("Not cancelled:") == 1  # one messages area
     run.refresh_from_db()
     assert run.state == "succeeded" and run.cancel_requested_at is None
 

@@ -1,11 +1,13 @@
 /* The live run page.
  *
  * The page starts from the state the server rendered into it, then listens on the browser
- * socket (/ws/runs/<id>/), which only notifies. After every (re)connect — and, debounced,
- * after a notice that changes more than a chart point — it re-reads the whole state from
- * live.json and then applies the notices that state does not cover. A notice is covered
- * when its seq is at most the state's last_seq and not among its missing_seqs, or when it
- * was applied already: so nothing is lost across a reconnect and nothing is counted twice.
+ * socket (/ws/runs/<id>/), which only notifies. A level's notice carries every figure the
+ * charts draw (p50 and p99, throughput, the simulator's label), so it is drawn at once.
+ * After every (re)connect — and, debounced, after a notice that changes more than a chart
+ * point (a trial's start or end, the run's end) — it re-reads the whole state from live.json
+ * and then applies the notices that state does not cover. A notice is covered when its seq
+ * is at most the state's last_seq and not among its missing_seqs, or when it was applied
+ * already: so nothing is lost across a reconnect and nothing is counted twice.
  *
  * window.benchsiteRunPage exposes the charts and the state (for the browser tests).
  */
@@ -116,12 +118,15 @@
         renderProgress(notice);
         return;
       case "measurement":
+        // Complete for the charts: no re-read (the trial's table follows at its end).
         upsertLevel(trial, notice);
         addTimeline("level", "Trial " + trial.index + ": level " + levelKey(notice.level) +
           " done (" + (notice.result || {}).completed + " ok, " +
           (notice.result || {}).failed + " failed)", "now");
         renderCurves();
-        break;
+        renderTimeline();
+        renderProgress(null);
+        return;
       case "trial_started":
         trial.outcome = "running";
         addTimeline("trial", "Trial " + trial.index + " started");
@@ -145,7 +150,7 @@
         break; // hello, run_finished: the re-read below tells the rest
     }
     renderTimeline();
-    scheduleResync(); // p50s, tables, cost and state come with the full re-read
+    scheduleResync(); // tables, cost and state come with the full re-read
   }
 
   function upsertLevel(trial, notice) {
@@ -160,10 +165,19 @@
     }
     level.completed = result.completed;
     level.failed = result.failed;
+    level.ttft_p50 = pick(result.median_ttft_ms, level.ttft_p50);
     level.ttft_p99 = pick(result.p99_ttft_ms, level.ttft_p99);
+    level.itl_p50 = pick(result.median_itl_ms, level.itl_p50);
     level.itl_p99 = pick(result.p99_itl_ms, level.itl_p99);
+    level.tpot_p50 = pick(result.median_tpot_ms, level.tpot_p50);
     level.tpot_p99 = pick(result.p99_tpot_ms, level.tpot_p99);
     level.output_throughput = pick(result.output_throughput, level.output_throughput);
+    // The simulator labels its figures (any value but false); so does the page, everywhere.
+    if (result.simulated !== undefined && result.simulated !== null &&
+        result.simulated !== false) {
+      level.simulated = true;
+      trial.simulated = true;
+    }
   }
 
   function pick(value, fallback) { return typeof value === "number" ? value : fallback; }
@@ -239,6 +253,10 @@
 
   function color(index) { return COLORS[index % COLORS.length]; }
 
+  function seriesLabel(trial) {
+    return "#" + trial.index + " " + trial.label + (trial.simulated ? " (simulated)" : "");
+  }
+
   function series(trial, field) {
     return trial.levels
       .map(function (level) { return { x: xOf(level), y: level[field] }; })
@@ -278,7 +296,7 @@
       trials.forEach(function (trial) {
         [["p50", []], ["p99", [6, 4]]].forEach(function (kind) {
           datasets.push({
-            label: "#" + trial.index + " " + trial.label + " " + kind[0],
+            label: seriesLabel(trial) + " " + kind[0],
             data: series(trial, curve[0] + "_" + kind[0]),
             borderColor: color(trial.index), backgroundColor: color(trial.index),
             borderDash: kind[1], pointRadius: 3, tension: 0
@@ -290,7 +308,7 @@
     });
     var throughput = lineChart("chart-throughput", "output tokens/s");
     throughput.data.datasets = trials.map(function (trial) {
-      return { label: "#" + trial.index + " " + trial.label,
+      return { label: seriesLabel(trial),
         data: series(trial, "output_throughput"), borderColor: color(trial.index),
         backgroundColor: color(trial.index), pointRadius: 3, tension: 0 };
     });

@@ -1,0 +1,110 @@
+"""The gate's result as files CI systems read: JUnit XML and a Markdown summary.
+
+Guarantees: the JUnit file is built with ``xml.etree`` (well-formed whatever the config's
+text), one ``<testcase>`` per configuration × metric whose ``<failure>`` lists every level
+that regressed; the Markdown is one table with every ``|`` in a cell escaped.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchsite_cli.gate import GateResult, Row, format_change, format_value
+
+
+def _cases(result: GateResult) -> dict[tuple[str, str], list[Row]]:
+    cases: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in result.rows:
+        cases[(row.config, row.metric)].append(row)
+    return cases
+
+
+def _row_text(row: Row) -> str:
+    return (
+        f"{row.level}: {format_value(row.baseline)} → {format_value(row.new)} "
+        f"({format_change(row)}, limit {row.limit.text()}, {row.verdict})"
+    )
+
+
+def junit_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> None:
+    cases = _cases(result)
+    failures = sum(any(row.failed for row in rows) for rows in cases.values())
+    suites = ET.Element("testsuites", name="benchsite")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"benchsite gate: run {result.new_run} vs {result.baseline_kind}",
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+    )
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("run", result.new_run),
+        ("baseline_run", result.baseline_run),
+        ("baseline", result.baseline_kind),
+        ("experiment", str(run.get("experiment", ""))),
+        ("reason", str(run.get("reason", ""))),
+    ):
+        ET.SubElement(properties, "property", name=name, value=value)
+    for (config, metric), rows in cases.items():
+        case = ET.SubElement(suite, "testcase", classname=config, name=metric, time="0")
+        failed = [row for row in rows if row.failed]
+        if failed:
+            failure = ET.SubElement(
+                case,
+                "failure",
+                type="regression",
+                message=f"{metric} regressed beyond {rows[0].limit.text()} at "
+                + ", ".join(row.level for row in failed),
+            )
+            failure.text = "\n".join(_row_text(row) for row in failed)
+        ET.SubElement(case, "system-out").text = "\n".join(_row_text(row) for row in rows)
+    ET.indent(suites)
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> None:
+    verdict = "❌ regression" if result.failed else "✅ within thresholds"
+    lines = [
+        f"## Benchsite gate: {verdict}",
+        "",
+        f"- Run: `{result.new_run}` ({_cell(str(run.get('state', '')))})"
+        + (f", reason: {_cell(str(run['reason']))}" if run.get("reason") else ""),
+        f"- Baseline ({_cell(result.baseline_kind)}): `{result.baseline_run}`",
+        f"- Regressions: {len(result.regressions())} of {len(result.rows)} comparisons",
+        "",
+        "| Config | Level | Metric | Baseline | New | Change | Limit | Verdict |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    for row in result.rows:
+        mark = "**" if row.failed else ""
+        lines.append(
+            "| "
+            + " | ".join(
+                _cell(cell)
+                for cell in (
+                    row.config,
+                    row.level,
+                    row.metric,
+                    format_value(row.baseline),
+                    format_value(row.new),
+                    format_change(row),
+                    row.limit.text(),
+                    f"{mark}{row.verdict}{mark}",
+                )
+            )
+            + " |"
+        )
+    if result.unmatched_configs:
+        lines += ["", "Configurations without a baseline (not gated):", ""]
+        lines += [f"- `{config}`" for config in result.unmatched_configs]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")

