@@ -28,13 +28,18 @@ from runs.reports import (
 SLO_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cell:
     text: str
     href: str | None = None
     badge: bool = False  # shown as the simulated label
     numeric: bool = False
     wrap: bool = False  # long text (a serve config) may wrap; figures never do
+
+    def __getitem__(self, name: str):
+        # The template engine tries ``cell[name]`` before ``cell.name``: answering it spares
+        # a caught exception per lookup, thousands of them on a long report.
+        return getattr(self, name)
 
 
 @dataclass
@@ -95,7 +100,7 @@ RunHref = Callable[[TrialFigure], str | None]
 
 
 def run_cell(figure: TrialFigure, run_href: RunHref) -> Cell:
-    return Cell(f"{str(figure.run.id)[:8]} #{figure.trial.index}", href=run_href(figure))
+    return Cell(f"{str(figure.run_id)[:8]} #{figure.trial_index}", href=run_href(figure))
 
 
 def _simulated_first(table: ReportTable, rows: list[list[Cell]]) -> list[list[Cell]]:
@@ -137,7 +142,7 @@ def cost_table(
                 Cell(gpus_text(f)),
                 num(f.usd_per_million),
                 num(f.cost.usd_per_million_output_tokens_cold_start_amortized),
-                Cell(config_text(f.trial.serve_config), wrap=True),
+                Cell(config_text(f.serve_config), wrap=True),
                 Cell(f.cost.load or ""),
                 num(_tput(f)),
                 num(f.cost.pod_usd_per_hr),
@@ -184,7 +189,7 @@ def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bo
                 num(f.model.parameter_count),
                 num(f.usd_per_million),
                 Cell(gpus_text(f)),
-                Cell(config_text(f.trial.serve_config), wrap=True),
+                Cell(config_text(f.serve_config), wrap=True),
                 Cell(f.cost.load or ""),
                 num(f.throughput_per_gpu),
                 num(f.p99_ms("ttft")),
@@ -319,7 +324,7 @@ def choice_table(
                 Cell(f.model.name),
                 Cell(f.experiment.name),
                 Cell(gpus_text(f)),
-                Cell(config_text(f.trial.serve_config), wrap=True),
+                Cell(config_text(f.serve_config), wrap=True),
                 Cell(f.cost.load or ""),
                 num(f.usd_per_million),
                 num(f.cost.usd_per_million_output_tokens_cold_start_amortized),

@@ -13,6 +13,7 @@ import csv
 import datetime
 import io
 import json
+from itertools import islice
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -54,6 +55,7 @@ from runs.services.promotions import (
 )
 
 AUDIT_PAGE_SIZE = 50
+AUDIT_CSV_CHUNK = 500
 
 
 def _membership(request, org: str, need: Need = Need.READ):
@@ -75,7 +77,7 @@ def _run_href(org_slug: str):
         # The run page belongs to the runs area (frontend.urls_runs); until it is routed the
         # report still renders, without the link.
         try:
-            return reverse("run-detail", args=[org_slug, figure.run.id])
+            return reverse("run-detail", args=[org_slug, figure.run_id])
         except NoReverseMatch:
             return None
 
@@ -256,7 +258,7 @@ def report_choice(request, org: str, experiment_id):
         choice=choice,
         best=choice.recommended,
         best_config=(
-            tables.config_text(choice.recommended.trial.serve_config) if choice.recommended else ""
+            tables.config_text(choice.recommended.serve_config) if choice.recommended else ""
         ),
         slos_text=tables.slos_text(experiment.slos or {}),
         others=[e for e in choice.comparable if e.id != experiment.id],
@@ -320,7 +322,7 @@ def _promotion_page(request, membership, promotion, *, error="", values=None, st
 class _FigureLike:
     # _run_href takes a report figure; a promotion only has the run.
     def __init__(self, run):
-        self.run = run
+        self.run_id = run.id
 
 
 @login_required
@@ -469,16 +471,19 @@ def _audit_csv(events, filename: str) -> StreamingHttpResponse:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\r\n")
         writer.writerow(columns)
-        for event in events.iterator(chunk_size=500):
-            row = AuditEventSerializer(event).data
-            writer.writerow(
-                [
-                    json.dumps(row[c], sort_keys=True)
-                    if isinstance(row[c], dict | list)
-                    else ("" if row[c] is None else row[c])
-                    for c in columns
-                ]
-            )
+        rows = events.iterator(chunk_size=AUDIT_CSV_CHUNK)
+        # One serializer per chunk, not per event: building a serializer's fields costs more
+        # than serializing a row, and the log has an event per run.
+        while chunk := list(islice(rows, AUDIT_CSV_CHUNK)):
+            for row in AuditEventSerializer(chunk, many=True).data:
+                writer.writerow(
+                    [
+                        json.dumps(row[c], sort_keys=True)
+                        if isinstance(row[c], dict | list)
+                        else ("" if row[c] is None else row[c])
+                        for c in columns
+                    ]
+                )
             yield buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()

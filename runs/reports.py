@@ -4,7 +4,8 @@ size against cost, spend against budgets, and the model choice for one experimen
 Guarantees:
 - Every figure is computed by ``runs.costs`` (exact ``Decimal``, rounded once to 0.0001 USD)
   with the pricing rule of ``runs.selectors.trial_costs``, read in a fixed number of queries
-  whatever the number of runs.
+  whatever the number of runs. A trial of an ended run has its figures computed once per
+  price and kept in this process (``EndedTrialFigures`` says why that is never stale).
 - Simulated figures are never ranked with measured ones: every function returns them apart
   (``simulated`` on each figure, separate lists), and a trial counts as simulated when its
   run's frozen experiment or its experiment says ``engine: sim`` or any of its levels carries
@@ -14,13 +15,18 @@ Guarantees:
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date
 from decimal import ROUND_HALF_EVEN, Decimal
+from uuid import UUID
 
-from django.db.models import Count, Sum
-from django.db.models.functions import TruncMonth
+from django.db import connections
+from django.db.models import CharField, Count, Func, JSONField, Sum, Value
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast, TruncMonth
 
 from runs.costs import (
     TrialCost,
@@ -41,7 +47,7 @@ from runs.models import (
     Run,
     Trial,
 )
-from runs.models.runs import TrialOutcome
+from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
 from runs.selectors import GpuPrice, gpu_price
 
 SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -55,19 +61,96 @@ def tenth(value) -> Decimal | None:
     return Decimal(str(value)).quantize(TENTH, rounding=ROUND_HALF_EVEN)
 
 
-@dataclass(frozen=True)
-class TrialFigure:
-    """One trial's cost at its best level under the SLOs, with what a report shows beside it."""
+# What the reports read of a level's result (``runs.costs`` and ``TrialFigure``): on
+# PostgreSQL only these keys leave the database, so the rest of each result (dozens of
+# percentiles) is never sent nor decoded. A figure's ``cost.level`` holds only these, and
+# the level's load.
+LEVEL_KEYS = (
+    "completed",
+    "failed",
+    "partial",
+    "slo",
+    "simulated",
+    "output_throughput",
+    *(f"p99_{metric}_ms" for metric in SLO_METRICS),
+)
 
-    trial: Trial
-    run: Run
+
+class _LevelFigures(Func):
+    """``result`` cut down to ``LEVEL_KEYS`` (a key the result lacks comes back null)."""
+
+    function = "jsonb_build_object"
+    output_field = JSONField()
+
+    def __init__(self, column: str):
+        pairs = [part for key in LEVEL_KEYS for part in (Value(key), KeyTransform(key, column))]
+        super().__init__(*pairs)
+
+
+def _level_column(alias: str) -> str | Func:
+    # Elsewhere (the SQLite demo) the whole result is read: the same keys, more bytes.
+    return _LevelFigures("result") if connections[alias].vendor == "postgresql" else "result"
+
+
+@dataclass(frozen=True, slots=True)
+class TrialFigure:
+    """One trial's cost at its best level under the SLOs, with what a report shows beside it.
+
+    Made from a few columns, not from model instances (a report holds thousands): ``trial``
+    and ``run`` are built when asked for, from the columns read; their other fields, the
+    run's frozen experiment among them, load on access.
+    """
+
+    trial_id: int
+    trial_index: int
+    serve_config: dict
+    run_key: str  # the run's id as the database spells it (a UUID object per row costs)
     experiment: Experiment
     model: ModelSpec
     gpu_type_id: str
     gpu_count: int
     simulated: bool
     cost: TrialCost
-    levels: tuple[dict, ...] = field(repr=False)
+    slos: dict  # the run's frozen SLOs, else its experiment's
+    qualifying: tuple[str, ...]  # the loads of the levels that met the SLOs, in order
+    _db: str = field(repr=False, compare=False)  # where the row was read
+    _row: tuple = field(repr=False, compare=False)  # the trial's row in trial_figures()
+
+    @property
+    def run_id(self) -> UUID:
+        return UUID(self.run_key)
+
+    @property
+    def run(self) -> Run:
+        row = self._row
+        run = _partial_instance(
+            Run,
+            self._db,
+            id=self.run_id,
+            organization_id=self.experiment.organization_id,
+            experiment_id=self.experiment.id,
+            state=row.run__state,
+            pod_gpu_type=row.run__pod_gpu_type,
+            price_usd_hr=row.run__price_usd_hr,
+        )
+        run.experiment = self.experiment
+        return run
+
+    @property
+    def trial(self) -> Trial:
+        row = self._row
+        trial = _partial_instance(
+            Trial,
+            self._db,
+            id=row.id,
+            run_id=self.run_id,
+            index=row.index,
+            serve_config=row.serve_config,
+            cold_start=row.cold_start,
+            outcome=TrialOutcome.SUCCEEDED,
+        )
+        trial.run = self.run
+        return trial
 
     @property
     def usd_per_million(self) -> Decimal | None:
@@ -81,10 +164,6 @@ class TrialFigure:
     def p99_ms(self, metric: str) -> Decimal | None:
         level = self.cost.level
         return None if level is None else tenth(level.get(f"p99_{metric}_ms"))
-
-    @property
-    def slos(self) -> dict:
-        return (self.run.experiment_snapshot or {}).get("slos") or self.experiment.slos or {}
 
     def headroom_pct(self) -> dict[str, Decimal | None]:
         """Per SLO given: how far below its target the chosen level's p99 is, in percent."""
@@ -104,30 +183,37 @@ class TrialFigure:
         return headroom
 
     def qualifying_loads(self) -> list[str]:
-        return [
-            f"{kind}={level[kind]}"
-            for level in self.levels
-            for kind, _ in [level_load(level)]
-            if level_qualifies(level)
-        ]
+        return list(self.qualifying)
 
 
-def _is_simulated(run: Run, experiment: Experiment, levels: Iterable[dict]) -> bool:
-    engine = (run.experiment_snapshot or {}).get("engine")
-    if engine == "sim" or experiment.engine == "sim":
-        return True
+def _partial_instance(model, db: str, **values):
+    """An instance of ``model`` as loaded from ``db`` with only ``values`` (by attname); its
+    other fields load on first access, like ``QuerySet.only()``."""
+    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
+    return model.from_db(db, names, [values[name] for name in names])
+
+
+def _levels_simulated(levels: Iterable[dict]) -> bool:
     return any(level.get("simulated") not in (None, False) for level in levels)
 
 
 def trial_is_simulated(trial: Trial) -> bool:
     """Whether a trial's figures come from the simulator (see the module docstring)."""
-    levels = [m.result for m in trial.measurements.all()]
-    return _is_simulated(trial.run, trial.run.experiment, levels)
+    run = trial.run
+    engine = (run.experiment_snapshot or {}).get("engine")
+    if engine == "sim" or run.experiment.engine == "sim":
+        return True
+    return _levels_simulated(m.result for m in trial.measurements.all())
 
 
-def _level(trial_id, concurrency, request_rate, infinite, result) -> dict:
-    # As runs.selectors: the stored columns are authoritative for the load of a level.
-    level = {k: v for k, v in result.items() if k not in ("concurrency", "request_rate")}
+def _level(concurrency, request_rate, infinite, result) -> dict:
+    # As runs.selectors: the stored columns are authoritative for the load of a level. A
+    # key the result lacks comes back null from PostgreSQL: left out, as it was.
+    level = {
+        k: v
+        for k, v in result.items()
+        if v is not None and k not in ("concurrency", "request_rate")
+    }
     if concurrency is not None:
         level["concurrency"] = concurrency
     else:
@@ -135,92 +221,227 @@ def _level(trial_id, concurrency, request_rate, infinite, result) -> dict:
     return level
 
 
+@dataclass(frozen=True, slots=True)
+class _Computed:
+    """What a trial's levels give at one pricing: (pod rate, its source, simulated by its
+    experiment's engine), the inputs of its cost that are not its levels nor its cold start."""
+
+    run_key: str
+    pricing: tuple
+    cost: TrialCost
+    qualifying: tuple[str, ...]
+    levels_simulated: bool
+
+
+class EndedTrialFigures:
+    """The computed figures of trials whose run has ended, kept in this process's memory.
+
+    Sound because an ended run is frozen: ingest refuses every message once a run is in a
+    terminal state (``runs.services.ingest``), so its trials' levels and cold start never
+    change again. What may still change — the price of a run not billed at its own rate (the
+    catalogue, the organization's override, the experiment's GPU type, cloud or count) and
+    whether the experiment is simulated — is the entry's ``pricing``: an entry whose pricing
+    is not today's is computed again, never served. An entry also names its run, whose
+    random UUID keeps a re-created database's reused trial ids from meeting an old entry.
+    Bounded, least recently used out first; safe to share between threads.
+    """
+
+    def __init__(self, max_trials: int):
+        self.max_trials = max_trials
+        self._entries: OrderedDict[int, _Computed] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, trial_id: int, run_key: str, pricing: tuple) -> _Computed | None:
+        """The entry of this trial of that run if it holds for ``pricing``, else None."""
+        with self._lock:
+            entry = self._entries.get(trial_id)
+            if entry is None or entry.run_key != run_key or entry.pricing != pricing:
+                return None
+            self._entries.move_to_end(trial_id)
+            return entry
+
+    def put_many(self, entries: dict[int, _Computed]) -> None:
+        with self._lock:
+            for trial_id, entry in entries.items():
+                self._entries[trial_id] = entry
+                self._entries.move_to_end(trial_id)
+            while len(self._entries) > self.max_trials:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# About 4 kB a trial (its cost, chosen level and notes): 10,000 trials — five organizations
+# of 1,000 runs — hold at most 40 MB.
+ended_trial_figures = EndedTrialFigures(max_trials=10_000)
+# Below this many trials to compute, their levels are read by id; above, all of the report's.
+_LEVELS_BY_ID = 500
+
+
 def trial_figures(
     *, org: Organization, experiments: Iterable[Experiment] | None = None
 ) -> list[TrialFigure]:
     """Every succeeded trial of the organization's runs (of ``experiments`` when given),
-    priced at its best level under its experiment's SLOs."""
-    trials = (
-        Trial.objects.filter(run__organization=org, outcome=TrialOutcome.SUCCEEDED)
-        .select_related("run")
-        # Only what a report shows: the runs' logs and agent details stay in the database.
-        .only(
-            "id", "index", "serve_config", "cold_start", "outcome", "run__id",
-            "run__organization_id", "run__experiment_id", "run__experiment_snapshot",
-            "run__pod_gpu_type", "run__price_usd_hr", "run__created_at",
-        )
-        .order_by("run__created_at", "run_id", "index")
-    )  # fmt: skip
-    if experiments is not None:
-        trials = trials.filter(run__experiment__in=list(experiments))
-    trials = list(trials)
-    # Few experiments, models and GPU types: read once each, not once per trial.
-    experiment_rows = {
-        e.id: e
-        for e in Experiment.objects.filter(
-            id__in={t.run.experiment_id for t in trials}
-        ).select_related("model", "gpu_type")
-    }
-    # Levels as plain tuples: thousands of them, and only their figures are needed.
-    levels_of: dict[int, list[dict]] = {}
-    rows = Measurement.objects.filter(
+    priced at its best level under its experiment's SLOs. The levels of a trial of an ended
+    run are read and computed once per pricing (``EndedTrialFigures``)."""
+    trials = Trial.objects.filter(run__organization=org, outcome=TrialOutcome.SUCCEEDED)
+    levels_query = Measurement.objects.filter(
         trial__run__organization=org, trial__outcome=TrialOutcome.SUCCEEDED
     )
     if experiments is not None:
-        rows = rows.filter(trial__run__experiment__in=list(experiment_rows))
-    rows = rows.order_by("created_at", "id").values_list(
-        "trial_id", "concurrency", "request_rate", "request_rate_infinite", "result"
-    )
-    for row in rows.iterator(chunk_size=2000):
-        levels_of.setdefault(row[0], []).append(_level(*row))
-    prices: dict[tuple[str, str], GpuPrice] = {}
-    figures = []
-    for trial in trials:
-        run = trial.run
-        experiment = experiment_rows[run.experiment_id]
-        run.experiment = experiment
-        levels = levels_of.get(trial.id, [])
-        # The rule of runs.selectors.trial_costs, with the organization's prices read once.
-        if run.price_usd_hr is not None:
-            rate, source = run.price_usd_hr, "the pod's billed rate"
-        else:
-            key = (experiment.gpu_type_id, experiment.cloud_type)
-            if key not in prices:
-                prices[key] = gpu_price(
-                    org=org, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
-                )
-            price = prices[key]
-            rate = (
-                None
-                if price.usd_per_gpu_hour is None
-                else pod_usd_per_hr(
-                    gpu_usd_per_hr=price.usd_per_gpu_hour, gpu_count=experiment.gpu_count
-                )
-            )
-            source = f"{price.source}; per GPU-hour × {experiment.gpu_count} GPU(s)"
-        simulated = _is_simulated(run, experiment, levels)
-        cost = trial_cost_per_million_output_tokens(
-            levels,
-            pod_usd_per_hr=rate,
-            cold_start=trial.cold_start,
-            price_source=source,
-            simulated=simulated,
+        wanted = [e.id for e in experiments]
+        trials = trials.filter(run__experiment__in=wanted)
+        levels_query = levels_query.filter(trial__run__experiment__in=wanted)
+    # Plain rows, and of the frozen experiment only the keys a report reads: thousands of
+    # rows, where model instances and whole JSON documents would take most of the time.
+    rows = list(
+        trials.annotate(
+            frozen_engine=KeyTextTransform("engine", "run__experiment_snapshot"),
+            frozen_gpu_type=KeyTextTransform("gpu_type", "run__experiment_snapshot"),
+            frozen_gpu_count=KeyTransform("gpu_count", "run__experiment_snapshot"),
+            frozen_slos=KeyTransform("slos", "run__experiment_snapshot"),
+            # Ids as text: thousands of UUID objects would outlive the loop, for the garbage
+            # collector to walk.
+            run_key=Cast("run_id", CharField()),
+            experiment_key=Cast("run__experiment_id", CharField()),
         )
-        frozen = run.experiment_snapshot or {}
+        .order_by("run__created_at", "run_id", "index")
+        .values_list(
+            "id", "index", "serve_config", "cold_start", "run_key", "experiment_key",
+            "run__state", "run__pod_gpu_type", "run__price_usd_hr",
+            "frozen_engine", "frozen_gpu_type", "frozen_gpu_count", "frozen_slos", named=True,
+        )
+    )  # fmt: skip
+    # Few experiments, models and GPU types: read once each, not once per trial.
+    experiment_rows = {}
+    for e in Experiment.objects.filter(id__in={row.experiment_key for row in rows}).select_related(
+        "model", "gpu_type"
+    ):
+        # PostgreSQL spells a UUID with dashes, SQLite as 32 hex digits.
+        experiment_rows[str(e.id)] = experiment_rows[e.id.hex] = e
+    pricings: dict[tuple, tuple] = {}
+    gpu_prices: dict[tuple[str, str], GpuPrice] = {}
+
+    def pricing_of(row) -> tuple:
+        # A few distinct pricings (an experiment, a billed rate): worked out once each.
+        key = (row.experiment_key, row.run__price_usd_hr, row.frozen_engine)
+        if key not in pricings:
+            pricings[key] = _pricing(
+                org=org,
+                experiment=experiment_rows[row.experiment_key],
+                billed_rate=row.run__price_usd_hr,
+                frozen_engine=row.frozen_engine,
+                gpu_prices=gpu_prices,
+            )
+        return pricings[key]
+
+    computed: dict[int, _Computed] = {}
+    missing = []
+    for row in rows:
+        entry = ended_trial_figures.get(row.id, row.run_key, pricing_of(row))
+        if entry is None:
+            missing.append(row)
+        else:
+            computed[row.id] = entry
+    if missing:
+        computed |= _compute(missing, levels_query, pricing_of)
+
+    figures = []
+    for row in rows:
+        experiment = experiment_rows[row.experiment_key]
+        entry = computed[row.id]
         figures.append(
             TrialFigure(
-                trial=trial,
-                run=run,
+                trial_id=row.id,
+                trial_index=row.index,
+                serve_config=row.serve_config,
+                run_key=row.run_key,
                 experiment=experiment,
                 model=experiment.model,
-                gpu_type_id=run.pod_gpu_type or frozen.get("gpu_type") or experiment.gpu_type_id,
-                gpu_count=int(frozen.get("gpu_count") or experiment.gpu_count),
-                simulated=simulated,
-                cost=cost,
-                levels=tuple(levels),
+                gpu_type_id=(
+                    row.run__pod_gpu_type or row.frozen_gpu_type or experiment.gpu_type_id
+                ),
+                gpu_count=int(row.frozen_gpu_count or experiment.gpu_count),
+                simulated=entry.pricing[2] or entry.levels_simulated,
+                cost=entry.cost,
+                slos=row.frozen_slos or experiment.slos or {},
+                qualifying=entry.qualifying,
+                _db=trials.db,
+                _row=row,
             )
         )
     return figures
+
+
+def _pricing(*, org, experiment, billed_rate, frozen_engine, gpu_prices) -> tuple:
+    """(pod rate, its source, simulated by engine) by the rule of runs.selectors.trial_costs;
+    the organization's GPU prices are read once per report (``gpu_prices``)."""
+    if billed_rate is not None:
+        rate, source = billed_rate, "the pod's billed rate"
+    else:
+        key = (experiment.gpu_type_id, experiment.cloud_type)
+        if key not in gpu_prices:
+            gpu_prices[key] = gpu_price(
+                org=org, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
+            )
+        price = gpu_prices[key]
+        rate = (
+            None
+            if price.usd_per_gpu_hour is None
+            else pod_usd_per_hr(
+                gpu_usd_per_hr=price.usd_per_gpu_hour, gpu_count=experiment.gpu_count
+            )
+        )
+        source = f"{price.source}; per GPU-hour × {experiment.gpu_count} GPU(s)"
+    return rate, source, frozen_engine == "sim" or experiment.engine == "sim"
+
+
+def _compute(rows: list, levels_query, pricing_of) -> dict[int, _Computed]:
+    """The figures of ``rows`` (``trial_figures``' rows) from their levels; those of ended
+    runs are kept for next time."""
+    if len(rows) <= _LEVELS_BY_ID:
+        levels_query = levels_query.filter(trial_id__in=[row.id for row in rows])
+    levels_of: dict[int, list[dict]] = {}
+    for trial_id, *level in levels_query.order_by("created_at", "id").values_list(
+        "trial_id",
+        "concurrency",
+        "request_rate",
+        "request_rate_infinite",
+        _level_column(levels_query.db),
+    ):
+        levels_of.setdefault(trial_id, []).append(_level(*level))
+    computed, ended = {}, {}
+    for row in rows:
+        rate, source, simulated_engine = pricing = pricing_of(row)
+        levels = levels_of.get(row.id, [])
+        levels_simulated = _levels_simulated(levels)
+        entry = computed[row.id] = _Computed(
+            run_key=row.run_key,
+            pricing=pricing,
+            cost=trial_cost_per_million_output_tokens(
+                levels,
+                pod_usd_per_hr=rate,
+                cold_start=row.cold_start,
+                price_source=source,
+                simulated=simulated_engine or levels_simulated,
+            ),
+            qualifying=tuple(
+                f"{kind}={level[kind]}"
+                for level in levels
+                for kind, _ in [level_load(level)]
+                if level_qualifies(level)
+            ),
+            levels_simulated=levels_simulated,
+        )
+        if row.run__state in TERMINAL_RUN_STATES:
+            ended[row.id] = entry
+    ended_trial_figures.put_many(ended)
+    return computed
 
 
 def _cost_key(figure: TrialFigure):
@@ -232,8 +453,10 @@ def _cost_key(figure: TrialFigure):
         steady or Decimal(0),
         amortized is None,
         amortized or Decimal(0),
-        str(figure.run.id),
-        figure.trial.index,
+        # Sorts as str(run_id) would: the same lowercase hex digits, dashes (if any) at the
+        # same places in every key.
+        figure.run_key,
+        figure.trial_index,
     )
 
 
