@@ -127,8 +127,9 @@ def _create_at_first_free_placement(
 ) -> tuple[PodInfo, Placement]:
     """Creates the pod at the first placement with capacity. Each attempt's placement is
     written to the run before the create, so a pod adopted after a crash is known by where it
-    was asked for. Raises the last ``TransientProviderError`` when no placement has capacity,
-    and any other provider error at once (a rate limit or outage is not a capacity answer)."""
+    was asked for. Raises a ``TransientProviderError`` naming every placement when none has
+    capacity, and any other provider error at once (a rate limit or outage is not a capacity
+    answer)."""
     allowed = run_placements(run)
     refused: list[str] = []
     for placement in allowed:
