@@ -529,13 +529,11 @@ def model_points(figures: Iterable[TrialFigure]) -> list[ModelPoint]:
 # --- Spend -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MonthSpend:
-    month: date
-    runs: int
+class _SpendAgainstBudget:
+    """What is left of a budget and how much of it is used (``spend_usd``, ``budget_usd``)."""
+
     spend_usd: Decimal
     budget_usd: Decimal | None
-    budget_scope: str  # "month", "standing" or ""
 
     @property
     def remaining_usd(self) -> Decimal | None:
@@ -546,6 +544,15 @@ class MonthSpend:
         if not self.budget_usd:
             return None
         return (self.spend_usd / self.budget_usd * 100).quantize(TENTH, rounding=ROUND_HALF_EVEN)
+
+
+@dataclass(frozen=True)
+class MonthSpend(_SpendAgainstBudget):
+    month: date
+    runs: int
+    spend_usd: Decimal
+    budget_usd: Decimal | None
+    budget_scope: str  # "month", "standing" or ""
 
 
 def spend_by_month(*, org: Organization) -> list[MonthSpend]:
@@ -581,21 +588,11 @@ def spend_by_month(*, org: Organization) -> list[MonthSpend]:
 
 
 @dataclass(frozen=True)
-class ExperimentSpend:
+class ExperimentSpend(_SpendAgainstBudget):
     experiment: Experiment
     runs: int
     spend_usd: Decimal
     budget_usd: Decimal | None
-
-    @property
-    def remaining_usd(self) -> Decimal | None:
-        return None if self.budget_usd is None else round_usd(self.budget_usd - self.spend_usd)
-
-    @property
-    def used_pct(self) -> Decimal | None:
-        if not self.budget_usd:
-            return None
-        return (self.spend_usd / self.budget_usd * 100).quantize(TENTH, rounding=ROUND_HALF_EVEN)
 
 
 def spend_by_experiment(*, org: Organization) -> list[ExperimentSpend]:
