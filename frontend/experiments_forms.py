@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from agents.protocol import SERVE_FLAGS
+from agents.protocol import (
+    SERVE_FLAGS,
+    PrefixDataset,
+    RandomDataset,
+    ShareGptDataset,
+    Slos,
+    Workload,
+)
 from runs.actors import Actor
 from runs.api.errors import flatten_errors
 from runs.api.serializers_catalogue import ModelSpecSerializer
@@ -28,7 +35,7 @@ from runs.estimates import CostEstimate, experiment_estimate
 from runs.models import Experiment, GpuType, Membership, ModelSpec
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_create, model_spec_update
-from runs.services.experiments import experiment_create, experiment_update
+from runs.services.experiments import EXPERIMENT_FIELDS, experiment_create, experiment_update
 
 GIB = 1024**3
 GENERAL_SLOT = "form"
@@ -37,37 +44,21 @@ BLANK_GRID_ROWS = 2  # empty rows offered below the grid's flags when JavaScript
 FIT_GPU_COUNTS = (1, 2, 4, 8)
 FIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default, the figure the KV-cache column assumes
 
-_DATASET_FIELDS = (
-    "input_len",
-    "output_len",
-    "range_ratio",
-    "shared_len",
-    "suffix_len",
-    "num_prefixes",
-    "dataset_id",
+# The form's field lists come from the API's own models, so a field added there gets a slot
+# here (and its errors a place on the page) without a second list to keep in step.
+DATASET_FIELDS_BY_KIND = {
+    model.model_fields["kind"].default: tuple(name for name in model.model_fields if name != "kind")
+    for model in (RandomDataset, ShareGptDataset, PrefixDataset)
+}
+_DATASET_FIELDS = tuple(
+    dict.fromkeys(n for names in DATASET_FIELDS_BY_KIND.values() for n in names)
 )
-_WORKLOAD_FIELDS = (
-    "endpoint",
-    "concurrency",
-    "request_rates",
-    "burstiness",
-    "requests_per_level",
-    "warmup_requests",
-)
-SLO_NAMES = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
+_WORKLOAD_FIELDS = tuple(name for name in Workload.model_fields if name != "dataset")
+SLO_NAMES = tuple(Slos.model_fields)
+# Nested fields (the grid, fallbacks, workload, SLOs) have slots of their own (error_slot).
+_NESTED = ("serve_grid", "fallback_gpu_types", "workload", "slos")
 _TOP_LEVEL = (
-    "name",
-    "description",
-    "model",
-    "gpu_type",
-    "gpu_count",
-    "cloud_type",
-    "allow_other_cloud",
-    "container_disk_gb",
-    "network_volume_id",
-    "engine",
-    "engine_image_tag",
-    "budget_cap_usd",
+    *(name for name in EXPERIMENT_FIELDS if name not in _NESTED),
     "budget",
     "reason",
     *MODEL_SPEC_FIELDS,
@@ -309,15 +300,12 @@ def _grid_from_form(form: BuilderForm) -> tuple[object, dict[str, list[str]]]:
 def _workload_from_form(values: dict[str, str]) -> dict:
     kind = values.get("dataset_kind", "")
     dataset: dict = {"kind": kind}
-    used = {
-        "random": ("input_len", "output_len", "range_ratio"),
-        "prefix": ("shared_len", "suffix_len", "output_len", "num_prefixes"),
-        "sharegpt": ("output_len",),
-    }.get(kind, ())
-    for name in used:
-        _put_number(dataset, name, values.get(name))
-    if kind == "sharegpt" and values.get("dataset_id"):
-        dataset["dataset_id"] = values["dataset_id"]
+    for name in DATASET_FIELDS_BY_KIND.get(kind, ()):
+        if name == "dataset_id":  # an uploaded dataset's id, picked from a list
+            if values.get(name):
+                dataset[name] = values[name]
+        else:
+            _put_number(dataset, name, values.get(name))
     workload: dict = {"dataset": dataset}
     if values.get("endpoint"):
         workload["endpoint"] = values["endpoint"]

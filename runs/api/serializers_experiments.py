@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from runs.experiment_spec import CONTAINER_DISK_GB
 from runs.models import AuditEvent, Budget, Experiment, GpuType, ModelSpec, WorkloadDataset
+from runs.services.experiments import EXPERIMENT_FIELDS
 
 
 def _reject_nul(value, path: str = "") -> None:
@@ -89,25 +90,11 @@ class ExperimentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Experiment
+        # The writable fields are the service's own list, so the two cannot drift apart.
         fields = [
             "id",
-            "name",
-            "description",
-            "model",
-            "gpu_type",
-            "gpu_count",
-            "cloud_type",
-            "fallback_gpu_types",
-            "allow_other_cloud",
-            "container_disk_gb",
-            "network_volume_id",
-            "engine",
-            "engine_image_tag",
-            "serve_grid",
+            *EXPERIMENT_FIELDS,
             "serve_flags_schema_version",
-            "workload",
-            "slos",
-            "budget_cap_usd",
             "trials",
             "created_at",
             "updated_at",
