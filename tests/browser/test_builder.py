@@ -5,7 +5,6 @@ simulator and ends with its measurements."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from playwright.sync_api import expect
@@ -15,6 +14,7 @@ from runs.models.runs import TERMINAL_RUN_STATES
 from runs.providers.base import pod_name
 from runs.providers.registry import local_provider
 from runs.services.provisioning import run_provision
+from tests.polling import wait_for
 from tests.site.conftest import make_model
 
 RUN_SECONDS = 240  # two simulated trials of two short levels, on two busy shared cores
@@ -32,16 +32,6 @@ def local_pods(settings, live_site, tmp_path):
     provider = local_provider()
     for pod in provider.list_bench_pods():
         provider.terminate(pod.pod_id)
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    """Polls ``condition`` until it holds; the agent is another process, with no event to
-    wait on from here."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.25)
 
 
 def grid_row(page, index: int):

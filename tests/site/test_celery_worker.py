@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import sys
-import time
 import uuid
 
 import pytest
@@ -31,6 +30,7 @@ from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import PodSpec, pod_name
 from runs.providers.registry import local_provider
 from runs.tasks import runs_reconcile
+from tests.polling import wait_for
 
 from .conftest import make_experiment, make_model
 from .live_server import broker_queue_delete, celery_worker, daphne_server, unacked_messages
@@ -49,16 +49,6 @@ SIM_EXPERIMENT = {
     },
     "slos": {"ttft_ms": 2000},
 }
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

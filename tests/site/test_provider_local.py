@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from runs.providers.base import PermanentProviderError, PodSpec, PodState, pod_name
 from runs.providers.local import LocalProvider
+from tests.polling import wait_for
 
 # Stands in for the agent: prints what it was given, then waits to be stopped.
 SLEEPER = [
@@ -33,13 +33,6 @@ def spec(name: str) -> PodSpec:
         cloud_type="SECURE",
         env={"BENCHSITE_JOB": "eyJqb2IiOiAxfQ==", "BENCHSITE_TOKEN": "bsr_secret"},
     )
-
-
-def wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_a_pod_is_created_found_by_name_and_terminated_for_good(tmp_path):

@@ -29,6 +29,7 @@ from runs.providers.base import (
 )
 from runs.providers.runpod import RunpodProvider
 from tests.fakes.runpod_api import FakeRunpodApi
+from tests.polling import wait_for
 
 KEY_A = "rpa_ACME7f3a9c2e41d8b6a5c0e9f2d4b7a1c3e5aaaa"
 KEY_B = "rpa_GLOBEX0d1e2f3a4b5c6d7e8f9a0b1c2d3e4fbbbb"
@@ -382,16 +383,6 @@ def test_it_never_mixes_two_organizations_keys_across_threads(monkeypatch):
 # ------------------------------------------------------------------------------------------
 
 
-def _wait_for(condition, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def test_it_starts_the_agent_with_the_pods_env_and_stops_it_on_terminate(monkeypatch, tmp_path):
     report = tmp_path / "env.json"
     agent = (
@@ -407,7 +398,7 @@ def test_it_starts_the_agent_with_the_pods_env_and_stops_it_on_terminate(monkeyp
         fake.point_sdk_at_me(monkeypatch)
         provider = RunpodProvider(KEY_A)
         created = provider.create(spec())
-        env = json.loads(_wait_for(lambda: report.exists() and report.read_text()))
+        env = json.loads(wait_for(lambda: report.exists() and report.read_text(), 20))
         assert env == {
             "BENCHSITE_JOB": JOB,
             "BENCHSITE_TOKEN": RUN_TOKEN,
@@ -424,7 +415,7 @@ def test_it_reports_a_pod_whose_agent_ended_as_exited(monkeypatch):
         fake.point_sdk_at_me(monkeypatch)
         provider = RunpodProvider(KEY_A)
         created = provider.create(spec())
-        _wait_for(lambda: provider.status(created.pod_id).state is PodState.EXITED)
+        wait_for(lambda: provider.status(created.pod_id).state is PodState.EXITED, 20)
         assert "done" in fake.agent_log(created.pod_id)
 
 
@@ -434,7 +425,7 @@ def test_it_kills_a_pod_that_dies_later(monkeypatch):
         provider = RunpodProvider(KEY_A)
         fake.inject("dies_after", seconds=0.2)
         created = provider.create(spec())
-        _wait_for(lambda: provider.status(created.pod_id).state is PodState.EXITED)
+        wait_for(lambda: provider.status(created.pod_id).state is PodState.EXITED, 20)
         assert fake.pods(KEY_A)[0].process.poll() is not None
 
 

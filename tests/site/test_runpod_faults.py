@@ -33,11 +33,12 @@ from runs.providers.runpod import RunpodProvider
 from runs.services import reconcile
 from runs.services.credentials import provider_key_set
 from runs.services.reconcile import runs_reconcile
-from tests.fakes.runpod_api import CREATE, FakeRunpodApi
+from tests.fakes.runpod_api import CREATE
+from tests.polling import wait_for
 
 from .conftest import make_experiment, make_model
 from .live_server import daphne_server
-from .test_runpod_runs import POD_AGENT, wait_for
+from .runpod_setup import SIM_AGENT, fake_runpod, post_run, store_runpod_key
 
 pytestmark = pytest.mark.django_db
 
@@ -51,18 +52,16 @@ ATTEMPTS = tasks.MAX_RETRIES + 1
 @pytest.fixture
 def fake(monkeypatch, settings):
     """The fake Runpod API holding acme's account; its pods run a process that only waits."""
-    settings.BENCHSITE_PROVIDER = "runpod"
-    with FakeRunpodApi(api_keys=(KEY,), agent_command=WAITING_AGENT) as api:
-        api.point_sdk_at_me(monkeypatch)
+    with fake_runpod(
+        (KEY,), agent_command=WAITING_AGENT, monkeypatch=monkeypatch, settings=settings
+    ) as api:
         yield api
 
 
 @pytest.fixture
 def acme(alice, fake):
     """Alice, whose organization has set its Runpod key."""
-    provider_key_set(
-        actor=Actor(user=alice.user, via="web"), org=alice.org, provider="runpod", api_key=KEY
-    )
+    store_runpod_key(alice, KEY)
     return alice
 
 
@@ -102,18 +101,10 @@ def small_experiment(org):
     )
 
 
-def post_run(person, experiment):
-    return person.client().post(
-        f"/api/v1/orgs/{person.org.slug}/runs/",
-        {"experiment": str(experiment.id), "reason": "faults"},
-        format="json",
-    )
-
-
 def start(person, capture) -> Run:
     """Starts a run through the API and runs what it enqueued after the commit."""
     with capture(execute=True):
-        response = post_run(person, small_experiment(person.org))
+        response = post_run(person, small_experiment(person.org), "faults")
     assert response.status_code == 201, response.json()
     return Run.objects.get(id=response.json()["id"])
 
@@ -322,7 +313,7 @@ def test_a_pod_left_by_a_failed_create_of_a_run_cancelled_meanwhile_is_reaped(
     fake.inject("create_leaves_pod")
     # The first attempt fails; its retry waits in the broker (here: the Retry is raised).
     with pytest.raises(Retry), django_capture_on_commit_callbacks(execute=True):
-        response = post_run(acme, small_experiment(acme.org))
+        response = post_run(acme, small_experiment(acme.org), "faults")
     run = Run.objects.get(id=response.json()["id"])
     (pod,) = fake.pods(KEY)
     assert (run.state, run.pod_id, pod.name) == ("provisioning", "", pod_name(run.id))
@@ -422,18 +413,18 @@ def test_reconcile_fails_a_run_whose_pod_died_and_gives_the_pod_back(
 def test_a_pod_that_dies_mid_run_fails_the_run_and_keeps_its_measurements(
     alice, settings, monkeypatch, tmp_path, death, reason
 ):
-    fake = FakeRunpodApi(
-        api_keys=(KEY,),
-        agent_command=[sys.executable, "-c", POD_AGENT],
-        agent_env={"POD_WORKDIR": str(tmp_path / "pods")},
-    )
-    with fake, daphne_server() as address:
-        fake.point_sdk_at_me(monkeypatch)
-        settings.BENCHSITE_PROVIDER = "runpod"
+    with (
+        fake_runpod(
+            (KEY,),
+            agent_command=SIM_AGENT,
+            monkeypatch=monkeypatch,
+            settings=settings,
+            pods_dir=tmp_path / "pods",
+        ) as fake,
+        daphne_server() as address,
+    ):
         settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
-        provider_key_set(
-            actor=Actor(user=alice.user, via="web"), org=alice.org, provider="runpod", api_key=KEY
-        )
+        store_runpod_key(alice, KEY)
         # Long enough that the pod dies with most of the work still to do.
         experiment = make_experiment(
             alice.org,
@@ -446,7 +437,7 @@ def test_a_pod_that_dies_mid_run_fails_the_run_and_keeps_its_measurements(
             },
             slos={"ttft_ms": 2000},
         )
-        response = post_run(alice, experiment)
+        response = post_run(alice, experiment, "faults")
         assert response.status_code == 201, response.json()
         run = Run.objects.get(id=response.json()["id"])
         (pod,) = fake.pods(KEY)
@@ -485,7 +476,7 @@ def test_a_worker_killed_after_the_create_is_redelivered_and_adopts_the_pod(
     monkeypatch.setattr(RunpodProvider, "create", create_then_die)
     asked_at = timezone.now()
     with pytest.raises(WorkerKilled), django_capture_on_commit_callbacks(execute=True):
-        response = post_run(acme, small_experiment(acme.org))
+        response = post_run(acme, small_experiment(acme.org), "faults")
     monkeypatch.setattr(RunpodProvider, "create", real_create)
     run = Run.objects.get(id=response.json()["id"])
     (pod,) = fake.pods(KEY)
@@ -516,7 +507,7 @@ def test_a_worker_killed_after_the_create_is_redelivered_and_adopts_the_pod(
 def test_provisioning_delivered_twice_at_once_rents_exactly_one_pod(acme, fake, monkeypatch):
     enqueued = []
     monkeypatch.setattr(tasks.run_provision, "delay", enqueued.append)  # the broker holds it
-    response = post_run(acme, small_experiment(acme.org))
+    response = post_run(acme, small_experiment(acme.org), "faults")
     assert response.status_code == 201, response.json()
     run_id = response.json()["id"]
     assert enqueued == [run_id]

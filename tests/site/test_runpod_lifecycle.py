@@ -14,7 +14,6 @@ give the pod back.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import itertools
 import re
@@ -29,7 +28,6 @@ import pytest
 from django.db import connections
 from django.db.models import F
 
-from runs.actors import Actor
 from runs.costs import billed_seconds, month_bounds_utc, month_start
 from runs.estimates import experiment_estimate
 from runs.models import Measurement, ModelSpec, Run
@@ -37,14 +35,14 @@ from runs.models.runs import TERMINAL_RUN_STATES
 from runs.providers.base import pod_name
 from runs.selectors import org_month_spend_usd
 from runs.services.budgets import budget_set
-from runs.services.credentials import provider_key_set
 from runs.services.reconcile import runs_reconcile
-from tests.fakes.runpod_api import CREATE, FakeRunpodApi
+from tests.fakes.runpod_api import CREATE
+from tests.polling import wait_for
 
 from .conftest import SYSTEM, make_experiment, make_model
 from .db_state import database_state
 from .live_server import broker_queue_delete, celery_worker, daphne_server
-from .test_runpod_runs import POD_AGENT
+from .runpod_setup import SIM_AGENT, fake_runpod, post_run, store_runpod_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,36 +54,8 @@ TINY_WORKLOAD = {
     "concurrency": [1, 4],
     "requests_per_level": 8,
 }
-SIM_AGENT = [sys.executable, "-c", POD_AGENT]
 SLEEPING_AGENT = [sys.executable, "-c", "import time; time.sleep(600)"]
 CENT = Decimal("0.01")
-
-
-def wait_for(condition, timeout: float, what: str, every: float = 0.05):
-    """Polls ``condition`` until it is truthy (returned) or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@contextlib.contextmanager
-def fake_runpod(keys, *, agent_command, monkeypatch, settings, tmp_path, latency=0.0):
-    """The fake Runpod API with one account per key, the SDK pointed at it and vLLM runs
-    sent to Runpod."""
-    fake = FakeRunpodApi(
-        api_keys=keys,
-        agent_command=agent_command,
-        agent_env={"POD_WORKDIR": str(tmp_path / "pods")},
-        latency=latency,
-    )
-    with fake:
-        fake.point_sdk_at_me(monkeypatch)
-        settings.BENCHSITE_PROVIDER = "runpod"
-        yield fake
 
 
 @pytest.fixture
@@ -103,12 +73,6 @@ def own_broker_queue(monkeypatch):
         broker_queue_delete(queue)
 
 
-def store_key(person, key: str) -> None:
-    provider_key_set(
-        actor=Actor(user=person.user, via="web"), org=person.org, provider="runpod", api_key=key
-    )
-
-
 def tiny_experiment(person, *, name: str = "lifecycle", trials: int = 1, **overrides):
     """A vLLM experiment (real money: budget rules apply) whose pod's agent swaps in the
     simulator, so a trial is over in seconds."""
@@ -121,14 +85,6 @@ def tiny_experiment(person, *, name: str = "lifecycle", trials: int = 1, **overr
         slos={"ttft_ms": 2000},
     )
     return make_experiment(person.org, **(fields | overrides))
-
-
-def start(person, experiment):
-    return person.client().post(
-        f"/api/v1/orgs/{person.org.slug}/runs/",
-        {"experiment": str(experiment.id), "reason": "lifecycle"},
-        format="json",
-    )
 
 
 def cancel(person, run, reason: str):
@@ -177,7 +133,7 @@ def test_it_uses_each_organizations_own_key_when_two_start_runs_at_once(
             agent_command=SIM_AGENT,
             monkeypatch=monkeypatch,
             settings=settings,
-            tmp_path=tmp_path,
+            pods_dir=tmp_path / "pods",
             latency=0.3,
         ) as fake,
         daphne_server() as address,
@@ -186,14 +142,14 @@ def test_it_uses_each_organizations_own_key_when_two_start_runs_at_once(
         people = {ACME_KEY: alice, GLOBEX_KEY: charlie}
         experiments = {}
         for key, person in people.items():
-            store_key(person, key)
+            store_runpod_key(person, key)
             experiments[key] = tiny_experiment(person)
         barrier = threading.Barrier(len(people))
 
         def start_at_once(key):
             try:
                 barrier.wait(timeout=60)
-                return start(people[key], experiments[key])
+                return post_run(people[key], experiments[key])
             finally:
                 connections.close_all()  # this thread's connection, before the DB is dropped
 
@@ -262,14 +218,14 @@ def test_a_cancel_terminates_the_pod_within_one_reconcile_period_and_keeps_the_r
             agent_command=SIM_AGENT,
             monkeypatch=monkeypatch,
             settings=settings,
-            tmp_path=tmp_path,
+            pods_dir=tmp_path / "pods",
         ) as fake,
         celery_worker(tmp_path / "worker.log", timeout=120),
         daphne_server() as address,
     ):
         settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
-        store_key(alice, ACME_KEY)
-        response = start(alice, tiny_experiment(alice, trials=2))
+        store_runpod_key(alice, ACME_KEY)
+        response = post_run(alice, tiny_experiment(alice, trials=2))
         assert response.status_code == 201, response.json()
         run = Run.objects.get(id=response.json()["id"])
         wait_for(lambda: measurement_ids(run), 240, "the first measurement")
@@ -314,10 +270,10 @@ def test_a_cancel_the_agent_never_answers_ends_the_run_after_the_grace(
         agent_command=SLEEPING_AGENT,
         monkeypatch=monkeypatch,
         settings=settings,
-        tmp_path=tmp_path,
+        pods_dir=tmp_path / "pods",
     ) as fake:
-        store_key(alice, ACME_KEY)
-        response = start(alice, tiny_experiment(alice))
+        store_runpod_key(alice, ACME_KEY)
+        response = post_run(alice, tiny_experiment(alice))
         assert response.status_code == 201, response.json()
         run = Run.objects.get(id=response.json()["id"])
         (pod,) = fake.pods(ACME_KEY)
@@ -360,9 +316,9 @@ def test_it_refuses_a_run_over_a_cap_before_anything_reaches_runpod(
         agent_command=SLEEPING_AGENT,
         monkeypatch=monkeypatch,
         settings=settings,
-        tmp_path=tmp_path,
+        pods_dir=tmp_path / "pods",
     ) as fake:
-        store_key(alice, ACME_KEY)
+        store_runpod_key(alice, ACME_KEY)
         over_cap = tiny_experiment(alice, name="over-cap", budget_cap_usd=CENT)
         estimate = experiment_estimate(experiment=over_cap).cost_usd
         assert estimate > CENT
@@ -378,13 +334,13 @@ def test_it_refuses_a_run_over_a_cap_before_anything_reaches_runpod(
         assert Decimal("0.40") + estimate > Decimal("0.50")
         before = database_state()
 
-        response = start(alice, over_cap)
+        response = post_run(alice, over_cap)
         assert response.status_code == 400, response.json()
         assert response.json()["error"]["fields"]["budget"] == [
             f"The run's estimated cost ${estimate.quantize(CENT)} exceeds the experiment's "
             "cap $0.01 (budget_cap_usd)."
         ]
-        response = start(alice, within_cap)
+        response = post_run(alice, within_cap)
         assert response.status_code == 400, response.json()
         [message] = response.json()["error"]["fields"]["budget"]
         month = month_start(datetime.datetime.now(datetime.UTC))
@@ -409,17 +365,17 @@ def test_it_stops_a_run_at_its_cap_mid_run_keeping_its_results_and_billing_it_ex
             agent_command=SIM_AGENT,
             monkeypatch=monkeypatch,
             settings=settings,
-            tmp_path=tmp_path,
+            pods_dir=tmp_path / "pods",
         ) as fake,
         daphne_server() as address,
     ):
         settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
-        store_key(alice, ACME_KEY)
+        store_runpod_key(alice, ACME_KEY)
         # A vLLM experiment (the site budgets it as real money; only the pod's agent knows
         # it runs the simulator), with a cap its estimate fits under.
         experiment = tiny_experiment(alice, trials=2, budget_cap_usd=cap)
         assert experiment_estimate(experiment=experiment).cost_usd <= cap
-        response = start(alice, experiment)
+        response = post_run(alice, experiment)
         assert response.status_code == 201, response.json()
         run = Run.objects.get(id=response.json()["id"])
         assert run.experiment_snapshot["engine"] == "vllm"

@@ -5,64 +5,41 @@ server, reconcile gives the pod back and the run's cost comes from the pod's bil
 
 from __future__ import annotations
 
-import sys
-import time
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
-from runs.actors import Actor
 from runs.costs import billed_seconds, run_cost_usd
 from runs.models import Measurement, Run
 from runs.providers.base import pod_name
-from runs.services.credentials import provider_key_set
 from runs.services.reconcile import runs_reconcile
-from tests.fakes.runpod_api import FakeRunpodApi
+from tests.polling import wait_for
 
 from .conftest import make_experiment, make_model
 from .live_server import daphne_server
+from .runpod_setup import SIM_AGENT, fake_runpod, post_run, store_runpod_key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
 
 KEY = "rpa_acme_live_0123456789abcdef"
-# The pod's entrypoint: the agent, with the job's engine swapped for the simulator (this
-# machine has no GPU), 10x faster than the modelled H100; results stay in the H100's time.
-POD_AGENT = """
-import base64, json, os, sys
-job = json.loads(base64.b64decode(os.environ["BENCHSITE_JOB"]))
-job["engine"].update(kind="sim", sim_speed=10.0)
-os.environ["BENCHSITE_JOB"] = base64.b64encode(json.dumps(job).encode()).decode()
-os.execv(sys.executable, [sys.executable, "-m", "agents.cli", "run", "--workdir",
-         os.path.join(os.environ["POD_WORKDIR"], os.environ["RUNPOD_POD_ID"])])
-"""
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_run_goes_from_start_to_succeeded_on_runpod_and_is_billed(
     alice, settings, monkeypatch, tmp_path
 ):
-    fake = FakeRunpodApi(
-        api_keys=(KEY,),
-        agent_command=[sys.executable, "-c", POD_AGENT],
-        agent_env={"POD_WORKDIR": str(tmp_path / "pods")},
-    )
-    with fake, daphne_server() as address:
-        fake.point_sdk_at_me(monkeypatch)
-        settings.BENCHSITE_PROVIDER = "runpod"
+    with (
+        fake_runpod(
+            (KEY,),
+            agent_command=SIM_AGENT,
+            monkeypatch=monkeypatch,
+            settings=settings,
+            pods_dir=tmp_path / "pods",
+        ) as fake,
+        daphne_server() as address,
+    ):
         settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
-        provider_key_set(
-            actor=Actor(user=alice.user, via="web"), org=alice.org, provider="runpod", api_key=KEY
-        )
+        store_runpod_key(alice, KEY)
         experiment = make_experiment(
             alice.org,
             model=make_model(alice.org),
@@ -74,11 +51,7 @@ def test_a_run_goes_from_start_to_succeeded_on_runpod_and_is_billed(
             },
             slos={"ttft_ms": 2000},
         )
-        response = alice.client().post(
-            f"/api/v1/orgs/{alice.org.slug}/runs/",
-            {"experiment": str(experiment.id), "reason": "nightly"},
-            format="json",
-        )
+        response = post_run(alice, experiment, "nightly")
         assert response.status_code == 201, response.json()
         run = Run.objects.get(id=response.json()["id"])
         assert run.state != "failed", run.failure_reason
