@@ -4,39 +4,15 @@ task, the local agent and the simulator, and the final table. About two minutes.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from tests.demo_process import manage, migrated_demo_env
 
-from .live_server import ROOT, free_port
+from .live_server import free_port
 
 
 def test_the_demo_runs_the_demo_experiment_end_to_end(tmp_path):
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "REDIS_URL", "BENCHSITE_LOCAL_PODS_DIR"}
-    }
-    env |= {
-        "DEBUG": "true",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
-        "MEDIA_ROOT": str(tmp_path / "media"),
-        "COLUMNS": "100",
-    }
-    manage = [sys.executable, "manage.py"]
-    migrate = subprocess.run(
-        [*manage, "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, capture_output=True
-    )
-    assert migrate.returncode == 0, migrate.stderr.decode()
+    env = migrated_demo_env(tmp_path, columns=100)
     port = free_port()
-    demo = subprocess.run(
-        [*manage, "demo_run", "--exit", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    demo = manage("demo_run", "--exit", "--port", str(port), env=env, timeout=900)
     out = demo.stdout
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "Run succeeded" in out

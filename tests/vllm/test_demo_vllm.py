@@ -6,17 +6,13 @@ this CPU, one real start per configuration — then the final table. About two m
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
 from agents.engines.process import free_port
+from tests.demo_process import manage, migrated_demo_env
 
-ROOT = Path(__file__).resolve().parents[2]
 TRIALS = """
 import json
 from runs.models import Run
@@ -35,41 +31,20 @@ print(json.dumps({
 # Two real vLLM starts (about a minute each on 2 busy cores) and four short levels.
 @pytest.mark.timeout(900)
 def test_the_vllm_demo_measures_every_trial_with_real_vllm(vllm_venv, tiny_model_hf_home, tmp_path):
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "REDIS_URL", "BENCHSITE_LOCAL_PODS_DIR"}
-    }
-    env |= {
-        "DEBUG": "true",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
-        "MEDIA_ROOT": str(tmp_path / "media"),
-        "COLUMNS": "120",
-    }
-    manage = [sys.executable, "manage.py"]
-    migrate = subprocess.run(
-        [*manage, "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, capture_output=True
-    )
-    assert migrate.returncode == 0, migrate.stderr.decode()
-    demo = subprocess.run(
-        [
-            *manage,
-            "demo_run",
-            "--engine",
-            "vllm",
-            "--exit",
-            "--port",
-            str(free_port()),
-            "--vllm-venv",
-            str(vllm_venv),
-            # The session's tiny model: the demo finds it in this cache and builds nothing.
-            "--hf-home",
-            str(tiny_model_hf_home),
-        ],
-        cwd=ROOT,
+    env = migrated_demo_env(tmp_path, columns=120)
+    demo = manage(
+        "demo_run",
+        "--engine",
+        "vllm",
+        "--exit",
+        "--port",
+        str(free_port()),
+        "--vllm-venv",
+        str(vllm_venv),
+        # The session's tiny model: the demo finds it in this cache and builds nothing.
+        "--hf-home",
+        str(tiny_model_hf_home),
         env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     out = demo.stdout
@@ -85,9 +60,7 @@ def test_the_vllm_demo_measures_every_trial_with_real_vllm(vllm_venv, tiny_model
     assert "a local pod rents nothing" in out and "run cost $0.00" in out
     assert "Winner under the SLOs" in out or "No configuration met the SLOs" in out
 
-    stored = subprocess.run(
-        [*manage, "shell", "-c", TRIALS], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    stored = manage("shell", "-c", TRIALS, env=env)
     assert stored.returncode == 0, stored.stderr
     run = json.loads(stored.stdout.strip().splitlines()[-1])
     assert run["state"] == "succeeded"

@@ -1,0 +1,46 @@
+"""The demo as a user starts it, for the tests of ``make demo`` (sim and vLLM): a fresh
+process on embedded defaults, whatever the test session itself was given."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# What the test session may have set that the demo must not see: it runs on SQLite, with
+# in-memory layers and pods under its own folder, as on a machine with no services.
+_SESSION_ONLY = {"DATABASE_URL", "REDIS_URL", "BENCHSITE_LOCAL_PODS_DIR"}
+
+
+def demo_env(tmp_path: Path, *, columns: int) -> dict[str, str]:
+    """The environment of a demo whose database and media live under ``tmp_path``; tables
+    are drawn ``columns`` wide."""
+    env = {key: value for key, value in os.environ.items() if key not in _SESSION_ONLY}
+    return env | {
+        "DEBUG": "true",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "MEDIA_ROOT": str(tmp_path / "media"),
+        "COLUMNS": str(columns),
+    }
+
+
+def manage(*args: str, env: dict[str, str], **kwargs) -> subprocess.CompletedProcess:
+    """``manage.py ARGS`` in the repository, output captured as text."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        **kwargs,
+    )
+
+
+def migrated_demo_env(tmp_path: Path, *, columns: int) -> dict[str, str]:
+    """``demo_env`` with its database migrated, as ``make demo`` does first."""
+    env = demo_env(tmp_path, columns=columns)
+    migrate = manage("migrate", "--noinput", "-v0", env=env)
+    assert migrate.returncode == 0, migrate.stderr
+    return env
