@@ -1,14 +1,22 @@
-"""Models and the experiment builder."""
+"""Models, workload datasets and the experiment builder."""
 
 from django.urls import path
 
+from frontend import views_datasets
 from frontend import views_experiments as views
 
 urlpatterns = [
     path("o/<slug:org>/models/", views.models_list, name="models"),
     path("o/<slug:org>/models/new/", views.model_new, name="model-new"),
     path("o/<slug:org>/models/<uuid:model_id>/edit/", views.model_edit, name="model-edit"),
+    path("o/<slug:org>/models/<uuid:model_id>/delete/", views.model_delete, name="model-delete"),
     path("o/<slug:org>/experiments/", views.experiments_list, name="experiments"),
+    path("o/<slug:org>/experiments/datasets/", views_datasets.datasets, name="datasets"),
+    path(
+        "o/<slug:org>/experiments/datasets/<uuid:dataset_id>/delete/",
+        views_datasets.dataset_remove,
+        name="dataset-delete",
+    ),
     path("o/<slug:org>/experiments/new/", views.experiment_new, name="experiment-new"),
     path("o/<slug:org>/experiments/check/", views.experiment_check, name="experiment-check"),
     path(

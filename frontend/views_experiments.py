@@ -1,5 +1,6 @@
 """Pages for models and experiments: register and edit models (with what fits which GPUs),
-build, check, duplicate and start experiments.
+delete models no experiment uses; build, check, duplicate and start
+experiments.
 
 Like the API, these pages reach tenant rows only through ``runs.access`` (another
 organization's row is a 404, a viewer's write a 403) and write only through the services the
@@ -8,6 +9,7 @@ API calls, via ``frontend.experiments_forms``: a page and the API give the same 
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max
 from django.http import JsonResponse
@@ -25,13 +27,14 @@ from runs.access import (
     scoped,
 )
 from runs.actors import actor_from_request
-from runs.errors import DomainValidationError
+from runs.errors import Conflict, DomainValidationError
 from runs.estimates import experiment_estimate
 from runs.model_presets import MODEL_PRESETS
 from runs.models import Experiment, GpuType, ModelSpec, Role, WorkloadDataset
 from runs.models.catalogue import WeightDtype
 from runs.models.experiments import CloudType, Engine
 from runs.models.runs import RunTrigger
+from runs.services.catalogue import model_spec_delete
 from runs.services.run_start import MAX_REASON_CHARS, run_start
 
 _NAME_MAX = Experiment._meta.get_field("name").max_length
@@ -75,6 +78,7 @@ def _render_model_form(request, membership, *, values, fields=None, model=None, 
         "slots": forms.errors_by_slot(fields or {}),
         "model": model,
         "fit_rows": forms.model_fit_rows(model, gpu_types) if model else None,
+        "used_by": list(model.experiments.order_by("name").only("id", "name")) if model else [],
         "fit_counts": forms.FIT_GPU_COUNTS,
         "utilization": forms.FIT_GPU_MEMORY_UTILIZATION,
         "presets": sorted(MODEL_PRESETS.items(), key=lambda item: item[1]["name"]),
@@ -117,6 +121,21 @@ def model_edit(request, org: str, model_id):
         return _render_model_form(request, membership, values=values, fields=fields, model=model)
     values = forms.model_form_from_fields({f: getattr(model, f) for f in forms.MODEL_SPEC_FIELDS})
     return _render_model_form(request, membership, values=values, model=model)
+
+
+@login_required
+@require_POST
+def model_delete(request, org: str, model_id):
+    """Deletes a model no experiment uses (the service refuses otherwise, and keeps it)."""
+    membership = _membership(request, org, Need.WRITE)
+    model = access_model_spec(membership=membership, model_id=model_id)
+    try:
+        model_spec_delete(model=model, actor=actor_from_request(request))
+    except Conflict as exc:
+        messages.error(request, f"{model.name}: {exc}")
+        return redirect("model-edit", org, model.id)
+    messages.success(request, f"Deleted {model.name}.")
+    return redirect("models", org)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""Pages for workload datasets: the organization's uploaded ShareGPT files, upload and delete.
+
+As everywhere in the UI, rows are reached only through ``runs.access`` (another
+organization's dataset is a 404, a viewer's upload a 403), the form is checked by the API's
+own serializer and written by the service the API calls (``dataset_upload``), so a page and
+``POST /api/v1/orgs/<org>/datasets/`` refuse the same file with the same message.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
+from django.views.decorators.http import require_http_methods, require_POST
+
+from frontend.validation import error_summary, parse_as_api
+from runs.access import Need, Principal, access_dataset, access_membership, scoped
+from runs.actors import actor_from_request
+from runs.api.serializers_experiments import DatasetUploadSerializer
+from runs.errors import Conflict, DomainValidationError
+from runs.models import Experiment, Role, WorkloadDataset
+from runs.services.experiments import dataset_delete, dataset_upload
+
+_LABELS = {"name": "Name", "file": "ShareGPT file"}
+
+
+def _users_of(membership, datasets) -> dict[str, list[Experiment]]:
+    """The experiments whose workload names each dataset, by the dataset's id."""
+    ids = [str(dataset.id) for dataset in datasets]
+    users: dict[str, list[Experiment]] = {}
+    experiments = scoped(membership, Experiment).filter(workload__dataset__dataset_id__in=ids)
+    for experiment in experiments.order_by("name").only("id", "name", "workload"):
+        users.setdefault(experiment.workload["dataset"]["dataset_id"], []).append(experiment)
+    return users
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def datasets(request, org: str):
+    """The list, and the upload form (members and up); a refused upload stores nothing."""
+    writing = request.method == "POST"
+    need = Need.WRITE if writing else Need.READ
+    membership = access_membership(principal=Principal(user=request.user), org_slug=org, need=need)
+    errors: dict[str, list[str]] = {}
+    if writing:
+        try:
+            data = parse_as_api(DatasetUploadSerializer, request.POST.dict() | request.FILES.dict())
+            dataset = dataset_upload(
+                org=membership.organization,
+                actor=actor_from_request(request),
+                name=data["name"],
+                raw=data["file"].read(),
+            )
+        except DomainValidationError as exc:
+            errors = exc.fields
+        else:
+            messages.success(
+                request,
+                f"Uploaded {dataset.name}: {dataset.num_conversations} usable conversations, "
+                f"{filesizeformat(dataset.size_bytes)}.",
+            )
+            return redirect("datasets", org)
+    rows = list(scoped(membership, WorkloadDataset).select_related("created_by").order_by("name"))
+    users = _users_of(membership, rows)
+    context = {
+        "membership": membership,
+        "org": membership.organization,
+        "can_write": Role(membership.role).can_write,
+        "rows": [(dataset, users.get(str(dataset.id), [])) for dataset in rows],
+        "errors": errors,
+        "summary": error_summary(errors, _LABELS),
+        "values": request.POST if writing else {},
+        "max_bytes": settings.DATASET_MAX_BYTES,
+    }
+    return render(
+        request, "frontend/experiments/datasets.html", context, status=400 if errors else 200
+    )
+
+
+@login_required
+@require_POST
+def dataset_remove(request, org: str, dataset_id):
+    """Deletes a dataset no experiment uses; one in use stays, with the reason shown."""
+    membership = access_membership(
+        principal=Principal(user=request.user), org_slug=org, need=Need.WRITE
+    )
+    dataset = access_dataset(membership=membership, dataset_id=dataset_id)
+    try:
+        dataset_delete(dataset=dataset, actor=actor_from_request(request))
+    except Conflict as exc:
+        messages.error(request, f"{dataset.name}: {exc}")
+    else:
+        messages.success(request, f"Deleted {dataset.name}.")
+    return redirect("datasets", org)

@@ -1,0 +1,129 @@
+"""The access layer on every page of the web UI, found from the URL configuration itself,
+so a page added later is checked without being listed here: a stranger to the organization
+gets 404 for every address of it — even when each object in the address exists and is the
+organization's — on GET and on POST, and an anonymous visitor is sent to sign in. Nothing
+is written by any of those requests."""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from runs.models import Membership
+from runs.services.budgets import budget_set
+from runs.services.experiments import dataset_upload
+from runs.services.tenancy import token_create
+
+from .conftest import SYSTEM
+from .db_state import database_state
+from .report_data import build_history
+from .test_promotions import actor, member
+
+pytestmark = pytest.mark.django_db
+
+_PARAM = re.compile(r"<(?:(?P<converter>\w+):)?(?P<name>\w+)>")
+
+
+def _routes(patterns, prefix: str = "") -> list[str]:
+    found = []
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            found += _routes(pattern.url_patterns, route)
+        elif isinstance(pattern, URLPattern):
+            found.append(route)
+    return found
+
+
+ORG_ROUTES = sorted(r for r in _routes(get_resolver().url_patterns) if r.startswith("o/<slug:org>"))
+
+
+@pytest.fixture
+def acme_world(alice, mallory):
+    """One real object of acme's for every kind of id a page address carries."""
+    from runs.services.promotions import promotion_propose
+
+    history = build_history(alice.org)
+    promotion = promotion_propose(
+        membership=member(mallory), actor=actor(mallory), trial=history.t128, note="cheapest"
+    )
+    chats = [
+        {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}
+    ]
+    return {
+        "org": alice.org.slug,
+        "experiment_id": history.small.id,
+        "model_id": history.llama8.id,
+        "run_id": history.run_small.id,
+        "index": history.t128.index,
+        "promotion_id": promotion.id,
+        "dataset_id": dataset_upload(
+            org=alice.org, actor=SYSTEM, name="chats", raw=json.dumps(chats).encode()
+        ).id,
+        "budget_id": budget_set(org=alice.org, actor=SYSTEM, limit_usd=Decimal(100)).id,
+        "member_id": Membership.objects.get(organization=alice.org, user=mallory.user).id,
+        "token_id": token_create(org=alice.org, user=alice.user, name="ci", actor=SYSTEM).token.id,
+    }
+
+
+def address(route: str, ids: dict) -> str:
+    return "/" + _PARAM.sub(lambda m: str(ids[m.group("name")]), route)
+
+
+def test_every_organization_page_is_found_and_checked():
+    # A guard on the discovery itself: the pages of every area are among the routes.
+    assert len(ORG_ROUTES) >= 40
+    for part in (
+        "settings/",
+        "models/",
+        "experiments/",
+        "runs/",
+        "reports/",
+        "promotions/",
+        "audit/",
+    ):
+        assert any(part in route for route in ORG_ROUTES), part
+
+
+# One test per kind of visitor going through every route (instead of one test per route):
+# the organization's history is built once, and the failures are listed together.
+
+
+def test_a_stranger_gets_404_for_every_page_of_another_organization(acme_world, charlie):
+    client = Client()
+    client.force_login(charlie.user)
+    before = database_state()
+    wrong = []
+    for route in ORG_ROUTES:
+        url = address(route, acme_world)
+        for method in (client.get, client.post):
+            response = method(url)
+            # A POST-only page may answer a GET with 405 before it looks anything up: that
+            # says nothing about the organization either. Never 200, 302, 403 or 500.
+            if response.status_code not in (404, 405) or b"acme" in response.content.lower():
+                wrong.append((method.__name__, url, response.status_code))
+    assert wrong == []
+    assert database_state() == before
+
+
+def test_an_anonymous_visitor_is_sent_to_sign_in_from_every_page(acme_world):
+    client = Client()
+    before = database_state()
+    wrong = []
+    for route in ORG_ROUTES:
+        url = address(route, acme_world)
+        for method in (client.get, client.post):
+            response = method(url)
+            location = response.headers.get("Location", "")
+            if not (
+                response.status_code == 405
+                or (response.status_code == 302 and location.startswith("/login/?next="))
+            ):
+                wrong.append((method.__name__, url, response.status_code, location))
+    assert wrong == []
+    assert database_state() == before
