@@ -12,7 +12,8 @@ Guarantees (pure: no network, no clock; ``docs/cli.md`` documents the rules):
   is missing) fails the gate: a config that stopped working is the worst regression.
 - ``cost_per_mtok`` is USD per 1M output tokens at the level: the run's pod rate ÷ 3600 ÷
   output tokens/s × 1e6 (``runs/costs.py``'s formula). A run without a billed rate (the local
-  provider) has none; such rows read ``n/a`` and never fail.
+  provider) has none; such rows read ``n/a``, never fail, and the result says why in
+  ``not_compared`` so a cost threshold never passes without saying it checked nothing.
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def metric_value(level: dict[str, Any], metric: str, price_usd_hr: Any) -> float
     if metric != COST_METRIC:
         return _number(level.get(metric))
     rate, throughput = _number(price_usd_hr), _number(level.get("output_throughput"))
-    if rate is None or not throughput:
+    # A rate of 0 is "not billed" (local pods), not "free": it would make every cost equal.
+    if rate is None or rate <= 0 or not throughput:
         return None
     return rate / 3600 / throughput * 1_000_000
 
@@ -167,6 +169,8 @@ class GateResult:
     baseline_kind: str
     rows: list[Row] = field(default_factory=list)
     unmatched_configs: list[str] = field(default_factory=list)  # new configs, no baseline
+    # {metric: why it read n/a}: thresholds that checked nothing somewhere, said out loud.
+    not_compared: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -195,6 +199,7 @@ class GateResult:
                 for row in self.rows
             ],
             "configs_without_baseline": self.unmatched_configs,
+            "not_compared": self.not_compared,
         }
 
 
@@ -211,14 +216,15 @@ def gate_compare(
     baseline_trial: int | None = None,
 ) -> GateResult:
     """Every threshold at every (config, level) of the baseline; ``baseline_trial`` narrows
-    the baseline to one trial (a promotion's)."""
+    the baseline to one trial (a promotion's), and the new run's other configs are then
+    listed as not gated."""
     base = run_levels(baseline_run, only_trial=baseline_trial)
     new = run_levels(new_run)
     result = GateResult(
         new_run=str(new_run.get("id")),
         baseline_run=str(baseline_run.get("id")),
         baseline_kind=baseline_kind,
-        unmatched_configs=sorted(set(new) - set(base)) if baseline_trial is None else [],
+        unmatched_configs=sorted(set(new) - set(base)),
     )
     if not base:
         raise NothingToCompare(f"the baseline run {result.baseline_run} has no measurements")
@@ -235,7 +241,41 @@ def gate_compare(
                     continue
                 after = metric_value(new_level, threshold.metric, new_run.get("price_usd_hr"))
                 result.rows.append(_row(config, level, threshold, before, after))
+    result.not_compared = _why_not_compared(result, new_run, baseline_run)
     return result
+
+
+def _why_not_compared(
+    result: GateResult, new_run: dict[str, Any], baseline_run: dict[str, Any]
+) -> dict[str, str]:
+    """Why each metric with ``n/a`` rows could not be compared, one sentence per metric."""
+    counts: dict[str, list[int]] = {}
+    for row in result.rows:
+        seen = counts.setdefault(row.metric, [0, 0])
+        seen[0] += row.verdict == "n/a"
+        seen[1] += 1
+    reasons = {}
+    for metric, (na, total) in counts.items():
+        if not na:
+            continue
+        where = "at every level" if na == total else f"at {na} of {total} levels"
+        if metric != COST_METRIC:
+            reasons[metric] = f"n/a {where}: not reported by the load generator, not gated there"
+            continue
+        unbilled = [
+            f"{side} run {run.get('id')}"
+            for side, run in (("new", new_run), ("baseline", baseline_run))
+            if (_number(run.get("price_usd_hr")) or 0) <= 0
+        ]
+        if unbilled:
+            reasons[metric] = (
+                f"n/a {where}: the {' and the '.join(unbilled)} "
+                f"{'has' if len(unbilled) == 1 else 'have'} no billed pod rate (the local "
+                "provider bills nothing), so cost is not gated"
+            )
+        else:
+            reasons[metric] = f"n/a {where}: no output throughput to price, not gated there"
+    return reasons
 
 
 def _row(config: str, level: str, threshold: Threshold, before, after) -> Row:

@@ -2,7 +2,9 @@
 
 Guarantees: the JUnit file is built with ``xml.etree`` (well-formed whatever the config's
 text), one ``<testcase>`` per configuration × metric whose ``<failure>`` lists every level
-that regressed; the Markdown is one table with every ``|`` in a cell escaped.
+that regressed, and a case that compared nothing (``n/a`` at every level, e.g. cost on the
+local provider) is ``<skipped>`` with the reason; the Markdown is one table with every ``|`` in
+a cell escaped, followed by what was not compared.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def _row_text(row: Row) -> str:
 def junit_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> None:
     cases = _cases(result)
     failures = sum(any(row.failed for row in rows) for rows in cases.values())
+    skipped = sum(all(row.verdict == "n/a" for row in rows) for rows in cases.values())
     suites = ET.Element("testsuites", name="benchsite")
     suite = ET.SubElement(
         suites,
@@ -40,7 +43,7 @@ def junit_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> None:
         tests=str(len(cases)),
         failures=str(failures),
         errors="0",
-        skipped="0",
+        skipped=str(skipped),
     )
     properties = ET.SubElement(suite, "properties")
     for name, value in (
@@ -63,6 +66,8 @@ def junit_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> None:
                 + ", ".join(row.level for row in failed),
             )
             failure.text = "\n".join(_row_text(row) for row in failed)
+        elif all(row.verdict == "n/a" for row in rows):
+            ET.SubElement(case, "skipped", message=f"{metric} {result.not_compared[metric]}")
         ET.SubElement(case, "system-out").text = "\n".join(_row_text(row) for row in rows)
     ET.indent(suites)
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
@@ -104,6 +109,9 @@ def markdown_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> No
             )
             + " |"
         )
+    if result.not_compared:
+        lines += ["", "Not compared:", ""]
+        lines += [f"- `{metric}`: {_cell(why)}" for metric, why in result.not_compared.items()]
     if result.unmatched_configs:
         lines += ["", "Configurations without a baseline (not gated):", ""]
         lines += [f"- `{config}`" for config in result.unmatched_configs]

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -232,17 +233,22 @@ def _looks_like_uuid(value: str) -> bool:
 
 
 def experiments_list(api: ApiClient, args) -> int:
-    rows = [
-        (e["id"], e["name"], e.get("engine", ""), str(e.get("trials", "")), e.get("gpu_type", ""))
-        for e in api.list_all("experiments/")
-    ]
-    _table(("id", "name", "engine", "trials", "gpu"), rows)
+    _print_list(
+        api,
+        "experiments/",
+        {
+            "id": lambda e: e["id"],
+            "name": lambda e: e["name"],
+            "engine": lambda e: e.get("engine", ""),
+            "trials": lambda e: e.get("trials", ""),
+            "gpu": lambda e: e.get("gpu_type", ""),
+        },
+    )
     return EXIT_OK
 
 
 def experiments_show(api: ApiClient, args) -> int:
-    experiment = _find(api, "experiments", args.experiment, "experiment")
-    _out(yaml.safe_dump(experiment, sort_keys=False, allow_unicode=True).rstrip())
+    _print_yaml(_find(api, "experiments", args.experiment, "experiment"))
     return EXIT_OK
 
 
@@ -300,16 +306,7 @@ def _resolve_baseline(
 ) -> tuple[dict[str, Any], str, int | None]:
     """(baseline run detail, how it was chosen, the one trial to compare or None)."""
     if spec == "promoted":
-        promotions = api.get(
-            "promotions/", {"state": "approved", "experiment": experiment_id, "page_size": 1}
-        ).get("results", [])
-        if not promotions:
-            raise CliError(
-                f"--baseline promoted: experiment {experiment_id} has no approved promotion"
-            )
-        promotion = promotions[0]
-        run = api.get(f"runs/{promotion['run']}/")
-        return run, f"promoted (trial {promotion['trial_index']})", promotion["trial_index"]
+        return _promoted_baseline(api, experiment_id)
     if spec == "last-succeeded":
         for row in api.list_all("runs/", {"experiment": experiment_id, "state": "succeeded"}):
             if row["id"] != exclude:
@@ -323,6 +320,23 @@ def _resolve_baseline(
     if run["state"] != "succeeded":
         raise CliError(f"--baseline: run {spec} ended {run['state']}, not succeeded")
     return run, f"run {spec}", None
+
+
+def _promoted_baseline(api: ApiClient, experiment_id: str) -> tuple[dict[str, Any], str, int]:
+    """The experiment's approved promotion (the site keeps at most one): its run, narrowed to
+    the promoted trial."""
+    promotions = api.get(
+        "promotions/", {"state": "approved", "experiment": experiment_id, "page_size": 1}
+    ).get("results", [])
+    if not promotions:
+        raise CliError(
+            f"--baseline promoted: experiment {experiment_id} has no approved promotion "
+            "(propose a trial and have an owner or admin approve it, or use "
+            "--baseline last-succeeded)"
+        )
+    promotion = promotions[0]
+    run = api.get(f"runs/{promotion['run']}/")
+    return run, f"promoted (trial {promotion['trial_index']})", promotion["trial_index"]
 
 
 def runs_start(api: ApiClient, args) -> int:
@@ -431,17 +445,21 @@ def runs_compare(api: ApiClient, args) -> int:
 
 
 def models_list(api: ApiClient, args) -> int:
-    rows = [
-        (m["id"], m["name"], m.get("hf_repo", ""), f"{m.get('parameter_count', 0) / 1e9:.1f}B")
-        for m in api.list_all("models/")
-    ]
-    _table(("id", "name", "hf repo", "params"), rows)
+    _print_list(
+        api,
+        "models/",
+        {
+            "id": lambda m: m["id"],
+            "name": lambda m: m["name"],
+            "hf repo": lambda m: m.get("hf_repo", ""),
+            "params": lambda m: f"{(m.get('parameter_count') or 0) / 1e9:.1f}B",
+        },
+    )
     return EXIT_OK
 
 
 def models_show(api: ApiClient, args) -> int:
-    model = _find(api, "models", args.model, "model")
-    _out(yaml.safe_dump(model, sort_keys=False, allow_unicode=True).rstrip())
+    _print_yaml(_find(api, "models", args.model, "model"))
     return EXIT_OK
 
 
@@ -466,6 +484,16 @@ def audit_export(api: ApiClient, args) -> int:
 
 
 # --- printing -------------------------------------------------------------------------------
+
+
+def _print_list(api: ApiClient, path: str, columns: dict[str, Callable[[dict], Any]]) -> None:
+    """Every row of a list endpoint as a table, one column per ``{header: value of a row}``."""
+    rows = [tuple(str(value(row)) for value in columns.values()) for row in api.list_all(path)]
+    _table(tuple(columns), rows)
+
+
+def _print_yaml(document: dict[str, Any]) -> None:
+    _out(yaml.safe_dump(document, sort_keys=False, allow_unicode=True).rstrip())
 
 
 def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -529,6 +557,8 @@ def _print_gate(result: GateResult) -> None:
     )
     for config in result.unmatched_configs:
         _out(f"not gated (no baseline): {config}")
+    for metric, why in result.not_compared.items():
+        _out(f"not compared: {metric} {why}")
     for row in result.regressions():
         _err(
             f"regression: {row.metric} at {row.config} {row.level}: "

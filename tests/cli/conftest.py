@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from tests.site.conftest import (  # noqa: F401  (the cast and the site's autouse fixtures)
     alice,
     celery_tasks_run_in_process,
+    charlie,
     isolated_media_and_cheap_hashing,
+    mallory,
     org_a,
+    org_b,
 )
 from tests.site.live_server import ROOT
 from tests.site.test_celery_worker import broker_queue, pods_dir  # noqa: F401  (a real worker)

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+import threading
 
 import pytest
+from django.utils import timezone
 
 from runs.models import Experiment, Run
 from tests.site.conftest import H100, make_experiment, make_model
-from tests.site.live_server import daphne_server, free_port
+from tests.site.live_server import ROOT, daphne_server, free_port
+from tests.site.test_celery_worker import broker_queue  # noqa: F401  (no worker: runs queue)
 
 from .conftest import benchsite
 
@@ -159,3 +168,154 @@ def test_it_cancels_a_queued_run(alice, site):
     assert result.code == 0, result.text
     run.refresh_from_db()
     assert run.state == "cancelled"
+
+
+def test_it_lists_and_shows_experiments_of_its_organization_only(alice, charlie, site):
+    mine = make_experiment(alice.org, name="mine")
+    make_experiment(charlie.org, name="theirs")
+    listed = benchsite("experiments", "list", url=site, token=alice.token)
+    assert listed.code == 0, listed.text
+    header, *rows = listed.out.splitlines()
+    assert header.split() == ["id", "name", "engine", "trials", "gpu"]
+    # Plain columns, two spaces apart (cells such as the GPU name hold single spaces).
+    assert [re.split(r" {2,}", row) for row in rows] == [[str(mine.id), "mine", "vllm", "2", H100]]
+    missing = benchsite("experiments", "show", "theirs", url=site, token=alice.token)
+    assert missing.code == 2
+    assert missing.err.strip() == "error: no experiment named 'theirs' in this organization"
+
+
+def start_waiting(site: str, token: str, *args: str) -> subprocess.Popen:
+    """``runs start … --wait`` as a CI job runs it, left running for the test to act on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHSITE_")}
+    env |= {"BENCHSITE_URL": site, "BENCHSITE_TOKEN": token, "BENCHSITE_ORG": "acme"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchsite_cli", "runs", "start", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def started_run(process: subprocess.Popen) -> Run:
+    """The run the CLI started, read from its first line (which CI jobs rely on too)."""
+    first = process.stdout.readline()
+    assert first.startswith("started run "), first + process.stderr.read()
+    return Run.objects.get(id=first.split()[2])
+
+
+@pytest.mark.usefixtures("broker_queue")
+def test_it_exits_2_when_the_awaited_run_is_cancelled_or_fails(alice, site, tmp_path):
+    # No worker consumes this test's queue: runs stay queued until the test ends them.
+    experiment = make_experiment(alice.org)
+    waiting = start_waiting(site, alice.token, experiment.name, "--wait", "--poll", "0.2")
+    run = started_run(waiting)
+    cancel = benchsite(
+        "runs", "cancel", str(run.id), "--reason", "ci job cancelled", url=site, token=alice.token
+    )
+    assert cancel.code == 0, cancel.text
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 2, out + err
+    assert err.strip() == f"error: run {run.id} ended cancelled: ci job cancelled"
+
+    waiting = start_waiting(
+        site, alice.token, experiment.name, "--poll", "0.2", "--json", str(tmp_path / "r.json")
+    )
+    run = started_run(waiting)
+    Run.objects.filter(id=run.id).update(
+        state="failed", failure_reason="engine never became healthy", finished_at=timezone.now()
+    )
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 2, out + err
+    assert err.strip() == f"error: run {run.id} ended failed: engine never became healthy"
+    # The run is still written for the job's artifacts, with no gate.
+    body = json.loads((tmp_path / "r.json").read_text())
+    assert (body["run"]["state"], body["gate"]) == ("failed", None)
+
+    shown = benchsite(
+        "runs", "show", str(run.id), "--json", str(tmp_path / "s.json"), url=site, token=alice.token
+    )
+    assert shown.code == 0, shown.text
+    assert shown.out.startswith(
+        f"run {run.id}: failed, cost $0.0000, 0 trials — engine never became healthy"
+    )
+    assert json.loads((tmp_path / "s.json").read_text())["run"]["id"] == str(run.id)
+
+
+@pytest.mark.usefixtures("broker_queue")
+def test_it_gives_up_waiting_at_the_timeout_with_exit_2(alice, site):
+    experiment = make_experiment(alice.org)
+    result = benchsite(
+        *("runs", "start", experiment.name, "--wait", "--poll", "0.2", "--timeout", "1"),
+        url=site,
+        token=alice.token,
+    )
+    assert result.code == 2, result.text
+    (run,) = Run.objects.all()
+    assert result.err.strip() == (
+        f"error: run {run.id} still queued after 1 s; it keeps running (benchsite runs cancel "
+        "stops it)"
+    )
+    assert run.state == "queued"
+
+
+def test_it_exports_the_audit_log_as_json_filtered_by_event(alice, site):
+    make_experiment(alice.org)
+    exported = benchsite(
+        "audit",
+        "export",
+        "--format",
+        "json",
+        "--event",
+        "experiment.",
+        url=site,
+        token=alice.token,
+    )
+    assert exported.code == 0, exported.text
+    events = [json.loads(line) for line in exported.out.splitlines()]  # JSON lines
+    assert events and {event["event"] for event in events} == {"experiment.create"}
+
+
+@pytest.mark.usefixtures("broker_queue")
+def test_it_draws_the_progress_as_a_live_line_on_a_terminal(alice, site):
+    experiment = make_experiment(alice.org)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHSITE_")}
+    env |= {"BENCHSITE_URL": site, "BENCHSITE_TOKEN": alice.token, "BENCHSITE_ORG": "acme"}
+    env |= {"COLUMNS": "200", "TERM": "xterm"}
+    screen, terminal = pty.openpty()
+    # No worker: the run stays queued and the CLI gives up after a second.
+    command = ("runs", "start", experiment.name, "--wait", "--poll", "0.2", "--timeout", "1")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchsite_cli", *command],
+        cwd=ROOT,
+        env=env,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(terminal)
+    drawn = bytearray()
+    reader = threading.Thread(target=read_until_closed, args=(screen, drawn))
+    reader.start()
+    err = process.communicate(timeout=60)[1]
+    reader.join(timeout=10)
+    os.close(screen)
+    assert process.returncode == 2 and "still queued after 1 s" in err, err
+    text = drawn.decode()
+    # Redrawn in place: cursor codes and carriage returns, showing state, trials and spend.
+    assert "\x1b[" in text and "\r" in text
+    assert re.search(r"run [0-9a-f]{8}: queued · trials 0/2 · levels measured 0 · spend \$0", text)
+    assert alice.token not in text
+
+
+def read_until_closed(fd: int, into: bytearray) -> None:
+    """Everything written to a pseudo-terminal until its last writer closes it."""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            return
+        if not chunk:
+            return
+        into.extend(chunk)

@@ -4,6 +4,7 @@ agent drives the simulator and streams back), then the gate against seeded basel
 
 from __future__ import annotations
 
+import itertools
 import json
 import xml.etree.ElementTree as ET
 from decimal import Decimal
@@ -11,7 +12,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from runs.models import Measurement, Run, Trial
+from runs.actors import Actor
+from runs.models import Experiment, Measurement, Membership, Run, Trial
+from runs.services.promotions import promotion_approve, promotion_propose
 from tests.site.conftest import make_experiment, make_model
 from tests.site.live_server import celery_worker, daphne_server
 from tests.site.test_celery_worker import SIM_EXPERIMENT
@@ -58,6 +61,7 @@ def scaled_copy(run: Run, *, ttft: float, throughput: float) -> dict:
         results = []
         for measurement in trial.measurements.all():
             result = dict(measurement.result)
+            result.pop("simulated", None)  # seeded as if measured on vLLM (promotable)
             result["p99_ttft_ms"] = result["p99_ttft_ms"] * ttft
             result["output_throughput"] = result["output_throughput"] * throughput
             results.append(result)
@@ -110,9 +114,13 @@ def test_it_starts_waits_gates_and_fails_on_a_seeded_regression(
         assert (run.state, run.trigger, run.reason) == ("succeeded", "ci", "commit abc123")
         assert body["gate"]["passed"] is True
         # The waiting display: one plain line per change in a non-interactive log.
-        progress = [line for line in started.out.splitlines() if line.startswith("run ")]
+        progress = [line for line in started.out.splitlines() if " · trials " in line]
         assert any("benchmarking" in line for line in progress), started.out
         assert any("trials 2/2" in line for line in progress), started.out
+        assert all(" · spend $" in line for line in progress), started.out
+        assert "\x1b" not in started.text and "\r" not in started.text  # no redraws
+        said = [line.rsplit(" · ", 1)[0] for line in progress]  # without the clock
+        assert all(a != b for a, b in itertools.pairwise(said)), started.out
         assert "gate passed" in started.out
         assert alice.token not in started.text
 
@@ -166,3 +174,135 @@ def test_it_starts_waits_gates_and_fails_on_a_seeded_regression(
             token=alice.token,
         )
         assert itself.code == 0, itself.text
+
+
+def promote(trial: Trial, *, proposer, approver) -> None:
+    """The real path: a member proposes, another owner or admin approves."""
+
+    def as_member(person):
+        membership = Membership.objects.get(user=person.user, organization=person.org)
+        return {"membership": membership, "actor": Actor(user=person.user, via="web", ip="::1")}
+
+    promotion = promotion_propose(trial=trial, **as_member(proposer))
+    promotion_approve(promotion=promotion, **as_member(approver))
+
+
+def weak_levels(**figures) -> list[dict]:
+    return [
+        {"concurrency": c, "p99_ttft_ms": 1e6, "output_throughput": 0.01} | figures for c in (1, 4)
+    ]
+
+
+STRONG = {"p99_ttft_ms": 1e-3, "output_throughput": 1e9}
+ON_VLLM = {"engine": "vllm", "engine_image_tag": "v0.11.0"}
+ON_SIM = {"engine": "sim", "engine_image_tag": ""}
+
+
+def switch(experiment, engine: dict) -> None:
+    Experiment.objects.filter(pk=experiment.pk).update(**engine)
+
+
+def test_it_gates_a_new_run_against_the_approved_promotion(
+    alice, mallory, broker_queue, pods_dir, tmp_path
+):
+    # The simulator's trials cannot be promoted (its figures are not measurements), so the
+    # experiment's history is promoted while it runs vLLM, as in production, and the
+    # experiment is then switched to the simulator for the new run to execute here.
+    model = make_model(alice.org)
+    experiment = make_experiment(alice.org, model=model, **(SIM_EXPERIMENT | ON_VLLM))
+    seqs8, seqs2 = json.dumps({"max_num_seqs": 8}), json.dumps({"max_num_seqs": 2})
+    # The promoted trial (max_num_seqs=8) is weak; the same run's other trial is impossibly
+    # strong: gating against the whole run instead of the promoted trial would fail.
+    promoted = seed_run(
+        experiment, {seqs8: weak_levels(), seqs2: weak_levels(**STRONG)}, price="1000"
+    )
+    # Decoys a sloppy lookup would pick: a newer, superseded promotion of this experiment and
+    # the newest approved promotion of another experiment, both impossibly strong.
+    superseded = seed_run(experiment, {seqs8: weak_levels(**STRONG)})
+    other = make_experiment(alice.org, model=model, **(SIM_EXPERIMENT | ON_VLLM), name="other")
+    elsewhere = seed_run(other, {seqs8: weak_levels(**STRONG)})
+    promoted_trial = promoted.trials.get(index=0)
+    with (
+        daphne_server() as address,
+        celery_worker(
+            tmp_path / "worker.log",
+            env={
+                "BENCHSITE_PROVIDER": "local",
+                "BENCHSITE_LOCAL_PODS_DIR": str(pods_dir),
+                "BENCHSITE_PUBLIC_URL": f"http://{address}",
+                "BENCHSITE_SIM_SPEED": "20",
+            },
+        ),
+    ):
+        url = f"http://{address}"
+        gate_args = ("--baseline", "promoted", "--max-regression", THRESHOLDS)
+
+        # Before anything is approved: exit 2, one clear line, and no run started.
+        switch(experiment, ON_SIM)
+        refused = benchsite(
+            "runs", "start", experiment.name, *gate_args, url=url, token=alice.token
+        )
+        assert refused.code == 2, refused.text
+        assert refused.err.strip() == (
+            f"error: --baseline promoted: experiment {experiment.id} has no approved promotion "
+            "(propose a trial and have an owner or admin approve it, or use "
+            "--baseline last-succeeded)"
+        )
+        assert not Run.objects.exclude(reason="seeded baseline").exists()
+
+        switch(experiment, ON_VLLM)
+        promote(superseded.trials.get(index=0), proposer=mallory, approver=alice)
+        promote(promoted_trial, proposer=mallory, approver=alice)  # supersedes the first
+        promote(elsewhere.trials.get(index=0), proposer=mallory, approver=alice)
+        switch(experiment, ON_SIM)
+
+        started = benchsite(
+            *("runs", "start", experiment.name, "--wait", "--poll", "0.5", *gate_args),
+            *("--json", str(tmp_path / "run.json"), "--junit", str(tmp_path / "gate.xml")),
+            url=url,
+            token=alice.token,
+        )
+        assert started.code == 0, started.text
+        body = json.loads((tmp_path / "run.json").read_text())
+        gate = body["gate"]
+        assert (gate["passed"], gate["baseline"], gate["baseline_run"]) == (
+            True,
+            "promoted (trial 0)",
+            str(promoted.id),
+        )
+        # Only the promoted configuration is gated, at both levels; the other is listed.
+        assert {(row["config"], row["level"]) for row in gate["rows"]} == {
+            ("max_num_seqs=8", "concurrency=1"),
+            ("max_num_seqs=8", "concurrency=4"),
+        }
+        assert gate["configs_without_baseline"] == ["max_num_seqs=2"]
+        assert "not gated (no baseline): max_num_seqs=2" in started.out
+        # The new run ran on the local provider: no billed rate, so cost says n/a, and why.
+        run_id = body["run"]["id"]
+        assert body["run"]["price_usd_hr"] is None
+        assert {row["verdict"] for row in gate["rows"] if row["metric"] == "cost_per_mtok"} == {
+            "n/a"
+        }
+        assert (
+            f"not compared: cost_per_mtok n/a at every level: the new run {run_id} has no "
+            "billed pod rate (the local provider bills nothing), so cost is not gated"
+        ) in started.out
+        suite = ET.parse(tmp_path / "gate.xml").getroot().find("testsuite")
+        cases = suite.findall("testcase")
+        (cost,) = [case for case in cases if case.get("name") == "cost_per_mtok"]
+        assert "no billed pod rate" in cost.find("skipped").get("message")
+        assert (suite.get("failures"), suite.get("skipped")) == ("0", "1")
+
+        # A seeded regression: the newly approved promotion is better than the run.
+        run = Run.objects.get(id=run_id)
+        switch(experiment, ON_VLLM)
+        strong = seed_run(experiment, scaled_copy(run, ttft=0.5, throughput=1.5))
+        better = strong.trials.get(serve_config={"max_num_seqs": 8})
+        promote(better, proposer=mallory, approver=alice)
+        compared = benchsite("runs", "compare", run_id, *gate_args, url=url, token=alice.token)
+        assert compared.code == 1, compared.text
+        assert f"gate FAILED: run {run_id} vs promoted" in compared.out
+        failed_rows = [line for line in compared.out.splitlines() if "REGRESSION" in line]
+        assert {line.split()[2] for line in failed_rows} == {"p99_ttft_ms", "output_throughput"}
+        assert all(line.startswith("max_num_seqs=8 ") for line in failed_rows)
+        assert "regression: p99_ttft_ms at max_num_seqs=8 concurrency=1" in compared.err

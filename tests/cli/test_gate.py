@@ -135,3 +135,77 @@ def test_the_files_are_well_formed_whatever_the_config_text(tmp_path):
         if line.startswith("| kv_cache")
     ]
     assert len(rows) == 2 and all(row.count(" | ") == 7 for row in rows)
+
+
+@pytest.mark.parametrize("unbilled", [None, "0", "0.0000"])
+def test_cost_without_a_billed_rate_says_n_a_and_why_instead_of_passing_silently(
+    tmp_path, unbilled
+):
+    config = {"max_num_seqs": 8}
+    base = run("base", [(config, levels(100.0, 1000.0))], price="3.6")
+    local = run("local-run", [(config, levels(100.0, 100.0))], price=unbilled)
+    result = gate_compare(
+        new_run=local,
+        baseline_run=base,
+        thresholds=parse_thresholds("p99_ttft_ms=10%,cost_per_mtok=5%"),
+        baseline_kind="promoted",
+    )
+    ttft, cost = result.rows
+    # A rate of 0 is not "free": a tenth of the throughput would otherwise compare equal.
+    assert (cost.verdict, cost.new, cost.failed) == ("n/a", None, False)
+    assert ttft.verdict == "ok" and not result.failed
+    assert result.not_compared == {
+        "cost_per_mtok": "n/a at every level: the new run local-run has no billed pod rate "
+        "(the local provider bills nothing), so cost is not gated"
+    }
+    assert result.as_json()["not_compared"] == result.not_compared
+
+    junit_write(result, tmp_path / "gate.xml", run=local)
+    suite = ET.parse(tmp_path / "gate.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("2", "0", "1")
+    cases = {case.get("name"): case for case in suite.findall("testcase")}
+    assert cases["p99_ttft_ms"].find("skipped") is None
+    assert "no billed pod rate" in cases["cost_per_mtok"].find("skipped").get("message")
+    markdown_write(result, tmp_path / "gate.md", run=local)
+    assert (
+        "- `cost_per_mtok`: n/a at every level: the new run local-run has no billed"
+        in (tmp_path / "gate.md").read_text()
+    )
+
+
+def test_a_metric_missing_at_some_levels_is_named_with_how_many():
+    config = {"max_num_seqs": 8}
+    measured = {"p99_ttft_ms": 100.0, "request_goodput": 5.0}
+    base = run("base", [(config, [(1, measured), (4, measured)])])
+    new = run("new", [(config, [(1, measured), (4, {"p99_ttft_ms": 100.0})])])
+    result = gate_compare(
+        new_run=new,
+        baseline_run=base,
+        thresholds=parse_thresholds("request_goodput=-5%"),
+        baseline_kind="x",
+    )
+    assert [row.verdict for row in result.rows] == ["ok", "n/a"]
+    assert result.not_compared == {
+        "request_goodput": "n/a at 1 of 2 levels: not reported by the load generator, not "
+        "gated there"
+    }
+
+
+def test_a_promoted_trial_narrows_the_baseline_and_lists_the_other_configs():
+    base = run(
+        "base",
+        [({"max_num_seqs": 8}, levels(100.0, 1000.0)), ({"max_num_seqs": 2}, levels(1.0, 1e9))],
+    )
+    new = run(
+        "new",
+        [({"max_num_seqs": 8}, levels(100.0, 1000.0)), ({"max_num_seqs": 2}, levels(50.0, 10))],
+    )
+    result = gate_compare(
+        new_run=new,
+        baseline_run=base,
+        thresholds=parse_thresholds("p99_ttft_ms=10%"),
+        baseline_kind="promoted (trial 0)",
+        baseline_trial=0,
+    )
+    assert [(row.config, row.verdict) for row in result.rows] == [("max_num_seqs=8", "ok")]
+    assert result.unmatched_configs == ["max_num_seqs=2"]
