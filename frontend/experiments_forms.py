@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from dataclasses import dataclass, field
 
 from django.db import transaction
@@ -518,6 +519,50 @@ class FitCell:
                 digits = 1 if self.kv_tokens < 10 * size else 0
                 return f"{self.kv_tokens / size:.{digits}f}{unit} tokens"
         return f"{self.kv_tokens} tokens"
+
+
+def builder_fit_json(values: dict[str, str], membership: Membership) -> dict | None:
+    """Whether the chosen model fits the chosen GPUs, for the builder's panel: weights
+    against memory and the KV cache left at gpu_memory_utilization 0.9 (``model_fit_rows``'s
+    maths); None until the model, GPU type and count name real ones (the form's own errors
+    say what is wrong with them)."""
+    try:
+        count = int(values.get("gpu_count", ""))
+    except ValueError:
+        return None
+    model = ModelSpec.objects.filter(
+        organization_id=membership.organization_id, pk=_uuid_or_none(values.get("model"))
+    ).first()
+    gpu = GpuType.objects.filter(pk=values.get("gpu_type") or None).first()
+    if model is None or gpu is None or not 1 <= count <= max(FIT_GPU_COUNTS):
+        return None
+    memory = gpu.vram_gb * GIB * count
+    left = memory * FIT_GPU_MEMORY_UTILIZATION - model.weight_bytes
+    per_token = model.kv_cache_bytes_per_token()
+    kv_tokens = max(0, int(left // per_token)) if per_token else 0
+    cell = FitCell(gpu_count=count, fits=model.weight_bytes <= memory, kv_tokens=kv_tokens)
+    weights_gb, memory_gb = model.weight_bytes / GIB, memory / GIB
+    if not cell.fits:
+        text = (
+            f"{model.name} does not fit: {weights_gb:,.1f} GiB of weights, "
+            f"{memory_gb:,.0f} GiB on {count}× {gpu.display_name}."
+        )
+    else:
+        full = kv_tokens // model.max_context if model.max_context else 0
+        text = (
+            f"{weights_gb:,.1f} GiB of weights on {memory_gb:,.0f} GiB ({count}× "
+            f"{gpu.display_name}); KV cache ≈ {cell.kv_text} at "
+            f"gpu_memory_utilization {FIT_GPU_MEMORY_UTILIZATION}, {full:,} "
+            f"sequence{'' if full == 1 else 's'} at the full {model.max_context:,}-token context."
+        )
+    return {"fits": cell.fits, "kv_tokens": kv_tokens, "text": text}
+
+
+def _uuid_or_none(text: str | None):
+    try:
+        return uuid.UUID(text or "")
+    except ValueError:
+        return None
 
 
 def model_fit_rows(model: ModelSpec, gpu_types: list[GpuType]) -> list[tuple[GpuType, list]]:

@@ -178,6 +178,7 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         "invalid_flags": forms.invalid_grid_flags(outcome.fields),
         "trials": outcome.trials,
         "estimate": forms.estimate_json(outcome.estimate),
+        "fit": forms.builder_fit_json(form.values, membership),
         "action_url": action,
         "check_url": check,
         "models": scoped(membership, ModelSpec).order_by("name", "id"),
@@ -279,8 +280,9 @@ def experiment_check(request, org: str, experiment_id=None):
     experiment = None
     if experiment_id is not None:
         experiment = access_experiment(membership=membership, experiment_id=experiment_id)
+    form = forms.builder_form_from_post(request.POST)
     outcome = forms.builder_submit(
-        form=forms.builder_form_from_post(request.POST),
+        form=form,
         membership=membership,
         actor=actor_from_request(request),
         experiment=experiment,
@@ -293,6 +295,7 @@ def experiment_check(request, org: str, experiment_id=None):
             "fields": outcome.fields,
             "slots": outcome.slots,
             "estimate": forms.estimate_json(outcome.estimate),
+            "fit": forms.builder_fit_json(form.values, membership),
         }
     )
 

@@ -9,9 +9,9 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from frontend.experiments_forms import error_slot
+from frontend.experiments_forms import error_slot, model_fit_rows
 from runs.model_presets import MODEL_PRESETS
-from runs.models import AuditEvent, Experiment, ModelSpec, Run
+from runs.models import AuditEvent, Experiment, GpuType, ModelSpec, Run
 
 from .conftest import H100, experiment_payload, make_experiment, make_model
 from .db_state import database_state
@@ -551,3 +551,33 @@ def test_it_names_the_missing_dataset_of_a_sharegpt_workload(alice):
     checked = signed_in(alice).post("/o/acme/experiments/check/", form).json()
     assert "workload.dataset.dataset_id" in checked["fields"]
     assert checked["slots"]["dataset_id"] == checked["fields"]["workload.dataset.dataset_id"]
+
+
+def test_it_tells_in_the_builder_whether_the_model_fits_the_chosen_gpus(alice, charlie):
+    """The live panel and the page without JavaScript both say how the model's weights sit
+    in the GPUs' memory and how much KV cache is left (the models page's maths)."""
+    model = make_model(alice.org)  # Llama 3.1 8B in bf16: about 15 GiB of weights
+    client = signed_in(alice)
+    fit = client.post("/o/acme/experiments/check/", builder_form(model)).json()["fit"]
+    ((_, cells),) = model_fit_rows(model, [GpuType.objects.get(pk=H100)])
+    assert fit["fits"] is True and fit["kv_tokens"] == cells[0].kv_tokens > 0
+    assert "GiB of weights on 80 GiB (1× H100 SXM 80GB)" in fit["text"]
+    assert f"KV cache ≈ {cells[0].kv_text}" in fit["text"]
+
+    big = make_model(alice.org, **MODEL_PRESETS["llama-3.1-70b-instruct"])
+    small_gpu = builder_form(big, gpu_type="NVIDIA GeForce RTX 4090", gpu_count="2")
+    fit = client.post("/o/acme/experiments/check/", small_gpu).json()["fit"]
+    assert fit["fits"] is False and fit["text"].startswith("Llama")
+    assert "does not fit" in fit["text"] and "48 GiB on 2× RTX 4090 24GB" in fit["text"]
+    page = client.post("/o/acme/experiments/new/", small_gpu | {"action": "check"})
+    assert 'id="live-fit" class="error"' in page.content.decode()
+
+    # Until the model and GPUs name real ones there is nothing to say.
+    for draft in (
+        builder_form(model) | {"model": str(uuid.uuid4())},
+        builder_form(model, gpu_count="x"),
+        builder_form(model, gpu_count="9"),
+        # Another organization's model is never described.
+        builder_form(make_model(charlie.org)),
+    ):
+        assert client.post("/o/acme/experiments/check/", draft).json()["fit"] is None

@@ -139,6 +139,7 @@
     duration: document.getElementById("live-duration"),
     budget: document.getElementById("live-budget"),
     source: document.getElementById("live-source"),
+    fit: document.getElementById("live-fit"),
     warnings: document.getElementById("live-warnings"),
     status: document.getElementById("live-status"),
   };
@@ -189,6 +190,8 @@
     figures.cost.textContent = estimate ? estimate.cost_text : "–";
     figures.duration.textContent = estimate ? estimate.duration_text : "–";
     figures.source.textContent = estimate ? "Price: " + estimate.price_source : "";
+    figures.fit.textContent = result.fit ? result.fit.text : "";
+    figures.fit.className = result.fit && !result.fit.fits ? "error" : "muted";
     figures.budget.className = estimate && estimate.within_budget === false ? "error" : "muted";
     if (!estimate || estimate.within_budget === null) {
       figures.budget.textContent = "";
