@@ -15,6 +15,7 @@ test-output/screenshots/a11y-AREA-PAGE-VIEWPORT.png for review.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from django.test import Client
 
 from runs.actors import Actor
 from runs.models import Membership
+from runs.services.experiments import dataset_upload
 from runs.services.promotions import promotion_approve, promotion_propose
 from tests.site.report_data import History, build_history
 
@@ -83,6 +85,7 @@ AREAS: dict[str, list[Page]] = {
         ("experiments", "alice", lambda s: f"/o/{s.org}/experiments/"),
         ("builder", "alice", lambda s: f"/o/{s.org}/experiments/new/"),
         ("experiment", "alice", lambda s: f"/o/{s.org}/experiments/{s.history.small.id}/"),
+        ("datasets", "alice", lambda s: f"/o/{s.org}/experiments/datasets/"),
     ],
     "runs": [
         # An ended simulated run with its measurements.
@@ -125,7 +128,8 @@ def axe() -> Axe:
 
 @pytest.fixture
 def seeded(alice, mallory, charlie) -> Seeded:
-    """Acme's report history with one approved promotion (mallory proposed, alice approved)."""
+    """Acme's report history with one approved promotion (mallory proposed, alice approved)
+    and one uploaded dataset."""
     history = build_history(alice.org)
 
     def as_person(person):
@@ -134,6 +138,13 @@ def seeded(alice, mallory, charlie) -> Seeded:
 
     promotion = promotion_propose(**as_person(mallory), trial=history.t128, note="Cheapest.")
     promotion_approve(**as_person(alice), promotion=promotion, comment="Ship it.")
+    chats = [{"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hey"}]}]
+    dataset_upload(
+        org=alice.org,
+        actor=as_person(alice)["actor"],
+        name="support chats",
+        raw=json.dumps(chats).encode(),
+    )
     return Seeded(history=history, promotion_id=str(promotion.id))
 
 
