@@ -4,8 +4,12 @@ size against cost, spend against budgets, and the model choice for one experimen
 Guarantees:
 - Every figure is computed by ``runs.costs`` (exact ``Decimal``, rounded once to 0.0001 USD)
   with the pricing rule of ``runs.selectors.trial_costs``, read in a fixed number of queries
-  whatever the number of runs. A trial of an ended run has its figures computed once per
-  price and kept in this process (``EndedTrialFigures`` says why that is never stale).
+  whatever the number of runs. A trial of an ended run is read as one row of its level
+  figures (``runs.report_figures``, kept when its pod is released) to which today's price,
+  cold start and engine are applied: nothing price-, engine- or SLO-dependent is kept in the
+  database, so a change of those is seen by the next report. A trial without figures of
+  today's rules is worked out from its levels. The priced figures of ended runs are kept in
+  this process too (``EndedTrialFigures`` says why that is never stale).
 - Simulated figures are never ranked with measured ones: every function returns them apart
   (``simulated`` on each figure, separate lists), and a trial counts as simulated when its
   run's frozen experiment or its experiment says ``engine: sim`` or any of its levels carries
@@ -23,19 +27,12 @@ from datetime import UTC, date
 from decimal import ROUND_HALF_EVEN, Decimal
 from uuid import UUID
 
-from django.db import connections
-from django.db.models import CharField, Count, Func, JSONField, Sum, Value
+from django.db.models import CharField, Count, Sum
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, TruncMonth
 
-from runs.costs import (
-    TrialCost,
-    level_load,
-    level_qualifies,
-    pod_usd_per_hr,
-    round_usd,
-    trial_cost_per_million_output_tokens,
-)
+from runs import report_figures
+from runs.costs import TrialCost, pod_usd_per_hr, round_usd
 from runs.models import (
     Budget,
     Experiment,
@@ -46,11 +43,19 @@ from runs.models import (
     PromotionState,
     Run,
     Trial,
+    TrialLevelFigures,
 )
 from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
+from runs.report_figures import (
+    SLO_METRICS,
+    LevelFigures,
+    level_figures,
+    levels_of_trials,
+    stored_level_figures,
+    trial_cost,
+)
 from runs.selectors import GpuPrice, gpu_price
 
-SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
 TENTH = Decimal("0.1")
 
 
@@ -59,37 +64,6 @@ def tenth(value) -> Decimal | None:
     if value is None:
         return None
     return Decimal(str(value)).quantize(TENTH, rounding=ROUND_HALF_EVEN)
-
-
-# What the reports read of a level's result (``runs.costs`` and ``TrialFigure``): on
-# PostgreSQL only these keys leave the database, so the rest of each result (dozens of
-# percentiles) is never sent nor decoded. A figure's ``cost.level`` holds only these, and
-# the level's load.
-LEVEL_KEYS = (
-    "completed",
-    "failed",
-    "partial",
-    "slo",
-    "simulated",
-    "output_throughput",
-    *(f"p99_{metric}_ms" for metric in SLO_METRICS),
-)
-
-
-class _LevelFigures(Func):
-    """``result`` cut down to ``LEVEL_KEYS`` (a key the result lacks comes back null)."""
-
-    function = "jsonb_build_object"
-    output_field = JSONField()
-
-    def __init__(self, column: str):
-        pairs = [part for key in LEVEL_KEYS for part in (Value(key), KeyTransform(key, column))]
-        super().__init__(*pairs)
-
-
-def _level_column(alias: str) -> str | Func:
-    # Elsewhere (the SQLite demo) the whole result is read: the same keys, more bytes.
-    return _LevelFigures("result") if connections[alias].vendor == "postgresql" else "result"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,74 +167,58 @@ def _partial_instance(model, db: str, **values):
     return model.from_db(db, names, [values[name] for name in names])
 
 
-def _levels_simulated(levels: Iterable[dict]) -> bool:
-    return any(level.get("simulated") not in (None, False) for level in levels)
-
-
 def trial_is_simulated(trial: Trial) -> bool:
     """Whether a trial's figures come from the simulator (see the module docstring)."""
     run = trial.run
     engine = (run.experiment_snapshot or {}).get("engine")
     if engine == "sim" or run.experiment.engine == "sim":
         return True
-    return _levels_simulated(m.result for m in trial.measurements.all())
-
-
-def _level(concurrency, request_rate, infinite, result) -> dict:
-    # As runs.selectors: the stored columns are authoritative for the load of a level. A
-    # key the result lacks comes back null from PostgreSQL: left out, as it was.
-    level = {
-        k: v
-        for k, v in result.items()
-        if v is not None and k not in ("concurrency", "request_rate")
-    }
-    if concurrency is not None:
-        level["concurrency"] = concurrency
-    else:
-        level["request_rate"] = "inf" if infinite else request_rate
-    return level
+    return any(m.result.get("simulated") not in (None, False) for m in trial.measurements.all())
 
 
 @dataclass(frozen=True, slots=True)
-class _Computed:
-    """What a trial's levels give at one pricing: (pod rate, its source, simulated by its
-    experiment's engine), the inputs of its cost that are not its levels nor its cold start."""
+class _Priced:
+    """A trial's figures at one pricing: ``key`` is (level figure rules, (pod rate, its source,
+    simulated by its experiment's engine)), the inputs of its cost besides its levels and cold
+    start."""
 
     run_key: str
-    pricing: tuple
+    key: tuple
     cost: TrialCost
     qualifying: tuple[str, ...]
     levels_simulated: bool
 
 
 class EndedTrialFigures:
-    """The computed figures of trials whose run has ended, kept in this process's memory.
+    """The priced figures of trials whose run has ended, kept in this process's memory.
 
-    Sound because an ended run is frozen: ingest refuses every message once a run is in a
-    terminal state (``runs.services.ingest``), so its trials' levels and cold start never
-    change again. What may still change — the price of a run not billed at its own rate (the
-    catalogue, the organization's override, the experiment's GPU type, cloud or count) and
-    whether the experiment is simulated — is the entry's ``pricing``: an entry whose pricing
-    is not today's is computed again, never served. An entry also names its run, whose
-    random UUID keeps a re-created database's reused trial ids from meeting an old entry.
-    Bounded, least recently used out first; safe to share between threads.
+    They spare a report the arithmetic of thousands of trials on every view (most of its
+    time once the levels are no longer read). Sound because an ended run is frozen: ingest
+    refuses every message once a run is in a terminal state (``runs.services.ingest``), so
+    its trials' levels and cold start never change again. What may still change — the price
+    of a run not billed at its own rate (the catalogue, the organization's override, the
+    experiment's GPU type, cloud or count), whether the experiment is simulated, and the
+    rules of the level figures — is the entry's ``key``: an entry whose key is not today's is
+    priced again, never served. An entry also names its run, whose random UUID keeps a
+    re-created database's reused trial ids from meeting an old entry. Bounded, least
+    recently used out first; safe to share between threads.
     """
 
     def __init__(self, max_trials: int):
         self.max_trials = max_trials
-        self._entries: OrderedDict[int, _Computed] = OrderedDict()
+        self._entries: OrderedDict[int, _Priced] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, trial_id: int, run_key: str, pricing: tuple) -> _Computed | None:
-        """The entry of this trial of that run if it holds for ``pricing``, else None."""
+    def get(self, trial_id: int, run_key: str, key: tuple) -> _Priced | None:
+        """The entry of this trial of that run if it holds for ``key``, else None."""
         with self._lock:
             entry = self._entries.get(trial_id)
-            if entry is None or entry.run_key != run_key or entry.pricing != pricing:
+            if entry is None or entry.run_key != run_key or entry.key != key:
                 return None
             self._entries.move_to_end(trial_id)
             return entry
 
-    def put_many(self, entries: dict[int, _Computed]) -> None:
+    def put_many(self, entries: dict[int, _Priced]) -> None:
         with self._lock:
             for trial_id, entry in entries.items():
                 self._entries[trial_id] = entry
@@ -279,7 +237,8 @@ class EndedTrialFigures:
 # About 4 kB a trial (its cost, chosen level and notes): 10,000 trials — five organizations
 # of 1,000 runs — hold at most 40 MB.
 ended_trial_figures = EndedTrialFigures(max_trials=10_000)
-# Below this many trials to compute, their levels are read by id; above, all of the report's.
+# Below this many trials to work out from their levels, their levels are read by id; above,
+# all of the report's.
 _LEVELS_BY_ID = 500
 
 
@@ -287,8 +246,9 @@ def trial_figures(
     *, org: Organization, experiments: Iterable[Experiment] | None = None
 ) -> list[TrialFigure]:
     """Every succeeded trial of the organization's runs (of ``experiments`` when given),
-    priced at its best level under its experiment's SLOs. The levels of a trial of an ended
-    run are read and computed once per pricing (``EndedTrialFigures``)."""
+    priced at its best level under its experiment's SLOs. A trial of an ended run is read
+    with its level figures (``runs.report_figures``) instead of its levels, and priced once
+    per pricing in this process (``EndedTrialFigures``)."""
     trials = Trial.objects.filter(run__organization=org, outcome=TrialOutcome.SUCCEEDED)
     levels_query = Measurement.objects.filter(
         trial__run__organization=org, trial__outcome=TrialOutcome.SUCCEEDED
@@ -340,16 +300,60 @@ def trial_figures(
             )
         return pricings[key]
 
-    computed: dict[int, _Computed] = {}
-    missing = []
+    # A trial of an ended run priced before at the same pricing is taken from this
+    # process's memory; the others are priced from their level figures, kept (one row each,
+    # read here) or, when none are kept, worked out from the levels read here.
+    rules = report_figures.FIGURES_RULES
+    computed: dict[int, _Priced] = {}
+    pending = []
     for row in rows:
-        entry = ended_trial_figures.get(row.id, row.run_key, pricing_of(row))
-        if entry is None:
-            missing.append(row)
-        else:
+        entry = row.run__state in TERMINAL_RUN_STATES and ended_trial_figures.get(
+            row.id, row.run_key, (rules, pricing_of(row))
+        )
+        if entry:
             computed[row.id] = entry
+        else:
+            pending.append(row)
+    level_figures_of: dict[int, LevelFigures] = {}
+    ended_pending = {row.id for row in pending if row.run__state in TERMINAL_RUN_STATES}
+    if ended_pending:
+        kept = TrialLevelFigures.objects.filter(rules=rules)
+        if len(ended_pending) <= _LEVELS_BY_ID:
+            kept = kept.filter(trial_id__in=ended_pending)
+        else:
+            kept = kept.filter(trial__in=trials)
+        for trial_id, *figures in kept.values_list(
+            "trial_id", "deciding_levels", "qualifying", "levels_simulated"
+        ):
+            if trial_id in ended_pending:  # only an ended run's levels are frozen
+                level_figures_of[trial_id] = stored_level_figures(rules, *figures)
+    missing = [row.id for row in pending if row.id not in level_figures_of]
     if missing:
-        computed |= _compute(missing, levels_query, pricing_of)
+        if len(missing) <= _LEVELS_BY_ID:
+            levels_query = levels_query.filter(trial_id__in=missing)
+        levels = levels_of_trials(levels_query)
+        for trial_id in missing:
+            level_figures_of[trial_id] = level_figures(levels.get(trial_id, []))
+    ended = {}
+    for row in pending:
+        rate, source, simulated_engine = pricing = pricing_of(row)
+        levels = level_figures_of[row.id]
+        entry = computed[row.id] = _Priced(
+            run_key=row.run_key,
+            key=(rules, pricing),
+            cost=trial_cost(
+                levels,
+                pod_usd_per_hr=rate,
+                price_source=source,
+                simulated_engine=simulated_engine,
+                cold_start=row.cold_start,
+            ),
+            qualifying=levels.qualifying,
+            levels_simulated=levels.levels_simulated,
+        )
+        if row.run__state in TERMINAL_RUN_STATES:
+            ended[row.id] = entry
+    ended_trial_figures.put_many(ended)
 
     figures = []
     for row in rows:
@@ -367,7 +371,7 @@ def trial_figures(
                     row.run__pod_gpu_type or row.frozen_gpu_type or experiment.gpu_type_id
                 ),
                 gpu_count=int(row.frozen_gpu_count or experiment.gpu_count),
-                simulated=entry.pricing[2] or entry.levels_simulated,
+                simulated=entry.key[1][2] or entry.levels_simulated,
                 cost=entry.cost,
                 slos=row.frozen_slos or experiment.slos or {},
                 qualifying=entry.qualifying,
@@ -399,49 +403,6 @@ def _pricing(*, org, experiment, billed_rate, frozen_engine, gpu_prices) -> tupl
         )
         source = f"{price.source}; per GPU-hour × {experiment.gpu_count} GPU(s)"
     return rate, source, frozen_engine == "sim" or experiment.engine == "sim"
-
-
-def _compute(rows: list, levels_query, pricing_of) -> dict[int, _Computed]:
-    """The figures of ``rows`` (``trial_figures``' rows) from their levels; those of ended
-    runs are kept for next time."""
-    if len(rows) <= _LEVELS_BY_ID:
-        levels_query = levels_query.filter(trial_id__in=[row.id for row in rows])
-    levels_of: dict[int, list[dict]] = {}
-    for trial_id, *level in levels_query.order_by("created_at", "id").values_list(
-        "trial_id",
-        "concurrency",
-        "request_rate",
-        "request_rate_infinite",
-        _level_column(levels_query.db),
-    ):
-        levels_of.setdefault(trial_id, []).append(_level(*level))
-    computed, ended = {}, {}
-    for row in rows:
-        rate, source, simulated_engine = pricing = pricing_of(row)
-        levels = levels_of.get(row.id, [])
-        levels_simulated = _levels_simulated(levels)
-        entry = computed[row.id] = _Computed(
-            run_key=row.run_key,
-            pricing=pricing,
-            cost=trial_cost_per_million_output_tokens(
-                levels,
-                pod_usd_per_hr=rate,
-                cold_start=row.cold_start,
-                price_source=source,
-                simulated=simulated_engine or levels_simulated,
-            ),
-            qualifying=tuple(
-                f"{kind}={level[kind]}"
-                for level in levels
-                for kind, _ in [level_load(level)]
-                if level_qualifies(level)
-            ),
-            levels_simulated=levels_simulated,
-        )
-        if row.run__state in TERMINAL_RUN_STATES:
-            ended[row.id] = entry
-    ended_trial_figures.put_many(ended)
-    return computed
 
 
 def _cost_key(figure: TrialFigure):

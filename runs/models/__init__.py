@@ -1,11 +1,12 @@
 """Every durable fact of Benchsite. Each tenant-owned row carries its organization."""
 
 from runs.models.agent import AgentMessageRecord
-from runs.models.audit import AuditEvent
+from runs.models.audit import AuditChainCheckpoint, AuditEvent
 from runs.models.budgets import Budget
 from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
 from runs.models.credentials import CredentialProvider, ProviderCredential
 from runs.models.experiments import Experiment, WorkloadDataset
+from runs.models.figures import TrialLevelFigures
 from runs.models.promotions import Promotion, PromotionState
 from runs.models.runs import Measurement, Run, Trial
 from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
@@ -13,6 +14,7 @@ from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
 __all__ = [
     "AgentMessageRecord",
     "ApiToken",
+    "AuditChainCheckpoint",
     "AuditEvent",
     "Budget",
     "CredentialProvider",
@@ -29,6 +31,7 @@ __all__ = [
     "Role",
     "Run",
     "Trial",
+    "TrialLevelFigures",
     "User",
     "WorkloadDataset",
 ]

@@ -71,3 +71,28 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.organization_id}#{self.seq} {self.event}"
+
+
+class AuditChainCheckpoint(models.Model):
+    """How far an organization's chain is known to verify, and the last full verification.
+
+    ``seq``/``hash``: every event up to ``seq`` linked up and matched its hash when it was
+    checked (``verified_at``), and event ``seq`` had ``hash``; the page then verifies only the
+    events after it. ``full_*``: the last walk of the whole chain from its first event, and the
+    break it found, if any — which the page shows until a full walk verifies again.
+    Written only by ``runs.audit``.
+    """
+
+    organization = models.OneToOneField(
+        Organization, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    seq = models.PositiveBigIntegerField()
+    hash = models.CharField(max_length=64)
+    verified_at = models.DateTimeField()
+    full_verified_at = models.DateTimeField(null=True, blank=True)
+    full_break_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    full_break_event_id = models.BigIntegerField(null=True, blank=True)
+    full_break_reason = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.organization_id} verified to #{self.seq}"

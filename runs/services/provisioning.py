@@ -47,6 +47,7 @@ from runs.providers.base import (
     pod_name,
 )
 from runs.providers.registry import provider_for, provider_name_for
+from runs.report_figures import trial_level_figures_record
 from runs.selectors import gpu_price
 from runs.services.run_tokens import run_token_issue
 
@@ -220,9 +221,12 @@ def run_accrued_cost(run: Run, *, until: datetime.datetime) -> tuple[Decimal, De
 
 
 def run_release_pod(*, run_id) -> bool:
-    """Terminates the run's pod (idempotent) and records the final billed seconds and cost.
-    Returns whether a pod was released now."""
+    """Terminates the run's pod (idempotent) and records the final billed seconds and cost;
+    keeps its trials' level figures for the reports once it has ended. Returns whether a pod
+    was released now."""
     run = Run.objects.select_related("experiment", "organization").get(id=run_id)
+    # Its levels are frozen once it has ended: what they give is kept for the reports.
+    trial_level_figures_record(run_ids=[run.id])
     if not run.pod_id or run.pod_terminated_at is not None:
         return False
     provider = provider_for(org=run.organization, name=run.provider or "local")

@@ -1,6 +1,6 @@
-"""The managers' reports at scale: a fixed number of queries whatever the number of runs, and
-the figures of ended runs kept in memory (``runs.reports.EndedTrialFigures``) without ever
-serving a stale one."""
+"""The managers' reports at scale: a fixed number of queries whatever the number of runs, with
+or without the level figures kept for ended runs (``runs.report_figures``), and the same
+figures either way."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from runs import reports
-from runs.models import AuditEvent, GpuType, Measurement, Run
+from runs import report_figures, reports
+from runs.models import AuditEvent, GpuType, Measurement, Run, TrialLevelFigures
 from runs.models.runs import RunState
+from runs.report_figures import trial_level_figures_record
 from runs.reports import EndedTrialFigures, ended_trial_figures, trial_figures
 from runs.selectors import trial_costs
 from runs.services.catalogue import gpu_price_set
@@ -27,8 +28,8 @@ COSTS = "/o/acme/reports/costs/"
 
 
 @pytest.fixture(autouse=True)
-def no_kept_figures():
-    # The memo lives as long as the process: each test starts from nothing.
+def nothing_priced_in_memory():
+    # The priced figures of ended runs live as long as the process: each test starts afresh.
     ended_trial_figures.clear()
     yield
     ended_trial_figures.clear()
@@ -118,48 +119,72 @@ def like_the_selector(figures) -> bool:
 # --- Queries ---------------------------------------------------------------------------------
 
 
-def test_it_reads_the_cost_report_in_as_many_queries_for_ten_times_the_runs(history, web):
+def levels_read(client, path: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(path).status_code == 200
+    return sum("runs_measurement" in q["sql"] for q in queries)
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["figures kept", "from the levels"])
+def test_it_reads_the_cost_report_in_as_many_queries_for_ten_times_the_runs(history, web, kept):
     add_runs(history, 3)
-    cold_few, warm_few = queries_of(web, COSTS), queries_of(web, COSTS)
+    if kept:
+        trial_level_figures_record()
+    ended_trial_figures.clear()
+    few = queries_of(web, COSTS), queries_of(web, COSTS)  # afresh, then priced in memory
     compared_few = web.get(COSTS, {"csv": "measured"}).content.decode()
     add_runs(history, 27, first=3)
+    if kept:
+        trial_level_figures_record()
     ended_trial_figures.clear()
-    cold_many, warm_many = queries_of(web, COSTS), queries_of(web, COSTS)
-    assert (cold_many, warm_many) == (cold_few, warm_few)
-    # Once kept, the ended runs' levels are not read again.
-    assert warm_few == cold_few - 1
+    assert (queries_of(web, COSTS), queries_of(web, COSTS)) == few
+    # With the figures kept, no level is read at all; without, once per report afresh.
+    ended_trial_figures.clear()
+    assert levels_read(web, COSTS) == (0 if kept else 1)
+    assert levels_read(web, COSTS) == 0
     # Every run was read: llama-8b has a third of the added runs, two trials each (2 + 2 × 1
     # trials compared, then 2 + 2 × 10).
     assert ",4 / 4\r\n" in compared_few
     assert ",22 / 22\r\n" in web.get(COSTS, {"csv": "measured"}).content.decode()
 
 
-def test_it_reads_the_model_choice_in_as_many_queries_for_ten_times_the_runs(history, web):
+@pytest.mark.parametrize("kept", [True, False], ids=["figures kept", "from the levels"])
+def test_it_reads_the_model_choice_in_as_many_queries_for_ten_times_the_runs(history, web, kept):
     path = f"/o/acme/reports/choice/{history.small.id}/"
     add_runs(history, 3)
-    few = queries_of(web, path)
-    add_runs(history, 27, first=3)
+    if kept:
+        trial_level_figures_record()
     ended_trial_figures.clear()
-    assert queries_of(web, path) == few
+    few = queries_of(web, path), queries_of(web, path)
+    add_runs(history, 27, first=3)
+    if kept:
+        trial_level_figures_record()
+    ended_trial_figures.clear()
+    assert (queries_of(web, path), queries_of(web, path)) == few
 
 
 # --- Figures kept for ended runs -----------------------------------------------------------------
 
 
-def test_it_reads_the_levels_of_an_ended_run_once(history, alice):
-    first = trial_figures(org=alice.org)
+def test_it_reads_no_level_of_an_ended_run_whose_figures_are_kept(history, alice):
+    fresh = trial_figures(org=alice.org)
+    assert trial_level_figures_record() == 5
+    ended_trial_figures.clear()  # as in a process started afresh
     with CaptureQueriesContext(connection) as queries:
-        again = trial_figures(org=alice.org)
+        kept = trial_figures(org=alice.org)
     assert not [q for q in queries if "runs_measurement" in q["sql"]]
-    assert [compared(f) for f in again] == [compared(f) for f in first]
-    assert like_the_selector(again)
-    assert len(ended_trial_figures) == 5
+    assert [compared(f) for f in kept] == [compared(f) for f in fresh]
+    assert like_the_selector(kept)
 
 
 def test_it_reads_the_levels_of_a_run_still_going_every_time(history, alice):
+    trial_level_figures_record()
     run = add_run(history.small, created_at=datetime(2025, 3, 1, tzinfo=UTC))
     Run.objects.filter(pk=run.pk).update(state=RunState.BENCHMARKING)
     trial = add_trial(run, 0, {"max_num_seqs": 256}, [level(8, 2000.0, 100.0)])
+    # Nothing is kept for a run that has not ended: its levels may still change.
+    assert trial_level_figures_record(run_ids=[run.id]) == 0
+    assert not TrialLevelFigures.objects.filter(trial=trial).exists()
 
     def figure():
         return next(f for f in trial_figures(org=alice.org) if f.trial_id == trial.id)
@@ -172,10 +197,10 @@ def test_it_reads_the_levels_of_a_run_still_going_every_time(history, alice):
     assert latest.cost.load == "concurrency=64"
     assert latest.usd_per_million == Decimal("0.1847")
     assert latest.qualifying_loads() == ["concurrency=8", "concurrency=64"]
-    assert len(ended_trial_figures) == 5  # the other trials' runs ended; this one did not
 
 
 def test_it_prices_kept_figures_again_when_a_price_changes(history, alice):
+    trial_level_figures_record()
     trial_figures(org=alice.org)
     gpu_price_set(
         org=alice.org,
@@ -199,6 +224,7 @@ def test_it_prices_kept_figures_again_when_a_price_changes(history, alice):
 def test_it_labels_kept_figures_simulated_when_their_experiment_turns_to_the_simulator(
     history, alice
 ):
+    trial_level_figures_record()
     assert not next(
         f for f in trial_figures(org=alice.org) if f.trial_id == history.tqwen.id
     ).simulated
@@ -212,10 +238,31 @@ def test_it_gives_the_same_figures_from_the_whole_result_as_from_the_keys_it_pic
     history, alice, monkeypatch
 ):
     picked = [compared(f) for f in trial_figures(org=alice.org)]
-    ended_trial_figures.clear()
     # How another database than PostgreSQL reads the levels (the SQLite demo).
-    monkeypatch.setattr(reports, "_level_column", lambda alias: "result")
+    monkeypatch.setattr(report_figures, "level_column", lambda alias: "result")
+    ended_trial_figures.clear()
     assert [compared(f) for f in trial_figures(org=alice.org)] == picked
+    trial_level_figures_record()
+    ended_trial_figures.clear()
+    assert [compared(f) for f in trial_figures(org=alice.org)] == picked
+
+
+# --- Figures priced in memory ----------------------------------------------------------------
+
+
+def test_it_reads_no_kept_figure_of_a_trial_priced_before(history, alice, monkeypatch):
+    trial_level_figures_record()
+    first = trial_figures(org=alice.org)
+    assert len(ended_trial_figures) == 5
+    decoded = []
+    original = report_figures.stored_level_figures
+    monkeypatch.setattr(
+        reports, "stored_level_figures", lambda *row: decoded.append(row) or original(*row)
+    )
+    again = trial_figures(org=alice.org)
+    assert decoded == []
+    assert [compared(f) for f in again] == [compared(f) for f in first]
+    assert like_the_selector(again)
 
 
 def test_it_keeps_at_most_its_bound_of_trials(history, alice, monkeypatch):
@@ -223,19 +270,22 @@ def test_it_keeps_at_most_its_bound_of_trials(history, alice, monkeypatch):
     monkeypatch.setattr(reports, "ended_trial_figures", bounded)
     figures = trial_figures(org=alice.org)
     assert len(bounded) == 2
-    # The most recently computed are kept; the others are computed again, the same.
+    # The most recently priced are kept; the others are priced again, the same.
     assert [compared(f) for f in trial_figures(org=alice.org)] == [compared(f) for f in figures]
 
 
-def test_it_never_serves_a_kept_figure_for_another_run(history, alice):
+def test_it_never_serves_a_figure_priced_for_another_run_rules_or_price(history, alice):
     figure = trial_figures(org=alice.org)[0]
-    pricing = (figure.cost.pod_usd_per_hr, figure.cost.price_source, False)
-    kept = ended_trial_figures.get(figure.trial_id, figure.run_key, pricing)
+    rules = report_figures.FIGURES_RULES
+    key = (rules, (figure.cost.pod_usd_per_hr, figure.cost.price_source, False))
+    kept = ended_trial_figures.get(figure.trial_id, figure.run_key, key)
     assert kept is not None and kept.cost == figure.cost
     # The same trial id in a re-created database belongs to another run.
-    other_run = ended_trial_figures.get(figure.trial_id, str(history.tbig.run_id), pricing)
-    assert other_run is None
-    assert ended_trial_figures.get(figure.trial_id, figure.run_key, (None, "", False)) is None
+    assert ended_trial_figures.get(figure.trial_id, str(history.tbig.run_id), key) is None
+    assert (
+        ended_trial_figures.get(figure.trial_id, figure.run_key, (rules, (None, "", False))) is None
+    )
+    assert ended_trial_figures.get(figure.trial_id, figure.run_key, (rules + 1, key[1])) is None
 
 
 # --- The audit log export --------------------------------------------------------------------
