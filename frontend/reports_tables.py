@@ -66,6 +66,14 @@ def text(value) -> str:
     return str(value)
 
 
+def billions(count: int | None) -> Decimal | None:
+    """A parameter count in billions to 0.01 (70553706496 → 70.55): readable on the page and
+    still a number in the CSV."""
+    if count is None:
+        return None
+    return (Decimal(count) / 10**9).quantize(Decimal("0.01"))
+
+
 def num(value) -> Cell:
     return Cell(text(value), numeric=True)
 
@@ -124,7 +132,7 @@ COST_COLUMNS = [
     "SLOs",
     "Experiment",
     "Run · trial",
-    "Parameters",
+    "Parameters (B)",
     "Trials priced / compared",
 ]
 
@@ -149,7 +157,7 @@ def cost_table(
                 Cell(slos_text(f.slos)),
                 Cell(f.experiment.name),
                 run_cell(f, run_href),
-                num(f.model.parameter_count),
+                num(billions(f.model.parameter_count)),
                 num(f"{best.trials_priced} / {best.trials_compared}"),
             ]
         )
@@ -165,7 +173,7 @@ def _tput(figure: TrialFigure):
 
 MODEL_COLUMNS = [
     "Model",
-    "Parameters",
+    "Parameters (B)",
     "USD / 1M output tokens",
     "GPUs",
     "Best config",
@@ -186,7 +194,7 @@ def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bo
         rows.append(
             [
                 Cell(f.model.name),
-                num(f.model.parameter_count),
+                num(billions(f.model.parameter_count)),
                 num(f.usd_per_million),
                 Cell(gpus_text(f)),
                 Cell(config_text(f.serve_config), wrap=True),

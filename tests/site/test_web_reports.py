@@ -171,6 +171,9 @@ def test_it_marks_the_pareto_front_of_size_against_cost(history, web):
     assert rows["Qwen2.5 7B Instruct"]["Pareto front"] == ""
     assert rows["Llama 3.1 70B Instruct"]["Output tok/s per GPU"] == EXPECTED["llama70_per_gpu"]
     assert rows["Llama 3.1 70B Instruct"]["p99 TTFT ms"] == "420.0"
+    # Sizes in billions to 0.01, a number in the CSV too (70,553,706,496 parameters).
+    assert rows["Llama 3.1 70B Instruct"]["Parameters (B)"] == "70.55"
+    assert rows["Qwen2.5 7B Instruct"]["Parameters (B)"] == "7.62"
     assert rows["Llama 3.1 8B Instruct"]["USD / 1M output tokens"] == EXPECTED["llama8"]["steady"]
     assert b"size-cost-chart" in response.content and b"chart.umd.min.js" in response.content
 

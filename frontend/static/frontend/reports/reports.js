@@ -12,6 +12,25 @@
     return text === "" || text === null ? null : Number(text);
   }
 
+  // 70553706496 → "70.6 B", 494032768 → "494 M": parameter counts as people say them.
+  function paramsText(count) {
+    var billions = count / 1e9;
+    if (billions >= 1) return Number(billions.toPrecision(3)) + " B";
+    return Number((count / 1e6).toPrecision(3)) + " M";
+  }
+
+  // The log axis keeps Chart.js's choice of which ticks to label; only their text changes.
+  var paramsAxis = {
+    type: "logarithmic",
+    title: { display: true, text: "Parameters" },
+    ticks: {
+      callback: function (value, index, ticks) {
+        var shown = Chart.Ticks.formatters.logarithmic.call(this, value, index, ticks);
+        return shown === "" ? "" : paramsText(value);
+      }
+    }
+  };
+
   var MEASURED = "#2f5bea";
   var AMORTIZED = "#9db2f5";
   var FRONT = "#1b7a3d";
@@ -42,7 +61,9 @@
     if (!points) return;
     var front = points.filter(function (p) { return p.pareto; })
       .sort(function (a, b) { return a.parameters - b.parameters; });
-    var label = function (ctx) { return ctx.raw.model + ": " + ctx.raw.y; };
+    var label = function (ctx) {
+      return ctx.raw.model + " (" + paramsText(ctx.raw.x) + "): " + ctx.raw.y;
+    };
     var sizeCost = document.getElementById("size-cost-chart");
     if (sizeCost) {
       new Chart(sizeCost, {
@@ -60,7 +81,7 @@
           maintainAspectRatio: false, animation: false,
           plugins: { tooltip: { callbacks: { label: label } } },
           scales: {
-            x: { type: "logarithmic", title: { display: true, text: "Parameters" } },
+            x: paramsAxis,
             y: { beginAtZero: true, title: { display: true, text: "USD per 1M output tokens" } }
           }
         }
@@ -80,7 +101,7 @@
           maintainAspectRatio: false, animation: false,
           plugins: { tooltip: { callbacks: { label: label } } },
           scales: {
-            x: { type: "logarithmic", title: { display: true, text: "Parameters" } },
+            x: paramsAxis,
             y: { beginAtZero: true, title: { display: true, text: "Output tok/s per GPU" } }
           }
         }
