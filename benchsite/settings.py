@@ -209,6 +209,8 @@ BENCHSITE_CANCEL_GRACE_SECONDS = env_int("BENCHSITE_CANCEL_GRACE_SECONDS", 60, m
 BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "", secret=True)
 _RECONCILE_SECONDS = env_int("BENCHSITE_RECONCILE_SECONDS", 30, minimum=5)
 _PRICE_REFRESH_SECONDS = env_int("BENCHSITE_PRICE_REFRESH_SECONDS", 86400, minimum=60)
+# The audit page checks only events newer than its checkpoint; this walks every chain whole.
+_AUDIT_VERIFY_SECONDS = env_int("BENCHSITE_AUDIT_VERIFY_SECONDS", 86400, minimum=60)
 # Each entry expires when the next is due: passes that fall behind are dropped, not queued up.
 CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {
@@ -220,6 +222,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tasks.gpu_prices_refresh",
         "schedule": _PRICE_REFRESH_SECONDS,
         "options": {"expires": _PRICE_REFRESH_SECONDS},
+    },
+    "audit-chains-verify": {
+        "task": "runs.tasks.audit_chains_verify",
+        "schedule": _AUDIT_VERIFY_SECONDS,
+        "options": {"expires": _AUDIT_VERIFY_SECONDS},
     },
 }
 

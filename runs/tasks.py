@@ -79,3 +79,19 @@ def gpu_prices_refresh() -> dict:
     return {
         key: value if isinstance(value, str) else len(value) for key, value in vars(report).items()
     }
+
+
+@shared_task(**TASK_OPTIONS)
+def audit_chains_verify() -> dict:
+    """Walks every organization's whole audit chain (Celery beat, daily) and records each
+    result on its checkpoint, so a break before the audit page's checkpoint is shown there
+    (``runs.audit``). Returns the slugs of broken chains."""
+    from runs.audit import audit_chain_verify_full
+    from runs.models import Organization
+
+    broken = [
+        org.slug
+        for org in Organization.objects.order_by("slug")
+        if audit_chain_verify_full(org=org) is not None
+    ]
+    return {"broken": broken}

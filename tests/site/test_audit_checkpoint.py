@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import Client
 
-from runs import audit
+from runs import audit, tasks
 from runs.audit import audit_chain_check, audit_chain_verify_full
 from runs.models import AuditChainCheckpoint, AuditEvent, ModelSpec
 
@@ -166,3 +166,23 @@ def test_it_keeps_one_checkpoint_per_organization(alice, charlie, web):
     theirs = AuditChainCheckpoint.objects.get(organization=charlie.org)
     ours = AuditChainCheckpoint.objects.get(organization=alice.org)
     assert theirs.seq == victim.seq - 1 and ours.seq == len(_events(alice.org))
+
+
+def test_the_daily_beat_task_walks_every_chain_and_the_page_says_when(
+    alice, charlie, web, settings
+):
+    entry = settings.CELERY_BEAT_SCHEDULE["audit-chains-verify"]
+    assert entry["task"] == "runs.tasks.audit_chains_verify" and entry["schedule"] == 86400
+    page = web.get(AUDIT).content.decode()
+    assert "the daily full walk has not run yet" in page
+
+    grow(alice.org, name="more")
+    _status(web)  # the page's checkpoint passes the events: only the full walk sees them now
+    victim = _events(charlie.org)[0]
+    _tamper(victim)
+    assert tasks.audit_chains_verify.delay().get() == {"broken": ["globex"]}
+    checkpoint = AuditChainCheckpoint.objects.get(organization=alice.org)
+    page = web.get(AUDIT).content.decode()
+    assert f'data-full-verified="{checkpoint.full_verified_at.isoformat()}"' in page
+    assert "The whole chain\n  was last walked" in page
+    assert audit_chain_check(org=charlie.org).chain_break.seq == victim.seq
