@@ -54,27 +54,26 @@ django.setup()
 
 def cold_child(url: str, params: str, session: str) -> None:
     """One request in this fresh process, timed to its last byte: what the first visitor of
-    a page waits for after a deploy or a restart. Only ``django.setup()`` ran before it, as
-    in a web server's worker; the URLconf and the views it imports are loaded first, timed
-    apart (a worker that loads them when it starts spares its first visitor that part), then
-    the request compiles its templates, connects to the database and reads what it shows.
+    a page waits for after a deploy or a restart. The process starts as the site's ASGI
+    worker does before it listens (``benchsite.warmup.warm_up``: URLconf, views, templates),
+    timed apart; then the request connects to the database and reads what it shows.
     Prints both times, in ms."""
     from django.conf import settings
     from django.test import Client
-    from django.urls import get_resolver
+
+    from benchsite.warmup import warm_up
 
     settings.DEBUG = False
     warnings.filterwarnings("ignore", message="No directory at", module="django.core.handlers")
-    start = time.perf_counter()
-    get_resolver().url_patterns  # noqa: B018 — what the first request would import
-    imported = time.perf_counter()
+    started = warm_up() * 1000
     client = Client()
     client.cookies[settings.SESSION_COOKIE_NAME] = session
+    start = time.perf_counter()
     response = client.get(url, json.loads(params))
     body = b"".join(response.streaming_content) if response.streaming else response.content
     done = time.perf_counter()
     assert response.status_code == 200, (url, response.status_code, body[:300])
-    print(f"{(done - start) * 1000:.3f} {(imported - start) * 1000:.3f}")
+    print(f"{(done - start) * 1000:.3f} {started:.3f}")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--cold-child"]:
@@ -516,8 +515,8 @@ def dump(client: Client, url: str, params: dict, path: Path) -> None:
 
 
 def cold_first_request(url: str, params: dict, session: str) -> tuple[float, float]:
-    """The first request of ``url`` in a fresh process (``cold_child``), in ms: in all, and
-    of that the loading of the URLconf and views."""
+    """The first request of ``url`` in a fresh process (``cold_child``), in ms, and the
+    process's start-up before it (which no visitor waits for)."""
     settings_dict = connection.settings_dict
     env = dict(os.environ)
     # The child reads the seeded test database: the parent's DATABASE_URL, renamed.
@@ -530,8 +529,8 @@ def cold_first_request(url: str, params: dict, session: str) -> tuple[float, flo
         capture_output=True,
         text=True,
     )
-    total, imports = out.stdout.strip().splitlines()[-1].split()
-    return float(total), float(imports)
+    total, startup = out.stdout.strip().splitlines()[-1].split()
+    return float(total), float(startup)
 
 
 def load_average() -> str:
@@ -660,10 +659,11 @@ def main() -> None:
         # "first": the page's first request in this process, before its warm-ups, with no
         # trial priced in memory (runs.reports.EndedTrialFigures), as after a price change
         # (templates of the pages timed before it already compiled). "cold": the median of
-        # --cold fresh processes' first request (cold_child), report and audit pages only;
-        # "of: urls": the part of it spent loading the URLconf and the views, whatever the page.
+        # --cold fresh processes' first request (cold_child), report and audit pages only,
+        # after the worker's start-up ("startup": loading views and templates before it
+        # listens, which no visitor waits for).
         print(
-            f"{'page':30} {'cold ms':>8} {'of: urls':>8} {'first ms':>9} {'median ms':>10}"
+            f"{'page':30} {'cold ms':>8} {'startup':>8} {'first ms':>9} {'median ms':>10}"
             f" {'p95 ms':>8}"
             f" {'max ms':>8}  target: cold and p95 < {TARGET_MS} ms"
         )
@@ -672,11 +672,11 @@ def main() -> None:
         for name, url, params in cases:
             if args.only not in name:
                 continue
-            cold = imports = None
+            cold = startup = None
             if args.cold and ("/reports/" in url or "/audit/" in url):
                 starts = [cold_first_request(url, params, session) for _ in range(args.cold)]
                 cold = statistics.median(total for total, _ in starts)
-                imports = statistics.median(imported for _, imported in starts)
+                startup = statistics.median(warming for _, warming in starts)
                 worst = max(worst, cold)
             ended_trial_figures.clear()  # as after a price change: nothing priced in memory
             first, *_ = timed(client, url, params, 5)
@@ -689,7 +689,7 @@ def main() -> None:
             slow = p95 >= TARGET_MS or (cold or 0) >= TARGET_MS
             print(
                 f"{name:30} {'-' if cold is None else f'{cold:.1f}':>8}"
-                f" {'-' if cold is None else f'{imports:.1f}':>8} {first:9.1f}"
+                f" {'-' if cold is None else f'{startup:.1f}':>8} {first:9.1f}"
                 f" {statistics.median(samples):10.1f} {p95:8.1f} {max(samples):8.1f}"
                 f"  {'SLOW' if slow else 'ok'}"
             )

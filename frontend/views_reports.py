@@ -218,6 +218,21 @@ def report_spend(request, org: str):
     )
 
 
+# A recommendation's tail (trials that met no SLO, simulated ones) is context, not the
+# answer: after a year of sweeps it runs to hundreds of rows, which the history lists anyway.
+CHOICE_TAIL_ROWS = 10
+
+
+def _tail_note(total: int, shown: str) -> str:
+    """What a table cut at ``CHOICE_TAIL_ROWS`` says of the rest ("" when nothing was cut)."""
+    if total <= CHOICE_TAIL_ROWS:
+        return ""
+    return (
+        f"{shown} of {total:,} trials (the CSV holds the same rows); "
+        "the run history lists them all."
+    )
+
+
 @login_required
 @require_GET
 def report_choice(request, org: str, experiment_id):
@@ -238,17 +253,19 @@ def report_choice(request, org: str, experiment_id):
     unpriced = tables.choice_table(
         "unpriced",
         "Measured, but no level met the SLOs (or no price is known)",
-        choice.unpriced,
+        choice.unpriced[:CHOICE_TAIL_ROWS],
         run_href=href,
         first_rank=len(choice.measured) + 1,
     )
+    unpriced.note = _tail_note(len(choice.unpriced), f"The first {CHOICE_TAIL_ROWS}")
     simulated = tables.choice_table(
         "simulated",
         "Simulated (not measurements, never recommended)",
-        choice.simulated,
+        choice.simulated[:CHOICE_TAIL_ROWS],
         run_href=href,
         simulated=True,
     )
+    simulated.note = _tail_note(len(choice.simulated), f"The {CHOICE_TAIL_ROWS} cheapest")
     return _report(
         request,
         membership,

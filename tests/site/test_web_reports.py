@@ -451,3 +451,23 @@ def test_it_hides_another_tenants_audit_events(history, charlie):
 def test_it_lets_a_new_admin_see_the_log(history, org_a):
     admin = _person("dana@acme.example", org_a, "admin")
     assert login(admin).get("/o/acme/audit/").status_code == 200
+
+
+def test_it_cuts_the_model_choices_tail_and_says_so(history, web, monkeypatch):
+    from frontend import views_reports
+
+    from .report_data import add_trial, level
+
+    # Two more simulated trials, dearer than the first (less throughput at the same price).
+    for index, tput in ((1, 8000.0), (2, 7000.0)):
+        config = {"max_num_seqs": 32 * index}
+        add_trial(history.tsim.run, index, config, [level(64, tput, 100.0, simulated={"x": 1})])
+    monkeypatch.setattr(views_reports, "CHOICE_TAIL_ROWS", 2)
+    path = f"/o/acme/reports/choice/{history.small.id}/"
+    response = web.get(path)
+    shown = as_dicts(page_tables(response)["simulated"])
+    assert [row["Config"] for row in shown] == ["max_num_seqs=64", "max_num_seqs=32"]
+    assert "The 2 cheapest of 3 trials (the CSV holds the same rows)" in response.content.decode()
+    assert as_dicts(csv_rows(web.get(path, {"csv": "simulated"}))) == shown
+    # The recommendation and the runners-up are never cut.
+    assert len(as_dicts(page_tables(response)["recommended"])) == 1
