@@ -307,3 +307,20 @@ def format_change(row: Row) -> str:
     if math.isinf(row.change_pct):
         return "+inf%" if row.change_pct > 0 else "-inf%"
     return f"{row.change_pct:+.1f}%"
+
+
+# The columns every rendering of the gate's table shows before its verdict.
+ROW_COLUMNS = ("config", "level", "metric", "baseline", "new", "change", "limit")
+
+
+def row_cells(row: Row) -> tuple[str, ...]:
+    """``row`` as text under ``ROW_COLUMNS``: the terminal table and the Markdown file agree."""
+    return (
+        row.config,
+        row.level,
+        row.metric,
+        format_value(row.baseline),
+        format_value(row.new),
+        format_change(row),
+        row.limit.text(),
+    )

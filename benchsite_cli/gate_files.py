@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchsite_cli.gate import GateResult, Row, format_change, format_value
+from benchsite_cli.gate import GateResult, Row, format_change, format_value, row_cells
 
 
 def _cases(result: GateResult) -> dict[tuple[str, str], list[Row]]:
@@ -94,19 +94,7 @@ def markdown_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> No
         mark = "**" if row.failed else ""
         lines.append(
             "| "
-            + " | ".join(
-                _cell(cell)
-                for cell in (
-                    row.config,
-                    row.level,
-                    row.metric,
-                    format_value(row.baseline),
-                    format_value(row.new),
-                    format_change(row),
-                    row.limit.text(),
-                    f"{mark}{row.verdict}{mark}",
-                )
-            )
+            + " | ".join(_cell(cell) for cell in (*row_cells(row), f"{mark}{row.verdict}{mark}"))
             + " |"
         )
     if result.not_compared:

@@ -23,6 +23,7 @@ import yaml
 from benchsite_cli import EXIT_ERROR, EXIT_OK, EXIT_REGRESSION
 from benchsite_cli.client import ApiClient, CliError
 from benchsite_cli.gate import (
+    ROW_COLUMNS,
     GateResult,
     NothingToCompare,
     Threshold,
@@ -31,6 +32,7 @@ from benchsite_cli.gate import (
     format_value,
     gate_compare,
     parse_thresholds,
+    row_cells,
 )
 from benchsite_cli.gate_files import junit_write, markdown_write
 from benchsite_cli.progress import progress_for
@@ -540,18 +542,9 @@ def _print_gate(result: GateResult) -> None:
         f"(run {result.baseline_run})"
     )
     _table(
-        ("config", "level", "metric", "baseline", "new", "change", "limit", "verdict"),
+        (*ROW_COLUMNS, "verdict"),
         [
-            (
-                row.config,
-                row.level,
-                row.metric,
-                format_value(row.baseline),
-                format_value(row.new),
-                format_change(row),
-                row.limit.text(),
-                row.verdict.upper() if row.failed else row.verdict,
-            )
+            (*row_cells(row), row.verdict.upper() if row.failed else row.verdict)
             for row in result.rows
         ],
     )

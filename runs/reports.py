@@ -32,7 +32,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, TruncMonth
 
 from runs import report_figures
-from runs.costs import TrialCost, pod_usd_per_hr, round_usd
+from runs.costs import TrialCost, round_usd
 from runs.models import (
     Budget,
     Experiment,
@@ -54,7 +54,7 @@ from runs.report_figures import (
     stored_level_figures,
     trial_cost,
 )
-from runs.selectors import GpuPrice, gpu_price
+from runs.selectors import GpuPrice, gpu_price, pod_rate_from_price
 
 TENTH = Decimal("0.1")
 
@@ -393,15 +393,7 @@ def _pricing(*, org, experiment, billed_rate, frozen_engine, gpu_prices) -> tupl
             gpu_prices[key] = gpu_price(
                 org=org, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
             )
-        price = gpu_prices[key]
-        rate = (
-            None
-            if price.usd_per_gpu_hour is None
-            else pod_usd_per_hr(
-                gpu_usd_per_hr=price.usd_per_gpu_hour, gpu_count=experiment.gpu_count
-            )
-        )
-        source = f"{price.source}; per GPU-hour × {experiment.gpu_count} GPU(s)"
+        rate, source = pod_rate_from_price(gpu_prices[key], experiment.gpu_count)
     return rate, source, frozen_engine == "sim" or experiment.engine == "sim"
 
 

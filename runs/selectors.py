@@ -43,6 +43,17 @@ def gpu_price(*, org: Organization, gpu_type: GpuType, cloud_type: str) -> GpuPr
     return GpuPrice(catalogue, f"{gpu_type.price_source}, as of {gpu_type.price_as_of.isoformat()}")
 
 
+def pod_rate_from_price(price: GpuPrice, gpu_count: int) -> tuple[Decimal | None, str]:
+    """A pod's USD per hour at ``price`` per GPU-hour × ``gpu_count``, and where it comes from
+    (None when no price is known)."""
+    rate = (
+        None
+        if price.usd_per_gpu_hour is None
+        else pod_usd_per_hr(gpu_usd_per_hr=price.usd_per_gpu_hour, gpu_count=gpu_count)
+    )
+    return rate, f"{price.source}; per GPU-hour × {gpu_count} GPU(s)"
+
+
 def gpu_types_with_prices(*, org: Organization) -> list[tuple[GpuType, GpuPriceOverride | None]]:
     """The whole catalogue with the organization's override (or None) beside each type."""
     overrides = {o.gpu_type_id: o for o in GpuPriceOverride.objects.filter(organization=org)}
@@ -100,14 +111,7 @@ def trial_costs(
         price = gpu_price(
             org=run.organization, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
         )
-        rate = (
-            None
-            if price.usd_per_gpu_hour is None
-            else pod_usd_per_hr(
-                gpu_usd_per_hr=price.usd_per_gpu_hour, gpu_count=experiment.gpu_count
-            )
-        )
-        source = f"{price.source}; per GPU-hour × {experiment.gpu_count} GPU(s)"
+        rate, source = pod_rate_from_price(price, experiment.gpu_count)
     return trial_cost_per_million_output_tokens(
         [_level_of(measurement) for measurement in trial.measurements.all()],
         pod_usd_per_hr=rate,

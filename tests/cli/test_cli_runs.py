@@ -4,9 +4,11 @@ agent drives the simulator and streams back), then the gate against seeded basel
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
@@ -24,6 +26,22 @@ from .conftest import benchsite
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
 
 THRESHOLDS = "p99_ttft_ms=10%,output_throughput=-5%,cost_per_mtok=5%"
+
+
+@contextlib.contextmanager
+def site_and_worker(pods_dir, worker_log) -> Iterator[str]:
+    """The site served by Daphne (its URL is yielded) and a real Celery worker renting local
+    pods under ``pods_dir`` whose agents run the simulator at 20x."""
+    with daphne_server() as address:
+        url = f"http://{address}"
+        env = {
+            "BENCHSITE_PROVIDER": "local",
+            "BENCHSITE_LOCAL_PODS_DIR": str(pods_dir),
+            "BENCHSITE_PUBLIC_URL": url,
+            "BENCHSITE_SIM_SPEED": "20",
+        }
+        with celery_worker(worker_log, env=env):
+            yield url
 
 
 def seed_run(experiment, levels_by_config: dict, *, price="3.99") -> Run:
@@ -87,19 +105,7 @@ def test_it_starts_waits_gates_and_fails_on_a_seeded_regression(
         },
         price="1000",
     )
-    with (
-        daphne_server() as address,
-        celery_worker(
-            tmp_path / "worker.log",
-            env={
-                "BENCHSITE_PROVIDER": "local",
-                "BENCHSITE_LOCAL_PODS_DIR": str(pods_dir),
-                "BENCHSITE_PUBLIC_URL": f"http://{address}",
-                "BENCHSITE_SIM_SPEED": "20",
-            },
-        ),
-    ):
-        url = f"http://{address}"
+    with site_and_worker(pods_dir, tmp_path / "worker.log") as url:
         started = benchsite(
             *("runs", "start", experiment.name, "--reason", "commit abc123", "--poll", "0.5"),
             *("--baseline", str(weak.id), "--max-regression", THRESHOLDS),
@@ -222,19 +228,7 @@ def test_it_gates_a_new_run_against_the_approved_promotion(
     other = make_experiment(alice.org, model=model, **(SIM_EXPERIMENT | ON_VLLM), name="other")
     elsewhere = seed_run(other, {seqs8: weak_levels(**STRONG)})
     promoted_trial = promoted.trials.get(index=0)
-    with (
-        daphne_server() as address,
-        celery_worker(
-            tmp_path / "worker.log",
-            env={
-                "BENCHSITE_PROVIDER": "local",
-                "BENCHSITE_LOCAL_PODS_DIR": str(pods_dir),
-                "BENCHSITE_PUBLIC_URL": f"http://{address}",
-                "BENCHSITE_SIM_SPEED": "20",
-            },
-        ),
-    ):
-        url = f"http://{address}"
+    with site_and_worker(pods_dir, tmp_path / "worker.log") as url:
         gate_args = ("--baseline", "promoted", "--max-regression", THRESHOLDS)
 
         # Before anything is approved: exit 2, one clear line, and no run started.

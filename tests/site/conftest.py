@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
+from django.test import Client
 from rest_framework.test import APIClient
 
 from runs.actors import Actor
 from runs.gpu_catalogue_seed import seed_gpu_catalogue
 from runs.model_presets import MODEL_PRESETS
 from runs.models import GpuType, Organization, User
+from runs.reports import ended_trial_figures
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
 from runs.services.tenancy import membership_add, org_create, token_create
@@ -26,6 +28,15 @@ def isolated_media_and_cheap_hashing(settings, tmp_path):
     # only Django's own tests need to prove it.
     settings.MEDIA_ROOT = tmp_path
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def nothing_priced_in_memory():
+    """The priced figures of ended runs live as long as the process (``runs.reports``):
+    each test starts, and leaves, with none."""
+    ended_trial_figures.clear()
+    yield
+    ended_trial_figures.clear()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -148,3 +159,16 @@ def experiment_payload(model_id, **overrides) -> dict:
         "slos": {"ttft_ms": 500, "tpot_ms": 50},
         "budget_cap_usd": "25.00",
     } | overrides
+
+
+def signed_in(person) -> Client:
+    """A browser's client, signed in as ``person`` (session cookie, CSRF not enforced)."""
+    client = Client()
+    client.force_login(person.user)
+    return client
+
+
+@pytest.fixture
+def web(alice) -> Client:
+    """The web pages as alice sees them."""
+    return signed_in(alice)

@@ -1,5 +1,6 @@
 """What the tests of runs on Runpod set up alike: the fake Runpod API with the real SDK
-pointed at it, an organization's key, the pod's agent and a run started through the API."""
+pointed at it, an organization's key, the site served for the pods' agents, the pod's agent
+and a run started through the API."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 from runs.actors import Actor
 from runs.services.credentials import provider_key_set
 from tests.fakes.runpod_api import FakeRunpodApi
+
+from .live_server import daphne_server
 
 # The pod's entrypoint: the agent, with the job's engine swapped for the simulator (this
 # machine has no GPU), 10x faster than the modelled H100; results stay in the H100's time.
@@ -46,6 +49,43 @@ def fake_runpod(
     with fake:
         fake.point_sdk_at_me(monkeypatch)
         settings.BENCHSITE_PROVIDER = "runpod"
+        yield fake
+
+
+@contextlib.contextmanager
+def runpod_account(
+    person, key: str, *, agent_command: Sequence[str], monkeypatch, settings, tmp_path: Path
+) -> Iterator[FakeRunpodApi]:
+    """``fake_runpod`` with one account, whose ``key`` is ``person``'s organization's Runpod
+    key; pods work under ``tmp_path``/pods."""
+    with fake_runpod(
+        (key,),
+        agent_command=agent_command,
+        monkeypatch=monkeypatch,
+        settings=settings,
+        pods_dir=tmp_path / "pods",
+    ) as fake:
+        store_runpod_key(person, key)
+        yield fake
+
+
+@contextlib.contextmanager
+def runpod_site(
+    person, key: str, *, monkeypatch, settings, tmp_path: Path, agent_command=SIM_AGENT
+) -> Iterator[FakeRunpodApi]:
+    """``runpod_account``, and the site served by Daphne for its pods' agents to report to."""
+    with (
+        runpod_account(
+            person,
+            key,
+            agent_command=agent_command,
+            monkeypatch=monkeypatch,
+            settings=settings,
+            tmp_path=tmp_path,
+        ) as fake,
+        daphne_server() as address,
+    ):
+        settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
         yield fake
 
 

@@ -10,7 +10,6 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
-from django.test import Client
 
 from runs import audit, tasks
 from runs.audit import audit_chain_check, audit_chain_verify_full
@@ -19,13 +18,6 @@ from runs.models import AuditChainCheckpoint, AuditEvent, ModelSpec
 from .conftest import make_experiment, make_model
 
 AUDIT = "/o/acme/audit/"
-
-
-@pytest.fixture
-def web(alice):
-    client = Client()
-    client.force_login(alice.user)
-    return client
 
 
 def grow(org, *, name: str) -> None:

@@ -12,7 +12,6 @@ from decimal import Decimal
 import pytest
 from django.apps import apps
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from runs import report_figures
@@ -69,26 +68,11 @@ def build_odd_trials(history) -> None:
     )
 
 
-@pytest.fixture(autouse=True)
-def nothing_priced_in_memory():
-    # The priced figures of ended runs live as long as the process: each test starts afresh.
-    ended_trial_figures.clear()
-    yield
-    ended_trial_figures.clear()
-
-
 @pytest.fixture
 def history(alice):
     history = build_history(alice.org)
     build_odd_trials(history)
     return history
-
-
-@pytest.fixture
-def web(alice):
-    client = Client()
-    client.force_login(alice.user)
-    return client
 
 
 def everything(figure) -> tuple:

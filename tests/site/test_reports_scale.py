@@ -9,7 +9,6 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from runs import report_figures, reports
@@ -27,24 +26,9 @@ from .report_data import EXPECTED, add_run, add_trial, build_history, level
 COSTS = "/o/acme/reports/costs/"
 
 
-@pytest.fixture(autouse=True)
-def nothing_priced_in_memory():
-    # The priced figures of ended runs live as long as the process: each test starts afresh.
-    ended_trial_figures.clear()
-    yield
-    ended_trial_figures.clear()
-
-
 @pytest.fixture
 def history(alice):
     return build_history(alice.org)
-
-
-@pytest.fixture
-def web(alice):
-    client = Client()
-    client.force_login(alice.user)
-    return client
 
 
 def add_runs(history, count: int, *, first: int = 0) -> None:

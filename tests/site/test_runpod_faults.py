@@ -37,8 +37,12 @@ from tests.fakes.runpod_api import CREATE
 from tests.polling import wait_for
 
 from .conftest import make_experiment, make_model
-from .live_server import daphne_server
-from .runpod_setup import SIM_AGENT, fake_runpod, post_run, store_runpod_key
+from .runpod_setup import (
+    fake_runpod,
+    post_run,
+    runpod_site,
+    store_runpod_key,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -413,18 +417,9 @@ def test_reconcile_fails_a_run_whose_pod_died_and_gives_the_pod_back(
 def test_a_pod_that_dies_mid_run_fails_the_run_and_keeps_its_measurements(
     alice, settings, monkeypatch, tmp_path, death, reason
 ):
-    with (
-        fake_runpod(
-            (KEY,),
-            agent_command=SIM_AGENT,
-            monkeypatch=monkeypatch,
-            settings=settings,
-            pods_dir=tmp_path / "pods",
-        ) as fake,
-        daphne_server() as address,
-    ):
-        settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
-        store_runpod_key(alice, KEY)
+    with runpod_site(
+        alice, KEY, monkeypatch=monkeypatch, settings=settings, tmp_path=tmp_path
+    ) as fake:
         # Long enough that the pod dies with most of the work still to do.
         experiment = make_experiment(
             alice.org,

@@ -42,7 +42,14 @@ from tests.polling import wait_for
 from .conftest import SYSTEM, make_experiment, make_model
 from .db_state import database_state
 from .live_server import broker_queue_delete, celery_worker, daphne_server
-from .runpod_setup import SIM_AGENT, fake_runpod, post_run, store_runpod_key
+from .runpod_setup import (
+    SIM_AGENT,
+    fake_runpod,
+    post_run,
+    runpod_account,
+    runpod_site,
+    store_runpod_key,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -213,18 +220,11 @@ def test_a_cancel_terminates_the_pod_within_one_reconcile_period_and_keeps_the_r
 ):
     period = settings.CELERY_BEAT_SCHEDULE["runs-reconcile"]["schedule"]
     with (
-        fake_runpod(
-            (ACME_KEY,),
-            agent_command=SIM_AGENT,
-            monkeypatch=monkeypatch,
-            settings=settings,
-            pods_dir=tmp_path / "pods",
+        runpod_site(
+            alice, ACME_KEY, monkeypatch=monkeypatch, settings=settings, tmp_path=tmp_path
         ) as fake,
         celery_worker(tmp_path / "worker.log", timeout=120),
-        daphne_server() as address,
     ):
-        settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
-        store_runpod_key(alice, ACME_KEY)
         response = post_run(alice, tiny_experiment(alice, trials=2))
         assert response.status_code == 201, response.json()
         run = Run.objects.get(id=response.json()["id"])
@@ -265,14 +265,14 @@ def test_a_cancel_terminates_the_pod_within_one_reconcile_period_and_keeps_the_r
 def test_a_cancel_the_agent_never_answers_ends_the_run_after_the_grace(
     alice, settings, monkeypatch, tmp_path
 ):
-    with fake_runpod(
-        (ACME_KEY,),
+    with runpod_account(
+        alice,
+        ACME_KEY,
         agent_command=SLEEPING_AGENT,
         monkeypatch=monkeypatch,
         settings=settings,
-        pods_dir=tmp_path / "pods",
+        tmp_path=tmp_path,
     ) as fake:
-        store_runpod_key(alice, ACME_KEY)
         response = post_run(alice, tiny_experiment(alice))
         assert response.status_code == 201, response.json()
         run = Run.objects.get(id=response.json()["id"])
@@ -311,14 +311,14 @@ def test_a_cancel_the_agent_never_answers_ends_the_run_after_the_grace(
 def test_it_refuses_a_run_over_a_cap_before_anything_reaches_runpod(
     alice, settings, monkeypatch, tmp_path
 ):
-    with fake_runpod(
-        (ACME_KEY,),
+    with runpod_account(
+        alice,
+        ACME_KEY,
         agent_command=SLEEPING_AGENT,
         monkeypatch=monkeypatch,
         settings=settings,
-        pods_dir=tmp_path / "pods",
+        tmp_path=tmp_path,
     ) as fake:
-        store_runpod_key(alice, ACME_KEY)
         over_cap = tiny_experiment(alice, name="over-cap", budget_cap_usd=CENT)
         estimate = experiment_estimate(experiment=over_cap).cost_usd
         assert estimate > CENT
@@ -359,18 +359,9 @@ def test_it_stops_a_run_at_its_cap_mid_run_keeping_its_results_and_billing_it_ex
     alice, charlie, settings, monkeypatch, tmp_path, own_broker_queue
 ):
     cap = Decimal("1.00")
-    with (
-        fake_runpod(
-            (ACME_KEY,),
-            agent_command=SIM_AGENT,
-            monkeypatch=monkeypatch,
-            settings=settings,
-            pods_dir=tmp_path / "pods",
-        ) as fake,
-        daphne_server() as address,
-    ):
-        settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
-        store_runpod_key(alice, ACME_KEY)
+    with runpod_site(
+        alice, ACME_KEY, monkeypatch=monkeypatch, settings=settings, tmp_path=tmp_path
+    ) as fake:
         # A vLLM experiment (the site budgets it as real money; only the pod's agent knows
         # it runs the simulator), with a cap its estimate fits under.
         experiment = tiny_experiment(alice, trials=2, budget_cap_usd=cap)

@@ -17,8 +17,10 @@ from runs.services.reconcile import runs_reconcile
 from tests.polling import wait_for
 
 from .conftest import make_experiment, make_model
-from .live_server import daphne_server
-from .runpod_setup import SIM_AGENT, fake_runpod, post_run, store_runpod_key
+from .runpod_setup import (
+    post_run,
+    runpod_site,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
 
@@ -28,18 +30,9 @@ KEY = "rpa_acme_live_0123456789abcdef"
 def test_a_run_goes_from_start_to_succeeded_on_runpod_and_is_billed(
     alice, settings, monkeypatch, tmp_path
 ):
-    with (
-        fake_runpod(
-            (KEY,),
-            agent_command=SIM_AGENT,
-            monkeypatch=monkeypatch,
-            settings=settings,
-            pods_dir=tmp_path / "pods",
-        ) as fake,
-        daphne_server() as address,
-    ):
-        settings.BENCHSITE_PUBLIC_URL = f"http://{address}"
-        store_runpod_key(alice, KEY)
+    with runpod_site(
+        alice, KEY, monkeypatch=monkeypatch, settings=settings, tmp_path=tmp_path
+    ) as fake:
         experiment = make_experiment(
             alice.org,
             model=make_model(alice.org),

@@ -8,13 +8,12 @@ import json
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
 from django.urls import reverse
 
 from runs.models import AuditEvent, ModelSpec, WorkloadDataset
 from runs.services.experiments import dataset_upload
 
-from .conftest import SYSTEM, make_experiment, make_model
+from .conftest import SYSTEM, make_experiment, make_model, signed_in
 from .db_state import database_state
 
 pytestmark = pytest.mark.django_db
@@ -24,12 +23,6 @@ CHATS = [
     {"conversations": [{"from": "human", "value": "Only a prompt"}]},
     {"conversations": [{"from": "human", "value": "2+2?"}, {"from": "gpt", "value": "4"}]},
 ]
-
-
-def signed_in(person) -> Client:
-    client = Client()
-    client.force_login(person.user)
-    return client
 
 
 def upload(name: str, content: bytes) -> dict:

@@ -13,16 +13,10 @@ from frontend.experiments_forms import error_slot, model_fit_rows
 from runs.model_presets import MODEL_PRESETS
 from runs.models import AuditEvent, Experiment, GpuType, ModelSpec, Run
 
-from .conftest import H100, experiment_payload, make_experiment, make_model
+from .conftest import H100, experiment_payload, make_experiment, make_model, signed_in
 from .db_state import database_state
 
 pytestmark = pytest.mark.django_db
-
-
-def signed_in(person) -> Client:
-    client = Client()
-    client.force_login(person.user)
-    return client
 
 
 def builder_form(model, **overrides) -> dict:

@@ -17,15 +17,9 @@ from runs.services.budgets import budget_set
 from runs.services.credentials import provider_key_set
 from runs.services.tenancy import membership_add, token_digest
 
-from .conftest import SYSTEM, make_experiment
+from .conftest import SYSTEM, make_experiment, signed_in
 
 RUNPOD_KEY = "rpa_SECRETSECRETSECRET1234abcd"
-
-
-def signed_in(person) -> Client:
-    client = Client()
-    client.force_login(person.user)
-    return client
 
 
 @pytest.fixture

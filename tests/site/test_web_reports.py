@@ -16,7 +16,7 @@ from runs.models import AuditEvent, Promotion, PromotionState
 from runs.reports import trial_figures
 from runs.selectors import trial_costs
 
-from .conftest import _person
+from .conftest import _person, signed_in
 from .report_data import EXPECTED, build_history
 
 REPORTS = ["reports", "reports/costs", "reports/models", "reports/spend"]
@@ -85,19 +85,6 @@ def as_dicts(rows):
 @pytest.fixture
 def history(alice):
     return build_history(alice.org)
-
-
-@pytest.fixture
-def web(alice):
-    client = Client()
-    client.force_login(alice.user)
-    return client
-
-
-def login(person) -> Client:
-    client = Client()
-    client.force_login(person.user)
-    return client
 
 
 # --- Report figures ----------------------------------------------------------------------
@@ -256,7 +243,7 @@ def test_it_answers_404_for_an_unknown_csv_table(history, web):
 
 
 def test_it_shows_empty_reports_for_a_new_organization(charlie):
-    client = login(charlie)
+    client = signed_in(charlie)
     for path in [*REPORTS, "promotions", "audit"]:
         assert client.get(f"/o/globex/{path}/").status_code == 200, path
 
@@ -286,7 +273,7 @@ def promotion(history, mallory):
 
 
 def test_it_hides_other_tenants_reports_promotions_and_audit(history, promotion, charlie):
-    client = login(charlie)
+    client = signed_in(charlie)
     for path in _paths(history, promotion):
         response = client.get(path)
         assert response.status_code == 404, path
@@ -308,7 +295,7 @@ def test_it_sends_anonymous_visitors_to_sign_in(history, promotion):
 
 
 def test_it_lets_a_viewer_read_but_not_propose(history, promotion, bob):
-    client = login(bob)
+    client = signed_in(bob)
     for path in _paths(history, promotion)[:-1]:
         assert client.get(path).status_code == 200, path
     propose_page = f"/o/acme/promotions/propose/{history.t64.run_id}/0/"
@@ -318,7 +305,7 @@ def test_it_lets_a_viewer_read_but_not_propose(history, promotion, bob):
 
 
 def test_it_refuses_a_member_deciding_and_the_proposer_approving(history, promotion, mallory):
-    client = login(mallory)
+    client = signed_in(mallory)
     page = client.get(f"/o/acme/promotions/{promotion.id}/")
     assert b"another owner or admin must approve" in page.content
     assert b">Approve<" not in page.content
@@ -340,7 +327,7 @@ def test_it_refuses_an_admin_approving_their_own_proposal(history, alice, web):
 
 
 def test_it_proposes_approves_and_shows_the_recipe(history, mallory, alice, web):
-    proposer = login(mallory)
+    proposer = signed_in(mallory)
     form = proposer.get(f"/o/acme/promotions/propose/{history.t128.run_id}/1/")
     assert form.status_code == 200 and b"max_num_seqs=128" in form.content
     response = proposer.post(
@@ -441,7 +428,7 @@ def test_it_shows_where_the_audit_chain_breaks(history, promotion, web):
 
 
 def test_it_hides_another_tenants_audit_events(history, charlie):
-    client = login(charlie)
+    client = signed_in(charlie)
     text = client.get("/o/globex/audit/").content.decode()
     assert "acme" not in text and "llama-8b" not in text
     rows = as_dicts(csv_rows(client.get("/o/globex/audit/", {"format": "csv"})))
@@ -450,7 +437,7 @@ def test_it_hides_another_tenants_audit_events(history, charlie):
 
 def test_it_lets_a_new_admin_see_the_log(history, org_a):
     admin = _person("dana@acme.example", org_a, "admin")
-    assert login(admin).get("/o/acme/audit/").status_code == 200
+    assert signed_in(admin).get("/o/acme/audit/").status_code == 200
 
 
 def test_it_cuts_the_model_choices_tail_and_says_so(history, web, monkeypatch):

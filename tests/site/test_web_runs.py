@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from runs.models import AgentMessageRecord, AuditEvent, Measurement, ModelSpec, Run, Trial
 
-from .conftest import make_experiment, make_model
+from .conftest import make_experiment, make_model, signed_in
 
 LEVELS = (1, 8, 64)
 
@@ -111,12 +111,6 @@ def seed_run(
     return run
 
 
-def web(person) -> Client:
-    client = Client()
-    client.force_login(person.user)
-    return client
-
-
 def detail_url(run) -> str:
     return reverse("run-detail", args=[run.organization.slug, run.id])
 
@@ -151,7 +145,7 @@ def test_it_sends_anonymous_visitors_to_sign_in(alice):
 def test_it_hides_other_tenants_runs(alice, charlie):
     run = seed_run(alice.org, state="benchmarking")
     own = seed_run(charlie.org)
-    client = web(charlie)
+    client = signed_in(charlie)
     assert client.get(detail_url(run)).status_code == 404
     assert client.get(live_url(run)).status_code == 404
     assert client.post(cancel_url(run)).status_code == 404
@@ -170,7 +164,7 @@ def test_it_hides_other_tenants_runs(alice, charlie):
 def test_it_hides_other_tenants_runs_from_the_history(alice, charlie):
     seed_run(alice.org, experiment=new_experiment(alice.org, name="acme-secret"))
     seed_run(charlie.org, experiment=new_experiment(charlie.org, name="globex-own"))
-    page = web(charlie).get(reverse("runs", args=["globex"]))
+    page = signed_in(charlie).get(reverse("runs", args=["globex"]))
     assert page.status_code == 200
     assert b"globex-own" in page.content
     assert b"acme-secret" not in page.content
@@ -178,7 +172,7 @@ def test_it_hides_other_tenants_runs_from_the_history(alice, charlie):
 
 def test_it_lets_a_viewer_watch_but_not_cancel(alice, bob):
     run = seed_run(alice.org, state="benchmarking")
-    client = web(bob)
+    client = signed_in(bob)
     page = client.get(detail_url(run))
     assert page.status_code == 200
     assert b"cancel-button" not in page.content
@@ -196,7 +190,7 @@ def test_it_lets_a_viewer_watch_but_not_cancel(alice, bob):
 
 def test_it_shows_a_run_with_every_measurement_without_javascript(alice):
     run = seed_run(alice.org)
-    page = web(alice).get(detail_url(run))
+    page = signed_in(alice).get(detail_url(run))
     assert page.status_code == 200
     html = page.content.decode()
     # Both trials, labelled by the flag that tells them apart, each with its three levels.
@@ -215,9 +209,9 @@ def test_it_shows_a_run_with_every_measurement_without_javascript(alice):
 def test_it_labels_simulated_results(alice):
     experiment = new_experiment(alice.org, name="simmed", engine="sim", engine_image_tag="")
     run = seed_run(alice.org, experiment=experiment, simulated=True)
-    html = web(alice).get(detail_url(run)).content.decode()
+    html = signed_in(alice).get(detail_url(run)).content.decode()
     assert html.count('class="badge-simulated"') >= 1 + 2 + 2 * len(LEVELS)
-    state = web(alice).get(live_url(run)).json()
+    state = signed_in(alice).get(live_url(run)).json()
     assert state["run"]["simulated"] is True
     assert all(level["simulated"] for trial in state["trials"] for level in trial["levels"])
 
@@ -232,7 +226,7 @@ def test_it_shows_failure_classes_with_their_log_tails(alice):
         failure_class="oom_at_startup",
         log_tail="torch.OutOfMemoryError: CUDA out of memory <script>x</script>",
     )
-    html = web(alice).get(detail_url(run)).content.decode()
+    html = signed_in(alice).get(detail_url(run)).content.decode()
     assert "oom_at_startup" in html
     assert "CUDA out of memory &lt;script&gt;" in html  # escaped, never markup
 
@@ -244,7 +238,7 @@ def propose_url(run, index: int) -> str:
 def test_it_offers_each_succeeded_measured_trial_for_production(alice, mallory):
     run = seed_run(alice.org, state="failed")
     Trial.objects.filter(run=run, index=1).update(outcome="failed", failure_class="crash")
-    client = web(mallory)  # a member may propose; an owner or admin approves
+    client = signed_in(mallory)  # a member may propose; an owner or admin approves
     html = client.get(detail_url(run)).content.decode()
     assert html.count("for production</a>") == 1
     assert f'href="{propose_url(run, 0)}"' in html and propose_url(run, 1) not in html
@@ -257,14 +251,14 @@ def test_it_offers_each_succeeded_measured_trial_for_production(alice, mallory):
 def test_it_offers_no_simulated_trial_for_production(alice):
     experiment = new_experiment(alice.org, name="simmed", engine="sim", engine_image_tag="")
     run = seed_run(alice.org, experiment=experiment, simulated=True)
-    client = web(alice)
+    client = signed_in(alice)
     assert "for production</a>" not in client.get(detail_url(run)).content.decode()
     assert "for production</a>" not in client.get(live_url(run)).json()["trials_html"]
 
 
 def test_it_offers_viewers_no_proposal(alice, bob):
     run = seed_run(alice.org)
-    client = web(bob)
+    client = signed_in(bob)
     assert "for production</a>" not in client.get(detail_url(run)).content.decode()
     assert "for production</a>" not in client.get(live_url(run)).json()["trials_html"]
     assert client.get(propose_url(run, 0)).status_code == 403
@@ -273,7 +267,7 @@ def test_it_offers_viewers_no_proposal(alice, bob):
 def test_its_live_state_names_the_messages_it_covers(alice):
     run = seed_run(alice.org, state="benchmarking")
     AgentMessageRecord.objects.create(run=run, seq=9, type="heartbeat", payload={})
-    state = web(alice).get(live_url(run)).json()
+    state = signed_in(alice).get(live_url(run)).json()
     assert state["last_seq"] == 9
     assert state["missing_seqs"] == [7, 8]  # resends may still fill these: not covered
     assert len(state["progress"]) == 2 * len(LEVELS)
@@ -297,9 +291,9 @@ def test_it_shows_spend_against_the_budget_cap(alice):
         pod_started_at=timezone.now() - timedelta(minutes=10),
         cost_usd=Decimal("0.25"),
     )
-    html = web(alice).get(detail_url(run)).content.decode()
+    html = signed_in(alice).get(detail_url(run)).content.decode()
     assert "$0.2500" in html and "of $50.00 cap" in html
-    state = web(alice).get(live_url(run)).json()["run"]
+    state = signed_in(alice).get(live_url(run)).json()["run"]
     assert state["price_usd_hr"] == "3.9900" and state["budget_cap_usd"] == "50.00"
 
 
@@ -308,18 +302,18 @@ def test_it_shows_spend_against_the_budget_cap(alice):
 
 def test_it_cancels_a_run_for_a_member(alice, mallory):
     run = seed_run(alice.org, state="benchmarking")
-    response = web(mallory).post(cancel_url(run), {"reason": "wrong grid"})
+    response = signed_in(mallory).post(cancel_url(run), {"reason": "wrong grid"})
     assert response.status_code == 302 and response.url == detail_url(run)
     run.refresh_from_db()
     assert run.cancel_requested_at is not None and run.cancel_reason == "wrong grid"
     assert AuditEvent.objects.filter(event="run.cancel").count() == 1
-    page = web(mallory).get(detail_url(run)).content.decode()
+    page = signed_in(mallory).get(detail_url(run)).content.decode()
     assert "Cancel requested" in page
 
 
 def test_it_refuses_to_cancel_an_ended_run_and_says_why(alice):
     run = seed_run(alice.org, state="succeeded")
-    client = web(alice)
+    client = signed_in(alice)
     response = client.post(cancel_url(run), follow=True)
     assert response.status_code == 200
     assert "Not cancelled: Run" in response.content.decode()
@@ -331,7 +325,7 @@ def test_it_refuses_to_cancel_an_ended_run_and_says_why(alice):
 
 def test_it_refuses_a_too_long_reason_and_keeps_the_run(alice):
     run = seed_run(alice.org, state="benchmarking")
-    response = web(alice).post(cancel_url(run), {"reason": "x" * 501}, follow=True)
+    response = signed_in(alice).post(cancel_url(run), {"reason": "x" * 501}, follow=True)
     assert "Not cancelled:" in response.content.decode()
     run.refresh_from_db()
     assert run.cancel_requested_at is None and run.state == "benchmarking"
@@ -339,7 +333,7 @@ def test_it_refuses_a_too_long_reason_and_keeps_the_run(alice):
 
 def test_it_answers_a_get_on_cancel_with_405(alice):
     run = seed_run(alice.org, state="benchmarking")
-    assert web(alice).get(cancel_url(run)).status_code == 405
+    assert signed_in(alice).get(cancel_url(run)).status_code == 405
 
 
 # --- history ---------------------------------------------------------------------------------
@@ -361,7 +355,7 @@ def test_it_filters_the_history_on_the_server(alice):
         ),
         pod_gpu_type="NVIDIA H200",
     )
-    client = web(alice)
+    client = signed_in(alice)
     url = reverse("runs", args=["acme"])
 
     def found(**query) -> set:
@@ -384,7 +378,7 @@ def test_it_filters_the_history_on_the_server(alice):
 def test_it_explains_bad_history_filters_instead_of_failing(alice, charlie):
     run = seed_run(alice.org)
     foreign_model = make_model(charlie.org)
-    page = web(alice).get(
+    page = signed_in(alice).get(
         reverse("runs", args=["acme"]),
         {"created_from": "yesterday", "model": str(foreign_model.id), "state": "exploded"},
     )
@@ -400,7 +394,7 @@ def test_it_pages_the_history_in_constant_queries(alice, django_assert_max_num_q
     Run.objects.bulk_create(
         Run(organization=alice.org, experiment=experiment, state="succeeded") for _ in range(120)
     )
-    client = web(alice)
+    client = signed_in(alice)
     client.get(reverse("runs", args=["acme"]))  # session and caches warm
     with django_assert_max_num_queries(12):
         page = client.get(reverse("runs", args=["acme"]), {"page": 2})
@@ -415,7 +409,7 @@ def test_it_compares_two_runs_config_by_config_with_direction(alice):
     experiment = new_experiment(alice.org, name="bump")
     before = seed_run(alice.org, experiment=experiment, ttft=100.0, throughput=1000.0)
     after = seed_run(alice.org, experiment=experiment, ttft=80.0, throughput=900.0)
-    page = web(alice).get(compare_url(), {"runs": [str(before.id), str(after.id)]})
+    page = signed_in(alice).get(compare_url(), {"runs": [str(before.id), str(after.id)]})
     assert page.status_code == 200
     html = page.content.decode()
     table = html[html.index('id="compare-table"') :]
@@ -431,7 +425,7 @@ def test_it_compares_two_runs_config_by_config_with_direction(alice):
 
 def test_it_marks_the_serve_flags_that_differ_and_honours_the_threshold(alice):
     run = seed_run(alice.org)
-    client = web(alice)
+    client = signed_in(alice)
     trials = [f"{run.id}:0", f"{run.id}:1"]
     html = client.get(compare_url(), {"trials": trials}).content.decode()
     assert re.search(r'<tr class="differs"><th scope="row"><code>max_num_seqs</code>', html)
@@ -449,7 +443,7 @@ def test_it_never_ranks_simulated_against_measured(alice):
         ttft=10.0,
     )
     html = (
-        web(alice)
+        signed_in(alice)
         .get(compare_url(), {"runs": [str(measured.id), str(simulated.id)]})
         .content.decode()
     )
@@ -470,20 +464,20 @@ def test_it_never_ranks_simulated_against_measured(alice):
     ],
 )
 def test_it_explains_a_malformed_selection(alice, query, message):
-    response = web(alice).get(compare_url(), query)
+    response = signed_in(alice).get(compare_url(), query)
     assert response.status_code == 400
     assert message in response.content.decode()
 
 
 def test_it_answers_404_for_a_trial_that_is_not_there(alice):
     run = seed_run(alice.org)
-    response = web(alice).get(compare_url(), {"trials": [f"{run.id}:0", f"{run.id}:7"]})
+    response = signed_in(alice).get(compare_url(), {"trials": [f"{run.id}:0", f"{run.id}:7"]})
     assert response.status_code == 404
 
 
 def test_it_explains_a_bad_threshold_and_uses_the_default(alice):
     run = seed_run(alice.org)
-    response = web(alice).get(
+    response = signed_in(alice).get(
         compare_url(), {"trials": [f"{run.id}:0", f"{run.id}:1"], "threshold": "lots"}
     )
     assert response.status_code == 200
