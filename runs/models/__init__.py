@@ -7,6 +7,7 @@ from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
 from runs.models.credentials import CredentialProvider, ProviderCredential
 from runs.models.experiments import Experiment, WorkloadDataset
 from runs.models.figures import TrialLevelFigures
+from runs.models.ingest import IngestProbe
 from runs.models.promotions import Promotion, PromotionState
 from runs.models.runs import Measurement, Run, Trial
 from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
@@ -21,6 +22,7 @@ __all__ = [
     "Experiment",
     "GpuPriceOverride",
     "GpuType",
+    "IngestProbe",
     "Measurement",
     "Membership",
     "ModelSpec",

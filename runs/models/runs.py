@@ -96,6 +96,9 @@ class TrialOutcome(models.TextChoices):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    # Stopped from outside (cancel, deadline, the run's end) after measuring some levels:
+    # those levels are real measurements, the rest were never run.
+    PARTIAL = "partial"
     SKIPPED = "skipped"
 
 
