@@ -71,6 +71,13 @@ class Run(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.CharField(max_length=500, blank=True)
     agent_info = models.JSONField(default=dict, blank=True)  # the agent's hello: version, host
+    # The last sequence space issued to an agent of this run (each agent start without its
+    # spool asks for the next one); 0 is the space of agents that never asked (protocol 1).
+    agent_epoch = models.PositiveIntegerField(default=0)
+    # Messages refused because their (epoch, seq) was stored before with other content: a
+    # forger with the run token, or an agent that reused its numbers. Shown with the run.
+    agent_conflicts = models.PositiveIntegerField(default=0)
+    agent_conflict_last = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
