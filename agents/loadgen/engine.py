@@ -11,8 +11,10 @@ Guarantees:
   request's bytes are encoded, connections are opened and garbage is collected and frozen.
 - Each level uses its own prompts (seeded by ``seed`` and the level's position), so no level
   is served from the prefix cache another level filled.
-- A server that cannot be reached before the first level raises ``ServerUnreachable``; once
-  levels run, failures are counted in the results, never raised.
+- A server that cannot be reached before a level's clock starts raises ``ServerUnreachable``:
+  before the first level when it never answered, before a later one when it went away (an
+  engine that died between levels; the levels before it were reported). Once a level's clock
+  runs, failures are counted in its results, never raised.
 - Setting the ``stop`` event ends the benchmark within one event-loop turn: no request is
   sent after it, requests in flight are abandoned, and the level in progress is reported from
   the requests that had finished (``"partial": true``, ``"aborted"``: how many were cut off);
@@ -45,7 +47,8 @@ DURATION_PROMPT_POOL = 2000
 
 
 class ServerUnreachable(RuntimeError):
-    """The server did not answer before the first level: nothing was measured."""
+    """The server could not be reached before a level's clock started: nothing of that level
+    (or of any later one) was measured."""
 
 
 @dataclass(frozen=True)
@@ -399,10 +402,16 @@ class _Runner:
         prompts = config.source.sample(count or DURATION_PROMPT_POOL, rng, config.tokenizer)
         requests = self._prepare(prompts)
         concurrency = level.get("concurrency")
-        if concurrency is not None:
-            await self.pool.warm(concurrency)
-        elif config.max_concurrency:
-            await self.pool.warm(config.max_concurrency)
+        try:
+            # An uncapped open-loop level opens one: every level starts only on a server that
+            # takes connections.
+            await self.pool.warm(concurrency or config.max_concurrency or 1)
+        except HttpError as error:
+            # The server answered the preflight (or the last level) and now refuses new
+            # connections: it is gone, and a level of refused requests would measure nothing.
+            raise ServerUnreachable(
+                f"cannot reach {config.base_url} before {level_label(level)}: {error}"
+            ) from None
         if config.warmup:
             warm_prompts = config.source.sample(config.warmup, rng, config.tokenizer)
             warm_up = self._closed_loop(
@@ -491,7 +500,8 @@ async def run_bench(
     """Runs every level of ``config`` in order, yielding progress events as they happen;
     setting ``stop`` ends it early (see the module docstring).
 
-    Raises ``ServerUnreachable`` before the first level if the server does not answer.
+    Raises ``ServerUnreachable`` before a level whose connections cannot be opened (before
+    the first if the server does not answer at all).
     """
     queue: asyncio.Queue = asyncio.Queue()
     runner = _Runner(config, queue.put_nowait, stop)

@@ -8,7 +8,12 @@ Guarantees:
   ``progress_every`` seconds, one ``measurement`` per finished level, ``trial_finished``;
   ``heartbeat`` every ``heartbeat_every`` seconds throughout; ``run_finished`` last.
 - A trial whose engine fails to start or dies is recorded with its failure class and log
-  tail, and the run goes on with the next trial.
+  tail, and the run goes on with the next trial. A death at any moment of the measuring
+  (during a level, between levels, in a level's connection warm-up or warm-up requests, in a
+  metrics scrape) ends the trial ``failed``/``crash``: the levels finished before it stay
+  reported, the level it cut short is reported as far as it got, no later level runs. A
+  server the load generator cannot reach while the engine process is still running is not a
+  crash: the trial ends ``failed``/``other`` with the error and the engine's log tail.
 - The job's deadline is enforced here, whatever the site does: ``deadline_margin`` seconds
   before it the level in progress is ended (its finished requests are reported as a partial
   measurement), the engine is stopped, the remaining trials are reported as skipped and the
@@ -66,6 +71,10 @@ _FAILURE_CLASS = {
     FailureKind.CRASH: "crash",
 }
 ENGINE_POLL_SECONDS = 0.5
+# A killed engine's port refuses connections a moment before its process can be reaped, and
+# vLLM's API server takes a moment to exit after its engine core died: how long an
+# unreachable engine is given to show that it died before it is judged alive.
+ENGINE_EXIT_GRACE = 5.0
 LOG_TAIL_LINES = 60
 
 
@@ -114,6 +123,7 @@ class JobRunner:
         heartbeat_every: float = 10.0,
         progress_every: float = 0.5,
         metrics_period: float = 1.0,
+        engine_exit_grace: float = ENGINE_EXIT_GRACE,
     ):
         self.job = job
         self._emit = emit
@@ -124,6 +134,7 @@ class JobRunner:
         self.heartbeat_every = heartbeat_every
         self.progress_every = progress_every
         self.metrics_period = metrics_period
+        self.engine_exit_grace = engine_exit_grace
         self.current_trial: int | None = None
         self._stop_request: StopRequest | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -335,11 +346,13 @@ class JobRunner:
         try:
             await self._measure(index, engine)
         except ServerUnreachable as exc:
-            failure = engine.exit_status()
-            if failure is not None:
-                crash.append(failure)
-            else:
-                return self._finish_trial(index, "failed", "other", str(exc))
+            failure = crash[0] if crash else await self._death_of(engine)
+            if failure is None:
+                log_tail = f"{exc}\n(the engine was still running: not a crash)\n"
+                return self._finish_trial(
+                    index, "failed", "other", log_tail + _tail(list(engine.tail))
+                )
+            crash[:] = [failure]
         finally:
             watcher.cancel()
         if not crash:
@@ -366,6 +379,17 @@ class JobRunner:
                 crash.append(failure)
                 self._level_stop.set()
                 return
+
+    async def _death_of(self, engine: ProcessEngine) -> EngineFailed | None:
+        """The engine's failure if its process has exited or exits within the grace period;
+        None if it is still running then."""
+        give_up = time.monotonic() + self.engine_exit_grace
+        while True:
+            # In a thread: reading a dead engine's last log lines can take a moment.
+            failure = await asyncio.to_thread(engine.exit_status)
+            if failure is not None or time.monotonic() >= give_up:
+                return failure
+            await asyncio.sleep(0.05)
 
     async def _measure(self, index: int, engine: ProcessEngine) -> None:
         job = self.job

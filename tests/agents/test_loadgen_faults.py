@@ -9,6 +9,7 @@ import pytest
 from agents.loadgen import (
     BenchConfig,
     BenchFinished,
+    LevelFinished,
     LevelStarted,
     RandomPrompts,
     RequestDone,
@@ -99,6 +100,34 @@ def test_an_unreachable_server_fails_before_the_first_level():
     )
     with pytest.raises(ServerUnreachable, match="cannot reach"):
         run(unreachable)
+
+
+@pytest.mark.parametrize(
+    ("second", "named"),
+    [({"concurrency": 2}, "concurrency 2"), ({"request_rate": 5}, "rate 5 req/s")],
+)
+def test_it_raises_server_unreachable_before_a_level_once_the_server_is_gone(second, named):
+    # The server dies as the first level's clock starts: that level counts its failures, and
+    # the next one, whose connections cannot be opened, is never measured.
+    events = []
+
+    async def collect(gone: FakeServer):
+        bench = config(gone, levels=({"concurrency": 1}, second), num_prompts=3)
+        async for event in run_bench(bench):
+            events.append(event)
+            if isinstance(event, LevelStarted):
+                gone.process.kill()
+                gone.process.wait()
+
+    with (
+        FakeServer() as gone,
+        event_loop_runner() as runner,
+        pytest.raises(ServerUnreachable, match=f"before {named}: .*refused"),
+    ):
+        runner.run(collect(gone))
+    (first,) = [event for event in events if isinstance(event, LevelFinished)]
+    assert first.result["failed"] >= 2
+    assert [event.index for event in events if isinstance(event, LevelStarted)] == [0]
 
 
 def test_progress_events_arrive_in_order(server):

@@ -1,0 +1,138 @@
+"""An engine that dies at any moment of a trial ends that trial only: the real simulator is
+SIGKILLed while a job of two trials × three levels runs, at moments picked from the runner's
+own messages (no sleeps), and the run must go on to the next trial and end normally."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from agents.loadgen.http import ConnectionPool, HttpError
+from tests.agents.test_runner import make_job, run
+
+LEVELS = (1, 2, 4)
+
+
+def death_job():
+    # Levels of a few seconds each: a kill lands inside the level that the hook names.
+    return make_job(
+        [{"max_num_seqs": 8}, {"max_num_seqs": 4}],
+        concurrency=LEVELS,
+        requests=24,
+        output_len=64,
+        speed=8.0,
+    )
+
+
+def kill_engine(runner) -> int:
+    engine = runner._engine
+    assert engine is not None and engine.pid, "the hook fires while an engine serves"
+    os.killpg(engine.pid, signal.SIGKILL)
+    return engine.pid
+
+
+def kill_once_on(trigger):
+    """A runner ``setup`` that SIGKILLs trial 0's engine on the first message that
+    ``trigger`` accepts; the pids killed are kept in ``killed``."""
+    killed: list[int] = []
+
+    def setup(runner, recorder):
+        def hook(message):
+            if not killed and message.get("trial") == 0 and trigger(message):
+                killed.append(kill_engine(runner))
+
+        recorder.hooks.append(hook)
+
+    return setup, killed
+
+
+def measured(recorder, trial: int) -> list[dict]:
+    return [m for m in recorder.of("measurement") if m["trial"] == trial]
+
+
+def progress_of(concurrency: int):
+    return lambda m: m["type"] == "level_progress" and m["level"]["concurrency"] == concurrency
+
+
+@pytest.mark.parametrize(
+    ("trigger", "intact", "cut_short"),
+    [
+        # Its start-up's last phase: the load generator's preflight finds it gone.
+        (lambda m: m["type"] == "cold_start_phase" and m["phase"] == "first_token", 0, False),
+        (progress_of(LEVELS[0]), 0, True),
+        # The first level's measurement goes out while the load generator prepares the
+        # second level (its prompts, its connections): the death falls between the two.
+        (lambda m: m["type"] == "measurement" and m["level"]["concurrency"] == LEVELS[0], 1, True),
+        (progress_of(LEVELS[1]), 1, True),
+    ],
+    ids=["before_its_first_level", "during_its_first_level", "between_levels", "during_level_2"],
+)
+def test_it_ends_only_the_trial_whose_engine_dies(tmp_path, trigger, intact, cut_short):
+    setup, killed = kill_once_on(trigger)
+    summary, recorder, _ = run(death_job(), tmp_path, setup=setup, progress_every=0.2)
+    assert killed
+    # Trial 0: a crash with its log tail. The levels finished before the death are kept in
+    # full; the level it cut short (if any) is reported as far as it got; nothing later runs.
+    finished = {m["trial"]: m for m in recorder.of("trial_finished")}
+    assert sorted(finished) == [0, 1]
+    assert (finished[0]["outcome"], finished[0]["failure_class"]) == ("failed", "crash")
+    assert "killed by signal 9" in finished[0]["log_tail"]
+    mine = measured(recorder, 0)
+    allowed = [list(LEVELS[:intact])] + ([list(LEVELS[: intact + 1])] if cut_short else [])
+    assert [m["level"]["concurrency"] for m in mine] in allowed
+    for measurement in mine[:intact]:
+        result = measurement["result"]
+        assert (result["completed"], result["failed"]) == (24, 0)
+        assert "partial" not in result
+    # Trial 1: every level, on its own engine.
+    assert finished[1]["outcome"] == "succeeded"
+    assert [m["level"]["concurrency"] for m in measured(recorder, 1)] == list(LEVELS)
+    assert all(m["result"]["failed"] == 0 for m in measured(recorder, 1))
+    # The run ends normally, not as an agent error.
+    assert (summary.outcome, summary.reason) == ("succeeded", "")
+    assert (summary.trials_succeeded, summary.trials_failed) == (1, 1)
+    assert recorder.messages[-1] == {
+        **recorder.messages[-1],
+        "type": "run_finished",
+        "outcome": "succeeded",
+    }
+
+
+def test_it_does_not_call_an_http_failure_of_a_live_engine_a_crash(tmp_path, monkeypatch):
+    # The engine keeps running, but the connections for trial 0's second level cannot be
+    # opened (what an engine whose accept queue is full looks like): a failed trial, class
+    # "other", and the run goes on.
+    warm = ConnectionPool.warm
+    seen: dict = {}
+    serving_when_it_failed: list[bool] = []
+
+    async def warm_failing_once(pool, count):
+        runner = seen["runner"]
+        if runner.current_trial == 0 and count == LEVELS[1]:
+            serving_when_it_failed.append(runner._engine.exit_status() is None)
+            raise HttpError(
+                "connect_timeout", f"{pool.origin.host}:{pool.origin.port}: no connection in 10 s"
+            )
+        await warm(pool, count)
+
+    monkeypatch.setattr(ConnectionPool, "warm", warm_failing_once)
+
+    def setup(runner, recorder):
+        seen["runner"] = runner
+
+    summary, recorder, _ = run(death_job(), tmp_path, setup=setup, engine_exit_grace=0.5)
+    assert serving_when_it_failed == [True]
+    finished = {m["trial"]: m for m in recorder.of("trial_finished")}
+    assert (finished[0]["outcome"], finished[0]["failure_class"]) == ("failed", "other")
+    assert "no connection in 10 s" in finished[0]["log_tail"]
+    assert "still running" in finished[0]["log_tail"]
+    assert [m["level"]["concurrency"] for m in measured(recorder, 0)] == [LEVELS[0]]
+    assert finished[1]["outcome"] == "succeeded"
+    assert [m["level"]["concurrency"] for m in measured(recorder, 1)] == list(LEVELS)
+    assert (summary.outcome, summary.trials_failed, summary.trials_succeeded) == (
+        "succeeded",
+        1,
+        1,
+    )
