@@ -9,6 +9,8 @@ Guarantees (on top of ``runs.providers.base``):
   ``<state_dir>/<pod name>/agent.log``.
 - A record whose process is gone reads ``EXITED``; a recycled pid is not mistaken for the
   agent (the process's start time is recorded and compared).
+- No zombie: the process that started an agent reads its exit status as soon as it exits,
+  whichever process stops it and whether or not it calls the provider again.
 - ``terminate`` stops the agent and every process below it, engines in their own sessions
   included (SIGTERM, SIGKILL after a grace period), and removes the record; it is idempotent.
 - Costs nothing to rent: ``cost_per_hr`` and ``price`` are None, so runs are priced from the
@@ -39,9 +41,22 @@ from runs.providers.base import (
 from runs.providers.process_tree import kill_tree
 
 STOP_GRACE_SECONDS = 10.0
-# Processes this worker started: their exit is read from the child itself (no zombies).
+# Processes this worker started and that still run: their exit is read from the child itself.
 _children: dict[int, subprocess.Popen] = {}
 _children_lock = threading.Lock()
+
+
+def _reap(process: subprocess.Popen) -> None:
+    """Waits for the agent ``process`` to exit and forgets it: its exit status is read at once,
+    so it never lingers as a zombie. A thread per agent because the process that started an
+    agent is seldom the one that stops it (a Celery pool process provisions, another one
+    finalizes, and the first may never hear of that pod again); it waits on its own child's
+    pid only, never on any child (``waitpid(-1)`` or a SIGCHLD handler would take the exit
+    status of other ``subprocess`` users of the process)."""
+    process.wait()
+    with _children_lock:
+        if _children.get(process.pid) is process:
+            del _children[process.pid]
 
 
 def default_agent_command() -> list[str]:
@@ -151,6 +166,7 @@ class LocalProvider:
             log.close()
         with _children_lock:
             _children[process.pid] = process
+        threading.Thread(target=_reap, args=(process,), daemon=True).start()
         record = {
             "name": spec.name,
             "pid": process.pid,
