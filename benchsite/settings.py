@@ -200,6 +200,11 @@ BENCHSITE_LOCAL_PODS_DIR = env_str("BENCHSITE_LOCAL_PODS_DIR", "")  # "": MEDIA_
 BENCHSITE_LOCAL_AGENT_COMMAND = env_str("BENCHSITE_LOCAL_AGENT_COMMAND", "")
 BENCHSITE_SIM_SPEED = env_int("BENCHSITE_SIM_SPEED", 1, minimum=1)
 BENCHSITE_AGENT_SILENCE_SECONDS = env_int("BENCHSITE_AGENT_SILENCE_SECONDS", 120, minimum=10)
+# After a run ends its agent may still deliver what it holds (a spool it could not send
+# while the site was down) for this long; the local provider waits as long for it to exit.
+BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS = env_int(
+    "BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS", 300, minimum=0
+)
 BENCHSITE_PROVISION_TIMEOUT_SECONDS = env_int(
     "BENCHSITE_PROVISION_TIMEOUT_SECONDS", 1800, minimum=60
 )

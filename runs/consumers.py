@@ -18,7 +18,7 @@ from django.http import Http404
 from agents import protocol
 from runs.access import Principal, access_run_of_user
 from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
-from runs.services.run_control import agent_run_group
+from runs.services.run_control import agent_run_group, run_stop_request
 from runs.services.run_tokens import run_for_token
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
         self.run = await database_sync_to_async(run_for_token)(
-            run_id=run_id, raw=_bearer(self.scope)
+            run_id=run_id, raw=_bearer(self.scope), delivering=True
         )
         if self.run is None:
             await self.close(code=CLOSE_NOT_FOUND)
@@ -75,8 +75,9 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         await database_sync_to_async(self.run.refresh_from_db)(
             fields=["cancel_requested_at", "cancel_reason"]
         )
-        if self.run.cancel_requested_at is not None:
-            await self._send_cancel(self.run.cancel_reason)
+        stop = run_stop_request(self.run)  # a cancel, or an ended run still delivering
+        if stop is not None:
+            await self._send_cancel(stop)
 
     async def disconnect(self, code):
         writer = getattr(self, "writer", None)

@@ -12,10 +12,10 @@ Guarantees:
   ``trial_cost_per_million_output_tokens`` over all its levels, field for field: the kept
   levels are the ones that decide it (the chosen level, and one level of each other kind of
   load so the same notes are written).
-- Only succeeded trials of ended runs get a row; a row is written under ``FIGURES_RULES`` and
-  a row of other rules is never read (reports compute such a trial from its levels), so a
-  change to these rules only needs the number bumped — ``manage.py report_figures_backfill``
-  or the next release of a pod writes the new rows.
+- Only measured trials (succeeded or partial) of ended runs get a row; a row is written
+  under ``FIGURES_RULES`` and a row of other rules is never read (reports compute such a
+  trial from its levels), so a change to these rules only needs the number bumped —
+  ``manage.py report_figures_backfill`` or the next release of a pod writes the new rows.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from runs.costs import (
     trial_cost_per_million_output_tokens,
 )
 from runs.models import Measurement, Trial, TrialLevelFigures
-from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
+from runs.models.runs import MEASURED_OUTCOMES, TERMINAL_RUN_STATES
 
 # Bump when what ``level_figures`` derives changes: rows of other rules are then ignored.
 FIGURES_RULES = 1
@@ -176,7 +176,7 @@ _BATCH = 500
 
 
 def trial_level_figures_record(*, run_ids: Iterable | None = None) -> int:
-    """Records the ``TrialLevelFigures`` of every succeeded trial of those runs (of every
+    """Records the ``TrialLevelFigures`` of every measured trial of those runs (of every
     run when None) that have ended and have none under today's rules; returns how many
     trials it derived.
 
@@ -200,7 +200,7 @@ def level_figures_backfill(apps, schema_editor) -> None:
 
 def _record(trials, measurement_model, figures_model) -> int:
     trials = trials.filter(
-        run__state__in=TERMINAL_RUN_STATES, outcome=TrialOutcome.SUCCEEDED
+        run__state__in=TERMINAL_RUN_STATES, outcome__in=MEASURED_OUTCOMES
     ).exclude(level_figures__rules=FIGURES_RULES)
     trial_ids = list(trials.values_list("id", flat=True).order_by("id"))
     for start in range(0, len(trial_ids), _BATCH):

@@ -30,6 +30,7 @@ from uuid import UUID
 from django.db.models import CharField, Count, Sum
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, TruncMonth
+from django.utils import timezone
 
 from runs import report_figures
 from runs.costs import TrialCost, round_usd
@@ -45,7 +46,7 @@ from runs.models import (
     Trial,
     TrialLevelFigures,
 )
-from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
+from runs.models.runs import MEASURED_OUTCOMES, TERMINAL_RUN_STATES
 from runs.report_figures import (
     SLO_METRICS,
     LevelFigures,
@@ -55,6 +56,7 @@ from runs.report_figures import (
     trial_cost,
 )
 from runs.selectors import GpuPrice, gpu_price, pod_rate_from_price
+from runs.services.run_tokens import delivery_grace
 
 TENTH = Decimal("0.1")
 
@@ -121,7 +123,7 @@ class TrialFigure:
             index=row.index,
             serve_config=row.serve_config,
             cold_start=row.cold_start,
-            outcome=TrialOutcome.SUCCEEDED,
+            outcome=row.outcome,
         )
         trial.run = self.run
         return trial
@@ -193,15 +195,15 @@ class EndedTrialFigures:
     """The priced figures of trials whose run has ended, kept in this process's memory.
 
     They spare a report the arithmetic of thousands of trials on every view (most of its
-    time once the levels are no longer read). Sound because an ended run is frozen: ingest
-    refuses every message once a run is in a terminal state (``runs.services.ingest``), so
-    its trials' levels and cold start never change again. What may still change — the price
-    of a run not billed at its own rate (the catalogue, the organization's override, the
-    experiment's GPU type, cloud or count), whether the experiment is simulated, and the
-    rules of the level figures — is the entry's ``key``: an entry whose key is not today's is
-    priced again, never served. An entry also names its run, whose random UUID keeps a
-    re-created database's reused trial ids from meeting an old entry. Bounded, least
-    recently used out first; safe to share between threads.
+    time once the levels are no longer read). Sound because an ended run is frozen once its
+    delivery grace is over: ingest refuses every message then (``runs.services.ingest``), so
+    its trials' levels and cold start never change again; only such runs are kept here. What
+    may still change — the price of a run not billed at its own rate (the catalogue, the
+    organization's override, the experiment's GPU type, cloud or count), whether the
+    experiment is simulated, and the rules of the level figures — is the entry's ``key``: an
+    entry whose key is not today's is priced again, never served. An entry also names its
+    run, whose random UUID keeps a re-created database's reused trial ids from meeting an
+    old entry. Bounded, least recently used out first; safe to share between threads.
     """
 
     def __init__(self, max_trials: int):
@@ -245,13 +247,14 @@ _LEVELS_BY_ID = 500
 def trial_figures(
     *, org: Organization, experiments: Iterable[Experiment] | None = None
 ) -> list[TrialFigure]:
-    """Every succeeded trial of the organization's runs (of ``experiments`` when given),
-    priced at its best level under its experiment's SLOs. A trial of an ended run is read
+    """Every measured trial of the organization's runs — succeeded, or partial: cut short,
+    its measured levels count — (of ``experiments`` when given), priced at its best level
+    under its experiment's SLOs. A trial of an ended run is read
     with its level figures (``runs.report_figures``) instead of its levels, and priced once
     per pricing in this process (``EndedTrialFigures``)."""
-    trials = Trial.objects.filter(run__organization=org, outcome=TrialOutcome.SUCCEEDED)
+    trials = Trial.objects.filter(run__organization=org, outcome__in=MEASURED_OUTCOMES)
     levels_query = Measurement.objects.filter(
-        trial__run__organization=org, trial__outcome=TrialOutcome.SUCCEEDED
+        trial__run__organization=org, trial__outcome__in=MEASURED_OUTCOMES
     )
     if experiments is not None:
         wanted = [e.id for e in experiments]
@@ -272,8 +275,8 @@ def trial_figures(
         )
         .order_by("run__created_at", "run_id", "index")
         .values_list(
-            "id", "index", "serve_config", "cold_start", "run_key", "experiment_key",
-            "run__state", "run__pod_gpu_type", "run__price_usd_hr",
+            "id", "index", "serve_config", "cold_start", "run_key", "experiment_key", "outcome",
+            "run__state", "run__finished_at", "run__pod_gpu_type", "run__price_usd_hr",
             "frozen_engine", "frozen_gpu_type", "frozen_gpu_count", "frozen_slos", named=True,
         )
     )  # fmt: skip
@@ -306,8 +309,17 @@ def trial_figures(
     rules = report_figures.FIGURES_RULES
     computed: dict[int, _Priced] = {}
     pending = []
+    # An ended run's agent may still deliver levels for the delivery grace: frozen after it.
+    frozen_before = timezone.now() - delivery_grace()
+
+    def frozen(row) -> bool:
+        # A run ended without an end time (imported, or older than end times) takes nothing.
+        return row.run__state in TERMINAL_RUN_STATES and (
+            row.run__finished_at is None or row.run__finished_at <= frozen_before
+        )
+
     for row in rows:
-        entry = row.run__state in TERMINAL_RUN_STATES and ended_trial_figures.get(
+        entry = frozen(row) and ended_trial_figures.get(
             row.id, row.run_key, (rules, pricing_of(row))
         )
         if entry:
@@ -351,7 +363,7 @@ def trial_figures(
             qualifying=levels.qualifying,
             levels_simulated=levels.levels_simulated,
         )
-        if row.run__state in TERMINAL_RUN_STATES:
+        if frozen(row):
             ended[row.id] = entry
     ended_trial_figures.put_many(ended)
 

@@ -23,5 +23,8 @@ class RunTokenScheme(OpenApiAuthenticationExtension):
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "A run token (`bsr_…`), valid for its one run until the run ends.",
+            "description": (
+                "A run token (`bsr_…`), valid for its one run until the run ends; for "
+                "delivering messages, also for BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS after."
+            ),
         }

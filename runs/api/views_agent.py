@@ -21,6 +21,7 @@ from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
 from runs.placement import recorded_placement
 from runs.services.ingest import agent_messages_ingest, notify_run_watchers
+from runs.services.run_control import run_stop_request
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
 
 MAX_BATCH = 1000
@@ -45,7 +46,9 @@ class RunTokenAuthentication(BaseAuthentication):
         if not raw.startswith(RUN_TOKEN_PREFIX):
             raise AuthenticationFailed("Not a run token.")
         run_id = request.parser_context["kwargs"].get("run_id")
-        run = run_for_token(run_id=run_id, raw=raw)
+        # Only a view that stores messages stays open for an ended run's delivery grace.
+        delivering = getattr(request.parser_context.get("view"), "delivers", False)
+        run = run_for_token(run_id=run_id, raw=raw, delivering=delivering)
         if run is None:
             # Wrong run, ended run or unknown token: one answer for all.
             raise AuthenticationFailed("Invalid run token for this run, or the run has ended.")
@@ -61,6 +64,7 @@ class AgentMessagesView(APIView):
     and carries the run's cancel request (``null`` while there is none)."""
 
     authentication_classes = [RunTokenAuthentication]
+    delivers = True  # an ended run's agent may still deliver for the grace (run_tokens)
 
     @extend_schema(
         request=inline_serializer("AgentBatch", {"messages": serializers.ListField()}),
@@ -105,8 +109,9 @@ class AgentMessagesView(APIView):
         notify_run_watchers(run.id, outcomes)
         rejected.sort(key=lambda refusal: refusal["index"])
         # Read after the ingest: a cancel requested while the batch was on its way is included.
-        run.refresh_from_db(fields=["cancel_requested_at", "cancel_reason"])
-        cancel = {"reason": run.cancel_reason} if run.cancel_requested_at else None
+        run.refresh_from_db(fields=["cancel_requested_at", "cancel_reason", "state"])
+        stop = run_stop_request(run)  # a cancel, or an ended run still delivering
+        cancel = {"reason": stop} if stop is not None else None
         return Response(
             {"acked": acked, "rejected": rejected, "cancel": cancel}, status=status.HTTP_200_OK
         )

@@ -109,6 +109,11 @@ class TrialOutcome(models.TextChoices):
     SKIPPED = "skipped"
 
 
+# Trials whose levels count in reports and costs: all of them measured, or some before the
+# trial was cut short (a failed trial's levels are the failure's, not the config's).
+MEASURED_OUTCOMES = frozenset({TrialOutcome.SUCCEEDED, TrialOutcome.PARTIAL})
+
+
 class FailureClass(models.TextChoices):
     OOM_AT_STARTUP = "oom_at_startup"
     KV_CACHE_TOO_SMALL = "kv_cache_too_small"

@@ -4,10 +4,16 @@ Guarantees of ``agent_messages_ingest``:
 - each (run, seq) is applied once: a resent message is acknowledged and changes nothing;
 - a batch is stored together with everything it implies (trials, measurements, run state)
   in one transaction; callers notify the run's browsers after it has committed;
-- a run that has ended accepts nothing new (a resend of a stored message is still acked);
+- a run that has ended accepts, for ``BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS`` after its
+  end, what its agent still delivers (a spool it could not send while the site was down):
+  levels, cold-start phases and trial outcomes are stored, its trials settled again and its
+  kept level figures derived again, in the same transaction; its state, end time and reason
+  never change. After the grace it accepts nothing new (a resend of a stored message is
+  still acked);
 - the run reaches its final state once ``run_finished`` and every message before it have
-  arrived (resends after a reconnect may fill gaps in any order); an agent that stopped as
-  cancelled when nobody asked (its pod was stopped from outside) leaves the run ``failed``.
+  arrived (resends after a reconnect may fill gaps in any order), its trials settled in the
+  same transaction (``runs.services.trial_settling``); an agent that stopped as cancelled
+  when nobody asked (its pod was stopped from outside) leaves the run ``failed``.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents import protocol
-from runs.models import AgentMessageRecord, Measurement, Run, Trial
+from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelFigures
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
+from runs.report_figures import trial_level_figures_record
+from runs.services.run_tokens import run_delivery_open
+from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +89,13 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
         )
     )
     outcomes, changed, trials = [], set(), {}
+    late = False  # whether a message was stored for a run that had ended
     for message in messages:
         if message.seq in seen:
             outcomes.append(IngestOutcome(seq=message.seq, stored=False))  # a resend: ack again
             continue
-        if run.state in TERMINAL_RUN_STATES:
+        ended = run.state in TERMINAL_RUN_STATES
+        if ended and not run_delivery_open(run):
             reason = f"Run {run.id} has ended ({run.state}); nothing more is accepted."
             outcomes.append(IngestOutcome(seq=message.seq, stored=False, refused=reason))
             continue
@@ -92,8 +103,10 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
             run=run, seq=message.seq, type=message.type, payload=message.model_dump(mode="json")
         )
         seen.add(message.seq)
+        late = late or ended
         changed.update(_apply(run, message, trials))
-        if message.type == "run_finished" or run.state == RunState.FINALIZING:
+        # An ended run's end stands: a late run_finished is kept in the ledger, nothing more.
+        if not ended and (message.type == "run_finished" or run.state == RunState.FINALIZING):
             run.save(update_fields=changed)
             _finish_if_complete(run)
         outcomes.append(
@@ -101,6 +114,12 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
         )
     if changed:
         run.save(update_fields=changed)
+    if late and trials:
+        # Late levels or outcomes of an ended run: the same rule as at its end, and the
+        # figures kept for the reports derived from every level it now has.
+        run_trials_settle(run=run, reason=run.failure_reason)
+        TrialLevelFigures.objects.filter(trial__run=run).delete()
+        trial_level_figures_record(run_ids=[run.id])
     return outcomes
 
 
@@ -182,6 +201,7 @@ def _finish_if_complete(run: Run) -> None:
     elif finished.payload.get("reason"):
         run.failure_reason = finished.payload["reason"]
     run.save(update_fields=["state", "finished_at", "failure_reason"])
+    run_trials_settle(run=run, reason=run.failure_reason)
     # The pod is given back as soon as the run is over (reconcile catches a lost task).
     transaction.on_commit(functools.partial(_enqueue_finalize, run.id))
 

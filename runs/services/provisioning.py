@@ -29,6 +29,7 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -50,6 +51,7 @@ from runs.providers.registry import provider_for, provider_name_for
 from runs.report_figures import trial_level_figures_record
 from runs.selectors import gpu_price
 from runs.services.run_tokens import run_token_issue
+from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
 
@@ -200,16 +202,21 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
     return outcome
 
 
+@transaction.atomic
 def run_fail(*, run_id, reason: str, state: str = RunState.FAILED) -> bool:
     """Ends an active run in ``state`` with ``reason`` (conditional: a run that already ended
-    keeps its end). Returns whether it changed."""
+    keeps its end) and settles its trials in the same transaction. Returns whether it
+    changed."""
     from runs.models.runs import TERMINAL_RUN_STATES
 
-    return bool(
+    ended = (
         Run.objects.filter(id=run_id)
         .exclude(state__in=TERMINAL_RUN_STATES)
         .update(state=state, failure_reason=reason[:2000], finished_at=timezone.now())
     )
+    if ended:
+        run_trials_settle(run=Run.objects.get(id=run_id), reason=reason[:2000])
+    return bool(ended)
 
 
 def run_accrued_cost(run: Run, *, until: datetime.datetime) -> tuple[Decimal, Decimal]:

@@ -2,7 +2,8 @@
 
 Guarantees of ``run_cancel``:
 - a run that has ended is refused (``Conflict``) and nothing is written;
-- a queued run (nothing rented, no agent yet) is cancelled at once;
+- a queued run (nothing rented, no agent yet) is cancelled at once, its planned trials
+  settled as not run (``runs.services.trial_settling``);
 - any other run is marked once: the first request's time and reason stand, a repeat writes
   nothing and records no second event. The run becomes cancelled when its agent reports
   ``run_finished`` with the outcome ``cancelled`` (``runs.services.ingest``);
@@ -27,6 +28,7 @@ from runs.errors import Conflict
 from runs.models import Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.services.text_input import clean_short_text
+from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +67,23 @@ def run_cancel(*, actor: Actor, run: Run, reason: str = "") -> Run:
     else:
         _tell_agent_on_commit(run)
     run.save(update_fields=fields)
+    if run.state == RunState.CANCELLED:
+        run_trials_settle(run=run, reason=reason or "cancelled")
     old, new = audit_diff(before, audit_snapshot(run))
     audit_record(
         org=run.organization, actor=actor, event="run.cancel", target=run, before=old, after=new
     )
     return run
+
+
+def run_stop_request(run: Run) -> str | None:
+    """Why the run's agent must stop, or None: a cancel request, or the run's end (an ended
+    run's agent may only deliver what it holds, ``runs.services.run_tokens``)."""
+    if run.cancel_requested_at is not None:
+        return run.cancel_reason
+    if run.state in TERMINAL_RUN_STATES:
+        return f"the run has ended ({run.state})"
+    return None
 
 
 def _tell_agent_on_commit(run: Run) -> None:

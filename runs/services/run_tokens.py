@@ -1,4 +1,7 @@
-"""Run tokens: the agent's credential, valid for one run only and only until it ends.
+"""Run tokens: the agent's credential, valid for one run only, until the run ends and then
+for ``BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS`` more, for delivery only: an agent that finished
+(or was stopped) while the site could not hear it replays its spool in that time. What an
+ended run still accepts is decided in ``runs.services.ingest``.
 
 A run's token is derived from its id under the site's ``SECRET_KEY`` (HMAC-SHA256), so every
 provisioning attempt hands out the same one: a pod that an earlier attempt rented — a create
@@ -10,8 +13,12 @@ is adopted with a token the site accepts. Only the token's hash is stored; chang
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from runs.models import Run
@@ -34,15 +41,32 @@ def run_token_issue(*, run: Run) -> str:
     return raw
 
 
-def run_for_token(*, run_id, raw: str | None) -> Run | None:
-    """The run ``raw`` was issued for, if it is ``run_id`` and has not ended; else None."""
+def delivery_grace() -> datetime.timedelta:
+    """How long after its run ended an agent may still deliver what it holds."""
+    return datetime.timedelta(seconds=float(settings.BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS))
+
+
+def _delivery_open(now: datetime.datetime) -> Q:
+    return ~Q(state__in=TERMINAL_RUN_STATES) | Q(finished_at__gt=now - delivery_grace())
+
+
+def run_delivery_open(run: Run, *, now: datetime.datetime | None = None) -> bool:
+    """Whether ``run``'s agent may still deliver: the run is active, or ended less than the
+    delivery grace ago."""
+    if run.state not in TERMINAL_RUN_STATES:
+        return True
+    now = now or timezone.now()
+    return run.finished_at is not None and run.finished_at > now - delivery_grace()
+
+
+def run_for_token(*, run_id, raw: str | None, delivering: bool = False) -> Run | None:
+    """The run ``raw`` was issued for, if it is ``run_id`` and has not ended — or, for
+    ``delivering`` (storing the agent's messages, nothing else), ended less than the delivery
+    grace ago (``run_delivery_open``); else None."""
     if not raw or not raw.startswith(RUN_TOKEN_PREFIX):
         return None
+    valid = _delivery_open(timezone.now()) if delivering else ~Q(state__in=TERMINAL_RUN_STATES)
     try:
-        return (
-            Run.objects.filter(pk=run_id, run_token_hash=_digest(raw))
-            .exclude(state__in=TERMINAL_RUN_STATES)
-            .first()
-        )
+        return Run.objects.filter(valid, pk=run_id, run_token_hash=_digest(raw)).first()
     except (ValueError, TypeError):  # a malformed run id names no run
         return None

@@ -6,20 +6,25 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from agents.loadgen.http import ConnectionPool, HttpError
+from agents.runner.summary import read_journal
 from tests.agents.test_runner import make_job, run
+from tests.polling import wait_for
 
 LEVELS = (1, 2, 4)
 
 
-def death_job():
+def death_job(requests: int = 24):
     return make_job(
         [{"max_num_seqs": 8}, {"max_num_seqs": 4}],
         concurrency=LEVELS,
-        requests=24,
+        requests=requests,
         output_len=64,
         speed=8.0,
     )
@@ -102,6 +107,67 @@ def test_it_ends_only_the_trial_whose_engine_dies(tmp_path, trigger, intact, cut
         "type": "run_finished",
         "outcome": "succeeded",
     }
+
+
+def test_it_keeps_the_agent_process_going_when_the_engine_is_killed(tmp_path):
+    # As the issue's operator saw it: the agent's own process (`benchsite-agent run`), its
+    # simulator killed with kill -9 during the first of three levels, watched through the
+    # results folder the agent writes as it goes.
+    job = death_job(requests=120)  # a first level of about 2 s: the kill lands inside it
+    (tmp_path / "job.json").write_text(job.model_dump_json())
+    out = tmp_path / "out"
+    env = {key: value for key, value in os.environ.items() if key != "BENCHSITE_TOKEN"}
+    command = [sys.executable, "-m", "agents.cli", "run", "--job", str(tmp_path / "job.json")]
+    log = tmp_path / "agent.log"
+    with log.open("w") as sink:
+        agent = subprocess.Popen(
+            [*command, "--workdir", str(out)],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def engine_pid_once_level_1_runs() -> int | None:
+            assert agent.poll() is None, log.read_text()
+            journal = read_journal(out / "messages.jsonl")
+            if not any(m["type"] == "level_progress" and m["trial"] == 0 for m in journal):
+                return None
+            (start,) = [
+                m
+                for m in journal
+                if m["type"] == "cold_start_phase"
+                and m["trial"] == 0
+                and m["phase"] == "process_start"
+            ]
+            return start["detail"]["pid"]
+
+        pid = wait_for(engine_pid_once_level_1_runs, 60, "trial 0's first level to run")
+        os.kill(pid, signal.SIGKILL)
+        agent.wait(timeout=120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    output = log.read_text()
+    assert agent.returncode == 0, output
+    assert "1 trials succeeded, 1 failed, 0 skipped" in output
+    assert "Traceback" not in output and "agent error" not in output
+    journal = read_journal(out / "messages.jsonl")
+    finished = {m["trial"]: m for m in journal if m["type"] == "trial_finished"}
+    assert (finished[0]["outcome"], finished[0]["failure_class"]) == ("failed", "crash")
+    assert finished[1]["outcome"] == "succeeded"
+    levels = {
+        trial: [
+            m["level"]["concurrency"]
+            for m in journal
+            if m["type"] == "measurement" and m["trial"] == trial
+        ]
+        for trial in (0, 1)
+    }
+    assert levels[0] in ([], [LEVELS[0]]) and levels[1] == list(LEVELS)
+    assert journal[-1]["type"] == "run_finished" and journal[-1]["outcome"] == "succeeded"
 
 
 def test_it_does_not_call_an_http_failure_of_a_live_engine_a_crash(tmp_path, monkeypatch):
