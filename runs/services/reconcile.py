@@ -11,6 +11,11 @@ change is a conditional UPDATE, and terminating a pod twice is harmless):
   pod is terminated (the agent normally reports first);
 - a run whose agent fell silent (no message for ``AGENT_SILENCE``; ``PROVISION_TIMEOUT``
   before its first) or whose pod is gone ends ``failed`` and its pod is terminated;
+- silence is judged against the site's own ability to hear (``runs.services.ingest_watch``):
+  while the address agents report to does not answer, no agent is called silent nor a
+  cancel unanswered; once it answers again, both are counted from that moment at the
+  earliest, so agents can replay what they spooled meanwhile;
+- every run it ends has its trials settled in the same transaction (``run_fail``);
 - an ended run whose pod is still up gets it terminated and its final cost recorded;
 - every ``bench-*`` pod that no active run owns is terminated (orphans: e.g. a create that
   errored but left a pod, a run deleted behind the site's back).
@@ -38,6 +43,7 @@ from runs.models import Organization, ProviderCredential, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import PodInfo, PodState, Provider, ProviderError, run_id_of_pod
 from runs.providers.registry import local_provider, provider_for
+from runs.services.ingest_watch import IngestHearing, ingest_hearing
 from runs.services.provisioning import run_accrued_cost, run_fail, run_release_pod
 
 logger = logging.getLogger(__name__)
@@ -103,6 +109,12 @@ def _end(run: Run, state: str, reason: str, report_list: list[str]) -> None:
     if run_fail(run_id=run.id, reason=reason, state=state):
         report_list.append(str(run.id))
         logger.warning("run %s: %s (%s)", run.id, state, reason)
+
+
+def _counted_from(moment: datetime.datetime, hearing: IngestHearing) -> datetime.datetime:
+    """When a silence that began at ``moment`` starts to count: not before the site could
+    hear agents again (an agent cannot answer a site that is down)."""
+    return max(moment, hearing.since) if hearing.since else moment
 
 
 def _active_with_pods() -> list[Run]:
@@ -196,6 +208,8 @@ def runs_reconcile(
     pods, providers = _pods_by_account(report)
     active = _active_with_pods()
     _record_costs(active, now)
+    # Whether agents could have been heard at all: asked only when some run could be judged.
+    hearing = ingest_hearing(now=now, window=AGENT_SILENCE) if active else IngestHearing(False)
     for run in active:
         account = (
             ("local", None) if run.provider == "local" else ("runpod", str(run.organization_id))
@@ -212,9 +226,13 @@ def runs_reconcile(
                 f"Stopped at the budget cap (${cap}).",
                 report.over_budget,
             )
-        elif run.cancel_requested_at and now - run.cancel_requested_at > CANCEL_GRACE:
+        elif (
+            hearing.reachable
+            and run.cancel_requested_at
+            and now - _counted_from(run.cancel_requested_at, hearing) > CANCEL_GRACE
+        ):
             _end(run, RunState.CANCELLED, run.cancel_reason or "cancelled", report.cancelled)
-        elif now - heard > silence:
+        elif hearing.reachable and now - _counted_from(heard, hearing) > silence:
             if run.last_heartbeat_at:
                 reason = f"The agent fell silent (last heard {heard:%H:%M:%S} UTC)."
             else:

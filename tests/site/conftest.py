@@ -39,6 +39,14 @@ def nothing_priced_in_memory():
     ended_trial_figures.clear()
 
 
+@pytest.fixture(autouse=True)
+def ingest_answers_its_probe(monkeypatch):
+    """Reconcile passes run here judge silence as if the site's ingest answered its probe
+    (nothing listens at BENCHSITE_PUBLIC_URL in most tests); tests of the probe itself, and
+    workers in their own processes, use the real one (``runs.services.ingest_watch``)."""
+    monkeypatch.setattr("runs.services.ingest_watch.ingest_probe", lambda: None)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def celery_tasks_run_in_process():
     """Tasks run where they are enqueued, so no message outlives its test in a shared broker
