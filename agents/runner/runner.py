@@ -75,6 +75,8 @@ ENGINE_POLL_SECONDS = 0.5
 # vLLM's API server takes a moment to exit after its engine core died: how long an
 # unreachable engine is given to show that it died before it is judged alive.
 ENGINE_EXIT_GRACE = 5.0
+# Request failures that say the server may be gone (``agents.loadgen.http`` kinds).
+_LOST_CONNECTION = frozenset({"connection_refused", "connection_error", "stream_ended_early"})
 LOG_TAIL_LINES = 60
 
 
@@ -344,7 +346,7 @@ class JobRunner:
         crash: list[EngineFailed] = []
         watcher = asyncio.create_task(self._watch_engine(engine, crash))
         try:
-            await self._measure(index, engine)
+            lost_connections = await self._measure(index, engine)
         except ServerUnreachable as exc:
             failure = crash[0] if crash else await self._death_of(engine)
             if failure is None:
@@ -356,8 +358,9 @@ class JobRunner:
         finally:
             watcher.cancel()
         if not crash:
-            # A level can finish (every request refused) before the watcher's next look.
-            failure = engine.exit_status()
+            # A level can finish (every request refused) before the watcher's next look, and
+            # before a killed engine can be reaped: lost connections are worth the wait.
+            failure = await self._death_of(engine) if lost_connections else engine.exit_status()
             if failure is not None:
                 crash.append(failure)
         if crash:
@@ -391,7 +394,9 @@ class JobRunner:
                 return failure
             await asyncio.sleep(0.05)
 
-    async def _measure(self, index: int, engine: ProcessEngine) -> None:
+    async def _measure(self, index: int, engine: ProcessEngine) -> bool:
+        """Runs the workload's levels on ``engine``; whether a request lost its connection
+        (refused, reset or closed early: what a dying server does)."""
         job = self.job
         sharegpt = getattr(job.workload.dataset, "dataset_id", None)
         config = config_from_workload(
@@ -409,6 +414,7 @@ class JobRunner:
         relay = asyncio.create_task(self._relay_stop())
         live: LiveLevel | None = None
         level: dict = {}
+        lost_connections = False
         try:
             async for event in run_bench(config, stop=self._level_stop):
                 if isinstance(event, LevelStarted):
@@ -416,6 +422,7 @@ class JobRunner:
                     live = LiveLevel(event.total, every=self.progress_every)
                 elif isinstance(event, RequestDone) and live is not None:
                     live.add(event.record)
+                    lost_connections |= event.record.error_kind in _LOST_CONNECTION
                     if live.due():
                         self._progress(index, level, live)
                 elif isinstance(event, ServerSample) and live is not None:
@@ -424,6 +431,7 @@ class JobRunner:
                     self._measurement(index, event.result)
         finally:
             relay.cancel()
+        return lost_connections
 
     async def _relay_stop(self) -> None:
         await self._stop.wait()

@@ -72,8 +72,16 @@ def progress_of(concurrency: int):
         # second level (its prompts, its connections): the death falls between the two.
         (lambda m: m["type"] == "measurement" and m["level"]["concurrency"] == LEVELS[0], 1, True),
         (progress_of(LEVELS[1]), 1, True),
+        # No later level finds it gone: only the requests it failed (and its exit) tell.
+        (progress_of(LEVELS[2]), 2, True),
     ],
-    ids=["before_its_first_level", "during_its_first_level", "between_levels", "during_level_2"],
+    ids=[
+        "before_its_first_level",
+        "during_its_first_level",
+        "between_levels",
+        "during_level_2",
+        "during_its_last_level",
+    ],
 )
 def test_it_ends_only_the_trial_whose_engine_dies(tmp_path, trigger, intact, cut_short):
     setup, killed = kill_once_on(trigger)
