@@ -1051,30 +1051,103 @@ def pydantic_field_errors(
 
 
 # ---------------------------------------------------------------------------------------------
+# JSON documents: nesting depth
+# ---------------------------------------------------------------------------------------------
+
+# The deepest nesting any Benchsite JSON document may have. Legitimate ones stay far below it:
+# an experiment is about 4 deep (body → workload → dataset → list), an agent batch about 6
+# (body → messages → message → result/server → metric → series). Python's JSON decoder and
+# every recursive walk of a decoded value fail with RecursionError a few hundred levels down,
+# so documents deeper than this are refused before they are decoded.
+MAX_JSON_DEPTH = 64
+
+# What a depth scan skips: whole strings (brackets inside them are text) and every run of
+# characters that is neither a bracket nor a quote. What is left is the document's brackets.
+# A string left open runs to the end of the text (the decoder stops there too): every quote
+# then matches at once, which keeps the scan linear (no retrying from each later quote).
+_JSON_NOT_A_BRACKET = r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)|[^\[\]{}"]+'
+_JSON_NOT_A_BRACKET_TEXT = re.compile(_JSON_NOT_A_BRACKET, re.DOTALL)
+_JSON_NOT_A_BRACKET_BYTES = re.compile(_JSON_NOT_A_BRACKET.encode(), re.DOTALL)
+# How each bracket moves the depth, as str characters and as bytes (which iterate as ints).
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_BRACKET_STEP |= {ord(char): step for char, step in _BRACKET_STEP.items()}
+
+
+def json_depth_exceeds(text: str | bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when the JSON text ``text`` nests arrays and objects deeper than ``limit``.
+
+    Reads the raw text without decoding it and without recursion, so no depth, however
+    large, can exhaust the stack here: call it before ``json.loads``. On text that is not
+    JSON the decoder fails before it nests deeper than this scan counts."""
+    if isinstance(text, bytes | bytearray | memoryview):
+        text = bytes(text)
+        if text.count(b"[") + text.count(b"{") <= limit:
+            return False  # too few brackets to nest that deep, whatever their order
+        brackets = _JSON_NOT_A_BRACKET_BYTES.sub(b"", text)
+    else:
+        if text.count("[") + text.count("{") <= limit:
+            return False
+        brackets = _JSON_NOT_A_BRACKET_TEXT.sub("", text)
+    depth = 0
+    for char in brackets:
+        depth += _BRACKET_STEP[char]
+        if depth > limit:
+            return True
+    return False
+
+
+def json_loads_bounded(text: str | bytes, **kwargs) -> object:
+    """``json.loads`` that raises ``ValueError`` for a document deeper than
+    ``MAX_JSON_DEPTH`` instead of decoding it (and failing with ``RecursionError``)."""
+    if json_depth_exceeds(text):
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return json.loads(text, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
 # Agent ↔ site messages
 # ---------------------------------------------------------------------------------------------
 
 PROTOCOL_VERSION = 1
 MAX_LOG_TAIL_CHARS = 64 * 1024
+# The largest values of the site's integer columns (PostgreSQL ``integer`` and ``bigint``).
+# Every number an agent sends is bounded so that it fits where the site stores it: a value
+# out of range is refused as one message naming its field, rather than failing the whole
+# batch's write. Counts kept only inside JSON are bounded by the integer width too (a count
+# beyond 2**31 is no real measurement, and JavaScript reads integers exactly only below 2**53).
+INTEGER_COLUMN_MAX = 2**31 - 1
+BIGINT_COLUMN_MAX = 2**63 - 1
+# The REST batch (``{"messages": [...]}``): an agent never puts more messages, or more bytes
+# of JSON, into one request, and a site accepts every batch within both (its request body
+# limit is at least ``MAX_BATCH_BYTES``). One message larger than that travels alone.
+MAX_BATCH_MESSAGES = 1000
+MAX_BATCH_BYTES = 4 * 1024 * 1024
 
-SeqNumber = Annotated[int, Field(ge=0)]
-TrialIndex = Annotated[int, Field(ge=0, le=10_000)]
+SeqNumber = Annotated[int, Field(ge=0, le=BIGINT_COLUMN_MAX)]  # AgentMessageRecord.seq: bigint
+TrialIndex = Annotated[int, Field(ge=0, le=10_000)]  # Trial.index: integer
+Count = Annotated[int, Field(ge=0, le=INTEGER_COLUMN_MAX)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # UUIDs arrive as JSON strings; this one field is lax so parsed JSON validates as is.
 RunId = Annotated[UUID, Field(strict=False)]
 
 
-def _finite_json(value: object, path: str = "") -> object:
+def _finite_json(value: object) -> object:
     """Refuses NaN and infinities anywhere in free-form JSON: PostgreSQL's jsonb cannot hold
-    them, and a figure that is not a number must never reach a report."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{path or 'value'} is not a finite number")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _finite_json(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _finite_json(item, f"{path}[{index}]")
+    them, and a figure that is not a number must never reach a report. Integers are bounded
+    by ``BIGINT_COLUMN_MAX`` either way: reports turn figures into floats and columns, where
+    a 400-digit token count would fail a page instead of one message. Walks without
+    recursion, so no nesting depth can exhaust the stack."""
+    pending: list[tuple[object, str]] = [(value, "")]
+    while pending:
+        item, path = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{path or 'value'} is not a finite number")
+        if isinstance(item, int) and abs(item) > BIGINT_COLUMN_MAX:
+            raise ValueError(f"{path or 'value'} is out of range (at most {BIGINT_COLUMN_MAX})")
+        if isinstance(item, dict):
+            pending.extend((v, f"{path}.{k}" if path else str(k)) for k, v in item.items())
+        elif isinstance(item, list):
+            pending.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
     return value
 
 
@@ -1107,7 +1180,7 @@ class AgentMessageBase(StrictModel):
 
 class GpuInfo(StrictModel):
     name: str = Field(max_length=200)
-    memory_mib: Annotated[int, Field(ge=0)]
+    memory_mib: Count
 
 
 class HostFacts(StrictModel):
@@ -1118,7 +1191,7 @@ class HostFacts(StrictModel):
     driver_version: str | None = Field(default=None, max_length=100)
     cuda_version: str | None = Field(default=None, max_length=100)
     vllm_version: str | None = Field(default=None, max_length=100)
-    cpu_count: Annotated[int, Field(ge=0)] | None = None
+    cpu_count: Count | None = None
     pod_id: str | None = Field(default=None, max_length=100)
 
 
@@ -1162,15 +1235,15 @@ class LevelProgress(AgentMessageBase):
     type: Literal["level_progress"]
     trial: TrialIndex
     level: Level
-    requests_done: Annotated[int, Field(ge=0)]
-    requests_total: Annotated[int, Field(ge=0)] | None = None
+    requests_done: Count
+    requests_total: Count | None = None
     ttft_ms_p50: FiniteFloat | None = None
     ttft_ms_p99: FiniteFloat | None = None
     itl_ms_p50: FiniteFloat | None = None
     itl_ms_p99: FiniteFloat | None = None
     output_tokens_per_s: FiniteFloat | None = None
     kv_cache_usage: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
-    num_requests_waiting: Annotated[int, Field(ge=0)] | None = None
+    num_requests_waiting: Count | None = None
 
 
 class MeasurementReport(AgentMessageBase):
