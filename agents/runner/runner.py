@@ -395,8 +395,8 @@ class JobRunner:
             await asyncio.sleep(0.05)
 
     async def _measure(self, index: int, engine: ProcessEngine) -> bool:
-        """Runs the workload's levels on ``engine``; whether a request lost its connection
-        (refused, reset or closed early: what a dying server does)."""
+        """Runs the workload's levels on ``engine``; whether a request or a metrics scrape
+        lost its connection (refused, reset or closed early: what a dying server does)."""
         job = self.job
         sharegpt = getattr(job.workload.dataset, "dataset_id", None)
         config = config_from_workload(
@@ -429,6 +429,10 @@ class JobRunner:
                     live.server(event.kv_cache_usage, event.num_requests_waiting)
                 elif isinstance(event, LevelFinished):
                     self._measurement(index, event.result)
+                    # "<kind>: <message>" (``agents.loadgen.server_metrics``).
+                    scrape_error = (event.result.get("server") or {}).get("last_scrape_error")
+                    kind = (scrape_error or "").partition(":")[0]
+                    lost_connections |= kind in _LOST_CONNECTION
         finally:
             relay.cancel()
         return lost_connections

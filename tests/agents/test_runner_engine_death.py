@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agents.loadgen.http import ConnectionPool, HttpError
+from agents.loadgen.server_metrics import MetricsScraper
 from agents.runner.summary import read_journal
 from tests.agents.test_runner import make_job, run
 from tests.polling import wait_for
@@ -115,6 +116,38 @@ def test_it_ends_only_the_trial_whose_engine_dies(tmp_path, trigger, intact, cut
         "type": "run_finished",
         "outcome": "succeeded",
     }
+
+
+def test_it_calls_a_death_in_the_last_levels_metrics_scrape_a_crash(tmp_path, monkeypatch):
+    # Every request of the last level has finished; the engine dies as the level's closing
+    # /metrics scrape starts, so only that scrape sees it go.
+    finish = MetricsScraper.finish
+    seen: dict = {}
+    finishes: list[int] = []
+
+    async def finish_after_a_death(scraper):
+        runner = seen["runner"]
+        if runner.current_trial == 0:
+            finishes.append(1)
+            if len(finishes) == len(LEVELS):
+                kill_engine(runner)
+        return await finish(scraper)
+
+    monkeypatch.setattr(MetricsScraper, "finish", finish_after_a_death)
+    summary, recorder, _ = run(death_job(), tmp_path, setup=lambda r, _: seen.update(runner=r))
+    finished = {m["trial"]: m for m in recorder.of("trial_finished")}
+    assert (finished[0]["outcome"], finished[0]["failure_class"]) == ("failed", "crash")
+    mine = measured(recorder, 0)
+    assert [m["level"]["concurrency"] for m in mine] == list(LEVELS)
+    assert all(m["result"]["completed"] == 24 for m in mine)
+    scrape_error = mine[-1]["server"]["last_scrape_error"]
+    assert scrape_error.startswith(("connection_refused:", "stream_ended_early:")), scrape_error
+    assert finished[1]["outcome"] == "succeeded"
+    assert (summary.outcome, summary.trials_failed, summary.trials_succeeded) == (
+        "succeeded",
+        1,
+        1,
+    )
 
 
 def test_it_keeps_the_agent_process_going_when_the_engine_is_killed(tmp_path):
