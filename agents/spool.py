@@ -11,6 +11,9 @@ Guarantees:
   with one write and one fsync.
 - A line torn by a crash mid-write is ignored (it was never acknowledged, so never counted).
 - ``compact`` rewrites the files without what was acknowledged, atomically (rename).
+- ``epoch`` is the sequence space the site issued to the agent that started this spool
+  (None until ``set_epoch``); it is kept with the spool, so an agent resuming on it sends
+  in the same epoch and goes on numbering, and a new spool starts a new space at seq 0.
 
 One agent owns a run's spool folder: two live ``Spool`` objects on one folder are not
 supported (each would number and compact without seeing the other).
@@ -26,6 +29,7 @@ from uuid import UUID
 MESSAGES = "messages.jsonl"
 ACKED = "acked.txt"
 NEXT_SEQ = "next_seq"
+EPOCH = "epoch"
 
 
 def _append_line(path: Path, line: str) -> None:
@@ -59,6 +63,7 @@ class Spool:
         self._messages: dict[int, dict] = {}
         self._acked: set[int] = set()
         self._next_seq = 0
+        self._epoch: int | None = None
         self._load()
 
     def _load(self) -> None:
@@ -79,10 +84,25 @@ class Spool:
         floor = int(next_path.read_text()) if next_path.exists() else 0
         highest = max([*self._messages, *self._acked], default=-1)
         self._next_seq = max(floor, highest + 1)
+        epoch_path = self.folder / EPOCH
+        if epoch_path.exists():
+            self._epoch = int(epoch_path.read_text())
 
     @property
     def next_seq(self) -> int:
         return self._next_seq
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Keeps ``epoch`` with the spool, durably, before the caller sends anything in it.
+        Set once: a spool's messages are numbered in one epoch."""
+        if self._epoch is not None and self._epoch != epoch:
+            raise ValueError(f"this spool already sends in epoch {self._epoch}")
+        _write_atomically(self.folder / EPOCH, str(epoch))
+        self._epoch = epoch
 
     def append(self, message: dict) -> dict:
         """Numbers ``message`` (run id and seq added), writes it durably, returns it."""

@@ -131,7 +131,8 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
                         await self._reject(outcome.seq, outcome.refused)
                     else:
                         await self.send_json(protocol.Ack(seq=outcome.seq).model_dump())
-                if any(outcome.refused for outcome in outcomes):
+                # Only an ended run closes the socket; a conflict refuses that one message.
+                if any(outcome.run_ended for outcome in outcomes):
                     await self.close(code=CLOSE_NOT_FOUND)  # the run has ended
                     return
         except asyncio.CancelledError:

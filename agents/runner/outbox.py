@@ -6,6 +6,11 @@ Guarantees:
   never blocks on disk or network and may be called from any thread.
 - Every emitted message gets the run's next sequence number and is in the spool (fsync'd)
   before it is sent; numbers are never reused, across agent restarts included.
+- With a site, every message is sent in the spool's epoch: a new spool first asks the site
+  for one (``POST …/epoch/``, retried like any delivery) and keeps it with the spool before
+  it sends anything, so an agent restarted without its workdir numbers from 0 in a space of
+  its own, and one resuming on its spool stays in its epoch. The spool and journal lines
+  carry no epoch; it is added to each message as it is sent.
 - The journal, when given, holds every numbered message once, in order, as one JSON line —
   the agent's own record, and the whole result when there is no site.
 - With a site, a message leaves the spool only when the site acknowledged it or refused it
@@ -24,7 +29,7 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +46,7 @@ from agents.runner.site_link import (
     SiteRefused,
     parse_site_frame,
     rest_post_batch,
+    rest_request_epoch,
     websocket_connector,
 )
 from agents.spool import Spool, append_lines_durably
@@ -75,6 +81,7 @@ class DeliveryReport:
     rejected: list[dict] = field(default_factory=list)
     pending: int = 0
     used_rest: bool = False
+    epoch: int | None = None  # the epoch it sent in (None: none was issued, or no site)
 
 
 class OutboxBroken(RuntimeError):
@@ -145,9 +152,12 @@ class Outbox:
         connect: Connector | None = None,
         backoff: Backoff = Backoff(),  # noqa: B008 (frozen, so sharing the default is safe)
         rest_after_failures: int = 3,
+        request_epoch: Callable[[], Awaitable[int]] | None = None,
     ):
         if site is not None and str(site.run_id) != str(run_id):
             raise ValueError("the site endpoints are for another run")
+        if site is not None and request_epoch is None and site.rest_url is None:
+            raise ValueError("a site without a REST URL cannot issue this agent its epoch")
         self._run_id = str(run_id)
         self._spool_dir = Path(spool_dir)
         self._journal_path = Path(journal_path) if journal_path is not None else None
@@ -159,6 +169,7 @@ class Outbox:
         self._connect = connect
         self._backoff = backoff
         self._rest_after_failures = rest_after_failures
+        self._request_epoch = request_epoch or self._request_epoch_over_rest
 
         # Shared with emitting threads, under _lock.
         self._lock = threading.Lock()
@@ -173,7 +184,8 @@ class Outbox:
 
         # The delivery thread's own state (set up by start, then touched only there).
         self._spool: Spool | None = None
-        self._unacked: dict[int, str] = {}  # seq -> wire text, in seq order
+        self._epoch: int | None = None  # the spool's epoch, once the site issued it
+        self._unacked: dict[int, str] = {}  # seq -> wire text (with the epoch once known)
         self._acks_to_write: list[int] = []
         self._outgoing: asyncio.Queue[int] | None = None  # the live socket's send queue
         self._socket_live = False
@@ -199,6 +211,7 @@ class Outbox:
             if self._thread is not None:
                 raise RuntimeError("the outbox is already started")
         spool = Spool(self._spool_dir, self._run_id)
+        self._epoch = spool.epoch
         left_over = spool.pending()
         if self._journal_path is not None:
             self._journal_path.parent.mkdir(parents=True, exist_ok=True)
@@ -209,7 +222,7 @@ class Outbox:
         if self._site is None:
             spool.ack_many([m["seq"] for m in left_over])  # the journal was their destination
         else:
-            self._unacked = {m["seq"]: _wire(m) for m in left_over}
+            self._unacked = {m["seq"]: self._stamped(m) for m in left_over}
             if left_over:
                 logger.info(
                     "run %s: %d message(s) from an earlier agent still to deliver",
@@ -297,6 +310,8 @@ class Outbox:
     async def _serve(self) -> None:
         self._take_inbox()
         if self._site is not None:
+            if self._epoch is None:
+                self._link_tasks.append(asyncio.create_task(self._epoch_loop()))
             if self._connect is not None:
                 self._link_tasks.append(asyncio.create_task(self._socket_loop()))
             if self._site.rest_url is not None:
@@ -344,6 +359,7 @@ class Outbox:
             rejected=list(self._rejected),
             pending=pending,
             used_rest=self._used_rest,
+            epoch=self._epoch if self._site is not None else None,
         )
 
     def _link_task_done(self, task: asyncio.Task) -> None:
@@ -388,8 +404,8 @@ class Outbox:
         if self._site is not None:
             # Spooled is enough to deliver; nothing is sent before the journal write below,
             # as this runs without yielding to the sender.
-            for message, text in zip(numbered, texts, strict=True):
-                self._unacked[message["seq"]] = text
+            for message in numbered:
+                self._unacked[message["seq"]] = self._stamped(message)
                 if self._outgoing is not None:
                     self._outgoing.put_nowait(message["seq"])
             self._changed()
@@ -412,6 +428,46 @@ class Outbox:
             else:
                 keep.append(message)
         return keep
+
+    # -- the epoch ---------------------------------------------------------------------------
+
+    def _stamped(self, message: dict) -> str:
+        """``message`` as sent: in the spool's epoch once it has one. Messages a protocol 1
+        agent spooled go as they are (their space is epoch 0)."""
+        if self._epoch is None or message.get("protocol", 1) < 2:
+            return _wire(message)
+        return _wire({**message, "epoch": self._epoch})
+
+    async def _request_epoch_over_rest(self) -> int:
+        assert self._site is not None
+        async with httpx.AsyncClient() as client:
+            return await rest_request_epoch(client, self._site)
+
+    async def _epoch_loop(self) -> None:
+        """Gets the spool its epoch from the site, once; nothing is sent before."""
+        assert self._spool is not None
+        attempt = 0
+        while not self._refused:
+            try:
+                epoch = await self._request_epoch()
+            except SiteRefused as exc:
+                self._refuse(self._redact(str(exc)))
+                return
+            except Exception as exc:  # LinkDown, or a requester of someone else's making
+                level = logging.WARNING if attempt == 0 else logging.DEBUG
+                logger.log(level, "run %s: no epoch yet: %s", self._run_id, self._redact(str(exc)))
+            else:
+                # Kept before anything is sent in it: a restart on this spool stays in it.
+                self._spool.set_epoch(epoch)
+                self._epoch = epoch
+                self._unacked = {
+                    seq: self._stamped(json.loads(text)) for seq, text in self._unacked.items()
+                }
+                logger.info("run %s: sending in epoch %d", self._run_id, epoch)
+                self._changed()
+                return
+            await asyncio.sleep(self._backoff.delay(attempt))
+            attempt += 1
 
     # -- what the site says -----------------------------------------------------------------
 
@@ -519,6 +575,7 @@ class Outbox:
 
     async def _socket_loop(self) -> None:
         assert self._connect is not None
+        await self._wait_until(lambda: self._epoch is not None or self._refused)
         attempt = 0
         refusals = 0
         while not self._refused:
@@ -607,7 +664,8 @@ class Outbox:
         socket_given_up = (
             self._connect is None or self._socket_failures >= self._rest_after_failures
         )
-        return bool(self._unacked) and not self._socket_live and socket_given_up
+        has_epoch = self._epoch is not None
+        return bool(self._unacked) and has_epoch and not self._socket_live and socket_given_up
 
     async def _rest_loop(self) -> None:
         assert self._site is not None

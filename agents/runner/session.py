@@ -64,6 +64,11 @@ def site_endpoints(job: JobSpec, token: str | None) -> SiteEndpoints | None:
         raise SessionError(
             "the job reports to a site but BENCHSITE_TOKEN (the run token) is not set"
         )
+    if not job.report.rest_url:
+        raise SessionError(
+            "the job reports to a site but has no report.rest_url: the agent gets its epoch "
+            "(its sequence space) there"
+        )
     return SiteEndpoints(
         run_id=str(job.run_id),
         token=token,
@@ -128,6 +133,7 @@ def run_session(
     drain_timeout: float = 600.0,
     deadline_margin: float = 15.0,
     connect=None,
+    request_epoch=None,
     handle_signals: bool = True,
     runner_options: dict | None = None,
 ) -> SessionResult:
@@ -153,6 +159,7 @@ def run_session(
         on_cancel=on_cancel,
         on_refused=on_refused,
         **({"connect": connect} if connect is not None else {}),
+        request_epoch=request_epoch,
     )
     runner = JobRunner(
         job,

@@ -56,6 +56,12 @@ class SiteEndpoints:
             return None
         return self.rest_url.rstrip("/") + f"/agent/runs/{self.run_id}/messages/"
 
+    @property
+    def epoch_url(self) -> str | None:
+        if self.rest_url is None:
+            return None
+        return self.rest_url.rstrip("/") + f"/agent/runs/{self.run_id}/epoch/"
+
     def redact(self, text: str) -> str:
         """``text`` with the run token blanked out, for anything the outside world wrote
         (an exception, a reason) before it is logged or reported."""
@@ -244,6 +250,29 @@ async def rest_post_batch(
         return _batch_answer(response.json(), [seq for seq, _ in batch])
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         raise LinkDown(f"REST batch answer unreadable: {exc!r}") from None
+
+
+async def rest_request_epoch(client: httpx.AsyncClient, site: SiteEndpoints) -> int:
+    """Asks the site for a new epoch (``POST …/epoch/``) and returns it. Raises
+    ``SiteRefused`` on 401/403/404 and ``LinkDown`` on anything else that is not a
+    well-formed ``EpochGrant``. Each successful call issues another epoch."""
+    url = site.epoch_url
+    if url is None:
+        raise ValueError("the site has no REST URL")
+    try:
+        response = await client.post(
+            url, headers={"Authorization": f"Bearer {site.token}"}, timeout=REST_TIMEOUT_SECONDS
+        )
+    except httpx.HTTPError as exc:
+        raise LinkDown(site.redact(f"epoch request failed: {exc!r}")) from None
+    if response.status_code in REFUSING_HTTP_STATUSES:
+        raise SiteRefused(f"the site refused the epoch request with HTTP {response.status_code}")
+    if not 200 <= response.status_code < 300:
+        raise LinkDown(f"epoch request got HTTP {response.status_code}")
+    try:
+        return protocol.EpochGrant.model_validate_json(response.content).epoch
+    except pydantic.ValidationError:
+        raise LinkDown("epoch answer unreadable") from None
 
 
 def _batch_answer(body: object, seqs: list[int]) -> BatchAnswer:

@@ -64,6 +64,8 @@ class RunSerializer(serializers.ModelSerializer):
             "failure_reason",
             "cancel_requested_at",
             "cancel_reason",
+            "agent_conflicts",
+            "agent_conflict_last",
             "created_at",
             "started_at",
             "finished_at",

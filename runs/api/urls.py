@@ -6,7 +6,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter, SimpleRouter
 
-from runs.api.views_agent import AgentDatasetView, AgentJobView, AgentMessagesView
+from runs.api.views_agent import (
+    AgentDatasetView,
+    AgentEpochView,
+    AgentJobView,
+    AgentMessagesView,
+)
 from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
 from runs.api.views_credentials import ProviderKeyViewSet
@@ -39,6 +44,7 @@ urlpatterns = [
     path("orgs/<slug:org>/", include(tenant.urls)),
     path("agent/runs/<uuid:run_id>/messages/", AgentMessagesView.as_view(), name="agent-messages"),
     path("agent/runs/<uuid:run_id>/job/", AgentJobView.as_view(), name="agent-job"),
+    path("agent/runs/<uuid:run_id>/epoch/", AgentEpochView.as_view(), name="agent-epoch"),
     path(
         "agent/runs/<uuid:run_id>/datasets/<uuid:dataset_id>/",
         AgentDatasetView.as_view(),

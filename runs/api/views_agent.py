@@ -20,6 +20,7 @@ from agents import protocol
 from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
 from runs.placement import recorded_placement
+from runs.services.agent_epochs import agent_epoch_issue
 from runs.services.ingest import agent_messages_ingest, notify_run_watchers
 from runs.services.run_control import run_stop_request
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
@@ -134,6 +135,22 @@ class AgentJobView(APIView):
             placement=recorded_placement(request.auth),
         )
         return Response(job.model_dump(mode="json"))
+
+
+class AgentEpochView(APIView):
+    """A new sequence space (``EpochGrant``) for an agent that starts without its spool: it
+    numbers its messages from 0 within it, so nothing an earlier agent of the run stored
+    under the same numbers can shadow them. Each call issues a new, larger epoch."""
+
+    authentication_classes = [RunTokenAuthentication]
+
+    @extend_schema(
+        request=None,
+        responses=inline_serializer("AgentEpochGrant", {"epoch": serializers.IntegerField()}),
+    )
+    def post(self, request, run_id):
+        grant = protocol.EpochGrant(epoch=agent_epoch_issue(run_id=request.auth.id))
+        return Response(grant.model_dump(), status=status.HTTP_200_OK)
 
 
 def _dataset_of_run(run: Run, dataset_id) -> WorkloadDataset:

@@ -1,7 +1,10 @@
 """Storing what agents report.
 
 Guarantees of ``agent_messages_ingest``:
-- each (run, seq) is applied once: a resent message is acknowledged and changes nothing;
+- each (run, epoch, seq) is applied once: a resent message with the same content is
+  acknowledged and changes nothing; one with other content is refused as a conflict (never
+  acknowledged as stored), logged and counted on the run (``Run.agent_conflicts``); a message
+  of an epoch the site never issued for the run is refused;
 - a batch is stored together with everything it implies (trials, measurements, run state)
   in one transaction; callers notify the run's browsers after it has committed;
 - a run that has ended accepts, for ``BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS`` after its
@@ -10,15 +13,17 @@ Guarantees of ``agent_messages_ingest``:
   kept level figures derived again, in the same transaction; its state, end time and reason
   never change. After the grace it accepts nothing new (a resend of a stored message is
   still acked);
-- the run reaches its final state once ``run_finished`` and every message before it have
-  arrived (resends after a reconnect may fill gaps in any order), its trials settled in the
-  same transaction (``runs.services.trial_settling``); an agent that stopped as cancelled
-  when nobody asked (its pod was stopped from outside) leaves the run ``failed``.
+- the run reaches its final state once ``run_finished`` and every message before it in its
+  epoch have arrived (resends after a reconnect may fill gaps in any order), its trials
+  settled in the same transaction (``runs.services.trial_settling``); an agent that stopped
+  as cancelled when nobody asked (its pod was stopped from outside) leaves the run ``failed``.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
 
@@ -55,9 +60,17 @@ class IngestOutcome:
     """What became of one message: stored now, stored before (a resend), or refused."""
 
     seq: int
-    stored: bool  # False: this (run, seq) was stored before (or refused), nothing changed
+    stored: bool  # False: this (run, epoch, seq) was stored before (or refused), nothing changed
     refused: str | None = None  # why it will never be stored
     update: dict | None = None  # the notice for the run's watchers, when stored now
+    run_ended: bool = False  # refused because the run has ended: nothing more will be taken
+
+
+def message_digest(payload: dict) -> str:
+    """The digest that tells a resend (same content) from a conflict: sha256 of the
+    validated message as canonical JSON."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def agent_messages_ingest(*, run_id, messages: list) -> list[IngestOutcome]:
@@ -69,11 +82,11 @@ def agent_messages_ingest(*, run_id, messages: list) -> list[IngestOutcome]:
             return _ingest_batch(run_id, messages)
     except IntegrityError:
         # Another connection of the same run stored one of these seqs at the same moment
-        # (an agent that reconnected while its old socket still drained): go one by one.
+        # (an agent that reconnected while its old socket still drained): go one by one; a
+        # second try sees the other copy and compares it like any resend.
         if len(messages) == 1:
-            if AgentMessageRecord.objects.filter(run_id=run_id, seq=messages[0].seq).exists():
-                return [IngestOutcome(seq=messages[0].seq, stored=False)]
-            raise
+            with transaction.atomic():
+                return _ingest_batch(run_id, messages)
         return [
             outcome
             for m in messages
@@ -83,26 +96,49 @@ def agent_messages_ingest(*, run_id, messages: list) -> list[IngestOutcome]:
 
 def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
     run = Run.objects.select_for_update().get(pk=run_id)
-    seen = set(
-        AgentMessageRecord.objects.filter(run=run, seq__in=[m.seq for m in messages]).values_list(
-            "seq", flat=True
-        )
-    )
+    keys = {(m.epoch, m.seq) for m in messages}
+    stored = AgentMessageRecord.objects.filter(
+        run=run, epoch__in={epoch for epoch, _ in keys}, seq__in={seq for _, seq in keys}
+    ).values_list("epoch", "seq", "digest", "type")
+    # (epoch, seq) → (digest, type) of what is stored under it.
+    seen = {(e, s): (digest, kind) for e, s, digest, kind in stored if (e, s) in keys}
     outcomes, changed, trials = [], set(), {}
     late = False  # whether a message was stored for a run that had ended
     for message in messages:
-        if message.seq in seen:
-            outcomes.append(IngestOutcome(seq=message.seq, stored=False))  # a resend: ack again
+        payload = message.model_dump(mode="json")
+        digest = message_digest(payload)
+        key = (message.epoch, message.seq)
+        if key in seen:
+            # A resend: ack again. A row stored before digests were kept ("") is taken at
+            # its word, as it always was.
+            if seen[key][0] in ("", digest):
+                outcomes.append(IngestOutcome(seq=message.seq, stored=False))
+            else:
+                outcomes.append(_conflict(run, message, seen[key][1], changed))
+            continue
+        if message.epoch > run.agent_epoch:
+            reason = (
+                f"epoch {message.epoch} was never issued for run {run.id} (the last issued is "
+                f"{run.agent_epoch}); an agent asks POST agent/runs/<id>/epoch/ for one."
+            )
+            outcomes.append(IngestOutcome(seq=message.seq, stored=False, refused=reason))
             continue
         ended = run.state in TERMINAL_RUN_STATES
         if ended and not run_delivery_open(run):
             reason = f"Run {run.id} has ended ({run.state}); nothing more is accepted."
-            outcomes.append(IngestOutcome(seq=message.seq, stored=False, refused=reason))
+            outcomes.append(
+                IngestOutcome(seq=message.seq, stored=False, refused=reason, run_ended=True)
+            )
             continue
         AgentMessageRecord.objects.create(
-            run=run, seq=message.seq, type=message.type, payload=message.model_dump(mode="json")
+            run=run,
+            epoch=message.epoch,
+            seq=message.seq,
+            type=message.type,
+            payload=payload,
+            digest=digest,
         )
-        seen.add(message.seq)
+        seen[key] = (digest, message.type)
         late = late or ended
         changed.update(_apply(run, message, trials))
         # An ended run's end stands: a late run_finished is kept in the ledger, nothing more.
@@ -121,6 +157,32 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
         TrialLevelFigures.objects.filter(trial__run=run).delete()
         trial_level_figures_record(run_ids=[run.id])
     return outcomes
+
+
+def _conflict(run: Run, message, stored_type: str, changed: set) -> IngestOutcome:
+    """A message whose (epoch, seq) holds other content: refused, logged and counted on the
+    run. Neither copy's content is logged or echoed (a forger learns nothing of the stored
+    one)."""
+    where = f"epoch {message.epoch}, seq {message.seq}"
+    reason = (
+        f"conflict: {where} is stored with other content (a {stored_type}); this {message.type} "
+        "is refused. Sequence numbers are never reused within an epoch: an agent that lost "
+        "its spool asks the site for a new epoch."
+    )
+    logger.warning(
+        "run %s: agent message conflict at %s (a %s; stored: a %s)",
+        run.id,
+        where,
+        message.type,
+        stored_type,
+    )
+    run.agent_conflicts += 1
+    run.agent_conflict_last = (
+        f"{timezone.now():%Y-%m-%d %H:%M:%S} UTC: a {message.type} at {where} "
+        f"differed from the stored {stored_type}"
+    )
+    changed.update(["agent_conflicts", "agent_conflict_last"])
+    return IngestOutcome(seq=message.seq, stored=False, refused=reason)
 
 
 def _trial(run: Run, index: int, trials: dict[int, Trial]) -> Trial:
@@ -179,13 +241,25 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
 
 
 def _finish_if_complete(run: Run) -> None:
-    finished = AgentMessageRecord.objects.filter(run=run, type="run_finished").first()
+    # Each agent incarnation numbers its own epoch from 0: a run_finished counts once every
+    # message before it in its epoch is here (normally there is one; after a restart without
+    # the spool the earlier agent may have sent one too).
+    finishes = AgentMessageRecord.objects.filter(run=run, type="run_finished")
+    finished = next(
+        (
+            candidate
+            for candidate in finishes.order_by("-epoch")
+            if AgentMessageRecord.objects.filter(
+                run=run, epoch=candidate.epoch, seq__lte=candidate.seq
+            ).count()
+            == candidate.seq + 1
+        ),
+        None,
+    )
     if finished is None:
-        return
-    received = AgentMessageRecord.objects.filter(run=run, seq__lte=finished.seq).count()
-    if received < finished.seq + 1:
-        run.state = RunState.FINALIZING  # wait for the gaps to be resent
-        run.save(update_fields=["state"])
+        if finishes.exists():
+            run.state = RunState.FINALIZING  # wait for the gaps to be resent
+            run.save(update_fields=["state"])
         return
     outcome = finished.payload["outcome"]
     run.state = _FINAL_STATE[outcome]

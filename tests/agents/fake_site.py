@@ -3,14 +3,15 @@
 Guarantees:
 - A real WebSocket server (``websockets``, its own thread and event loop) at
   ``/ws/agent/runs/<run id>/`` and a real HTTP server at
-  ``/api/v1/agent/runs/<run id>/messages/``, both on 127.0.0.1, on ports that stay the same
-  across ``stop()`` and ``start()``.
+  ``/api/v1/agent/runs/<run id>/messages/`` (and ``…/epoch/``, which issues 1, 2, …), both
+  on 127.0.0.1, on ports that stay the same across ``stop()`` and ``start()``.
 - Like the real site: a wrong bearer token gets HTTP 403 on the socket handshake and 401 on
   REST; every message is validated with ``agents.protocol`` (so a ``"poison": true`` field,
-  unknown to the protocol, is answered ``rejected``); a valid one is stored once per ``seq``
-  in ``ledger`` and acknowledged every time it arrives.
+  unknown to the protocol, is answered ``rejected``); a valid one is stored once per
+  ``(epoch, seq)`` in ``ledger`` and acknowledged every time it arrives.
 - Bookkeeping for tests: ``receipts`` counts every arrival per seq (resends included),
-  ``conflicts`` lists seqs that arrived twice with different contents (a reused number),
+  ``conflicts`` lists (epoch, seq) that arrived twice with different contents (a reused
+  number), ``epochs_issued`` counts the epochs handed out,
   ``connections`` counts accepted sockets, ``rest_posts``/``max_batch`` the REST batches.
 - Faults on demand: ``cut_after`` closes every socket with 1011 (what the real site does when
   its ingest fails) after that many messages, leaving what the agent pipelined behind them
@@ -59,9 +60,10 @@ class FakeSite:
         self.run_id = str(run_id)
         self.token = token
         self.changed = threading.Condition()
-        self.ledger: dict[int, dict] = {}
+        self.ledger: dict[tuple[int, int], dict] = {}
         self.receipts: Counter[int] = Counter()
-        self.conflicts: list[int] = []
+        self.conflicts: list[tuple[int, int]] = []
+        self.epochs_issued = 0
         self.rejected: list[dict] = []
         self.connections = 0
         self.rest_posts = 0
@@ -158,8 +160,15 @@ class FakeSite:
                 self.changed.wait(left)
 
     def stored(self) -> list[int]:
+        """The stored seqs, of every epoch."""
         with self.changed:
-            return sorted(self.ledger)
+            return sorted(seq for _, seq in self.ledger)
+
+    def issue_epoch(self) -> int:
+        with self.changed:
+            self.epochs_issued += 1
+            self.changed.notify_all()
+            return self.epochs_issued
 
     # -- the ledger ----------------------------------------------------------------------------
 
@@ -179,9 +188,10 @@ class FakeSite:
                 if str(parsed.run_id) != self.run_id:
                     answer = {"type": "rejected", "seq": seq, "reason": "message for another run"}
                 else:
-                    if seq in self.ledger and self.ledger[seq] != message:
-                        self.conflicts.append(seq)
-                    self.ledger.setdefault(seq, message)
+                    key = (parsed.epoch, seq)
+                    if key in self.ledger and self.ledger[key] != message:
+                        self.conflicts.append(key)
+                    self.ledger.setdefault(key, message)
                     answer = {"type": "ack", "seq": seq}
             if answer["type"] == "rejected":
                 self.rejected.append(answer)
@@ -245,10 +255,13 @@ class _RestHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         site: FakeSite = self.server.site  # type: ignore[attr-defined]
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if self.path != f"/api/v1/agent/runs/{site.run_id}/messages/":
+        base = f"/api/v1/agent/runs/{site.run_id}/"
+        if self.path not in (base + "messages/", base + "epoch/"):
             return self._answer(404, {"detail": "Not found."})
         if self.headers.get("Authorization") != f"Bearer {site.token}":
             return self._answer(401, {"detail": "Invalid run token for this run."})
+        if self.path == base + "epoch/":
+            return self._answer(200, {"epoch": site.issue_epoch()})
         with site.changed:
             site.rest_posts += 1
             fault = site.rest_faults.pop(0) if site.rest_faults else None

@@ -9,10 +9,11 @@ import threading
 import time
 import uuid
 
+import httpx
 import pytest
 
 from agents.runner.outbox import Backoff, Outbox, OutboxBroken, SiteEndpoints
-from agents.runner.site_link import LinkDown, websocket_connector
+from agents.runner.site_link import LinkDown, rest_request_epoch, websocket_connector
 from agents.spool import Spool
 from tests.agents.fake_site import FakeSite, free_port
 
@@ -40,7 +41,17 @@ def _beat(n: int, **extra) -> dict:
 def _outbox(tmp_path, run_id, endpoints, **kwargs) -> Outbox:
     kwargs.setdefault("journal_path", tmp_path / "journal.jsonl")
     kwargs.setdefault("backoff", FAST)
-    return Outbox(run_id=run_id, spool_dir=tmp_path / "spool", site=endpoints, **kwargs)
+    kwargs.setdefault("spool_dir", tmp_path / "spool")
+    return Outbox(run_id=run_id, site=endpoints, **kwargs)
+
+
+def _epochs_of(site: FakeSite):
+    """An epoch requester that needs no REST URL (for an outbox with a socket only)."""
+
+    async def request_epoch() -> int:
+        return site.issue_epoch()
+
+    return request_epoch
 
 
 def _journal(tmp_path) -> list[dict]:
@@ -81,9 +92,11 @@ def test_it_stores_everything_once_in_order_and_journals_it(tmp_path, run_id, si
     journal = _journal(tmp_path)
     assert [m["seq"] for m in journal] == list(range(50))
     assert [m["trial"] for m in journal] == list(range(50))  # emit order is seq order
-    assert all(site.ledger[m["seq"]] == m for m in journal)  # the site got the journal's text
+    # The site got the journal's text, in the epoch the site issued to this spool.
+    assert (site.epochs_issued, report.epoch) == (1, 1)
+    assert all(site.ledger[(1, m["seq"])] == {**m, "epoch": 1} for m in journal)
     assert journal[0] == {
-        "protocol": 1,
+        "protocol": 2,
         "type": "heartbeat",
         "trial": 0,
         "run_id": run_id,
@@ -94,7 +107,7 @@ def test_it_stores_everything_once_in_order_and_journals_it(tmp_path, run_id, si
 
 def test_it_reconnects_after_every_cut_without_losing_or_repeating(tmp_path, run_id, site):
     site.cut_after = 7  # every socket is closed after 7 messages
-    outbox = _outbox(tmp_path, run_id, site.endpoints(rest=False))
+    outbox = _outbox(tmp_path, run_id, site.endpoints(rest=False), request_epoch=_epochs_of(site))
     outbox.start()
     for n in range(100):
         outbox.emit(_beat(n))
@@ -108,7 +121,7 @@ def test_it_reconnects_after_every_cut_without_losing_or_repeating(tmp_path, run
 
 def test_it_resends_what_a_dropped_socket_left_unacknowledged(tmp_path, run_id, site):
     site.drop_after = 5  # the first socket dies without a close frame; its acks may be lost
-    outbox = _outbox(tmp_path, run_id, site.endpoints(rest=False))
+    outbox = _outbox(tmp_path, run_id, site.endpoints(rest=False), request_epoch=_epochs_of(site))
     outbox.start()
     for n in range(30):
         outbox.emit(_beat(n))
@@ -165,7 +178,21 @@ def test_it_delivers_once_the_site_comes_back(tmp_path, run_id, site):
             attempts.append("down")
             raise
 
-    outbox = _outbox(tmp_path, run_id, site.endpoints(), connect=counting_connect)
+    async def counting_request_epoch():  # the first thing a new spool needs from the site
+        try:
+            async with httpx.AsyncClient() as client:
+                return await rest_request_epoch(client, site.endpoints())
+        except LinkDown:
+            attempts.append("down")
+            raise
+
+    outbox = _outbox(
+        tmp_path,
+        run_id,
+        site.endpoints(),
+        connect=counting_connect,
+        request_epoch=counting_request_epoch,
+    )
     outbox.start()
     for n in range(20):
         outbox.emit(_beat(n))
@@ -197,7 +224,7 @@ def test_it_keeps_what_it_could_not_deliver_for_the_next_agent(tmp_path, run_id,
 
     assert site.stored() == list(range(8))
     assert site.conflicts == []  # the new messages got new numbers
-    assert [site.ledger[seq]["trial"] for seq in range(8)] == list(range(8))
+    assert [site.ledger[(1, seq)]["trial"] for seq in range(8)] == list(range(8))
     assert (report.emitted, report.delivered, report.pending) == (3, 8, 0)
     assert [m["seq"] for m in _journal(tmp_path)] == list(range(8))  # journaled once each
 
@@ -309,7 +336,8 @@ def test_it_refuses_on_the_first_rest_refusal(tmp_path, run_id, site):
     outbox.emit(_beat(0))
     report = outbox.close(drain_timeout=30)
 
-    assert refusals.calls == ["the site refused the REST batch with HTTP 401"]
+    # A new spool's first request is for its epoch.
+    assert refusals.calls == ["the site refused the epoch request with HTTP 401"]
     assert report.pending == 1
 
 
@@ -446,3 +474,27 @@ def test_it_still_delivers_when_the_journal_cannot_be_written(tmp_path, run_id, 
 
     assert site.stored() == [0]  # spooled, so delivered; only the agent's record is short
     assert raised.value.report.delivered == 1
+
+
+def test_it_keeps_its_epoch_on_its_spool_and_a_new_spool_starts_a_new_one(tmp_path, run_id, site):
+    def deliver(spool: str, beats: range):
+        outbox = _outbox(
+            tmp_path,
+            run_id,
+            site.endpoints(),
+            spool_dir=tmp_path / spool,
+            journal_path=tmp_path / f"{spool}.jsonl",
+        )
+        outbox.start()
+        for n in beats:
+            outbox.emit(_beat(n))
+        return outbox.close(drain_timeout=DRAIN)
+
+    assert deliver("pod-1", range(3)).epoch == 1
+    assert deliver("pod-1", range(3, 5)).epoch == 1  # resumed on its spool: same space
+    assert deliver("pod-2", range(5, 8)).epoch == 2  # a fresh disk: a space of its own
+
+    assert site.epochs_issued == 2 and site.conflicts == []
+    assert sorted(site.ledger) == [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (2, 0), (2, 1), (2, 2)]
+    assert [site.ledger[key]["trial"] for key in sorted(site.ledger)] == list(range(8))
+    assert Spool(tmp_path / "pod-1", run_id).epoch == 1

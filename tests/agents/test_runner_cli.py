@@ -66,3 +66,14 @@ def test_a_site_without_a_run_token_is_refused_before_anything_starts(
     assert main(["run", "--job", str(path), "--workdir", str(tmp_path / "w")]) == 2
     assert "BENCHSITE_TOKEN" in capsys.readouterr().err
     assert not (tmp_path / "w" / "trial-0").exists()
+
+
+def test_a_site_without_a_rest_url_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch):
+    job = make_job([{"max_num_seqs": 4}])
+    job = job.model_copy(update={"report": ReportTo(ws_url="ws://127.0.0.1:9/ws/")})
+    path = tmp_path / "job.json"
+    path.write_text(job.model_dump_json())
+    monkeypatch.setenv("BENCHSITE_TOKEN", "bsr_" + "x" * 40)
+    assert main(["run", "--job", str(path), "--workdir", str(tmp_path / "w")]) == 2
+    assert "report.rest_url" in capsys.readouterr().err  # where its epoch comes from
+    assert not (tmp_path / "w" / "trial-0").exists()

@@ -111,3 +111,16 @@ def test_it_acknowledges_a_batch_ignoring_duplicates_and_unknown_numbers(tmp_pat
     assert [m["seq"] for m in spool.pending()] == [2, 4]
     assert (tmp_path / ACKED).read_text().split() == ["1", "0", "3"]  # each number once
     assert [m["seq"] for m in Spool(tmp_path, RUN).pending()] == [2, 4]
+
+
+def test_it_keeps_its_epoch_across_reopening_and_compacting(tmp_path):
+    spool = Spool(tmp_path, RUN)
+    assert spool.epoch is None  # a new spool: the site has not issued one yet
+    spool.append({"type": "heartbeat"})
+    spool.set_epoch(3)
+    spool.compact()
+    again = Spool(tmp_path, RUN)
+    assert (again.epoch, again.next_seq) == (3, 1)
+    again.set_epoch(3)  # the same again is harmless
+    with pytest.raises(ValueError, match="already sends in epoch 3"):
+        again.set_epoch(4)

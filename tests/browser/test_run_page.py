@@ -37,8 +37,11 @@ THROUGHPUT_POINTS = (
 )
 
 
-def write_job(run: Run, tmp_path, *, ws_url: str):
-    job = run_job_spec(run, ws_url=ws_url, rest_url=None)
+def write_job(run: Run, tmp_path, *, address: str):
+    # Messages go over the socket; the agent gets its epoch over REST.
+    job = run_job_spec(
+        run, ws_url=f"ws://{address}/ws/agent/runs/{run.id}/", rest_url=f"http://{address}/api/v1/"
+    )
     job = job.model_copy(update={"engine": job.engine.model_copy(update={"sim_speed": SIM_SPEED})})
     path = tmp_path / "job.json"
     path.write_text(job.model_dump_json())
@@ -58,7 +61,7 @@ def test_it_fills_the_charts_in_while_a_simulated_run_streams(
     run_page(page, run)
     assert page.evaluate(POINTS) == 0
     address = live_site.removeprefix("http://")
-    job = write_job(run, tmp_path, ws_url=f"ws://{address}/ws/agent/runs/{run.id}/")
+    job = write_job(run, tmp_path, address=address)
     agent = start_agent(job, tmp_path / "work", token)
     try:
         # The first level's point appears before the run is over: the chart fills in live.

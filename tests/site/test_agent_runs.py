@@ -15,6 +15,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connections
+from rest_framework.test import APIClient
 
 from agents.runner.session import run_session
 from agents.runner.site_link import LinkDown, SiteRefused
@@ -119,6 +120,24 @@ class Site:
         return CommunicatorConnection(communicator, self.cut_after)
 
 
+def epoch_requester(run_id, token: str):
+    """The outbox's epoch request, through the site's real endpoint (the test client stands
+    in for HTTP, as the communicator does for the socket)."""
+
+    def request() -> int:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        try:
+            response = client.post(f"/api/v1/agent/runs/{run_id}/epoch/")
+        finally:
+            connections.close_all()  # this executor thread's own connection
+        if response.status_code != 200:
+            raise LinkDown(f"epoch request got HTTP {response.status_code}")
+        return response.json()["epoch"]
+
+    return database_sync_to_async(request, thread_sensitive=False)
+
+
 def run_agent(run: Run, token: str, tmp_path, site: Site, *, job=None, **options):
     job = job or run_job_spec(
         run, ws_url=f"ws://testserver{site.path}", rest_url="http://testserver/api/v1/"
@@ -129,6 +148,7 @@ def run_agent(run: Run, token: str, tmp_path, site: Site, *, job=None, **options
         workdir=tmp_path,
         engine_options=FAST_STARTUP,
         connect=site.connect,
+        request_epoch=epoch_requester(run.id, token),
         handle_signals=False,
         drain_timeout=60,
         deadline_margin=0,
@@ -233,7 +253,7 @@ def test_the_deadline_stops_the_run_mid_level_and_its_partial_results_arrive(ali
         workload=SIM_WORKLOAD | {"requests_per_level": 400, "concurrency": [2]},
     )
     site = Site(run.id, token)
-    job = run_job_spec(run, ws_url="ws://testserver/", rest_url=None)
+    job = run_job_spec(run, ws_url="ws://testserver/", rest_url="http://testserver/api/v1/")
     deadline = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=5)
     job = job.model_copy(update={"deadline": deadline})
     result, journal = run_agent(run, token, tmp_path, site, job=job)

@@ -66,9 +66,12 @@ def journal_of(workdir) -> list[dict]:
 def test_a_two_trial_run_streams_over_a_real_socket_into_the_site(alice, tmp_path):
     run, token = new_sim_run(alice.org)
     with daphne_server() as address:
-        # No REST URL: the socket is the only way in.
+        # The socket carries the messages; REST only issues the agent its epoch.
         job_path = write_job(
-            run, tmp_path, ws_url=f"ws://{address}/ws/agent/runs/{run.id}/", rest_url=None
+            run,
+            tmp_path,
+            ws_url=f"ws://{address}/ws/agent/runs/{run.id}/",
+            rest_url=f"http://{address}/api/v1/",
         )
         agent = start_agent(job_path, tmp_path / "work", token)
         output, _ = agent.communicate(timeout=300)
