@@ -322,6 +322,8 @@ _FLAG_LIST = (
 )
 
 SERVE_FLAGS: dict[str, FlagSpec] = {spec.name: spec for spec in _FLAG_LIST}
+# Room for a CLI spelling of the longest flag ("--max-num-batched-tokens") and a typo or two.
+_FLAG_NAME_MAX_CHARS = 2 * max(len(name) for name in SERVE_FLAGS)
 
 MAX_GRID_TRIALS = 64
 
@@ -382,6 +384,10 @@ def _lookup_flag(name: object, errors: list[FieldError]) -> FlagSpec | None:
     if isinstance(name, str) and name in SERVE_FLAGS:
         return SERVE_FLAGS[name]
     text = name if isinstance(name, str) else repr(name)
+    if len(text) > _FLAG_NAME_MAX_CHARS:
+        # No flag is this long: no suggestion to look for, and only the start is echoed.
+        errors.append(FieldError(text[:_FLAG_NAME_MAX_CHARS] + "...", "unknown serve flag"))
+        return None
     # Users paste CLI spellings ("--max-num-seqs"): suggest on the normalised name.
     normalised = text.lstrip("-").replace("-", "_")
     close = difflib.get_close_matches(normalised, list(SERVE_FLAGS), n=3, cutoff=0.6)
@@ -492,6 +498,12 @@ def validate_serve_grid(
             [FieldError("", "expected an object mapping serve flags to lists of values")]
         )
 
+    if len(grid) > len(SERVE_FLAGS):
+        # More keys than there are flags: some are unknown, and naming each would cost as
+        # much as the grid is large.
+        raise ServeGridError(
+            [FieldError("", f"at most {len(SERVE_FLAGS)} flags; got {len(grid)} keys")]
+        )
     errors: list[FieldError] = []
     normalised: dict[str, list] = {}
     # Values that passed their own checks, with their index, for the cross-flag rules.
@@ -524,6 +536,10 @@ def validate_serve_grid(
             continue
         trials *= len(values)
         sizes.append(f"{name} {len(values)}")
+        if len(values) > max_trials:
+            # Longer than the whole grid may be: the size error below says so, and the
+            # values are not checked one by one, however many there are.
+            continue
         good: list[tuple[int, object]] = []
         first_index: dict[object, int] = {}
         for index, raw in enumerate(values):
@@ -741,20 +757,47 @@ MAX_INPUT_LEN = 1_048_576
 MAX_OUTPUT_LEN = 262_144
 MAX_CONCURRENCY = 16_384
 MAX_LOAD_LEVELS = 32
+# Open-loop rates from one request per 1000 s to 10,000 per second ("inf" sends all at once).
+REQUEST_RATE_RANGE = (0.001, 10_000.0)
+# Gamma shape of the gaps between requests: 0.01 is burstier than any real traffic, 100 as
+# steady as a metronome.
+BURSTINESS_RANGE = (0.01, 100.0)
+# An objective above an hour says nothing a benchmark could measure.
+MAX_SLO_MS = 3_600_000.0
 
 
 class StrictModel(BaseModel):
     """Base of every protocol model: unknown fields are refused, types are never coerced
     (``"8"`` is not ``8``, ``true`` is not ``1``; an integer is accepted for a float), and an
-    instance cannot be changed once validated."""
+    instance cannot be changed once validated. An object with more keys than the model has
+    fields is refused as a whole, naming a few of the unknown keys, so that its cost and its
+    error stay small whatever was sent."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _not_too_many_keys(cls, data: object) -> object:
+        if isinstance(data, Mapping) and len(data) > len(cls.model_fields):
+            unknown = [key for key in data if key not in cls.model_fields]
+            named = ", ".join(_json_literal(key) for key in unknown[:3])
+            more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+            raise PydanticCustomError(
+                "too_many_fields",
+                "unknown fields {named}{more}",
+                {"named": named, "more": more},
+            )
+        return data
 
 
 InputLen = Annotated[int, Field(ge=1, le=MAX_INPUT_LEN)]
 OutputLen = Annotated[int, Field(ge=1, le=MAX_OUTPUT_LEN)]
 # JSON has no infinity; "inf" is spelled as a string where it is meaningful (request rates).
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+RequestRateNumber = Annotated[
+    float, Field(ge=REQUEST_RATE_RANGE[0], le=REQUEST_RATE_RANGE[1], allow_inf_nan=False)
+]
+SloMs = Annotated[float, Field(gt=0, le=MAX_SLO_MS, allow_inf_nan=False)]
 
 
 class RandomDataset(StrictModel):
@@ -803,12 +846,16 @@ def _request_rate(value: object, handler: ValidatorFunctionWrapHandler) -> float
         # One message for the whole union instead of one per member ("should be 'inf'"...).
         raise PydanticCustomError(
             "request_rate",
-            'expected a number above 0 or "inf"; got {value}',
-            {"value": _json_literal(value)},
+            'expected a number from {low} to {high} or "inf"; got {value}',
+            {
+                "value": _json_literal(value),
+                "low": f"{REQUEST_RATE_RANGE[0]:g}",
+                "high": f"{REQUEST_RATE_RANGE[1]:g}",
+            },
         ) from None
 
 
-RequestRate = Annotated[PositiveFloat | Literal["inf"], WrapValidator(_request_rate)]
+RequestRate = Annotated[RequestRateNumber | Literal["inf"], WrapValidator(_request_rate)]
 
 
 def _duplicates_error(
@@ -855,7 +902,9 @@ class Workload(StrictModel):
     concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(
         default_factory=list, max_length=MAX_LOAD_LEVELS, validate_default=True
     )
-    burstiness: PositiveFloat = 1.0
+    burstiness: float = Field(
+        default=1.0, ge=BURSTINESS_RANGE[0], le=BURSTINESS_RANGE[1], allow_inf_nan=False
+    )
     requests_per_level: int = Field(default=200, ge=1, le=1_000_000)
     warmup_requests: int = Field(default=0, ge=0, le=100_000)
 
@@ -896,10 +945,10 @@ class Slos(StrictModel):
     (a request counts when it meets every objective given). Names follow ``vllm bench
     serve``: TTFT, TPOT, ITL and E2EL."""
 
-    ttft_ms: PositiveFloat | None = None
-    tpot_ms: PositiveFloat | None = None
-    itl_ms: PositiveFloat | None = None
-    e2el_ms: PositiveFloat | None = None
+    ttft_ms: SloMs | None = None
+    tpot_ms: SloMs | None = None
+    itl_ms: SloMs | None = None
+    e2el_ms: SloMs | None = None
 
 
 def workload_levels(workload: Workload) -> list[dict[str, int | float | str]]:
@@ -1108,10 +1157,7 @@ def json_loads_bounded(text: str | bytes, **kwargs) -> object:
 # Agent ↔ site messages
 # ---------------------------------------------------------------------------------------------
 
-# Bump when an agent message gains a field, or a field changes meaning, so that each side
-# can tell what the other speaks. The site accepts every version ``AgentMessageBase.protocol``
-# lists. 2: ``epoch`` (the agent's site-issued sequence space; protocol 1 is epoch 0).
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 1
 MAX_LOG_TAIL_CHARS = 64 * 1024
 # The largest values of the site's integer columns (PostgreSQL ``integer`` and ``bigint``).
 # Every number an agent sends is bounded so that it fits where the site stores it: a value
@@ -1129,8 +1175,6 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024
 SeqNumber = Annotated[int, Field(ge=0, le=BIGINT_COLUMN_MAX)]  # AgentMessageRecord.seq: bigint
 TrialIndex = Annotated[int, Field(ge=0, le=10_000)]  # Trial.index: integer
 Count = Annotated[int, Field(ge=0, le=INTEGER_COLUMN_MAX)]
-MAX_EPOCH = 2**31 - 1  # AgentMessageRecord.epoch and Run.agent_epoch: integer
-EpochNumber = Annotated[int, Field(ge=0, le=MAX_EPOCH)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # UUIDs arrive as JSON strings; this one field is lax so parsed JSON validates as is.
 RunId = Annotated[UUID, Field(strict=False)]
@@ -1174,25 +1218,13 @@ class Level(StrictModel):
 
 
 class AgentMessageBase(StrictModel):
-    """Agent → site. Every message names its run, the sequence space of the agent that sent
-    it (``epoch``: issued by the site to each agent start without its spool, see
-    ``EpochGrant``) and a sequence number unique within that space. The site stores each
-    ``(run_id, epoch, seq)`` once: a resend with the same content is acknowledged again, one
-    with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
-    and of agents without a site."""
+    """Agent → site. Every message names its run and carries a sequence number unique within
+    the run; the site stores each ``(run_id, seq)`` once, so resending is always safe."""
 
-    protocol: Literal[1, 2] = PROTOCOL_VERSION
+    protocol: Literal[1] = PROTOCOL_VERSION
     run_id: RunId
-    epoch: EpochNumber = 0
     seq: SeqNumber
     sent_at: FiniteFloat | None = None  # agent's wall clock (Unix seconds), for delay figures
-
-    @field_validator("epoch")
-    @classmethod
-    def _epochs_need_protocol_2(cls, epoch: int, info: ValidationInfo) -> int:
-        if epoch and info.data.get("protocol") == 1:
-            raise ValueError("protocol 1 has no epochs; send protocol 2")
-        return epoch
 
 
 class GpuInfo(StrictModel):
@@ -1365,14 +1397,6 @@ class Rejected(StrictModel):
     reason: str
 
 
-class EpochGrant(StrictModel):
-    """Site → agent (``POST /api/v1/agent/runs/<id>/epoch/``): a sequence space of its own
-    for an agent that starts without a spool. Each request gets a new, larger one; the agent
-    keeps it with its spool and numbers from 0 within it."""
-
-    epoch: Annotated[int, Field(ge=1, le=MAX_EPOCH)]
-
-
 class Cancel(StrictModel):
     """Site → agent: stop the run now (finish nothing, report, stop the engine, exit)."""
 
@@ -1432,7 +1456,7 @@ class JobSpec(StrictModel):
     the engine, the model, a hard deadline (the agent stops itself there, whatever the site
     does) and where to report. The run token travels apart from it (``BENCHSITE_TOKEN``)."""
 
-    protocol: Literal[1] = 1  # the job is as in protocol 1: agents of either version read it
+    protocol: Literal[1] = PROTOCOL_VERSION
     run_id: RunId
     trials: list[TrialSpec] = Field(min_length=1, max_length=MAX_JOB_TRIALS)
     workload: Workload
@@ -1461,8 +1485,7 @@ def protocol_json_schema() -> dict:
         "x-serve-flags-schema-version": SERVE_FLAGS_SCHEMA_VERSION,
         "agent_to_site": messages,
         "site_to_agent": {
-            model.__name__: model.model_json_schema()
-            for model in (Ack, Rejected, Cancel, EpochGrant)
+            model.__name__: model.model_json_schema() for model in (Ack, Rejected, Cancel)
         },
         "job": JobSpec.model_json_schema(),
     }

@@ -31,6 +31,7 @@ from runs.actors import Actor
 from runs.api.errors import flatten_errors
 from runs.api.serializers_catalogue import ModelSpecSerializer
 from runs.api.serializers_experiments import ExperimentSerializer
+from runs.api.strict_fields import StrictIntegerField
 from runs.errors import DomainValidationError
 from runs.estimates import CostEstimate, experiment_estimate
 from runs.models import Experiment, GpuType, Membership, ModelSpec
@@ -329,11 +330,11 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
         "description": values.get("description", ""),
         "model": values.get("model", ""),
         "gpu_type": values.get("gpu_type", ""),
-        "gpu_count": values.get("gpu_count", ""),
+        "gpu_count": _literal(values.get("gpu_count", "").strip()),
         "cloud_type": values.get("cloud_type", ""),
         "fallback_gpu_types": list(form.fallbacks),
         "allow_other_cloud": bool(values.get("allow_other_cloud")),
-        "container_disk_gb": values.get("container_disk_gb", ""),
+        "container_disk_gb": _literal(values.get("container_disk_gb", "").strip()),
         "network_volume_id": values.get("network_volume_id", ""),
         "engine": values.get("engine", ""),
         "engine_image_tag": values.get("engine_image_tag", ""),
@@ -486,7 +487,17 @@ def model_submit(
 ) -> tuple[ModelSpec | None, dict[str, list[str]]]:
     """Registers (or changes) a model through the API's serializer and the catalogue service;
     returns the model, or the errors by field path with nothing stored."""
-    payload = {name: value for name, value in values.items() if value != ""}
+    # The API takes numbers as JSON numbers: typed text becomes one where it reads as one.
+    numbers = {
+        name
+        for name, field_ in ModelSpecSerializer().fields.items()
+        if isinstance(field_, StrictIntegerField)
+    }
+    payload = {
+        name: _literal(value.strip()) if name in numbers else value
+        for name, value in values.items()
+        if value != ""
+    }
     payload.setdefault("revision", "main")
     for optional in ("licence", "notes"):
         payload.setdefault(optional, "")

@@ -1,6 +1,14 @@
-"""OpenAPI description of our bearer-token authentication (drf-spectacular extension)."""
+"""OpenAPI description of our bearer-token authentication and of the JSON fields whose
+structure comes from ``agents.protocol`` (drf-spectacular extensions)."""
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+import copy
+
+from django.core.exceptions import ImproperlyConfigured
+from drf_spectacular.extensions import (
+    OpenApiAuthenticationExtension,
+    OpenApiSerializerFieldExtension,
+)
+from drf_spectacular.plumbing import ResolvedComponent
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -28,3 +36,37 @@ class RunTokenScheme(OpenApiAuthenticationExtension):
                 "delivering messages, also for BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS after."
             ),
         }
+
+
+class StrictJSONFieldSchema(OpenApiSerializerFieldExtension):
+    """A JSON field shows the structure it was given (``runs.api.json_schemas``), its
+    components and its example, instead of ``{}``."""
+
+    target_class = "runs.api.strict_fields.StrictJSONField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        field = self.target
+        if field.json_schema is None:
+            return {}
+        register_components(auto_schema, field.json_components)
+        # Copies: spectacular's post-processing edits what it is given, in place.
+        schema = copy.deepcopy(field.json_schema)
+        if field.json_example is not None:
+            schema["example"] = copy.deepcopy(field.json_example)
+        return schema
+
+
+def register_components(auto_schema, components: dict[str, dict]) -> None:
+    """Adds schema components generated from the protocol, refusing a name that a
+    serializer's component already has with another shape (it would be shadowed)."""
+    for name, schema in components.items():
+        schema = copy.deepcopy(schema)
+        component = ResolvedComponent(
+            name=name, type=ResolvedComponent.SCHEMA, object=name, schema=schema
+        )
+        if component in auto_schema.registry:
+            existing = auto_schema.registry[component].schema
+            if existing != schema:
+                raise ImproperlyConfigured(f"Two different schema components named {name!r}.")
+            continue
+        auto_schema.registry.register(component)

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from rest_framework import serializers
 
-from runs.models import GpuType, ModelSpec
+from runs.api.strict_fields import (
+    LONG_TEXT_MAX_CHARS,
+    StrictCharField,
+    StrictDecimalField,
+    StrictIntegerField,
+    StrictModelSerializer,
+)
+from runs.models import GpuPriceOverride, GpuType, ModelSpec
 
 _MAX_PARAMETERS = 10**14
+# Far above any GPU's hourly price; below it, a typo of a few digits is still caught.
+_MAX_PRICE_USD_HR = Decimal(1000)
 
 
-class ModelSpecSerializer(serializers.ModelSerializer):
-    parameter_count = serializers.IntegerField(min_value=1, max_value=_MAX_PARAMETERS)
-    num_layers = serializers.IntegerField(min_value=1, max_value=10_000)
-    hidden_size = serializers.IntegerField(min_value=1, max_value=1_000_000)
-    num_attention_heads = serializers.IntegerField(min_value=1, max_value=100_000)
-    num_kv_heads = serializers.IntegerField(min_value=1, max_value=100_000)
-    head_dim = serializers.IntegerField(min_value=1, max_value=65_536)
-    max_context = serializers.IntegerField(min_value=16, max_value=100_000_000)
+class ModelSpecSerializer(StrictModelSerializer):
+    parameter_count = StrictIntegerField(min_value=1, max_value=_MAX_PARAMETERS)
+    num_layers = StrictIntegerField(min_value=1, max_value=10_000)
+    hidden_size = StrictIntegerField(min_value=1, max_value=1_000_000)
+    num_attention_heads = StrictIntegerField(min_value=1, max_value=100_000)
+    num_kv_heads = StrictIntegerField(min_value=1, max_value=100_000)
+    head_dim = StrictIntegerField(min_value=1, max_value=65_536)
+    max_context = StrictIntegerField(min_value=16, max_value=100_000_000)
     kv_cache_bytes_per_token = serializers.SerializerMethodField()
     weight_bytes = serializers.IntegerField(read_only=True)
 
@@ -42,6 +53,8 @@ class ModelSpecSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = ["id", "created_at"]
+        # The column has no length; the API gives it one.
+        extra_kwargs = {"notes": {"max_length": LONG_TEXT_MAX_CHARS}}
         # Uniqueness is checked by the service, with a message that names the field.
         validators = []
 
@@ -91,10 +104,25 @@ class GpuTypeSerializer(serializers.ModelSerializer):
 
 
 class GpuPriceSerializer(serializers.Serializer):
-    price_secure_usd_hr = serializers.DecimalField(
-        max_digits=8, decimal_places=4, min_value=0, default=None, allow_null=True
+    price_secure_usd_hr = StrictDecimalField(
+        max_digits=8,
+        decimal_places=4,
+        min_value=0,
+        max_value=_MAX_PRICE_USD_HR,
+        default=None,
+        allow_null=True,
     )
-    price_community_usd_hr = serializers.DecimalField(
-        max_digits=8, decimal_places=4, min_value=0, default=None, allow_null=True
+    price_community_usd_hr = StrictDecimalField(
+        max_digits=8,
+        decimal_places=4,
+        min_value=0,
+        max_value=_MAX_PRICE_USD_HR,
+        default=None,
+        allow_null=True,
     )
-    note = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+    note = StrictCharField(
+        max_length=GpuPriceOverride._meta.get_field("note").max_length,
+        required=False,
+        allow_blank=True,
+        default="",
+    )

@@ -7,45 +7,25 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
+from runs.api.json_schemas import SERVE_GRID_FIELD, SLOS_FIELD, WORKLOAD_FIELD
+from runs.api.strict_fields import (
+    LONG_TEXT_MAX_CHARS,
+    StrictBooleanField,
+    StrictCharField,
+    StrictDateField,
+    StrictDecimalField,
+    StrictIntegerField,
+    StrictJSONField,
+    StrictListField,
+    StrictModelSerializer,
+    StrictUUIDField,
+)
 from runs.experiment_spec import CONTAINER_DISK_GB
 from runs.models import AuditEvent, Budget, Experiment, GpuType, ModelSpec, WorkloadDataset
+from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.services.experiments import EXPERIMENT_FIELDS
 
-
-def _reject_nul(value, path: str = "") -> None:
-    # PostgreSQL's jsonb cannot store U+0000; refuse it here rather than fail on write.
-    if isinstance(value, str) and "\x00" in value:
-        raise serializers.ValidationError(
-            f"Null characters are not allowed{' in ' + path if path else ''}."
-        )
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _reject_nul(key, path)
-            _reject_nul(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _reject_nul(item, f"{path}[{index}]")
-
-
-class StrictJSONField(serializers.JSONField):
-    """JSON that PostgreSQL can store: no NUL characters, no NaN or infinities."""
-
-    def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        _reject_nul(value)
-        _reject_non_finite(value)
-        return value
-
-
-def _reject_non_finite(value) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise serializers.ValidationError('NaN and infinite numbers are not allowed; use "inf".')
-    if isinstance(value, dict):
-        for item in value.values():
-            _reject_non_finite(item)
-    elif isinstance(value, list):
-        for item in value:
-            _reject_non_finite(item)
+_GPU_TYPE_ID_MAX = GpuType._meta.get_field("id").max_length
 
 
 class OrgScopedPrimaryKeyField(serializers.PrimaryKeyRelatedField):
@@ -62,27 +42,34 @@ class OrgScopedPrimaryKeyField(serializers.PrimaryKeyRelatedField):
         return self.scoped_model.objects.filter(organization_id=membership.organization_id)
 
 
-class ExperimentSerializer(serializers.ModelSerializer):
-    model = OrgScopedPrimaryKeyField(ModelSpec, pk_field=serializers.UUIDField())
+class ExperimentSerializer(StrictModelSerializer):
+    model = OrgScopedPrimaryKeyField(ModelSpec, pk_field=StrictUUIDField())
     gpu_type = serializers.PrimaryKeyRelatedField(
-        queryset=GpuType.objects.all(), pk_field=serializers.CharField(max_length=100)
+        queryset=GpuType.objects.all(), pk_field=StrictCharField(max_length=_GPU_TYPE_ID_MAX)
     )
-    gpu_count = serializers.IntegerField(min_value=1, max_value=8, default=1)
+    gpu_count = StrictIntegerField(min_value=1, max_value=8, default=1)
     # Checked against the catalogue and the model by the service (field-named errors).
-    fallback_gpu_types = serializers.ListField(
-        child=serializers.CharField(max_length=100), required=False, default=list
+    fallback_gpu_types = StrictListField(
+        child=StrictCharField(max_length=_GPU_TYPE_ID_MAX),
+        max_length=MAX_FALLBACK_GPU_TYPES,
+        required=False,
+        default=list,
     )
-    allow_other_cloud = serializers.BooleanField(required=False, default=False)
-    container_disk_gb = serializers.IntegerField(
+    allow_other_cloud = StrictBooleanField(required=False, default=False)
+    container_disk_gb = StrictIntegerField(
         min_value=CONTAINER_DISK_GB[0], max_value=CONTAINER_DISK_GB[1], default=80
     )
-    network_volume_id = serializers.CharField(
-        max_length=64, required=False, allow_blank=True, default=""
+    network_volume_id = StrictCharField(
+        max_length=Experiment._meta.get_field("network_volume_id").max_length,
+        required=False,
+        allow_blank=True,
+        default="",
     )
-    serve_grid = StrictJSONField(required=False, default=dict)
-    workload = StrictJSONField()
-    slos = StrictJSONField(required=False, default=dict)
-    budget_cap_usd = serializers.DecimalField(
+    # Shapes and examples from agents.protocol (runs.api.json_schemas); the service checks.
+    serve_grid = StrictJSONField(required=False, default=dict, **SERVE_GRID_FIELD)
+    workload = StrictJSONField(**WORKLOAD_FIELD)
+    slos = StrictJSONField(required=False, default=dict, **SLOS_FIELD)
+    budget_cap_usd = StrictDecimalField(
         max_digits=10, decimal_places=2, min_value=Decimal("0.01"), max_value=Decimal(10_000_000)
     )
     trials = serializers.SerializerMethodField()
@@ -101,6 +88,8 @@ class ExperimentSerializer(serializers.ModelSerializer):
             "created_by",
         ]
         read_only_fields = ["id", "serve_flags_schema_version", "created_at", "updated_at"]
+        # The column has no length; the API gives it one.
+        extra_kwargs = {"description": {"max_length": LONG_TEXT_MAX_CHARS}}
         validators = []  # the service checks name uniqueness with a field-named message
 
     def get_trials(self, experiment) -> int:
@@ -134,18 +123,17 @@ class DatasetSerializer(serializers.ModelSerializer):
 
 
 class DatasetUploadSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+    name = StrictCharField(max_length=WorkloadDataset._meta.get_field("name").max_length)
+    # Its size is bounded by DATASET_MAX_BYTES and its content checked by the service.
     file = serializers.FileField()
 
 
-class BudgetSerializer(serializers.ModelSerializer):
+class BudgetSerializer(StrictModelSerializer):
     experiment = OrgScopedPrimaryKeyField(
-        Experiment, pk_field=serializers.UUIDField(), required=False, allow_null=True
+        Experiment, pk_field=StrictUUIDField(), required=False, allow_null=True
     )
-    month = serializers.DateField(required=False, allow_null=True)
-    limit_usd = serializers.DecimalField(
-        max_digits=12, decimal_places=2, min_value=0, max_value=10**9
-    )
+    month = StrictDateField(required=False, allow_null=True)
+    limit_usd = StrictDecimalField(max_digits=12, decimal_places=2, min_value=0, max_value=10**9)
     scope = serializers.CharField(read_only=True)
 
     class Meta:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from runs.api.strict_fields import StrictCharField, StrictChoiceField, StrictUUIDField
 from runs.models import Measurement, Run, Trial
 from runs.models.runs import RunTrigger
 
@@ -81,24 +82,15 @@ class RunDetailSerializer(RunSerializer):
         read_only_fields = fields
 
 
-class StrictCharField(serializers.CharField):
-    """A JSON string and nothing else (DRF's CharField would take the number 5 as "5")."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
 class RunStartSerializer(serializers.Serializer):
-    experiment = serializers.UUIDField(help_text="The experiment to run (of this organization).")
+    experiment = StrictUUIDField(help_text="The experiment to run (of this organization).")
     reason = StrictCharField(
         max_length=Run._meta.get_field("reason").max_length,
         allow_blank=True,
         default="",
         help_text="Why it runs, e.g. a commit; shown with the run.",
     )
-    trigger = serializers.ChoiceField(
+    trigger = StrictChoiceField(
         choices=RunTrigger.choices,
         default=RunTrigger.API,
         help_text="Who asked: a person's script (api), a CI pipeline (ci) or the web UI (ui).",

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from runs.models import ApiToken, Membership, Organization, Role
+from runs.api.strict_fields import StrictCharField, StrictChoiceField, StrictEmailField
+from runs.models import ApiToken, Membership, Organization, Role, User
+
+_EMAIL_MAX = User._meta.get_field("email").max_length
 
 
 class OrganizationSerializer(serializers.ModelSerializer):
@@ -29,12 +32,12 @@ class MemberSerializer(serializers.ModelSerializer):
 
 
 class MemberAddSerializer(serializers.Serializer):
-    email = serializers.EmailField(max_length=254)
-    role = serializers.ChoiceField(choices=Role.choices)
+    email = StrictEmailField(max_length=_EMAIL_MAX)
+    role = StrictChoiceField(choices=Role.choices)
 
 
 class MemberRoleSerializer(serializers.Serializer):
-    role = serializers.ChoiceField(choices=Role.choices)
+    role = StrictChoiceField(choices=Role.choices)
 
 
 class TokenSerializer(serializers.ModelSerializer):
@@ -57,9 +60,11 @@ class TokenSerializer(serializers.ModelSerializer):
 
 
 class TokenCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
-    user = serializers.EmailField(
-        required=False, help_text="Member the token acts as; yourself when left out."
+    name = StrictCharField(max_length=ApiToken._meta.get_field("name").max_length)
+    user = StrictEmailField(
+        max_length=_EMAIL_MAX,
+        required=False,
+        help_text="Member the token acts as; yourself when left out.",
     )
 
 

@@ -12,8 +12,9 @@ from rest_framework.response import Response
 
 from runs.access import Need, scoped
 from runs.api.scoping import OrgScopedViewSet
+from runs.api.strict_fields import StrictCharField
 from runs.models import CredentialProvider, ProviderCredential
-from runs.services.credentials import provider_key_clear, provider_key_set
+from runs.services.credentials import API_KEY_MAX_LENGTH, provider_key_clear, provider_key_set
 
 
 class ProviderKeySerializer(serializers.ModelSerializer):
@@ -23,19 +24,12 @@ class ProviderKeySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class _StrictString(serializers.CharField):
-    """A JSON string only: DRF would turn 123 into "123", which is not a key anyone sent."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
 class ProviderKeySetSerializer(serializers.Serializer):
     # Kept exactly as sent (no trimming): the service refuses whitespace with a clear error
     # instead of silently storing a different key.
-    api_key = _StrictString(write_only=True, allow_blank=True, trim_whitespace=False)
+    api_key = StrictCharField(
+        max_length=API_KEY_MAX_LENGTH, write_only=True, allow_blank=True, trim_whitespace=False
+    )
 
 
 _PROVIDER = OpenApiParameter(

@@ -212,7 +212,7 @@ def test_it_says_what_is_wrong_in_plain_words():
     assert errors == [
         FieldError("dataset.input_len", "Input should be greater than or equal to 1"),
         FieldError("dataset.extra", "unknown field"),
-        FieldError("request_rates[0]", 'expected a number above 0 or "inf"; got -1'),
+        FieldError("request_rates[0]", 'expected a number from 0.001 to 10000 or "inf"; got -1'),
         FieldError("concurrency[1]", "duplicate of concurrency[0] (1)"),
     ]
 

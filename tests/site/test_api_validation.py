@@ -4,13 +4,20 @@ updated row stays as it was). Conflicts (409) and forbidden role changes (403) l
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
+import resource
 import uuid
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
+from drf_spectacular.generators import SchemaGenerator
+from rest_framework import serializers
 
+import runs.api
+from runs.api.strict_fields import is_strict
 from runs.models import Membership, Run
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import membership_change_role
@@ -692,3 +699,206 @@ def test_it_lets_admins_manage_non_owners(alice, bob, admin):
     assert added.status_code == 201
     token = client.post(url("token-list"), {"name": "ci", "user": bob.user.email}, format="json")
     assert token.status_code == 201
+
+
+# ------------------------------------------------------------------------------------------
+# Strict types, bounds and lengths on every writable field (issue 14, items 7 and 8)
+# ------------------------------------------------------------------------------------------
+
+# Each case breaks one field of an otherwise valid request; each was accepted before (a
+# number stored as a string, a string read as a number, a boolean read from "yes", an
+# unbounded number or text).
+STRICT_EXPERIMENT_CASES = {
+    "a number for the name": ({"name": 123}, "name"),
+    "a string for gpu_count": ({"gpu_count": "2"}, "gpu_count"),
+    "a float for gpu_count": ({"gpu_count": 2.0}, "gpu_count"),
+    "a string for container_disk_gb": ({"container_disk_gb": "80"}, "container_disk_gb"),
+    "a string for allow_other_cloud": ({"allow_other_cloud": "yes"}, "allow_other_cloud"),
+    "a number for allow_other_cloud": ({"allow_other_cloud": 1}, "allow_other_cloud"),
+    "a number for the description": ({"description": 5}, "description"),
+    "a number for the image tag": ({"engine_image_tag": 11}, "engine_image_tag"),
+    "a number for network_volume_id": ({"network_volume_id": 5}, "network_volume_id"),
+    "an SLO of 1e308 ms": ({"slos": {"ttft_ms": 1e308}}, "slos.ttft_ms"),
+    "an SLO above an hour": ({"slos": {"e2el_ms": 3_600_001}}, "slos.e2el_ms"),
+    "a request rate of 1e9": (
+        {"workload": workload(request_rates=[1e9])},
+        "workload.request_rates[0]",
+    ),
+    "a request rate near zero": (
+        {"workload": workload(request_rates=[1e-9])},
+        "workload.request_rates[0]",
+    ),
+    "a burstiness of 1e6": ({"workload": workload(burstiness=1e6)}, "workload.burstiness"),
+    # lengths
+    "a 5 MB description": ({"description": "x" * 5_000_000}, "description"),
+    "a workload with 100,000 unknown keys": (
+        {"workload": workload(**{f"k{i}": 1 for i in range(100_000)})},
+        "workload",
+    ),
+    "SLOs with many unknown keys": (
+        {"slos": {f"slo_{i}": 1 for i in range(50)}},
+        "slos",
+    ),
+    "a grid with 100,000 keys": (
+        {"serve_grid": {f"flag_{i}": [1] for i in range(100_000)}},
+        "serve_grid",
+    ),
+    "a grid flag name of 1 MB": ({"serve_grid": {"x" * 1_000_000: [1]}}, "serve_grid"),
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"), list(STRICT_EXPERIMENT_CASES.values()), ids=list(STRICT_EXPERIMENT_CASES)
+)
+@pytest.mark.parametrize("how", ["create", "patch"])
+def test_it_refuses_experiment_fields_of_the_wrong_type_or_size(
+    alice, experiment, model, how, changes, field
+):
+    client = alice.client()
+    before = database_state()
+    if how == "create":
+        response = client.post(
+            url("experiment-list"), experiment_payload(model.id, **changes), format="json"
+        )
+    else:
+        response = client.patch(url("experiment-detail", pk=experiment.pk), changes, format="json")
+    if field == "serve_grid" and "serve_grid" not in response.json()["error"].get("fields", {}):
+        # A grid's unknown flag is reported on its (shortened) path below serve_grid.
+        fields = response.json()["error"]["fields"]
+        assert response.status_code == 400 and all(f.startswith("serve_grid") for f in fields)
+        assert all(len(f) < 100 for f in fields), fields
+        assert database_state() == before
+    else:
+        assert_refused(response, field, before)
+    # The error says what it wanted; it never echoes a value at length, nor one per key.
+    assert len(response.content) < 2000
+
+
+def test_it_keeps_values_exactly_at_the_bounds(alice, model):
+    payload = experiment_payload(
+        model.id,
+        name="n" * 200,
+        description="d" * 10_000,
+        gpu_count=8,
+        slos={"ttft_ms": 3_600_000, "tpot_ms": 0.5},
+        workload=workload(request_rates=[0.001, 10_000], burstiness=100),
+        budget_cap_usd=25,  # a JSON number is a decimal too
+    )
+    response = alice.client().post(url("experiment-list"), payload, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["budget_cap_usd"] == "25.00"
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.mark.parametrize(
+    "grid",
+    [
+        {"max_num_seqs": list(range(1, 700_000))},  # 5.5 MB: 5 s of CPU and 49 MB of errors
+        {"max_num_seqs": [10**6 + i for i in range(600_000)]},  # each value out of range
+    ],
+    ids=["one long axis", "one long axis of bad values"],
+)
+def test_it_refuses_a_huge_grid_quickly_and_briefly(alice, model, grid):
+    body = json.dumps(experiment_payload(model.id, serve_grid=grid))
+    assert len(body) > 5_000_000
+    before = database_state()
+    started = _cpu_seconds()
+    response = alice.client().post(url("experiment-list"), body, content_type="application/json")
+    spent = _cpu_seconds() - started
+    assert_refused(response, "serve_grid", before)
+    assert len(response.content) < 2000
+    # Parsing 5 MB of JSON is most of what is left; the old check took about 5 s.
+    assert spent < 1.5, spent
+
+
+MODEL_STRICT_CASES = {
+    "a string for parameter_count": ({"parameter_count": "8000000000"}, "parameter_count"),
+    "a float for num_layers": ({"num_layers": 32.0}, "num_layers"),
+    "a number for the name": ({"name": 5}, "name"),
+    "a number for the notes": ({"notes": 5}, "notes"),
+    "notes of 10,001 characters": ({"notes": "n" * 10_001}, "notes"),
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"), list(MODEL_STRICT_CASES.values()), ids=list(MODEL_STRICT_CASES)
+)
+def test_it_refuses_model_fields_of_the_wrong_type_or_size(alice, model, changes, field):
+    before = database_state()
+    response = alice.client().patch(url("model-detail", pk=model.pk), changes, format="json")
+    assert_refused(response, field, before)
+
+
+OTHER_STRICT_CASES = {
+    "budget: a number for the note": ("budget-list", {"limit_usd": "5", "note": 5}, "note"),
+    "token: a number for the name": ("token-list", {"name": 5}, "name"),
+}
+
+
+@pytest.mark.parametrize(
+    ("route", "payload", "field"), list(OTHER_STRICT_CASES.values()), ids=list(OTHER_STRICT_CASES)
+)
+def test_it_refuses_other_fields_of_the_wrong_type_or_size(alice, route, payload, field):
+    before = database_state()
+    response = alice.client().post(url(route), payload, format="json")
+    assert_refused(response, field, before)
+
+
+def _request_serializers() -> list[type]:
+    """Every serializer some endpoint takes a request body with: the request components of
+    the API schema (``…Request``), matched to the serializer classes of runs.api."""
+    for module in pkgutil.iter_modules(runs.api.__path__):
+        importlib.import_module(f"runs.api.{module.name}")
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    taking_input = {
+        name.removesuffix("Request").removeprefix("Patched")
+        for name in schema["components"]["schemas"]
+        if name.endswith("Request")
+    }
+    found, pending = [], [serializers.Serializer]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__.startswith("runs.api.") and (
+            cls.__name__.removesuffix("Serializer") in taking_input
+        ):
+            found.append(cls)
+    return sorted(found, key=lambda cls: cls.__name__)
+
+
+REQUEST_SERIALIZERS = _request_serializers()
+
+
+def test_it_finds_every_serializer_that_takes_input():
+    # The control for the test below: it looks at the serializers that matter.
+    assert {cls.__name__ for cls in REQUEST_SERIALIZERS} >= {
+        "BudgetSerializer",
+        "DatasetUploadSerializer",
+        "ExperimentSerializer",
+        "GpuPriceSerializer",
+        "MemberAddSerializer",
+        "MemberRoleSerializer",
+        "ModelSpecSerializer",
+        "ProviderKeySetSerializer",
+        "RunCancelSerializer",
+        "RunStartSerializer",
+        "TokenCreateSerializer",
+    }
+
+
+@pytest.mark.parametrize("serializer_class", REQUEST_SERIALIZERS, ids=lambda cls: cls.__name__)
+def test_it_builds_every_writable_field_strict_and_bounded(db, serializer_class):
+    for name, field in serializer_class().fields.items():
+        if field.read_only or isinstance(field, serializers.FileField):
+            continue  # a file's size is DATASET_MAX_BYTES, checked by the service
+        assert is_strict(field), f"{serializer_class.__name__}.{name} is {field!r}"
+        if isinstance(field, serializers.CharField):
+            assert field.max_length is not None, name
+        if isinstance(field, serializers.IntegerField | serializers.DecimalField):
+            assert field.min_value is not None and field.max_value is not None, name
+        if isinstance(field, serializers.ListField):
+            assert field.max_length is not None, name

@@ -223,7 +223,7 @@ def test_it_shows_a_models_errors_like_the_api_and_stores_nothing(alice):
     page = client.post("/o/acme/models/new/", bad)
     assert page.status_code == 200
     text = page.content.decode()
-    assert "A valid integer is required." in text  # head_dim, from the API's serializer
+    assert "Expected an integer; got a string." in text  # head_dim, the API's serializer
     fixed_types = bad | {"head_dim": "128"}
     page = client.post("/o/acme/models/new/", fixed_types).content.decode()
     assert "Expected a Hugging Face repo id" in page  # the service's messages

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from runs.actors import Actor
+from runs.api.json_schemas import EXAMPLE_SERVE_GRID, EXAMPLE_SLOS, EXAMPLE_WORKLOAD
 from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, Budget, Experiment, GpuType, ModelSpec, Organization, User
 from runs.services.budgets import budget_set
@@ -76,12 +77,6 @@ class Command(BaseCommand):
     def _seed_content(self, org: Organization, actor: Actor) -> None:
         models = [model_spec_create(org=org, actor=actor, **spec) for spec in MODELS]
         h100 = GpuType.objects.get(id="NVIDIA H100 80GB HBM3")
-        workload = {
-            "dataset": {"kind": "random", "input_len": 1024, "output_len": 256},
-            "concurrency": [1, 8, 64, 192],
-            "requests_per_level": 200,
-            "warmup_requests": 16,
-        }
         experiment_create(
             org=org,
             actor=actor,
@@ -91,9 +86,10 @@ class Command(BaseCommand):
             gpu_count=1,
             engine="vllm",
             engine_image_tag="v0.11.0",
-            serve_grid={"max_num_seqs": [64, 128, 256], "max_num_batched_tokens": [2048, 8192]},
-            workload=workload,
-            slos={"ttft_ms": 500, "tpot_ms": 50},
+            # The API schema's examples: what the docs show is what the demo runs.
+            serve_grid=EXAMPLE_SERVE_GRID,
+            workload=EXAMPLE_WORKLOAD,
+            slos=EXAMPLE_SLOS,
             budget_cap_usd=Decimal(40),
         )
         experiment_create(
