@@ -1157,7 +1157,10 @@ def json_loads_bounded(text: str | bytes, **kwargs) -> object:
 # Agent ↔ site messages
 # ---------------------------------------------------------------------------------------------
 
-PROTOCOL_VERSION = 1
+# Bump when an agent message gains a field, or a field changes meaning, so that each side
+# can tell what the other speaks. The site accepts every version ``AgentMessageBase.protocol``
+# lists. 2: ``epoch`` (the agent's site-issued sequence space; protocol 1 is epoch 0).
+PROTOCOL_VERSION = 2
 MAX_LOG_TAIL_CHARS = 64 * 1024
 # The largest values of the site's integer columns (PostgreSQL ``integer`` and ``bigint``).
 # Every number an agent sends is bounded so that it fits where the site stores it: a value
@@ -1175,6 +1178,8 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024
 SeqNumber = Annotated[int, Field(ge=0, le=BIGINT_COLUMN_MAX)]  # AgentMessageRecord.seq: bigint
 TrialIndex = Annotated[int, Field(ge=0, le=10_000)]  # Trial.index: integer
 Count = Annotated[int, Field(ge=0, le=INTEGER_COLUMN_MAX)]
+MAX_EPOCH = 2**31 - 1  # AgentMessageRecord.epoch and Run.agent_epoch: integer
+EpochNumber = Annotated[int, Field(ge=0, le=MAX_EPOCH)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # UUIDs arrive as JSON strings; this one field is lax so parsed JSON validates as is.
 RunId = Annotated[UUID, Field(strict=False)]
@@ -1218,13 +1223,25 @@ class Level(StrictModel):
 
 
 class AgentMessageBase(StrictModel):
-    """Agent → site. Every message names its run and carries a sequence number unique within
-    the run; the site stores each ``(run_id, seq)`` once, so resending is always safe."""
+    """Agent → site. Every message names its run, the sequence space of the agent that sent
+    it (``epoch``: issued by the site to each agent start without its spool, see
+    ``EpochGrant``) and a sequence number unique within that space. The site stores each
+    ``(run_id, epoch, seq)`` once: a resend with the same content is acknowledged again, one
+    with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
+    and of agents without a site."""
 
-    protocol: Literal[1] = PROTOCOL_VERSION
+    protocol: Literal[1, 2] = PROTOCOL_VERSION
     run_id: RunId
+    epoch: EpochNumber = 0
     seq: SeqNumber
     sent_at: FiniteFloat | None = None  # agent's wall clock (Unix seconds), for delay figures
+
+    @field_validator("epoch")
+    @classmethod
+    def _epochs_need_protocol_2(cls, epoch: int, info: ValidationInfo) -> int:
+        if epoch and info.data.get("protocol") == 1:
+            raise ValueError("protocol 1 has no epochs; send protocol 2")
+        return epoch
 
 
 class GpuInfo(StrictModel):
@@ -1397,6 +1414,14 @@ class Rejected(StrictModel):
     reason: str
 
 
+class EpochGrant(StrictModel):
+    """Site → agent (``POST /api/v1/agent/runs/<id>/epoch/``): a sequence space of its own
+    for an agent that starts without a spool. Each request gets a new, larger one; the agent
+    keeps it with its spool and numbers from 0 within it."""
+
+    epoch: Annotated[int, Field(ge=1, le=MAX_EPOCH)]
+
+
 class Cancel(StrictModel):
     """Site → agent: stop the run now (finish nothing, report, stop the engine, exit)."""
 
@@ -1456,7 +1481,7 @@ class JobSpec(StrictModel):
     the engine, the model, a hard deadline (the agent stops itself there, whatever the site
     does) and where to report. The run token travels apart from it (``BENCHSITE_TOKEN``)."""
 
-    protocol: Literal[1] = PROTOCOL_VERSION
+    protocol: Literal[1] = 1  # the job is as in protocol 1: agents of either version read it
     run_id: RunId
     trials: list[TrialSpec] = Field(min_length=1, max_length=MAX_JOB_TRIALS)
     workload: Workload
@@ -1485,7 +1510,8 @@ def protocol_json_schema() -> dict:
         "x-serve-flags-schema-version": SERVE_FLAGS_SCHEMA_VERSION,
         "agent_to_site": messages,
         "site_to_agent": {
-            model.__name__: model.model_json_schema() for model in (Ack, Rejected, Cancel)
+            model.__name__: model.model_json_schema()
+            for model in (Ack, Rejected, Cancel, EpochGrant)
         },
         "job": JobSpec.model_json_schema(),
     }
