@@ -1,6 +1,8 @@
 """An engine that dies at any moment of a trial ends that trial only: the real simulator is
 SIGKILLed while a job of two trials × three levels runs, at moments picked from the runner's
-own messages (no sleeps), and the run must go on to the next trial and end normally."""
+own messages, a metrics scrape or the agent process's results folder (no sleeps), and the run
+must go on to the next trial and end normally. A connection failure while the engine still
+runs is a failed trial of class ``other``, not a crash."""
 
 from __future__ import annotations
 
