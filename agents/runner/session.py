@@ -8,8 +8,9 @@ Guarantees:
 - A cancel from the site, SIGTERM or SIGINT stops the run within seconds (the engine is
   stopped, ``run_finished`` says why); a site that refuses the run token stops it too, so no
   GPU keeps running for a run nobody will read.
-- After the run the agent keeps delivering for up to ``drain_timeout`` seconds; what is still
-  undelivered stays in ``<workdir>/spool`` (``benchsite-agent flush`` sends it later).
+- After the run the agent keeps delivering for up to ``drain_timeout`` seconds, SIGTERM
+  notwithstanding; what is still undelivered stays in ``<workdir>/spool``
+  (``benchsite-agent flush`` sends it later).
 """
 
 from __future__ import annotations
@@ -176,8 +177,26 @@ def run_session(
         with signals, event_loop_runner() as loop:
             summary = loop.run(runner.run())
     finally:
-        delivery = outbox.close(drain_timeout=drain_timeout if site else 0)
+        with _deliver_through_sigterm() if handle_signals else _no_context():
+            delivery = outbox.close(drain_timeout=drain_timeout if site else 0)
     return SessionResult(summary=summary, delivery=delivery, journal=workdir / JOURNAL)
+
+
+@contextmanager
+def _deliver_through_sigterm():
+    """Once the run is over, SIGTERM (the pod is being stopped, the run has ended) no longer
+    ends the agent: it keeps delivering what it holds until the drain timeout, and whoever
+    stops it gives it time to (the local provider waits the site's delivery grace before it
+    kills). SIGINT still interrupts: a person at a terminal means it."""
+
+    def handler(signum, frame):
+        logger.warning("SIGTERM while delivering the run's last messages: delivering first")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

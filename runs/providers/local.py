@@ -12,7 +12,11 @@ Guarantees (on top of ``runs.providers.base``):
 - No zombie: the process that started an agent reads its exit status as soon as it exits,
   whichever process stops it and whether or not it calls the provider again.
 - ``terminate`` stops the agent and every process below it, engines in their own sessions
-  included (SIGTERM, SIGKILL after a grace period), and removes the record; it is idempotent.
+  included, and removes the record; it is idempotent. It asks first (SIGTERM: the agent
+  stops its engine, reports and delivers what it holds) and waits ``STOP_GRACE_SECONDS``; an
+  agent still up then is left to deliver until ``delivery_grace`` seconds after the ask
+  (the site's ``BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS``), and the next ``terminate`` after
+  that (reconcile's orphan sweep calls it every pass) kills what is left (SIGKILL).
 - Costs nothing to rent: ``cost_per_hr`` and ``price`` are None, so runs are priced from the
   catalogue (the GPU the experiment names — for the simulator, the simulated GPU).
 """
@@ -105,10 +109,12 @@ class LocalProvider:
         *,
         agent_command: Sequence[str] | None = None,
         extra_env: dict[str, str] | None = None,
+        delivery_grace: float = 0.0,
     ):
         self.state_dir = Path(state_dir)
         self.agent_command = list(agent_command or default_agent_command())
         self.extra_env = dict(extra_env or {})
+        self.delivery_grace = delivery_grace
 
     # -- records ---------------------------------------------------------------------------
 
@@ -175,10 +181,13 @@ class LocalProvider:
             "gpu_type_id": spec.gpu_type_id,
             "gpu_count": spec.gpu_count,
         }
+        self._write(path, record)
+        return self._info(record)
+
+    def _write(self, path: Path, record: dict) -> None:
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(record))
         temporary.replace(path)
-        return self._info(record)
 
     def status(self, pod_id: str) -> PodInfo | None:
         return self.find_by_name(pod_id)
@@ -189,14 +198,23 @@ class LocalProvider:
         if record is None:
             return
         pid = record["pid"]
-        if _alive(pid, record.get("started")):
-            # The agent stops its engine on SIGTERM; whatever is left after the grace (an
-            # engine in its own session) is killed with it.
+        alive = _alive(pid, record.get("started"))
+        asked = record.get("stop_asked_at")
+        if alive and asked is None:
+            # The agent stops its engine on SIGTERM; whatever is left later (an engine in its
+            # own session) is killed with it, so what is below it now is kept.
             below = kill_tree(pid, signal.SIGTERM)
+            asked = time.time()
+            record = {**record, "stop_asked_at": asked, "below": below}
+            self._write(path, record)
             deadline = time.monotonic() + STOP_GRACE_SECONDS
             while _alive(pid, record.get("started")) and time.monotonic() < deadline:
                 time.sleep(0.05)
             alive = _alive(pid, record.get("started"))
+        if alive and time.time() - asked < self.delivery_grace:
+            return  # it has stopped running and delivers what it holds: ask again later
+        if asked is not None:
+            below = [tuple(process) for process in record.get("below", [])]
             kill_tree(pid, signal.SIGKILL, below=below, include_root=alive)
         with _children_lock:
             child = _children.pop(pid, None)

@@ -26,6 +26,9 @@ def local_provider() -> LocalProvider:
         state_dir,
         agent_command=shlex.split(command) if command else default_agent_command(),
         extra_env=dict(getattr(settings, "BENCHSITE_LOCAL_AGENT_ENV", {})),
+        # An agent that was asked to stop may deliver what it holds for as long as the site
+        # still takes it (runs.services.run_tokens).
+        delivery_grace=float(getattr(settings, "BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS", 0)),
     )
 
 
