@@ -293,7 +293,12 @@ def trial_timeline(trial: dict) -> list[dict]:
                 "status": "failed" if level["failed"] else "done",
             }
         )
-    if trial["outcome"] in (TrialOutcome.SUCCEEDED, TrialOutcome.FAILED, TrialOutcome.SKIPPED):
+    if trial["outcome"] in (
+        TrialOutcome.SUCCEEDED,
+        TrialOutcome.FAILED,
+        TrialOutcome.PARTIAL,
+        TrialOutcome.SKIPPED,
+    ):
         why = f" — {trial['failure_class']}" if trial["failure_class"] else ""
         entries.append(
             {
