@@ -1,7 +1,7 @@
 """Benchsite settings: one file, driven by environment variables.
 
 With ``DEBUG=true`` (the demo and local development) every service has an embedded default:
-SQLite, an in-memory channel layer and an in-memory Celery broker. Without it, the production
+SQLite, an in-memory channel layer and a Celery broker in a folder. Without it, the production
 variables are required, and a missing or malformed value stops start-up with
 ``ImproperlyConfigured`` naming the variable.
 """
@@ -122,7 +122,10 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+# Without Redis (DEBUG only) tasks wait as files under MEDIA_ROOT/broker (set below), where
+# every process of the installation finds them: the demo's web server enqueues and its worker,
+# another process, takes them. An in-memory broker strands a task in the process that sent it.
+CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost/"
 CELERY_RESULT_BACKEND = None
 # Site, worker and beat must agree on it; another name keeps deployments (or test runs) that
 # share one Redis from taking each other's tasks.
@@ -150,6 +153,14 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(BASE_DIR / "media")))
+if not REDIS_URL:
+    CELERY_BROKER_TRANSPORT = "benchsite.folder_broker:Transport"
+    CELERY_BROKER_TRANSPORT_OPTIONS |= {
+        "data_folder_in": str(MEDIA_ROOT / "broker" / "queues"),
+        "data_folder_out": str(MEDIA_ROOT / "broker" / "queues"),
+        "control_folder": str(MEDIA_ROOT / "broker" / "exchanges"),
+        "polling_interval": 0.5,
+    }
 # ShareGPT-format datasets are uploaded through the API; bound their size.
 DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 200 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024

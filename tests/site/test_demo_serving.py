@@ -1,0 +1,204 @@
+"""The demo as a site that keeps working, and stops whole (issue 14 items 9 and 11).
+
+``manage.py demo_run`` runs as a user leaves it in a terminal (a process in its own session,
+on embedded defaults: SQLite, no Redis). After its own run, runs started through the API and
+through ``benchsite runs start --wait`` are provisioned by its embedded worker, stream into
+its Daphne and succeed, and one is cancelled; SIGTERM, sent while an agent and its simulator
+run, stops Daphne, the worker, the agent and the engine, and frees the port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runs.providers.local import LocalProvider
+from tests.cli.conftest import benchsite
+from tests.demo_process import demo_started, migrated_demo_env
+from tests.polling import wait_for
+
+from .live_server import free_port
+
+QWEN = "Qwen 7B: prefix caching (simulated)"
+LLAMA = "Llama 8B on H100: max_num_batched_tokens (simulated)"
+TERMINAL = {"succeeded", "failed", "cancelled", "over_budget"}
+
+
+def processes() -> dict[int, tuple[int, int, str]]:
+    """Every process now: pid → (parent pid, process group, command line)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z":
+            found[int(entry.name)] = (int(fields[1]), int(fields[2]), command)
+    return found
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """The live processes below ``pid`` (in any session), with their command lines."""
+    table = processes()
+    below, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, (ppid, _group, command) in table.items():
+            if ppid == parent and child not in below:
+                below[child] = command
+                frontier.append(child)
+    return below
+
+
+def port_is_free(port: int) -> bool:
+    """Nothing answers on ``port`` and a new server may listen there (as servers do, past
+    the TIME_WAIT of the connections closed before)."""
+    with (
+        contextlib.suppress(ConnectionRefusedError),
+        socket.create_connection(("127.0.0.1", port), 1),
+    ):
+        return False
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+            probe.listen()
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def start_demo(tmp_path):
+    """Starts ``demo_run ARGS`` on a fresh migrated database under ``tmp_path`` (its output
+    in ``tmp_path/demo.log``); whatever of it a failed test left running is killed
+    afterwards: its process group and its agents."""
+    started = []
+
+    def start(*args: str) -> subprocess.Popen:
+        env = migrated_demo_env(tmp_path, columns=100)
+        started.append(demo_started(*args, env=env, log=tmp_path / "demo.log"))
+        return started[-1]
+
+    yield start
+    for demo in started:
+        # The group outlives a demo that died without stopping its children.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(demo.pid, signal.SIGKILL)
+        demo.wait()
+    pods = LocalProvider(tmp_path / "media" / "pods")
+    for pod in pods.list_bench_pods():
+        pods.terminate(pod.name)
+
+
+def stop(demo, timeout: float = 30) -> float:
+    """SIGTERM to the demo; returns how long it took to exit."""
+    began = time.monotonic()
+    demo.send_signal(signal.SIGTERM)
+    demo.wait(timeout)
+    return time.monotonic() - began
+
+
+def test_it_stops_everything_it_started_on_sigterm(start_demo, tmp_path):
+    port = free_port()
+    demo = start_demo("--port", str(port))
+
+    def engine_up():
+        below = descendants(demo.pid)
+        return below if any("agents.engines.sim" in cmd for cmd in below.values()) else None
+
+    started = wait_for(engine_up, timeout=180, what="the demo's agent and simulator")
+    commands = " | ".join(started.values())
+    assert "daphne" in commands and "agents.cli run" in commands, commands
+
+    took = stop(demo)
+
+    assert demo.returncode == 0, (tmp_path / "demo.log").read_text()[-3000:]
+    assert took < 30
+    left = {pid: cmd for pid, cmd in started.items() if pid in processes()}
+    assert left == {}, f"still running after the demo exited: {left}"
+    assert [pid for pid, (_p, group, _c) in processes().items() if group == demo.pid] == []
+    assert port_is_free(port)
+    assert list((tmp_path / "media" / "pods").glob("bench-*.json")) == []
+    with sqlite3.connect(tmp_path / "demo.sqlite3") as db:
+        ((state, reason, released),) = db.execute(
+            "SELECT state, failure_reason, pod_terminated_at FROM runs_run"
+        ).fetchall()
+    assert state == "cancelled" and "demo was stopped" in reason and released is not None
+
+
+def test_it_runs_what_the_api_and_the_cli_start_after_its_own_run(start_demo, tmp_path):
+    port = free_port()
+    log = tmp_path / "demo.log"
+    # Fast: these runs are about the path (provision, stream, finish, cancel), not figures.
+    demo = start_demo("--port", str(port), "--sim-speed", "50")
+    wait_for(
+        lambda: "The site keeps serving" in log.read_text(),
+        timeout=300,
+        what="the demo's own run to end",
+        every=0.5,
+    )
+    url = f"http://127.0.0.1:{port}"
+    token = re.search(r"Authorization: Bearer (\S+)'", log.read_text()).group(1)
+    api = httpx.Client(
+        base_url=f"{url}/api/v1/orgs/demo", headers={"Authorization": f"Bearer {token}"}
+    )
+    experiments = {e["name"]: e["id"] for e in api.get("/experiments/").json()["results"]}
+
+    def run_of(run_id):
+        return api.get(f"/runs/{run_id}/").json()
+
+    # Through the API: queued, then provisioned by the demo's worker, streamed, succeeded.
+    started = api.post("/runs/", json={"experiment": experiments[QWEN], "reason": "try it"})
+    assert started.status_code == 201, started.text
+    run_id = started.json()["id"]
+    ended = wait_for(
+        lambda: (run := run_of(run_id))["state"] in TERMINAL and run, timeout=120, every=0.5
+    )
+    assert ended["state"] == "succeeded", ended["failure_reason"]
+    assert ended["pod_id"] and [len(t["measurements"]) for t in ended["trials"]] == [3, 3]
+
+    # Through the CLI, as a CI job would.
+    cli = benchsite(
+        *("runs", "start", QWEN, "--wait", "--poll", "0.5", "--reason", "commit abc123"),
+        *("--json", str(tmp_path / "cli.json")),
+        url=url,
+        token=token,
+        org="demo",
+        timeout=180,
+    )
+    assert cli.code == 0, cli.text
+    body = json.loads((tmp_path / "cli.json").read_text())["run"]
+    assert (body["state"], body["trigger"], body["reason"]) == ("succeeded", "ci", "commit abc123")
+    assert sum(len(t["measurements"]) for t in run_of(body["id"])["trials"]) == 6
+
+    # A cancel of a run started there ends it cancelled.
+    started = api.post("/runs/", json={"experiment": experiments[LLAMA], "reason": "cancel me"})
+    run_id = started.json()["id"]
+    wait_for(lambda: run_of(run_id)["state"] == "benchmarking", timeout=60, every=0.2)
+    cancel = api.post(f"/runs/{run_id}/cancel/", json={"reason": "seen enough"})
+    assert cancel.status_code == 200, cancel.text
+    ended = wait_for(
+        lambda: (run := run_of(run_id))["state"] in TERMINAL and run, timeout=60, every=0.2
+    )
+    assert ended["state"] == "cancelled", ended["failure_reason"]
+    assert "seen enough" in ended["failure_reason"]
+
+    api.close()
+    stop(demo)
+    assert demo.returncode == 0
+    assert port_is_free(port)
