@@ -3,8 +3,8 @@
 ``manage.py demo_run`` runs as a user leaves it in a terminal (a process in its own session,
 on embedded defaults: SQLite, no Redis). After its own run, runs started through the API and
 through ``benchsite runs start --wait`` are provisioned by its embedded worker, stream into
-its Daphne and succeed, and one is cancelled; SIGTERM, sent while an agent and its simulator
-run, stops Daphne, the worker, the agent and the engine, and frees the port.
+its Daphne and succeed, and one is cancelled. SIGTERM, like Ctrl-C, sent while an agent and
+its simulator run, stops Daphne, the worker, the agent and the engine, and frees the port.
 """
 
 from __future__ import annotations
@@ -105,15 +105,20 @@ def start_demo(tmp_path):
         pods.terminate(pod.name)
 
 
-def stop(demo, timeout: float = 30) -> float:
-    """SIGTERM to the demo; returns how long it took to exit."""
+def stop(demo, *, ctrl_c: bool = False, timeout: float = 30) -> float:
+    """SIGTERM to the demo, or what Ctrl-C in its terminal sends (SIGINT to its process
+    group); returns how long it took to exit."""
     began = time.monotonic()
-    demo.send_signal(signal.SIGTERM)
+    if ctrl_c:
+        os.killpg(demo.pid, signal.SIGINT)
+    else:
+        demo.send_signal(signal.SIGTERM)
     demo.wait(timeout)
     return time.monotonic() - began
 
 
-def test_it_stops_everything_it_started_on_sigterm(start_demo, tmp_path):
+@pytest.mark.parametrize("ctrl_c", [False, True], ids=["sigterm", "ctrl-c"])
+def test_it_stops_everything_it_started_on_sigterm_as_on_ctrl_c(start_demo, tmp_path, ctrl_c):
     port = free_port()
     demo = start_demo("--port", str(port))
 
@@ -125,7 +130,7 @@ def test_it_stops_everything_it_started_on_sigterm(start_demo, tmp_path):
     commands = " | ".join(started.values())
     assert "daphne" in commands and "agents.cli run" in commands, commands
 
-    took = stop(demo)
+    took = stop(demo, ctrl_c=ctrl_c)
 
     assert demo.returncode == 0, (tmp_path / "demo.log").read_text()[-3000:]
     assert took < 30
