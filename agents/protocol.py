@@ -1145,11 +1145,15 @@ def json_depth_exceeds(text: str | bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
+class JsonTooDeep(ValueError):
+    """A JSON document nests deeper than ``MAX_JSON_DEPTH``; it was not decoded."""
+
+
 def json_loads_bounded(text: str | bytes, **kwargs) -> object:
-    """``json.loads`` that raises ``ValueError`` for a document deeper than
-    ``MAX_JSON_DEPTH`` instead of decoding it (and failing with ``RecursionError``)."""
+    """``json.loads`` that raises ``JsonTooDeep`` (a ``ValueError``) for a document deeper
+    than ``MAX_JSON_DEPTH`` instead of decoding it (and failing with ``RecursionError``)."""
     if json_depth_exceeds(text):
-        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        raise JsonTooDeep(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return json.loads(text, **kwargs)
 
 
@@ -1178,7 +1182,7 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024
 SeqNumber = Annotated[int, Field(ge=0, le=BIGINT_COLUMN_MAX)]  # AgentMessageRecord.seq: bigint
 TrialIndex = Annotated[int, Field(ge=0, le=10_000)]  # Trial.index: integer
 Count = Annotated[int, Field(ge=0, le=INTEGER_COLUMN_MAX)]
-MAX_EPOCH = 2**31 - 1  # AgentMessageRecord.epoch and Run.agent_epoch: integer
+MAX_EPOCH = INTEGER_COLUMN_MAX  # AgentMessageRecord.epoch and Run.agent_epoch: integer
 EpochNumber = Annotated[int, Field(ge=0, le=MAX_EPOCH)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # UUIDs arrive as JSON strings; this one field is lax so parsed JSON validates as is.
@@ -1383,6 +1387,14 @@ _AGENT_MESSAGE_TYPES = frozenset(
 def parse_agent_message(data: object) -> AgentMessage:
     """Validates one agent message (parsed JSON); raises ``pydantic.ValidationError``."""
     return _AGENT_MESSAGE.validate_python(data)
+
+
+def message_seq(data: object) -> int | None:
+    """The ``seq`` of a message that may be malformed, when it is a valid sequence number;
+    else None. What a refusal may echo back: never a value the site could not store."""
+    seq = data.get("seq") if isinstance(data, Mapping) else None
+    valid = isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq <= BIGINT_COLUMN_MAX
+    return seq if valid else None
 
 
 def agent_message_errors(exc: pydantic.ValidationError) -> list[FieldError]:

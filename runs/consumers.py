@@ -7,7 +7,6 @@ stranger nothing. The browser socket only notifies; the REST API stays the sourc
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 import pydantic
@@ -17,6 +16,8 @@ from django.http import Http404
 
 from agents import protocol
 from runs.access import Principal, access_run_of_user
+from runs.api.errors import clip_text
+from runs.api.parsers import has_nul_character
 from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
 from runs.services.run_control import agent_run_group, run_stop_request
 from runs.services.run_tokens import run_for_token
@@ -24,8 +25,9 @@ from runs.services.run_tokens import run_for_token
 logger = logging.getLogger(__name__)
 
 CLOSE_NOT_FOUND = 4404
-CLOSE_INTERNAL_ERROR = 1011
-MAX_REASON_CHARS = 1000
+# Not WebSocket's own 1011: Daphne (autobahn) lets an application close only with 1000 or
+# 3000-4999 and raises on anything else, which left the socket open with nothing acked.
+CLOSE_INTERNAL_ERROR = 4500
 # Messages that arrived while the previous batch was being written go in one transaction.
 MAX_WRITE_BATCH = 200
 
@@ -41,7 +43,7 @@ def _bearer(scope) -> str | None:
 
 def _summary(exc: pydantic.ValidationError) -> str:
     errors = protocol.agent_message_errors(exc)
-    return "; ".join(f"{e.field or 'message'}: {e.message}" for e in errors)[:MAX_REASON_CHARS]
+    return clip_text("; ".join(f"{e.field or 'message'}: {e.message}" for e in errors))
 
 
 class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
@@ -96,15 +98,20 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         try:
-            content = json.loads(text_data if text_data is not None else bytes_data)
+            # Bounded in depth like every JSON body of the API (agents.protocol.MAX_JSON_DEPTH).
+            content = protocol.json_loads_bounded(
+                text_data if text_data is not None else bytes_data
+            )
+        except protocol.JsonTooDeep as exc:
+            await self._reject(None, f"not a JSON message: {exc}")
+            return
         except (TypeError, ValueError):
             await self._reject(None, "not a JSON message")
             return
         await self.receive_json(content)
 
     async def receive_json(self, content, **kwargs):
-        seq = content.get("seq") if isinstance(content, dict) else None
-        seq = seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
+        seq = protocol.message_seq(content)  # echoed in a refusal only when it is one
         try:
             message = protocol.parse_agent_message(content)
         except pydantic.ValidationError as exc:
@@ -112,6 +119,11 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
             return
         if message.run_id != self.run.id:
             await self._reject(seq, "message for another run")
+            return
+        if has_nul_character(content):
+            # As the REST batch refuses it: PostgreSQL cannot store it, and a message that
+            # fails its write would fail every resend of it too.
+            await self._reject(seq, "Null characters (U+0000) are not allowed in any string.")
             return
         self.pending.put_nowait(message)
 

@@ -29,7 +29,7 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +70,21 @@ SOCKET_CLOSE_TIMEOUT = 2.0
 # A socket refused this many times in a row is taken at its word: the site closes a socket
 # with 4404 once after refusing a message, so a single refusal may be that, not the token.
 SOCKET_REFUSALS_TO_GIVE_UP = 2
+
+
+def rest_batch(pending: Mapping[int, str]) -> list[tuple[int, str]]:
+    """The oldest of ``pending`` (seq → wire text) that make one REST batch: at most
+    ``MAX_REST_BATCH`` messages and ``protocol.MAX_BATCH_BYTES`` of them, which every site
+    accepts (a larger body is refused with 413 and would be retried forever); always at least
+    one message, so one larger than the batch size is still sent, alone."""
+    batch: list[tuple[int, str]] = []
+    size = 0
+    for seq, text in itertools.islice(pending.items(), MAX_REST_BATCH):
+        size += len(text.encode("utf-8")) + 1  # and the comma after it
+        if batch and size > protocol.MAX_BATCH_BYTES:
+            break
+        batch.append((seq, text))
+    return batch
 
 
 @dataclass(frozen=True)
@@ -691,7 +706,7 @@ class Outbox:
     async def _post_batch(self, client: httpx.AsyncClient) -> bool:
         """POSTs the oldest pending messages; True if the site settled at least one."""
         assert self._site is not None
-        batch = list(itertools.islice(self._unacked.items(), MAX_REST_BATCH))
+        batch = rest_batch(self._unacked)
         answer: BatchAnswer = await rest_post_batch(client, self._site, batch)
         before = len(self._unacked)
         for seq in answer.acked:

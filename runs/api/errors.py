@@ -4,13 +4,18 @@
                "fields": {"serve_grid.max_num_seqs[1]": ["…"]}}}
 
 ``fields`` is present for validation errors and names each offending field by its path.
+
+An error answer says what is wrong and never repeats the input at length: ``error_body``
+bounds every text in it (message, field paths, which carry the keys a client sent, and their
+messages) to ``MAX_ERROR_TEXT_CHARS`` and lists at most ``MAX_ERROR_FIELDS`` fields, however
+large the refused input was. Pydantic error dicts contribute their message, never ``input``.
 """
 
 from __future__ import annotations
 
 import logging
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
 from django.http import Http404, JsonResponse
@@ -22,11 +27,27 @@ from runs.errors import Conflict, DomainValidationError
 
 logger = logging.getLogger(__name__)
 
+MAX_ERROR_TEXT_CHARS = 300
+MAX_ERROR_FIELDS = 50
+MAX_MESSAGES_PER_FIELD = 5
+# The keys of a pydantic error dict ({"type", "loc", "msg", "input", "ctx", "url"}).
+_PYDANTIC_ERROR_KEYS = {"type", "loc", "msg"}
+
+
+def clip_text(text: str, limit: int = MAX_ERROR_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (marked "..."): the one rule for any text an
+    error answer carries that may repeat what the client sent."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
 
 def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
     """DRF's nested error detail → {"a.b[2].c": ["message", …]}."""
     flat: dict[str, list[str]] = {}
-    if isinstance(detail, dict):
+    if isinstance(detail, dict) and detail.keys() >= _PYDANTIC_ERROR_KEYS:
+        # A pydantic error dict: its message, not the input it carries.
+        flat[prefix or "non_field_errors"] = [str(detail["msg"])]
+    elif isinstance(detail, dict):
         for key, value in detail.items():
             key = str(key)
             path = (
@@ -50,9 +71,17 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
 
 
 def error_body(status_code: int, code: str, message: str, fields: dict | None = None) -> dict:
+    """The one error shape, every text in it bounded (see the module's docstring)."""
+    message = clip_text(message)
+    if fields and len(fields) > MAX_ERROR_FIELDS:
+        message += f" ({len(fields) - MAX_ERROR_FIELDS} more fields are not listed.)"
     body = {"status": status_code, "code": code, "message": message}
     if fields:
-        body["fields"] = fields
+        body["fields"] = {}
+        for field, messages in list(fields.items())[:MAX_ERROR_FIELDS]:
+            messages = messages if isinstance(messages, list | tuple) else [messages]
+            clipped = [clip_text(m) for m in messages[:MAX_MESSAGES_PER_FIELD]]
+            body["fields"].setdefault(clip_text(field), []).extend(clipped)
     return {"error": body}
 
 
@@ -82,6 +111,10 @@ def api_exception_handler(exc, context):
         return Response(error_body(409, "conflict", message), status=status.HTTP_409_CONFLICT)
     if isinstance(exc, exceptions.ValidationError):
         return _validation_response(flatten_errors(exc.detail))
+    if isinstance(exc, RequestDataTooBig):
+        # Django's own limit (DATA_UPLOAD_MAX_MEMORY_SIZE: forms, multipart fields).
+        message = "The request body is larger than this site accepts."
+        return Response(error_body(413, "too_large", message), status=413)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound("Not found.")
     elif isinstance(exc, PermissionDenied):

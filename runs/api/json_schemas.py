@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 import pydantic
 from django.conf import settings
+from rest_framework import serializers
 
 from agents import protocol
 
@@ -134,3 +135,39 @@ def _serve_grid_json_schema() -> dict:
 SERVE_GRID_FIELD = _json_field(openapi_schema(_serve_grid_json_schema()), EXAMPLE_SERVE_GRID)
 WORKLOAD_FIELD = _json_field(model_openapi_schema(protocol.Workload), EXAMPLE_WORKLOAD)
 SLOS_FIELD = _json_field(model_openapi_schema(protocol.Slos), EXAMPLE_SLOS)
+
+
+class ProtocolBody(serializers.Serializer):
+    """A request or response body that is one protocol model's JSON (for the API schema
+    only: the view validates with the model itself)."""
+
+    json_schema: dict = {}
+    json_components: dict = {}
+
+
+def protocol_body(name: str, model: type[pydantic.BaseModel]) -> type[ProtocolBody]:
+    """A ``ProtocolBody`` whose schema is ``model``'s, shown as the component ``name``."""
+    schema, components = model_openapi_schema(model)
+    return type(
+        name,
+        (ProtocolBody,),
+        {"json_schema": schema, "json_components": components, "__module__": __name__},
+    )
+
+
+def _agent_messages_schema() -> tuple[dict, dict]:
+    message, components = model_openapi_schema(pydantic.TypeAdapter(protocol.AgentMessage))
+    batch = {"type": "array", "items": message, "maxItems": protocol.MAX_BATCH_MESSAGES}
+    return batch, components
+
+
+# The agent's job (GET agent/runs/<id>/job/) and the messages of a REST batch.
+JobSpecBody = protocol_body("JobSpec", protocol.JobSpec)
+AGENT_MESSAGES_FIELD = _json_field(_agent_messages_schema(), None)
+
+
+def agent_protocol_choices() -> list[tuple[int, int]]:
+    """The protocol versions an agent message may carry, as choices: the name of their enum
+    in the API schema (SPECTACULAR_SETTINGS' ENUM_NAME_OVERRIDES), shared by every message."""
+    versions = get_args(protocol.AgentMessageBase.model_fields["protocol"].annotation)
+    return [(version, version) for version in versions]

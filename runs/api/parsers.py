@@ -1,27 +1,106 @@
-"""Request body parsing."""
+"""Request body parsing.
+
+Guarantees of ``StrictJSONParser`` (every JSON body of the API, the agents' batch included):
+
+- a body larger than ``BENCHSITE_MAX_BODY_BYTES`` is answered 413 before it is read whole;
+- a document nested deeper than ``agents.protocol.MAX_JSON_DEPTH`` is answered 400 before it
+  is decoded, so no body can exhaust the stack of the decoder or of any later walk;
+- a U+0000 anywhere in a string is answered 400 (PostgreSQL cannot store it in text or jsonb);
+- NaN and infinities are refused as DRF's strict JSON refuses them.
+"""
 
 from __future__ import annotations
 
-from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
+import json
+
+from django.conf import settings
+from rest_framework import renderers, status
+from rest_framework.exceptions import APIException, ParseError
+from rest_framework.parsers import BaseParser, get_encoding
+from rest_framework.settings import api_settings
+from rest_framework.utils.json import strict_constant
+
+from agents import protocol
 
 
-def _has_nul(value) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(item) for item in value)
+class RequestTooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+
+def has_nul_character(value) -> bool:
+    """True when a U+0000 is in any string (key or value) of the decoded JSON ``value``.
+    Iterative: the depth is bounded before decoding, but a walk need not rely on it."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
     return False
 
 
-class StrictJSONParser(JSONParser):
-    """JSON that PostgreSQL can store: a U+0000 anywhere in a string is refused with 400 here,
-    instead of reaching the database (which cannot hold it in text or jsonb) as a 500."""
+def _declared_length(parser_context) -> int:
+    request = parser_context.get("request")
+    meta = getattr(request, "META", {})
+    try:
+        return int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+class StrictJSONParser(BaseParser):
+    """JSON that is small, shallow and storable; see the module's guarantees.
+
+    Not a subclass of DRF's ``JSONParser`` on purpose: DRF reads a ``JSONParser``'s body
+    whole through Django's ``request.body`` first, which refuses a large one with Django's
+    HTML 400 before any limit here could answer, and would hold the agents' batch to the
+    forms' limit. This parser reads the stream itself, at most one byte past its limit."""
+
+    media_type = "application/json"
+    renderer_class = renderers.JSONRenderer
+    strict = api_settings.STRICT_JSON
+
+    def max_body_bytes(self) -> int:
+        return settings.BENCHSITE_MAX_BODY_BYTES
 
     def parse(self, stream, media_type=None, parser_context=None):
-        data = super().parse(stream, media_type, parser_context)
-        if _has_nul(data):
+        parser_context = parser_context or {}
+        limit = self.max_body_bytes()
+        too_large = RequestTooLarge(f"The request body is larger than {limit} bytes.")
+        if _declared_length(parser_context) > limit:
+            raise too_large  # refused before a byte of it is read
+        raw = stream.read(limit + 1)
+        if len(raw) > limit:
+            raise too_large
+        try:
+            text = raw.decode(get_encoding(parser_context))
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"JSON parse error - {exc.reason} at byte {exc.start}") from None
+        if protocol.json_depth_exceeds(text):
+            raise ParseError(
+                f"JSON parse error - nested deeper than {protocol.MAX_JSON_DEPTH} levels."
+            )
+        try:
+            data = json.loads(text, parse_constant=strict_constant if self.strict else None)
+        except ValueError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        if has_nul_character(data):
             raise ParseError("Null characters (U+0000) are not allowed in any string.")
         return data
+
+
+class AgentBatchParser(StrictJSONParser):
+    """The agents' REST batch: taken up to the protocol's batch size whatever the site's
+    body limit says, so that no setting can make an agent's results undeliverable."""
+
+    # The batch's envelope around its messages: '{"messages":[', the commas, ']}'.
+    ENVELOPE_BYTES = 64 * 1024
+
+    def max_body_bytes(self) -> int:
+        return max(super().max_body_bytes(), protocol.MAX_BATCH_BYTES + self.ENVELOPE_BYTES)

@@ -6,6 +6,7 @@ import copy
 from django.core.exceptions import ImproperlyConfigured
 from drf_spectacular.extensions import (
     OpenApiAuthenticationExtension,
+    OpenApiSerializerExtension,
     OpenApiSerializerFieldExtension,
 )
 from drf_spectacular.plumbing import ResolvedComponent
@@ -54,6 +55,17 @@ class StrictJSONFieldSchema(OpenApiSerializerFieldExtension):
         if field.json_example is not None:
             schema["example"] = copy.deepcopy(field.json_example)
         return schema
+
+
+class ProtocolBodySchema(OpenApiSerializerExtension):
+    """A body that is a protocol model's JSON shows that model's schema."""
+
+    target_class = "runs.api.json_schemas.ProtocolBody"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        register_components(auto_schema, self.target.json_components)
+        return copy.deepcopy(self.target.json_schema)
 
 
 def register_components(auto_schema, components: dict[str, dict]) -> None:

@@ -99,14 +99,22 @@ class StrictEmailField(StrictCharField, serializers.EmailField):
 
 
 class StrictChoiceField(_Typed, serializers.ChoiceField):
-    """One of the choices, given as a JSON string."""
+    """One of the choices, given as a JSON string. The error lists the choices instead of
+    quoting what was sent (which may be long)."""
 
     accepts = (str,)
     expected = "a string"
 
     def to_internal_value(self, data):
         self._check_type(data)
-        return super().to_internal_value(data)
+        if data == "" and self.allow_blank:
+            return ""
+        if data not in self.choice_strings_to_values:
+            choices = ", ".join(f'"{choice}"' for choice in self.choice_strings_to_values)
+            raise serializers.ValidationError(
+                f"This is not a valid choice; expected one of {choices}.", code="invalid_choice"
+            )
+        return self.choice_strings_to_values[data]
 
 
 class StrictUUIDField(_Typed, serializers.UUIDField):

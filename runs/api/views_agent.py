@@ -17,6 +17,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import protocol
+from runs.api.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody
+from runs.api.strict_fields import StrictJSONField
 from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
 from runs.placement import recorded_placement
@@ -68,12 +70,23 @@ class AgentMessagesView(APIView):
     delivers = True  # an ended run's agent may still deliver for the grace (run_tokens)
 
     @extend_schema(
-        request=inline_serializer("AgentBatch", {"messages": serializers.ListField()}),
+        request=inline_serializer(
+            "AgentBatch", {"messages": StrictJSONField(**AGENT_MESSAGES_FIELD)}
+        ),
         responses=inline_serializer(
             "AgentBatchResult",
             {
-                "acked": serializers.ListField(),
-                "rejected": serializers.ListField(),
+                "acked": serializers.ListField(child=serializers.IntegerField()),
+                "rejected": serializers.ListField(
+                    child=inline_serializer(
+                        "AgentRejectedMessage",
+                        {
+                            "index": serializers.IntegerField(),
+                            "seq": serializers.IntegerField(allow_null=True),
+                            "reason": serializers.CharField(),
+                        },
+                    )
+                ),
                 "cancel": inline_serializer(
                     "AgentCancelRequest", {"reason": serializers.CharField()}, allow_null=True
                 ),
@@ -124,7 +137,7 @@ class AgentJobView(APIView):
 
     authentication_classes = [RunTokenAuthentication]
 
-    @extend_schema(responses=dict)
+    @extend_schema(responses=JobSpecBody)
     def get(self, request, run_id):
         base = request.build_absolute_uri("/")
         ws_base = base.replace("http", "ws", 1)  # http→ws, https→wss

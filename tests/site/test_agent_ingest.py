@@ -3,6 +3,7 @@ side): real Channels consumers through the project's ASGI application."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -354,3 +355,157 @@ def test_it_gives_the_agent_its_job_with_a_deadline_within_budget(alice):
     assert 0 < hours <= float(Decimal(50) / Decimal("3.99")) + 0.01
     other, _ = _new_run(alice.org)
     assert client.get(f"/api/v1/agent/runs/{other.id}/job/").status_code == 401
+
+
+async def _stored_counts(run) -> tuple[int, int, int]:
+    return await sync_to_async(
+        lambda: (
+            AgentMessageRecord.objects.filter(run=run).count(),
+            Trial.objects.filter(run=run).count(),
+            Measurement.objects.filter(trial__run=run).count(),
+        )
+    )()
+
+
+async def test_it_rejects_a_frame_nested_too_deep_and_stays_usable(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    await socket.connect()
+    for depth in (330, 100_000):
+        await socket.send_to(text_data='{"seq": 3, "result": ' + "[" * depth + "]" * depth + "}")
+        reply = await socket.receive_json_from()
+        assert reply["type"] == "rejected" and reply["seq"] is None
+        assert "nested deeper than 64" in reply["reason"]
+    await socket.send_json_to(messages(run.id)[0])
+    assert await socket.receive_json_from() == {"type": "ack", "seq": 0}
+    await socket.disconnect()
+    assert await _stored_counts(run) == (1, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"seq": 2**63}, "seq"),
+        ({"seq": 2**200}, "seq"),
+        ({"trial": 2**31}, "trial"),
+        ({"level": {"concurrency": 2**31}}, "level.concurrency"),
+        ({"result": RESULT | {"total_output_tokens": 10**30}}, "result"),
+    ],
+    ids=["seq 2**63", "seq 2**200", "trial", "concurrency", "token count"],
+)
+async def test_it_rejects_numbers_out_of_range_on_the_socket_and_stays_usable(
+    alice, changes, field
+):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    await socket.connect()
+    await socket.send_json_to(messages(run.id)[4] | changes)
+    reply = await socket.receive_json_from()
+    assert reply["type"] == "rejected" and reply["reason"].startswith(f"{field}: ")
+    assert reply["seq"] == (None if field == "seq" else 4)  # never a seq it could not store
+    await socket.send_json_to(messages(run.id)[4])
+    assert await socket.receive_json_from() == {"type": "ack", "seq": 4}
+    await socket.disconnect()
+    assert await _stored_counts(run) == (1, 1, 1)
+
+
+async def test_it_rejects_a_null_character_on_the_socket_like_the_rest_batch(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    await socket.connect()
+    await socket.send_json_to(messages(run.id)[1] | {"command": ["vllm", "serve", "m\x00"]})
+    reply = await socket.receive_json_from()
+    assert reply["type"] == "rejected" and reply["seq"] == 1 and "U+0000" in reply["reason"]
+    await socket.send_json_to(messages(run.id)[1])
+    assert await socket.receive_json_from() == {"type": "ack", "seq": 1}
+    await socket.disconnect()
+    assert await _stored_counts(run) == (1, 1, 0)
+
+
+async def test_it_closes_the_socket_when_an_ingest_fails(alice, monkeypatch):
+    """A write that fails (the database, a bug) must end the socket so the agent reconnects
+    and resends; the close code must be one the ASGI server can send (1000, 3000-4999)."""
+    from django.db import OperationalError
+
+    from runs import consumers
+
+    async def failing_ingest(**kwargs):
+        raise OperationalError("the database went away")
+
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    await socket.connect()
+    monkeypatch.setattr(consumers.AgentIngestConsumer, "_ingest", staticmethod(failing_ingest))
+    await socket.send_json_to(messages(run.id)[0])
+    closed = await socket.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": consumers.CLOSE_INTERNAL_ERROR}
+    assert 3000 <= consumers.CLOSE_INTERNAL_ERROR <= 4999  # what Daphne lets an app send
+    await socket.disconnect()
+    assert await _stored_counts(run) == (0, 0, 0)
+    monkeypatch.undo()
+    again = await _agent_socket(run.id, token)  # the agent reconnects and resends
+    await again.connect()
+    await again.send_json_to(messages(run.id)[0])
+    assert await again.receive_json_from() == {"type": "ack", "seq": 0}
+    await again.disconnect()
+    assert await _stored_counts(run) == (1, 0, 0)
+
+
+def _agent_client(token) -> APIClient:
+    client = APIClient()
+    client.raise_request_exception = False  # a 500 is an answer to assert on
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def test_it_rejects_a_seq_out_of_range_in_a_rest_batch_and_stores_the_rest(alice):
+    run, token = _new_run(alice.org)
+    batch = messages(run.id)[:2]
+    batch.insert(1, messages(run.id)[4] | {"seq": 2**63})
+    response = _agent_client(token).post(
+        f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch}, format="json"
+    )
+    assert response.status_code == 200, response.content[:500]
+    body = response.json()
+    assert body["acked"] == [0, 1]
+    (refusal,) = body["rejected"]
+    assert refusal["index"] == 1 and refusal["seq"] is None
+    assert refusal["reason"].startswith("seq: ")
+    assert list(AgentMessageRecord.objects.filter(run=run).values_list("seq", flat=True)) == [0, 1]
+    assert not Measurement.objects.filter(trial__run=run).exists()
+
+
+def test_it_refuses_a_rest_batch_nested_too_deep_with_400(alice):
+    run, token = _new_run(alice.org)
+    body = '{"messages": [' + "[" * 330 + "]" * 330 + "]}"
+    response = _agent_client(token).generic(
+        "POST", f"/api/v1/agent/runs/{run.id}/messages/", body, content_type="application/json"
+    )
+    assert response.status_code == 400, response.content[:500]
+    assert response.json()["error"]["code"] == "parse_error"
+    assert not AgentMessageRecord.objects.filter(run=run).exists()
+
+
+def test_it_takes_a_rest_batch_as_large_as_the_protocol_allows_whatever_the_limit(alice, settings):
+    from agents import protocol
+
+    # Far below one batch, for JSON bodies and for Django's own limit alike.
+    settings.BENCHSITE_MAX_BODY_BYTES = settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+    run, token = _new_run(alice.org)
+    # Trial ends with long log tails: as many as fit into the protocol's batch size.
+    ended = {"type": "trial_finished", "run_id": str(run.id), "outcome": "failed"}
+    tail = "e" * protocol.MAX_LOG_TAIL_CHARS
+    count = protocol.MAX_BATCH_BYTES // (protocol.MAX_LOG_TAIL_CHARS + 200)
+    batch = [ended | {"seq": n, "trial": n, "log_tail": tail} for n in range(count)]
+    body = json.dumps({"messages": batch})
+    assert settings.BENCHSITE_MAX_BODY_BYTES < len(body) <= protocol.MAX_BATCH_BYTES
+    url = f"/api/v1/agent/runs/{run.id}/messages/"
+    response = _agent_client(token).generic("POST", url, body, content_type="application/json")
+    assert response.status_code == 200, response.content[:500]
+    assert response.json()["acked"] == list(range(count))
+    # Beyond the batch size (and its envelope) the body is refused as too large, unread.
+    oversized = json.dumps({"messages": [], "padding": "p" * (protocol.MAX_BATCH_BYTES * 2)})
+    response = _agent_client(token).generic("POST", url, oversized, content_type="application/json")
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
+    assert AgentMessageRecord.objects.filter(run=run).count() == count

@@ -72,3 +72,50 @@ def test_it_refuses_a_foreign_token_over_a_real_server(live_asgi, alice):
 
     assert asyncio.run(attempt()) == 403  # a socket closed before accept is an HTTP 403
     assert Run.objects.get(pk=run.pk).state == "queued"
+
+
+def test_it_closes_the_agent_socket_for_real_when_an_ingest_fails(live_asgi, alice):
+    """The database refuses a write (a trigger stands in for a failing database); the socket
+    must then close, through Daphne, with a code the agent takes as "reconnect and resend",
+    and the resend after the database is back is stored once."""
+    from django.db import connection
+
+    from runs.consumers import CLOSE_INTERNAL_ERROR
+    from runs.models import AgentMessageRecord
+
+    run, token = _new_run(alice.org)
+    hello = messages(run.id)[0]
+    url = f"ws://{live_asgi}/ws/agent/runs/{run.id}/"
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async def send_until_closed():
+        async with websockets.connect(url, additional_headers=headers) as agent:
+            await agent.send(json.dumps(hello))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(agent.recv(), 10)
+            return closed.value.rcvd.code if closed.value.rcvd else None
+
+    async def send_and_ack():
+        async with websockets.connect(url, additional_headers=headers) as agent:
+            await agent.send(json.dumps(hello))
+            return json.loads(await asyncio.wait_for(agent.recv(), 10))
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION h2a_refuse_write() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'injected: the database refuses the write'; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER h2a_refuse_write BEFORE INSERT ON runs_agentmessagerecord "
+            "FOR EACH ROW EXECUTE FUNCTION h2a_refuse_write()"
+        )
+    try:
+        code = asyncio.run(send_until_closed())
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER h2a_refuse_write ON runs_agentmessagerecord")
+            cursor.execute("DROP FUNCTION h2a_refuse_write()")
+    assert code == CLOSE_INTERNAL_ERROR
+    assert not AgentMessageRecord.objects.filter(run=run).exists()
+    assert asyncio.run(send_and_ack()) == {"type": "ack", "seq": 0}
+    assert AgentMessageRecord.objects.filter(run=run).count() == 1

@@ -5,13 +5,17 @@ from __future__ import annotations
 import io
 import json
 
+import pydantic
 import pytest
 from django.core.management import call_command
 from django.test import Client
 
 from agents.protocol import (
+    MAX_BATCH_MESSAGES,
     MAX_SLO_MS,
     SERVE_FLAGS,
+    AgentMessage,
+    JobSpec,
     Slos,
     Workload,
     serve_flags_json_schema,
@@ -131,3 +135,16 @@ def test_the_demo_seeds_the_schemas_examples(db):
     assert experiment.serve_grid == EXAMPLE_SERVE_GRID
     assert Workload.model_validate(experiment.workload) == Workload.model_validate(EXAMPLE_WORKLOAD)
     assert experiment.slos == EXAMPLE_SLOS
+
+
+def test_it_shows_the_agents_job_and_messages_as_the_protocol_defines_them(served_schema):
+    components = served_schema["components"]["schemas"]
+    paths = served_schema["paths"]
+    job = paths["/api/v1/agent/runs/{run_id}/job/"]["get"]["responses"]["200"]
+    served = _inlined(job["content"]["application/json"]["schema"], components)
+    assert served == _expected(JobSpec.model_json_schema())
+    batch = paths["/api/v1/agent/runs/{run_id}/messages/"]["post"]["requestBody"]
+    body = _inlined(batch["content"]["application/json"]["schema"], components)
+    messages = body["properties"]["messages"]
+    assert messages["maxItems"] == MAX_BATCH_MESSAGES
+    assert messages["items"] == _expected(pydantic.TypeAdapter(AgentMessage).json_schema())
