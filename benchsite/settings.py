@@ -163,7 +163,11 @@ if not REDIS_URL:
     }
 # ShareGPT-format datasets are uploaded through the API; bound their size.
 DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 200 * 1024 * 1024, minimum=1024)
-DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+# Every JSON body (the API) and every form: a larger one is refused (413 on the API) before it
+# is decoded. The API's own bodies are a few kilobytes; the agents' REST batch is taken up to
+# its protocol size (agents.protocol.MAX_BATCH_BYTES) even above this (runs/api/parsers.py).
+BENCHSITE_MAX_BODY_BYTES = env_int("BENCHSITE_MAX_BODY_BYTES", 1024 * 1024, minimum=64 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = BENCHSITE_MAX_BODY_BYTES
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -17,7 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import protocol
+from runs.api.errors import clip_text
 from runs.api.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody
+from runs.api.parsers import AgentBatchParser
 from runs.api.strict_fields import StrictJSONField
 from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
@@ -27,7 +29,7 @@ from runs.services.ingest import agent_messages_ingest, notify_run_watchers
 from runs.services.run_control import run_stop_request
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
 
-MAX_BATCH = 1000
+MAX_BATCH = protocol.MAX_BATCH_MESSAGES
 
 
 class RunAgent:
@@ -67,6 +69,7 @@ class AgentMessagesView(APIView):
     and carries the run's cancel request (``null`` while there is none)."""
 
     authentication_classes = [RunTokenAuthentication]
+    parser_classes = [AgentBatchParser]
     delivers = True  # an ended run's agent may still deliver for the grace (run_tokens)
 
     @extend_schema(
@@ -102,12 +105,12 @@ class AgentMessagesView(APIView):
             )
         acked, rejected, valid = [], [], []
         for index, content in enumerate(messages):
-            seq = content.get("seq") if isinstance(content, dict) else None
+            seq = protocol.message_seq(content)  # echoed only when it is one
             try:
                 message = protocol.parse_agent_message(content)
             except pydantic.ValidationError as exc:
                 errors = protocol.agent_message_errors(exc)
-                reason = "; ".join(f"{e.field}: {e.message}" for e in errors)
+                reason = clip_text("; ".join(f"{e.field}: {e.message}" for e in errors))
                 rejected.append({"index": index, "seq": seq, "reason": reason})
                 continue
             if message.run_id != run.id:
