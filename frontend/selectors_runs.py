@@ -4,8 +4,10 @@ Guarantees:
 - every function takes a membership or a run already reached through ``runs.access``, so no
   read wanders into another organization's rows;
 - ``run_live_state`` is what the live page re-reads after a (re)connect: the agent messages
-  it covers are named by ``last_seq`` and ``missing_seqs``, read *before* the rows they
-  produced, so a notice the state does not cover is never mistaken for one it does;
+  it covers are named per epoch (``epochs_read``: each epoch's ``last_seq`` and the
+  ``gaps`` below it), read *before* the rows they produced, so a notice the state does not
+  cover is never mistaken for one it does — also a restarted agent's, whose seqs start at 0
+  again in an epoch of its own;
 - a simulated figure always carries ``simulated`` (the page labels it, comparisons refuse
   to rank it against a measured one);
 - the number of queries of each page does not grow with the number of runs shown.
@@ -183,13 +185,14 @@ def _trial_state(trial: Trial, flags: list[str], planned: dict | None) -> dict:
     }
 
 
-def _progress_point(seq: int, payload: dict, received_at: datetime) -> dict:
+def _progress_point(epoch: int, seq: int, payload: dict, received_at: datetime) -> dict:
     level = payload.get("level") or {}
     if "concurrency" in level:
         load = f"c={level['concurrency']}"
     else:
         load = f"rate={level.get('request_rate')}"
     return {
+        "epoch": epoch,
         "seq": seq,
         "t": payload.get("sent_at") or received_at.timestamp(),
         "trial": payload.get("trial"),
@@ -208,14 +211,21 @@ def _thin(points: list, limit: int) -> list:
     return [points[int(i * step)] for i in range(limit - 1)] + [points[-1]]
 
 
-def _seqs_read(run: Run) -> tuple[int, list[int]]:
-    seqs = list(
-        AgentMessageRecord.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)
-    )
-    if not seqs:
-        return -1, []
-    present = set(seqs)
-    return seqs[-1], [seq for seq in range(seqs[-1]) if seq not in present]
+def _epochs_read(run: Run) -> list[dict]:
+    """Per epoch with stored messages: its highest seq and the gaps below it, the inclusive
+    ranges of seqs not stored (yet: resends may fill them), so the page can tell each notice
+    it is sent from those read. As ranges, the answer grows with the rows stored, never with
+    the seqs: one message at seq 2**62 is one gap, not a list of 2**62 numbers."""
+    rows = AgentMessageRecord.objects.filter(run=run).order_by("epoch", "seq")
+    read: list[dict] = []
+    for epoch, seq in rows.values_list("epoch", "seq"):
+        if not read or read[-1]["epoch"] != epoch:
+            read.append({"epoch": epoch, "last_seq": -1, "gaps": []})
+        entry = read[-1]
+        if seq > entry["last_seq"] + 1:
+            entry["gaps"].append([entry["last_seq"] + 1, seq - 1])
+        entry["last_seq"] = seq
+    return read
 
 
 def run_timeline(run: Run, trials: list[dict], hello_at: datetime | None) -> list[dict]:
@@ -314,7 +324,7 @@ def trial_timeline(trial: dict) -> list[dict]:
 
 def run_live_state(*, run: Run) -> dict:
     """Everything the live page draws, as JSON-ready data (see the module's guarantees)."""
-    last_seq, missing = _seqs_read(run)  # first: the rows below are at least this new
+    epochs_read = _epochs_read(run)  # first: the rows below are at least this new
     run.refresh_from_db()
     trial_rows = run_trials(run)
     planned = _planned_configs(run)
@@ -324,12 +334,13 @@ def run_live_state(*, run: Run) -> dict:
         _trial_state(trial, flags, planned[trial.index] if trial.index < len(planned) else None)
         for trial in trial_rows
     ]
-    records = AgentMessageRecord.objects.filter(run=run).order_by("seq")
+    # In the order agents sent them: a restarted agent's epoch follows its predecessor's.
+    records = AgentMessageRecord.objects.filter(run=run).order_by("epoch", "seq")
     hello = records.filter(type="hello").only("received_at").first()
     progress = [
         _progress_point(*row)
         for row in records.filter(type="level_progress").values_list(
-            "seq", "payload", "received_at"
+            "epoch", "seq", "payload", "received_at"
         )
     ]
     levels = _planned_levels(run)
@@ -351,6 +362,9 @@ def run_live_state(*, run: Run) -> dict:
             "budget_cap_usd": str(run_budget_cap(run)),
             "cancel_requested_at": _iso(run.cancel_requested_at),
             "failure_reason": run.failure_reason,
+            # Refused agent messages (see runs.services.ingest): the page warns of them.
+            "agent_conflicts": run.agent_conflicts,
+            "agent_conflict_last": run.agent_conflict_last,
         },
         "now": _iso(timezone.now()),
         "axis": axis,
@@ -360,8 +374,7 @@ def run_live_state(*, run: Run) -> dict:
         "trials": trials,
         "progress": _thin(progress, MAX_PROGRESS_POINTS),
         "timeline": run_timeline(run, trials, hello.received_at if hello else None),
-        "last_seq": last_seq,
-        "missing_seqs": missing,
+        "epochs_read": epochs_read,
     }
 
 

@@ -62,7 +62,7 @@ class IngestOutcome:
     seq: int
     stored: bool  # False: this (run, epoch, seq) was stored before (or refused), nothing changed
     refused: str | None = None  # why it will never be stored
-    update: dict | None = None  # the notice for the run's watchers, when stored now
+    update: dict | None = None  # the notice for the run's watchers: stored now, or a conflict
     run_ended: bool = False  # refused because the run has ended: nothing more will be taken
 
 
@@ -182,7 +182,9 @@ def _conflict(run: Run, message, stored_type: str, changed: set) -> IngestOutcom
         f"differed from the stored {stored_type}"
     )
     changed.update(["agent_conflicts", "agent_conflict_last"])
-    return IngestOutcome(seq=message.seq, stored=False, refused=reason)
+    # The run's page re-reads the run on this notice and warns; it carries no content.
+    update = {"kind": "agent_conflict"}
+    return IngestOutcome(seq=message.seq, stored=False, refused=reason, update=update)
 
 
 def _trial(run: Run, index: int, trials: dict[int, Trial]) -> Trial:
@@ -304,8 +306,9 @@ _NOTICE_RESULT_KEYS = (
 
 
 def _browser_update(message) -> dict:
-    """A compact notice for the live page; the page re-reads REST for the full picture."""
-    update = {"kind": message.type, "seq": message.seq}
+    """A compact notice for the live page; the page re-reads REST for the full picture.
+    (epoch, seq) names the stored message: a restarted agent's seqs start at 0 again."""
+    update = {"kind": message.type, "epoch": message.epoch, "seq": message.seq}
     for field in (
         "trial",
         "level",

@@ -24,9 +24,10 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 from django.conf import settings
 from django.test import Client
+from playwright.sync_api import expect
 
 from runs.actors import Actor
-from runs.models import Membership
+from runs.models import Membership, Run
 from runs.services.experiments import dataset_upload
 from runs.services.promotions import promotion_approve, promotion_propose
 from tests.site.report_data import History, build_history
@@ -88,7 +89,8 @@ AREAS: dict[str, list[Page]] = {
         ("datasets", "alice", lambda s: f"/o/{s.org}/experiments/datasets/"),
     ],
     "runs": [
-        # An ended simulated run with its measurements.
+        # An ended simulated run with its measurements, and a warning of refused agent
+        # messages (see ``seeded``).
         ("run-sim", "alice", lambda s: f"/o/{s.org}/runs/{s.history.tsim.run_id}/"),
         ("run", "alice", lambda s: f"/o/{s.org}/runs/{s.history.run_small.id}/"),
         ("history", "alice", lambda s: f"/o/{s.org}/runs/"),
@@ -128,9 +130,14 @@ def axe() -> Axe:
 
 @pytest.fixture
 def seeded(alice, mallory, charlie) -> Seeded:
-    """Acme's report history with one approved promotion (mallory proposed, alice approved)
-    and one uploaded dataset."""
+    """Acme's report history with one approved promotion (mallory proposed, alice approved),
+    one uploaded dataset, and two conflicts counted on the simulated run."""
     history = build_history(alice.org)
+    Run.objects.filter(pk=history.tsim.run_id).update(
+        agent_conflicts=2,
+        agent_conflict_last="2025-01-02 03:04:05 UTC: a heartbeat at epoch 1, seq 4 differed "
+        "from the stored measurement",
+    )
 
     def as_person(person):
         membership = Membership.objects.get(user=person.user, organization=alice.org)
@@ -194,6 +201,8 @@ def test_it_has_no_serious_accessibility_violation_nor_sideways_scroll(
         page.set_viewport_size(VIEWPORTS["wide"])
         page.goto(address(seeded))
         page.wait_for_function(CHARTS_DRAWN)
+        if name == "run-sim":  # the warning is part of what axe checks there
+            expect(page.locator("#agent-conflicts")).to_be_visible()
         page.evaluate(axe.axe_script)  # axe-core, bundled by axe-playwright-python
         # One load serves both widths (half the time): the page is narrowed in place, and
         # checked once the resize has been handled (shell.js re-marks scroll boxes per frame).

@@ -1,6 +1,7 @@
 """The live run page and the comparison in headless Chromium, against Daphne and the real
 channels-redis layer: a simulated run streamed by the real agent fills the charts in, a
-dropped socket loses nothing, two runs compare side by side."""
+dropped socket loses nothing, a restarted agent's notices (a new epoch, seqs from 0 again)
+are drawn and a conflict is warned of, two runs compare side by side."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from websockets.sync.client import connect
 
 from runs.jobs import run_job_spec
 from runs.models import Measurement, Run
+from runs.services.agent_epochs import agent_epoch_issue
 from tests.site.test_agent_ingest import RESULT, _new_run
 from tests.site.test_agent_runs import new_sim_run
 from tests.site.test_live_agent import start_agent
@@ -175,6 +177,62 @@ def test_it_keeps_its_state_across_a_dropped_socket_and_a_reload(page, sign_in, 
         _send(agent, {"type": "run_finished", "run_id": rid, "seq": 7, "outcome": "succeeded"})
     expect(page.locator("#run-state")).to_have_text("succeeded", timeout=30_000)
     expect(page.locator("#live-status")).to_have_text("run ended")
+
+
+def test_it_draws_a_restarted_agents_notices_though_their_seqs_were_seen(
+    page, sign_in, alice, live_site
+):
+    # An agent restarted without its workdir numbers from 0 again in a new epoch: its notices
+    # share seqs with its predecessor's and must be drawn all the same, live and after a
+    # re-read. Only level notices are sent: none makes the page re-read the run, so what it
+    # draws between its reads comes from the notices alone.
+    run, token = _new_run(alice.org)
+    first, second = agent_epoch_issue(run_id=run.id), agent_epoch_issue(run_id=run.id)
+    sign_in(page, alice)
+    run_page(page, run)
+    page.wait_for_function("() => benchsiteRunPage.resyncs === 1")  # the read on connecting
+    expect(page.locator("#agent-conflicts")).to_be_hidden()
+    address = live_site.removeprefix("http://")
+
+    def level(epoch: int, seq: int, trial: int, concurrency: int, ttft: float) -> dict:
+        message = _measurement(run, seq, concurrency, ttft) | {"trial": trial}
+        return message | {"protocol": 2, "epoch": epoch}
+
+    with _agent_socket(address, run, token) as agent:
+        _send(agent, level(first, 0, 0, 1, 40.0))
+        _send(agent, level(first, 1, 0, 8, 45.0))
+        page.wait_for_function(f"() => ({POINTS})() === 4")
+    with _agent_socket(address, run, token) as agent:  # the restarted agent
+        _send(agent, level(second, 0, 1, 1, 50.0))
+        page.wait_for_function(f"() => ({POINTS})() === 6")
+        assert page.evaluate("() => benchsiteRunPage.resyncs") == 1
+
+        # A reload reads epoch 1 up to seq 1 and epoch 2 up to seq 0: epoch 2's seq 1 is new.
+        page.reload()
+        page.wait_for_function(
+            "() => window.benchsiteRunPage && benchsiteRunPage.connected"
+            " && benchsiteRunPage.resyncs === 1"
+        )
+        assert page.evaluate(POINTS) == 6
+        _send(agent, level(second, 1, 1, 8, 55.0))
+        page.wait_for_function(f"() => ({POINTS})() === 8")
+        assert page.evaluate("() => benchsiteRunPage.resyncs") == 1  # drawn from its notice
+
+        # Epoch 1's seq 1 again with other content: refused, and the page warns at once.
+        agent.send(json.dumps(level(first, 1, 0, 8, 99.0)))
+        answer = json.loads(agent.recv(timeout=20))
+        assert answer["type"] == "rejected" and answer["reason"].startswith("conflict: epoch 1")
+        warning = page.locator("#agent-conflicts")
+        expect(warning).to_be_visible()
+        expect(warning).to_have_attribute("role", "alert")
+        expect(warning).to_contain_text("1 agent message was refused")
+        expect(warning).to_contain_text("a measurement at epoch 1, seq 1 differed")
+    assert page.evaluate(POINTS) == 8  # the refused copy drew nothing
+    p50 = page.evaluate(
+        "() => benchsiteRunPage.charts['chart-ttft'].data.datasets"
+        ".filter(d => d.label.endsWith(' p50')).map(d => d.data.map(p => [p.x, p.y]))"
+    )
+    assert p50 == [[[1, 40.0], [8, 45.0]], [[1, 50.0], [8, 55.0]]]
 
 
 def test_it_compares_two_runs_picked_in_the_history(page, sign_in, alice, screenshot):

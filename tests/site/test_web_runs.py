@@ -268,8 +268,8 @@ def test_its_live_state_names_the_messages_it_covers(alice):
     run = seed_run(alice.org, state="benchmarking")
     AgentMessageRecord.objects.create(run=run, seq=9, type="heartbeat", payload={})
     state = signed_in(alice).get(live_url(run)).json()
-    assert state["last_seq"] == 9
-    assert state["missing_seqs"] == [7, 8]  # resends may still fill these: not covered
+    # Resends may still fill 7 and 8: not covered.
+    assert state["epochs_read"] == [{"epoch": 0, "last_seq": 9, "gaps": [[7, 8]]}]
     assert len(state["progress"]) == 2 * len(LEVELS)
     assert state["progress"][0]["kv_cache_usage"] == 0.25
     assert state["axis"] == "concurrency"
@@ -281,6 +281,54 @@ def test_its_live_state_names_the_messages_it_covers(alice):
     assert [entry["stage"] for entry in state["timeline"]][:2] == ["queued", "agent"]
     assert state["timeline"][-1]["status"] == "now"
     assert state["run"]["terminal"] is False
+
+
+def test_its_live_state_names_the_messages_it_covers_in_each_epoch(alice):
+    # seed_run's messages are epoch 0, seq 0-6; two restarted agents numbered from 0 again.
+    run = seed_run(alice.org, state="benchmarking", configs=({"max_num_seqs": 64},))
+    # The last, far beyond the others, is one gap: the answer never lists every seq.
+    for epoch, seqs in ((1, (0, 1, 2)), (2, (0, 3, 10**6))):
+        for seq in seqs:
+            AgentMessageRecord.objects.create(
+                run=run,
+                epoch=epoch,
+                seq=seq,
+                type="level_progress",
+                payload={"trial": 0, "level": {"concurrency": 64}, "sent_at": 1_800_000_000 + seq},
+            )
+    state = signed_in(alice).get(live_url(run)).json()
+    assert state["epochs_read"] == [
+        {"epoch": 0, "last_seq": 3, "gaps": []},
+        {"epoch": 1, "last_seq": 2, "gaps": []},
+        {"epoch": 2, "last_seq": 10**6, "gaps": [[1, 2], [4, 10**6 - 1]]},
+    ]
+    # The live progress in the order the agents sent it: each epoch after the one before.
+    order = [(point["epoch"], point["seq"]) for point in state["progress"]]
+    assert order == [(0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (2, 0), (2, 3), (2, 10**6)]
+
+
+def test_it_warns_of_agent_conflicts_on_the_run_page(alice):
+    reason = (
+        "2025-01-02 03:04:05 UTC: a heartbeat at epoch 1, seq 4 differed from the stored "
+        "measurement"
+    )
+    run = seed_run(alice.org, state="benchmarking", agent_conflicts=3, agent_conflict_last=reason)
+    client = signed_in(alice)
+    html = client.get(detail_url(run)).content.decode()
+    warning = re.search(r'<div id="agent-conflicts"[^>]*>(.*?)</div>', html, re.S)
+    assert warning and 'role="alert"' in warning.group(0) and "hidden" not in warning.group(0)
+    text = " ".join(re.sub(r"<[^>]+>", " ", warning.group(1)).split())
+    assert "3 agent messages were refused" in text
+    assert f"The last: {reason}" in text
+    shown = client.get(live_url(run)).json()["run"]
+    assert shown["agent_conflicts"] == 3 and shown["agent_conflict_last"] == reason
+
+
+def test_it_shows_no_conflict_warning_for_a_run_without_conflicts(alice):
+    run = seed_run(alice.org, state="benchmarking")
+    html = signed_in(alice).get(detail_url(run)).content.decode()
+    assert re.search(r'<div id="agent-conflicts"[^>]* hidden>', html)
+    assert "agent messages were refused" not in html
 
 
 def test_it_shows_spend_against_the_budget_cap(alice):

@@ -5,9 +5,13 @@
  * charts draw (p50 and p99, throughput, the simulator's label), so it is drawn at once.
  * After every (re)connect — and, debounced, after a notice that changes more than a chart
  * point (a trial's start or end, the run's end) — it re-reads the whole state from live.json
- * and then applies the notices that state does not cover. A notice is covered when its seq
- * is at most the state's last_seq and not among its missing_seqs, or when it was applied
- * already: so nothing is lost across a reconnect and nothing is counted twice.
+ * and then applies the notices that state does not cover. A notice names its message by
+ * (epoch, seq) — each agent incarnation numbers from 0 in an epoch of its own — and is
+ * covered when the state read its epoch up to at least that seq, outside the epoch's gaps,
+ * or when it was applied already: so nothing is lost across a reconnect, nothing is counted
+ * twice, and a restarted agent's notices are never taken for its predecessor's.
+ * A conflict notice (an agent message refused, see the run API's agent_conflicts) makes the
+ * page re-read the run, which then shows its warning.
  *
  * window.benchsiteRunPage exposes the charts and the state (for the browser tests).
  */
@@ -59,8 +63,9 @@
   // --- state ------------------------------------------------------------------------------
 
   function adopt(snapshot) {
-    snapshot.missing = new Set(snapshot.missing_seqs || []);
-    snapshot.applied = new Set();
+    snapshot.read = new Map();
+    (snapshot.epochs_read || []).forEach(function (entry) { snapshot.read.set(entry.epoch, entry); });
+    snapshot.applied = new Set(); // "epoch:seq" of the notices applied since this state
     clockOffsetMs = Date.parse(snapshot.now) - Date.now();
     page.state = snapshot;
     if (typeof snapshot.trials_html === "string") {
@@ -69,9 +74,16 @@
     renderAll();
   }
 
-  function covered(seq) {
+  function epochOf(notice) {
+    return typeof notice.epoch === "number" ? notice.epoch : 0; // protocol 1 is epoch 0
+  }
+
+  function covered(epoch, seq) {
     var s = page.state;
-    return (seq <= s.last_seq && !s.missing.has(seq)) || s.applied.has(seq);
+    var read = s.read.get(epoch);
+    var inGap = read && read.gaps.some(function (gap) { return seq >= gap[0] && seq <= gap[1]; });
+    return (read !== undefined && seq <= read.last_seq && !inGap) ||
+      s.applied.has(epoch + ":" + seq);
   }
 
   function levelKey(level) {
@@ -102,14 +114,16 @@
   }
 
   function apply(notice) {
-    if (typeof notice.seq !== "number" || covered(notice.seq)) { return; }
-    page.state.applied.add(notice.seq);
+    if (notice.kind === "agent_conflict") { scheduleResync(); return; }
+    var epoch = epochOf(notice);
+    if (typeof notice.seq !== "number" || covered(epoch, notice.seq)) { return; }
+    page.state.applied.add(epoch + ":" + notice.seq);
     page.applied += 1;
     var trial = typeof notice.trial === "number" ? trialOf(notice.trial) : null;
     switch (notice.kind) {
       case "level_progress":
         page.state.progress.push({
-          seq: notice.seq, t: notice.sent_at || Date.now() / 1000, trial: notice.trial,
+          epoch: epoch, seq: notice.seq, t: notice.sent_at || Date.now() / 1000, trial: notice.trial,
           level: levelKey(notice.level), kv_cache_usage: notice.kv_cache_usage,
           num_requests_waiting: notice.num_requests_waiting,
           requests_done: notice.requests_done, requests_total: notice.requests_total
@@ -186,6 +200,7 @@
 
   function renderAll() {
     renderHeader();
+    renderConflicts();
     renderTimeline();
     renderCurves();
     renderServerChart();
@@ -208,6 +223,20 @@
       form.replaceWith(note);
       var requested = $("cancel-requested");
       if (requested) { requested.remove(); }
+    }
+  }
+
+  function renderConflicts() {
+    var run = page.state.run;
+    var box = $("agent-conflicts");
+    if (!box || !run.agent_conflicts) { return; } // a count never goes down
+    var n = run.agent_conflicts;
+    var count = n + " agent message" + (n === 1 ? " was" : "s were");
+    // Only a change is written: an alert is announced again on every change of its text.
+    if (box.hidden || $("agent-conflicts-count").textContent !== count) {
+      $("agent-conflicts-count").textContent = count;
+      $("agent-conflict-last").textContent = run.agent_conflict_last;
+      box.hidden = false;
     }
   }
 
