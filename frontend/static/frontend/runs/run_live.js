@@ -64,7 +64,9 @@
 
   function adopt(snapshot) {
     snapshot.read = new Map();
-    (snapshot.epochs_read || []).forEach(function (entry) { snapshot.read.set(entry.epoch, entry); });
+    (snapshot.epochs_read || []).forEach(function (entry) {
+      snapshot.read.set(entry.epoch, entry);
+    });
     snapshot.applied = new Set(); // "epoch:seq" of the notices applied since this state
     clockOffsetMs = Date.parse(snapshot.now) - Date.now();
     page.state = snapshot;
@@ -123,9 +125,9 @@
     switch (notice.kind) {
       case "level_progress":
         page.state.progress.push({
-          epoch: epoch, seq: notice.seq, t: notice.sent_at || Date.now() / 1000, trial: notice.trial,
-          level: levelKey(notice.level), kv_cache_usage: notice.kv_cache_usage,
-          num_requests_waiting: notice.num_requests_waiting,
+          epoch: epoch, seq: notice.seq, t: notice.sent_at || Date.now() / 1000,
+          trial: notice.trial, level: levelKey(notice.level),
+          kv_cache_usage: notice.kv_cache_usage, num_requests_waiting: notice.num_requests_waiting,
           requests_done: notice.requests_done, requests_total: notice.requests_total
         });
         renderServerChart();
