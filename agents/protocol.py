@@ -1152,6 +1152,10 @@ class JsonTooDeep(ValueError):
 def json_loads_bounded(text: str | bytes, **kwargs) -> object:
     """``json.loads`` that raises ``JsonTooDeep`` (a ``ValueError``) for a document deeper
     than ``MAX_JSON_DEPTH`` instead of decoding it (and failing with ``RecursionError``)."""
+    if isinstance(text, bytes | bytearray):
+        # As json.loads would read them (UTF-8, -16 or -32): a UTF-16 character may hold a
+        # bracket's or a quote's byte, so the bytes are scanned as the text they decode to.
+        text = bytes(text).decode(json.detect_encoding(text), "surrogatepass")
     if json_depth_exceeds(text):
         raise JsonTooDeep(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return json.loads(text, **kwargs)

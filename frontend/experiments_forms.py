@@ -26,6 +26,7 @@ from agents.protocol import (
     ShareGptDataset,
     Slos,
     Workload,
+    json_loads_bounded,
 )
 from runs.actors import Actor
 from runs.api.errors import flatten_errors
@@ -132,7 +133,7 @@ def _literal(text: str) -> object:
     if lowered in ("true", "false", "null"):
         return json.loads(lowered)
     try:
-        value = json.loads(text)
+        value = json_loads_bounded(text)
     except ValueError:
         return text
     if isinstance(value, float) and not math.isfinite(value):
@@ -282,7 +283,7 @@ def _grid_from_form(form: BuilderForm) -> tuple[object, dict[str, list[str]]]:
     if form.values.get("grid_mode") == "json":
         text = form.values.get("serve_grid_json", "").strip() or "{}"
         try:
-            return json.loads(text), {}
+            return json_loads_bounded(text), {}  # bounded in depth, as the API's bodies
         except ValueError as exc:
             return None, {"serve_grid": [f"Not valid JSON: {exc}."]}
     grid: dict[str, list] = {}

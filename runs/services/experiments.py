@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import transaction
 
+from agents import protocol
 from runs.actors import Actor
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
@@ -124,8 +124,8 @@ def experiment_delete(*, experiment: Experiment, actor: Actor) -> None:
 def _sharegpt_conversations(raw: bytes) -> int:
     """Counts usable conversations; raises DomainValidationError naming what is wrong."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = protocol.json_loads_bounded(raw)  # bounded in depth like every JSON body
+    except ValueError as exc:  # not UTF-8, not JSON, or nested too deep
         raise DomainValidationError.single("file", f"Not valid JSON: {exc}") from None
     if not isinstance(data, list):
         raise DomainValidationError.single("file", "Expected a JSON list of conversations.")

@@ -16,6 +16,7 @@ from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
+from rest_framework.test import APIClient
 from schemathesis import GenerationMode
 
 from runs.models import GpuType, Membership, Promotion, Run, Trial
@@ -119,3 +120,114 @@ def test_it_never_answers_a_server_error(label, mode, world):
         )
 
     send()
+
+
+def _json_operations() -> list[str]:
+    """Every operation that takes a request body (JSON, or a form that is sent JSON here)."""
+    import django
+
+    django.setup()
+    return [result.ok().label for result in _schema().get_all_operations() if len(result.ok().body)]
+
+
+def _path(label: str, person, ids: dict, run_id: str) -> str:
+    path = label.split(" ", 1)[1]
+    resource = path.split("/api/v1/orgs/{org}/")[-1].split("/")[0]
+    return (
+        path.replace("{org}", person.org.slug)
+        .replace("{id}", str(ids.get(resource, "")))
+        .replace("{provider}", "runpod")
+        .replace("{run_id}", run_id)
+    )
+
+
+def _huge_integers(value, huge: int):
+    """``value`` with every integer in it (booleans aside) replaced by ``huge``."""
+    if isinstance(value, dict):
+        return {key: _huge_integers(item, huge) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_huge_integers(item, huge) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return huge
+    return value
+
+
+HUGE_INTEGERS = [2**63, -(2**63) - 1, 10**30]
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.parametrize("label", _json_operations())
+def test_it_never_answers_a_server_error_to_deep_huge_or_oversized_bodies(label, world):
+    """Issue 14 items 2, 3 and 7 on every operation with a body: JSON nested far deeper than
+    any decoder's recursion, integers beyond every column, and a body over the size limit."""
+    from django.conf import settings as django_settings
+
+    from runs.api.parsers import AgentBatchParser
+    from runs.services.run_tokens import run_token_issue
+
+    person, ids = world
+    run = Run.objects.get(pk=ids["runs"])
+    is_agent = "/agent/" in label
+    token = run_token_issue(run=run) if is_agent else person.token
+    method, _ = label.split(" ", 1)
+    path = _path(label, person, ids, str(run.id))
+    limit = (
+        AgentBatchParser().max_body_bytes()
+        if is_agent
+        else django_settings.BENCHSITE_MAX_BODY_BYTES
+    )
+    client = APIClient(raise_request_exception=False)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def answer(body: str):
+        response = client.generic(method, path, body, content_type="application/json")
+        assert response.status_code < 500, f"{label} → {response.status_code}: {body[:200]!r}"
+        return response
+
+    operation = _schema().find_operation_by_label(label)
+    path_parameters = {"org": person.org.slug}
+    if "{id}" in label:
+        path_parameters["id"] = ids[label.split("/api/v1/orgs/{org}/")[-1].split("/")[0]]
+    if "{run_id}" in label:
+        path_parameters["run_id"] = str(run.id)
+    strategy = operation.as_strategy(
+        generation_mode=GenerationMode.POSITIVE,
+        path_parameters=path_parameters,
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+    @settings(
+        max_examples=5,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=strategy)
+    def send(case):
+        if not isinstance(case.body, dict | list):
+            return  # a form: it has no JSON integers to make huge
+        if is_agent and isinstance(case.body.get("messages"), list):
+            # Messages of this run, so that they reach the ledger rather than stop at run_id.
+            for message in case.body["messages"]:
+                if isinstance(message, dict):
+                    message["run_id"] = str(run.id)
+        for huge in HUGE_INTEGERS:
+            case.body = _huge_integers(case.body, huge)
+            response = case.call()
+            assert response.status_code < 500, (
+                f"{case.method} {case.formatted_path} → {response.status_code}\n"
+                f"body={case.body!r}\n{response.text[:2000]}"
+            )
+
+    send()
+
+    # Last: Django's test client reconnects the connection-closing signal after each request
+    # (see keep_test_connection), which would end the test's transaction under schemathesis.
+    for depth in (330, 100_000):
+        answer("[" * depth + "]" * depth)
+        answer('{"messages": ' + '{"a": ' * depth + "1" + "}" * depth + "}")
+    oversized = answer(json.dumps({"messages": [], "padding": "p" * limit}))
+    if oversized.status_code not in (404, 415):  # a path without this method, or a form
+        assert oversized.status_code == 413, oversized.content[:500]
+        assert oversized.json()["error"]["code"] == "too_large"

@@ -513,6 +513,8 @@ def test_it_refuses_invalid_gpu_prices(alice, payload, field):
 
 DATASET_CASES = {
     "invalid JSON": (b'[{"conversations": [', "file"),
+    "nested too deep": (b"[" * 100_000 + b"]" * 100_000, "file"),
+    "nested too deep in UTF-16": (("[" * 5_000 + "]" * 5_000).encode("utf-16"), "file"),
     "not UTF-8": (b"\xff\xfe[]", "file"),
     "an object, not a list": (b'{"conversations": []}', "file"),
     "an empty list": (b"[]", "file"),

@@ -365,6 +365,21 @@ def test_it_takes_the_grid_as_raw_json(alice):
     }
 
 
+def test_it_refuses_a_raw_json_grid_nested_too_deep(alice):
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    client.raise_request_exception = False  # a 500 is an answer to assert on
+    deep = "[" * 100_000 + "]" * 100_000
+    before = database_state()
+    for form in (
+        builder_form(model, grid_mode="json", serve_grid_json=deep),
+        builder_form(model, grid_flag=["max_num_seqs"], grid_values=[deep]),  # a typed value
+    ):
+        response = client.post("/o/acme/experiments/new/", form)
+        assert response.status_code == 200, response.status_code
+        assert database_state() == before
+
+
 def test_it_checks_and_estimates_a_draft_without_storing_it(alice):
     model = make_model(alice.org)
     client = signed_in(alice)
