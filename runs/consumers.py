@@ -100,7 +100,7 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         try:
             # Bounded in depth like every JSON body of the API (agents.protocol.MAX_JSON_DEPTH).
             content = protocol.json_loads_bounded(
-                text_data if text_data is not None else bytes_data
+                text_data if text_data is not None else (bytes_data or b"")
             )
         except protocol.JsonTooDeep as exc:
             await self._reject(None, f"not a JSON message: {exc}")
