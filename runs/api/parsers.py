@@ -5,7 +5,8 @@ Guarantees of ``StrictJSONParser`` (every JSON body of the API, the agents' batc
 - a body larger than ``BENCHSITE_MAX_BODY_BYTES`` is answered 413 before it is read whole;
 - a document nested deeper than ``agents.protocol.MAX_JSON_DEPTH`` is answered 400 before it
   is decoded, so no body can exhaust the stack of the decoder or of any later walk;
-- a U+0000 anywhere in a string is answered 400 (PostgreSQL cannot store it in text or jsonb);
+- a U+0000 anywhere in a string is answered 400 naming the field that holds it (PostgreSQL
+  cannot store it in text or jsonb);
 - NaN and infinities are refused as DRF's strict JSON refuses them.
 """
 
@@ -15,7 +16,7 @@ import json
 
 from django.conf import settings
 from rest_framework import renderers, status
-from rest_framework.exceptions import APIException, ParseError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.parsers import BaseParser, get_encoding
 from rest_framework.settings import api_settings
 from rest_framework.utils.json import strict_constant
@@ -28,21 +29,30 @@ class RequestTooLarge(APIException):
     default_code = "too_large"
 
 
-def has_nul_character(value) -> bool:
-    """True when a U+0000 is in any string (key or value) of the decoded JSON ``value``.
-    Iterative: the depth is bounded before decoding, but a walk need not rely on it."""
-    pending = [value]
+def nul_character_path(value) -> str | None:
+    """The path (``serve_grid.max_num_seqs[1]``, as error answers name fields) of the first
+    string — key or value — of the decoded JSON ``value`` that holds a U+0000; None when none
+    does. Iterative: the depth is bounded before decoding, but a walk need not rely on it."""
+    pending: list[tuple[object, str]] = [(value, "")]
     while pending:
-        item = pending.pop()
+        item, path = pending.pop()
         if isinstance(item, str):
             if "\x00" in item:
-                return True
+                return path or "non_field_errors"
         elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
+            for key, child in item.items():
+                child_path = f"{path}.{key}" if path else str(key)
+                if "\x00" in key:
+                    return path or "non_field_errors"
+                pending.append((child, child_path))
         elif isinstance(item, list):
-            pending.extend(item)
-    return False
+            pending.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def has_nul_character(value) -> bool:
+    """True when a U+0000 is in any string (key or value) of the decoded JSON ``value``."""
+    return nul_character_path(value) is not None
 
 
 def _declared_length(parser_context) -> int:
@@ -90,8 +100,10 @@ class StrictJSONParser(BaseParser):
             data = json.loads(text, parse_constant=strict_constant if self.strict else None)
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
-        if has_nul_character(data):
-            raise ParseError("Null characters (U+0000) are not allowed in any string.")
+        nul_at = nul_character_path(data)
+        if nul_at is not None:
+            # Refused here, naming the field: PostgreSQL cannot store it in text or jsonb.
+            raise ValidationError({nul_at: ["Null characters (U+0000) are not allowed."]})
         return data
 
 

@@ -202,7 +202,7 @@ class StrictListField(_Typed, serializers.ListField):
     its items is looked at."""
 
     accepts = (list,)
-    expected = "an array"
+    expected = "a list (a JSON array)"
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -50,10 +50,16 @@ def descendants(pid: int) -> list[Process]:
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
+    """One signal to ``pid``: to its whole group when it leads one (an engine's session),
+    else to it alone (its group is someone else's). Never twice: a handler that counts
+    its signals (an agent asked to stop) must see one ask."""
+    try:
+        os.killpg(pid, sig)
+        return
+    except (ProcessLookupError, PermissionError):
+        pass
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)  # a group leader (an engine's session): its whole group
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)  # not a leader: its group is someone else's
+        os.kill(pid, sig)
 
 
 def kill_tree(

@@ -1020,3 +1020,24 @@ def test_it_lists_a_bounded_number_of_field_errors():
     assert len(body["message"]) < 2 * MAX_ERROR_TEXT_CHARS
     assert f"{5_000 - MAX_ERROR_FIELDS} more fields" in body["message"]
     assert len(json.dumps(body)) < 50_000
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"name": "nul\x00name"}, "name"),
+        ({"serve_grid": {"kv_cache_dtype": ["auto", "fp8\x00"]}}, "serve_grid.kv_cache_dtype[1]"),
+        ({"workload": {"dataset": {"kind": "random\x00"}}}, "workload.dataset.kind"),
+        ({"description": {"a\x00": 1}}, "description"),
+    ],
+    ids=["a field", "a grid value", "a nested value", "a key"],
+)
+def test_it_names_the_field_that_holds_a_null_character(alice, changes, field):
+    """PostgreSQL cannot store U+0000: the parser refuses it before anything is decoded into
+    a serializer, naming where it is, as every other refusal does."""
+    model = make_model_spec(alice.org)
+    before = database_state()
+    body = json.dumps(experiment_payload(model.id) | changes)
+    response = _post_raw(alice, url("experiment-list"), body)
+    assert_refused(response, field, before)
+    assert "U+0000" in response.json()["error"]["fields"][field][0]
