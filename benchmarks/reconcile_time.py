@@ -18,6 +18,7 @@ Runpod answer 50 ms late (a real API's round trip); ``--profile`` profiles one m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import datetime
 import logging
@@ -26,9 +27,11 @@ import pstats
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -154,6 +157,30 @@ def next_pass_ready(fake: FakeRunpodApi, orphans: dict[str, list[str]]) -> None:
                 fake.add_pod(key, name)
 
 
+class _Healthy(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+@contextlib.contextmanager
+def site_answering_its_probe():
+    """A site at BENCHSITE_PUBLIC_URL that answers reconcile's ingest probe, so every pass
+    includes the probe's round trip as a healthy installation's does."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings.BENCHSITE_PUBLIC_URL = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 class QueryCounter:
     """Counts the SQL statements the default connection executes (an execute wrapper)."""
 
@@ -194,7 +221,7 @@ def main() -> None:
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
     fake = FakeRunpodApi(api_keys=(), latency=args.latency)
     try:
-        with fake, tempfile.TemporaryDirectory() as pods_dir:
+        with fake, site_answering_its_probe(), tempfile.TemporaryDirectory() as pods_dir:
             os.environ["RUNPOD_API_BASE_URL"] = fake.url
             settings.BENCHSITE_LOCAL_PODS_DIR = pods_dir  # no local pods
             orphans = seed(
@@ -206,6 +233,7 @@ def main() -> None:
             )
             next_pass_ready(fake, orphans)
             logging.getLogger("runs").setLevel(logging.ERROR)  # one warning per orphan
+            logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe
             active = Run.objects.exclude(state__in=["succeeded"]).count()
             print(
                 f"database: {connection.vendor}; {args.orgs} organizations, {active} active runs "
