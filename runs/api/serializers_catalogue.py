@@ -103,23 +103,21 @@ class GpuTypeSerializer(serializers.ModelSerializer):
         return override.note if override else None
 
 
+def _price_field() -> StrictDecimalField:
+    """A price in USD per GPU-hour, or null for "no price of our own"."""
+    return StrictDecimalField(
+        max_digits=8,
+        decimal_places=4,
+        min_value=0,
+        max_value=_MAX_PRICE_USD_HR,
+        default=None,
+        allow_null=True,
+    )
+
+
 class GpuPriceSerializer(serializers.Serializer):
-    price_secure_usd_hr = StrictDecimalField(
-        max_digits=8,
-        decimal_places=4,
-        min_value=0,
-        max_value=_MAX_PRICE_USD_HR,
-        default=None,
-        allow_null=True,
-    )
-    price_community_usd_hr = StrictDecimalField(
-        max_digits=8,
-        decimal_places=4,
-        min_value=0,
-        max_value=_MAX_PRICE_USD_HR,
-        default=None,
-        allow_null=True,
-    )
+    price_secure_usd_hr = _price_field()
+    price_community_usd_hr = _price_field()
     note = StrictCharField(
         max_length=GpuPriceOverride._meta.get_field("note").max_length,
         required=False,

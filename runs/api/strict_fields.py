@@ -78,6 +78,11 @@ class _Typed:
                 f"Expected {self.expected}; got {json_type_name(data)}.", code="invalid"
             )
 
+    def to_internal_value(self, data):
+        # Before the field's own conversion, which would coerce ("2" → 2, 7 → a UUID).
+        self._check_type(data)
+        return super().to_internal_value(data)
+
 
 class StrictCharField(_Typed, serializers.CharField):
     """A JSON string of at most ``max_length`` characters."""
@@ -88,10 +93,6 @@ class StrictCharField(_Typed, serializers.CharField):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         _require(self, max_length=self.max_length)
-
-    def to_internal_value(self, data):
-        self._check_type(data)
-        return super().to_internal_value(data)
 
 
 class StrictEmailField(StrictCharField, serializers.EmailField):
@@ -123,20 +124,12 @@ class StrictUUIDField(_Typed, serializers.UUIDField):
     accepts = (str,)
     expected = "a UUID string"
 
-    def to_internal_value(self, data):
-        self._check_type(data)
-        return super().to_internal_value(data)
-
 
 class StrictDateField(_Typed, serializers.DateField):
     """A date as a JSON string, ``YYYY-MM-DD``."""
 
     accepts = (str,)
     expected = "a date string (YYYY-MM-DD)"
-
-    def to_internal_value(self, data):
-        self._check_type(data)
-        return super().to_internal_value(data)
 
 
 class StrictBooleanField(_Typed, serializers.BooleanField):
@@ -159,10 +152,6 @@ class StrictIntegerField(_Typed, serializers.IntegerField):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         _require(self, min_value=self.min_value, max_value=self.max_value)
-
-    def to_internal_value(self, data):
-        self._check_type(data)
-        return super().to_internal_value(data)
 
 
 class StrictFloatField(_Typed, serializers.FloatField):
@@ -191,10 +180,6 @@ class StrictDecimalField(_Typed, serializers.DecimalField):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         _require(self, min_value=self.min_value, max_value=self.max_value)
-
-    def to_internal_value(self, data):
-        self._check_type(data)
-        return super().to_internal_value(data)
 
 
 class StrictListField(_Typed, serializers.ListField):

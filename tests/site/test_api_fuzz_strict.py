@@ -13,6 +13,8 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runs.services.experiments import EXPERIMENT_FIELDS
+
 from .conftest import MODEL_FIELDS, experiment_payload, make_model
 
 # Scalars a coercing API would read as something else, and numbers no bound lets through.
@@ -57,27 +59,7 @@ FUZZ = settings(
 )
 
 
-@pytest.mark.parametrize(
-    "field",
-    [
-        "name",
-        "description",
-        "model",
-        "gpu_type",
-        "gpu_count",
-        "cloud_type",
-        "fallback_gpu_types",
-        "allow_other_cloud",
-        "container_disk_gb",
-        "network_volume_id",
-        "engine",
-        "engine_image_tag",
-        "serve_grid",
-        "workload",
-        "slos",
-        "budget_cap_usd",
-    ],
-)
+@pytest.mark.parametrize("field", EXPERIMENT_FIELDS)
 def test_it_never_fails_on_any_value_of_an_experiment_field(alice, field):
     client = alice.client()
     model = make_model(alice.org)

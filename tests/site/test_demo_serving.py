@@ -96,7 +96,11 @@ def start_demo(tmp_path):
 
     yield start
     for demo in started:
-        # The group outlives a demo that died without stopping its children.
+        # The group (and Daphne, in a group of its own) outlive a demo that died without
+        # stopping its children.
+        for pid in descendants(demo.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(demo.pid, signal.SIGKILL)
         demo.wait()

@@ -398,6 +398,9 @@ class Command(BaseCommand):
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Out of the terminal's process group: Ctrl-C reaches the demo alone, which stops
+            # the runs while Daphne still takes what their agents deliver, then Daphne.
+            process_group=0,
         )
 
     def _stop_runs(self) -> None:
