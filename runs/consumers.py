@@ -17,7 +17,7 @@ from django.http import Http404
 from agents import protocol
 from runs.access import Principal, access_run_of_user
 from runs.api.errors import clip_text
-from runs.api.parsers import has_nul_character
+from runs.api.parsers import NUL_REFUSAL, has_nul_character
 from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
 from runs.services.run_control import agent_run_group, run_stop_request
 from runs.services.run_tokens import run_for_token
@@ -123,7 +123,7 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         if has_nul_character(content):
             # As the REST batch refuses it: PostgreSQL cannot store it, and a message that
             # fails its write would fail every resend of it too.
-            await self._reject(seq, "Null characters (U+0000) are not allowed in any string.")
+            await self._reject(seq, NUL_REFUSAL)
             return
         self.pending.put_nowait(message)
 

@@ -6,7 +6,8 @@ Guarantees of ``StrictJSONParser`` (every JSON body of the API, the agents' batc
 - a document nested deeper than ``agents.protocol.MAX_JSON_DEPTH`` is answered 400 before it
   is decoded, so no body can exhaust the stack of the decoder or of any later walk;
 - a U+0000 anywhere in a string is answered 400 naming the field that holds it (PostgreSQL
-  cannot store it in text or jsonb);
+  cannot store it in text or jsonb); in the agents' batch each message holding one is
+  refused on its own instead (``runs.api.views_agent``), as on the socket;
 - NaN and infinities are refused as DRF's strict JSON refuses them.
 """
 
@@ -50,6 +51,10 @@ def nul_character_path(value) -> str | None:
     return None
 
 
+# What an agent message holding a U+0000 is refused with (the socket and the REST batch).
+NUL_REFUSAL = "Null characters (U+0000) are not allowed in any string."
+
+
 def has_nul_character(value) -> bool:
     """True when a U+0000 is in any string (key or value) of the decoded JSON ``value``."""
     return nul_character_path(value) is not None
@@ -75,6 +80,7 @@ class StrictJSONParser(BaseParser):
     media_type = "application/json"
     renderer_class = renderers.JSONRenderer
     strict = api_settings.STRICT_JSON
+    refuses_nul = True
 
     def max_body_bytes(self) -> int:
         return settings.BENCHSITE_MAX_BODY_BYTES
@@ -100,7 +106,7 @@ class StrictJSONParser(BaseParser):
             data = json.loads(text, parse_constant=strict_constant if self.strict else None)
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
-        nul_at = nul_character_path(data)
+        nul_at = nul_character_path(data) if self.refuses_nul else None
         if nul_at is not None:
             # Refused here, naming the field: PostgreSQL cannot store it in text or jsonb.
             raise ValidationError({nul_at: ["Null characters (U+0000) are not allowed."]})
@@ -113,6 +119,9 @@ class AgentBatchParser(StrictJSONParser):
 
     # The batch's envelope around its messages: '{"messages":[', the commas, ']}'.
     ENVELOPE_BYTES = 64 * 1024
+    # Each message holding a U+0000 is refused on its own by the view, as on the socket: one
+    # such message (a log tail with a stray byte) must not hold back every batch after it.
+    refuses_nul = False
 
     def max_body_bytes(self) -> int:
         return max(super().max_body_bytes(), protocol.MAX_BATCH_BYTES + self.ENVELOPE_BYTES)

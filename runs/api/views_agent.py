@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 from agents import protocol
 from runs.api.errors import clip_text
 from runs.api.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody
-from runs.api.parsers import AgentBatchParser
+from runs.api.parsers import NUL_REFUSAL, AgentBatchParser, has_nul_character
 from runs.api.strict_fields import StrictJSONField
 from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
@@ -115,6 +115,9 @@ class AgentMessagesView(APIView):
                 continue
             if message.run_id != run.id:
                 rejected.append({"index": index, "seq": seq, "reason": "message for another run"})
+                continue
+            if has_nul_character(content):
+                rejected.append({"index": index, "seq": seq, "reason": NUL_REFUSAL})
                 continue
             valid.append((index, message))
         outcomes = agent_messages_ingest(run_id=run.id, messages=[m for _, m in valid])

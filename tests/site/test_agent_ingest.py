@@ -475,6 +475,23 @@ def test_it_rejects_a_seq_out_of_range_in_a_rest_batch_and_stores_the_rest(alice
     assert not Measurement.objects.filter(trial__run=run).exists()
 
 
+def test_it_refuses_only_the_message_holding_a_null_character_in_a_rest_batch(alice):
+    """As on the socket: one message with a U+0000 (a log tail with a stray byte) is refused
+    on its own; the batch around it is stored, so it cannot hold back every later batch."""
+    run, token = _new_run(alice.org)
+    batch = messages(run.id)[:3]
+    batch[1] = batch[1] | {"command": ["vllm", "serve", "m\x00"]}
+    response = _agent_client(token).post(
+        f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch}, format="json"
+    )
+    assert response.status_code == 200, response.content[:500]
+    body = response.json()
+    assert body["acked"] == [0, 2]
+    (refusal,) = body["rejected"]
+    assert (refusal["index"], refusal["seq"]) == (1, 1) and "U+0000" in refusal["reason"]
+    assert list(AgentMessageRecord.objects.filter(run=run).values_list("seq", flat=True)) == [0, 2]
+
+
 def test_it_refuses_a_rest_batch_nested_too_deep_with_400(alice):
     run, token = _new_run(alice.org)
     body = '{"messages": [' + "[" * 330 + "]" * 330 + "]}"
