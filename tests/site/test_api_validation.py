@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
-import resource
 import uuid
 
 import pytest
@@ -792,11 +791,6 @@ def test_it_keeps_values_exactly_at_the_bounds(alice, model):
     assert response.json()["budget_cap_usd"] == "25.00"
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def test_it_refuses_a_5_mb_description_and_stores_nothing(alice, model):
     # Refused by the body limit (413) or, below it, by the field's own (400).
     before = database_state()
@@ -817,16 +811,14 @@ def test_it_refuses_a_5_mb_description_and_stores_nothing(alice, model):
     ],
     ids=["one long axis", "one long axis of bad values", "many unknown flags"],
 )
-def test_it_refuses_a_huge_grid_quickly_and_briefly(alice, model, grid):
+def test_it_refuses_a_huge_grid_briefly(alice, model, grid):
+    # What the refusal costs is measured by `make bench-api` (benchmarks/api_latency.py).
     body = json.dumps(experiment_payload(model.id, serve_grid=grid))
     assert 500_000 < len(body) < 1_000_000
     before = database_state()
-    started = _cpu_seconds()
     response = alice.client().post(url("experiment-list"), body, content_type="application/json")
-    spent = _cpu_seconds() - started
     assert_refused(response, "serve_grid", before)
     assert len(response.content) < 2000
-    assert spent < 0.5, spent  # about 1 s (and 2.5 s for unknown flags) before
 
 
 MODEL_STRICT_CASES = {
