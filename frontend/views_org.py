@@ -12,7 +12,6 @@ import re
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -46,15 +45,15 @@ from runs.models import (
     Membership,
     ProviderCredential,
     Role,
-    User,
 )
 from runs.selectors import org_month_spend_usd
 from runs.services.budgets import budget_delete, budget_set
 from runs.services.credentials import provider_key_clear, provider_key_set
 from runs.services.tenancy import (
-    membership_add,
+    membership_add_by_email,
     membership_change_role,
     membership_remove,
+    token_acts_as,
     token_create,
     token_revoke,
 )
@@ -130,21 +129,16 @@ def org_members(request, org: str):
     if writing:
         try:
             data = parse_as_api(MemberAddSerializer, request.POST)
-            email = data["email"].lower()
-            # As in the API: a new address becomes a user without a password (they sign in
-            # once an operator sets one), and a refused add leaves no user behind.
-            with transaction.atomic():
-                user = User.objects.filter(email=email).first() or User.objects.create_user(email)
-                membership_add(
-                    org=membership.organization,
-                    user=user,
-                    role=data["role"],
-                    actor=actor_from_request(request),
-                )
+            member = membership_add_by_email(
+                org=membership.organization,
+                email=data["email"],
+                role=data["role"],
+                actor=actor_from_request(request),
+            )
         except DomainValidationError as exc:
             errors = exc.fields
         else:
-            messages.success(request, f"Added {email} as {data['role']}.")
+            messages.success(request, f"Added {member.user.email} as {member.role}.")
             return redirect("org-members", org)
     members = scoped(membership, Membership).select_related("user").order_by("created_at", "pk")
     is_owner = membership.role == Role.OWNER
@@ -213,18 +207,9 @@ def org_tokens(request, org: str):
         data = {k: v for k, v in request.POST.items() if k in ("name", "user") and v != ""}
         try:
             values = parse_as_api(TokenCreateSerializer, data)
-            user = membership.user
-            if values.get("user"):
-                found = (
-                    scoped(membership, Membership)
-                    .filter(user__email=values["user"].lower())
-                    .select_related("user")
-                    .first()
-                )
-                if found is None:
-                    message = "No member with this e-mail address."
-                    raise DomainValidationError.single("user", message)
-                user = found.user
+            user = token_acts_as(
+                org=membership.organization, email=values.get("user"), caller=membership.user
+            )
             issued = token_create(
                 org=membership.organization,
                 user=user,

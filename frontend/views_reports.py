@@ -50,6 +50,8 @@ from runs.reports import (
 from runs.services.promotions import (
     MAX_TEXT_CHARS,
     promotion_approve,
+    promotion_decision_refusal,
+    promotion_is_own,
     promotion_propose,
     promotion_reject,
 )
@@ -323,11 +325,10 @@ def _promotion_page(request, membership, promotion, *, error="", values=None, st
         run=trial.run,
         config_text=tables.config_text(trial.serve_config),
         may_decide=(
-            Role(membership.role).can_manage
-            and promotion.state == PromotionState.PROPOSED
-            and promotion.proposed_by_id != request.user.id
+            promotion.state == PromotionState.PROPOSED
+            and promotion_decision_refusal(membership=membership, promotion=promotion) is None
         ),
-        own_proposal=promotion.proposed_by_id == request.user.id,
+        own_proposal=promotion_is_own(membership=membership, promotion=promotion),
         error=error,
         values=values or {},
         max_chars=MAX_TEXT_CHARS,
@@ -375,7 +376,8 @@ def promotion_propose_page(request, org: str, run_id, index: int):
             error, status = str(exc), 409
         else:
             return redirect("promotion-detail", org, promotion.id)
-    open_proposal = Promotion.objects.filter(trial=trial, state=PromotionState.PROPOSED).first()
+    proposals = scoped(membership, Promotion).filter(trial=trial, state=PromotionState.PROPOSED)
+    open_proposal = proposals.first()
     context = _context(
         membership,
         trial=trial,

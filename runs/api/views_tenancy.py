@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.response import Response
@@ -25,12 +24,12 @@ from runs.api.serializers_tenancy import (
     TokenCreateSerializer,
     TokenSerializer,
 )
-from runs.errors import DomainValidationError
-from runs.models import ApiToken, Membership, Organization, User
+from runs.models import ApiToken, Membership, Organization
 from runs.services.tenancy import (
-    membership_add,
+    membership_add_by_email,
     membership_change_role,
     membership_remove,
+    token_acts_as,
     token_create,
     token_revoke,
 )
@@ -78,15 +77,12 @@ class MemberViewSet(
     def create(self, request, org):
         data = MemberAddSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        email = data.validated_data["email"].lower()
-        # A new address becomes a user without a password: they sign in once an operator
-        # (or a later invitation flow) sets one; their tokens work at once.
-        # One transaction: a refused add must not leave the new user behind.
-        with transaction.atomic():
-            user = User.objects.filter(email=email).first() or User.objects.create_user(email)
-            membership = membership_add(
-                org=self.org, user=user, role=data.validated_data["role"], actor=self.actor
-            )
+        membership = membership_add_by_email(
+            org=self.org,
+            email=data.validated_data["email"],
+            role=data.validated_data["role"],
+            actor=self.actor,
+        )
         return Response(MemberSerializer(membership).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=MemberRoleSerializer, responses=MemberSerializer)
@@ -120,17 +116,9 @@ class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedVi
     def create(self, request, org):
         data = TokenCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        email = data.validated_data.get("user")
-        user = self.membership.user
-        if email:
-            found = (
-                Membership.objects.filter(organization=self.org, user__email=email.lower())
-                .select_related("user")
-                .first()
-            )
-            if found is None:
-                raise DomainValidationError.single("user", "No member with this e-mail address.")
-            user = found.user
+        user = token_acts_as(
+            org=self.org, email=data.validated_data.get("user"), caller=self.membership.user
+        )
         issued = token_create(
             org=self.org, user=user, name=data.validated_data["name"], actor=self.actor
         )

@@ -85,16 +85,27 @@ def promotion_propose(
     return promotion
 
 
+def promotion_is_own(*, membership: Membership, promotion: Promotion) -> bool:
+    """Whether ``membership``'s user proposed ``promotion``: the self-approval rule, nobody
+    decides on their own proposal. A proposal whose proposer is gone is nobody's own."""
+    return promotion.proposed_by_id is not None and promotion.proposed_by_id == membership.user_id
+
+
+def promotion_decision_refusal(*, membership: Membership, promotion: Promotion) -> str | None:
+    """Why ``membership`` may not decide on ``promotion`` (its role, or its own proposal);
+    None when they may. Whether it is still open is settled when deciding (``Conflict``)."""
+    if not Role(membership.role).can_manage:
+        return f"Only owners and admins can decide on a promotion; your role is {membership.role}."
+    if promotion_is_own(membership=membership, promotion=promotion):
+        return "You proposed this promotion: another owner or admin must decide on it."
+    return None
+
+
 def _may_decide(membership: Membership, promotion: Promotion) -> None:
     _same_org(membership, promotion.organization_id)
-    if not Role(membership.role).can_manage:
-        raise PermissionDenied(
-            f"Only owners and admins can decide on a promotion; your role is {membership.role}."
-        )
-    if promotion.proposed_by_id is not None and promotion.proposed_by_id == membership.user_id:
-        raise PermissionDenied(
-            "You proposed this promotion: another owner or admin must decide on it."
-        )
+    refusal = promotion_decision_refusal(membership=membership, promotion=promotion)
+    if refusal is not None:
+        raise PermissionDenied(refusal)
 
 
 def _decide(

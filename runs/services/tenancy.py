@@ -54,6 +54,19 @@ def membership_add(*, org: Organization, user: User, role: Role | str, actor: Ac
 
 
 @transaction.atomic
+def membership_add_by_email(
+    *, org: Organization, email: str, role: Role | str, actor: Actor
+) -> Membership:
+    """Adds the user with ``email`` (matched ignoring case) to ``org``, creating them first
+    when the address is new. A new user has no password: they sign in once an operator (or a
+    later invitation flow) sets one; their tokens work at once. One transaction: a refused
+    add leaves no new user behind."""
+    email = email.lower()
+    user = User.objects.filter(email=email).first() or User.objects.create_user(email)
+    return membership_add(org=org, user=user, role=role, actor=actor)
+
+
+@transaction.atomic
 def membership_change_role(*, membership: Membership, role: Role | str, actor: Actor) -> Membership:
     """Changes a member's role. Only an owner may grant or take away the owner role, and the
     last owner cannot be demoted."""
@@ -133,6 +146,22 @@ def token_create(*, org: Organization, user: User, name: str, actor: Actor) -> I
         org=org, actor=actor, event="token.create", target=token, after=audit_snapshot(token)
     )
     return IssuedToken(token=token, raw=raw)
+
+
+def token_acts_as(*, org: Organization, email: str | None, caller: User) -> User:
+    """The user a new token of ``org`` acts as: the member with ``email`` (matched ignoring
+    case), or ``caller`` when no address is given. A non-member's address is refused on the
+    field ``user``, the same answer whether or not such a user exists elsewhere."""
+    if not email:
+        return caller
+    found = (
+        Membership.objects.filter(organization=org, user__email=email.lower())
+        .select_related("user")
+        .first()
+    )
+    if found is None:
+        raise DomainValidationError.single("user", "No member with this e-mail address.")
+    return found.user
 
 
 @transaction.atomic
