@@ -19,6 +19,7 @@ from pathlib import Path
 from agents.engines.process import ProcessEngine
 from agents.engines.sim.engine import sim_engine
 from agents.engines.vllm import vllm_engine
+from agents.hardware import REGISTERED_FACTS, ModelFacts
 from agents.protocol import JobSpec, ModelSource
 
 VLLM_COMMAND_ENV = "BENCHSITE_VLLM_COMMAND"
@@ -62,21 +63,12 @@ class EngineOptions:
 
 
 def sim_model_file(model: ModelSource, workdir: Path) -> Path:
-    """Writes the job's model architecture where the simulator reads it."""
+    """Writes the job's model architecture where the simulator reads it: the facts
+    ``agents.hardware`` derives from it, as the site does from the registered model."""
     path = Path(workdir) / "model_spec.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "name": model.hf_repo,
-        "parameters": model.parameter_count,
-        "num_layers": model.num_layers,
-        "hidden_size": model.hidden_size,
-        "num_attention_heads": model.num_attention_heads,
-        "num_kv_heads": model.num_kv_heads,
-        "head_dim": model.head_dim,
-        "dtype": model.dtype,
-        "max_position_embeddings": model.max_context,
-    }
-    path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
+    facts = ModelFacts.from_registered(**model.model_dump(include=REGISTERED_FACTS))
+    path.write_text(json.dumps(facts.to_mapping(), indent=1), encoding="utf-8")
     return path
 
 

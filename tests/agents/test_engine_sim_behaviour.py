@@ -11,9 +11,9 @@ import statistics
 
 import pytest
 
-from agents.engines.sim import MODEL_PRESETS, SimRefusal, SimRequest, closed_loop, gpu_profile
-from agents.engines.sim.hardware import ModelSpec, load_model_spec
+from agents.engines.sim import SimRequest, closed_loop
 from agents.engines.sim.scheduler import make_scheduler, prompt_block_hashes, simulate
+from agents.hardware import MODEL_PRESETS, ModelFacts, StartRefusal, gpu_profile, load_model_facts
 
 LLAMA8 = MODEL_PRESETS["llama-3.1-8b"]
 LLAMA70 = MODEL_PRESETS["llama-3.1-70b"]
@@ -84,7 +84,7 @@ def test_a_bigger_token_budget_trades_ttft_for_itl_under_long_prompts():
 
 
 def test_chunked_prefill_off_refuses_a_budget_below_max_model_len():
-    with pytest.raises(SimRefusal, match="max_num_batched_tokens"):
+    with pytest.raises(StartRefusal, match="max_num_batched_tokens"):
         make_scheduler(
             LLAMA8,
             H100,
@@ -106,14 +106,14 @@ def test_tensor_parallelism_lowers_decode_step_time():
 
 
 def test_tensor_parallelism_lets_a_model_that_does_not_fit_start():
-    with pytest.raises(SimRefusal, match="CUDA out of memory"):
+    with pytest.raises(StartRefusal, match="CUDA out of memory"):
         make_scheduler(LLAMA70, H100, {"max_model_len": 8192})
     scheduler = make_scheduler(LLAMA70, H100, {"max_model_len": 8192, "tensor_parallel_size": 4})
     assert scheduler.pool.num_blocks > 0
 
 
 def test_it_refuses_a_max_model_len_beyond_the_kv_cache_like_vllm():
-    with pytest.raises(SimRefusal) as caught:
+    with pytest.raises(StartRefusal) as caught:
         make_scheduler(LLAMA8, gpu_profile("RTX 4090"), {"gpu_memory_utilization": 0.9})
     message = str(caught.value)
     assert "To serve at least one request with the model's max seq len (131072)" in message
@@ -121,10 +121,10 @@ def test_it_refuses_a_max_model_len_beyond_the_kv_cache_like_vllm():
 
 
 def test_it_refuses_a_context_beyond_the_model_and_heads_not_divisible():
-    with pytest.raises(SimRefusal, match="User-specified max_model_len"):
+    with pytest.raises(StartRefusal, match="User-specified max_model_len"):
         make_scheduler(LLAMA8, H100, {"max_model_len": 200_000})
-    odd = ModelSpec("odd", 1e9, 8, 1536, 12, 4, 128, max_position_embeddings=4096)
-    with pytest.raises(SimRefusal, match="divisible by tensor parallel size"):
+    odd = ModelFacts("odd", 1e9, 8, 1536, 12, 4, 128, max_position_embeddings=4096)
+    with pytest.raises(StartRefusal, match="divisible by tensor parallel size"):
         make_scheduler(odd, H100, {"tensor_parallel_size": 8})
 
 
@@ -163,9 +163,9 @@ def test_model_specs_load_from_the_sites_field_names(tmp_path):
         ' "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16",'
         ' "max_position_embeddings": 8192}'
     )
-    spec = load_model_spec(str(path))
+    spec = load_model_facts(str(path))
     assert (spec.num_kv_heads, spec.head_dim, spec.max_position_embeddings) == (8, 128, 8192)
     with pytest.raises(ValueError, match="neither a preset"):
-        load_model_spec(str(tmp_path / "missing.json"))
+        load_model_facts(str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="unknown GPU"):
         gpu_profile("TPU")

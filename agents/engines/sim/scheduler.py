@@ -26,8 +26,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agents.engines.sim.hardware import GpuProfile, ModelSpec
-from agents.engines.sim.perf import ServeSettings, StepModel, plan_memory
+from agents.hardware import GpuProfile, ModelFacts, ServeSettings, StepModel, start_check
 
 
 @dataclass(eq=False)
@@ -389,10 +388,9 @@ def closed_loop(
 
 
 def make_scheduler(
-    model: ModelSpec, gpu: GpuProfile, flags: Mapping[str, object] | None = None
+    model: ModelFacts, gpu: GpuProfile, flags: Mapping[str, object] | None = None
 ) -> Scheduler:
     """A scheduler for ``model`` on ``gpu`` with serve ``flags`` (protocol names); raises
-    ``SimRefusal`` where vLLM would refuse to start."""
-    settings = ServeSettings.from_flags(flags or {}, model, gpu)
-    plan = plan_memory(model, gpu, settings)
+    ``StartRefusal`` where vLLM would refuse to start (``agents.hardware.start_check``)."""
+    settings, plan = start_check(model, gpu, flags or {})
     return Scheduler(settings, StepModel(model, gpu, settings, plan))

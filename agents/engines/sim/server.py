@@ -40,15 +40,18 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from agents.engines.sim.hardware import GIB, ModelSpec, gpu_profile, load_model_spec
-from agents.engines.sim.perf import (
-    ServeSettings,
-    SimRefusal,
-    StepModel,
-    cold_start_seconds,
-    plan_memory,
-)
 from agents.engines.sim.scheduler import Scheduler, SimRequest, prompt_block_hashes
+from agents.engines.sim.startup import cold_start_seconds
+from agents.hardware import (
+    GIB,
+    ModelFacts,
+    ServeSettings,
+    StartRefusal,
+    StepModel,
+    gpu_profile,
+    load_model_facts,
+    start_check,
+)
 
 SIM_VERSION = "benchsite-sim-1"
 FINGERPRINT = f"{SIM_VERSION}-simulated"
@@ -132,7 +135,7 @@ class SimServer:
     def __init__(
         self,
         *,
-        model: ModelSpec,
+        model: ModelFacts,
         gpu_name: str,
         settings: ServeSettings,
         scheduler: Scheduler,
@@ -566,7 +569,7 @@ def _log(source: str, where: str, text: str, level: str = "INFO") -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm serve (benchsite simulator)")
-    parser.add_argument("model_spec", help="preset name or ModelSpec JSON file")
+    parser.add_argument("model_spec", help="preset name or model facts JSON file")
     parser.add_argument("--gpu", required=True, help="H100, H200, B200, A100, L40S, RTX 4090")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -609,17 +612,22 @@ FLAG_NAMES = (
 
 
 def build(args: argparse.Namespace) -> SimServer:
-    """Checks the configuration like vLLM and builds the server; raises ``SimRefusal``."""
+    """Checks the configuration like vLLM (``agents.hardware.start_check``) and builds the
+    server; raises ``StartRefusal``."""
     try:
-        model = load_model_spec(args.model_spec)
+        model = load_model_facts(args.model_spec)
         gpu = gpu_profile(args.gpu)
     except ValueError as exc:
-        raise SimRefusal(f"ValueError: Invalid repository ID or local directory: {exc}") from None
+        raise StartRefusal(
+            f"ValueError: Invalid repository ID or local directory: {exc}",
+            summary="the simulator does not know this model or GPU",
+        ) from None
     if args.speed <= 0 or not math.isfinite(args.speed):
-        raise SimRefusal("error: argument --speed: must be a positive number")
+        raise StartRefusal(
+            "error: argument --speed: must be a positive number", summary="a bad --speed"
+        )
     flags = {name: getattr(args, name) for name in FLAG_NAMES}
-    settings = ServeSettings.from_flags(flags, model, gpu)
-    plan = plan_memory(model, gpu, settings)
+    settings, plan = start_check(model, gpu, flags)
     scheduler = Scheduler(settings, StepModel(model, gpu, settings, plan))
     return SimServer(
         model=model,
@@ -641,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     _log("APIServer", "banner", f"SIMULATED vLLM ({SIM_VERSION}): no GPU is used; GPU={args.gpu}")
     try:
         server = build(args)
-    except SimRefusal as exc:
+    except StartRefusal as exc:
         print("Traceback (most recent call last):", flush=True)
         print(str(exc), flush=True)
         print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)

@@ -1,0 +1,47 @@
+"""Hardware facts and the maths on them, shared by the simulator and the site.
+
+``gpus`` (each GPU's memory in GiB as CUDA reports it, bandwidth, FLOP/s), ``models`` (a
+model's architecture facts and bytes per element), ``memory`` (``start_check``: does a serve
+configuration start, with how much KV cache), ``roofline`` (how long an engine step takes).
+
+Pure: the standard library only, and nothing else of ``agents`` (an import contract says
+so), so the site may import it as it imports ``agents.protocol``.
+"""
+
+from agents.hardware.gpus import GIB, GPUS, GpuProfile, gpu_profile
+from agents.hardware.memory import (
+    MemoryPlan,
+    ServeSettings,
+    StartRefusal,
+    plan_memory,
+    start_check,
+)
+from agents.hardware.models import (
+    MODEL_PRESETS,
+    REGISTERED_FACTS,
+    WEIGHT_BYTES,
+    ModelFacts,
+    load_model_facts,
+)
+from agents.hardware.roofline import DEFAULT_EFFICIENCY, Efficiency, StepCost, StepModel
+
+__all__ = [
+    "DEFAULT_EFFICIENCY",
+    "GIB",
+    "GPUS",
+    "MODEL_PRESETS",
+    "REGISTERED_FACTS",
+    "WEIGHT_BYTES",
+    "Efficiency",
+    "GpuProfile",
+    "MemoryPlan",
+    "ModelFacts",
+    "ServeSettings",
+    "StartRefusal",
+    "StepCost",
+    "StepModel",
+    "gpu_profile",
+    "load_model_facts",
+    "plan_memory",
+    "start_check",
+]

@@ -1,0 +1,156 @@
+"""GPU facts: the one place a GPU's memory, bandwidth, FLOP/s and interconnect are stated.
+
+Guarantees:
+
+- Every profile names its datasheet. Throughput is the vendor's *dense* (no sparsity) BF16
+  tensor figure, bandwidth the peak memory bandwidth, per GPU.
+- Memory is stated twice, in the two units that mean different things: ``marketing_gb`` is
+  the "80GB" of the product name (10^9 bytes, rounded), ``memory_gib`` the total that CUDA
+  reports to PyTorch and vLLM (``torch.cuda.mem_get_info``, printed by an OOM as "GPU 0 has a
+  total capacity of … GiB"). Every memory calculation uses ``memory_gib``; the product name
+  is for labels only.
+- ``gpu_profile`` finds a profile by name, alias or Runpod id, or raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """One GPU model. ``link_gbps`` is the per-GPU bandwidth between GPUs for tensor
+    parallelism (NVLink where the board has it, else PCIe)."""
+
+    name: str
+    runpod_id: str
+    bf16_tflops: float
+    bandwidth_tbps: float
+    marketing_gb: int
+    memory_gib: float
+    link_gbps: float
+    source: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def memory_bytes(self) -> float:
+        """The usable total, as vLLM sees it (``gpu_memory_utilization`` is a share of it)."""
+        return self.memory_gib * GIB
+
+
+# memory_gib: the "total capacity" PyTorch prints in CUDA out-of-memory errors on these boards
+# (public logs, 2024-2026); it varies by about 0.1 GiB with driver and ECC settings.
+GPUS = (
+    GpuProfile(
+        "H100 SXM",
+        "NVIDIA H100 80GB HBM3",
+        989.0,
+        3.35,
+        80,
+        79.19,
+        450,
+        "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column: BF16 1,979 TFLOPS with "
+        "sparsity, 3.35 TB/s, 80 GB, NVLink 900 GB/s)",
+        ("h100", "h100-sxm", "h100sxm"),
+    ),
+    GpuProfile(
+        "H200",
+        "NVIDIA H200",
+        989.0,
+        4.8,
+        141,
+        139.80,
+        450,
+        "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: BF16 1,979 TFLOPS with sparsity, "
+        "4.8 TB/s, 141 GB, NVLink 900 GB/s)",
+        ("h200", "h200-sxm"),
+    ),
+    GpuProfile(
+        "B200",
+        "NVIDIA B200",
+        2250.0,
+        8.0,
+        180,
+        178.35,
+        900,
+        "NVIDIA HGX B200 datasheet (8 GPUs: FP16/BF16 36 PFLOPS with sparsity, 1.4 TB HBM3e, "
+        "64 TB/s; per GPU 2.25 PFLOPS dense, 180 GB, 8 TB/s; NVLink 1.8 TB/s)",
+        ("b200",),
+    ),
+    GpuProfile(
+        "A100 80GB",
+        "NVIDIA A100-SXM4-80GB",
+        312.0,
+        2.039,
+        80,
+        79.15,
+        300,
+        "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: BF16 312 TFLOPS dense, "
+        "2,039 GB/s, NVLink 600 GB/s)",
+        ("a100", "a100-80gb", "a100-sxm"),
+    ),
+    GpuProfile(
+        "A100 80GB PCIe",
+        "NVIDIA A100 80GB PCIe",
+        312.0,
+        1.935,
+        80,
+        79.15,
+        32,
+        "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB PCIe: BF16 312 TFLOPS dense, "
+        "1,935 GB/s, PCIe Gen4 64 GB/s both directions)",
+        ("a100-pcie", "a100-80gb-pcie"),
+    ),
+    GpuProfile(
+        "A100 40GB",
+        "NVIDIA A100-SXM4-40GB",
+        312.0,
+        1.555,
+        40,
+        39.39,
+        300,
+        "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM: BF16 312 TFLOPS dense, "
+        "1,555 GB/s, NVLink 600 GB/s)",
+        ("a100-40gb", "a100-sxm4-40gb"),
+    ),
+    GpuProfile(
+        "L40S",
+        "NVIDIA L40S",
+        362.05,
+        0.864,
+        48,
+        44.39,
+        32,
+        "NVIDIA L40S datasheet (BF16 362.05 TFLOPS dense / 733 with sparsity, 48 GB GDDR6, "
+        "864 GB/s, PCIe Gen4 x16 64 GB/s both directions)",
+        ("l40s",),
+    ),
+    GpuProfile(
+        "RTX 4090",
+        "NVIDIA GeForce RTX 4090",
+        165.2,
+        1.008,
+        24,
+        23.65,
+        32,
+        "NVIDIA Ada GPU architecture whitepaper, Appendix A (RTX 4090: BF16 with FP32 "
+        "accumulate 165.2 TFLOPS dense, 24 GB GDDR6X, 1,008 GB/s; PCIe Gen4)",
+        ("4090", "rtx4090", "rtx-4090"),
+    ),
+)
+
+
+def _key(text: str) -> str:
+    return text.lower().replace(" ", "").replace("_", "-")
+
+
+def gpu_profile(name: str) -> GpuProfile:
+    """Finds a profile by name, alias or Runpod id, ignoring case and spaces."""
+    wanted = _key(name)
+    for gpu in GPUS:
+        if wanted in {_key(gpu.name), _key(gpu.runpod_id), *(_key(a) for a in gpu.aliases)}:
+            return gpu
+    known = ", ".join(gpu.name for gpu in GPUS)
+    raise ValueError(f"unknown GPU {name!r}; known: {known}")

@@ -1,0 +1,186 @@
+"""Will vLLM start, and with how much KV cache: the one fit check of Benchsite.
+
+Guarantees:
+
+- ``start_check`` is the only answer to "does this serve configuration start on this GPU":
+  the simulator refuses to start exactly where it raises, and the site's builder, fit table
+  and estimate call it too. It fills the flags a configuration leaves out as ``vllm serve``
+  does (``ServeSettings.from_flags``), then plans memory.
+- ``plan_memory`` follows vLLM's start-up accounting per GPU: ``gpu_memory_utilization`` x
+  the usable total (``GpuProfile.memory_bytes``, in GiB as CUDA reports it), minus the
+  weights (divided by the tensor-parallel size), minus an activation reserve (the peak of a
+  ``max_num_batched_tokens`` forward pass, sampler logits for ``max_num_seqs``, non-torch
+  memory and CUDA graphs), leaves the KV cache, cut into blocks.
+- ``StartRefusal`` carries vLLM's kind of message and a short ``summary`` for people.
+- Pure arithmetic: the same inputs always give the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agents.hardware.gpus import GIB, GpuProfile
+from agents.hardware.models import ModelFacts
+
+
+class StartRefusal(Exception):
+    """vLLM would refuse this configuration at start-up; the message is vLLM-worded, the
+    ``summary`` says in a few words what is wrong, for a page."""
+
+    def __init__(self, message: str, *, summary: str):
+        super().__init__(message)
+        self.summary = summary
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """The serve flags the simulator models, with vLLM's defaults for a given GPU."""
+
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    enable_prefix_caching: bool
+    enable_chunked_prefill: bool
+    block_size: int
+    kv_cache_dtype: str
+    enforce_eager: bool
+
+    @classmethod
+    def from_flags(
+        cls, flags: Mapping[str, object], model: ModelFacts, gpu: GpuProfile
+    ) -> ServeSettings:
+        """Fills what ``flags`` leaves out the way vLLM 0.11+ does for ``vllm serve``."""
+        # vLLM's defaults depend on the GPU's memory (engine/arg_utils.py).
+        if gpu.memory_gib >= 160:
+            batched, seqs = 16384, 1024
+        elif gpu.memory_gib >= 70 and "a100" not in gpu.name.lower():
+            batched, seqs = 8192, 1024
+        else:
+            batched, seqs = 2048, 256
+        max_model_len = int(flags.get("max_model_len") or model.max_position_embeddings)
+        chunked = flags.get("enable_chunked_prefill")
+        settings = cls(
+            max_model_len=max_model_len,
+            max_num_seqs=int(flags.get("max_num_seqs") or seqs),
+            max_num_batched_tokens=int(flags.get("max_num_batched_tokens") or batched),
+            gpu_memory_utilization=float(flags.get("gpu_memory_utilization") or 0.9),
+            tensor_parallel_size=int(flags.get("tensor_parallel_size") or 1),
+            pipeline_parallel_size=int(flags.get("pipeline_parallel_size") or 1),
+            # Both are on by default in vLLM's V1 engine.
+            enable_prefix_caching=flags.get("enable_prefix_caching") is not False,
+            enable_chunked_prefill=chunked is not False,
+            block_size=int(flags.get("block_size") or 16),
+            kv_cache_dtype=str(flags.get("kv_cache_dtype") or "auto"),
+            enforce_eager=bool(flags.get("enforce_eager")),
+        )
+        settings.check(model)
+        return settings
+
+    def check(self, model: ModelFacts) -> None:
+        if self.max_model_len > model.max_position_embeddings:
+            raise StartRefusal(
+                f"ValueError: User-specified max_model_len ({self.max_model_len}) is greater "
+                f"than the derived max_model_len (max_position_embeddings="
+                f"{model.max_position_embeddings} in model's config.json).",
+                summary="max_model_len is beyond the model's context",
+            )
+        if model.num_attention_heads % self.tensor_parallel_size:
+            raise StartRefusal(
+                f"ValueError: Total number of attention heads ({model.num_attention_heads}) "
+                f"must be divisible by tensor parallel size ({self.tensor_parallel_size}).",
+                summary="the attention heads do not divide by tensor_parallel_size",
+            )
+        if self.pipeline_parallel_size != 1:
+            raise StartRefusal(
+                "error: argument --pipeline-parallel-size: the simulator does not model "
+                "pipeline parallelism (use 1)",
+                summary="the simulator does not model pipeline parallelism",
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise StartRefusal(
+                f"ValueError: max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller "
+                f"than max_model_len ({self.max_model_len}). This effectively limits the "
+                "maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+                "longer sequences. Please increase max_num_batched_tokens or decrease "
+                "max_model_len.",
+                summary="max_num_batched_tokens is below max_model_len without chunked prefill",
+            )
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory as vLLM would lay it out; KV figures are per GPU."""
+
+    budget_bytes: float
+    weight_bytes: float
+    reserve_bytes: float
+    kv_bytes: float
+    kv_bytes_per_token: float
+    num_blocks: int
+    block_size: int
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+def plan_memory(model: ModelFacts, gpu: GpuProfile, settings: ServeSettings) -> MemoryPlan:
+    """The KV cache vLLM would allocate; raises ``StartRefusal`` where vLLM refuses."""
+    tp = settings.tensor_parallel_size
+    total = gpu.memory_bytes
+    budget = settings.gpu_memory_utilization * total
+    weights = model.weight_bytes / tp
+    if weights > budget:
+        raise StartRefusal(
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            f"{weights / GIB:.2f} GiB for the weights. GPU 0 has a total capacity of "
+            f"{total / GIB:.2f} GiB, of which gpu_memory_utilization="
+            f"{settings.gpu_memory_utilization} allows {budget / GIB:.2f} GiB.",
+            summary="the weights do not fit",
+        )
+    act_bytes = model.activation_bytes
+    activations = (
+        settings.max_num_batched_tokens
+        * (4 * model.hidden_size + 2 * model.ffn_size / tp)
+        * act_bytes
+    )
+    logits = settings.max_num_seqs * model.vocab_size * 4  # float32 logits in the sampler
+    non_torch = 0.6 * GIB + (0.0 if settings.enforce_eager else 0.5 * GIB)  # + CUDA graphs
+    reserve = activations + logits + non_torch
+    kv = budget - weights - reserve
+    if kv <= 0:
+        raise StartRefusal(
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine.",
+            summary="no memory is left for the KV cache",
+        )
+    per_token = model.kv_bytes_per_token(settings.kv_cache_dtype, tp)
+    num_blocks = int(kv // (per_token * settings.block_size))
+    plan = MemoryPlan(budget, weights, reserve, kv, per_token, num_blocks, settings.block_size)
+    needed = settings.max_model_len * per_token
+    if needed > kv:
+        estimated = int(kv // per_token)
+        estimated -= estimated % settings.block_size
+        raise StartRefusal(
+            f"ValueError: To serve at least one request with the model's max seq len "
+            f"({settings.max_model_len}), ({needed / GIB:.2f} GiB KV cache is needed, which "
+            f"is larger than the available KV cache memory ({kv / GIB:.2f} GiB). Based on "
+            f"the available memory, the estimated maximum model length is {estimated}. Try "
+            "increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+            "initializing the engine.",
+            summary=f"the KV cache cannot hold one {settings.max_model_len:,}-token sequence",
+        )
+    return plan
+
+
+def start_check(
+    model: ModelFacts, gpu: GpuProfile, flags: Mapping[str, object]
+) -> tuple[ServeSettings, MemoryPlan]:
+    """The settings vLLM would run with and its memory plan; raises ``StartRefusal`` where
+    vLLM (and so the simulator) refuses to start."""
+    settings = ServeSettings.from_flags(flags, model, gpu)
+    return settings, plan_memory(model, gpu, settings)
