@@ -153,7 +153,7 @@ def run_trials(run: Run) -> list[Trial]:
     """The run's trials in order, their measurements in the order they arrived."""
     measurements = Measurement.objects.order_by("created_at", "id")
     return list(
-        Trial.objects.filter(run=run)
+        Trial.objects.filter(organization_id=run.organization_id, run=run)
         .order_by("index")
         .prefetch_related(Prefetch("measurements", queryset=measurements))
     )
@@ -216,7 +216,8 @@ def _epochs_read(run: Run) -> list[dict]:
     ranges of seqs not stored (yet: resends may fill them), so the page can tell each notice
     it is sent from those read. As ranges, the answer grows with the rows stored, never with
     the seqs: one message at seq 2**62 is one gap, not a list of 2**62 numbers."""
-    rows = AgentMessageRecord.objects.filter(run=run).order_by("epoch", "seq")
+    rows = AgentMessageRecord.objects.filter(organization_id=run.organization_id, run=run)
+    rows = rows.order_by("epoch", "seq")
     read: list[dict] = []
     for epoch, seq in rows.values_list("epoch", "seq"):
         if not read or read[-1]["epoch"] != epoch:
@@ -335,7 +336,8 @@ def run_live_state(*, run: Run) -> dict:
         for trial in trial_rows
     ]
     # In the order agents sent them: a restarted agent's epoch follows its predecessor's.
-    records = AgentMessageRecord.objects.filter(run=run).order_by("epoch", "seq")
+    records = AgentMessageRecord.objects.filter(organization_id=run.organization_id, run=run)
+    records = records.order_by("epoch", "seq")
     hello = records.filter(type="hello").only("received_at").first()
     progress = [
         _progress_point(*row)
@@ -529,7 +531,8 @@ def compare_trials(*, membership: Membership, selection: list[Selection]) -> lis
     measurements = Measurement.objects.order_by("created_at", "id")
     trials_by_run: dict[uuid.UUID, list[Trial]] = {}
     for trial in (
-        Trial.objects.filter(run_id__in=run_ids)
+        scoped(membership, Trial)
+        .filter(run_id__in=run_ids)
         .order_by("run_id", "index")
         .prefetch_related(Prefetch("measurements", queryset=measurements))
     ):

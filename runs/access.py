@@ -152,7 +152,7 @@ def access_run_of_user(*, principal: Principal, run_id) -> Run:
 def access_trial(*, membership: Membership, run_id, index) -> Trial:
     """Trial ``index`` of one of the organization's runs."""
     run = access_run(membership=membership, run_id=run_id)
-    trial = Trial.objects.filter(run=run, index=index).select_related("run").first()
+    trial = scoped(membership, Trial).filter(run=run, index=index).select_related("run").first()
     if trial is None:
         raise Http404
     return trial

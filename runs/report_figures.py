@@ -202,7 +202,10 @@ def _record(trials, measurement_model, figures_model) -> int:
     trials = trials.filter(
         run__state__in=TERMINAL_RUN_STATES, outcome__in=MEASURED_OUTCOMES
     ).exclude(level_figures__rules=FIGURES_RULES)
-    trial_ids = list(trials.values_list("id", flat=True).order_by("id"))
+    owners = dict(trials.values_list("id", "run__organization_id").order_by("id"))
+    trial_ids = list(owners)
+    # Migration 0010's historical rows predate their organization (migration 0013 fills it).
+    owned = any(field.name == "organization" for field in figures_model._meta.fields)
     for start in range(0, len(trial_ids), _BATCH):
         batch = trial_ids[start : start + _BATCH]
         levels = levels_of_trials(measurement_model.objects.filter(trial_id__in=batch))
@@ -212,6 +215,7 @@ def _record(trials, measurement_model, figures_model) -> int:
             rows.append(
                 figures_model(
                     trial_id=trial_id,
+                    **({"organization_id": owners[trial_id]} if owned else {}),
                     rules=FIGURES_RULES,
                     deciding_levels=list(figures.deciding_levels),
                     qualifying=list(figures.qualifying),

@@ -252,9 +252,9 @@ def trial_figures(
     under its experiment's SLOs. A trial of an ended run is read
     with its level figures (``runs.report_figures``) instead of its levels, and priced once
     per pricing in this process (``EndedTrialFigures``)."""
-    trials = Trial.objects.filter(run__organization=org, outcome__in=MEASURED_OUTCOMES)
+    trials = Trial.objects.filter(organization=org, outcome__in=MEASURED_OUTCOMES)
     levels_query = Measurement.objects.filter(
-        trial__run__organization=org, trial__outcome__in=MEASURED_OUTCOMES
+        organization=org, trial__outcome__in=MEASURED_OUTCOMES
     )
     if experiments is not None:
         wanted = [e.id for e in experiments]
@@ -282,9 +282,10 @@ def trial_figures(
     )  # fmt: skip
     # Few experiments, models and GPU types: read once each, not once per trial.
     experiment_rows = {}
-    for e in Experiment.objects.filter(id__in={row.experiment_key for row in rows}).select_related(
-        "model", "gpu_type"
-    ):
+    experiments_read = Experiment.objects.filter(
+        organization=org, id__in={row.experiment_key for row in rows}
+    )
+    for e in experiments_read.select_related("model", "gpu_type"):
         # PostgreSQL spells a UUID with dashes, SQLite as 32 hex digits.
         experiment_rows[str(e.id)] = experiment_rows[e.id.hex] = e
     pricings: dict[tuple, tuple] = {}
@@ -329,7 +330,7 @@ def trial_figures(
     level_figures_of: dict[int, LevelFigures] = {}
     ended_pending = {row.id for row in pending if row.run__state in TERMINAL_RUN_STATES}
     if ended_pending:
-        kept = TrialLevelFigures.objects.filter(rules=rules)
+        kept = TrialLevelFigures.objects.filter(organization=org, rules=rules)
         if len(ended_pending) <= _LEVELS_BY_ID:
             kept = kept.filter(trial_id__in=ended_pending)
         else:
@@ -640,7 +641,9 @@ def model_choice(*, experiment: Experiment) -> ModelChoice:
     figures = trial_figures(org=org, experiments=comparable)
     measured = sorted((f for f in figures if not f.simulated), key=_cost_key)
     promoted = (
-        Promotion.objects.filter(experiment=experiment, state=PromotionState.APPROVED)
+        Promotion.objects.filter(
+            organization=org, experiment=experiment, state=PromotionState.APPROVED
+        )
         .select_related("trial__run", "proposed_by", "decided_by")
         .first()
     )

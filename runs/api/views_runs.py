@@ -44,7 +44,8 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedView
     def get_queryset(self):
         queryset = super().get_queryset().select_related("started_by")
         if self.action == "retrieve":
-            trials = Trial.objects.prefetch_related("measurements").order_by("index")
+            trials = scoped(self.membership, Trial).prefetch_related("measurements")
+            trials = trials.order_by("index")
             queryset = queryset.prefetch_related(Prefetch("trials", queryset=trials))
         return queryset
 

@@ -6,6 +6,7 @@ from django.db import models
 from django.utils import timezone
 
 from runs.models.runs import Run
+from runs.models.tenancy import Organization
 
 
 class AgentMessageRecord(models.Model):
@@ -14,6 +15,8 @@ class AgentMessageRecord(models.Model):
     other content is refused. Each agent incarnation numbers within its own site-issued
     ``epoch``; rows from before epochs existed are epoch 0 with an empty digest."""
 
+    # Always the run's organization (set by ingest).
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="agent_messages")
     epoch = models.PositiveIntegerField(default=0)
     seq = models.PositiveBigIntegerField()

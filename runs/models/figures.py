@@ -7,6 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from runs.models.runs import Trial
+from runs.models.tenancy import Organization
 
 
 class TrialLevelFigures(models.Model):
@@ -19,6 +20,8 @@ class TrialLevelFigures(models.Model):
     read afresh by each report.
     """
 
+    # Always the trial's organization (set by ``runs.report_figures``).
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     trial = models.OneToOneField(
         Trial, on_delete=models.CASCADE, primary_key=True, related_name="level_figures"
     )

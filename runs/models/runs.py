@@ -128,6 +128,9 @@ class FailureClass(models.TextChoices):
 class Trial(models.Model):
     """One serve configuration inside a run, with its exact command and cold-start record."""
 
+    # Always the run's organization (set by the services that create trials): tenant reads
+    # filter by it without joining the run.
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trials")
     index = models.PositiveIntegerField()
     serve_config = models.JSONField()
@@ -152,6 +155,8 @@ class Trial(models.Model):
 class Measurement(models.Model):
     """One finished load level of a trial: the client metrics and the server's time series."""
 
+    # Always the trial's run's organization (set by ingest).
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     trial = models.ForeignKey(Trial, on_delete=models.CASCADE, related_name="measurements")
     concurrency = models.PositiveIntegerField(null=True, blank=True)
     request_rate = models.FloatField(null=True, blank=True)  # requests/s; inf stored as null + flag

@@ -131,6 +131,7 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
             )
             continue
         AgentMessageRecord.objects.create(
+            organization_id=run.organization_id,
             run=run,
             epoch=message.epoch,
             seq=message.seq,
@@ -192,7 +193,9 @@ def _trial(run: Run, index: int, trials: dict[int, Trial]) -> Trial:
     # sight. ``trials`` caches them for the batch: most messages of a batch share a trial.
     if index not in trials:
         trials[index], _ = Trial.objects.get_or_create(
-            run=run, index=index, defaults={"serve_config": {}}
+            run=run,
+            index=index,
+            defaults={"organization_id": run.organization_id, "serve_config": {}},
         )
     return trials[index]
 
@@ -225,6 +228,7 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
     elif isinstance(message, protocol.MeasurementReport):
         rate = message.level.request_rate
         Measurement.objects.create(
+            organization_id=run.organization_id,
             trial=_trial(run, message.trial, trials),
             concurrency=message.level.concurrency,
             request_rate=None if rate in (None, "inf") else rate,

@@ -83,6 +83,7 @@ def run_trials_settle(*, run: Run, reason: str) -> int:
             changed += 1
     missing = [
         Trial(
+            organization_id=run.organization_id,
             run=run,
             index=index,
             serve_config=config,

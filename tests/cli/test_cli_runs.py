@@ -58,6 +58,7 @@ def seed_run(experiment, levels_by_config: dict, *, price="3.99") -> Run:
     )
     for index, (config, results) in enumerate(levels_by_config.items()):
         trial = Trial.objects.create(
+            organization_id=run.organization_id,
             run=run,
             index=index,
             serve_config=json.loads(config),
@@ -67,7 +68,10 @@ def seed_run(experiment, levels_by_config: dict, *, price="3.99") -> Run:
         )
         for result in results:
             Measurement.objects.create(
-                trial=trial, concurrency=result["concurrency"], result=result
+                organization_id=trial.organization_id,
+                trial=trial,
+                concurrency=result["concurrency"],
+                result=result,
             )
     return run
 

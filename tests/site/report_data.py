@@ -53,6 +53,7 @@ def add_trial(
     cold_start: dict | None = None,
 ) -> Trial:
     trial = Trial.objects.create(
+        organization_id=run.organization_id,
         run=run,
         index=index,
         serve_config=serve_config,
@@ -63,7 +64,10 @@ def add_trial(
     for result in levels:
         result = dict(result)
         Measurement.objects.create(
-            trial=trial, concurrency=result.pop("concurrency"), result=result
+            organization_id=trial.organization_id,
+            trial=trial,
+            concurrency=result.pop("concurrency"),
+            result=result,
         )
     return trial
 

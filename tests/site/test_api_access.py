@@ -73,7 +73,9 @@ def world(alice, bob, mallory, charlie) -> World:
         price_community_usd_hr=None,
     )
     provider_key_set(actor=SYSTEM, org=org, provider="runpod", api_key="rpa_world_" + "0" * 30)
-    trial = Trial.objects.create(run=run, index=0, serve_config={}, outcome="succeeded")
+    trial = Trial.objects.create(
+        organization_id=run.organization_id, run=run, index=0, serve_config={}, outcome="succeeded"
+    )
     promotion = Promotion.objects.create(
         organization=org, experiment=run.experiment, trial=trial, proposed_by=mallory.user
     )

@@ -71,7 +71,9 @@ def world(alice, bob, keep_test_connection):
     budget = budget_set(org=alice.org, actor=SYSTEM, limit_usd=100)
     victim = token_create(org=alice.org, user=bob.user, name="victim", actor=SYSTEM).token
     run = Run.objects.create(organization=alice.org, experiment=experiment)
-    trial = Trial.objects.create(run=run, index=0, serve_config={}, outcome="succeeded")
+    trial = Trial.objects.create(
+        organization_id=run.organization_id, run=run, index=0, serve_config={}, outcome="succeeded"
+    )
     promotion = Promotion.objects.create(
         organization=alice.org, experiment=experiment, trial=trial, proposed_by=bob.user
     )

@@ -10,9 +10,18 @@ from .conftest import make_experiment
 def _run_with_results(org):
     run = Run.objects.create(organization=org, experiment=make_experiment(org), reason="ci abc123")
     trial = Trial.objects.create(
-        run=run, index=0, serve_config={"max_num_seqs": 64}, command=["vllm", "serve", "m"]
+        organization_id=run.organization_id,
+        run=run,
+        index=0,
+        serve_config={"max_num_seqs": 64},
+        command=["vllm", "serve", "m"],
     )
-    Measurement.objects.create(trial=trial, concurrency=8, result={"p99_ttft_ms": 41.5})
+    Measurement.objects.create(
+        organization_id=trial.organization_id,
+        trial=trial,
+        concurrency=8,
+        result={"p99_ttft_ms": 41.5},
+    )
     return run
 
 

@@ -397,6 +397,7 @@ def record(trial: Trial, result: dict) -> None:
     concurrency = result.pop("concurrency", None)
     rate = result.pop("request_rate", None)
     Measurement.objects.create(
+        organization_id=trial.organization_id,
         trial=trial,
         concurrency=concurrency,
         request_rate=None if rate == "inf" else rate,
@@ -408,7 +409,11 @@ def record(trial: Trial, result: dict) -> None:
 def priced_trial(org, **experiment_fields) -> Trial:
     experiment = make_experiment(org, model=make_model(org), **experiment_fields)
     trial = Trial.objects.create(
-        run=make_run(org, experiment), index=0, serve_config={}, cold_start=COLD_START
+        organization=org,
+        run=make_run(org, experiment),
+        index=0,
+        serve_config={},
+        cold_start=COLD_START,
     )
     for result in SWEEP:
         record(trial, result)
@@ -450,7 +455,9 @@ def test_it_prices_a_trial_from_its_own_organizations_catalogue_price(alice, cha
 @pytest.mark.django_db
 def test_it_marks_a_trial_of_the_simulator_and_reads_open_loop_levels(alice):
     experiment = make_experiment(alice.org, engine="sim")
-    trial = Trial.objects.create(run=make_run(alice.org, experiment), index=0, serve_config={})
+    trial = Trial.objects.create(
+        organization=alice.org, run=make_run(alice.org, experiment), index=0, serve_config={}
+    )
     record(trial, level({"request_rate": 4.0}, tput=900.0, slo=met(100)))
     record(trial, level({"request_rate": "inf"}, tput=4200.0, slo=met(450)))
     cost = trial_costs(trial=trial)

@@ -32,6 +32,7 @@ def add_rate_level(trial, rate, tput: float, p99_ttft: float, **extra) -> None:
     """An open-loop level (``rate`` requests/s, or ``"inf"``)."""
     result = {k: v for k, v in level(1, tput, p99_ttft, **extra).items() if k != "concurrency"}
     Measurement.objects.create(
+        organization_id=trial.organization_id,
         trial=trial,
         request_rate=None if rate == "inf" else rate,
         request_rate_infinite=rate == "inf",

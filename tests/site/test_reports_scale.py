@@ -175,7 +175,12 @@ def test_it_reads_the_levels_of_a_run_still_going_every_time(history, alice):
 
     assert figure().cost.load == "concurrency=8"
     result = level(64, 6000.0, 300.0)
-    Measurement.objects.create(trial=trial, concurrency=result.pop("concurrency"), result=result)
+    Measurement.objects.create(
+        organization_id=trial.organization_id,
+        trial=trial,
+        concurrency=result.pop("concurrency"),
+        result=result,
+    )
     latest = figure()
     # 3.99 / 3600 / 6000 × 1e6 = 0.184722… → 0.1847
     assert latest.cost.load == "concurrency=64"

@@ -72,9 +72,12 @@ def seed_run(
         **run_fields,
     )
     seq = 0
-    AgentMessageRecord.objects.create(run=run, seq=seq, type="hello", payload={})
+    AgentMessageRecord.objects.create(
+        organization_id=run.organization_id, run=run, seq=seq, type="hello", payload={}
+    )
     for index, config in enumerate(configs):
         trial = Trial.objects.create(
+            organization_id=run.organization_id,
             run=run,
             index=index,
             serve_config=config,
@@ -84,6 +87,7 @@ def seed_run(
         )
         for concurrency in LEVELS:
             Measurement.objects.create(
+                organization_id=trial.organization_id,
                 trial=trial,
                 concurrency=concurrency,
                 result=result(concurrency, ttft=ttft, throughput=throughput, simulated=simulated),
@@ -94,6 +98,7 @@ def seed_run(
             )
             seq += 1
             AgentMessageRecord.objects.create(
+                organization_id=run.organization_id,
                 run=run,
                 seq=seq,
                 type="level_progress",
@@ -219,6 +224,7 @@ def test_it_labels_simulated_results(alice):
 def test_it_shows_failure_classes_with_their_log_tails(alice):
     run = seed_run(alice.org, configs=({"max_num_seqs": 64},))
     Trial.objects.create(
+        organization_id=run.organization_id,
         run=run,
         index=1,
         serve_config={"max_num_seqs": 128},
@@ -266,7 +272,9 @@ def test_it_offers_viewers_no_proposal(alice, bob):
 
 def test_its_live_state_names_the_messages_it_covers(alice):
     run = seed_run(alice.org, state="benchmarking")
-    AgentMessageRecord.objects.create(run=run, seq=9, type="heartbeat", payload={})
+    AgentMessageRecord.objects.create(
+        organization_id=run.organization_id, run=run, seq=9, type="heartbeat", payload={}
+    )
     state = signed_in(alice).get(live_url(run)).json()
     # Resends may still fill 7 and 8: not covered.
     assert state["epochs_read"] == [{"epoch": 0, "last_seq": 9, "gaps": [[7, 8]]}]
@@ -290,6 +298,7 @@ def test_its_live_state_names_the_messages_it_covers_in_each_epoch(alice):
     for epoch, seqs in ((1, (0, 1, 2)), (2, (0, 3, 10**6))):
         for seq in seqs:
             AgentMessageRecord.objects.create(
+                organization_id=run.organization_id,
                 run=run,
                 epoch=epoch,
                 seq=seq,
