@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from dataclasses import dataclass, field
 
 from django.db import transaction
@@ -35,17 +34,14 @@ from runs.api.serializers_experiments import ExperimentSerializer
 from runs.api.strict_fields import StrictIntegerField
 from runs.errors import DomainValidationError
 from runs.estimates import CostEstimate, experiment_estimate
-from runs.models import Experiment, GpuType, Membership, ModelSpec
+from runs.models import Experiment, Membership, ModelSpec
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_create, model_spec_update
 from runs.services.experiments import EXPERIMENT_FIELDS, experiment_create, experiment_update
 
-GIB = 1024**3
 GENERAL_SLOT = "form"
 FALLBACK_SELECTS = MAX_FALLBACK_GPU_TYPES  # one select per fallback an experiment may list
 BLANK_GRID_ROWS = 2  # empty rows offered below the grid's flags when JavaScript is off
-FIT_GPU_COUNTS = (1, 2, 4, 8)
-FIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default, the figure the KV-cache column assumes
 
 # The form's field lists come from the API's own models, so a field added there gets a slot
 # here (and its errors a place on the page) without a second list to keep in step.
@@ -515,85 +511,3 @@ def model_submit(
     except DomainValidationError as exc:
         return None, exc.fields
     return saved, {}
-
-
-@dataclass(frozen=True)
-class FitCell:
-    gpu_count: int
-    fits: bool
-    kv_tokens: int  # tokens of KV cache left at FIT_GPU_MEMORY_UTILIZATION (0 if none)
-
-    @property
-    def kv_text(self) -> str:
-        """Roughly, for a table cell: 3.4M tokens, 512k tokens, 900 tokens."""
-        for size, unit in ((1_000_000, "M"), (1_000, "k")):
-            if self.kv_tokens >= size:
-                digits = 1 if self.kv_tokens < 10 * size else 0
-                return f"{self.kv_tokens / size:.{digits}f}{unit} tokens"
-        return f"{self.kv_tokens} tokens"
-
-
-def builder_fit_json(values: dict[str, str], membership: Membership) -> dict | None:
-    """Whether the chosen model fits the chosen GPUs, for the builder's panel: weights
-    against memory and the KV cache left at gpu_memory_utilization 0.9 (``model_fit_rows``'s
-    maths); None until the model, GPU type and count name real ones (the form's own errors
-    say what is wrong with them)."""
-    try:
-        count = int(values.get("gpu_count", ""))
-    except ValueError:
-        return None
-    model = ModelSpec.objects.filter(
-        organization_id=membership.organization_id, pk=_uuid_or_none(values.get("model"))
-    ).first()
-    gpu = GpuType.objects.filter(pk=values.get("gpu_type") or None).first()
-    if model is None or gpu is None or not 1 <= count <= max(FIT_GPU_COUNTS):
-        return None
-    memory = gpu.vram_gb * GIB * count
-    left = memory * FIT_GPU_MEMORY_UTILIZATION - model.weight_bytes
-    per_token = model.kv_cache_bytes_per_token()
-    kv_tokens = max(0, int(left // per_token)) if per_token else 0
-    cell = FitCell(gpu_count=count, fits=model.weight_bytes <= memory, kv_tokens=kv_tokens)
-    weights_gb, memory_gb = model.weight_bytes / GIB, memory / GIB
-    if not cell.fits:
-        text = (
-            f"{model.name} does not fit: {weights_gb:,.1f} GiB of weights, "
-            f"{memory_gb:,.0f} GiB on {count}× {gpu.display_name}."
-        )
-    else:
-        full = kv_tokens // model.max_context if model.max_context else 0
-        text = (
-            f"{weights_gb:,.1f} GiB of weights on {memory_gb:,.0f} GiB ({count}× "
-            f"{gpu.display_name}); KV cache ≈ {cell.kv_text} at "
-            f"gpu_memory_utilization {FIT_GPU_MEMORY_UTILIZATION}, {full:,} "
-            f"sequence{'' if full == 1 else 's'} at the full {model.max_context:,}-token context."
-        )
-    return {"fits": cell.fits, "kv_tokens": kv_tokens, "text": text}
-
-
-def _uuid_or_none(text: str | None):
-    try:
-        return uuid.UUID(text or "")
-    except ValueError:
-        return None
-
-
-def model_fit_rows(model: ModelSpec, gpu_types: list[GpuType]) -> list[tuple[GpuType, list]]:
-    """Per GPU type and count: do the weights fit, and about how many tokens of KV cache
-    remain at gpu_memory_utilization 0.9 — the same memory maths as the estimate."""
-    weights = model.weight_bytes
-    per_token = model.kv_cache_bytes_per_token()
-    rows = []
-    for gpu in gpu_types:
-        cells = []
-        for count in FIT_GPU_COUNTS:
-            memory = gpu.vram_gb * GIB * count
-            left = memory * FIT_GPU_MEMORY_UTILIZATION - weights
-            cells.append(
-                FitCell(
-                    gpu_count=count,
-                    fits=weights <= memory,
-                    kv_tokens=max(0, int(left // per_token)) if per_token else 0,
-                )
-            )
-        rows.append((gpu, cells))
-    return rows

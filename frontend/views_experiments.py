@@ -17,7 +17,9 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from frontend import experiments_fit as fit
 from frontend import experiments_forms as forms
+from frontend.selectors_runs import with_simulated
 from runs.access import (
     Need,
     Principal,
@@ -64,9 +66,9 @@ def models_list(request, org: str):
     gpu_types = list(GpuType.objects.order_by("vram_gb", "display_name"))
     models = scoped(membership, ModelSpec).order_by("name", "id")
     context = _base_context(membership) | {
-        "rows": [(model, forms.model_fit_rows(model, gpu_types)) for model in models],
-        "fit_counts": forms.FIT_GPU_COUNTS,
-        "utilization": forms.FIT_GPU_MEMORY_UTILIZATION,
+        "rows": [(model, fit.model_fit_rows(model, gpu_types)) for model in models],
+        "fit_counts": fit.FIT_GPU_COUNTS,
+        "utilization": fit.FIT_GPU_MEMORY_UTILIZATION,
     }
     return render(request, "frontend/experiments/models_list.html", context)
 
@@ -77,10 +79,10 @@ def _render_model_form(request, membership, *, values, fields=None, model=None, 
         "values": values,
         "slots": forms.errors_by_slot(fields or {}),
         "model": model,
-        "fit_rows": forms.model_fit_rows(model, gpu_types) if model else None,
+        "fit_rows": fit.model_fit_rows(model, gpu_types) if model else None,
         "used_by": list(model.experiments.order_by("name").only("id", "name")) if model else [],
-        "fit_counts": forms.FIT_GPU_COUNTS,
-        "utilization": forms.FIT_GPU_MEMORY_UTILIZATION,
+        "fit_counts": fit.FIT_GPU_COUNTS,
+        "utilization": fit.FIT_GPU_MEMORY_UTILIZATION,
         "presets": sorted(MODEL_PRESETS.items(), key=lambda item: item[1]["name"]),
         "preset": preset,
         "dtypes": WeightDtype.values,
@@ -178,7 +180,7 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         "invalid_flags": forms.invalid_grid_flags(outcome.fields),
         "trials": outcome.trials,
         "estimate": forms.estimate_json(outcome.estimate),
-        "fit": forms.builder_fit_json(form.values, membership),
+        "fit": fit.builder_fit_json(form, membership),
         "action_url": action,
         "check_url": check,
         "models": scoped(membership, ModelSpec).order_by("name", "id"),
@@ -295,13 +297,14 @@ def experiment_check(request, org: str, experiment_id=None):
             "fields": outcome.fields,
             "slots": outcome.slots,
             "estimate": forms.estimate_json(outcome.estimate),
-            "fit": forms.builder_fit_json(form.values, membership),
+            "fit": fit.builder_fit_json(form, membership),
         }
     )
 
 
 def _render_detail(request, membership, experiment, *, start_errors=None, reason=""):
     runs = experiment.runs.select_related("started_by").order_by("-created_at", "-id")[:100]
+    runs = with_simulated(list(runs))
     estimate = experiment_estimate(experiment=experiment)
     context = _base_context(membership) | {
         "experiment": experiment,

@@ -1,8 +1,10 @@
 """A cost and duration estimate for an experiment before it runs.
 
-This is a planning figure, not a measurement: a roofline model of decode (memory bandwidth
-vs compute) and prefill (compute) with the efficiency factors in ``Assumptions``, plus
-cold-start allowances. Every assumption is returned with the estimate so a reader can see
+This is a planning figure, not a measurement: each configuration goes through the
+simulator's own start check and roofline (``agents.hardware``: the KV cache vLLM would
+allocate, the time of a prefill and of a decode step), with the efficiency factors in
+``Assumptions``, plus cold-start allowances. A configuration the start check refuses is
+warned about and left out. Every assumption is returned with the estimate so a reader can see
 what it rests on. Measured runs replace it; the run's budget check uses it only as a gate.
 """
 
@@ -12,12 +14,17 @@ import math
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 
+from agents.hardware import (
+    DEFAULT_EFFICIENCY,
+    Efficiency,
+    StartRefusal,
+    StepModel,
+    start_check,
+)
 from agents.protocol import Workload, expand_serve_grid, workload_levels
 from runs.models import Experiment, GpuType
 from runs.placement import Placement, experiment_placements
 from runs.selectors import GpuPrice, gpu_price
-
-GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -29,10 +36,9 @@ class Assumptions:
     weight_load_bytes_per_s: float = 2e9  # from local disk or volume into GPU memory
     engine_init_seconds: float = 60.0  # profiling, KV-cache sizing, CUDA graph capture
     engine_init_seconds_eager: float = 20.0  # same, with --enforce-eager
-    bandwidth_efficiency: float = 0.7
-    compute_efficiency: float = 0.5
-    default_max_num_seqs: int = 256  # vLLM's default on GPUs
-    default_gpu_memory_utilization: float = 0.9  # vLLM's default
+    # The simulator's calibrated shares of the datasheet peaks (agents.hardware.Efficiency).
+    bandwidth_efficiency: float = DEFAULT_EFFICIENCY.bandwidth
+    compute_efficiency: float = DEFAULT_EFFICIENCY.flops
     sharegpt_input_len: int = 256  # mean lengths assumed for uploaded conversations
     sharegpt_output_len: int = 256
 
@@ -109,40 +115,32 @@ def experiment_estimate(
     weight_bytes = model.weight_bytes
     provisioning = a.pod_provision_seconds + weight_bytes / a.weight_download_bytes_per_s
     cold_start = sweep = 0.0
-    for config in configs:
+    hardware = gpu.hardware
+    if hardware is None:
+        warnings.append(f"No hardware facts for {gpu.id}: the sweep time is left out.")
+    efficiency = Efficiency(flops=a.compute_efficiency, bandwidth=a.bandwidth_efficiency)
+    for index, config in enumerate(configs):
         eager = bool(config.get("enforce_eager", False))
         cold_start += weight_bytes / a.weight_load_bytes_per_s + (
             a.engine_init_seconds_eager if eager else a.engine_init_seconds
         )
-        kv_element = 1 if str(config.get("kv_cache_dtype", "auto")).startswith("fp8") else None
-        kv_per_token = model.kv_cache_bytes_per_token(kv_element)
-        utilisation = config.get("gpu_memory_utilization", a.default_gpu_memory_utilization)
-        kv_budget = gpu.vram_gb * GIB * gpus * utilisation - weight_bytes
-        if kv_budget <= 0:
+        if hardware is None:
+            continue
+        try:
+            settings, plan = start_check(model.facts, hardware, config)
+        except StartRefusal as refusal:
             warnings.append(
-                f"Weights ({weight_bytes / GIB:.1f} GiB) do not fit {gpus}× {gpu.id} at "
-                f"gpu_memory_utilization={utilisation}: that trial will fail at start-up."
+                f"Trial {index + 1} will fail at start-up on {gpu.display_name}: "
+                f"{refusal.summary} ({refusal})."
             )
             continue
-        max_batch = min(
-            config.get("max_num_seqs", a.default_max_num_seqs),
-            max(1, int(kv_budget / (kv_per_token * (input_len + output_len)))),
-        )
-        for index, level in enumerate(levels):
-            requests = workload.requests_per_level + (workload.warmup_requests if index == 0 else 0)
-            sweep += _level_seconds(
-                level,
-                requests,
-                input_len,
-                output_len,
-                max_batch,
-                kv_per_token,
-                weight_bytes,
-                gpus,
-                gpu,
-                model.parameter_count,
-                a,
+        steps = StepModel(model.facts, hardware, settings, plan, efficiency)
+        max_batch = min(settings.max_num_seqs, max(1, plan.kv_tokens // (input_len + output_len)))
+        for level_index, level in enumerate(levels):
+            requests = workload.requests_per_level + (
+                workload.warmup_requests if level_index == 0 else 0
             )
+            sweep += _level_seconds(level, requests, input_len, output_len, max_batch, steps)
 
     total = provisioning + cold_start + sweep
     price, placement = _dearest_price(experiment)
@@ -182,23 +180,14 @@ def _level_seconds(
     input_len: int,
     output_len: int,
     max_batch: int,
-    kv_per_token: int,
-    weight_bytes: int,
-    gpus: int,
-    gpu,
-    parameters: int,
-    a: Assumptions,
+    steps: StepModel,
 ) -> float:
-    bandwidth = gpu.memory_bandwidth_gbps * 1e9 * gpus * a.bandwidth_efficiency
-    flops = gpu.bf16_tflops * 1e12 * gpus * a.compute_efficiency
-
     def decode_step(batch: int) -> float:
-        # Each step reads every weight once and each sequence's cache (half full on average).
-        memory = (weight_bytes + batch * kv_per_token * (input_len + output_len / 2)) / bandwidth
-        compute = 2 * parameters * batch / flops
-        return max(memory, compute)
+        # Each sequence's cache is half way through its output on average.
+        context = input_len + output_len // 2
+        return steps.cost([(1, context)] * batch, sampled=batch).seconds
 
-    prefill = 2 * parameters * input_len / flops
+    prefill = steps.cost([(input_len, 0)], sampled=1).seconds
 
     def wave(batch: int) -> float:
         return batch * prefill + output_len * decode_step(batch)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pydantic
 from django.conf import settings
 
+from agents.hardware import GIB
 from agents.protocol import (
     SERVE_FLAGS_SCHEMA_VERSION,
     ServeGridError,
@@ -33,7 +34,6 @@ _VERSION_IN_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
 # Runpod network volume ids: letters, digits, '_' and '-' (they go into a GraphQL query).
 _NETWORK_VOLUME_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CONTAINER_DISK_GB = (10, 2000)
-_GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -166,12 +166,14 @@ def _check_placement(
             add(field, f"{gpu_id!r} is listed twice.")
         elif gpu_id not in known:
             add(field, f"No GPU type {gpu_id!r} in the catalogue.")
-        elif model.weight_bytes > known[gpu_id].vram_gb * _GIB * gpu_count:
+        elif (hardware := known[gpu_id].hardware) and (
+            model.weight_bytes > hardware.memory_bytes * gpu_count
+        ):
             # A fallback that cannot hold the weights would only rent a GPU to fail on it.
             add(
                 field,
-                f"The weights ({model.weight_bytes / _GIB:.1f} GiB) do not fit "
-                f"{gpu_count}× {gpu_id} ({known[gpu_id].vram_gb} GB each).",
+                f"The weights ({model.weight_bytes / GIB:.1f} GiB) do not fit "
+                f"{gpu_count}× {gpu_id} ({hardware.memory_gib:.1f} GiB each).",
             )
     return list(fallback_gpu_types)
 

@@ -4,11 +4,11 @@ with per-tenant price overrides)."""
 from __future__ import annotations
 
 import uuid
-from decimal import Decimal
 
 from django.db import models
 from django.utils import timezone
 
+from agents.hardware import REGISTERED_FACTS, GpuProfile, ModelFacts, gpu_profile
 from runs.models.tenancy import Organization, User
 
 
@@ -21,26 +21,6 @@ class WeightDtype(models.TextChoices):
     FP8 = "fp8"
     INT8 = "int8"
     INT4 = "int4"  # AWQ / GPTQ 4-bit
-
-
-# Bytes per weight element; 4-bit formats carry small scales that we ignore here.
-WEIGHT_BYTES = {
-    WeightDtype.BFLOAT16: Decimal(2),
-    WeightDtype.FLOAT16: Decimal(2),
-    WeightDtype.FLOAT32: Decimal(4),
-    WeightDtype.FP8: Decimal(1),
-    WeightDtype.INT8: Decimal(1),
-    WeightDtype.INT4: Decimal("0.5"),
-}
-# The KV cache keeps the activation dtype; quantized weights still compute (and cache) in 16 bit.
-KV_BYTES_FOR_WEIGHT_DTYPE = {
-    WeightDtype.BFLOAT16: 2,
-    WeightDtype.FLOAT16: 2,
-    WeightDtype.FLOAT32: 4,
-    WeightDtype.FP8: 2,
-    WeightDtype.INT8: 2,
-    WeightDtype.INT4: 2,
-}
 
 
 class ModelSpec(models.Model):
@@ -77,15 +57,21 @@ class ModelSpec(models.Model):
         ]
         ordering = ["name", "id"]
 
-    def kv_cache_bytes_per_token(self, kv_cache_dtype_bytes: int | None = None) -> int:
+    @property
+    def facts(self) -> ModelFacts:
+        """The model as ``agents.hardware`` (the memory maths, the simulator) sees it."""
+        return ModelFacts.from_registered(
+            **{name: getattr(self, name) for name in REGISTERED_FACTS}
+        )
+
+    def kv_cache_bytes_per_token(self, kv_cache_dtype: str = "auto") -> int:
         """Bytes of KV cache one token occupies: K and V, for every layer and KV head."""
-        element = kv_cache_dtype_bytes or KV_BYTES_FOR_WEIGHT_DTYPE[WeightDtype(self.dtype)]
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
+        return int(self.facts.kv_bytes_per_token(kv_cache_dtype))
 
     @property
     def weight_bytes(self) -> int:
         """Approximate size of the weights in memory (parameters × bytes per parameter)."""
-        return int(self.parameter_count * WEIGHT_BYTES[WeightDtype(self.dtype)])
+        return int(self.facts.weight_bytes)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.hf_repo}@{self.revision})"
@@ -109,6 +95,16 @@ class GpuType(models.Model):
 
     class Meta:
         ordering = ["display_name"]
+
+    @property
+    def hardware(self) -> GpuProfile | None:
+        """The GPU's physical facts from ``agents.hardware`` (memory in GiB as vLLM sees it),
+        which every memory and time calculation uses; None for a type that module lacks. The
+        columns above are the seed's copy of them, shown by the catalogue API only."""
+        try:
+            return gpu_profile(self.id)
+        except ValueError:
+            return None
 
     def __str__(self) -> str:
         return self.display_name

@@ -16,7 +16,7 @@ from .conftest import H100, SYSTEM, experiment_payload, make_experiment, make_mo
 def test_it_derives_kv_cache_bytes_per_token_from_the_architecture(alice):
     model = make_model(alice.org)  # Llama 3.1 8B: 32 layers, 8 KV heads of 128, bf16
     assert model.kv_cache_bytes_per_token() == 2 * 32 * 8 * 128 * 2 == 131_072
-    assert model.kv_cache_bytes_per_token(kv_cache_dtype_bytes=1) == 65_536  # fp8 cache
+    assert model.kv_cache_bytes_per_token(kv_cache_dtype="fp8") == 65_536
     response = alice.client().get(f"/api/v1/orgs/acme/models/{model.id}/")
     assert response.json()["kv_cache_bytes_per_token"] == 131_072
     assert response.json()["weight_bytes"] == 8_030_261_248 * 2

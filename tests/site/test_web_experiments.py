@@ -9,11 +9,16 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from frontend.experiments_forms import error_slot, model_fit_rows
+from agents import protocol
+from agents.engines.sim import server as sim_server
+from agents.hardware import REGISTERED_FACTS, StartRefusal, gpu_profile, start_check
+from agents.runner.trial_engine import sim_model_file
+from frontend.experiments_fit import FitCell
+from frontend.experiments_forms import error_slot
 from runs.model_presets import MODEL_PRESETS
-from runs.models import AuditEvent, Experiment, GpuType, ModelSpec, Run
+from runs.models import AuditEvent, Experiment, ModelSpec, Run
 
-from .conftest import H100, experiment_payload, make_experiment, make_model, signed_in
+from .conftest import H100, experiment_payload, frozen, make_experiment, make_model, signed_in
 from .db_state import database_state
 
 pytestmark = pytest.mark.django_db
@@ -190,9 +195,9 @@ def test_it_shows_each_models_kv_bytes_and_which_gpus_hold_it(alice):
     page = signed_in(alice).get("/o/acme/models/").content.decode()
     assert "131,072" in page  # both have 8 KV heads of 128; 70B has 80 layers: 327,680
     assert "327,680" in page
-    # 8B in bf16 (~15 GiB) fits one RTX 4090 with ~54k tokens of KV cache at 0.9;
-    # 70B (~131 GiB) fits no single 80 GB GPU.
-    assert "~54k tokens" in page
+    # 8B in bf16 (~15 GiB) fits one RTX 4090 (23.65 GiB usable) with ~41k tokens of KV
+    # cache at 0.9, once vLLM's reserve is set aside; 70B (~131 GiB) fits no single 80GB GPU.
+    assert "~41k tokens" in page
     assert "✗ no" in page
 
 
@@ -460,7 +465,11 @@ def test_it_duplicates_an_experiment_into_the_builder(alice):
 def test_it_shows_the_spec_the_estimate_and_the_runs(alice, bob):
     experiment = make_experiment(alice.org)
     run = Run.objects.create(
-        organization=alice.org, experiment=experiment, started_by=alice.user, reason="nightly"
+        organization=alice.org,
+        experiment=experiment,
+        started_by=alice.user,
+        reason="nightly",
+        **frozen(experiment),
     )
     page = signed_in(bob).get(f"/o/acme/experiments/{experiment.id}/").content.decode()
     assert "max_num_seqs" in page and "64, 128" in page
@@ -562,22 +571,82 @@ def test_it_names_the_missing_dataset_of_a_sharegpt_workload(alice):
     assert checked["slots"]["dataset_id"] == checked["fields"]["workload.dataset.dataset_id"]
 
 
+# Near the edges of the simulator's start check: (model, GPU, count, the one configuration).
+_EDGE_CASES = [
+    ("8b", H100, 1, {}),
+    ("8b", "NVIDIA GeForce RTX 4090", 1, {}),  # the full 131,072-token context does not fit
+    ("8b", "NVIDIA GeForce RTX 4090", 1, {"max_model_len": 41152}),
+    ("8b", "NVIDIA GeForce RTX 4090", 1, {"max_model_len": 41168}),
+    ("8b", "NVIDIA GeForce RTX 4090", 1, {"max_model_len": 4096, "gpu_memory_utilization": 0.7}),
+    ("8b", "NVIDIA GeForce RTX 4090", 1, {"max_model_len": 4096, "gpu_memory_utilization": 0.72}),
+    ("70b", H100, 2, {"max_model_len": 8192}),  # tensor_parallel_size 1: weights on one GPU
+    ("70b", H100, 2, {"max_model_len": 8192, "tensor_parallel_size": 2}),
+    (
+        "70b",
+        H100,
+        2,
+        {"max_model_len": 8192, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.87},
+    ),
+    (
+        "70b",
+        H100,
+        2,
+        {"max_model_len": 8192, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.88},
+    ),
+]
+
+
+def _simulator_starts(model, gpu_type: str, config: dict, workdir) -> bool:
+    """Whether the simulator, given what a job gives it, gets past its start-up check."""
+    source = protocol.ModelSource(
+        served_model_name=model.hf_repo,
+        revision=model.revision,
+        **{name: getattr(model, name) for name in REGISTERED_FACTS},
+    )
+    argv = [str(sim_model_file(source, workdir)), "--gpu", gpu_type]
+    args = sim_server._parser().parse_args(argv + protocol.serve_args(config))
+    try:
+        sim_server.build(args)
+    except StartRefusal:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("size", "gpu_type", "count", "config"), _EDGE_CASES)
+def test_the_builder_says_it_fits_exactly_where_the_simulator_starts(
+    alice, tmp_path, size, gpu_type, count, config
+):
+    presets = {"8b": "llama-3.1-8b-instruct", "70b": "llama-3.1-70b-instruct"}
+    model = make_model(alice.org, **MODEL_PRESETS[presets[size]])
+    flags = [*config, ""]
+    values = [*(str(value) for value in config.values()), ""]
+    form = builder_form(
+        model, gpu_type=gpu_type, gpu_count=str(count), grid_flag=flags, grid_values=values
+    )
+    fit = signed_in(alice).post("/o/acme/experiments/check/", form).json()["fit"]
+    assert fit["fits"] is _simulator_starts(model, gpu_type, config, tmp_path), fit["text"]
+
+
 def test_it_tells_in_the_builder_whether_the_model_fits_the_chosen_gpus(alice, charlie):
     """The live panel and the page without JavaScript both say how the model's weights sit
     in the GPUs' memory and how much KV cache is left (the models page's maths)."""
     model = make_model(alice.org)  # Llama 3.1 8B in bf16: about 15 GiB of weights
     client = signed_in(alice)
     fit = client.post("/o/acme/experiments/check/", builder_form(model)).json()["fit"]
-    ((_, cells),) = model_fit_rows(model, [GpuType.objects.get(pk=H100)])
-    assert fit["fits"] is True and fit["kv_tokens"] == cells[0].kv_tokens > 0
-    assert "GiB of weights on 80 GiB (1× H100 SXM 80GB)" in fit["text"]
-    assert f"KV cache ≈ {cells[0].kv_text}" in fit["text"]
+    # The form's grid: max_num_seqs 64 and 128, max_num_batched_tokens 2048; the first.
+    first = {"max_num_seqs": 64, "max_num_batched_tokens": 2048}
+    _, plan = start_check(model.facts, gpu_profile(H100), first)
+    assert fit["fits"] is True and fit["kv_tokens"] == plan.kv_tokens > 0
+    assert "GiB of weights on 79.2 GiB (1× H100 SXM 80GB)" in fit["text"]
+    assert f"KV cache ≈ {FitCell(1, True, plan.kv_tokens).kv_text}" in fit["text"]
+    assert "all 2 configurations start" in fit["text"]
 
     big = make_model(alice.org, **MODEL_PRESETS["llama-3.1-70b-instruct"])
     small_gpu = builder_form(big, gpu_type="NVIDIA GeForce RTX 4090", gpu_count="2")
     fit = client.post("/o/acme/experiments/check/", small_gpu).json()["fit"]
     assert fit["fits"] is False and fit["text"].startswith("Llama")
-    assert "does not fit" in fit["text"] and "48 GiB on 2× RTX 4090 24GB" in fit["text"]
+    assert "does not start on 47.3 GiB (2× RTX 4090 24GB)" in fit["text"]
+    assert "the weights do not fit" in fit["text"]
     page = client.post("/o/acme/experiments/new/", small_gpu | {"action": "check"})
     assert 'id="live-fit" class="error"' in page.content.decode()
 
