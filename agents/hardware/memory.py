@@ -128,8 +128,12 @@ class MemoryPlan:
         return self.num_blocks * self.block_size
 
 
-def plan_memory(model: ModelFacts, gpu: GpuProfile, settings: ServeSettings) -> MemoryPlan:
-    """The KV cache vLLM would allocate; raises ``StartRefusal`` where vLLM refuses."""
+def plan_memory(
+    model: ModelFacts, gpu: GpuProfile, settings: ServeSettings, *, check_context: bool = True
+) -> MemoryPlan:
+    """The KV cache vLLM would allocate; raises ``StartRefusal`` where vLLM refuses.
+    ``check_context=False`` leaves out the last check (one ``max_model_len`` sequence must
+    fit the cache), for a capacity table that holds for any context length."""
     tp = settings.tensor_parallel_size
     total = gpu.memory_bytes
     budget = settings.gpu_memory_utilization * total
@@ -162,7 +166,7 @@ def plan_memory(model: ModelFacts, gpu: GpuProfile, settings: ServeSettings) -> 
     num_blocks = int(kv // (per_token * settings.block_size))
     plan = MemoryPlan(budget, weights, reserve, kv, per_token, num_blocks, settings.block_size)
     needed = settings.max_model_len * per_token
-    if needed > kv:
+    if check_context and needed > kv:
         estimated = int(kv // per_token)
         estimated -= estimated % settings.block_size
         raise StartRefusal(
