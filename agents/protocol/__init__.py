@@ -1,0 +1,201 @@
+"""The one schema shared by the Benchsite site and its agent: serve flags, workloads, SLOs,
+the messages both ways and the job.
+
+Guarantees:
+
+- Pure Python: stdlib and pydantic only. The site imports this package; the agent runs it in
+  a GPU pod where Django does not exist.
+- Every public name is importable from ``agents.protocol`` itself; the modules only say which
+  job each name belongs to:
+
+  - ``errors``: ``FieldError``, ``ServeGridError`` and how a refusal quotes a value;
+  - ``pydantic_errors``: pydantic's errors as ``FieldError``s with the same field paths;
+  - ``strict``: ``StrictModel``, the base of every protocol model;
+  - ``versions``: vLLM version strings as comparable keys;
+  - ``serve_flags``: the serve-flag schema, grid validation and expansion, ``serve_args``;
+  - ``workload``: datasets, ``Workload``, ``Slos`` and a workload's levels;
+  - ``json_bounds``: the nesting depth of JSON documents, checked before decoding;
+  - ``fields``: the bounded number and JSON field types (each fits its site column);
+  - ``messages``: agent → site messages and the site's answers;
+  - ``job``: ``JobSpec`` and its parts;
+  - ``schema``: the JSON Schema of all of it (``python -m agents.protocol``).
+- Validation is strict and complete: a boolean is not a number, ``"8"`` is not ``8``, and
+  every problem is reported at once as a ``FieldError`` whose ``field`` is a path relative to
+  the validated object (``max_num_seqs[1]``, ``dataset.input_len``, ``concurrency[2]``).
+"""
+
+from agents.protocol.errors import FieldError, ServeGridError
+from agents.protocol.fields import (
+    BIGINT_COLUMN_MAX,
+    INTEGER_COLUMN_MAX,
+    MAX_EPOCH,
+    Count,
+    EpochNumber,
+    FiniteFloat,
+    FiniteJson,
+    RunId,
+    SeqNumber,
+    TrialIndex,
+)
+from agents.protocol.job import (
+    MAX_JOB_TRIALS,
+    EngineSpec,
+    JobSpec,
+    ModelSource,
+    ReportTo,
+    TrialSpec,
+)
+from agents.protocol.json_bounds import (
+    MAX_JSON_DEPTH,
+    JsonTooDeep,
+    json_depth_exceeds,
+    json_loads_bounded,
+)
+from agents.protocol.messages import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_MESSAGES,
+    MAX_LOG_TAIL_CHARS,
+    PROTOCOL_VERSION,
+    TRIAL_FAILURE_CLASSES,
+    Ack,
+    AgentMessage,
+    AgentMessageBase,
+    Cancel,
+    ColdStartPhase,
+    EpochGrant,
+    GpuInfo,
+    Heartbeat,
+    Hello,
+    HostFacts,
+    Level,
+    LevelProgress,
+    MeasurementReport,
+    Rejected,
+    RunFinished,
+    TrialFinished,
+    TrialStarted,
+    agent_message_errors,
+    message_seq,
+    parse_agent_message,
+)
+from agents.protocol.pydantic_errors import pydantic_field_errors
+from agents.protocol.schema import protocol_json_schema
+from agents.protocol.serve_flags import (
+    MAX_GRID_TRIALS,
+    SERVE_FLAGS,
+    SERVE_FLAGS_SCHEMA_VERSION,
+    FlagKind,
+    FlagSpec,
+    expand_serve_grid,
+    serve_args,
+    serve_flags_json_schema,
+    validate_serve_grid,
+)
+from agents.protocol.strict import StrictModel
+from agents.protocol.versions import VersionKey, parse_vllm_version
+from agents.protocol.workload import (
+    BURSTINESS_RANGE,
+    MAX_CONCURRENCY,
+    MAX_INPUT_LEN,
+    MAX_LOAD_LEVELS,
+    MAX_OUTPUT_LEN,
+    MAX_SLO_MS,
+    REQUEST_RATE_RANGE,
+    Dataset,
+    InputLen,
+    OutputLen,
+    PositiveFloat,
+    PrefixDataset,
+    RandomDataset,
+    RequestRate,
+    RequestRateNumber,
+    ShareGptDataset,
+    SloMs,
+    Slos,
+    Workload,
+    workload_levels,
+)
+
+__all__ = [
+    "BIGINT_COLUMN_MAX",
+    "BURSTINESS_RANGE",
+    "INTEGER_COLUMN_MAX",
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_MESSAGES",
+    "MAX_CONCURRENCY",
+    "MAX_EPOCH",
+    "MAX_GRID_TRIALS",
+    "MAX_INPUT_LEN",
+    "MAX_JOB_TRIALS",
+    "MAX_JSON_DEPTH",
+    "MAX_LOAD_LEVELS",
+    "MAX_LOG_TAIL_CHARS",
+    "MAX_OUTPUT_LEN",
+    "MAX_SLO_MS",
+    "PROTOCOL_VERSION",
+    "REQUEST_RATE_RANGE",
+    "SERVE_FLAGS",
+    "SERVE_FLAGS_SCHEMA_VERSION",
+    "TRIAL_FAILURE_CLASSES",
+    "Ack",
+    "AgentMessage",
+    "AgentMessageBase",
+    "Cancel",
+    "ColdStartPhase",
+    "Count",
+    "Dataset",
+    "EngineSpec",
+    "EpochGrant",
+    "EpochNumber",
+    "FieldError",
+    "FiniteFloat",
+    "FiniteJson",
+    "FlagKind",
+    "FlagSpec",
+    "GpuInfo",
+    "Heartbeat",
+    "Hello",
+    "HostFacts",
+    "InputLen",
+    "JobSpec",
+    "JsonTooDeep",
+    "Level",
+    "LevelProgress",
+    "MeasurementReport",
+    "ModelSource",
+    "OutputLen",
+    "PositiveFloat",
+    "PrefixDataset",
+    "RandomDataset",
+    "Rejected",
+    "ReportTo",
+    "RequestRate",
+    "RequestRateNumber",
+    "RunFinished",
+    "RunId",
+    "SeqNumber",
+    "ServeGridError",
+    "ShareGptDataset",
+    "SloMs",
+    "Slos",
+    "StrictModel",
+    "TrialFinished",
+    "TrialIndex",
+    "TrialSpec",
+    "TrialStarted",
+    "VersionKey",
+    "Workload",
+    "agent_message_errors",
+    "expand_serve_grid",
+    "json_depth_exceeds",
+    "json_loads_bounded",
+    "message_seq",
+    "parse_agent_message",
+    "parse_vllm_version",
+    "protocol_json_schema",
+    "pydantic_field_errors",
+    "serve_args",
+    "serve_flags_json_schema",
+    "validate_serve_grid",
+    "workload_levels",
+]

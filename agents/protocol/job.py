@@ -1,0 +1,80 @@
+"""``JobSpec``: everything an agent needs to run one run, unattended."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+)
+
+from agents.protocol.fields import FiniteJson, RunId, TrialIndex
+from agents.protocol.strict import StrictModel
+from agents.protocol.workload import Slos, Workload
+
+MAX_JOB_TRIALS = 1024
+
+
+class ModelSource(StrictModel):
+    """Which weights to serve and the architecture facts the simulator and memory checks use."""
+
+    hf_repo: str = Field(max_length=200)
+    revision: str = Field(default="main", max_length=100)
+    served_model_name: str = Field(max_length=200)
+    local_path: str | None = Field(default=None, max_length=1000)  # weights already on disk
+    parameter_count: Annotated[int, Field(ge=1)]
+    num_layers: Annotated[int, Field(ge=1)]
+    hidden_size: Annotated[int, Field(ge=1)]
+    num_attention_heads: Annotated[int, Field(ge=1)]
+    num_kv_heads: Annotated[int, Field(ge=1)]
+    head_dim: Annotated[int, Field(ge=1)]
+    dtype: str = Field(max_length=16)
+    max_context: Annotated[int, Field(ge=16)]
+
+
+class EngineSpec(StrictModel):
+    """What serves each trial: real vLLM (of this version) or the simulator (of these GPUs)."""
+
+    kind: Literal["vllm", "sim"]
+    image_tag: str | None = Field(default=None, max_length=128)
+    vllm_version: str | None = Field(default=None, max_length=64)
+    gpu_type: str = Field(max_length=100)
+    gpu_count: Annotated[int, Field(ge=1, le=64)]
+    sim_speed: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] = 1.0
+
+
+class TrialSpec(StrictModel):
+    index: TrialIndex
+    serve_config: FiniteJson
+
+
+class ReportTo(StrictModel):
+    """Where results go: the site's WebSocket and REST base, or (both None) a results folder."""
+
+    ws_url: str | None = Field(default=None, max_length=1000)
+    rest_url: str | None = Field(default=None, max_length=1000)
+
+
+class JobSpec(StrictModel):
+    """Site → agent, once per run: trials in order, the workload every trial runs, the SLOs,
+    the engine, the model, a hard deadline (the agent stops itself there, whatever the site
+    does) and where to report. The run token travels apart from it (``BENCHSITE_TOKEN``)."""
+
+    protocol: Literal[1] = 1  # the job is as in protocol 1: agents of either version read it
+    run_id: RunId
+    trials: list[TrialSpec] = Field(min_length=1, max_length=MAX_JOB_TRIALS)
+    workload: Workload
+    slos: Slos = Field(default_factory=Slos)
+    engine: EngineSpec
+    model: ModelSource
+    deadline: Annotated[datetime.datetime, Field(strict=False)]
+    report: ReportTo = Field(default_factory=ReportTo)
+
+    @field_validator("deadline")
+    @classmethod
+    def _aware(cls, deadline: datetime.datetime) -> datetime.datetime:
+        if deadline.tzinfo is None:
+            raise ValueError("the deadline needs a time zone (e.g. 2026-11-29T23:00:00Z)")
+        return deadline

@@ -1,0 +1,271 @@
+"""Agent ↔ site messages: what an agent reports (``AgentMessage``, one of eight types,
+each carrying its run, epoch and ``seq``), what the site answers (``Ack``, ``Rejected``,
+``EpochGrant``, ``Cancel``), and how a refused message is described."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Literal, get_args
+
+import pydantic
+from pydantic import (
+    Field,
+    ValidationInfo,
+    field_validator,
+)
+
+from agents.protocol.errors import FieldError
+from agents.protocol.fields import (
+    BIGINT_COLUMN_MAX,
+    MAX_EPOCH,
+    Count,
+    EpochNumber,
+    FiniteFloat,
+    FiniteJson,
+    RunId,
+    SeqNumber,
+    TrialIndex,
+)
+from agents.protocol.pydantic_errors import join_path, readable_message
+from agents.protocol.strict import StrictModel
+from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
+
+# Bump when an agent message gains a field, or a field changes meaning, so that each side
+# can tell what the other speaks. The site accepts every version ``AgentMessageBase.protocol``
+# lists. 2: ``epoch`` (the agent's site-issued sequence space; protocol 1 is epoch 0).
+PROTOCOL_VERSION = 2
+MAX_LOG_TAIL_CHARS = 64 * 1024
+# The REST batch (``{"messages": [...]}``): an agent never puts more messages, or more bytes
+# of JSON, into one request, and a site accepts every batch within both (its request body
+# limit is at least ``MAX_BATCH_BYTES``). One message larger than that travels alone.
+MAX_BATCH_MESSAGES = 1000
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+
+class Level(StrictModel):
+    """One load level: a closed-loop concurrency or an open-loop request rate ("inf": all
+    requests at once)."""
+
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | None = None
+    request_rate: PositiveFloat | Literal["inf"] | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _exactly_one(self) -> Level:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("give exactly one of concurrency and request_rate")
+        return self
+
+
+class AgentMessageBase(StrictModel):
+    """Agent → site. Every message names its run, the sequence space of the agent that sent
+    it (``epoch``: issued by the site to each agent start without its spool, see
+    ``EpochGrant``) and a sequence number unique within that space. The site stores each
+    ``(run_id, epoch, seq)`` once: a resend with the same content is acknowledged again, one
+    with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
+    and of agents without a site."""
+
+    protocol: Literal[1, 2] = PROTOCOL_VERSION
+    run_id: RunId
+    epoch: EpochNumber = 0
+    seq: SeqNumber
+    sent_at: FiniteFloat | None = None  # agent's wall clock (Unix seconds), for delay figures
+
+    @field_validator("epoch")
+    @classmethod
+    def _epochs_need_protocol_2(cls, epoch: int, info: ValidationInfo) -> int:
+        if epoch and info.data.get("protocol") == 1:
+            raise ValueError("protocol 1 has no epochs; send protocol 2")
+        return epoch
+
+
+class GpuInfo(StrictModel):
+    name: str = Field(max_length=200)
+    memory_mib: Count
+
+
+class HostFacts(StrictModel):
+    """What the agent found about the machine it runs on."""
+
+    hostname: str = Field(default="", max_length=255)
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=64)
+    driver_version: str | None = Field(default=None, max_length=100)
+    cuda_version: str | None = Field(default=None, max_length=100)
+    vllm_version: str | None = Field(default=None, max_length=100)
+    cpu_count: Count | None = None
+    pod_id: str | None = Field(default=None, max_length=100)
+
+
+class Hello(AgentMessageBase):
+    """The agent is up: who it is and what it runs on. Sent first, once per agent start."""
+
+    type: Literal["hello"]
+    agent_version: str = Field(max_length=100)
+    host: HostFacts
+
+
+class Heartbeat(AgentMessageBase):
+    """The agent is alive (about every 10 s); a silent agent is reaped by the site."""
+
+    type: Literal["heartbeat"]
+    trial: TrialIndex | None = None
+
+
+class TrialStarted(AgentMessageBase):
+    """A trial's engine is being started with exactly this configuration and argv."""
+
+    type: Literal["trial_started"]
+    trial: TrialIndex
+    serve_config: FiniteJson
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(max_length=512)
+
+
+class ColdStartPhase(AgentMessageBase):
+    """A cold-start phase was observed: seconds from the engine's process start."""
+
+    type: Literal["cold_start_phase"]
+    trial: TrialIndex
+    phase: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    detail: FiniteJson = Field(default_factory=dict)
+
+
+class LevelProgress(AgentMessageBase):
+    """Live figures of the running level (throttled to about 2 per second)."""
+
+    type: Literal["level_progress"]
+    trial: TrialIndex
+    level: Level
+    requests_done: Count
+    requests_total: Count | None = None
+    ttft_ms_p50: FiniteFloat | None = None
+    ttft_ms_p99: FiniteFloat | None = None
+    itl_ms_p50: FiniteFloat | None = None
+    itl_ms_p99: FiniteFloat | None = None
+    output_tokens_per_s: FiniteFloat | None = None
+    kv_cache_usage: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    num_requests_waiting: Count | None = None
+
+
+class MeasurementReport(AgentMessageBase):
+    """One finished load level of one trial: the load generator's result (the
+    ``vllm bench serve`` keys) and the server's metrics."""
+
+    type: Literal["measurement"]
+    trial: TrialIndex
+    level: Level
+    result: FiniteJson
+    server: FiniteJson = Field(default_factory=dict)
+
+    @field_validator("result")
+    @classmethod
+    def _has_core_keys(cls, result: dict) -> dict:
+        missing = [key for key in ("completed", "failed", "duration") if key not in result]
+        if missing:
+            raise ValueError(f"result lacks {', '.join(missing)}")
+        return result
+
+
+TRIAL_FAILURE_CLASSES = (
+    "oom_at_startup",
+    "kv_cache_too_small",
+    "unsupported_flag",
+    "model_not_found",
+    "startup_timeout",
+    "crash",
+    "deadline",
+    "other",
+)
+
+
+class TrialFinished(AgentMessageBase):
+    """A trial ended; a failed one says why, with the log lines that show it."""
+
+    type: Literal["trial_finished"]
+    trial: TrialIndex
+    outcome: Literal["succeeded", "failed", "skipped"]
+    failure_class: Literal[TRIAL_FAILURE_CLASSES] | None = None  # type: ignore[valid-type]
+    log_tail: str = Field(default="", max_length=MAX_LOG_TAIL_CHARS)
+
+
+class RunFinished(AgentMessageBase):
+    """The agent is done with the run (all trials, a cancel, or its deadline)."""
+
+    type: Literal["run_finished"]
+    outcome: Literal["succeeded", "failed", "cancelled", "deadline"]
+    reason: str = Field(default="", max_length=2000)
+
+
+AgentMessage = Annotated[
+    Hello
+    | Heartbeat
+    | TrialStarted
+    | ColdStartPhase
+    | LevelProgress
+    | MeasurementReport
+    | TrialFinished
+    | RunFinished,
+    Field(discriminator="type"),
+]
+_AGENT_MESSAGE = pydantic.TypeAdapter(AgentMessage)
+
+
+_AGENT_MESSAGE_TYPES = frozenset(
+    get_args(cls.model_fields["type"].annotation)[0] for cls in get_args(get_args(AgentMessage)[0])
+)
+
+
+def parse_agent_message(data: object) -> AgentMessage:
+    """Validates one agent message (parsed JSON); raises ``pydantic.ValidationError``."""
+    return _AGENT_MESSAGE.validate_python(data)
+
+
+def message_seq(data: object) -> int | None:
+    """The ``seq`` of a message that may be malformed, when it is a valid sequence number;
+    else None. What a refusal may echo back: never a value the site could not store."""
+    seq = data.get("seq") if isinstance(data, Mapping) else None
+    valid = isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq <= BIGINT_COLUMN_MAX
+    return seq if valid else None
+
+
+def agent_message_errors(exc: pydantic.ValidationError) -> list[FieldError]:
+    """Why ``parse_agent_message`` refused a message, by field path within the message
+    (``seq``, ``level``, ``result``), without pydantic's union tag in front."""
+    errors = []
+    for error in exc.errors():
+        loc = list(error["loc"])
+        if loc and loc[0] in _AGENT_MESSAGE_TYPES:
+            loc = loc[1:]
+        elif not loc and error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = ["type"]  # the discriminator itself is what is wrong
+        errors.append(FieldError(join_path("", loc), readable_message(error)))
+    return errors
+
+
+class Ack(StrictModel):
+    """Site → agent: the message ``seq`` is stored (or was already); drop it from the spool."""
+
+    type: Literal["ack"] = "ack"
+    seq: SeqNumber
+
+
+class Rejected(StrictModel):
+    """Site → agent: a message was refused and will never be stored; ``seq`` when known."""
+
+    type: Literal["rejected"] = "rejected"
+    seq: SeqNumber | None = None
+    reason: str
+
+
+class EpochGrant(StrictModel):
+    """Site → agent (``POST /api/v1/agent/runs/<id>/epoch/``): a sequence space of its own
+    for an agent that starts without a spool. Each request gets a new, larger one; the agent
+    keeps it with its spool and numbers from 0 within it."""
+
+    epoch: Annotated[int, Field(ge=1, le=MAX_EPOCH)]
+
+
+class Cancel(StrictModel):
+    """Site → agent: stop the run now (finish nothing, report, stop the engine, exit)."""
+
+    type: Literal["cancel"] = "cancel"
+    reason: str = ""

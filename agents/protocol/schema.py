@@ -1,0 +1,34 @@
+"""The protocol's JSON Schema, as committed in docs/protocol.schema.json."""
+
+from __future__ import annotations
+
+import pydantic
+
+from agents.protocol.job import JobSpec
+from agents.protocol.messages import (
+    PROTOCOL_VERSION,
+    Ack,
+    AgentMessage,
+    Cancel,
+    EpochGrant,
+    Rejected,
+)
+from agents.protocol.serve_flags import SERVE_FLAGS_SCHEMA_VERSION
+
+
+def protocol_json_schema() -> dict:
+    """JSON Schema of everything on the wire between agent and site (checked in CI against
+    the committed copy in docs/protocol.schema.json)."""
+    messages = pydantic.TypeAdapter(AgentMessage).json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Benchsite agent protocol",
+        "x-protocol-version": PROTOCOL_VERSION,
+        "x-serve-flags-schema-version": SERVE_FLAGS_SCHEMA_VERSION,
+        "agent_to_site": messages,
+        "site_to_agent": {
+            model.__name__: model.model_json_schema()
+            for model in (Ack, Rejected, Cancel, EpochGrant)
+        },
+        "job": JobSpec.model_json_schema(),
+    }
