@@ -14,7 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from frontend import experiments_fit as fit
@@ -351,7 +351,4 @@ def experiment_start(request, org: str, experiment_id):
         return _render_detail(
             request, membership, experiment, start_errors=exc.fields, reason=reason
         )
-    try:
-        return redirect(reverse("run-detail", args=[org, run.id]))
-    except NoReverseMatch:  # the run page lives in another area; until it exists, stay here
-        return redirect(reverse("experiment-detail", args=[org, experiment.id]) + "#runs")
+    return redirect(reverse("run-detail", args=[org, run.id]))

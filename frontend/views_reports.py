@@ -20,7 +20,7 @@ from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from frontend import reports_tables as tables
@@ -75,23 +75,15 @@ def _context(membership, **extra) -> dict:
 
 
 def _run_href(org_slug: str):
-    def href(figure) -> str | None:
-        # The run page belongs to the runs area (frontend.urls_runs); until it is routed the
-        # report still renders, without the link.
-        try:
-            return reverse("run-detail", args=[org_slug, figure.run_id])
-        except NoReverseMatch:
-            return None
+    def href(figure) -> str:
+        return reverse("run-detail", args=[org_slug, figure.run_id])
 
     return href
 
 
 def _experiment_href(org_slug: str):
-    def href(experiment) -> str | None:
-        try:
-            return reverse("experiment-detail", args=[org_slug, experiment.id])
-        except NoReverseMatch:
-            return None
+    def href(experiment) -> str:
+        return reverse("experiment-detail", args=[org_slug, experiment.id])
 
     return href
 
@@ -581,8 +573,5 @@ def _audit_target_href(org_slug: str, event: AuditEvent) -> str | None:
     if event.target_type == "promotion":
         return reverse("promotion-detail", args=[org_slug, event.target_id])
     if event.target_type == "run":
-        try:
-            return reverse("run-detail", args=[org_slug, event.target_id])
-        except NoReverseMatch:
-            return None
+        return reverse("run-detail", args=[org_slug, event.target_id])
     return None

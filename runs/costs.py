@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal, localcontext
-from typing import Any, Protocol
+from typing import Any
 
 USD_QUANTUM = Decimal("0.0001")
 SECONDS_PER_HOUR = Decimal(3600)
@@ -337,15 +337,7 @@ def trial_cost_per_million_output_tokens(
         )
 
 
-# --- Spend per organization per month ----------------------------------------------------
-
-
-class RunSpend(Protocol):
-    """What month spend reads from a run (``runs.models.Run`` has these)."""
-
-    organization_id: Any
-    created_at: datetime
-    cost_usd: Decimal
+# --- The UTC calendar month a run's spend counts in -----------------------------------------
 
 
 def month_start(moment: datetime) -> date:
@@ -364,26 +356,3 @@ def month_bounds_utc(month: date) -> tuple[datetime, datetime]:
         datetime(month.year, month.month, 1, tzinfo=UTC),
         datetime(following.year, following.month, 1, tzinfo=UTC),
     )
-
-
-def spend_by_month(runs: Iterable[RunSpend]) -> dict[tuple[Any, date], Decimal]:
-    """Total ``cost_usd`` per (organization id, UTC month the run was started in).
-
-    A run is counted whole in the month of its ``created_at`` — the moment it was started
-    and passed its budget check — even when its pod ran into the next month: it is not
-    prorated.
-    """
-    totals: dict[tuple[Any, date], Decimal] = {}
-    with localcontext(_ARITHMETIC):
-        for run in runs:
-            key = (run.organization_id, month_start(run.created_at))
-            totals[key] = totals.get(key, Decimal(0)) + _exact(run.cost_usd, "cost_usd")
-        return {key: round_usd(total) for key, total in totals.items()}
-
-
-def month_spend(runs: Iterable[RunSpend], *, organization_id: Any, month: date) -> Decimal:
-    """What one organization's runs started in ``month`` (its first day) cost, by the rule of
-    ``spend_by_month``; 0.0000 when none."""
-    month_bounds_utc(month)  # refuses a date that is not a month's first day
-    total = spend_by_month(run for run in runs if run.organization_id == organization_id)
-    return total.get((organization_id, month), round_usd(Decimal(0)))

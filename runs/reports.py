@@ -523,8 +523,8 @@ class MonthSpend(_SpendAgainstBudget):
 
 def spend_by_month(*, org: Organization) -> list[MonthSpend]:
     """The organization's spend per UTC month (runs counted whole in the month they were
-    started, as ``runs.costs.spend_by_month``), newest first, beside that month's budget (its
-    own, else the standing one). Months with a budget but no run are listed too."""
+    started, as ``runs.selectors.org_month_spend_usd``), newest first, beside that month's
+    budget (its own, else the standing one). Months with a budget but no run are listed too."""
     totals = {
         row["month"].date() if hasattr(row["month"], "date") else row["month"]: row
         for row in Run.objects.filter(organization=org)

@@ -54,12 +54,6 @@ def pod_rate_from_price(price: GpuPrice, gpu_count: int) -> tuple[Decimal | None
     return rate, f"{price.source}; per GPU-hour × {gpu_count} GPU(s)"
 
 
-def gpu_types_with_prices(*, org: Organization) -> list[tuple[GpuType, GpuPriceOverride | None]]:
-    """The whole catalogue with the organization's override (or None) beside each type."""
-    overrides = {o.gpu_type_id: o for o in GpuPriceOverride.objects.filter(organization=org)}
-    return [(gpu, overrides.get(gpu.id)) for gpu in GpuType.objects.all()]
-
-
 def audit_events(*, org: Organization) -> QuerySet[AuditEvent]:
     """The organization's audit log, newest first."""
     return AuditEvent.objects.filter(organization=org).order_by("-seq")
@@ -68,8 +62,9 @@ def audit_events(*, org: Organization) -> QuerySet[AuditEvent]:
 def org_month_spend_usd(*, org: Organization, month: date) -> Decimal:
     """What the organization's runs started in ``month`` (its first day, UTC) cost, exactly.
 
-    The rule of ``runs.costs.spend_by_month``: each run's ``cost_usd`` counts whole in the
-    month of its ``created_at``; another organization's runs never count.
+    Each run's ``cost_usd`` counts whole in the month of its ``created_at`` (the month
+    ``runs.costs.month_start`` names), never prorated; another organization's runs never
+    count.
     """
     start, end = month_bounds_utc(month)
     total = Run.objects.filter(

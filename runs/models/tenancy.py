@@ -89,10 +89,6 @@ class Membership(models.Model):
             models.UniqueConstraint(fields=["organization", "user"], name="membership_unique_user")
         ]
 
-    @property
-    def role_enum(self) -> Role:
-        return Role(self.role)
-
     def __str__(self) -> str:
         return f"{self.user} in {self.organization} ({self.role})"
 
