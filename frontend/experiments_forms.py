@@ -16,8 +16,6 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from django.db import transaction
-
 from agents.protocol import (
     SERVE_FLAGS,
     PrefixDataset,
@@ -37,7 +35,12 @@ from runs.estimates import CostEstimate, experiment_estimate
 from runs.models import Experiment, Membership, ModelSpec
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_create, model_spec_update
-from runs.services.experiments import EXPERIMENT_FIELDS, experiment_create, experiment_update
+from runs.services.experiments import (
+    EXPERIMENT_FIELDS,
+    experiment_create,
+    experiment_draft_check,
+    experiment_update,
+)
 
 GENERAL_SLOT = "form"
 FALLBACK_SELECTS = MAX_FALLBACK_GPU_TYPES  # one select per fallback an experiment may list
@@ -369,10 +372,6 @@ class BuilderOutcome:
         return errors_by_slot(self.fields)
 
 
-class _DraftRolledBack(Exception):
-    """Undoes a draft that was only written to be validated and estimated."""
-
-
 def builder_submit(
     *,
     form: BuilderForm,
@@ -382,9 +381,8 @@ def builder_submit(
     save: bool,
 ) -> BuilderOutcome:
     """Checks the form exactly as the API's create (or update, for ``experiment``) would;
-    stores the result only when ``save`` and everything is valid. A check writes nothing:
-    the draft is saved inside a transaction that is always rolled back, like the API's
-    ``experiments/validate``."""
+    stores the result only when ``save`` and everything is valid. A check writes, records
+    and locks nothing (``experiment_draft_check``, as the API's ``experiments/validate``)."""
     payload, form_errors = experiment_payload(form)
     outcome = BuilderOutcome(trials=grid_trials(payload["serve_grid"]))
     serializer = ExperimentSerializer(experiment, data=payload, context={"membership": membership})
@@ -398,20 +396,22 @@ def builder_submit(
         return outcome
     data = serializer.validated_data
     try:
-        with transaction.atomic():
-            if experiment is None:
-                saved = experiment_create(org=membership.organization, actor=actor, **data)
-            else:
-                saved = experiment_update(experiment=experiment, actor=actor, **data)
-            outcome.trials = grid_trials(saved.serve_grid)
-            outcome.estimate = experiment_estimate(experiment=saved)
-            if not save:
-                raise _DraftRolledBack
-            outcome.experiment = saved
+        if not save:
+            checked = experiment_draft_check(
+                org=membership.organization, actor=actor, experiment=experiment, **data
+            )
+        elif experiment is None:
+            checked = experiment_create(org=membership.organization, actor=actor, **data)
+        else:
+            checked = experiment_update(experiment=experiment, actor=actor, **data)
     except DomainValidationError as exc:
         outcome.fields = exc.fields
-    except _DraftRolledBack:
-        pass
+        return outcome
+    outcome.trials = grid_trials(checked.serve_grid)
+    if save:
+        outcome.experiment = checked
+    else:
+        outcome.estimate = experiment_estimate(experiment=checked)
     return outcome
 
 

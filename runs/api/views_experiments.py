@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -30,12 +29,9 @@ from runs.services.experiments import (
     dataset_upload,
     experiment_create,
     experiment_delete,
+    experiment_draft_check,
     experiment_update,
 )
-
-
-class _DraftRolledBack(Exception):
-    """Raised to undo a draft experiment after it has been validated and estimated."""
 
 
 class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
@@ -82,18 +78,12 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgSco
     @extend_schema(request=ExperimentSerializer, responses=EstimateSerializer)
     @action(detail=False, methods=["post"])
     def validate(self, request, org):
-        """Checks a draft exactly as create would and returns its estimate; stores nothing."""
+        """Checks a draft exactly as create would and returns its estimate; stores nothing,
+        records nothing and locks nothing."""
         data = self.get_serializer(data=request.data)
         data.is_valid(raise_exception=True)
-        # The draft goes through the very service that creates experiments, inside a
-        # transaction that is always rolled back: one validation path, nothing stored.
-        try:
-            with transaction.atomic():
-                draft = experiment_create(org=self.org, actor=self.actor, **data.validated_data)
-                estimate = experiment_estimate(experiment=draft)
-                raise _DraftRolledBack
-        except _DraftRolledBack:
-            pass
+        draft = experiment_draft_check(org=self.org, actor=self.actor, **data.validated_data)
+        estimate = experiment_estimate(experiment=draft)
         return Response(EstimateSerializer(asdict(estimate)).data)
 
 

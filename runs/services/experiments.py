@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 
 from django.conf import settings
@@ -13,7 +14,12 @@ from runs.actors import Actor
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
 from runs.models import Experiment, Organization, WorkloadDataset
-from runs.services.recording import create_recorded, delete_recorded, update_recorded
+from runs.services.recording import (
+    clean_instance,
+    create_recorded,
+    delete_recorded,
+    update_recorded,
+)
 
 EXPERIMENT_FIELDS = (
     "name",
@@ -72,26 +78,50 @@ def _check_same_org(org: Organization, fields: dict) -> None:
         raise DomainValidationError.single("model", "No such model in this organization.")
 
 
+_CREATE_DEFAULTS = {
+    "description": "",
+    "gpu_count": 1,
+    "cloud_type": "secure",
+    "fallback_gpu_types": [],
+    "allow_other_cloud": False,
+    "container_disk_gb": 80,
+    "network_volume_id": "",
+    "engine": "vllm",
+    "engine_image_tag": "",
+    "serve_grid": {},
+    "slos": {},
+}
+
+
+def experiment_draft_check(
+    *, org: Organization, actor: Actor, experiment: Experiment | None = None, **fields
+) -> Experiment:
+    """The experiment ``fields`` describe (a new one, or ``experiment`` changed by them),
+    checked as a whole exactly as ``experiment_create`` and ``experiment_update`` check it
+    (they call this), with the same field-named errors; unsaved, ready to estimate. Pure: it
+    writes nothing, records no audit event and locks no row, so checking a draft never waits
+    for, or holds up, a write of the organization."""
+    if experiment is None:
+        merged = _CREATE_DEFAULTS | fields
+    else:
+        merged = {field: getattr(experiment, field) for field in EXPERIMENT_FIELDS} | fields
+    _check_same_org(org, merged)
+    _check_name_free(org, merged["name"], exclude_id=None if experiment is None else experiment.pk)
+    checked = _checked_fields(org, merged)
+    if experiment is None:
+        draft = Experiment(organization=org, created_by=actor.user, **checked)
+    else:
+        draft = copy.copy(experiment)  # the caller's instance stays as stored
+        for field in (*fields, "serve_flags_schema_version"):
+            setattr(draft, field, checked[field])
+    clean_instance(draft)
+    return draft
+
+
 @transaction.atomic
 def experiment_create(*, org: Organization, actor: Actor, **fields) -> Experiment:
     """A new experiment, stored exactly as validated."""
-    fields = {
-        "description": "",
-        "gpu_count": 1,
-        "cloud_type": "secure",
-        "fallback_gpu_types": [],
-        "allow_other_cloud": False,
-        "container_disk_gb": 80,
-        "network_volume_id": "",
-        "engine": "vllm",
-        "engine_image_tag": "",
-        "serve_grid": {},
-        "slos": {},
-        **fields,
-    }
-    _check_same_org(org, fields)
-    _check_name_free(org, fields["name"])
-    experiment = Experiment(organization=org, created_by=actor.user, **_checked_fields(org, fields))
+    experiment = experiment_draft_check(org=org, actor=actor, **fields)
     return create_recorded(instance=experiment, actor=actor, event="experiment.create")
 
 
@@ -99,12 +129,10 @@ def experiment_create(*, org: Organization, actor: Actor, **fields) -> Experimen
 def experiment_update(*, experiment: Experiment, actor: Actor, **changes) -> Experiment:
     """Changes an experiment; the whole result is validated again, as if it were new."""
     experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
-    org = experiment.organization
-    merged = {field: getattr(experiment, field) for field in EXPERIMENT_FIELDS} | changes
-    _check_same_org(org, merged)
-    _check_name_free(org, merged["name"], exclude_id=experiment.pk)
-    checked = _checked_fields(org, merged)
-    updates = {field: checked[field] for field in (*changes, "serve_flags_schema_version")}
+    checked = experiment_draft_check(
+        org=experiment.organization, actor=actor, experiment=experiment, **changes
+    )
+    updates = {field: getattr(checked, field) for field in (*changes, "serve_flags_schema_version")}
     return update_recorded(
         instance=experiment, changes=updates, actor=actor, event="experiment.update"
     )

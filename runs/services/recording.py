@@ -11,8 +11,9 @@ from runs.audit import audit_diff, audit_record, audit_snapshot
 from runs.errors import DomainValidationError
 
 
-def _clean(instance: models.Model) -> None:
-    # Serializers check types first; this is the model's own last line (lengths, choices).
+def clean_instance(instance: models.Model) -> None:
+    """The model's own checks (lengths, choices), as a ``DomainValidationError`` naming the
+    fields. Serializers check types first; this is the model's own last line."""
     try:
         instance.full_clean(validate_unique=False, validate_constraints=False)
     except ValidationError as exc:
@@ -21,7 +22,7 @@ def _clean(instance: models.Model) -> None:
 
 def create_recorded(*, instance: models.Model, actor: Actor, event: str) -> models.Model:
     """Saves a new tenant-owned row and records ``event`` with its full contents."""
-    _clean(instance)
+    clean_instance(instance)
     instance.save()
     audit_record(
         org=instance.organization,
@@ -42,7 +43,7 @@ def update_recorded(
         setattr(instance, field, value)
     if hasattr(instance, "updated_at"):
         instance.updated_at = timezone.now()
-    _clean(instance)
+    clean_instance(instance)
     old, new = audit_diff(before, audit_snapshot(instance))
     new.pop("updated_at", None)
     old.pop("updated_at", None)

@@ -4,12 +4,15 @@ both doors give the same answer (same rows, same refusal) for the same input."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from runs.models import ApiToken, Membership, Promotion, User
+from runs.models import ApiToken, AuditEvent, Experiment, Membership, Promotion, User
 from runs.services.promotions import promotion_decision_refusal, promotion_is_own
 
-from .conftest import _person, signed_in
+from .conftest import WORKLOAD, _person, experiment_payload, make_experiment, make_model, signed_in
+from .test_web_experiments import builder_form
 
 
 def _members_api(org: str) -> str:
@@ -117,3 +120,84 @@ def test_it_refuses_a_viewer_a_decision(alice, bob):
     assert "your role is viewer" in promotion_decision_refusal(
         membership=viewer, promotion=proposal
     )
+
+
+# ---- Checking a draft experiment: pure, and exactly as strict as create ----
+
+
+def experiments_state() -> tuple:
+    """What checking a draft could write: experiments (every column) and audit events."""
+    rows = Experiment.objects.order_by("id").values()
+    return [sorted(row.items()) for row in rows], AuditEvent.objects.count()
+
+
+def _check_api(person, model):
+    client, url = person.client(), reverse("experiment-validate", kwargs={"org": "acme"})
+    client.get(reverse("org-list"))  # the token's use is recorded now, not during the check
+    return lambda: client.post(url, experiment_payload(model.id), format="json")
+
+
+def _check_web(person, model):
+    client = signed_in(person)
+    return lambda: client.post("/o/acme/experiments/check/", builder_form(model))
+
+
+@pytest.mark.parametrize("check", [_check_api, _check_web], ids=["api", "web"])
+def test_it_checks_a_draft_without_writing_recording_or_locking(alice, check):
+    send = check(alice, make_model(alice.org))
+    before = experiments_state()
+    with CaptureQueriesContext(connection) as queries:
+        response = send()
+    assert response.status_code == 200, response.content
+    assert experiments_state() == before
+    statements = [query["sql"].upper() for query in queries.captured_queries]
+    # No insert to roll back, no savepoint to roll back to, no lock on the organization.
+    assert not [sql for sql in statements if "SAVEPOINT" in sql or "FOR UPDATE" in sql]
+    assert not [sql for sql in statements if sql.startswith(("INSERT", "UPDATE", "DELETE"))]
+
+
+BAD_DRAFTS = {
+    "name taken": {"name": "batching"},
+    "unknown flag": {"serve_grid": {"max_num_seq": [64]}},
+    "too long for context": {
+        "workload": WORKLOAD
+        | {"dataset": {"kind": "random", "input_len": 131000, "output_len": 128}}
+    },
+    "no image tag": {"engine_image_tag": ""},
+    "negative cap": {"budget_cap_usd": "-1"},
+    "gpu count": {"gpu_count": 0},
+}
+
+
+@pytest.mark.parametrize("change", BAD_DRAFTS.values(), ids=BAD_DRAFTS.keys())
+def test_it_refuses_a_bad_draft_as_create_refuses_it(alice, change):
+    model = make_model(alice.org)
+    make_experiment(alice.org, model=model)  # holds the name "batching"
+    payload = experiment_payload(model.id) | change
+    client = alice.client()
+    checked = client.post(
+        reverse("experiment-validate", kwargs={"org": "acme"}), payload, format="json"
+    )
+    created = client.post(
+        reverse("experiment-list", kwargs={"org": "acme"}), payload, format="json"
+    )
+    assert checked.status_code == created.status_code == 400
+    assert checked.json()["error"]["fields"] == created.json()["error"]["fields"]
+    assert Experiment.objects.filter(organization=alice.org).count() == 1
+
+
+def test_it_checks_an_edit_as_update_would_and_leaves_the_experiment_as_stored(alice):
+    model = make_model(alice.org)
+    make_experiment(alice.org, model=model, name="taken")
+    experiment = make_experiment(alice.org, model=model)
+    before = experiments_state()
+    form = builder_form(model, name="taken")
+    checked = signed_in(alice).post(f"/o/acme/experiments/{experiment.id}/check/", form).json()
+    updated = alice.client().patch(
+        reverse("experiment-detail", kwargs={"org": "acme", "pk": experiment.id}),
+        {"name": "taken"},
+        format="json",
+    )
+    assert checked["ok"] is False
+    assert checked["fields"] == updated.json()["error"]["fields"]
+    assert experiments_state() == before
