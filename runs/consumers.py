@@ -1,7 +1,8 @@
 """WebSocket consumers: the agent's ingest socket and the browser's live socket.
 
-Both close with the same code (4404) for "no such run" and "not yours", so a socket tells a
-stranger nothing. The browser socket only notifies; the REST API stays the source of truth.
+Both close with the same code (``CloseCode.NOT_FOUND``) for "no such run" and "not yours",
+so a socket tells a stranger nothing. The browser socket only notifies; the REST API stays
+the source of truth.
 """
 
 from __future__ import annotations
@@ -9,25 +10,23 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import pydantic
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
 from agents import protocol
 from runs.access import Principal, access_run_of_user
-from runs.api.errors import clip_text
-from runs.api.parsers import NUL_REFUSAL, has_nul_character
+from runs.services.agent_messages import agent_frame_parse
 from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
 from runs.services.run_control import agent_run_group, run_stop_request
 from runs.services.run_tokens import run_for_token
 
 logger = logging.getLogger(__name__)
 
-CLOSE_NOT_FOUND = 4404
-# Not WebSocket's own 1011: Daphne (autobahn) lets an application close only with 1000 or
-# 3000-4999 and raises on anything else, which left the socket open with nothing acked.
-CLOSE_INTERNAL_ERROR = 4500
+# Daphne (autobahn) closes only with a code whose type is exactly int, and raises on an
+# IntEnum: the sockets close with the protocol's codes' values.
+CLOSE_NOT_FOUND = protocol.CloseCode.NOT_FOUND.value
+CLOSE_INTERNAL_ERROR = protocol.CloseCode.INTERNAL_ERROR.value
 # Messages that arrived while the previous batch was being written go in one transaction.
 MAX_WRITE_BATCH = 200
 
@@ -39,11 +38,6 @@ def _bearer(scope) -> str | None:
             if len(parts) == 2 and parts[0].lower() == "bearer":
                 return parts[1]
     return None
-
-
-def _summary(exc: pydantic.ValidationError) -> str:
-    errors = protocol.agent_message_errors(exc)
-    return clip_text("; ".join(f"{e.field or 'message'}: {e.message}" for e in errors))
 
 
 class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
@@ -97,35 +91,13 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(protocol.Cancel(reason=reason).model_dump())
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
-        try:
-            # Bounded in depth like every JSON body of the API (agents.protocol.MAX_JSON_DEPTH).
-            content = protocol.json_loads_bounded(
-                text_data if text_data is not None else (bytes_data or b"")
-            )
-        except protocol.JsonTooDeep as exc:
-            await self._reject(None, f"not a JSON message: {exc}")
+        parsed = agent_frame_parse(
+            text_data if text_data is not None else (bytes_data or b""), run_id=self.run.id
+        )
+        if isinstance(parsed, protocol.Rejected):
+            await self._reject(parsed.seq, parsed.reason)
             return
-        except (TypeError, ValueError):
-            await self._reject(None, "not a JSON message")
-            return
-        await self.receive_json(content)
-
-    async def receive_json(self, content, **kwargs):
-        seq = protocol.message_seq(content)  # echoed in a refusal only when it is one
-        try:
-            message = protocol.parse_agent_message(content)
-        except pydantic.ValidationError as exc:
-            await self._reject(seq, _summary(exc))
-            return
-        if message.run_id != self.run.id:
-            await self._reject(seq, "message for another run")
-            return
-        if has_nul_character(content):
-            # As the REST batch refuses it: PostgreSQL cannot store it, and a message that
-            # fails its write would fail every resend of it too.
-            await self._reject(seq, NUL_REFUSAL)
-            return
-        self.pending.put_nowait(message)
+        self.pending.put_nowait(parsed)
 
     async def _write_batches(self):
         try:

@@ -5,10 +5,11 @@ from channels.auth import AuthMiddlewareStack
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
+from agents import protocol
 from runs.consumers import AgentIngestConsumer, RunLiveConsumer
 
 websocket_urlpatterns = [
-    path("ws/agent/runs/<str:run_id>/", AgentIngestConsumer.as_asgi()),
+    path(protocol.AGENT_SOCKET_ROUTE.format(run_id="<str:run_id>"), AgentIngestConsumer.as_asgi()),
     path(
         "ws/runs/<str:run_id>/",
         AllowedHostsOriginValidator(AuthMiddlewareStack(RunLiveConsumer.as_asgi())),

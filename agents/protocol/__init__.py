@@ -17,6 +17,7 @@ Guarantees:
   - ``json_bounds``: the nesting depth of JSON documents, checked before decoding;
   - ``fields``: the bounded number and JSON field types (each fits its site column);
   - ``messages``: agent → site messages and the site's answers;
+  - ``transport``: routes, socket close codes and the REST batch, for both sides;
   - ``job``: ``JobSpec`` and its parts;
   - ``schema``: the JSON Schema of all of it (``python -m agents.protocol``).
 - Validation is strict and complete: a boolean is not a number, ``"8"`` is not ``8``, and
@@ -52,8 +53,6 @@ from agents.protocol.json_bounds import (
     json_loads_bounded,
 )
 from agents.protocol.messages import (
-    MAX_BATCH_BYTES,
-    MAX_BATCH_MESSAGES,
     MAX_LOG_TAIL_CHARS,
     PROTOCOL_VERSION,
     TRIAL_FAILURE_CLASSES,
@@ -92,6 +91,21 @@ from agents.protocol.serve_flags import (
     validate_serve_grid,
 )
 from agents.protocol.strict import StrictModel
+from agents.protocol.transport import (
+    AGENT_DATASET_ROUTE,
+    AGENT_EPOCH_ROUTE,
+    AGENT_JOB_ROUTE,
+    AGENT_MESSAGES_ROUTE,
+    AGENT_SOCKET_ROUTE,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_MESSAGES,
+    BatchAnswer,
+    BatchRefusal,
+    BatchRequest,
+    CloseCode,
+    agent_route,
+    batch_request_body,
+)
 from agents.protocol.versions import VersionKey, parse_vllm_version
 from agents.protocol.workload import (
     BURSTINESS_RANGE,
@@ -117,6 +131,11 @@ from agents.protocol.workload import (
 )
 
 __all__ = [
+    "AGENT_DATASET_ROUTE",
+    "AGENT_EPOCH_ROUTE",
+    "AGENT_JOB_ROUTE",
+    "AGENT_MESSAGES_ROUTE",
+    "AGENT_SOCKET_ROUTE",
     "BIGINT_COLUMN_MAX",
     "BURSTINESS_RANGE",
     "INTEGER_COLUMN_MAX",
@@ -140,7 +159,11 @@ __all__ = [
     "Ack",
     "AgentMessage",
     "AgentMessageBase",
+    "BatchAnswer",
+    "BatchRefusal",
+    "BatchRequest",
     "Cancel",
+    "CloseCode",
     "ColdStartPhase",
     "Count",
     "Dataset",
@@ -186,6 +209,8 @@ __all__ = [
     "VersionKey",
     "Workload",
     "agent_message_errors",
+    "agent_route",
+    "batch_request_body",
     "expand_serve_grid",
     "json_depth_exceeds",
     "json_loads_bounded",

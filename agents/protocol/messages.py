@@ -35,11 +35,6 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # lists. 2: ``epoch`` (the agent's site-issued sequence space; protocol 1 is epoch 0).
 PROTOCOL_VERSION = 2
 MAX_LOG_TAIL_CHARS = 64 * 1024
-# The REST batch (``{"messages": [...]}``): an agent never puts more messages, or more bytes
-# of JSON, into one request, and a site accepts every batch within both (its request body
-# limit is at least ``MAX_BATCH_BYTES``). One message larger than that travels alone.
-MAX_BATCH_MESSAGES = 1000
-MAX_BATCH_BYTES = 4 * 1024 * 1024
 
 
 class Level(StrictModel):

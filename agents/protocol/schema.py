@@ -14,6 +14,7 @@ from agents.protocol.messages import (
     Rejected,
 )
 from agents.protocol.serve_flags import SERVE_FLAGS_SCHEMA_VERSION
+from agents.protocol.transport import BatchAnswer, BatchRequest
 
 
 def protocol_json_schema() -> dict:
@@ -29,6 +30,10 @@ def protocol_json_schema() -> dict:
         "site_to_agent": {
             model.__name__: model.model_json_schema()
             for model in (Ack, Rejected, Cancel, EpochGrant)
+        },
+        "rest_batch": {
+            "request": BatchRequest.model_json_schema(),
+            "answer": BatchAnswer.model_json_schema(),
         },
         "job": JobSpec.model_json_schema(),
     }

@@ -38,7 +38,6 @@ import httpx
 from agents import protocol
 from agents.runner.site_link import (
     Backoff,
-    BatchAnswer,
     Connection,
     Connector,
     LinkDown,
@@ -65,7 +64,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-MAX_REST_BATCH = 500  # the site takes up to 1000 per request; half keeps each request short
+# Half of what a site takes per request: each request stays short.
+MAX_REST_BATCH = protocol.MAX_BATCH_MESSAGES // 2
 SOCKET_CLOSE_TIMEOUT = 2.0
 # A socket refused this many times in a row is taken at its word: the site closes a socket
 # with 4404 once after refusing a message, so a single refusal may be that, not the token.
@@ -707,13 +707,13 @@ class Outbox:
         """POSTs the oldest pending messages; True if the site settled at least one."""
         assert self._site is not None
         batch = rest_batch(self._unacked)
-        answer: BatchAnswer = await rest_post_batch(client, self._site, batch)
+        answer = await rest_post_batch(client, self._site, batch)
         before = len(self._unacked)
         for seq in answer.acked:
             if self._settle(seq):
                 self._used_rest = True
         for refusal in answer.rejected:
-            self._reject(refusal["seq"], refusal["reason"])
+            self._reject(refusal.seq, refusal.reason)
         if answer.cancel is not None:
-            self._cancel(answer.cancel)
+            self._cancel(answer.cancel.reason)
         return len(self._unacked) < before

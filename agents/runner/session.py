@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from agents import protocol
 from agents.loadgen import event_loop_runner
 from agents.protocol import JobSpec
 from agents.runner.outbox import DeliveryReport, Outbox, SiteEndpoints
@@ -92,7 +93,9 @@ def dataset_fetcher(
             return target
         if site is None or not site.rest_url:
             raise SessionError(f"dataset {dataset_id}: no --dataset-dir and no site to fetch from")
-        url = f"{site.rest_url}agent/runs/{site.run_id}/datasets/{dataset_id}/"
+        url = protocol.agent_route(
+            site.rest_url, protocol.AGENT_DATASET_ROUTE, run_id=site.run_id, dataset_id=dataset_id
+        )
         response = httpx.get(
             url,
             headers={"Authorization": f"Bearer {site.token}", "Accept": "application/json"},

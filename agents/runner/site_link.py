@@ -4,7 +4,10 @@ says back, reduced to what the outbox needs to decide: delivered, refused, cance
 
 Guarantees:
 - Every transport failure surfaces as ``LinkDown`` (retry later) or ``SiteRefused`` (the run
-  token is not valid for this run: the socket closed with 4404, or HTTP 401/403/404).
+  token is not valid for this run: the socket closed with ``CloseCode.NOT_FOUND``, or HTTP
+  401/403/404).
+- Routes, close codes and the REST batch's request and answer are the protocol's
+  (``agents.protocol.transport``), as the site's are.
 - The run token is sent only in the ``Authorization`` header. It is never part of a repr, an
   exception message or a log line of this module (the WebSocket library's own debug log
   is redacted too).
@@ -29,7 +32,6 @@ from agents import protocol
 
 logger = logging.getLogger(__name__)
 
-CLOSE_NOT_FOUND = 4404  # the site's "no such run, or not yours" (runs/consumers.py)
 REFUSING_HTTP_STATUSES = frozenset({401, 403, 404})
 REST_TIMEOUT_SECONDS = 30.0
 WS_OPEN_TIMEOUT_SECONDS = 10.0
@@ -43,7 +45,7 @@ class SiteEndpoints:
     """Where one run reports, and the run token that proves the agent may.
 
     ``rest_url`` is the API base (``…/api/v1/``); the batch goes to
-    ``agent/runs/<run_id>/messages/`` under it. Either URL may be None."""
+    ``protocol.AGENT_MESSAGES_ROUTE`` under it. Either URL may be None."""
 
     run_id: str
     token: str = field(repr=False)
@@ -54,13 +56,15 @@ class SiteEndpoints:
     def messages_url(self) -> str | None:
         if self.rest_url is None:
             return None
-        return self.rest_url.rstrip("/") + f"/agent/runs/{self.run_id}/messages/"
+        return protocol.agent_route(
+            self.rest_url, protocol.AGENT_MESSAGES_ROUTE, run_id=self.run_id
+        )
 
     @property
     def epoch_url(self) -> str | None:
         if self.rest_url is None:
             return None
-        return self.rest_url.rstrip("/") + f"/agent/runs/{self.run_id}/epoch/"
+        return protocol.agent_route(self.rest_url, protocol.AGENT_EPOCH_ROUTE, run_id=self.run_id)
 
     def redact(self, text: str) -> str:
         """``text`` with the run token blanked out, for anything the outside world wrote
@@ -149,8 +153,8 @@ class _WebSocketConnection:
 
 def _closed(exc: websockets.ConnectionClosed) -> Exception:
     code = exc.rcvd.code if exc.rcvd is not None else None
-    if code == CLOSE_NOT_FOUND:
-        return SiteRefused(f"the site closed the socket with {CLOSE_NOT_FOUND}")
+    if code == protocol.CloseCode.NOT_FOUND:
+        return SiteRefused(f"the site closed the socket with {code}")
     return LinkDown(f"socket closed ({code if code is not None else 'no close frame'})")
 
 
@@ -171,7 +175,7 @@ def websocket_connector(site: SiteEndpoints) -> Connector:
                 logger=library_logger,
             )
         except websockets.InvalidStatus as exc:
-            # Daphne answers a socket closed before accept (4404) with HTTP 403.
+            # Daphne answers a socket closed before accept (NOT_FOUND) with HTTP 403.
             status = exc.response.status_code
             if status in REFUSING_HTTP_STATUSES:
                 raise SiteRefused(f"the site refused the socket with HTTP {status}") from None
@@ -206,34 +210,22 @@ def parse_site_frame(text: str) -> protocol.Ack | protocol.Rejected | protocol.C
         raise ValueError(f"bad {kind} frame: {exc.error_count()} error(s)") from None
 
 
-@dataclass(frozen=True)
-class BatchAnswer:
-    """The site's answer to one REST batch: acknowledged seqs, refusals (``seq`` filled in
-    from the batch by ``index`` when the site could not read it), and a cancel reason (None:
-    no cancel)."""
-
-    acked: list[int]
-    rejected: list[dict]
-    cancel: str | None
-
-
 async def rest_post_batch(
     client: httpx.AsyncClient, site: SiteEndpoints, batch: list[tuple[int, str]]
-) -> BatchAnswer:
+) -> protocol.BatchAnswer:
     """POSTs ``batch`` — ``(seq, message as JSON text)`` pairs, at most the site's batch
-    limit — as ``{"messages": [...]}`` and reads the answer.
+    limit — as a ``protocol.BatchRequest`` and reads the ``protocol.BatchAnswer``, where a
+    refusal without a ``seq`` (the site could not read one) has the one sent at its index.
 
     Raises ``SiteRefused`` on 401/403/404 and ``LinkDown`` on everything else that is not a
     well-formed 2xx answer (5xx, timeouts, connection errors, a body that is not the answer)."""
     url = site.messages_url
     if url is None:
         raise ValueError("the site has no REST URL")
-    # The messages are already JSON (as spooled); splice them rather than parse them again.
-    body = '{"messages":[' + ",".join(text for _, text in batch) + "]}"
     try:
         response = await client.post(
             url,
-            content=body.encode("utf-8"),
+            content=protocol.batch_request_body([text for _, text in batch]),
             headers={
                 "Authorization": f"Bearer {site.token}",
                 "Content-Type": "application/json",
@@ -247,9 +239,10 @@ async def rest_post_batch(
     if not 200 <= response.status_code < 300:
         raise LinkDown(f"REST batch got HTTP {response.status_code}")
     try:
-        return _batch_answer(response.json(), [seq for seq, _ in batch])
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise LinkDown(f"REST batch answer unreadable: {exc!r}") from None
+        answer = protocol.BatchAnswer.model_validate_json(response.content)
+    except pydantic.ValidationError as exc:
+        raise LinkDown(f"REST batch answer unreadable: {exc.error_count()} error(s)") from None
+    return _with_sent_seqs(answer, [seq for seq, _ in batch])
 
 
 async def rest_request_epoch(client: httpx.AsyncClient, site: SiteEndpoints) -> int:
@@ -275,23 +268,11 @@ async def rest_request_epoch(client: httpx.AsyncClient, site: SiteEndpoints) -> 
         raise LinkDown("epoch answer unreadable") from None
 
 
-def _batch_answer(body: object, seqs: list[int]) -> BatchAnswer:
-    if not isinstance(body, dict):
-        raise ValueError("not an object")
-    acked = body.get("acked", [])
-    if not isinstance(acked, list) or not all(_is_seq(seq) for seq in acked):
-        raise ValueError("acked is not a list of sequence numbers")
-    rejected = []
-    for refusal in body.get("rejected", []):
-        seq = refusal.get("seq")
-        index = refusal.get("index")
-        if not _is_seq(seq) and _is_seq(index) and index < len(seqs):
-            seq = seqs[index]  # the site could not read it; we know what we sent
-        rejected.append({"seq": seq if _is_seq(seq) else None, "reason": str(refusal["reason"])})
-    cancel = body.get("cancel")
-    reason = str(cancel.get("reason", "")) if isinstance(cancel, dict) else None
-    return BatchAnswer(acked=acked, rejected=rejected, cancel=reason)
-
-
-def _is_seq(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _with_sent_seqs(answer: protocol.BatchAnswer, seqs: list[int]) -> protocol.BatchAnswer:
+    refusals = [
+        refusal.model_copy(update={"seq": seqs[refusal.index]})
+        if refusal.seq is None and refusal.index < len(seqs)
+        else refusal
+        for refusal in answer.rejected
+    ]
+    return answer.model_copy(update={"rejected": refusals})

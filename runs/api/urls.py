@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter, SimpleRouter
 
+from agents import protocol
 from runs.api.views_agent import (
     AgentDatasetView,
     AgentEpochView,
@@ -37,18 +38,21 @@ tenant.register("audit", AuditEventViewSet, basename="audit")
 tenant.register("promotions", PromotionViewSet, basename="promotion")
 tenant.register("provider-keys", ProviderKeyViewSet, basename="provider-key")
 
+
+def _agent(route: str) -> str:
+    """A protocol route template as a Django route (its ids are UUIDs)."""
+    return route.format(run_id="<uuid:run_id>", dataset_id="<uuid:dataset_id>")
+
+
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("orgs/<slug:org>/", include(tenant.urls)),
-    path("agent/runs/<uuid:run_id>/messages/", AgentMessagesView.as_view(), name="agent-messages"),
-    path("agent/runs/<uuid:run_id>/job/", AgentJobView.as_view(), name="agent-job"),
-    path("agent/runs/<uuid:run_id>/epoch/", AgentEpochView.as_view(), name="agent-epoch"),
-    path(
-        "agent/runs/<uuid:run_id>/datasets/<uuid:dataset_id>/",
-        AgentDatasetView.as_view(),
-        name="agent-dataset",
-    ),
+    # The agent's routes are the protocol's, as the agent builds them.
+    path(_agent(protocol.AGENT_MESSAGES_ROUTE), AgentMessagesView.as_view(), name="agent-messages"),
+    path(_agent(protocol.AGENT_JOB_ROUTE), AgentJobView.as_view(), name="agent-job"),
+    path(_agent(protocol.AGENT_EPOCH_ROUTE), AgentEpochView.as_view(), name="agent-epoch"),
+    path(_agent(protocol.AGENT_DATASET_ROUTE), AgentDatasetView.as_view(), name="agent-dataset"),
     path("", include(root.urls)),
 ]

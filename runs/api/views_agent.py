@@ -17,19 +17,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import protocol
-from runs.api.errors import clip_text
-from runs.api.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody
-from runs.api.parsers import NUL_REFUSAL, AgentBatchParser, has_nul_character
+from runs.api.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody, protocol_body
+from runs.api.parsers import AgentBatchParser
 from runs.api.strict_fields import StrictJSONField
 from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
 from runs.placement import recorded_placement
 from runs.services.agent_epochs import agent_epoch_issue
+from runs.services.agent_messages import agent_message_parse
 from runs.services.ingest import agent_messages_ingest, notify_run_watchers
 from runs.services.run_control import run_stop_request
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
 
-MAX_BATCH = protocol.MAX_BATCH_MESSAGES
+BatchAnswerBody = protocol_body("AgentBatchAnswer", protocol.BatchAnswer)
 
 
 class RunAgent:
@@ -76,65 +76,48 @@ class AgentMessagesView(APIView):
         request=inline_serializer(
             "AgentBatch", {"messages": StrictJSONField(**AGENT_MESSAGES_FIELD)}
         ),
-        responses=inline_serializer(
-            "AgentBatchResult",
-            {
-                "acked": serializers.ListField(child=serializers.IntegerField()),
-                "rejected": serializers.ListField(
-                    child=inline_serializer(
-                        "AgentRejectedMessage",
-                        {
-                            "index": serializers.IntegerField(),
-                            "seq": serializers.IntegerField(allow_null=True),
-                            "reason": serializers.CharField(),
-                        },
-                    )
-                ),
-                "cancel": inline_serializer(
-                    "AgentCancelRequest", {"reason": serializers.CharField()}, allow_null=True
-                ),
-            },
-        ),
+        responses=BatchAnswerBody,
     )
     def post(self, request, run_id):
         run: Run = request.auth
-        messages = request.data.get("messages") if isinstance(request.data, dict) else None
-        if not isinstance(messages, list) or len(messages) > MAX_BATCH:
+        try:
+            batch = protocol.BatchRequest.model_validate(request.data)
+        except pydantic.ValidationError as exc:
             raise serializers.ValidationError(
-                {"messages": [f"Expected a list of at most {MAX_BATCH} messages."]}
-            )
-        acked, rejected, valid = [], [], []
-        for index, content in enumerate(messages):
-            seq = protocol.message_seq(content)  # echoed only when it is one
-            try:
-                message = protocol.parse_agent_message(content)
-            except pydantic.ValidationError as exc:
-                errors = protocol.agent_message_errors(exc)
-                reason = clip_text("; ".join(f"{e.field}: {e.message}" for e in errors))
-                rejected.append({"index": index, "seq": seq, "reason": reason})
-                continue
-            if message.run_id != run.id:
-                rejected.append({"index": index, "seq": seq, "reason": "message for another run"})
-                continue
-            if has_nul_character(content):
-                rejected.append({"index": index, "seq": seq, "reason": NUL_REFUSAL})
-                continue
-            valid.append((index, message))
+                {
+                    error.field or "non_field_errors": [error.message]
+                    for error in protocol.pydantic_field_errors(exc)
+                }
+            ) from None
+        refusals: list[protocol.BatchRefusal] = []
+        valid: list[tuple[int, protocol.AgentMessage]] = []
+        for index, content in enumerate(batch.messages):
+            parsed = agent_message_parse(content, run_id=run.id)
+            if isinstance(parsed, protocol.Rejected):
+                refusals.append(
+                    protocol.BatchRefusal(index=index, seq=parsed.seq, reason=parsed.reason)
+                )
+            else:
+                valid.append((index, parsed))
         outcomes = agent_messages_ingest(run_id=run.id, messages=[m for _, m in valid])
+        acked = []
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             if outcome.refused:
-                rejected.append({"index": index, "seq": outcome.seq, "reason": outcome.refused})
+                refusals.append(
+                    protocol.BatchRefusal(index=index, seq=outcome.seq, reason=outcome.refused)
+                )
             else:
                 acked.append(outcome.seq)
         notify_run_watchers(run.id, outcomes)
-        rejected.sort(key=lambda refusal: refusal["index"])
         # Read after the ingest: a cancel requested while the batch was on its way is included.
         run.refresh_from_db(fields=["cancel_requested_at", "cancel_reason", "state"])
         stop = run_stop_request(run)  # a cancel, or an ended run still delivering
-        cancel = {"reason": stop} if stop is not None else None
-        return Response(
-            {"acked": acked, "rejected": rejected, "cancel": cancel}, status=status.HTTP_200_OK
+        answer = protocol.BatchAnswer(
+            acked=acked,
+            rejected=sorted(refusals, key=lambda refusal: refusal.index),
+            cancel=protocol.Cancel(reason=stop) if stop is not None else None,
         )
+        return Response(answer.model_dump(mode="json"), status=status.HTTP_200_OK)
 
 
 class AgentJobView(APIView):
@@ -149,7 +132,7 @@ class AgentJobView(APIView):
         ws_base = base.replace("http", "ws", 1)  # http→ws, https→wss
         job = run_job_spec(
             request.auth,
-            ws_url=f"{ws_base}ws/agent/runs/{run_id}/",
+            ws_url=protocol.agent_route(ws_base, protocol.AGENT_SOCKET_ROUTE, run_id=run_id),
             rest_url=base + "api/v1/",
             placement=recorded_placement(request.auth),
         )
@@ -165,7 +148,7 @@ class AgentEpochView(APIView):
 
     @extend_schema(
         request=None,
-        responses=inline_serializer("AgentEpochGrant", {"epoch": serializers.IntegerField()}),
+        responses=protocol_body("AgentEpochGrant", protocol.EpochGrant),
     )
     def post(self, request, run_id):
         grant = protocol.EpochGrant(epoch=agent_epoch_issue(run_id=request.auth.id))

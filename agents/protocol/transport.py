@@ -1,0 +1,90 @@
+"""How messages travel between agent and site: the routes, the socket's close codes and the
+REST batch (``BatchRequest`` and ``BatchAnswer``). Both sides build and read them from here,
+so a route, a code or a field is spelled once.
+
+Guarantees:
+
+- Route templates are relative to the site's root (sockets) or to its API base (``…/api/v1/``,
+  REST), with ``{run_id}`` (and ``{dataset_id}``) to fill in; the site declares its URL
+  patterns from the same templates.
+- ``CloseCode`` values lie in 4000-4999, the range an application may close a WebSocket with
+  (Daphne raises on anything else).
+- A site accepts every batch of at most ``MAX_BATCH_MESSAGES`` messages and ``MAX_BATCH_BYTES``
+  bytes; one message larger than that travels alone.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import Field
+
+from agents.protocol.fields import SeqNumber
+from agents.protocol.messages import Cancel
+from agents.protocol.strict import StrictModel
+
+# The REST batch: an agent never puts more messages, or more bytes of JSON, into one
+# request, and a site accepts every batch within both (its request body limit is at least
+# ``MAX_BATCH_BYTES``).
+MAX_BATCH_MESSAGES = 1000
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+# Below the site's root: the agent's ingest socket.
+AGENT_SOCKET_ROUTE = "ws/agent/runs/{run_id}/"
+# Below the site's API base.
+AGENT_MESSAGES_ROUTE = "agent/runs/{run_id}/messages/"
+AGENT_JOB_ROUTE = "agent/runs/{run_id}/job/"
+AGENT_EPOCH_ROUTE = "agent/runs/{run_id}/epoch/"
+AGENT_DATASET_ROUTE = "agent/runs/{run_id}/datasets/{dataset_id}/"
+
+
+def agent_route(base: str, route: str, **parts: str | UUID) -> str:
+    """``route`` filled in with ``parts`` below ``base`` (a site root or an API base, with or
+    without its trailing slash): ``agent_route(rest_url, AGENT_EPOCH_ROUTE, run_id=…)``."""
+    return base.rstrip("/") + "/" + route.format(**{k: str(v) for k, v in parts.items()})
+
+
+class CloseCode(enum.IntEnum):
+    """Why the site closed an agent's (or a browser's) socket."""
+
+    # No such run, not yours, or the run has ended: the same code for all, so a socket tells
+    # a stranger nothing. An agent takes it as "this token is done here".
+    NOT_FOUND = 4404
+    # The site failed to store what it received: nothing unacknowledged is lost, reconnect
+    # and resend. (Not WebSocket's own 1011, which Daphne does not let an application send.)
+    INTERNAL_ERROR = 4500
+
+
+class BatchRequest(StrictModel):
+    """Agent → site (``POST AGENT_MESSAGES_ROUTE``): messages the socket could not deliver.
+    Each is an ``AgentMessage`` that the site parses on its own, so one bad message is
+    refused alone; the batch as a whole only has to be a list within the limit."""
+
+    messages: list[Any] = Field(max_length=MAX_BATCH_MESSAGES)
+
+
+def batch_request_body(message_texts: list[str]) -> bytes:
+    """The JSON of ``BatchRequest(messages=…)`` from messages that are JSON already (as the
+    agent spools them), spliced rather than decoded and encoded again."""
+    return ('{"messages":[' + ",".join(message_texts) + "]}").encode("utf-8")
+
+
+class BatchRefusal(StrictModel):
+    """One refused message of a batch: its place in the batch, its ``seq`` when the site could
+    read one, and why. The site will never store it."""
+
+    index: Annotated[int, Field(ge=0, lt=MAX_BATCH_MESSAGES)]
+    seq: SeqNumber | None = None
+    reason: str
+
+
+class BatchAnswer(StrictModel):
+    """Site → agent: the answer to one ``BatchRequest``. ``acked`` are stored (or were
+    already), ``rejected`` never will be, in batch order; ``cancel`` is the run's stop request
+    (None while there is none)."""
+
+    acked: list[SeqNumber]
+    rejected: list[BatchRefusal]
+    cancel: Cancel | None = None
