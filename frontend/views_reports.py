@@ -9,15 +9,10 @@ shown in sections of their own and never ranked with measured ones.
 
 from __future__ import annotations
 
-import csv
-import datetime
-import io
 import json
-from itertools import islice
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -34,8 +29,9 @@ from runs.access import (
     scoped,
 )
 from runs.actors import actor_from_request
-from runs.api.serializers_experiments import AuditEventSerializer
 from runs.audit import audit_chain_check
+from runs.audit_log import AuditFilter, audit_export, audit_filter_parse
+from runs.audit_log import audit_log as audit_log_events
 from runs.errors import Conflict, DomainValidationError
 from runs.models import AuditEvent, Experiment, Promotion, PromotionState, Role
 from runs.reports import (
@@ -57,7 +53,6 @@ from runs.services.promotions import (
 )
 
 AUDIT_PAGE_SIZE = 50
-AUDIT_CSV_CHUNK = 500
 
 
 def _membership(request, org: str, need: Need = Need.READ):
@@ -428,91 +423,23 @@ def promotion_reject_view(request, org: str, promotion_id):
 # ---------------------------------------------------------------------------------------------
 
 
-def _date(value: str, field: str, errors: dict) -> datetime.date | None:
-    if not value:
-        return None
-    try:
-        return datetime.date.fromisoformat(value)
-    except ValueError:
-        errors[field] = "Give a date as YYYY-MM-DD."
-        return None
-
-
-def _audit_filtered(org, params) -> tuple:
-    """The organization's events matching the filters, newest first; and the filter errors."""
-    errors: dict[str, str] = {}
-    events = AuditEvent.objects.filter(organization=org)
-    event = params.get("event", "").strip()
-    if event:
-        # A trailing dot selects a whole noun ("promotion." → every promotion event).
-        events = (
-            events.filter(event__startswith=event)
-            if event.endswith(".")
-            else events.filter(event=event)
-        )
-    actor = params.get("actor", "").strip()
-    if actor:
-        events = events.filter(actor_label__icontains=actor)
-    target = params.get("target", "").strip()
-    if target:
-        events = events.filter(
-            Q(target_type__iexact=target) | Q(target_id=target) | Q(target_repr__icontains=target)
-        )
-    since = _date(params.get("since", "").strip(), "since", errors)
-    until = _date(params.get("until", "").strip(), "until", errors)
-    # Dates are whole UTC days, the until day included.
-    if since:
-        events = events.filter(
-            created_at__gte=datetime.datetime.combine(since, datetime.time(), datetime.UTC)
-        )
-    if until:
-        end = datetime.datetime.combine(
-            until + datetime.timedelta(days=1), datetime.time(), datetime.UTC
-        )
-        events = events.filter(created_at__lt=end)
-    if since and until and until < since:
-        errors["until"] = "The end date is before the start date."
-    return events.order_by("-seq"), errors
-
-
-def _audit_csv(events, filename: str) -> StreamingHttpResponse:
-    columns = AuditEventSerializer.Meta.fields
-
-    def lines():
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\r\n")
-        writer.writerow(columns)
-        rows = events.iterator(chunk_size=AUDIT_CSV_CHUNK)
-        # One serializer per chunk, not per event: building a serializer's fields costs more
-        # than serializing a row, and the log has an event per run.
-        while chunk := list(islice(rows, AUDIT_CSV_CHUNK)):
-            for row in AuditEventSerializer(chunk, many=True).data:
-                writer.writerow(
-                    [
-                        json.dumps(row[c], sort_keys=True)
-                        if isinstance(row[c], dict | list)
-                        else ("" if row[c] is None else row[c])
-                        for c in columns
-                    ]
-                )
-            yield buffer.getvalue()
-            buffer.seek(0)
-            buffer.truncate()
-
-    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
-
-
 @login_required
 @require_GET
 def audit_log(request, org: str):
     membership = _membership(request, org)
     organization = membership.organization
-    events, errors = _audit_filtered(organization, request.GET)
+    errors: dict[str, str] = {}
+    try:
+        audit_query = audit_filter_parse(request.GET)
+    except DomainValidationError as refusal:
+        errors = {field: " ".join(messages) for field, messages in refusal.fields.items()}
+        audit_query = AuditFilter()
     if request.GET.get("format") == "csv" and not errors:
-        # Oldest first, like the API's export.
-        return _audit_csv(events.order_by("seq"), f"audit-{organization.slug}.csv")
+        export = audit_export(org=organization, query=audit_query, file_format="csv")
+        response = StreamingHttpResponse(export.chunks, content_type=export.content_type)
+        response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
+        return response
+    events = audit_log_events(org=organization, query=audit_query)
     page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Sum
 
 from runs.costs import (
     DEFAULT_SERVING_WINDOW_SECONDS,
@@ -17,7 +17,7 @@ from runs.costs import (
     round_usd,
     trial_cost_per_million_output_tokens,
 )
-from runs.models import AuditEvent, GpuPriceOverride, GpuType, Measurement, Organization, Run, Trial
+from runs.models import GpuPriceOverride, GpuType, Measurement, Organization, Run, Trial
 from runs.models.experiments import Engine
 
 
@@ -52,11 +52,6 @@ def pod_rate_from_price(price: GpuPrice, gpu_count: int) -> tuple[Decimal | None
         else pod_usd_per_hr(gpu_usd_per_hr=price.usd_per_gpu_hour, gpu_count=gpu_count)
     )
     return rate, f"{price.source}; per GPU-hour × {gpu_count} GPU(s)"
-
-
-def audit_events(*, org: Organization) -> QuerySet[AuditEvent]:
-    """The organization's audit log, newest first."""
-    return AuditEvent.objects.filter(organization=org).order_by("-seq")
 
 
 def org_month_spend_usd(*, org: Organization, month: date) -> Decimal:

@@ -8,7 +8,7 @@ import django_filters
 from django.core.exceptions import ValidationError
 from django_filters.fields import IsoDateTimeField
 
-from runs.models import AuditEvent, Experiment, ModelSpec
+from runs.models import Experiment, ModelSpec
 
 # Real time zones lie within UTC-12:00 … UTC+14:00; PostgreSQL refuses offsets much beyond.
 _MAX_OFFSET = datetime.timedelta(hours=15)
@@ -48,20 +48,3 @@ class ExperimentFilter(django_filters.FilterSet):
     class Meta:
         model = Experiment
         fields = ["name", "model", "gpu_type", "engine", "engine_image_tag", "cloud_type"]
-
-
-class AuditEventFilter(django_filters.FilterSet):
-    event = django_filters.CharFilter(method="filter_event", help_text="'run.start' or 'run.'")
-    actor = django_filters.CharFilter(field_name="actor_label")
-    since = DateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = DateTimeFilter(field_name="created_at", lookup_expr="lt")
-
-    class Meta:
-        model = AuditEvent
-        fields = ["event", "actor", "target_type", "target_id"]
-
-    def filter_event(self, queryset, name, value):
-        # A trailing dot selects a whole noun ("token." → token.create, token.revoke).
-        if value.endswith("."):
-            return queryset.filter(event__startswith=value)
-        return queryset.filter(event=value)
