@@ -199,7 +199,7 @@ SPECTACULAR_SETTINGS = {
         "StateEnum": "runs.models.runs.RunState",  # the name it had before promotions came
         "PromotionStateEnum": "runs.models.promotions.PromotionState",
         # Every agent message's "protocol" (the job has its own, one version).
-        "AgentProtocolVersionEnum": "runs.api.json_schemas.agent_protocol_choices",
+        "AgentProtocolVersionEnum": "runs.inputs.json_schemas.agent_protocol_choices",
     },
 }
 

@@ -26,12 +26,12 @@ from agents.protocol import (
     json_loads_bounded,
 )
 from runs.actors import Actor
-from runs.api.errors import flatten_errors
-from runs.api.serializers_catalogue import ModelSpecSerializer
-from runs.api.serializers_experiments import ExperimentSerializer
-from runs.api.strict_fields import StrictIntegerField
 from runs.errors import DomainValidationError
 from runs.estimates import CostEstimate, experiment_estimate
+from runs.inputs.catalogue import ModelSpecSerializer
+from runs.inputs.errors import flatten_errors
+from runs.inputs.experiments import ExperimentSerializer
+from runs.inputs.strict_fields import StrictIntegerField
 from runs.models import Experiment, Membership, ModelSpec
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_create, model_spec_update

@@ -11,8 +11,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from runs.api.errors import flatten_errors
 from runs.errors import DomainValidationError
+from runs.inputs.errors import flatten_errors
 
 
 def parse_as_api(

@@ -18,8 +18,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from frontend.validation import error_summary, parse_as_api
 from runs.access import Need, Principal, access_dataset, access_membership, scoped
 from runs.actors import actor_from_request
-from runs.api.serializers_experiments import DatasetUploadSerializer
 from runs.errors import Conflict, DomainValidationError
+from runs.inputs.experiments import DatasetUploadSerializer
 from runs.models import Experiment, Role, WorkloadDataset
 from runs.services.experiments import dataset_delete, dataset_upload
 

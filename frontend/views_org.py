@@ -28,15 +28,11 @@ from runs.access import (
     scoped,
 )
 from runs.actors import actor_from_request
-from runs.api.serializers_experiments import BudgetSerializer
-from runs.api.serializers_tenancy import (
-    MemberAddSerializer,
-    MemberRoleSerializer,
-    TokenCreateSerializer,
-)
-from runs.api.views_credentials import ProviderKeySetSerializer
 from runs.costs import month_start
 from runs.errors import Conflict, DomainValidationError
+from runs.inputs.credentials import ProviderKeySetSerializer
+from runs.inputs.experiments import BudgetSerializer
+from runs.inputs.tenancy import MemberAddSerializer, MemberRoleSerializer, TokenCreateSerializer
 from runs.models import (
     ApiToken,
     Budget,
@@ -47,7 +43,7 @@ from runs.models import (
     Role,
 )
 from runs.selectors import org_month_spend_usd
-from runs.services.budgets import budget_delete, budget_set
+from runs.services.budgets import budget_capping_month, budget_delete, budget_set
 from runs.services.credentials import provider_key_clear, provider_key_set
 from runs.services.tenancy import (
     membership_add_by_email,
@@ -281,9 +277,7 @@ def org_budgets(request, org: str):
     this_month = month_start(timezone.now())
     budgets = scoped(membership, Budget).select_related("experiment")
     budgets = list(budgets.order_by("-month", "experiment__name"))
-    monthly = {b.month: b for b in budgets if b.experiment_id is None}
-    # This month's cap: its own budget when it has one, else the standing monthly one.
-    cap = monthly.get(this_month) or monthly.get(None)
+    cap = budget_capping_month(budgets, this_month)
     spend = org_month_spend_usd(org=org_row, month=this_month)
     context = _page_context(
         membership,

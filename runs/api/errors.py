@@ -8,7 +8,7 @@
 An error answer says what is wrong and never repeats the input at length: ``error_body``
 bounds every text in it (message, field paths, which carry the keys a client sent, and their
 messages) to ``MAX_ERROR_TEXT_CHARS`` and lists at most ``MAX_ERROR_FIELDS`` fields, however
-large the refused input was. Pydantic error dicts contribute their message, never ``input``.
+large the refused input was. Field paths come from ``runs.inputs.errors.flatten_errors``.
 """
 
 from __future__ import annotations
@@ -24,14 +24,13 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from runs.errors import Conflict, DomainValidationError
+from runs.inputs.errors import flatten_errors
 
 logger = logging.getLogger(__name__)
 
 MAX_ERROR_TEXT_CHARS = 300
 MAX_ERROR_FIELDS = 50
 MAX_MESSAGES_PER_FIELD = 5
-# The keys of a pydantic error dict ({"type", "loc", "msg", "input", "ctx", "url"}).
-_PYDANTIC_ERROR_KEYS = {"type", "loc", "msg"}
 
 
 def clip_text(text: str, limit: int = MAX_ERROR_TEXT_CHARS) -> str:
@@ -39,35 +38,6 @@ def clip_text(text: str, limit: int = MAX_ERROR_TEXT_CHARS) -> str:
     error answer carries that may repeat what the client sent."""
     text = str(text)
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
-    """DRF's nested error detail → {"a.b[2].c": ["message", …]}."""
-    flat: dict[str, list[str]] = {}
-    if isinstance(detail, dict) and detail.keys() >= _PYDANTIC_ERROR_KEYS:
-        # A pydantic error dict: its message, not the input it carries.
-        flat[prefix or "non_field_errors"] = [str(detail["msg"])]
-    elif isinstance(detail, dict):
-        for key, value in detail.items():
-            key = str(key)
-            path = (
-                key if not prefix else (f"{prefix}[{key}]" if key.isdigit() else f"{prefix}.{key}")
-            )
-            if key == "non_field_errors":
-                path = prefix or "non_field_errors"
-            for field, messages in flatten_errors(value, path).items():
-                flat.setdefault(field, []).extend(messages)
-    elif isinstance(detail, list):
-        if all(not isinstance(item, (dict, list)) for item in detail):
-            flat[prefix or "non_field_errors"] = [str(item) for item in detail]
-        else:
-            for index, item in enumerate(detail):
-                if item:
-                    for field, messages in flatten_errors(item, f"{prefix}[{index}]").items():
-                        flat.setdefault(field, []).extend(messages)
-    else:
-        flat[prefix or "non_field_errors"] = [str(detail)]
-    return flat
 
 
 def error_body(status_code: int, code: str, message: str, fields: dict | None = None) -> dict:

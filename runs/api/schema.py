@@ -40,10 +40,10 @@ class RunTokenScheme(OpenApiAuthenticationExtension):
 
 
 class StrictJSONFieldSchema(OpenApiSerializerFieldExtension):
-    """A JSON field shows the structure it was given (``runs.api.json_schemas``), its
+    """A JSON field shows the structure it was given (``runs.inputs.json_schemas``), its
     components and its example, instead of ``{}``."""
 
-    target_class = "runs.api.strict_fields.StrictJSONField"
+    target_class = "runs.inputs.strict_fields.StrictJSONField"
 
     def map_serializer_field(self, auto_schema, direction):
         field = self.target
@@ -60,7 +60,7 @@ class StrictJSONFieldSchema(OpenApiSerializerFieldExtension):
 class ProtocolBodySchema(OpenApiSerializerExtension):
     """A body that is a protocol model's JSON shows that model's schema."""
 
-    target_class = "runs.api.json_schemas.ProtocolBody"
+    target_class = "runs.inputs.json_schemas.ProtocolBody"
     match_subclasses = True
 
     def map_serializer(self, auto_schema, direction):

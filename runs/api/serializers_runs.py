@@ -1,13 +1,11 @@
-"""Wire shapes of runs, their trials and measurements (read-only: the orchestration and the
-agent write them), and of a request to cancel a run."""
+"""Response shapes of runs, their trials and measurements (read-only: the orchestration and
+the agent write them; a request to start or stop a run is parsed by runs.inputs.runs)."""
 
 from __future__ import annotations
 
 from rest_framework import serializers
 
-from runs.api.strict_fields import StrictCharField, StrictChoiceField, StrictUUIDField
 from runs.models import Measurement, Run, Trial
-from runs.models.runs import RunTrigger
 
 
 class MeasurementSerializer(serializers.ModelSerializer):
@@ -80,27 +78,3 @@ class RunDetailSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "experiment_snapshot", "trials"]
         read_only_fields = fields
-
-
-class RunStartSerializer(serializers.Serializer):
-    experiment = StrictUUIDField(help_text="The experiment to run (of this organization).")
-    reason = StrictCharField(
-        max_length=Run._meta.get_field("reason").max_length,
-        allow_blank=True,
-        default="",
-        help_text="Why it runs, e.g. a commit; shown with the run.",
-    )
-    trigger = StrictChoiceField(
-        choices=RunTrigger.choices,
-        default=RunTrigger.API,
-        help_text="Who asked: a person's script (api), a CI pipeline (ci) or the web UI (ui).",
-    )
-
-
-class RunCancelSerializer(serializers.Serializer):
-    reason = StrictCharField(
-        max_length=Run._meta.get_field("cancel_reason").max_length,
-        allow_blank=True,
-        default="",
-        help_text="Why the run is stopped; shown with the run and told to its agent.",
-    )

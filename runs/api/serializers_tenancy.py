@@ -1,13 +1,10 @@
-"""Wire shapes of organizations, members and tokens."""
+"""Response shapes of organizations, members and tokens (their inputs: runs.inputs)."""
 
 from __future__ import annotations
 
 from rest_framework import serializers
 
-from runs.api.strict_fields import StrictCharField, StrictChoiceField, StrictEmailField
-from runs.models import ApiToken, Membership, Organization, Role, User
-
-_EMAIL_MAX = User._meta.get_field("email").max_length
+from runs.models import ApiToken, Membership, Organization
 
 
 class OrganizationSerializer(serializers.ModelSerializer):
@@ -31,15 +28,6 @@ class MemberSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "email", "name", "created_at"]
 
 
-class MemberAddSerializer(serializers.Serializer):
-    email = StrictEmailField(max_length=_EMAIL_MAX)
-    role = StrictChoiceField(choices=Role.choices)
-
-
-class MemberRoleSerializer(serializers.Serializer):
-    role = StrictChoiceField(choices=Role.choices)
-
-
 class TokenSerializer(serializers.ModelSerializer):
     user = serializers.EmailField(source="user.email", read_only=True)
     is_active = serializers.BooleanField(read_only=True)
@@ -57,15 +45,6 @@ class TokenSerializer(serializers.ModelSerializer):
             "is_active",
         ]
         read_only_fields = fields
-
-
-class TokenCreateSerializer(serializers.Serializer):
-    name = StrictCharField(max_length=ApiToken._meta.get_field("name").max_length)
-    user = StrictEmailField(
-        max_length=_EMAIL_MAX,
-        required=False,
-        help_text="Member the token acts as; yourself when left out.",
-    )
 
 
 class IssuedTokenSerializer(TokenSerializer):

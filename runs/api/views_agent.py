@@ -17,9 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import protocol
-from runs.api.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody, protocol_body
 from runs.api.parsers import AgentBatchParser
-from runs.api.strict_fields import StrictJSONField
+from runs.inputs.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody, protocol_body
+from runs.inputs.strict_fields import StrictJSONField
 from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
 from runs.placement import recorded_placement

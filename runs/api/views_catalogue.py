@@ -13,11 +13,8 @@ from runs.access import Need, access_model_spec
 from runs.api.filters import ModelSpecFilter
 from runs.api.pagination import cursor_pagination
 from runs.api.scoping import OrgScopedViewSet
-from runs.api.serializers_catalogue import (
-    GpuPriceSerializer,
-    GpuTypeSerializer,
-    ModelSpecSerializer,
-)
+from runs.api.serializers_catalogue import GpuTypeSerializer
+from runs.inputs.catalogue import GpuPriceSerializer, ModelSpecSerializer
 from runs.models import GpuPriceOverride, GpuType, ModelSpec
 from runs.services.catalogue import (
     gpu_price_clear,

@@ -12,9 +12,9 @@ from rest_framework.response import Response
 
 from runs.access import Need, scoped
 from runs.api.scoping import OrgScopedViewSet
-from runs.api.strict_fields import StrictCharField
+from runs.inputs.credentials import ProviderKeySetSerializer
 from runs.models import CredentialProvider, ProviderCredential
-from runs.services.credentials import API_KEY_MAX_LENGTH, provider_key_clear, provider_key_set
+from runs.services.credentials import provider_key_clear, provider_key_set
 
 
 class ProviderKeySerializer(serializers.ModelSerializer):
@@ -22,14 +22,6 @@ class ProviderKeySerializer(serializers.ModelSerializer):
         model = ProviderCredential
         fields = ["provider", "fingerprint", "updated_at"]
         read_only_fields = fields
-
-
-class ProviderKeySetSerializer(serializers.Serializer):
-    # Kept exactly as sent (no trimming): the service refuses whitespace with a clear error
-    # instead of silently storing a different key.
-    api_key = StrictCharField(
-        max_length=API_KEY_MAX_LENGTH, write_only=True, allow_blank=True, trim_whitespace=False
-    )
 
 
 _PROVIDER = OpenApiParameter(

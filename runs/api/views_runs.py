@@ -12,13 +12,9 @@ from rest_framework.response import Response
 
 from runs.access import access_run, scoped
 from runs.api.scoping import OrgScopedViewSet
-from runs.api.serializers_runs import (
-    RunCancelSerializer,
-    RunDetailSerializer,
-    RunSerializer,
-    RunStartSerializer,
-)
+from runs.api.serializers_runs import RunDetailSerializer, RunSerializer
 from runs.errors import DomainValidationError
+from runs.inputs.runs import RunCancelSerializer, RunStartSerializer
 from runs.models import Experiment, Run, Trial
 from runs.services.run_control import run_cancel
 from runs.services.run_start import run_start

@@ -17,13 +17,11 @@ from runs.api.pagination import cursor_pagination
 from runs.api.scoping import OrgScopedViewSet
 from runs.api.serializers_tenancy import (
     IssuedTokenSerializer,
-    MemberAddSerializer,
-    MemberRoleSerializer,
     MemberSerializer,
     OrganizationSerializer,
-    TokenCreateSerializer,
     TokenSerializer,
 )
+from runs.inputs.tenancy import MemberAddSerializer, MemberRoleSerializer, TokenCreateSerializer
 from runs.models import ApiToken, Membership, Organization
 from runs.services.tenancy import (
     membership_add_by_email,

@@ -16,7 +16,8 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework import serializers
 
 import runs.api
-from runs.api.strict_fields import is_strict
+import runs.inputs
+from runs.inputs.strict_fields import is_strict
 from runs.models import Membership, Run
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import membership_change_role
@@ -856,9 +857,11 @@ def test_it_refuses_other_fields_of_the_wrong_type_or_size(alice, route, payload
 
 def _request_serializers() -> list[type]:
     """Every serializer some endpoint takes a request body with: the request components of
-    the API schema (``…Request``), matched to the serializer classes of runs.api."""
-    for module in pkgutil.iter_modules(runs.api.__path__):
-        importlib.import_module(f"runs.api.{module.name}")
+    the API schema (``…Request``), matched to the serializer classes of runs.api and
+    runs.inputs."""
+    for package in (runs.api, runs.inputs):
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{module.name}")
     schema = SchemaGenerator().get_schema(request=None, public=True)
     taking_input = {
         name.removesuffix("Request").removeprefix("Patched")
@@ -869,7 +872,7 @@ def _request_serializers() -> list[type]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if cls.__module__.startswith("runs.api.") and (
+        if cls.__module__.startswith(("runs.api.", "runs.inputs.")) and (
             cls.__name__.removesuffix("Serializer") in taking_input
         ):
             found.append(cls)
@@ -894,6 +897,13 @@ def test_it_finds_every_serializer_that_takes_input():
         "RunStartSerializer",
         "TokenCreateSerializer",
     }
+
+
+def test_it_keeps_every_request_serializer_in_the_input_contract():
+    # runs.inputs is the one truth of what a request may carry, shared with the web pages;
+    # runs.api keeps only HTTP and the shapes of its answers.
+    outside = [cls for cls in REQUEST_SERIALIZERS if not cls.__module__.startswith("runs.inputs.")]
+    assert outside == []
 
 
 @pytest.mark.parametrize("serializer_class", REQUEST_SERIALIZERS, ids=lambda cls: cls.__name__)

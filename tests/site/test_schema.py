@@ -21,7 +21,7 @@ from agents.protocol import (
     serve_flags_json_schema,
     validate_serve_grid,
 )
-from runs.api.json_schemas import (
+from runs.inputs.json_schemas import (
     EXAMPLE_SERVE_GRID,
     EXAMPLE_SLOS,
     EXAMPLE_WORKLOAD,

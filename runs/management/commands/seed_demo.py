@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from runs.actors import Actor
-from runs.api.json_schemas import EXAMPLE_SERVE_GRID, EXAMPLE_SLOS, EXAMPLE_WORKLOAD
+from runs.inputs.json_schemas import EXAMPLE_SERVE_GRID, EXAMPLE_SLOS, EXAMPLE_WORKLOAD
 from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, Budget, Experiment, GpuType, ModelSpec, Organization, User
 from runs.services.budgets import budget_set

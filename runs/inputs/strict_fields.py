@@ -292,6 +292,6 @@ class StrictModelSerializer(serializers.ModelSerializer):
             if not field.read_only and not is_strict(field):
                 raise ImproperlyConfigured(
                     f"{type(self).__name__}.{name}: a writable field must be a strict one "
-                    "(runs.api.strict_fields), with its bounds."
+                    "(runs.inputs.strict_fields), with its bounds."
                 )
         return fields

@@ -1,0 +1,33 @@
+"""What a client may send to start a run or to stop one."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from runs.inputs.strict_fields import StrictCharField, StrictChoiceField, StrictUUIDField
+from runs.models import Run
+from runs.models.runs import RunTrigger
+
+
+class RunStartSerializer(serializers.Serializer):
+    experiment = StrictUUIDField(help_text="The experiment to run (of this organization).")
+    reason = StrictCharField(
+        max_length=Run._meta.get_field("reason").max_length,
+        allow_blank=True,
+        default="",
+        help_text="Why it runs, e.g. a commit; shown with the run.",
+    )
+    trigger = StrictChoiceField(
+        choices=RunTrigger.choices,
+        default=RunTrigger.API,
+        help_text="Who asked: a person's script (api), a CI pipeline (ci) or the web UI (ui).",
+    )
+
+
+class RunCancelSerializer(serializers.Serializer):
+    reason = StrictCharField(
+        max_length=Run._meta.get_field("cancel_reason").max_length,
+        allow_blank=True,
+        default="",
+        help_text="Why the run is stopped; shown with the run and told to its agent.",
+    )
