@@ -56,6 +56,7 @@ from runs.report_figures import (
     trial_cost,
 )
 from runs.selectors import GpuPrice, gpu_price, pod_rate_from_price
+from runs.services.budgets import budget_capping_month
 from runs.services.run_tokens import delivery_grace
 
 TENTH = Decimal("0.1")
@@ -533,13 +534,12 @@ def spend_by_month(*, org: Organization) -> list[MonthSpend]:
         .annotate(total=Sum("cost_usd"), runs=Count("id"))
         .order_by()
     }
-    budgets = Budget.objects.filter(organization=org, experiment__isnull=True)
-    standing = next((b for b in budgets if b.month is None), None)
+    budgets = list(Budget.objects.filter(organization=org, experiment__isnull=True))
     by_month = {b.month: b for b in budgets if b.month is not None}
     months = sorted(set(totals) | set(by_month), reverse=True)
     rows = []
     for month in months:
-        budget = by_month.get(month) or standing
+        budget = budget_capping_month(budgets, month)
         row = totals.get(month)
         rows.append(
             MonthSpend(

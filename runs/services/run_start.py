@@ -19,7 +19,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from runs.actors import Actor
@@ -30,6 +30,7 @@ from runs.estimates import CostEstimate, experiment_estimate
 from runs.models import Budget, Experiment, Organization, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
 from runs.selectors import org_month_spend_usd
+from runs.services.budgets import budget_capping_month
 from runs.services.text_input import clean_short_text
 
 MAX_REASON_CHARS = Run._meta.get_field("reason").max_length
@@ -84,9 +85,8 @@ def budget_check(*, experiment: Experiment, estimate: CostEstimate) -> None:
                 f"have spent {_usd(spent)} and this run's estimate is {_usd(cost)}.",
             )
     month = month_start(timezone.now())
-    month_budget = (
-        Budget.objects.filter(organization=org, month=month).first()
-        or Budget.objects.filter(organization=org, month=None, experiment=None).first()
+    month_budget = budget_capping_month(
+        Budget.objects.filter(Q(month=month) | Q(month=None), organization=org), month
     )
     if month_budget is not None:
         spent = org_month_spend_usd(org=org, month=month)
