@@ -229,7 +229,7 @@ def test_a_run_token_delivers_for_the_grace_after_the_end_and_is_refused_after(a
     assert response.status_code == 200, response.content
     # Stored, and told to stop: the run is over, only delivery is left.
     assert response.json()["acked"] == [0]
-    assert response.json()["cancel"] == {"reason": "the run has ended (failed)"}
+    assert response.json()["cancel"] == {"type": "cancel", "reason": "the run has ended (failed)"}
     # Delivery only: the job is not handed out for an ended run.
     assert agent.get(f"/api/v1/agent/runs/{run.id}/job/").status_code == 401
     Run.objects.filter(id=run.id).update(
