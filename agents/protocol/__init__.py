@@ -16,6 +16,7 @@ Guarantees:
   - ``workload``: datasets, ``Workload``, ``Slos`` and a workload's levels;
   - ``json_bounds``: the nesting depth of JSON documents, checked before decoding;
   - ``fields``: the bounded number and JSON field types (each fits its site column);
+  - ``level_result``: ``LevelResult``, what one load level measured;
   - ``messages``: agent → site messages and the site's answers;
   - ``transport``: routes, socket close codes and the REST batch, for both sides;
   - ``job``: ``JobSpec`` and its parts;
@@ -51,6 +52,15 @@ from agents.protocol.json_bounds import (
     JsonTooDeep,
     json_depth_exceeds,
     json_loads_bounded,
+)
+from agents.protocol.level_result import (
+    LATENCY_METRICS,
+    LATENCY_STATISTICS,
+    ErrorCount,
+    LevelResult,
+    OutputLenMismatch,
+    SimulatedTime,
+    SloCheck,
 )
 from agents.protocol.messages import (
     MAX_LOG_TAIL_CHARS,
@@ -139,6 +149,8 @@ __all__ = [
     "BIGINT_COLUMN_MAX",
     "BURSTINESS_RANGE",
     "INTEGER_COLUMN_MAX",
+    "LATENCY_METRICS",
+    "LATENCY_STATISTICS",
     "MAX_BATCH_BYTES",
     "MAX_BATCH_MESSAGES",
     "MAX_CONCURRENCY",
@@ -170,6 +182,7 @@ __all__ = [
     "EngineSpec",
     "EpochGrant",
     "EpochNumber",
+    "ErrorCount",
     "FieldError",
     "FiniteFloat",
     "FiniteJson",
@@ -184,9 +197,11 @@ __all__ = [
     "JsonTooDeep",
     "Level",
     "LevelProgress",
+    "LevelResult",
     "MeasurementReport",
     "ModelSource",
     "OutputLen",
+    "OutputLenMismatch",
     "PositiveFloat",
     "PrefixDataset",
     "RandomDataset",
@@ -199,6 +214,8 @@ __all__ = [
     "SeqNumber",
     "ServeGridError",
     "ShareGptDataset",
+    "SimulatedTime",
+    "SloCheck",
     "SloMs",
     "Slos",
     "StrictModel",

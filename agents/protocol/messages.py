@@ -26,6 +26,7 @@ from agents.protocol.fields import (
     SeqNumber,
     TrialIndex,
 )
+from agents.protocol.level_result import LevelResult
 from agents.protocol.pydantic_errors import join_path, readable_message
 from agents.protocol.strict import StrictModel
 from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
@@ -142,22 +143,14 @@ class LevelProgress(AgentMessageBase):
 
 
 class MeasurementReport(AgentMessageBase):
-    """One finished load level of one trial: the load generator's result (the
-    ``vllm bench serve`` keys) and the server's metrics."""
+    """One finished load level of one trial: the load generator's result (``LevelResult``:
+    the ``vllm bench serve`` keys and ours) and the server's metrics."""
 
     type: Literal["measurement"]
     trial: TrialIndex
     level: Level
-    result: FiniteJson
+    result: LevelResult
     server: FiniteJson = Field(default_factory=dict)
-
-    @field_validator("result")
-    @classmethod
-    def _has_core_keys(cls, result: dict) -> dict:
-        missing = [key for key in ("completed", "failed", "duration") if key not in result]
-        if missing:
-            raise ValueError(f"result lacks {', '.join(missing)}")
-        return result
 
 
 TRIAL_FAILURE_CLASSES = (

@@ -233,7 +233,7 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
             concurrency=message.level.concurrency,
             request_rate=None if rate in (None, "inf") else rate,
             request_rate_infinite=rate == "inf",
-            result=message.result,
+            result=message.result.model_dump(mode="json"),  # as the agent sent it
             server_metrics=message.server,
         )
     elif isinstance(message, protocol.TrialFinished):
@@ -295,7 +295,8 @@ def _enqueue_finalize(run_id) -> None:
         logger.warning("could not enqueue finalizing run %s", run_id, exc_info=True)
 
 
-_NOTICE_RESULT_KEYS = (
+# The LevelResult fields of a measurement's notice (those the agent sent).
+_NOTICE_RESULT_FIELDS = {
     "median_ttft_ms",
     "p99_ttft_ms",
     "median_itl_ms",
@@ -306,7 +307,7 @@ _NOTICE_RESULT_KEYS = (
     "completed",
     "failed",
     "simulated",
-)
+}
 
 
 def _browser_update(message) -> dict:
@@ -337,9 +338,7 @@ def _browser_update(message) -> dict:
     if isinstance(message, protocol.MeasurementReport):
         # Every figure the page charts (p50 and p99, throughput) and the simulator's label:
         # a level's point is drawn from its notice, without re-reading the run.
-        update["result"] = {
-            key: message.result[key] for key in _NOTICE_RESULT_KEYS if key in message.result
-        }
+        update["result"] = message.result.model_dump(mode="json", include=_NOTICE_RESULT_FIELDS)
     return update
 
 

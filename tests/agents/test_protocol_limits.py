@@ -120,7 +120,7 @@ LEVEL = {"concurrency": 8}
                 level=LEVEL,
                 result=RESULT | {"total_output_tokens": 10**400},
             ),
-            "result",
+            "result.total_output_tokens",
         ),
         (
             _message(
@@ -133,8 +133,10 @@ LEVEL = {"concurrency": 8}
             "server",
         ),
         (
-            _message("measurement", trial=0, level=LEVEL, result=RESULT | {"x": float("nan")}),
-            "result",
+            _message(
+                "measurement", trial=0, level=LEVEL, result=RESULT | {"p99_ttft_ms": float("nan")}
+            ),
+            "result.p99_ttft_ms",
         ),
         (_message("heartbeat", sent_at=float("inf")), "sent_at"),
         (_message("cold_start_phase", trial=0, phase="ready", seconds=float("inf")), "seconds"),
@@ -161,13 +163,13 @@ def test_it_refuses_numbers_that_do_not_fit_where_the_site_stores_them(data, fie
 
 
 def test_it_names_the_figure_that_is_out_of_range():
-    data = _message(
-        "measurement", trial=0, level=LEVEL, result=RESULT | {"usage": {"tokens": [1, 10**30]}}
-    )
+    errors = {"timeout": {"count": 1}, "http_500": {"count": 10**30}}
+    data = _message("measurement", trial=0, level=LEVEL, result=RESULT | {"errors": errors})
     with pytest.raises(pydantic.ValidationError) as caught:
         protocol.parse_agent_message(data)
     (error,) = protocol.agent_message_errors(caught.value)
-    assert error.field == "result" and "usage.tokens[1] is out of range" in error.message
+    assert error.field == "result.errors.http_500.count"
+    assert "less than or equal to 9223372036854775807" in error.message
 
 
 @pytest.mark.parametrize(
@@ -185,7 +187,11 @@ def test_it_names_the_figure_that_is_out_of_range():
             "measurement",
             trial=0,
             level=LEVEL,
-            result=RESULT | {"total_output_tokens": protocol.BIGINT_COLUMN_MAX, "neg": -1},
+            result=RESULT
+            | {
+                "total_output_tokens": protocol.BIGINT_COLUMN_MAX,
+                "usage_missing": -protocol.BIGINT_COLUMN_MAX,
+            },
         ),
     ],
     ids=["largest seq", "largest counts", "largest figure"],

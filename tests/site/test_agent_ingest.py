@@ -389,7 +389,7 @@ async def test_it_rejects_a_frame_nested_too_deep_and_stays_usable(alice):
         ({"seq": 2**200}, "seq"),
         ({"trial": 2**31}, "trial"),
         ({"level": {"concurrency": 2**31}}, "level.concurrency"),
-        ({"result": RESULT | {"total_output_tokens": 10**30}}, "result"),
+        ({"result": RESULT | {"total_output_tokens": 10**30}}, "result.total_output_tokens"),
     ],
     ids=["seq 2**63", "seq 2**200", "trial", "concurrency", "token count"],
 )

@@ -1,0 +1,130 @@
+"""``LevelResult``: what one finished load level measured, as ``MeasurementReport.result``
+carries it: the keys of ``vllm bench serve``'s result JSON plus Benchsite's own.
+
+Guarantees:
+
+- Strict as every protocol model (no unknown key, no coercion), with the numeric bounds
+  protocol 2 gave the free-form result: every number finite, every integer within the
+  site's ``bigint`` column.
+- Only ``completed``, ``failed`` and ``duration`` are required, as they were for protocol 1
+  and 2 agents; every other figure may be absent (None).
+- A result dumps to what was sent: keys the agent did not send are left out again, so a
+  stored message's digest (and a resend's) is that of the agent's own JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import Field
+
+from agents.protocol.fields import BIGINT_COLUMN_MAX, FiniteFloat
+from agents.protocol.strict import StrictModel
+
+# An integer figure: within the site's bigint column, as protocol 2's free-form JSON was.
+Integer = Annotated[int, Field(ge=-BIGINT_COLUMN_MAX, le=BIGINT_COLUMN_MAX)]
+# The latency metrics, in the order vllm bench serve reports them, and their statistics.
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+LATENCY_STATISTICS = ("mean", "median", "std", "p90", "p95", "p99")
+
+
+class AsSent(StrictModel):
+    """A model that dumps only the fields that were given to it (defaults stay unset)."""
+
+    @pydantic.model_serializer(mode="wrap")
+    def _as_sent(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict:
+        dumped = handler(self)
+        return {key: value for key, value in dumped.items() if key in self.model_fields_set}
+
+
+class ErrorCount(AsSent):
+    """Requests that failed one way: how many, and one of their messages."""
+
+    count: Integer
+    sample: str | None = None
+
+
+class OutputLenMismatch(AsSent):
+    """Requests served another number of tokens than they asked for."""
+
+    requests: Integer
+    requested_tokens: Integer
+    served_tokens: Integer
+    sample: str = ""
+
+
+class SloCheck(AsSent):
+    """One objective against the level's p99."""
+
+    target: FiniteFloat
+    p99: FiniteFloat | None = None
+    met: bool
+
+
+class SimulatedTime(AsSent):
+    """The level ran on the simulator, its times scaled by ``speed``."""
+
+    speed: FiniteFloat
+
+
+class LevelResult(AsSent):
+    """One finished load level: counts, throughputs, latency statistics in milliseconds
+    (``p99_ttft_ms``, …, named as ``vllm bench serve`` names them), SLO checks and errors."""
+
+    # The level itself, as the load generator echoes it.
+    concurrency: Integer | None = None
+    request_rate: FiniteFloat | Literal["inf"] | None = None
+    burstiness: FiniteFloat | None = None
+
+    duration: FiniteFloat
+    completed: Integer
+    failed: Integer
+    total_input_tokens: Integer | None = None
+    total_output_tokens: Integer | None = None
+    request_throughput: FiniteFloat | None = None
+    request_goodput: FiniteFloat | None = None
+    output_throughput: FiniteFloat | None = None
+    total_token_throughput: FiniteFloat | None = None
+    max_output_tokens_per_s: FiniteFloat | None = None
+    max_concurrent_requests: Integer | None = None
+
+    mean_ttft_ms: FiniteFloat | None = None
+    median_ttft_ms: FiniteFloat | None = None
+    std_ttft_ms: FiniteFloat | None = None
+    p90_ttft_ms: FiniteFloat | None = None
+    p95_ttft_ms: FiniteFloat | None = None
+    p99_ttft_ms: FiniteFloat | None = None
+    mean_tpot_ms: FiniteFloat | None = None
+    median_tpot_ms: FiniteFloat | None = None
+    std_tpot_ms: FiniteFloat | None = None
+    p90_tpot_ms: FiniteFloat | None = None
+    p95_tpot_ms: FiniteFloat | None = None
+    p99_tpot_ms: FiniteFloat | None = None
+    mean_itl_ms: FiniteFloat | None = None
+    median_itl_ms: FiniteFloat | None = None
+    std_itl_ms: FiniteFloat | None = None
+    p90_itl_ms: FiniteFloat | None = None
+    p95_itl_ms: FiniteFloat | None = None
+    p99_itl_ms: FiniteFloat | None = None
+    mean_e2el_ms: FiniteFloat | None = None
+    median_e2el_ms: FiniteFloat | None = None
+    std_e2el_ms: FiniteFloat | None = None
+    p90_e2el_ms: FiniteFloat | None = None
+    p95_e2el_ms: FiniteFloat | None = None
+    p99_e2el_ms: FiniteFloat | None = None
+
+    errors: dict[str, ErrorCount] | None = None
+    output_len_mismatch: OutputLenMismatch | None = None
+    usage_missing: Integer | None = None
+    slo: dict[str, SloCheck] | None = None
+    # The level was cut short (a cancel, the deadline): figures of the requests that ended.
+    partial: bool | None = None
+    aborted: Integer | None = None
+    simulated: SimulatedTime | None = None
+
+    def latency_ms(self, statistic: str, metric: str) -> float | None:
+        """``latency_ms("p99", "ttft")`` is ``p99_ttft_ms``: one statistic of one metric."""
+        if statistic not in LATENCY_STATISTICS or metric not in LATENCY_METRICS:
+            raise ValueError(f"no latency figure {statistic}_{metric}_ms")
+        return getattr(self, f"{statistic}_{metric}_ms")
