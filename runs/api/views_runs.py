@@ -39,7 +39,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedView
 
     def get_queryset(self):
         queryset = super().get_queryset().select_related("started_by")
-        if self.action == "retrieve":
+        if self.action == "retrieve" and not getattr(self, "swagger_fake_view", False):
             trials = scoped(self.membership, Trial).prefetch_related("measurements")
             trials = trials.order_by("index")
             queryset = queryset.prefetch_related(Prefetch("trials", queryset=trials))
