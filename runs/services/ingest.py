@@ -111,7 +111,7 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
         if key in seen:
             # A resend: ack again. A row stored before digests were kept ("") is taken at
             # its word, as it always was.
-            if seen[key][0] in ("", digest):
+            if seen[key][0] in ("", digest) or _same_as_stored(run, key, payload):
                 outcomes.append(IngestOutcome(seq=message.seq, stored=False))
             else:
                 outcomes.append(_conflict(run, message, seen[key][1], changed))
@@ -158,6 +158,18 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
         TrialLevelFigures.objects.filter(trial__run=run).delete()
         trial_level_figures_record(run_ids=[run.id])
     return outcomes
+
+
+def _same_as_stored(run: Run, key: tuple[int, int], payload: dict) -> bool:
+    """Whether the payload stored under ``key`` equals ``payload`` as JSON values (``30`` is
+    ``30.0``). The digests of one content differ when the site's models change how a value
+    is written (a free-form figure that became a float field writes ``30`` as ``30.0``): a
+    resend across such an upgrade is a resend, not a conflict. Read only when digests differ."""
+    epoch, seq = key
+    stored = AgentMessageRecord.objects.filter(run=run, epoch=epoch, seq=seq).values_list(
+        "payload", flat=True
+    )
+    return stored.first() == payload
 
 
 def _conflict(run: Run, message, stored_type: str, changed: set) -> IngestOutcome:

@@ -16,7 +16,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from rest_framework.test import APIClient
 
+from agents.protocol import parse_agent_message
 from runs.models import AgentMessageRecord, Measurement, Run
+from runs.services.ingest import message_digest
 from tests.polling import wait_for
 
 from .live_server import ROOT, daphne_server
@@ -129,6 +131,34 @@ async def test_it_acks_a_resend_once_and_refuses_other_content_on_the_same_seq(a
     count, rows, conflicts = await sync_to_async(stored)()
     assert (count, conflicts) == (2, 1)
     assert [row["completed"] for row in rows] == [100]  # the first content stands
+
+
+def test_it_acks_a_resend_whose_stored_copy_wrote_a_number_another_way(alice):
+    """A message stored before a field became typed (``duration`` 30 kept as ``30``; it is
+    ``30.0`` now) and resent after the upgrade: the same content, so a resend, not a
+    conflict, though the digests differ."""
+    run, token = _new_run(alice.org)
+    measurement = messages(run.id)[4]
+    measurement["result"] = {**measurement["result"], "duration": 30}
+    # What the site stored when ``result`` was a free-form object: the figure as sent.
+    as_stored_before = parse_agent_message(measurement).model_dump(mode="json")
+    as_stored_before["result"]["duration"] = 30
+    AgentMessageRecord.objects.create(
+        organization=run.organization,
+        run=run,
+        epoch=0,
+        seq=4,
+        type="measurement",
+        payload=as_stored_before,
+        digest=message_digest(as_stored_before),
+    )
+    body = _post(run, token, [measurement])
+    assert (body["acked"], body["rejected"]) == ([4], [])
+    run.refresh_from_db()
+    assert run.agent_conflicts == 0
+    # Other content on that seq is still a conflict.
+    other = {**measurement, "result": {**measurement["result"], "completed": 99}}
+    assert _post(run, token, [other])["rejected"][0]["reason"].startswith("conflict: ")
 
 
 def test_it_takes_a_previous_agents_late_messages_once_in_their_own_epoch(alice):
