@@ -37,6 +37,8 @@ from django.test.utils import setup_test_environment  # noqa: E402
 
 from agents.runner.outbox import Outbox, SiteEndpoints  # noqa: E402
 from runs.actors import Actor  # noqa: E402
+from runs.estimates import experiment_estimate  # noqa: E402
+from runs.frozen_job import run_frozen_fields  # noqa: E402
 from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import AgentMessageRecord, GpuType, Run, User  # noqa: E402
 from runs.services.catalogue import model_spec_create  # noqa: E402
@@ -86,7 +88,12 @@ def seed(agents: int):
         },
         budget_cap_usd=10,
     )
-    runs = [Run.objects.create(organization=org, experiment=experiment) for _ in range(agents)]
+    frozen = run_frozen_fields(
+        experiment=experiment, estimate=experiment_estimate(experiment=experiment)
+    )
+    runs = [
+        Run.objects.create(organization=org, experiment=experiment, **frozen) for _ in range(agents)
+    ]
     return owner, [(run, run_token_issue(run=run)) for run in runs]
 
 

@@ -89,6 +89,7 @@ from runs.actors import Actor  # noqa: E402
 from runs.audit import audit_chain_verify_full, audit_record  # noqa: E402
 from runs.costs import run_cost_usd  # noqa: E402
 from runs.estimates import experiment_estimate  # noqa: E402
+from runs.frozen_job import run_frozen_fields  # noqa: E402
 from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import (  # noqa: E402
     AgentMessageRecord,
@@ -111,7 +112,6 @@ from runs.services.promotions import (  # noqa: E402
     promotion_propose,
     promotion_reject,
 )
-from runs.services.run_start import experiment_snapshot  # noqa: E402
 from runs.services.tenancy import membership_add, org_create  # noqa: E402
 
 TARGET_MS = 300
@@ -284,7 +284,9 @@ def seed(count: int):
             slos=slos,
             budget_cap_usd=Decimal(50),
         )
-        frozen = experiment_snapshot(experiment, experiment_estimate(experiment=experiment))
+        frozen = run_frozen_fields(
+            experiment=experiment, estimate=experiment_estimate(experiment=experiment)
+        )
         experiments.append((experiment, frozen, speed))
     budget_set(org=org, actor=actor, limit_usd=Decimal("400"))
     now = timezone.now()
@@ -297,7 +299,7 @@ def seed(count: int):
     plan = []
     for i in range(count):
         experiment, frozen, speed = experiments[i % len(experiments)]
-        simulated = experiment.engine == "sim"
+        simulated = experiment.simulated
         state = STATES[i % len(STATES)]
         seconds = Decimal(900 + (i % 11) * 60)
         # Half the pods report their billed rate; the others are priced from the catalogue
@@ -317,7 +319,7 @@ def seed(count: int):
             created_at=now - RUN_SPACING * i,
             started_by=owner,
             trigger=("ci", "ui", "api")[i % 3],
-            experiment_snapshot=frozen,
+            **frozen,
             provider="local" if simulated else "runpod",
             pod_gpu_type="" if simulated else experiment.gpu_type_id,
             pod_cloud_type="" if simulated else "secure",

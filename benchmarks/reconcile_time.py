@@ -50,6 +50,7 @@ from django.utils import timezone  # noqa: E402
 
 from runs.actors import Actor  # noqa: E402
 from runs.estimates import experiment_estimate  # noqa: E402
+from runs.frozen_job import run_frozen_fields  # noqa: E402
 from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import GpuType, Run, User  # noqa: E402
 from runs.models.runs import RunState  # noqa: E402
@@ -58,7 +59,6 @@ from runs.services.catalogue import model_spec_create  # noqa: E402
 from runs.services.credentials import provider_key_set  # noqa: E402
 from runs.services.experiments import experiment_create  # noqa: E402
 from runs.services.reconcile import runs_reconcile  # noqa: E402
-from runs.services.run_start import experiment_snapshot  # noqa: E402
 from runs.services.tenancy import org_create  # noqa: E402
 from tests.fakes.runpod_api import FakeRunpodApi  # noqa: E402
 
@@ -98,8 +98,10 @@ def seed(fake: FakeRunpodApi, *, orgs: int, running: int, queued: int, history: 
             slos={"ttft_ms": 500, "tpot_ms": 50},
             budget_cap_usd=Decimal(500),
         )
-        snapshot = experiment_snapshot(experiment, experiment_estimate(experiment=experiment))
-        common = {"organization": org, "experiment": experiment, "experiment_snapshot": snapshot}
+        frozen = run_frozen_fields(
+            experiment=experiment, estimate=experiment_estimate(experiment=experiment)
+        )
+        common = {"organization": org, "experiment": experiment, **frozen}
         runs = []
         for _ in range(running // orgs):
             run_id = uuid.uuid4()

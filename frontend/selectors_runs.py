@@ -20,7 +20,6 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet
@@ -28,6 +27,17 @@ from django.utils import timezone
 
 from agents import protocol
 from runs.access import scoped
+from runs.frozen_job import (
+    GPU_TYPE_PATH,
+    IMAGE_TAG_PATH,
+    MODEL_PATH,
+    SIMULATED_RUNS,
+    run_budget_cap,
+    run_engine,
+    run_is_simulated,
+    run_serve_configs,
+    run_workload,
+)
 from runs.models import AgentMessageRecord, Experiment, Measurement, Membership, Run, Trial
 from runs.models.experiments import Engine
 from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
@@ -121,32 +131,11 @@ def config_label(config: dict, flags: list[str]) -> str:
     return ", ".join(f"{k}={_config_text(v)}" for k, v in config.items()) or "vLLM defaults"
 
 
-def _planned_configs(run: Run) -> list[dict]:
-    grid = (run.experiment_snapshot or {}).get("serve_grid", run.experiment.serve_grid)
-    try:
-        return protocol.expand_serve_grid(grid or {})
-    except protocol.ServeGridError:
-        return []  # a grid this version cannot read: show only the trials that ran
-
-
 def _planned_levels(run: Run) -> list[dict]:
-    workload = (run.experiment_snapshot or {}).get("workload", run.experiment.workload)
     try:
-        return protocol.workload_levels(protocol.Workload.model_validate(workload))
+        return protocol.workload_levels(run_workload(run))
     except ValueError:
         return []
-
-
-def run_is_simulated(run: Run) -> bool:
-    """Whether the run's engine is the simulator (its figures are not measurements)."""
-    engine = (run.experiment_snapshot or {}).get("engine", run.experiment.engine)
-    return engine == Engine.SIM
-
-
-def run_budget_cap(run: Run) -> Decimal:
-    """The experiment's cap as it was when the run started."""
-    cap = (run.experiment_snapshot or {}).get("budget_cap_usd")
-    return Decimal(cap) if cap is not None else run.experiment.budget_cap_usd
 
 
 def run_trials(run: Run) -> list[Trial]:
@@ -328,7 +317,7 @@ def run_live_state(*, run: Run) -> dict:
     epochs_read = _epochs_read(run)  # first: the rows below are at least this new
     run.refresh_from_db()
     trial_rows = run_trials(run)
-    planned = _planned_configs(run)
+    planned = run_serve_configs(run)
     configs = planned or [trial.serve_config or {} for trial in trial_rows]
     flags = varying_flags(configs)
     trials = [
@@ -395,30 +384,20 @@ class HistoryFilters:
     created_to: date | None = None  # inclusive
 
 
-def _snapshot_or_experiment(key: str, experiment_field: str, value: Any) -> Q:
-    # A run's frozen snapshot is authoritative; runs created without one (imports, tests)
-    # fall back to their experiment as it is now.
-    return Q(**{f"experiment_snapshot__{key}": value}) | Q(
-        **{f"experiment_snapshot__{key}__isnull": True, f"experiment__{experiment_field}": value}
-    )
-
-
 def runs_history(*, membership: Membership, filters: HistoryFilters) -> QuerySet[Run]:
     """The organization's runs matching ``filters``, newest first, with what a row shows."""
     runs = scoped(membership, Run)
+    # Filtered on what each run was started with (runs.frozen_job), not its experiment now.
     if filters.model is not None:
-        runs = runs.filter(_snapshot_or_experiment("model", "model_id", str(filters.model)))
+        runs = runs.filter(**{MODEL_PATH: str(filters.model)})
     if filters.gpu:
         runs = runs.filter(
-            Q(pod_gpu_type=filters.gpu)
-            | (Q(pod_gpu_type="") & _snapshot_or_experiment("gpu_type", "gpu_type_id", filters.gpu))
+            Q(pod_gpu_type=filters.gpu) | Q(pod_gpu_type="", **{GPU_TYPE_PATH: filters.gpu})
         )
     if filters.engine == Engine.SIM:
-        runs = runs.filter(_snapshot_or_experiment("engine", "engine", Engine.SIM))
+        runs = runs.filter(SIMULATED_RUNS)
     elif filters.engine:
-        runs = runs.filter(
-            _snapshot_or_experiment("engine_image_tag", "engine_image_tag", filters.engine)
-        ).filter(_snapshot_or_experiment("engine", "engine", Engine.VLLM))
+        runs = runs.filter(~SIMULATED_RUNS, **{IMAGE_TAG_PATH: filters.engine})
     if filters.state:
         runs = runs.filter(state=filters.state)
     if filters.created_from:
@@ -432,6 +411,13 @@ def runs_history(*, membership: Membership, filters: HistoryFilters) -> QuerySet
 
 def _day_start(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
+
+
+def with_simulated(runs: list[Run]) -> list[Run]:
+    """Sets ``simulated`` on each run, for a template (``runs.frozen_job.run_is_simulated``)."""
+    for run in runs:
+        run.simulated = run_is_simulated(run)
+    return runs
 
 
 def with_trial_counts(runs: list[Run]) -> list[Run]:
@@ -619,15 +605,13 @@ def _baselines(compared: list[ComparedTrial]) -> list[int | None]:
 
 
 def _setup_of(column: ComparedTrial) -> dict[str, str]:
-    run, snapshot = column.run, column.run.experiment_snapshot or {}
-    experiment = run.experiment
-    engine = snapshot.get("engine", experiment.engine)
-    tag = snapshot.get("engine_image_tag", experiment.engine_image_tag)
+    run, engine = column.run, run_engine(column.run)
     return {
-        "Model": experiment.model.name,
-        "GPU": f"{snapshot.get('gpu_count', experiment.gpu_count)}× "
-        f"{run.pod_gpu_type or snapshot.get('gpu_type', experiment.gpu_type_id)}",
-        "Engine": "simulator" if engine == Engine.SIM else f"vLLM {tag or '(default image)'}",
+        "Model": run.experiment.model.name,
+        "GPU": f"{engine.gpu_count}× {run.pod_gpu_type or engine.gpu_type}",
+        "Engine": "simulator"
+        if run_is_simulated(run)
+        else f"vLLM {engine.image_tag or '(default image)'}",
         "vLLM reported": str(run.agent_info.get("vllm_version") or "—"),
         "Outcome": column.trial.outcome
         + (f" ({column.trial.failure_class})" if column.trial.failure_class else ""),

@@ -27,6 +27,7 @@ from frontend.selectors_runs import (
     parse_selection,
     run_live_state,
     runs_history,
+    with_simulated,
     with_trial_counts,
 )
 from runs.access import Need, Principal, access_membership, access_run
@@ -54,7 +55,7 @@ def runs_list(request, org: str):
         form.is_valid()  # errors are shown beside their fields; valid ones still filter
     runs = runs_history(membership=membership, filters=form.filters())
     page = Paginator(runs, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
-    with_trial_counts(page.object_list)
+    with_simulated(with_trial_counts(page.object_list))
     query = request.GET.copy()
     query.pop("page", None)
     context = {

@@ -57,21 +57,6 @@ def experiment_placements(experiment) -> list[Placement]:
     )
 
 
-def run_placements(run) -> list[Placement]:
-    """The placements a run allows, from its frozen experiment (a run with no snapshot —
-    made outside ``run_start`` — falls back to its experiment as it is now)."""
-    frozen = run.experiment_snapshot or {}
-    if "gpu_type" not in frozen:
-        return experiment_placements(run.experiment)
-    return placements(
-        gpu_type_id=frozen["gpu_type"],
-        cloud_type=frozen["cloud_type"],
-        # Runs started before fallbacks existed have none.
-        fallback_gpu_types=frozen.get("fallback_gpu_types") or (),
-        allow_other_cloud=bool(frozen.get("allow_other_cloud")),
-    )
-
-
 def recorded_placement(run) -> Placement | None:
     """Where the run's pod was asked for (written before each create), if anywhere yet."""
     if not run.pod_gpu_type:

@@ -5,8 +5,9 @@ Guarantees:
   version-aware schema the agent uses to start the benchmark), so the recipe serves exactly
   the configuration that was measured; a configuration the schema refuses raises
   ``ServeGridError`` rather than giving a command that would differ.
-- Everything is read from the run's frozen experiment snapshot and where its pod actually
-  landed, never from the experiment as edited since.
+- Everything is read from what the run was started with (``runs.frozen_job``: its model,
+  image and GPUs) and where its pod actually landed, never from the experiment or model as
+  edited since.
 - Commands are built as argv lists and quoted once (``shlex.join``) for display.
 """
 
@@ -16,18 +17,20 @@ import shlex
 
 from agents.protocol import serve_args
 from runs.experiment_spec import vllm_version_of_tag
-from runs.models import ModelSpec, Trial
+from runs.frozen_job import run_cloud_type, run_engine, run_model, run_pod_storage
+from runs.models import Trial
 
 VLLM_IMAGE = "vllm/vllm-openai"
 SERVE_PORT = 8000
 
 
-def trial_recipe(*, trial: Trial, model: ModelSpec) -> dict:
+def trial_recipe(*, trial: Trial) -> dict:
     """The ``vllm serve`` command, a ``docker run`` line and the Runpod pod settings for
     ``trial`` (a JSON-safe dict; see the module docstring)."""
     run = trial.run
-    frozen = run.experiment_snapshot or {}
-    tag = frozen.get("engine_image_tag") or "latest"
+    engine, model = run_engine(run), run_model(run)
+    container_disk_gb, network_volume_id = run_pod_storage(run)
+    tag = engine.image_tag or "latest"
     flags = serve_args(trial.serve_config, vllm_version=vllm_version_of_tag(tag))
     model_args = [model.hf_repo]
     if model.revision and model.revision != "main":
@@ -47,14 +50,13 @@ def trial_recipe(*, trial: Trial, model: ModelSpec) -> dict:
         "--entrypoint", "vllm",
         image, "serve", *model_args, *listen, *flags,
     ]  # fmt: skip
-    gpu_count = int(frozen.get("gpu_count") or run.experiment.gpu_count)
     pod = {
-        "gpu_type_id": run.pod_gpu_type or frozen.get("gpu_type") or run.experiment.gpu_type_id,
-        "gpu_count": gpu_count,
-        "cloud_type": (run.pod_cloud_type or frozen.get("cloud_type") or "secure").upper(),
+        "gpu_type_id": run.pod_gpu_type or engine.gpu_type,
+        "gpu_count": engine.gpu_count,
+        "cloud_type": (run.pod_cloud_type or run_cloud_type(run)).upper(),
         "image_name": image,
-        "container_disk_in_gb": int(frozen.get("container_disk_gb") or 80),
-        "network_volume_id": frozen.get("network_volume_id") or None,
+        "container_disk_in_gb": container_disk_gb,
+        "network_volume_id": network_volume_id,
         "ports": f"{SERVE_PORT}/http",
         "env": {"HF_TOKEN": "<your Hugging Face token>"},
         "docker_args": shlex.join(["serve", *model_args, *listen, *flags]),

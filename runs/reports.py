@@ -28,15 +28,16 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from uuid import UUID
 
 from django.db.models import CharField, Count, Sum
-from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, TruncMonth
 from django.utils import timezone
 
-from runs import report_figures
+from runs import frozen_job, report_figures
 from runs.costs import TrialCost, round_usd
+from runs.frozen_job import frozen_value
 from runs.models import (
     Budget,
     Experiment,
+    GpuType,
     Measurement,
     ModelSpec,
     Organization,
@@ -46,6 +47,7 @@ from runs.models import (
     Trial,
     TrialLevelFigures,
 )
+from runs.models.experiments import engine_is_simulated
 from runs.models.runs import MEASURED_OUTCOMES, TERMINAL_RUN_STATES
 from runs.report_figures import (
     SLO_METRICS,
@@ -172,9 +174,7 @@ def _partial_instance(model, db: str, **values):
 
 def trial_is_simulated(trial: Trial) -> bool:
     """Whether a trial's figures come from the simulator (see the module docstring)."""
-    run = trial.run
-    engine = (run.experiment_snapshot or {}).get("engine")
-    if engine == "sim" or run.experiment.engine == "sim":
+    if frozen_job.run_is_simulated(trial.run):
         return True
     return any(m.result.get("simulated") not in (None, False) for m in trial.measurements.all())
 
@@ -265,10 +265,11 @@ def trial_figures(
     # rows, where model instances and whole JSON documents would take most of the time.
     rows = list(
         trials.annotate(
-            frozen_engine=KeyTextTransform("engine", "run__experiment_snapshot"),
-            frozen_gpu_type=KeyTextTransform("gpu_type", "run__experiment_snapshot"),
-            frozen_gpu_count=KeyTransform("gpu_count", "run__experiment_snapshot"),
-            frozen_slos=KeyTransform("slos", "run__experiment_snapshot"),
+            frozen_engine=frozen_value(frozen_job.ENGINE_KIND_PATH, via="run__", text=True),
+            frozen_gpu_type=frozen_value(frozen_job.GPU_TYPE_PATH, via="run__", text=True),
+            frozen_gpu_count=frozen_value(frozen_job.GPU_COUNT_PATH, via="run__"),
+            frozen_cloud=frozen_value(frozen_job.CLOUD_TYPE_PATH, via="run__", text=True),
+            frozen_slos=frozen_value(frozen_job.SLOS_PATH, via="run__"),
             # Ids as text: thousands of UUID objects would outlive the loop, for the garbage
             # collector to walk.
             run_key=Cast("run_id", CharField()),
@@ -278,7 +279,8 @@ def trial_figures(
         .values_list(
             "id", "index", "serve_config", "cold_start", "run_key", "experiment_key", "outcome",
             "run__state", "run__finished_at", "run__pod_gpu_type", "run__price_usd_hr",
-            "frozen_engine", "frozen_gpu_type", "frozen_gpu_count", "frozen_slos", named=True,
+            "frozen_engine", "frozen_gpu_type", "frozen_gpu_count", "frozen_cloud",
+            "frozen_slos", named=True,
         )
     )  # fmt: skip
     # Few experiments, models and GPU types: read once each, not once per trial.
@@ -291,14 +293,20 @@ def trial_figures(
         experiment_rows[str(e.id)] = experiment_rows[e.id.hex] = e
     pricings: dict[tuple, tuple] = {}
     gpu_prices: dict[tuple[str, str], GpuPrice] = {}
+    gpu_types = GpuType.objects.in_bulk({row.frozen_gpu_type for row in rows})
 
     def pricing_of(row) -> tuple:
-        # A few distinct pricings (an experiment, a billed rate): worked out once each.
-        key = (row.experiment_key, row.run__price_usd_hr, row.frozen_engine)
+        # A few distinct pricings (GPUs as started, a billed rate): worked out once each.
+        key = (
+            row.frozen_gpu_type, row.frozen_cloud, row.frozen_gpu_count, row.run__price_usd_hr,
+            row.frozen_engine,
+        )  # fmt: skip
         if key not in pricings:
             pricings[key] = _pricing(
                 org=org,
-                experiment=experiment_rows[row.experiment_key],
+                gpu_type=gpu_types[row.frozen_gpu_type],
+                cloud_type=row.frozen_cloud,
+                gpu_count=int(row.frozen_gpu_count),
                 billed_rate=row.run__price_usd_hr,
                 frozen_engine=row.frozen_engine,
                 gpu_prices=gpu_prices,
@@ -381,13 +389,11 @@ def trial_figures(
                 run_key=row.run_key,
                 experiment=experiment,
                 model=experiment.model,
-                gpu_type_id=(
-                    row.run__pod_gpu_type or row.frozen_gpu_type or experiment.gpu_type_id
-                ),
-                gpu_count=int(row.frozen_gpu_count or experiment.gpu_count),
+                gpu_type_id=row.run__pod_gpu_type or row.frozen_gpu_type,
+                gpu_count=int(row.frozen_gpu_count),
                 simulated=entry.key[1][2] or entry.levels_simulated,
                 cost=entry.cost,
-                slos=row.frozen_slos or experiment.slos or {},
+                slos=row.frozen_slos,
                 qualifying=entry.qualifying,
                 _db=trials.db,
                 _row=row,
@@ -396,19 +402,20 @@ def trial_figures(
     return figures
 
 
-def _pricing(*, org, experiment, billed_rate, frozen_engine, gpu_prices) -> tuple:
-    """(pod rate, its source, simulated by engine) by the rule of runs.selectors.trial_costs;
-    the organization's GPU prices are read once per report (``gpu_prices``)."""
+def _pricing(
+    *, org, gpu_type, cloud_type, gpu_count, billed_rate, frozen_engine, gpu_prices
+) -> tuple:
+    """(pod rate, its source, simulated by engine) by the rule of runs.selectors.trial_costs,
+    for the GPUs a run was started with; the organization's GPU prices are read once per
+    report (``gpu_prices``)."""
     if billed_rate is not None:
         rate, source = billed_rate, "the pod's billed rate"
     else:
-        key = (experiment.gpu_type_id, experiment.cloud_type)
+        key = (gpu_type.id, cloud_type)
         if key not in gpu_prices:
-            gpu_prices[key] = gpu_price(
-                org=org, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
-            )
-        rate, source = pod_rate_from_price(gpu_prices[key], experiment.gpu_count)
-    return rate, source, frozen_engine == "sim" or experiment.engine == "sim"
+            gpu_prices[key] = gpu_price(org=org, gpu_type=gpu_type, cloud_type=cloud_type)
+        rate, source = pod_rate_from_price(gpu_prices[key], gpu_count)
+    return rate, source, engine_is_simulated(frozen_engine)
 
 
 def _cost_key(figure: TrialFigure):

@@ -17,8 +17,8 @@ from runs.costs import (
     round_usd,
     trial_cost_per_million_output_tokens,
 )
+from runs.frozen_job import run_cloud_type, run_engine, run_is_simulated
 from runs.models import GpuPriceOverride, GpuType, Measurement, Organization, Run, Trial
-from runs.models.experiments import Engine
 
 
 @dataclass(frozen=True)
@@ -89,24 +89,26 @@ def trial_costs(
     cold start amortized (``runs.costs.trial_cost_per_million_output_tokens``).
 
     Priced at the pod's billed rate when the provider gave one (``Run.price_usd_hr``), else
-    at the organization's price for the experiment's GPUs × their count. Reads only rows of
-    the trial's own organization.
+    at the organization's price for the GPUs × their count the run was started with. Reads
+    only rows of the trial's own organization.
     """
     run = trial.run
-    experiment = run.experiment
     rate: Decimal | None
     if run.price_usd_hr is not None:
         rate, source = run.price_usd_hr, "the pod's billed rate"
     else:
+        engine = run_engine(run)
         price = gpu_price(
-            org=run.organization, gpu_type=experiment.gpu_type, cloud_type=experiment.cloud_type
+            org=run.organization,
+            gpu_type=GpuType.objects.get(id=engine.gpu_type),
+            cloud_type=run_cloud_type(run),
         )
-        rate, source = pod_rate_from_price(price, experiment.gpu_count)
+        rate, source = pod_rate_from_price(price, engine.gpu_count)
     return trial_cost_per_million_output_tokens(
         [_level_of(measurement) for measurement in trial.measurements.all()],
         pod_usd_per_hr=rate,
         cold_start=trial.cold_start,
         price_source=source,
         serving_window_seconds=serving_window_seconds,
-        simulated=experiment.engine == Engine.SIM,
+        simulated=run_is_simulated(run),
     )

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from agents import protocol
 from runs.api.parsers import AgentBatchParser
+from runs.frozen_job import run_workload
 from runs.inputs.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody, protocol_body
 from runs.inputs.strict_fields import StrictJSONField
 from runs.jobs import run_job_spec
@@ -158,8 +159,8 @@ class AgentEpochView(APIView):
 def _dataset_of_run(run: Run, dataset_id) -> WorkloadDataset:
     """The dataset ``dataset_id`` when the run's workload names it; else ``Http404`` (the same
     for a dataset that exists but is not the run's as for one that does not exist)."""
-    named = (run.experiment.workload or {}).get("dataset") or {}
-    if named.get("kind") != "sharegpt" or named.get("dataset_id") != str(dataset_id):
+    named = run_workload(run).dataset  # as the run was started, whatever was edited since
+    if not isinstance(named, protocol.ShareGptDataset) or str(named.dataset_id) != str(dataset_id):
         raise Http404
     dataset = WorkloadDataset.objects.filter(
         organization_id=run.organization_id, pk=dataset_id

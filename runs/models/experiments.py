@@ -16,6 +16,12 @@ class Engine(models.TextChoices):
     SIM = "sim"
 
 
+def engine_is_simulated(engine: str) -> bool:
+    """The one rule for "simulated": the engine is the simulator, so its figures are not
+    measurements and it rents no GPU (an experiment's engine, or a run's frozen one)."""
+    return engine == Engine.SIM
+
+
 class CloudType(models.TextChoices):
     SECURE = "secure"
     COMMUNITY = "community"
@@ -94,3 +100,8 @@ class Experiment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def simulated(self) -> bool:
+        """Whether runs of this experiment, as it is now, would be simulated."""
+        return engine_is_simulated(self.engine)

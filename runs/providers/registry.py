@@ -32,8 +32,8 @@ def local_provider() -> LocalProvider:
     )
 
 
-def provider_name_for(*, engine: str) -> str:
-    if engine == "sim":
+def provider_name_for(*, simulated: bool) -> str:
+    if simulated:
         return "local"
     return getattr(settings, "BENCHSITE_PROVIDER", "runpod")
 

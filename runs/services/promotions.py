@@ -58,7 +58,7 @@ def promotion_propose(
             "trial measured on real vLLM.",
         )
     try:
-        recipe = trial_recipe(trial=trial, model=run.experiment.model)
+        recipe = trial_recipe(trial=trial)
     except ServeGridError as exc:
         raise DomainValidationError.single(
             "trial", f"Its serve configuration no longer renders: {exc}"

@@ -35,10 +35,11 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
+from runs.frozen_job import run_engine, run_is_simulated, run_placements, run_pod_storage
 from runs.jobs import run_job_spec
 from runs.models import GpuType, Run
 from runs.models.runs import RunState
-from runs.placement import Placement, recorded_placement, run_placements
+from runs.placement import Placement, recorded_placement
 from runs.providers.base import (
     PermanentProviderError,
     PodInfo,
@@ -87,23 +88,23 @@ def run_claim_for_provisioning(*, run_id, owner: str, task_id: str | None = None
 
 
 def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
-    experiment, frozen = run.experiment, run.experiment_snapshot
+    container_disk_gb, network_volume_id = run_pod_storage(run)
     ws_url, rest_url = _public_urls(run)
     job = run_job_spec(run, ws_url=ws_url, rest_url=rest_url, placement=placement)
-    tag = experiment.engine_image_tag or "latest"
+    tag = job.engine.image_tag or "latest"
     image = getattr(settings, "BENCHSITE_AGENT_IMAGE", "benchsite/agent:{tag}").format(tag=tag)
     return PodSpec(
         name=pod_name(run.id),
         image=image,
         gpu_type_id=placement.gpu_type_id,
-        gpu_count=experiment.gpu_count,
+        gpu_count=job.engine.gpu_count,
         cloud_type=placement.cloud_type.upper(),  # the site's "secure" is Runpod's SECURE
         env={
             "BENCHSITE_JOB": base64.b64encode(job.model_dump_json().encode()).decode("ascii"),
             "BENCHSITE_TOKEN": token,
         },
-        container_disk_gb=int(frozen.get("container_disk_gb") or experiment.container_disk_gb),
-        network_volume_id=frozen.get("network_volume_id") or None,
+        container_disk_gb=container_disk_gb,
+        network_volume_id=network_volume_id,
     )
 
 
@@ -121,7 +122,7 @@ def _billed_rate(run: Run, placement: Placement, pod_cost_per_hr: Decimal | None
     return (
         None
         if price is None
-        else pod_usd_per_hr(gpu_usd_per_hr=price, gpu_count=run.experiment.gpu_count)
+        else pod_usd_per_hr(gpu_usd_per_hr=price, gpu_count=run_engine(run).gpu_count)
     )
 
 
@@ -163,7 +164,7 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
     run = run_claim_for_provisioning(run_id=run_id, owner=owner, task_id=task_id)
     if run is None:
         return "skipped"
-    name = provider_name_for(engine=run.experiment.engine)
+    name = provider_name_for(simulated=run_is_simulated(run))
     try:
         provider = provider_for(org=run.organization, name=name)
         pod = provider.find_by_name(pod_name(run.id))
@@ -173,7 +174,7 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
             pod, placement = _create_at_first_free_placement(provider, run, token, owner)
             outcome = "created"
         else:
-            # Asked for before the crash (written before every create), else the experiment's.
+            # Asked for before the crash (written before every create), else the run's own.
             placement = recorded_placement(run) or run_placements(run)[0]
     except TransientProviderError:
         Run.objects.filter(id=run.id, lease_owner=owner).update(lease_expires_at=timezone.now())

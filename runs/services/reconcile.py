@@ -39,7 +39,9 @@ from django.db.models import Q
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
+from runs.frozen_job import BUDGET_CAP_PATH, ENGINE_KIND_PATH
 from runs.models import Organization, ProviderCredential, Run
+from runs.models.experiments import engine_is_simulated
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import PodInfo, PodState, Provider, ProviderError, run_id_of_pod
 from runs.providers.registry import local_provider, provider_for
@@ -119,13 +121,13 @@ def _counted_from(moment: datetime.datetime, hearing: IngestHearing) -> datetime
 
 def _active_with_pods() -> list[Run]:
     """Active runs that recorded a pod: only what a pass reads, the frozen experiment's cap
-    and engine included (``snapshot_cap``, ``snapshot_engine``), not the whole snapshot."""
+    and engine included (``snapshot_cap``, ``snapshot_engine``), not the whole frozen job."""
     return list(
         Run.objects.exclude(state__in=TERMINAL_RUN_STATES)
         .exclude(pod_id="")
         .annotate(
-            snapshot_cap=KT("experiment_snapshot__budget_cap_usd"),
-            snapshot_engine=KT("experiment_snapshot__engine"),
+            snapshot_cap=KT(BUDGET_CAP_PATH),
+            snapshot_engine=KT(ENGINE_KIND_PATH),
         )
         .only(
             "id",
@@ -219,7 +221,7 @@ def runs_reconcile(
         heard = run.last_heartbeat_at or run.pod_started_at or run.created_at
         silence = AGENT_SILENCE if run.last_heartbeat_at else PROVISION_TIMEOUT
         pod = pods.get(account, {}).get(run.pod_id)
-        if cap is not None and cost >= cap and run.snapshot_engine != "sim":
+        if cap is not None and cost >= cap and not engine_is_simulated(run.snapshot_engine):
             _end(
                 run,
                 RunState.OVER_BUDGET,

@@ -9,8 +9,9 @@ Guarantees of ``run_start``:
   estimate; the organization's budget for this month (or its standing monthly budget)
   against the month's spend, plus what active runs may still spend (their estimates), plus
   this estimate.
-- The run, a frozen copy of the experiment and the estimate, and its ``run.start`` audit
-  event are committed together; provisioning is enqueued only after that commit, so a
+- The run, its frozen job (``runs.frozen_job``: exactly what its agent will run), the
+  experiment's other facts and the estimate, and its ``run.start`` audit event are committed
+  together; provisioning is enqueued only after that commit, so a
   rolled-back start never rents a GPU.
 """
 
@@ -27,6 +28,7 @@ from runs.audit import audit_record
 from runs.costs import month_start
 from runs.errors import DomainValidationError
 from runs.estimates import CostEstimate, experiment_estimate
+from runs.frozen_job import run_frozen_fields
 from runs.models import Budget, Experiment, Organization, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
 from runs.selectors import org_month_spend_usd
@@ -57,7 +59,7 @@ def _active_runs_commitment(org: Organization, *, exclude_experiment=None) -> De
 
 def budget_check(*, experiment: Experiment, estimate: CostEstimate) -> None:
     """Raises ``BudgetExceeded`` when starting a run of ``experiment`` would break a cap."""
-    if experiment.engine == "sim":
+    if experiment.simulated:
         return  # the simulator rents no GPU
     org = experiment.organization
     if estimate.cost_usd is None:
@@ -104,29 +106,6 @@ def _clean_reason(reason: object) -> str:
     return clean_short_text(reason, field="reason", max_chars=MAX_REASON_CHARS)
 
 
-def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
-    """The experiment as it was when the run started (later edits never rewrite history)."""
-    return {
-        "name": experiment.name,
-        "model": str(experiment.model_id),
-        "gpu_type": experiment.gpu_type_id,
-        "gpu_count": experiment.gpu_count,
-        "cloud_type": experiment.cloud_type,
-        "fallback_gpu_types": list(experiment.fallback_gpu_types or []),
-        "allow_other_cloud": experiment.allow_other_cloud,
-        "container_disk_gb": experiment.container_disk_gb,
-        "network_volume_id": experiment.network_volume_id,
-        "engine": experiment.engine,
-        "engine_image_tag": experiment.engine_image_tag,
-        "serve_grid": experiment.serve_grid,
-        "workload": experiment.workload,
-        "slos": experiment.slos,
-        "budget_cap_usd": str(experiment.budget_cap_usd),
-        "estimate_usd": None if estimate.cost_usd is None else str(estimate.cost_usd),
-        "estimate_seconds": estimate.total_seconds,
-    }
-
-
 @transaction.atomic
 def run_start(
     *,
@@ -145,13 +124,14 @@ def run_start(
     Organization.objects.select_for_update().filter(pk=experiment.organization_id).first()
     estimate = experiment_estimate(experiment=experiment)
     budget_check(experiment=experiment, estimate=estimate)
+    frozen = run_frozen_fields(experiment=experiment, estimate=estimate)  # may refuse the job
     run = Run.objects.create(
         organization=experiment.organization,
         experiment=experiment,
         started_by=actor.user,
         trigger=trigger,
         reason=reason,
-        experiment_snapshot=experiment_snapshot(experiment, estimate),
+        **frozen,
     )
     audit_record(
         org=run.organization,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agents import protocol
+from runs.frozen_job import run_serve_configs
 from runs.models import Measurement, Run, Trial
 from runs.models.runs import FailureClass, TrialOutcome
 
@@ -41,16 +41,6 @@ def trial_outcome_settled(*, outcome: str, failure_class: str, measured: bool) -
     if outcome == TrialOutcome.FAILED:
         return TrialOutcome.FAILED  # the deadline came before its first level
     return TrialOutcome.SKIPPED
-
-
-def _planned_configs(run: Run) -> list[dict]:
-    grid = (run.experiment_snapshot or {}).get("serve_grid")
-    if grid is None:
-        grid = run.experiment.serve_grid
-    try:
-        return protocol.expand_serve_grid(grid or {})
-    except protocol.ServeGridError:
-        return []  # a grid this version cannot read: settle only the trials that ran
 
 
 def run_trials_settle(*, run: Run, reason: str) -> int:
@@ -91,7 +81,7 @@ def run_trials_settle(*, run: Run, reason: str) -> int:
             log_tail=f"not run: {reason}",
             finished_at=ended_at,
         )
-        for index, config in enumerate(_planned_configs(run))
+        for index, config in enumerate(run_serve_configs(run))
         if index not in seen
     ]
     # A trial's first message may be stored by another connection at this very moment.

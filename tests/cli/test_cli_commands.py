@@ -18,7 +18,7 @@ import pytest
 from django.utils import timezone
 
 from runs.models import Experiment, Run
-from tests.site.conftest import H100, make_experiment, make_model
+from tests.site.conftest import H100, frozen, make_experiment, make_model
 from tests.site.live_server import ROOT, daphne_server, free_port
 from tests.site.test_celery_worker import broker_queue  # noqa: F401  (no worker: runs queue)
 
@@ -153,7 +153,7 @@ def test_it_lists_models_and_exports_the_audit_log(alice, site, tmp_path):
 
 def test_it_hides_other_tenants_runs(alice, site):
     experiment = make_experiment(alice.org)
-    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
     result = benchsite("runs", "show", str(run.id), url=site, token=alice.token, org="globex")
     assert result.code == 2
     assert result.err.startswith("error: not found (404)"), result.err
@@ -161,7 +161,7 @@ def test_it_hides_other_tenants_runs(alice, site):
 
 def test_it_cancels_a_queued_run(alice, site):
     experiment = make_experiment(alice.org)
-    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
     result = benchsite(
         "runs", "cancel", str(run.id), "--reason", "not needed", url=site, token=alice.token
     )

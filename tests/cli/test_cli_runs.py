@@ -17,7 +17,7 @@ from django.utils import timezone
 from runs.actors import Actor
 from runs.models import Experiment, Measurement, Membership, Run, Trial
 from runs.services.promotions import promotion_approve, promotion_propose
-from tests.site.conftest import make_experiment, make_model
+from tests.site.conftest import frozen, make_experiment, make_model
 from tests.site.live_server import celery_worker, daphne_server
 from tests.site.test_celery_worker import SIM_EXPERIMENT
 
@@ -50,6 +50,7 @@ def seed_run(experiment, levels_by_config: dict, *, price="3.99") -> Run:
     run = Run.objects.create(
         organization=experiment.organization,
         experiment=experiment,
+        **frozen(experiment),
         state="succeeded",
         reason="seeded baseline",
         price_usd_hr=Decimal(price),

@@ -10,6 +10,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from runs.actors import Actor
+from runs.estimates import experiment_estimate
+from runs.frozen_job import run_frozen_fields
 from runs.gpu_catalogue_seed import seed_gpu_catalogue
 from runs.model_presets import MODEL_PRESETS
 from runs.models import GpuType, Organization, User
@@ -151,6 +153,17 @@ def make_experiment(org: Organization, model=None, **overrides):
         budget_cap_usd=Decimal(50),
     )
     return experiment_create(org=org, actor=SYSTEM, **(fields | overrides))
+
+
+def frozen(experiment, **snapshot) -> dict:
+    """The fields ``run_start`` freezes a run of ``experiment`` with, for a run made in a test
+    (``Run.objects.create(..., **frozen(experiment))``); ``snapshot`` replaces facts beside
+    the job (``budget_cap_usd="50"``)."""
+    fields = run_frozen_fields(
+        experiment=experiment, estimate=experiment_estimate(experiment=experiment)
+    )
+    fields["experiment_snapshot"].update(snapshot)
+    return fields
 
 
 def experiment_payload(model_id, **overrides) -> dict:

@@ -9,15 +9,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from runs.estimates import experiment_estimate
 from runs.model_presets import MODEL_PRESETS
 from runs.models import GpuType, Measurement, Organization, Run, Trial
 from runs.models.runs import RunState, TrialOutcome
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
-from runs.services.run_start import experiment_snapshot
 
-from .conftest import H100, SYSTEM, WORKLOAD
+from .conftest import H100, SYSTEM, WORKLOAD, frozen
 
 SLOS = {"ttft_ms": 500}
 COLD_START = {
@@ -80,9 +78,7 @@ def add_run(experiment, *, created_at, cost="0", price=None, **fields) -> Run:
         created_at=created_at,
         cost_usd=Decimal(cost),
         price_usd_hr=None if price is None else Decimal(price),
-        experiment_snapshot=experiment_snapshot(
-            experiment, experiment_estimate(experiment=experiment)
-        ),
+        **frozen(experiment),
         **fields,
     )
 

@@ -17,7 +17,7 @@ from benchsite.asgi import application
 from runs.models import AgentMessageRecord, Measurement, ModelSpec, Run, Trial
 from runs.services.run_tokens import run_token_issue
 
-from .conftest import make_experiment, make_model
+from .conftest import frozen, make_experiment, make_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,9 +42,8 @@ RESULT = {
 
 def _new_run(org) -> tuple[Run, str]:
     model = ModelSpec.objects.filter(organization=org).first() or make_model(org)
-    run = Run.objects.create(
-        organization=org, experiment=make_experiment(org, model=model, name=f"e-{uuid.uuid4()}")
-    )
+    experiment = make_experiment(org, model=model, name=f"e-{uuid.uuid4()}")
+    run = Run.objects.create(organization=org, experiment=experiment, **frozen(experiment))
     return run, run_token_issue(run=run)
 
 

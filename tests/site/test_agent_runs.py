@@ -28,7 +28,7 @@ from runs.models import AgentMessageRecord, Measurement, Run, Trial
 from runs.services.run_control import run_cancel
 from runs.services.run_tokens import run_token_issue
 
-from .conftest import make_experiment, make_model
+from .conftest import frozen, make_experiment, make_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,9 +61,8 @@ def new_sim_run(org, **experiment) -> tuple[Run, str]:
         "workload": SIM_WORKLOAD,
         "slos": {"ttft_ms": 2000},
     } | experiment
-    run = Run.objects.create(
-        organization=org, experiment=make_experiment(org, model=make_model(org), **fields)
-    )
+    experiment = make_experiment(org, model=make_model(org), **fields)
+    run = Run.objects.create(organization=org, experiment=experiment, **frozen(experiment))
     return run, run_token_issue(run=run)
 
 

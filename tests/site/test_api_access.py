@@ -30,7 +30,15 @@ from runs.services.credentials import provider_key_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import membership_add, token_create
 
-from .conftest import H100, MODEL_FIELDS, SYSTEM, Person, experiment_payload, make_experiment
+from .conftest import (
+    H100,
+    MODEL_FIELDS,
+    SYSTEM,
+    Person,
+    experiment_payload,
+    frozen,
+    make_experiment,
+)
 from .conftest import make_model as make_model_spec
 from .db_state import database_state
 
@@ -59,9 +67,8 @@ def world(alice, bob, mallory, charlie) -> World:
     experiment = make_experiment(org, model=model)
     spare = make_model_spec(org, **QWEN)  # used by nothing, so deleting it would succeed
     # The run belongs to another experiment: one with runs cannot be deleted.
-    run = Run.objects.create(
-        organization=org, experiment=make_experiment(org, model=model, name="with a run")
-    )
+    with_run = make_experiment(org, model=model, name="with a run")
+    run = Run.objects.create(organization=org, experiment=with_run, **frozen(with_run))
     dataset = dataset_upload(org=org, actor=SYSTEM, name="chats", raw=json.dumps(SHAREGPT).encode())
     budget = budget_set(org=org, actor=SYSTEM, limit_usd=Decimal(50))
     token = token_create(org=org, user=alice.user, name="ci", actor=SYSTEM).token

@@ -24,7 +24,7 @@ from runs.services.budgets import budget_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
 
-from .conftest import SYSTEM, make_experiment
+from .conftest import SYSTEM, frozen, make_experiment
 
 EXAMPLES_PER_OPERATION = 25
 
@@ -70,7 +70,7 @@ def world(alice, bob, keep_test_connection):
     dataset = dataset_upload(org=alice.org, actor=SYSTEM, name="chats", raw=sharegpt.encode())
     budget = budget_set(org=alice.org, actor=SYSTEM, limit_usd=100)
     victim = token_create(org=alice.org, user=bob.user, name="victim", actor=SYSTEM).token
-    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
     trial = Trial.objects.create(
         organization_id=run.organization_id, run=run, index=0, serve_config={}, outcome="succeeded"
     )

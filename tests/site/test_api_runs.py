@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from runs.models import Measurement, Run, Trial
 
-from .conftest import make_experiment
+from .conftest import frozen, make_experiment
 
 
 def _run_with_results(org):
-    run = Run.objects.create(organization=org, experiment=make_experiment(org), reason="ci abc123")
+    experiment = make_experiment(org)
+    run = Run.objects.create(
+        organization=org, experiment=experiment, reason="ci abc123", **frozen(experiment)
+    )
     trial = Trial.objects.create(
         organization_id=run.organization_id,
         run=run,

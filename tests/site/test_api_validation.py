@@ -22,7 +22,7 @@ from runs.models import Membership, Run
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import membership_change_role
 
-from .conftest import MODEL_FIELDS, SYSTEM, WORKLOAD, experiment_payload, make_experiment
+from .conftest import MODEL_FIELDS, SYSTEM, WORKLOAD, experiment_payload, frozen, make_experiment
 from .conftest import make_model as make_model_spec
 from .db_state import database_state
 
@@ -586,7 +586,7 @@ def test_it_refuses_to_delete_a_dataset_in_use(alice, model):
 
 
 def test_it_refuses_to_delete_an_experiment_with_runs(alice, experiment):
-    Run.objects.create(organization=alice.org, experiment=experiment)
+    Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
     before = database_state()
     response = alice.client().delete(url("experiment-detail", pk=experiment.pk))
     assert response.status_code == 409

@@ -26,7 +26,7 @@ from runs.models import GpuType, Measurement, Run, Trial
 from runs.selectors import org_month_spend_usd, trial_costs
 from runs.services.catalogue import gpu_price_set
 
-from .conftest import H100, SYSTEM, make_experiment, make_model
+from .conftest import H100, SYSTEM, frozen, make_experiment, make_model
 
 T0 = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 FOUR_PLACES = -4
@@ -335,7 +335,11 @@ def test_it_refuses_an_ambiguous_month():
 
 def make_run(org, experiment, *, created_at=T0, **fields) -> Run:
     return Run.objects.create(
-        organization=org, experiment=experiment, created_at=created_at, **fields
+        organization=org,
+        experiment=experiment,
+        created_at=created_at,
+        **frozen(experiment),
+        **fields,
     )
 
 

@@ -21,7 +21,7 @@ from runs.services.ingest_watch import ingest_probe as real_ingest_probe
 from runs.services.provisioning import run_provision
 from runs.services.reconcile import AGENT_SILENCE, CANCEL_GRACE, runs_reconcile
 
-from .conftest import make_experiment
+from .conftest import frozen, make_experiment
 from .live_server import free_port
 
 pytestmark = pytest.mark.django_db
@@ -75,8 +75,8 @@ def site(settings, monkeypatch, tmp_path):
 def running(org, heard: datetime.datetime) -> Run:
     run = Run.objects.create(
         organization=org,
-        experiment=make_experiment(org, name=f"e-{uuid.uuid4()}"),
-        experiment_snapshot={"budget_cap_usd": "50", "engine": "vllm"},
+        experiment=(started := make_experiment(org, name=f"e-{uuid.uuid4()}")),
+        **frozen(started, budget_cap_usd="50"),
     )
     assert run_provision(run_id=run.id, owner="w") == "created"
     Run.objects.filter(id=run.id).update(state=RunState.BENCHMARKING, last_heartbeat_at=heard)

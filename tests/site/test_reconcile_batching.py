@@ -19,7 +19,7 @@ from runs.providers.base import pod_name
 from runs.services import reconcile
 from runs.services.reconcile import runs_reconcile
 
-from .conftest import make_experiment
+from .conftest import frozen, make_experiment
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +40,7 @@ def running_runs(experiment, count: int) -> list[Run]:
                 id=run_id,
                 organization=experiment.organization,
                 experiment=experiment,
-                experiment_snapshot={"budget_cap_usd": "50", "engine": "vllm"},
+                **frozen(experiment, budget_cap_usd="50"),
                 state=RunState.BENCHMARKING,
                 provider="local",
                 pod_id=pod_name(run_id),

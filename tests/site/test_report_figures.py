@@ -168,20 +168,24 @@ def test_it_prices_kept_figures_at_today_s_price(history, alice):
     assert like_the_selector(after.values())
 
 
-def test_it_follows_the_experiment_s_engine_and_gpu_count_after_the_run_ended(history, alice):
+def test_it_keeps_the_run_s_frozen_engine_and_gpu_count_after_the_experiment_changed(
+    history, alice
+):
+    # Reports followed the live experiment here (a bug: the run never ran what it was
+    # edited into); they read what each run was started with.
     trial_level_figures_record()
+    before = [everything(f) for f in trial_figures(org=alice.org)]
     experiment_update(experiment=history.qwen, actor=SYSTEM, engine="sim", engine_image_tag="")
     experiment_update(experiment=history.small, actor=SYSTEM, gpu_count=2)
     figures = {f.trial_id: f for f in trial_figures(org=alice.org)}
-    assert figures[history.tqwen.id].simulated and figures[history.tqwen.id].cost.simulated
-    # Priced from the catalogue per GPU: two GPUs double the pod rate (2 × 3.99).
-    assert figures[history.t128.id].cost.pod_usd_per_hr == Decimal("7.9800")
+    assert not figures[history.tqwen.id].simulated and not figures[history.tqwen.id].cost.simulated
+    # Priced from the catalogue for the one GPU it was started with.
+    assert figures[history.t128.id].cost.pod_usd_per_hr == Decimal("3.9900")
     assert like_the_selector(figures.values())
+    assert [everything(f) for f in figures.values()] == before
     TrialLevelFigures.objects.all().delete()
     ended_trial_figures.clear()
-    assert [everything(f) for f in trial_figures(org=alice.org)] == [
-        everything(f) for f in figures.values()
-    ]
+    assert [everything(f) for f in trial_figures(org=alice.org)] == before
 
 
 def test_it_judges_slos_by_the_run_s_frozen_experiment_after_the_experiment_changed(history, alice):

@@ -18,7 +18,7 @@ from runs.models import AuditEvent, ModelSpec, Run
 from runs.services.experiments import dataset_upload
 from runs.services.run_tokens import run_token_issue
 
-from .conftest import SYSTEM, make_experiment, make_model
+from .conftest import SYSTEM, frozen, make_experiment, make_model
 from .db_state import database_state
 
 SHAREGPT = [
@@ -39,11 +39,8 @@ async def close_consumer_connections():
 def _new_run(org, state: str = "queued", **experiment) -> tuple[Run, str]:
     model = ModelSpec.objects.filter(organization=org).first() or make_model(org)
     name = f"e-{uuid.uuid4()}"
-    run = Run.objects.create(
-        organization=org,
-        experiment=make_experiment(org, model=model, name=name, **experiment),
-        state=state,
-    )
+    started = make_experiment(org, model=model, name=name, **experiment)
+    run = Run.objects.create(organization=org, experiment=started, state=state, **frozen(started))
     return run, run_token_issue(run=run)
 
 

@@ -25,7 +25,7 @@ from runs.services.reconcile import runs_reconcile
 from runs.services.run_control import run_cancel
 from runs.services.run_tokens import run_token_issue
 
-from .conftest import make_experiment, make_model
+from .conftest import frozen, make_experiment, make_model
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,7 @@ def _run(org, *, pod: bool = True) -> Run:
     run = Run.objects.create(
         organization=org,
         experiment=experiment,
-        experiment_snapshot={"budget_cap_usd": "50", "engine": "vllm", "serve_grid": GRID},
+        **frozen(experiment, budget_cap_usd="50"),
     )
     if pod:
         assert run_provision(run_id=run.id, owner="w") == "created"

@@ -12,6 +12,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from agents import protocol
+from runs.frozen_job import run_serve_configs
 from runs.models import AuditEvent, Budget, Run
 from runs.models.runs import RunState
 from runs.providers.base import PodSpec, TransientProviderError, pod_name
@@ -20,7 +22,7 @@ from runs.services.budgets import budget_set
 from runs.services.provisioning import run_provision
 from runs.services.reconcile import runs_reconcile
 
-from .conftest import SYSTEM, make_experiment, make_model
+from .conftest import SYSTEM, frozen, make_experiment, make_model
 from .db_state import database_state as snapshot
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +62,7 @@ def test_a_started_run_gets_one_pod_and_an_audit_event(alice, django_capture_on_
     assert (run.state, run.provider) == ("provisioning", "local")
     assert run.pod_id == pod_name(run.id) and run.pod_started_at is not None
     assert run.price_usd_hr is None  # a local pod rents nothing
-    assert run.experiment_snapshot["serve_grid"] == experiment.serve_grid
+    assert run_serve_configs(run) == protocol.expand_serve_grid(experiment.serve_grid)
     assert run.run_token_hash  # the pod's agent holds the matching token
     assert [pod.name for pod in local_provider().list_bench_pods()] == [run.pod_id]
     event = AuditEvent.objects.get(event="run.start")
@@ -69,7 +71,7 @@ def test_a_started_run_gets_one_pod_and_an_audit_event(alice, django_capture_on_
 
 def test_provisioning_delivered_twice_or_after_a_crash_rents_exactly_one_pod(alice):
     experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
-    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
     assert run_provision(run_id=run.id, owner="worker-1") == "created"
     assert run_provision(run_id=run.id, owner="worker-2") == "skipped"
     # A worker killed after the create but before its write: the pod exists, the row does
@@ -87,7 +89,7 @@ def test_a_redelivered_message_takes_over_its_dead_workers_lease_at_once(alice):
     """The broker hands a message out again only when its worker is gone: the redelivery
     need not wait out the lease. Another message must."""
     experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
-    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
     lease = timezone.now() + datetime.timedelta(minutes=5)
     Run.objects.filter(id=run.id).update(
         state=RunState.PROVISIONING, lease_owner="host-a:task-1", lease_expires_at=lease
@@ -146,10 +148,9 @@ def test_bad_start_requests_name_the_field(alice, charlie):
 
 
 def _running(org, **experiment) -> Run:
+    started = make_experiment(org, name=f"e-{uuid.uuid4()}", **experiment)
     run = Run.objects.create(
-        organization=org,
-        experiment=make_experiment(org, name=f"e-{uuid.uuid4()}", **experiment),
-        experiment_snapshot={"budget_cap_usd": "50", "engine": experiment.get("engine", "vllm")},
+        organization=org, experiment=started, **frozen(started, budget_cap_usd="50")
     )
     assert run_provision(run_id=run.id, owner="w") == "created"
     Run.objects.filter(id=run.id).update(
@@ -212,6 +213,7 @@ def test_reconcile_reprovisions_a_run_whose_task_was_lost(alice):
     run = Run.objects.create(
         organization=alice.org,
         experiment=experiment,
+        **frozen(experiment),
         created_at=timezone.now() - datetime.timedelta(minutes=5),
     )
     enqueued = []
@@ -235,7 +237,7 @@ def test_the_provision_task_retries_transient_errors_then_gives_up(
     import runs.tasks
 
     experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
-    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
     calls = []
 
     def no_capacity(*, run_id, owner, task_id):
@@ -256,7 +258,7 @@ def test_the_provision_task_succeeds_once_capacity_returns(
     import runs.tasks
 
     experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
-    run = Run.objects.create(organization=alice.org, experiment=experiment)
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
     real, calls = runs.tasks.provision_service, []
 
     def flaky(*, run_id, owner, task_id):

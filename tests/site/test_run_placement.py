@@ -21,7 +21,7 @@ from runs.services.credentials import provider_key_set
 from runs.tasks import MAX_RETRIES
 from tests.fakes.runpod_api import FakeRunpodApi
 
-from .conftest import H100, experiment_payload, make_experiment, make_model
+from .conftest import H100, experiment_payload, frozen, make_experiment, make_model
 from .db_state import database_state as snapshot
 
 pytestmark = pytest.mark.django_db
@@ -295,11 +295,7 @@ def test_a_pod_adopted_after_a_crash_keeps_the_placement_it_was_asked_for(
     run = Run.objects.create(
         organization=alice.org,
         experiment=experiment,
-        experiment_snapshot={
-            "gpu_type": H100,
-            "cloud_type": "secure",
-            "fallback_gpu_types": [A100],
-        },
+        **frozen(experiment, cloud_type="secure", fallback_gpu_types=[A100]),
     )
     with monkeypatch.context() as patch, pytest.raises(WorkerKilled):
         patch.setattr(provisioning, "_create_at_first_free_placement", create_then_die)

@@ -39,7 +39,7 @@ from runs.services.reconcile import runs_reconcile
 from tests.fakes.runpod_api import CREATE
 from tests.polling import wait_for
 
-from .conftest import SYSTEM, make_experiment, make_model
+from .conftest import SYSTEM, frozen, make_experiment, make_model
 from .db_state import database_state
 from .live_server import broker_queue_delete, celery_worker, daphne_server
 from .runpod_setup import (
@@ -327,6 +327,7 @@ def test_it_refuses_a_run_over_a_cap_before_anything_reaches_runpod(
         Run.objects.create(
             organization=alice.org,
             experiment=within_cap,
+            **frozen(within_cap),
             state="succeeded",
             cost_usd=Decimal("0.4000"),
         )
@@ -369,7 +370,7 @@ def test_it_stops_a_run_at_its_cap_mid_run_keeping_its_results_and_billing_it_ex
         response = post_run(alice, experiment)
         assert response.status_code == 201, response.json()
         run = Run.objects.get(id=response.json()["id"])
-        assert run.experiment_snapshot["engine"] == "vllm"
+        assert run.job_spec["engine"]["kind"] == "vllm"
         (pod,) = fake.pods(ACME_KEY)
         wait_for(lambda: measurement_ids(run), 240, "the first measurement")
         kept = measurement_ids(run)
@@ -397,7 +398,9 @@ def test_it_stops_a_run_at_its_cap_mid_run_keeping_its_results_and_billing_it_ex
     # not acme's run a microsecond earlier (last month), not globex's.
     month = month_start(run.created_at)
     first_instant, _ = month_bounds_utc(month)
-    earlier = dict(experiment=experiment, state="succeeded", cost_usd=Decimal("0.2500"))
+    earlier = dict(
+        experiment=experiment, **frozen(experiment), state="succeeded", cost_usd=Decimal("0.2500")
+    )
     Run.objects.create(organization=alice.org, created_at=first_instant, **earlier)
     last_month = first_instant - datetime.timedelta(microseconds=1)
     Run.objects.create(
@@ -405,7 +408,11 @@ def test_it_stops_a_run_at_its_cap_mid_run_keeping_its_results_and_billing_it_ex
     )
     theirs = make_experiment(charlie.org, model=make_model(charlie.org))
     Run.objects.create(
-        organization=charlie.org, experiment=theirs, state="over_budget", cost_usd=Decimal(9)
+        organization=charlie.org,
+        experiment=theirs,
+        **frozen(theirs),
+        state="over_budget",
+        cost_usd=Decimal(9),
     )
     seconds = billed_seconds(run.pod_started_at, run.pod_terminated_at)
     expected = hand_cost(seconds, Decimal("3.99")) + Decimal("0.2500")

@@ -22,7 +22,7 @@ from runs.services.provisioning import run_provision
 from runs.services.reconcile import AGENT_SILENCE, runs_reconcile
 from tests.polling import wait_for
 
-from .conftest import make_experiment, make_model
+from .conftest import frozen, make_experiment, make_model
 from .live_server import daphne_server, free_port
 from .test_agent_runs import assert_site_holds_the_journal
 from .test_celery_worker import broker_queue  # noqa: F401  (Daphne's tasks go to our queue)
@@ -64,7 +64,7 @@ def site(settings, monkeypatch, tmp_path, broker_queue):  # noqa: F811
 
 def start_run(org) -> Run:
     experiment = make_experiment(org, model=make_model(org), **SIM_EXPERIMENT)
-    run = Run.objects.create(organization=org, experiment=experiment)
+    run = Run.objects.create(organization=org, experiment=experiment, **frozen(experiment))
     assert run_provision(run_id=run.id, owner="test") == "created"
     return Run.objects.get(id=run.id)
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from runs.models import AgentMessageRecord, AuditEvent, Measurement, ModelSpec, Run, Trial
 
-from .conftest import make_experiment, make_model, signed_in
+from .conftest import frozen, make_experiment, make_model, signed_in
 
 LEVELS = (1, 8, 64)
 
@@ -69,6 +69,7 @@ def seed_run(
         experiment=experiment,
         state=state,
         created_at=created_at or timezone.now(),
+        **frozen(experiment),
         **run_fields,
     )
     seq = 0
@@ -449,7 +450,8 @@ def test_it_explains_bad_history_filters_instead_of_failing(alice, charlie):
 def test_it_pages_the_history_in_constant_queries(alice, django_assert_max_num_queries):
     experiment = new_experiment(alice.org, name="many")
     Run.objects.bulk_create(
-        Run(organization=alice.org, experiment=experiment, state="succeeded") for _ in range(120)
+        Run(organization=alice.org, experiment=experiment, state="succeeded", **frozen(experiment))
+        for _ in range(120)
     )
     client = signed_in(alice)
     client.get(reverse("runs", args=["acme"]))  # session and caches warm

@@ -1,0 +1,240 @@
+"""What a run was started with: its frozen job (``Run.job_spec``) and, beside it, the
+experiment's facts that are not the agent's (``Run.experiment_snapshot``). Together they are
+the one truth of what a run does; nothing reads the live experiment to decide it.
+
+Guarantees:
+- ``job_spec_freeze`` builds and validates the whole ``protocol.JobSpec`` of an experiment,
+  less the parts each provisioning attempt fills in (``PER_ATTEMPT``: the run's id, which is
+  its row's, the deadline and where to report). The engine's GPU type is the experiment's
+  own; a placement may replace it for one attempt. A job the protocol refuses raises
+  ``DomainValidationError`` naming the field, and nothing is written.
+- ``job_spec_for_attempt`` gives back exactly the frozen job, with only the per-attempt
+  parts added.
+- The readers below (and the ``*_PATH`` names for queries) are the only code that knows
+  the stored shapes; ``run_is_simulated`` applies the one rule for "simulated"
+  (``runs.models.experiments.engine_is_simulated``) to the frozen engine.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import pydantic
+from django.conf import settings
+from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+
+from agents import protocol
+from runs.errors import DomainValidationError
+from runs.experiment_spec import vllm_version_of_tag
+from runs.models import Experiment, Run
+from runs.models.experiments import Engine, engine_is_simulated
+from runs.placement import Placement, placements
+
+if TYPE_CHECKING:  # the estimate is the caller's; its module reads prices through selectors
+    from runs.estimates import CostEstimate
+
+PER_ATTEMPT = frozenset({"run_id", "deadline", "report"})
+# Paths of frozen facts for queries over many runs (``KT(f"run__{ENGINE_KIND_PATH}")``).
+ENGINE_KIND_PATH = "job_spec__engine__kind"
+IMAGE_TAG_PATH = "job_spec__engine__image_tag"
+GPU_TYPE_PATH = "job_spec__engine__gpu_type"
+GPU_COUNT_PATH = "job_spec__engine__gpu_count"
+SLOS_PATH = "job_spec__slos"
+CLOUD_TYPE_PATH = "experiment_snapshot__cloud_type"
+BUDGET_CAP_PATH = "experiment_snapshot__budget_cap_usd"
+MODEL_PATH = "experiment_snapshot__model"
+
+
+def frozen_value(path: str, *, via: str = "", text: bool = False):
+    """The frozen fact at ``path`` (a ``*_PATH``) of the run reached by ``via`` (``"run__"``
+    from a trial), as JSON or, with ``text``, as text: for annotations over many rows."""
+    field, *keys = path.split("__")
+    expression = f"{via}{field}"
+    for key in keys[:-1]:
+        expression = KeyTransform(key, expression)
+    return (KeyTextTransform if text else KeyTransform)(keys[-1], expression)
+
+
+# The runs whose frozen engine is the simulator (the rule of ``engine_is_simulated``).
+SIMULATED_RUNS = Q(**{ENGINE_KIND_PATH: Engine.SIM})
+# Stand-ins for the per-attempt parts while a frozen job is checked; never stored.
+_CHECK_RUN_ID = uuid.UUID(int=0)
+_CHECK_DEADLINE = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
+
+
+def _model_source(model) -> protocol.ModelSource:
+    return protocol.ModelSource(
+        hf_repo=model.hf_repo,
+        revision=model.revision,
+        served_model_name=model.hf_repo,
+        parameter_count=model.parameter_count,
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_kv_heads=model.num_kv_heads,
+        head_dim=model.head_dim,
+        dtype=model.dtype,
+        max_context=model.max_context,
+    )
+
+
+def job_spec_freeze(*, experiment: Experiment) -> dict:
+    """The frozen job of a run of ``experiment`` as stored (see the module docstring);
+    trials in the grid's deterministic order."""
+    try:
+        configs = protocol.expand_serve_grid(experiment.serve_grid)
+        job = protocol.JobSpec(
+            run_id=_CHECK_RUN_ID,
+            trials=[
+                protocol.TrialSpec(index=index, serve_config=config)
+                for index, config in enumerate(configs)
+            ],
+            workload=protocol.Workload.model_validate(experiment.workload),
+            slos=protocol.Slos.model_validate(experiment.slos),
+            engine=protocol.EngineSpec(
+                kind=experiment.engine,
+                image_tag=experiment.engine_image_tag or None,
+                vllm_version=vllm_version_of_tag(experiment.engine_image_tag),
+                gpu_type=experiment.gpu_type_id,
+                gpu_count=experiment.gpu_count,
+                # How much faster than the modelled GPU the simulator runs (its figures are
+                # reported in the GPU's time whatever this is); no effect on real vLLM.
+                sim_speed=float(getattr(settings, "BENCHSITE_SIM_SPEED", 1.0)),
+            ),
+            model=_model_source(experiment.model),
+            deadline=_CHECK_DEADLINE,
+        )
+    except protocol.ServeGridError as exc:
+        raise _refusal(exc.errors, prefix="serve_grid.") from exc
+    except pydantic.ValidationError as exc:
+        # Paths within the job (``workload.dataset.input_len``, ``engine.gpu_count``).
+        raise _refusal(protocol.pydantic_field_errors(exc)) from exc
+    return job.model_dump(mode="json", exclude=set(PER_ATTEMPT))
+
+
+def _as_stored(experiment: Experiment, name: str) -> Decimal:
+    # As the column holds it ("50.00"), also from an instance not read back from it.
+    places = Experiment._meta.get_field(name).decimal_places
+    return Decimal(getattr(experiment, name)).quantize(Decimal(1).scaleb(-places))
+
+
+def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
+    """The experiment's facts, as they were when the run started, that its frozen job does not
+    hold (later edits never rewrite history)."""
+    return {
+        "name": experiment.name,
+        "model": str(experiment.model_id),
+        "cloud_type": experiment.cloud_type,
+        "fallback_gpu_types": list(experiment.fallback_gpu_types or []),
+        "allow_other_cloud": experiment.allow_other_cloud,
+        "container_disk_gb": experiment.container_disk_gb,
+        "network_volume_id": experiment.network_volume_id,
+        "budget_cap_usd": str(_as_stored(experiment, "budget_cap_usd")),
+        "estimate_usd": None if estimate.cost_usd is None else str(estimate.cost_usd),
+        "estimate_seconds": estimate.total_seconds,
+    }
+
+
+def run_frozen_fields(*, experiment: Experiment, estimate: CostEstimate) -> dict:
+    """The fields that freeze a run of ``experiment`` when it starts (``Run(**fields)``):
+    its job and the experiment's other facts. Raises ``DomainValidationError`` for a job the
+    protocol refuses."""
+    return {
+        "job_spec": job_spec_freeze(experiment=experiment),
+        "experiment_snapshot": experiment_snapshot(experiment, estimate),
+    }
+
+
+def _refusal(errors, *, prefix: str = "") -> DomainValidationError:
+    fields: dict[str, list[str]] = {}
+    for error in errors:
+        path = f"{prefix}{error.field}" if error.field else prefix.rstrip(".") or "experiment"
+        fields.setdefault(path, []).append(error.message)
+    return DomainValidationError(fields)
+
+
+def job_spec_for_attempt(
+    run: Run,
+    *,
+    deadline: datetime.datetime,
+    report: protocol.ReportTo,
+    gpu_type: str | None = None,
+) -> protocol.JobSpec:
+    """The frozen job of ``run`` with one attempt's parts: its deadline, where to report,
+    and the GPU type its placement chose (default: the frozen one)."""
+    frozen = run.job_spec
+    engine = dict(frozen["engine"], gpu_type=gpu_type or frozen["engine"]["gpu_type"])
+    attempt = {
+        "run_id": str(run.id),
+        "deadline": deadline.isoformat(),
+        "report": report.model_dump(mode="json"),
+    }
+    # Read back as the agent reads it (JSON), so the job served is the one it will parse.
+    return protocol.JobSpec.model_validate_json(json.dumps({**frozen, "engine": engine, **attempt}))
+
+
+def run_engine(run: Run) -> protocol.EngineSpec:
+    """What serves the run's trials, as started (``gpu_type``: the experiment's own)."""
+    return protocol.EngineSpec.model_validate(run.job_spec["engine"])
+
+
+def run_is_simulated(run: Run) -> bool:
+    """Whether the run's frozen engine is the simulator: its figures are not measurements
+    and it rents no GPU."""
+    return engine_is_simulated(run.job_spec["engine"]["kind"])
+
+
+def run_serve_configs(run: Run) -> list[dict]:
+    """The serve configuration of each planned trial, in trial order."""
+    return [trial["serve_config"] for trial in run.job_spec["trials"]]
+
+
+def run_workload(run: Run) -> protocol.Workload:
+    return protocol.Workload.model_validate(run.job_spec["workload"])
+
+
+def run_slos(run: Run) -> dict:
+    return run.job_spec["slos"]
+
+
+def run_model(run: Run) -> protocol.ModelSource:
+    return protocol.ModelSource.model_validate(run.job_spec["model"])
+
+
+def run_placements(run: Run) -> list[Placement]:
+    """The placements a run allows, as it was started: its frozen job's GPU type, then the
+    choices frozen beside it."""
+    frozen = run.experiment_snapshot
+    return placements(
+        gpu_type_id=run_engine(run).gpu_type,
+        cloud_type=frozen["cloud_type"],
+        fallback_gpu_types=frozen["fallback_gpu_types"],
+        allow_other_cloud=frozen["allow_other_cloud"],
+    )
+
+
+def run_cloud_type(run: Run) -> str:
+    """The cloud the run was started for (its pod's may differ: ``Run.pod_cloud_type``)."""
+    return run.experiment_snapshot["cloud_type"]
+
+
+def run_estimate_seconds(run: Run) -> float:
+    """How long the run was estimated to take when it started."""
+    return float(run.experiment_snapshot["estimate_seconds"])
+
+
+def run_pod_storage(run: Run) -> tuple[int, str | None]:
+    """The pod's container disk (GB) and network volume (None: none) the run was started
+    with."""
+    frozen = run.experiment_snapshot
+    return int(frozen["container_disk_gb"]), frozen["network_volume_id"] or None
+
+
+def run_budget_cap(run: Run) -> Decimal:
+    """The experiment's cap as it was when the run started."""
+    return Decimal(run.experiment_snapshot["budget_cap_usd"])
