@@ -281,7 +281,7 @@ def experiment_spend_table(rows: list[ExperimentSpend], experiment_href) -> Repo
         table.rows.append(
             [
                 Cell(e.name, href=experiment_href(e)),
-                Cell("simulated", badge=True) if e.engine == "sim" else Cell(e.engine),
+                Cell("simulated", badge=True) if e.simulated else Cell(e.engine),
                 Cell(e.model.name),
                 num(row.runs),
                 num(row.spend_usd),

@@ -145,7 +145,7 @@ def experiment_estimate(
     total = provisioning + cold_start + sweep
     price, placement = _dearest_price(experiment)
     cost: Decimal | None
-    if experiment.engine == "sim":
+    if experiment.simulated:
         cost, source = Decimal(0), "the simulator rents no GPU"
     elif price.usd_per_gpu_hour is None:
         cost, source = None, price.source
