@@ -28,15 +28,11 @@ from runs.access import (
     scoped,
 )
 from runs.actors import actor_from_request
-from runs.api.serializers_experiments import BudgetSerializer
-from runs.api.serializers_tenancy import (
-    MemberAddSerializer,
-    MemberRoleSerializer,
-    TokenCreateSerializer,
-)
-from runs.api.views_credentials import ProviderKeySetSerializer
 from runs.costs import month_start
 from runs.errors import Conflict, DomainValidationError
+from runs.inputs.credentials import ProviderKeySetSerializer
+from runs.inputs.experiments import BudgetSerializer
+from runs.inputs.tenancy import MemberAddSerializer, MemberRoleSerializer, TokenCreateSerializer
 from runs.models import (
     ApiToken,
     Budget,
