@@ -41,7 +41,7 @@ from runs.frozen_job import (
 from runs.models import AgentMessageRecord, Experiment, Measurement, Membership, Run, Trial
 from runs.models.experiments import Engine
 from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
-from runs.selectors import trial_costs
+from runs.selectors.trial_costs import trial_costs
 
 LOWER, HIGHER = "lower", "higher"
 

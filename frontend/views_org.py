@@ -42,7 +42,7 @@ from runs.models import (
     ProviderCredential,
     Role,
 )
-from runs.selectors import org_month_spend_usd
+from runs.selectors.spend import org_month_spend_usd
 from runs.services.budgets import budget_capping_month, budget_delete, budget_set
 from runs.services.credentials import provider_key_clear, provider_key_set
 from runs.services.tenancy import (

@@ -24,7 +24,7 @@ from agents.hardware import (
 from agents.protocol import Workload, expand_serve_grid, workload_levels
 from runs.models import Experiment, GpuType
 from runs.placement import Placement, experiment_placements
-from runs.selectors import GpuPrice, gpu_price
+from runs.selectors.prices import GpuPrice, gpu_price
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from runs.frozen_job import (
 )
 from runs.models import GpuType, Run
 from runs.placement import Placement
-from runs.selectors import gpu_price
+from runs.selectors.prices import gpu_price
 
 DEADLINE_SLACK = datetime.timedelta(minutes=10)
 ESTIMATE_FACTOR = 2

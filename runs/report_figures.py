@@ -76,7 +76,7 @@ def level_column(alias: str) -> str | Func:
 
 def report_level(concurrency, request_rate, infinite, result) -> dict:
     """One level as the reports see it: its result's ``LEVEL_KEYS`` and its load."""
-    # As runs.selectors: the stored columns are authoritative for the load of a level. A
+    # As runs.selectors.trial_costs: the stored columns are authoritative for the load of a level. A
     # key the result lacks comes back null from PostgreSQL: left out, as it was.
     level = {
         k: v

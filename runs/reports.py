@@ -57,7 +57,7 @@ from runs.report_figures import (
     stored_level_figures,
     trial_cost,
 )
-from runs.selectors import GpuPrice, gpu_price, pod_rate_from_price
+from runs.selectors.prices import GpuPrice, gpu_price, pod_rate_from_price
 from runs.services.budgets import budget_capping_month
 from runs.services.run_tokens import delivery_grace
 
@@ -531,7 +531,7 @@ class MonthSpend(_SpendAgainstBudget):
 
 def spend_by_month(*, org: Organization) -> list[MonthSpend]:
     """The organization's spend per UTC month (runs counted whole in the month they were
-    started, as ``runs.selectors.org_month_spend_usd``), newest first, beside that month's
+    started, as ``runs.selectors.spend.org_month_spend_usd``), newest first, beside that month's
     budget (its own, else the standing one). Months with a budget but no run are listed too."""
     totals = {
         row["month"].date() if hasattr(row["month"], "date") else row["month"]: row

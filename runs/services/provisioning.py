@@ -50,7 +50,7 @@ from runs.providers.base import (
 )
 from runs.providers.registry import provider_for, provider_name_for
 from runs.report_figures import trial_level_figures_record
-from runs.selectors import gpu_price
+from runs.selectors.prices import gpu_price
 from runs.services.run_tokens import run_token_issue
 from runs.services.trial_settling import run_trials_settle
 

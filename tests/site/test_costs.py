@@ -23,7 +23,8 @@ from runs.costs import (
     trial_cost_per_million_output_tokens,
 )
 from runs.models import GpuType, Measurement, Run, Trial
-from runs.selectors import org_month_spend_usd, trial_costs
+from runs.selectors.spend import org_month_spend_usd
+from runs.selectors.trial_costs import trial_costs
 from runs.services.catalogue import gpu_price_set
 
 from .conftest import H100, SYSTEM, frozen, make_experiment, make_model

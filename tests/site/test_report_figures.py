@@ -19,7 +19,7 @@ from runs.models import GpuType, Measurement, Run, TrialLevelFigures
 from runs.models.runs import RunState
 from runs.report_figures import level_figures_backfill, trial_level_figures_record
 from runs.reports import SLO_METRICS, ended_trial_figures, trial_figures
-from runs.selectors import trial_costs
+from runs.selectors.trial_costs import trial_costs
 from runs.services.catalogue import gpu_price_set
 from runs.services.experiments import experiment_update
 from runs.services.provisioning import run_release_pod

@@ -16,7 +16,7 @@ from runs.models import AuditEvent, GpuType, Measurement, Run, TrialLevelFigures
 from runs.models.runs import RunState
 from runs.report_figures import trial_level_figures_record
 from runs.reports import EndedTrialFigures, ended_trial_figures, trial_figures
-from runs.selectors import trial_costs
+from runs.selectors.trial_costs import trial_costs
 from runs.services.catalogue import gpu_price_set
 from runs.services.experiments import experiment_update
 

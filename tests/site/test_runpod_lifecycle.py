@@ -33,7 +33,7 @@ from runs.estimates import experiment_estimate
 from runs.models import Measurement, ModelSpec, Run
 from runs.models.runs import TERMINAL_RUN_STATES
 from runs.providers.base import pod_name
-from runs.selectors import org_month_spend_usd
+from runs.selectors.spend import org_month_spend_usd
 from runs.services.budgets import budget_set
 from runs.services.reconcile import runs_reconcile
 from tests.fakes.runpod_api import CREATE

@@ -60,7 +60,7 @@ from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import run_id_of_pod
 from runs.providers.local import LocalProvider
 from runs.providers.registry import local_provider
-from runs.selectors import trial_costs
+from runs.selectors.trial_costs import trial_costs
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
 from runs.services.provisioning import run_fail, run_release_pod

@@ -1,0 +1,60 @@
+"""A trial's cost per 1M output tokens, priced as its run was started."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from runs.costs import (
+    DEFAULT_SERVING_WINDOW_SECONDS,
+    TrialCost,
+    trial_cost_per_million_output_tokens,
+)
+from runs.frozen_job import run_cloud_type, run_engine, run_is_simulated
+from runs.models import GpuType, Measurement, Trial
+from runs.selectors.prices import gpu_price, pod_rate_from_price
+
+
+def _level_of(measurement: Measurement) -> dict:
+    # The stored columns are authoritative for the level; the result's own keys may repeat it.
+    level = {
+        k: v for k, v in measurement.result.items() if k not in ("concurrency", "request_rate")
+    }
+    if measurement.concurrency is not None:
+        level["concurrency"] = measurement.concurrency
+    else:
+        level["request_rate"] = (
+            "inf" if measurement.request_rate_infinite else measurement.request_rate
+        )
+    return level
+
+
+def trial_costs(
+    *, trial: Trial, serving_window_seconds: Decimal = DEFAULT_SERVING_WINDOW_SECONDS
+) -> TrialCost:
+    """The trial's $ per 1M output tokens at its best level under the SLOs, steady and with
+    cold start amortized (``runs.costs.trial_cost_per_million_output_tokens``).
+
+    Priced at the pod's billed rate when the provider gave one (``Run.price_usd_hr``), else
+    at the organization's price for the GPUs × their count the run was started with. Reads
+    only rows of the trial's own organization.
+    """
+    run = trial.run
+    rate: Decimal | None
+    if run.price_usd_hr is not None:
+        rate, source = run.price_usd_hr, "the pod's billed rate"
+    else:
+        engine = run_engine(run)
+        price = gpu_price(
+            org=run.organization,
+            gpu_type=GpuType.objects.get(id=engine.gpu_type),
+            cloud_type=run_cloud_type(run),
+        )
+        rate, source = pod_rate_from_price(price, engine.gpu_count)
+    return trial_cost_per_million_output_tokens(
+        [_level_of(measurement) for measurement in trial.measurements.all()],
+        pod_usd_per_hr=rate,
+        cold_start=trial.cold_start,
+        price_source=source,
+        serving_window_seconds=serving_window_seconds,
+        simulated=run_is_simulated(run),
+    )
