@@ -30,8 +30,6 @@ from runs.access import (
 )
 from runs.actors import actor_from_request
 from runs.audit import audit_chain_check
-from runs.audit_log import AuditFilter, audit_export, audit_filter_parse
-from runs.audit_log import audit_log as audit_log_events
 from runs.errors import Conflict, DomainValidationError
 from runs.models import AuditEvent, Experiment, Promotion, PromotionState, Role
 from runs.reports import (
@@ -43,6 +41,8 @@ from runs.reports import (
     trial_figures,
     trial_is_simulated,
 )
+from runs.selectors.audit_log import AuditFilter, audit_export, audit_filter_parse
+from runs.selectors.audit_log import audit_log as audit_log_events
 from runs.services.promotions import (
     MAX_TEXT_CHARS,
     promotion_approve,

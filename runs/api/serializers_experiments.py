@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from runs.audit_log import AUDIT_COLUMNS, audit_row
 from runs.models import AuditEvent, WorkloadDataset
+from runs.selectors.audit_log import AUDIT_COLUMNS, audit_row
 
 
 class EstimateSerializer(serializers.Serializer):
@@ -35,7 +35,7 @@ class DatasetSerializer(serializers.ModelSerializer):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    """An audit event as ``runs.audit_log.audit_row`` writes it (the fields below only
+    """An audit event as ``runs.selectors.audit_log.audit_row`` writes it (the fields below only
     describe it for the schema)."""
 
     actor = serializers.CharField(source="actor_label")

@@ -1,6 +1,6 @@
 """The organization's audit log: list with filters, and export as CSV or JSON lines.
 
-Filters, order and row format are ``runs.audit_log``'s, shared with the web page."""
+Filters, order and row format are ``runs.selectors.audit_log``'s, shared with the web page."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from rest_framework.decorators import action
 from runs.api.pagination import cursor_pagination
 from runs.api.scoping import OrgScopedViewSet
 from runs.api.serializers_experiments import AuditEventSerializer
-from runs.audit_log import (
+from runs.models import AuditEvent
+from runs.selectors.audit_log import (
     EXPORT_FORMATS,
     TEXT_FILTERS,
     TIME_FILTERS,
@@ -21,7 +22,6 @@ from runs.audit_log import (
     audit_filter_parse,
     audit_log,
 )
-from runs.models import AuditEvent
 
 FILTER_PARAMETERS = [
     *(OpenApiParameter(name, str) for name in TEXT_FILTERS),
@@ -39,7 +39,7 @@ class AuditEventViewSet(mixins.ListModelMixin, OrgScopedViewSet):
 
     model = AuditEvent
     serializer_class = AuditEventSerializer
-    filter_backends = []  # runs.audit_log parses the filters, for the web page too
+    filter_backends = []  # runs.selectors.audit_log parses the filters, for the web page too
     pagination_class = cursor_pagination("-seq")
 
     def get_queryset(self):

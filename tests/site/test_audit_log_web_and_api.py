@@ -1,5 +1,6 @@
-"""The audit log's filters, order and export rows are one selector's (runs.audit_log): for the
-same query the web page and the API return the same events and byte-identical exports."""
+"""The audit log's filters, order and export rows are one selector's
+(runs.selectors.audit_log): for the same query the web page and the API return the same events
+and byte-identical exports."""
 
 from __future__ import annotations
 

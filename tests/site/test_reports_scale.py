@@ -282,9 +282,9 @@ def test_it_never_serves_a_figure_priced_for_another_run_rules_or_price(history,
 
 
 def test_it_exports_every_audit_event_across_chunks(history, web, monkeypatch):
-    from frontend import views_reports
+    from runs.selectors import audit_log
 
-    monkeypatch.setattr(views_reports, "AUDIT_CSV_CHUNK", 2)
+    monkeypatch.setattr(audit_log, "EXPORT_CHUNK", 2)
     response = web.get("/o/acme/audit/", {"format": "csv"})
     body = b"".join(response.streaming_content).decode()
     lines = body.split("\r\n")
