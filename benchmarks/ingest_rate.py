@@ -37,10 +37,10 @@ from django.test.utils import setup_test_environment  # noqa: E402
 
 from agents.runner.outbox import Outbox, SiteEndpoints  # noqa: E402
 from runs.actors import Actor  # noqa: E402
-from runs.estimates import experiment_estimate  # noqa: E402
 from runs.frozen_job import run_frozen_fields  # noqa: E402
 from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import AgentMessageRecord, GpuType, Run, User  # noqa: E402
+from runs.selectors.estimates import experiment_estimate  # noqa: E402
 from runs.services.catalogue import model_spec_create  # noqa: E402
 from runs.services.experiments import experiment_create  # noqa: E402
 from runs.services.run_tokens import run_token_issue  # noqa: E402

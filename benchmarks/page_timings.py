@@ -88,7 +88,6 @@ from django.utils import timezone  # noqa: E402
 from runs.actors import Actor  # noqa: E402
 from runs.audit import audit_chain_verify_full, audit_record  # noqa: E402
 from runs.costs import run_cost_usd  # noqa: E402
-from runs.estimates import experiment_estimate  # noqa: E402
 from runs.frozen_job import run_frozen_fields  # noqa: E402
 from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import (  # noqa: E402
@@ -104,6 +103,7 @@ from runs.models import (  # noqa: E402
 )
 from runs.report_figures import trial_level_figures_record  # noqa: E402
 from runs.reports import ended_trial_figures  # noqa: E402
+from runs.selectors.estimates import experiment_estimate  # noqa: E402
 from runs.services.budgets import budget_set  # noqa: E402
 from runs.services.catalogue import gpu_price_set, model_spec_create  # noqa: E402
 from runs.services.experiments import experiment_create  # noqa: E402

@@ -27,13 +27,13 @@ from agents.protocol import (
 )
 from runs.actors import Actor
 from runs.errors import DomainValidationError
-from runs.estimates import CostEstimate, experiment_estimate
 from runs.inputs.catalogue import ModelSpecSerializer
 from runs.inputs.errors import flatten_errors
 from runs.inputs.experiments import ExperimentSerializer
 from runs.inputs.strict_fields import StrictIntegerField
 from runs.models import Experiment, Membership, ModelSpec
 from runs.placement import MAX_FALLBACK_GPU_TYPES
+from runs.selectors.estimates import CostEstimate, experiment_estimate
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_create, model_spec_update
 from runs.services.experiments import (
     EXPERIMENT_FIELDS,

@@ -30,12 +30,12 @@ from runs.access import (
 )
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
-from runs.estimates import experiment_estimate
 from runs.model_presets import MODEL_PRESETS
 from runs.models import Experiment, GpuType, ModelSpec, Role, WorkloadDataset
 from runs.models.catalogue import WeightDtype
 from runs.models.experiments import CloudType, Engine
 from runs.models.runs import RunTrigger
+from runs.selectors.estimates import experiment_estimate
 from runs.services.catalogue import model_spec_delete
 from runs.services.run_start import MAX_REASON_CHARS, run_start
 

@@ -36,7 +36,7 @@ from runs.models.experiments import Engine, engine_is_simulated
 from runs.placement import Placement, placements
 
 if TYPE_CHECKING:  # the estimate is the caller's; its module reads prices through selectors
-    from runs.estimates import CostEstimate
+    from runs.selectors.estimates import CostEstimate
 
 PER_ATTEMPT = frozenset({"run_id", "deadline", "report"})
 # Paths of frozen facts for queries over many runs (``KT(f"run__{ENGINE_KIND_PATH}")``).

@@ -15,9 +15,9 @@ from runs.api.filters import ExperimentFilter
 from runs.api.pagination import cursor_pagination
 from runs.api.scoping import OrgScopedViewSet
 from runs.api.serializers_experiments import DatasetSerializer, EstimateSerializer
-from runs.estimates import experiment_estimate
 from runs.inputs.experiments import BudgetSerializer, DatasetUploadSerializer, ExperimentSerializer
 from runs.models import Budget, Experiment, WorkloadDataset
+from runs.selectors.estimates import experiment_estimate
 from runs.services.budgets import budget_delete, budget_set
 from runs.services.experiments import (
     dataset_delete,

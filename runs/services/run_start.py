@@ -27,10 +27,10 @@ from runs.actors import Actor
 from runs.audit import audit_record
 from runs.costs import month_start
 from runs.errors import DomainValidationError
-from runs.estimates import CostEstimate, experiment_estimate
 from runs.frozen_job import run_frozen_fields
 from runs.models import Budget, Experiment, Organization, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
+from runs.selectors.estimates import CostEstimate, experiment_estimate
 from runs.selectors.spend import org_month_spend_usd
 from runs.services.budgets import budget_capping_month
 from runs.services.text_input import clean_short_text

@@ -10,12 +10,12 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from runs.actors import Actor
-from runs.estimates import experiment_estimate
 from runs.frozen_job import run_frozen_fields
 from runs.gpu_catalogue_seed import seed_gpu_catalogue
 from runs.model_presets import MODEL_PRESETS
 from runs.models import GpuType, Organization, User
 from runs.reports import ended_trial_figures
+from runs.selectors.estimates import experiment_estimate
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
 from runs.services.tenancy import membership_add, org_create, token_create

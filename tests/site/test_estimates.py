@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from runs.estimates import experiment_estimate
 from runs.models import GpuType
+from runs.selectors.estimates import experiment_estimate
 from runs.services.catalogue import gpu_price_set
 
 from .conftest import H100, SYSTEM, experiment_payload, make_experiment, make_model

@@ -13,10 +13,10 @@ from decimal import Decimal
 import pytest
 
 from runs.actors import Actor
-from runs.estimates import experiment_estimate
 from runs.models import Experiment, GpuType, Run
 from runs.placement import Placement, placements
 from runs.providers.base import pod_name
+from runs.selectors.estimates import experiment_estimate
 from runs.services.credentials import provider_key_set
 from runs.tasks import MAX_RETRIES
 from tests.fakes.runpod_api import FakeRunpodApi

@@ -29,10 +29,10 @@ from django.db import connections
 from django.db.models import F
 
 from runs.costs import billed_seconds, month_bounds_utc, month_start
-from runs.estimates import experiment_estimate
 from runs.models import Measurement, ModelSpec, Run
 from runs.models.runs import TERMINAL_RUN_STATES
 from runs.providers.base import pod_name
+from runs.selectors.estimates import experiment_estimate
 from runs.selectors.spend import org_month_spend_usd
 from runs.services.budgets import budget_set
 from runs.services.reconcile import runs_reconcile
