@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 
-from runs.access import Principal, access_membership, principal_memberships, scoped
+from frontend.org_pages import org_context, org_page
+from runs.access import Principal, principal_memberships, scoped
 from runs.models import Experiment, ModelSpec
 
 
@@ -15,13 +16,11 @@ def home(request):
     return render(request, "frontend/home.html", {"memberships": memberships})
 
 
-@login_required
-def org_overview(request, org: str):
-    membership = access_membership(principal=Principal(user=request.user), org_slug=org)
-    context = {
-        "membership": membership,
-        "org": membership.organization,
-        "models": scoped(membership, ModelSpec).order_by("name")[:100],
-        "experiments": scoped(membership, Experiment).select_related("model", "gpu_type")[:100],
-    }
+@org_page()
+def org_overview(request, membership):
+    context = org_context(
+        membership,
+        models=scoped(membership, ModelSpec).order_by("name")[:100],
+        experiments=scoped(membership, Experiment).select_related("model", "gpu_type")[:100],
+    )
     return render(request, "frontend/org_overview.html", context)

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
-from django.views.decorators.http import require_http_methods, require_POST
 
+from frontend.org_pages import org_context, org_page
 from frontend.validation import error_summary, parse_as_api
-from runs.access import Need, Principal, access_dataset, access_membership, scoped
+from runs.access import Need, access_dataset, scoped
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
 from runs.inputs.experiments import DatasetUploadSerializer
-from runs.models import Experiment, Role, WorkloadDataset
+from runs.models import Experiment, WorkloadDataset
 from runs.services.experiments import dataset_delete, dataset_upload
 
 _LABELS = {"name": "Name", "file": "ShareGPT file"}
@@ -36,13 +35,10 @@ def _users_of(membership, datasets) -> dict[str, list[Experiment]]:
     return users
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def datasets(request, org: str):
+@org_page("GET", "POST", post=Need.WRITE)
+def datasets(request, membership):
     """The list, and the upload form (members and up); a refused upload stores nothing."""
     writing = request.method == "POST"
-    need = Need.WRITE if writing else Need.READ
-    membership = access_membership(principal=Principal(user=request.user), org_slug=org, need=need)
     errors: dict[str, list[str]] = {}
     if writing:
         try:
@@ -61,31 +57,25 @@ def datasets(request, org: str):
                 f"Uploaded {dataset.name}: {dataset.num_conversations} usable conversations, "
                 f"{filesizeformat(dataset.size_bytes)}.",
             )
-            return redirect("datasets", org)
+            return redirect("datasets", membership.organization.slug)
     rows = list(scoped(membership, WorkloadDataset).select_related("created_by").order_by("name"))
     users = _users_of(membership, rows)
-    context = {
-        "membership": membership,
-        "org": membership.organization,
-        "can_write": Role(membership.role).can_write,
-        "rows": [(dataset, users.get(str(dataset.id), [])) for dataset in rows],
-        "errors": errors,
-        "summary": error_summary(errors, _LABELS),
-        "values": request.POST if writing else {},
-        "max_bytes": settings.DATASET_MAX_BYTES,
-    }
+    context = org_context(
+        membership,
+        rows=[(dataset, users.get(str(dataset.id), [])) for dataset in rows],
+        errors=errors,
+        summary=error_summary(errors, _LABELS),
+        values=request.POST if writing else {},
+        max_bytes=settings.DATASET_MAX_BYTES,
+    )
     return render(
         request, "frontend/experiments/datasets.html", context, status=400 if errors else 200
     )
 
 
-@login_required
-@require_POST
-def dataset_remove(request, org: str, dataset_id):
+@org_page("POST", need=Need.WRITE)
+def dataset_remove(request, membership, dataset_id):
     """Deletes a dataset no experiment uses; one in use stays, with the reason shown."""
-    membership = access_membership(
-        principal=Principal(user=request.user), org_slug=org, need=Need.WRITE
-    )
     dataset = access_dataset(membership=membership, dataset_id=dataset_id)
     try:
         dataset_delete(dataset=dataset, actor=actor_from_request(request))
@@ -93,4 +83,4 @@ def dataset_remove(request, org: str, dataset_id):
         messages.error(request, f"{dataset.name}: {exc}")
     else:
         messages.success(request, f"Deleted {dataset.name}.")
-    return redirect("datasets", org)
+    return redirect("datasets", membership.organization.slug)

@@ -10,28 +10,20 @@ API calls, via ``frontend.experiments_forms``: a page and the API give the same 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from frontend import experiments_fit as fit
 from frontend import experiments_forms as forms
+from frontend.org_pages import org_context, org_page
 from frontend.selectors_runs import with_simulated
-from runs.access import (
-    Need,
-    Principal,
-    access_experiment,
-    access_membership,
-    access_model_spec,
-    scoped,
-)
+from runs.access import Need, access_experiment, access_model_spec, scoped
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
 from runs.model_presets import MODEL_PRESETS
-from runs.models import Experiment, GpuType, ModelSpec, Role, WorkloadDataset
+from runs.models import Experiment, GpuType, ModelSpec, WorkloadDataset
 from runs.models.catalogue import WeightDtype
 from runs.models.experiments import CloudType, Engine
 from runs.models.runs import RunTrigger
@@ -42,65 +34,51 @@ from runs.services.run_start import MAX_REASON_CHARS, run_start
 _NAME_MAX = Experiment._meta.get_field("name").max_length
 
 
-def _membership(request, org: str, need: Need = Need.READ):
-    return access_membership(principal=Principal(user=request.user), org_slug=org, need=need)
-
-
-def _base_context(membership) -> dict:
-    return {
-        "membership": membership,
-        "org": membership.organization,
-        "can_write": Role(membership.role).can_write,
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # Models
 # ---------------------------------------------------------------------------------------------
 
 
-@login_required
-@require_GET
-def models_list(request, org: str):
-    membership = _membership(request, org)
-    gpu_types = list(GpuType.objects.order_by("vram_gb", "display_name"))
+@org_page()
+def models_list(request, membership):
+    gpu_types = GpuType.by_memory()
     models = scoped(membership, ModelSpec).order_by("name", "id")
-    context = _base_context(membership) | {
-        "rows": [(model, fit.model_fit_rows(model, gpu_types)) for model in models],
-        "fit_counts": fit.FIT_GPU_COUNTS,
-        "utilization": fit.FIT_GPU_MEMORY_UTILIZATION,
-    }
+    context = org_context(
+        membership,
+        rows=[(model, fit.model_fit_rows(model, gpu_types)) for model in models],
+        fit_counts=fit.FIT_GPU_COUNTS,
+        utilization=fit.FIT_GPU_MEMORY_UTILIZATION,
+    )
     return render(request, "frontend/experiments/models_list.html", context)
 
 
 def _render_model_form(request, membership, *, values, fields=None, model=None, preset=""):
-    gpu_types = list(GpuType.objects.order_by("vram_gb", "display_name"))
-    context = _base_context(membership) | {
-        "values": values,
-        "slots": forms.errors_by_slot(fields or {}),
-        "model": model,
-        "fit_rows": fit.model_fit_rows(model, gpu_types) if model else None,
-        "used_by": list(model.experiments.order_by("name").only("id", "name")) if model else [],
-        "fit_counts": fit.FIT_GPU_COUNTS,
-        "utilization": fit.FIT_GPU_MEMORY_UTILIZATION,
-        "presets": sorted(MODEL_PRESETS.items(), key=lambda item: item[1]["name"]),
-        "preset": preset,
-        "dtypes": WeightDtype.values,
-    }
+    gpu_types = GpuType.by_memory()
+    context = org_context(
+        membership,
+        values=values,
+        slots=forms.errors_by_slot(fields or {}),
+        model=model,
+        fit_rows=fit.model_fit_rows(model, gpu_types) if model else None,
+        used_by=list(model.experiments.order_by("name").only("id", "name")) if model else [],
+        fit_counts=fit.FIT_GPU_COUNTS,
+        utilization=fit.FIT_GPU_MEMORY_UTILIZATION,
+        presets=sorted(MODEL_PRESETS.items(), key=lambda item: item[1]["name"]),
+        preset=preset,
+        dtypes=WeightDtype.values,
+    )
     return render(request, "frontend/experiments/model_form.html", context)
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def model_new(request, org: str):
-    membership = _membership(request, org, Need.WRITE)
+@org_page("GET", "POST", need=Need.WRITE)
+def model_new(request, membership):
     if request.method == "POST":
         values = forms.model_form_from_post(request.POST)
         model, fields = forms.model_submit(
             values=values, membership=membership, actor=actor_from_request(request), model=None
         )
         if model is not None:
-            return redirect("model-edit", org, model.id)
+            return redirect("model-edit", membership.organization.slug, model.id)
         return _render_model_form(request, membership, values=values, fields=fields)
     preset = request.GET.get("preset", "")
     fields = MODEL_PRESETS.get(preset, {"revision": "main", "dtype": WeightDtype.BFLOAT16})
@@ -108,10 +86,8 @@ def model_new(request, org: str):
     return _render_model_form(request, membership, values=values, preset=preset)
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def model_edit(request, org: str, model_id):
-    membership = _membership(request, org, Need.WRITE)
+@org_page("GET", "POST", need=Need.WRITE)
+def model_edit(request, membership, model_id):
     model = access_model_spec(membership=membership, model_id=model_id)
     if request.method == "POST":
         values = forms.model_form_from_post(request.POST)
@@ -119,25 +95,23 @@ def model_edit(request, org: str, model_id):
             values=values, membership=membership, actor=actor_from_request(request), model=model
         )
         if saved is not None:
-            return redirect("models", org)
+            return redirect("models", membership.organization.slug)
         return _render_model_form(request, membership, values=values, fields=fields, model=model)
     values = forms.model_form_from_fields({f: getattr(model, f) for f in forms.MODEL_SPEC_FIELDS})
     return _render_model_form(request, membership, values=values, model=model)
 
 
-@login_required
-@require_POST
-def model_delete(request, org: str, model_id):
+@org_page("POST", need=Need.WRITE)
+def model_delete(request, membership, model_id):
     """Deletes a model no experiment uses (the service refuses otherwise, and keeps it)."""
-    membership = _membership(request, org, Need.WRITE)
     model = access_model_spec(membership=membership, model_id=model_id)
     try:
         model_spec_delete(model=model, actor=actor_from_request(request))
     except Conflict as exc:
         messages.error(request, f"{model.name}: {exc}")
-        return redirect("model-edit", org, model.id)
+        return redirect("model-edit", membership.organization.slug, model.id)
     messages.success(request, f"Deleted {model.name}.")
-    return redirect("models", org)
+    return redirect("models", membership.organization.slug)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,10 +119,8 @@ def model_delete(request, org: str, model_id):
 # ---------------------------------------------------------------------------------------------
 
 
-@login_required
-@require_GET
-def experiments_list(request, org: str):
-    membership = _membership(request, org)
+@org_page()
+def experiments_list(request, membership):
     experiments = (
         scoped(membership, Experiment)
         .select_related("model", "gpu_type")
@@ -159,7 +131,7 @@ def experiments_list(request, org: str):
     return render(
         request,
         "frontend/experiments/experiments_list.html",
-        _base_context(membership) | {"rows": rows},
+        org_context(membership, rows=rows),
     )
 
 
@@ -172,26 +144,27 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         action = reverse("experiment-edit", args=[org.slug, experiment.id])
         check = reverse("experiment-edit-check", args=[org.slug, experiment.id])
     flags = forms.serve_flag_choices()
-    context = _base_context(membership) | {
-        "experiment": experiment,
-        "form": form.padded(),
-        "v": form.values,
-        "slots": outcome.slots,
-        "invalid_flags": forms.invalid_grid_flags(outcome.fields),
-        "trials": outcome.trials,
-        "estimate": forms.estimate_json(outcome.estimate),
-        "fit": fit.builder_fit_json(form, membership),
-        "action_url": action,
-        "check_url": check,
-        "models": scoped(membership, ModelSpec).order_by("name", "id"),
-        "gpu_types": GpuType.objects.order_by("display_name"),
-        "datasets": scoped(membership, WorkloadDataset).order_by("name"),
-        "flags": flags,
-        "flag_names": {flag["name"] for flag in flags},
-        "engines": Engine.values,
-        "clouds": CloudType.values,
-        "slo_names": forms.SLO_NAMES,
-    }
+    context = org_context(
+        membership,
+        experiment=experiment,
+        form=form.padded(),
+        v=form.values,
+        slots=outcome.slots,
+        invalid_flags=forms.invalid_grid_flags(outcome.fields),
+        trials=outcome.trials,
+        estimate=forms.estimate_json(outcome.estimate),
+        fit=fit.builder_fit_json(form, membership),
+        action_url=action,
+        check_url=check,
+        models=scoped(membership, ModelSpec).order_by("name", "id"),
+        gpu_types=GpuType.objects.order_by("display_name"),
+        datasets=scoped(membership, WorkloadDataset).order_by("name"),
+        flags=flags,
+        flag_names={flag["name"] for flag in flags},
+        engines=Engine.values,
+        clouds=CloudType.values,
+        slo_names=forms.SLO_NAMES,
+    )
     return render(request, "frontend/experiments/builder.html", context)
 
 
@@ -210,10 +183,8 @@ def _builder_post(request, membership, experiment=None):
     return _render_builder(request, membership, form=form, outcome=outcome, experiment=experiment)
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def experiment_new(request, org: str):
-    membership = _membership(request, org, Need.WRITE)
+@org_page("GET", "POST", need=Need.WRITE)
+def experiment_new(request, membership):
     if request.method == "POST":
         return _builder_post(request, membership)
     first_model = scoped(membership, ModelSpec).order_by("name", "id").first()
@@ -241,10 +212,8 @@ def _checked_on_open(request, membership, form, experiment=None):
     return _render_builder(request, membership, form=form, outcome=outcome, experiment=experiment)
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def experiment_edit(request, org: str, experiment_id):
-    membership = _membership(request, org, Need.WRITE)
+@org_page("GET", "POST", need=Need.WRITE)
+def experiment_edit(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     if request.method == "POST":
         return _builder_post(request, membership, experiment)
@@ -264,21 +233,17 @@ def _copy_name(membership, name: str) -> str:
     return candidate
 
 
-@login_required
-@require_GET
-def experiment_duplicate(request, org: str, experiment_id):
-    membership = _membership(request, org, Need.WRITE)
+@org_page(need=Need.WRITE)
+def experiment_duplicate(request, membership, experiment_id):
     original = access_experiment(membership=membership, experiment_id=experiment_id)
     form = forms.builder_form_from_experiment(original, name=_copy_name(membership, original.name))
     return _checked_on_open(request, membership, form)
 
 
-@login_required
-@require_POST
-def experiment_check(request, org: str, experiment_id=None):
+@org_page("POST")
+def experiment_check(request, membership, experiment_id=None):
     """The builder's live check: the form as it stands, validated as the API would and
     estimated; nothing stored. Always 200: a draft with errors is a normal answer here."""
-    membership = _membership(request, org)
     experiment = None
     if experiment_id is not None:
         experiment = access_experiment(membership=membership, experiment_id=experiment_id)
@@ -306,38 +271,35 @@ def _render_detail(request, membership, experiment, *, start_errors=None, reason
     runs = experiment.runs.select_related("started_by").order_by("-created_at", "-id")[:100]
     runs = with_simulated(list(runs))
     estimate = experiment_estimate(experiment=experiment)
-    context = _base_context(membership) | {
-        "experiment": experiment,
-        "trials": forms.grid_trials(experiment.serve_grid),
-        "estimate": forms.estimate_json(estimate),
-        "raw_estimate": estimate,
-        "runs": runs,
-        "grid_json": experiment.serve_grid,
-        "slo_text": " · ".join(
+    context = org_context(
+        membership,
+        experiment=experiment,
+        trials=forms.grid_trials(experiment.serve_grid),
+        estimate=forms.estimate_json(estimate),
+        raw_estimate=estimate,
+        runs=runs,
+        grid_json=experiment.serve_grid,
+        slo_text=" · ".join(
             f"{name.removesuffix('_ms').upper()} ≤ {experiment.slos[name]} ms"
             for name in forms.SLO_NAMES
             if experiment.slos.get(name) is not None
         )
         or "none",
-        "start_slots": forms.errors_by_slot(start_errors or {}),
-        "reason": reason,
-        "reason_max": MAX_REASON_CHARS,
-    }
+        start_slots=forms.errors_by_slot(start_errors or {}),
+        reason=reason,
+        reason_max=MAX_REASON_CHARS,
+    )
     return render(request, "frontend/experiments/detail.html", context)
 
 
-@login_required
-@require_GET
-def experiment_detail(request, org: str, experiment_id):
-    membership = _membership(request, org)
+@org_page()
+def experiment_detail(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     return _render_detail(request, membership, experiment)
 
 
-@login_required
-@require_POST
-def experiment_start(request, org: str, experiment_id):
-    membership = _membership(request, org, Need.WRITE)
+@org_page("POST", need=Need.WRITE)
+def experiment_start(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     reason = request.POST.get("reason", "")
     try:
@@ -351,4 +313,4 @@ def experiment_start(request, org: str, experiment_id):
         return _render_detail(
             request, membership, experiment, start_errors=exc.fields, reason=reason
         )
-    return redirect(reverse("run-detail", args=[org, run.id]))
+    return redirect(reverse("run-detail", args=[membership.organization.slug, run.id]))

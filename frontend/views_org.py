@@ -1,7 +1,7 @@
 """Organization settings: members and roles, API tokens, budgets and the Runpod key.
 
-Every view settles the caller's membership through ``runs.access`` first (404 for a stranger,
-403 for a role that may not), parses its form with the API's serializer and calls the API's
+Every view is an ``org_page``: the caller's membership is settled first (404 for a stranger,
+403 for a role that may not). Each parses its form with the API's serializer and calls the API's
 service, so the rules, the audit trail and the field-named errors are the API's. Nothing
 secret is rendered, except a new API token, once, in the answer to the request that made it.
 """
@@ -11,22 +11,13 @@ from __future__ import annotations
 import re
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_http_methods, require_POST
 
+from frontend.org_pages import org_context, org_page
 from frontend.validation import error_summary, parse_as_api
-from runs.access import (
-    Need,
-    Principal,
-    access_budget,
-    access_member,
-    access_membership,
-    access_token,
-    scoped,
-)
+from runs.access import Need, access_budget, access_member, access_token, scoped
 from runs.actors import actor_from_request
 from runs.costs import month_start
 from runs.errors import Conflict, DomainValidationError
@@ -54,7 +45,6 @@ from runs.services.tenancy import (
     token_revoke,
 )
 
-_GET_POST = require_http_methods(["GET", "POST"])
 # The label of each API field on the pages' forms (the error summary links to the control).
 _MEMBER_LABELS = {"email": "E-mail address", "role": "Role"}
 _TOKEN_LABELS = {"name": "Token name", "user": "Acts as"}
@@ -69,22 +59,6 @@ _KEY_LABELS = {"api_key": "Runpod API key"}
 _MONTH_INPUT = re.compile(r"^\d{4}-\d{2}$")
 
 
-def _membership(request, org: str, need: Need = Need.READ) -> Membership:
-    return access_membership(principal=Principal(user=request.user), org_slug=org, need=need)
-
-
-def _page_context(membership: Membership, section: str, **extra) -> dict:
-    """What every settings page shows: the organization, the caller's powers, the section."""
-    role = Role(membership.role)
-    return {
-        "membership": membership,
-        "org": membership.organization,
-        "section": section,
-        "can_manage": role.can_manage,
-        **extra,
-    }
-
-
 def _runpod_credential(membership: Membership) -> ProviderCredential | None:
     credentials = scoped(membership, ProviderCredential)
     return credentials.filter(provider=CredentialProvider.RUNPOD).first()
@@ -95,13 +69,12 @@ def _describe(fields: dict[str, list[str]]) -> str:
     return "; ".join(f"{field}: {' '.join(texts)}" for field, texts in fields.items())
 
 
-@login_required
-def org_settings(request, org: str):
+@org_page()
+def org_settings(request, membership):
     """The settings overview: a summary of each section the caller may open."""
-    membership = _membership(request, org)
-    context = _page_context(
+    context = org_context(
         membership,
-        "overview",
+        section="overview",
         member_count=scoped(membership, Membership).count(),
         budget_count=scoped(membership, Budget).count(),
     )
@@ -116,11 +89,9 @@ def org_settings(request, org: str):
 # ---- Members and roles: everyone reads; owners and admins change ----
 
 
-@login_required
-@_GET_POST
-def org_members(request, org: str):
+@org_page("GET", "POST", post=Need.MANAGE)
+def org_members(request, membership):
     writing = request.method == "POST"
-    membership = _membership(request, org, Need.MANAGE if writing else Need.READ)
     errors: dict[str, list[str]] = {}
     if writing:
         try:
@@ -135,12 +106,12 @@ def org_members(request, org: str):
             errors = exc.fields
         else:
             messages.success(request, f"Added {member.user.email} as {member.role}.")
-            return redirect("org-members", org)
+            return redirect("org-members", membership.organization.slug)
     members = scoped(membership, Membership).select_related("user").order_by("created_at", "pk")
     is_owner = membership.role == Role.OWNER
-    context = _page_context(
+    context = org_context(
         membership,
-        "members",
+        section="members",
         members=members,
         errors=errors,
         summary=error_summary(errors, _MEMBER_LABELS),
@@ -152,10 +123,8 @@ def org_members(request, org: str):
     return render(request, "frontend/org/members.html", context)
 
 
-@login_required
-@require_POST
-def org_member_role(request, org: str, member_id: int):
-    membership = _membership(request, org, Need.MANAGE)
+@org_page("POST", need=Need.MANAGE)
+def org_member_role(request, membership, member_id: int):
     member = access_member(membership=membership, member_id=member_id)
     try:
         data = parse_as_api(MemberRoleSerializer, request.POST)
@@ -168,34 +137,30 @@ def org_member_role(request, org: str, member_id: int):
         messages.error(request, f"{member.user.email}: {exc}")
     else:
         messages.success(request, f"{member.user.email} is now {data['role']}.")
-    return redirect("org-members", org)
+    return redirect("org-members", membership.organization.slug)
 
 
-@login_required
-@require_POST
-def org_member_remove(request, org: str, member_id: int):
-    membership = _membership(request, org, Need.MANAGE)
+@org_page("POST", need=Need.MANAGE)
+def org_member_remove(request, membership, member_id: int):
     member = access_member(membership=membership, member_id=member_id)
     email = member.user.email
     try:
         membership_remove(membership=member, actor=actor_from_request(request))
     except Conflict as exc:
         messages.error(request, f"{email}: {exc}")
-        return redirect("org-members", org)
+        return redirect("org-members", membership.organization.slug)
     messages.success(request, f"Removed {email}; their API tokens here are revoked.")
     if member.pk == membership.pk:
         return redirect("home")  # they left: this organization's pages are closed to them now
-    return redirect("org-members", org)
+    return redirect("org-members", membership.organization.slug)
 
 
 # ---- API tokens: owners and admins only, as in the API ----
 
 
 @never_cache  # the answer to a create carries the token: no cache may keep it
-@login_required
-@_GET_POST
-def org_tokens(request, org: str):
-    membership = _membership(request, org, Need.MANAGE)
+@org_page("GET", "POST", need=Need.MANAGE)
+def org_tokens(request, membership):
     errors: dict[str, list[str]] = {}
     issued = None
     if request.method == "POST":
@@ -215,9 +180,9 @@ def org_tokens(request, org: str):
         except DomainValidationError as exc:
             errors = exc.fields
     tokens = scoped(membership, ApiToken).select_related("user").order_by("-created_at", "pk")
-    context = _page_context(
+    context = org_context(
         membership,
-        "tokens",
+        section="tokens",
         tokens=tokens,
         issued=issued,
         errors=errors,
@@ -228,26 +193,22 @@ def org_tokens(request, org: str):
     return render(request, "frontend/org/tokens.html", context)
 
 
-@login_required
-@require_POST
-def org_token_revoke(request, org: str, token_id):
-    membership = _membership(request, org, Need.MANAGE)
+@org_page("POST", need=Need.MANAGE)
+def org_token_revoke(request, membership, token_id):
     token = token_revoke(
         token=access_token(membership=membership, token_id=token_id),
         actor=actor_from_request(request),
     )
     messages.success(request, f"Revoked the token “{token.name}” ({token.prefix}…).")
-    return redirect("org-tokens", org)
+    return redirect("org-tokens", membership.organization.slug)
 
 
 # ---- Budgets: everyone reads; owners and admins set and remove ----
 
 
-@login_required
-@_GET_POST
-def org_budgets(request, org: str):
+@org_page("GET", "POST", post=Need.MANAGE)
+def org_budgets(request, membership):
     writing = request.method == "POST"
-    membership = _membership(request, org, Need.MANAGE if writing else Need.READ)
     errors: dict[str, list[str]] = {}
     if writing:
         data = {
@@ -271,7 +232,7 @@ def org_budgets(request, org: str):
             errors = exc.fields
         else:
             messages.success(request, f"Set the {_scope_label(budget)} to ${budget.limit_usd}.")
-            return redirect("org-budgets", org)
+            return redirect("org-budgets", membership.organization.slug)
 
     org_row = membership.organization
     this_month = month_start(timezone.now())
@@ -279,9 +240,9 @@ def org_budgets(request, org: str):
     budgets = list(budgets.order_by("-month", "experiment__name"))
     cap = budget_capping_month(budgets, this_month)
     spend = org_month_spend_usd(org=org_row, month=this_month)
-    context = _page_context(
+    context = org_context(
         membership,
-        "budgets",
+        section="budgets",
         budgets=[(b, _scope_label(b)) for b in budgets],
         errors=errors,
         summary=error_summary(errors, _BUDGET_LABELS),
@@ -304,24 +265,20 @@ def _scope_label(budget: Budget) -> str:
     return "standing monthly budget"
 
 
-@login_required
-@require_POST
-def org_budget_delete(request, org: str, budget_id: int):
-    membership = _membership(request, org, Need.MANAGE)
+@org_page("POST", need=Need.MANAGE)
+def org_budget_delete(request, membership, budget_id: int):
     budget = access_budget(membership=membership, budget_id=budget_id)
     label = _scope_label(budget)
     budget_delete(budget=budget, actor=actor_from_request(request))
     messages.success(request, f"Removed the {label}.")
-    return redirect("org-budgets", org)
+    return redirect("org-budgets", membership.organization.slug)
 
 
 # ---- The organization's Runpod key: write-only; owners and admins see its fingerprint ----
 
 
-@login_required
-@_GET_POST
-def org_runpod_key(request, org: str):
-    membership = _membership(request, org, Need.MANAGE)
+@org_page("GET", "POST", need=Need.MANAGE)
+def org_runpod_key(request, membership):
     errors: dict[str, list[str]] = {}
     if request.method == "POST":
         try:
@@ -336,11 +293,11 @@ def org_runpod_key(request, org: str):
             errors = exc.fields  # the messages describe the rule, never the key
         else:
             messages.success(request, f"Saved the Runpod API key {credential.fingerprint}.")
-            return redirect("org-runpod-key", org)
+            return redirect("org-runpod-key", membership.organization.slug)
     credential = _runpod_credential(membership)
-    context = _page_context(
+    context = org_context(
         membership,
-        "runpod-key",
+        section="runpod-key",
         credential=credential,
         errors=errors,
         summary=error_summary(errors, _KEY_LABELS),
@@ -348,14 +305,12 @@ def org_runpod_key(request, org: str):
     return render(request, "frontend/org/runpod_key.html", context)
 
 
-@login_required
-@require_POST
-def org_runpod_key_remove(request, org: str):
-    membership = _membership(request, org, Need.MANAGE)
+@org_page("POST", need=Need.MANAGE)
+def org_runpod_key_remove(request, membership):
     provider_key_clear(
         actor=actor_from_request(request),
         org=membership.organization,
         provider=CredentialProvider.RUNPOD,
     )
     messages.success(request, "Removed the Runpod API key. Runs on Runpod need a key again.")
-    return redirect("org-runpod-key", org)
+    return redirect("org-runpod-key", membership.organization.slug)

@@ -11,27 +11,18 @@ from __future__ import annotations
 
 import json
 
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from frontend import reports_tables as tables
-from runs.access import (
-    Need,
-    Principal,
-    access_experiment,
-    access_membership,
-    access_promotion,
-    access_trial,
-    scoped,
-)
+from frontend.org_pages import org_context, org_page
+from runs.access import Need, access_experiment, access_promotion, access_trial, scoped
 from runs.actors import actor_from_request
 from runs.audit import audit_chain_check
 from runs.errors import Conflict, DomainValidationError
-from runs.models import AuditEvent, Experiment, Promotion, PromotionState, Role
+from runs.models import AuditEvent, Experiment, Promotion, PromotionState
 from runs.reports import (
     best_configs,
     model_choice,
@@ -53,20 +44,6 @@ from runs.services.promotions import (
 )
 
 AUDIT_PAGE_SIZE = 50
-
-
-def _membership(request, org: str, need: Need = Need.READ):
-    return access_membership(principal=Principal(user=request.user), org_slug=org, need=need)
-
-
-def _context(membership, **extra) -> dict:
-    role = Role(membership.role)
-    return {
-        "membership": membership,
-        "org": membership.organization,
-        "can_write": role.can_write,
-        "can_manage": role.can_manage,
-    } | extra
 
 
 def _run_href(org_slug: str):
@@ -92,7 +69,7 @@ def _report(request, membership, template: str, report_tables: list, **extra):
             raise Http404("No such table in this report.")
         name = f"{membership.organization.slug}-{template.rsplit('/', 1)[-1][:-5]}-{wanted}.csv"
         return tables.csv_response(table, filename=name)
-    return render(request, template, _context(membership, tables=report_tables, **extra))
+    return render(request, template, org_context(membership, tables=report_tables, **extra))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,24 +77,20 @@ def _report(request, membership, template: str, report_tables: list, **extra):
 # ---------------------------------------------------------------------------------------------
 
 
-@login_required
-@require_GET
-def reports_index(request, org: str):
-    membership = _membership(request, org)
+@org_page()
+def reports_index(request, membership):
     experiments = scoped(membership, Experiment).select_related("model").order_by("name")
     return render(
         request,
         "frontend/reports/index.html",
-        _context(membership, experiments=experiments),
+        org_context(membership, experiments=experiments),
     )
 
 
-@login_required
-@require_GET
-def report_costs(request, org: str):
-    membership = _membership(request, org)
+@org_page()
+def report_costs(request, membership):
     figures = trial_figures(org=membership.organization)
-    href = _run_href(org)
+    href = _run_href(membership.organization.slug)
     measured = tables.cost_table(
         "measured",
         "Measured on real vLLM",
@@ -157,10 +130,8 @@ def report_costs(request, org: str):
     )
 
 
-@login_required
-@require_GET
-def report_models(request, org: str):
-    membership = _membership(request, org)
+@org_page()
+def report_models(request, membership):
     figures = trial_figures(org=membership.organization)
     measured_points = model_points(f for f in figures if not f.simulated)
     simulated_points = model_points(f for f in figures if f.simulated)
@@ -181,14 +152,13 @@ def report_models(request, org: str):
     )
 
 
-@login_required
-@require_GET
-def report_spend(request, org: str):
-    membership = _membership(request, org)
+@org_page()
+def report_spend(request, membership):
     months = spend_by_month(org=membership.organization)
     month_table = tables.month_table(months)
     experiment_table = tables.experiment_spend_table(
-        spend_by_experiment(org=membership.organization), _experiment_href(org)
+        spend_by_experiment(org=membership.organization),
+        _experiment_href(membership.organization.slug),
     )
     chart = [
         {
@@ -222,13 +192,11 @@ def _tail_note(total: int, shown: str) -> str:
     )
 
 
-@login_required
-@require_GET
-def report_choice(request, org: str, experiment_id):
-    membership = _membership(request, org)
+@org_page()
+def report_choice(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     choice = model_choice(experiment=experiment)
-    href = _run_href(org)
+    href = _run_href(membership.organization.slug)
     recommended = tables.choice_table(
         "recommended",
         "Recommended",
@@ -282,10 +250,8 @@ def report_choice(request, org: str, experiment_id):
 # ---------------------------------------------------------------------------------------------
 
 
-@login_required
-@require_GET
-def promotions_list(request, org: str):
-    membership = _membership(request, org)
+@org_page()
+def promotions_list(request, membership):
     promotions = (
         scoped(membership, Promotion)
         .select_related("experiment__model", "trial__run", "proposed_by", "decided_by")
@@ -299,13 +265,13 @@ def promotions_list(request, org: str):
     return render(
         request,
         "frontend/reports/promotions.html",
-        _context(membership, current=current, pending=pending, history=history[:200]),
+        org_context(membership, current=current, pending=pending, history=history[:200]),
     )
 
 
 def _promotion_page(request, membership, promotion, *, error="", values=None, status=200):
     trial = promotion.trial
-    context = _context(
+    context = org_context(
         membership,
         promotion=promotion,
         trial=trial,
@@ -330,10 +296,8 @@ class _FigureLike:
         self.run_id = run.id
 
 
-@login_required
-@require_GET
-def promotion_detail(request, org: str, promotion_id):
-    membership = _membership(request, org)
+@org_page()
+def promotion_detail(request, membership, promotion_id):
     promotion = access_promotion(membership=membership, promotion_id=promotion_id)
     return _promotion_page(request, membership, promotion)
 
@@ -342,10 +306,8 @@ def _errors_text(exc: DomainValidationError) -> str:
     return " ".join(" ".join(messages) for messages in exc.fields.values())
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def promotion_propose_page(request, org: str, run_id, index: int):
-    membership = _membership(request, org, need=Need.WRITE)
+@org_page("GET", "POST", need=Need.WRITE)
+def promotion_propose_page(request, membership, run_id, index: int):
     trial = access_trial(membership=membership, run_id=run_id, index=index)
     error, status = "", 200
     if request.method == "POST":
@@ -362,10 +324,10 @@ def promotion_propose_page(request, org: str, run_id, index: int):
         except Conflict as exc:
             error, status = str(exc), 409
         else:
-            return redirect("promotion-detail", org, promotion.id)
+            return redirect("promotion-detail", membership.organization.slug, promotion.id)
     proposals = scoped(membership, Promotion).filter(trial=trial, state=PromotionState.PROPOSED)
     open_proposal = proposals.first()
-    context = _context(
+    context = org_context(
         membership,
         trial=trial,
         run=trial.run,
@@ -380,8 +342,7 @@ def promotion_propose_page(request, org: str, run_id, index: int):
     return render(request, "frontend/reports/propose.html", context, status=status)
 
 
-def _decide(request, org: str, promotion_id, service):
-    membership = _membership(request, org, need=Need.MANAGE)
+def _decide(request, membership, promotion_id, service):
     promotion = access_promotion(membership=membership, promotion_id=promotion_id)
     comment = request.POST.get("comment", "")
     try:
@@ -403,19 +364,17 @@ def _decide(request, org: str, promotion_id, service):
     except Conflict as exc:
         promotion.refresh_from_db()
         return _promotion_page(request, membership, promotion, error=str(exc), status=409)
-    return redirect("promotion-detail", org, promotion.id)
+    return redirect("promotion-detail", membership.organization.slug, promotion.id)
 
 
-@login_required
-@require_POST
-def promotion_approve_view(request, org: str, promotion_id):
-    return _decide(request, org, promotion_id, promotion_approve)
+@org_page("POST", need=Need.MANAGE)
+def promotion_approve_view(request, membership, promotion_id):
+    return _decide(request, membership, promotion_id, promotion_approve)
 
 
-@login_required
-@require_POST
-def promotion_reject_view(request, org: str, promotion_id):
-    return _decide(request, org, promotion_id, promotion_reject)
+@org_page("POST", need=Need.MANAGE)
+def promotion_reject_view(request, membership, promotion_id):
+    return _decide(request, membership, promotion_id, promotion_reject)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,10 +382,8 @@ def promotion_reject_view(request, org: str, promotion_id):
 # ---------------------------------------------------------------------------------------------
 
 
-@login_required
-@require_GET
-def audit_log(request, org: str):
-    membership = _membership(request, org)
+@org_page()
+def audit_log(request, membership):
     organization = membership.organization
     errors: dict[str, str] = {}
     try:
@@ -455,7 +412,7 @@ def audit_log(request, org: str):
         }
         for event in page.object_list
     ]
-    context = _context(
+    context = org_context(
         membership,
         page=page,
         rows=rows,
