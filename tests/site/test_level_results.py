@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agents import protocol
-from runs.level_results import stored_level_result
+from runs.selectors.level_results import stored_level_result
 
 CORE = {"completed": 100, "failed": 0, "duration": 12.5}
 
