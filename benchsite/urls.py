@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.http import HttpResponse
 from django.urls import include, path
 
+from agents import protocol
 from runs.api.errors import json_not_found, json_server_error
 
 
@@ -14,7 +15,8 @@ def healthz(request):
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("runs.api.urls")),
+    # The agent reaches the API at the base the protocol names (agents.protocol.agent_site_urls).
+    path(protocol.API_BASE_ROUTE, include("runs.api.urls")),
     path("", include("frontend.urls")),
 ]
 

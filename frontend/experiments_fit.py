@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from agents.hardware import GIB, ServeSettings, StartRefusal, plan_memory, start_check
 from agents.protocol import ServeGridError, expand_serve_grid, validate_serve_grid
 from frontend.experiments_forms import BuilderForm, experiment_payload
+from runs.access import scoped
 from runs.models import GpuType, Membership, ModelSpec
 
 FIT_GPU_COUNTS = (1, 2, 4, 8)
@@ -68,9 +69,7 @@ def builder_fit_json(form: BuilderForm, membership: Membership) -> dict | None:
         count = int(values.get("gpu_count", ""))
     except ValueError:
         return None
-    model = ModelSpec.objects.filter(
-        organization_id=membership.organization_id, pk=_uuid_or_none(values.get("model"))
-    ).first()
+    model = scoped(membership, ModelSpec).filter(pk=_uuid_or_none(values.get("model"))).first()
     gpu = GpuType.objects.filter(pk=values.get("gpu_type") or None).first()
     if model is None or gpu is None or gpu.hardware is None:
         return None

@@ -19,7 +19,7 @@ from runs.access import Principal, access_run_of_user
 from runs.services.agent_messages import agent_frame_parse
 from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
 from runs.services.run_control import agent_run_group, run_stop_request
-from runs.services.run_tokens import run_for_token
+from runs.services.run_tokens import unscoped_run_for_token
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        self.run = await database_sync_to_async(run_for_token)(
+        self.run = await database_sync_to_async(unscoped_run_for_token)(
             run_id=run_id, raw=_bearer(self.scope), delivering=True
         )
         if self.run is None:

@@ -107,6 +107,7 @@ from agents.protocol.transport import (
     AGENT_JOB_ROUTE,
     AGENT_MESSAGES_ROUTE,
     AGENT_SOCKET_ROUTE,
+    API_BASE_ROUTE,
     MAX_BATCH_BYTES,
     MAX_BATCH_MESSAGES,
     BatchAnswer,
@@ -114,6 +115,7 @@ from agents.protocol.transport import (
     BatchRequest,
     CloseCode,
     agent_route,
+    agent_site_urls,
     batch_request_body,
 )
 from agents.protocol.versions import VersionKey, parse_vllm_version
@@ -146,6 +148,7 @@ __all__ = [
     "AGENT_JOB_ROUTE",
     "AGENT_MESSAGES_ROUTE",
     "AGENT_SOCKET_ROUTE",
+    "API_BASE_ROUTE",
     "BIGINT_COLUMN_MAX",
     "BURSTINESS_RANGE",
     "INTEGER_COLUMN_MAX",
@@ -227,6 +230,7 @@ __all__ = [
     "Workload",
     "agent_message_errors",
     "agent_route",
+    "agent_site_urls",
     "batch_request_body",
     "expand_serve_grid",
     "json_depth_exceeds",

@@ -4,9 +4,10 @@ so a route, a code or a field is spelled once.
 
 Guarantees:
 
-- Route templates are relative to the site's root (sockets) or to its API base (``…/api/v1/``,
-  REST), with ``{run_id}`` (and ``{dataset_id}``) to fill in; the site declares its URL
-  patterns from the same templates.
+- Route templates are relative to the site's root (sockets, the API base ``API_BASE_ROUTE``)
+  or to its API base (REST), with ``{run_id}`` (and ``{dataset_id}``) to fill in; the site
+  declares its URL patterns from the same templates, and hands an agent the URLs of
+  ``agent_site_urls``.
 - ``CloseCode`` values lie in 4000-4999, the range an application may close a WebSocket with
   (Daphne raises on anything else).
 - A site accepts every batch of at most ``MAX_BATCH_MESSAGES`` messages and ``MAX_BATCH_BYTES``
@@ -31,7 +32,8 @@ from agents.protocol.strict import StrictModel
 MAX_BATCH_MESSAGES = 1000
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 
-# Below the site's root: the agent's ingest socket.
+# Below the site's root: the REST API's base and the agent's ingest socket.
+API_BASE_ROUTE = "api/v1/"
 AGENT_SOCKET_ROUTE = "ws/agent/runs/{run_id}/"
 # Below the site's API base.
 AGENT_MESSAGES_ROUTE = "agent/runs/{run_id}/messages/"
@@ -44,6 +46,19 @@ def agent_route(base: str, route: str, **parts: str | UUID) -> str:
     """``route`` filled in with ``parts`` below ``base`` (a site root or an API base, with or
     without its trailing slash): ``agent_route(rest_url, AGENT_EPOCH_ROUTE, run_id=…)``."""
     return base.rstrip("/") + "/" + route.format(**{k: str(v) for k, v in parts.items()})
+
+
+def agent_site_urls(site_root: str, *, run_id: str | UUID) -> tuple[str, str]:
+    """The run's socket URL and the REST API base an agent reports to, on the site at
+    ``site_root`` (``http://…`` or ``https://…``, with or without its trailing slash): the
+    socket's scheme is ``ws``/``wss`` to match; both end in a slash, as ``JobSpec`` holds them."""
+    socket_root = (
+        "ws" + site_root.removeprefix("http") if site_root.startswith("http") else site_root
+    )
+    return (
+        agent_route(socket_root, AGENT_SOCKET_ROUTE, run_id=run_id),
+        agent_route(site_root, API_BASE_ROUTE),
+    )
 
 
 class CloseCode(enum.IntEnum):

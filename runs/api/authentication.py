@@ -30,17 +30,7 @@ class BearerTokenAuthentication(BaseAuthentication):
             raw = parts[1].decode("ascii")
         except UnicodeDecodeError:
             raise AuthenticationFailed("Invalid token.") from None
-        token = (
-            ApiToken.objects.select_related("user", "organization")
-            .filter(
-                token_hash=token_digest(raw),
-                revoked_at__isnull=True,
-                user__is_active=True,
-                # A member who left loses their tokens' access at once.
-                user__memberships__organization_id=F("organization_id"),
-            )
-            .first()
-        )
+        token = unscoped_api_token(raw)
         if token is None:
             raise AuthenticationFailed("Invalid or revoked token.")
         _touch(token)
@@ -48,6 +38,25 @@ class BearerTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="api"'
+
+
+def unscoped_api_token(raw: str) -> ApiToken | None:
+    """The active token whose secret is ``raw``, of an active user still a member of the
+    token's organization; else None.
+
+    Unscoped by necessity: the secret is looked up before any tenant is known — the token
+    is what tells which organization the request acts for."""
+    return (
+        ApiToken.objects.select_related("user", "organization")
+        .filter(
+            token_hash=token_digest(raw),
+            revoked_at__isnull=True,
+            user__is_active=True,
+            # A member who left loses their tokens' access at once.
+            user__memberships__organization_id=F("organization_id"),
+        )
+        .first()
+    )
 
 
 def _touch(token: ApiToken) -> None:

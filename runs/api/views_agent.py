@@ -28,7 +28,7 @@ from runs.services.agent_epochs import agent_epoch_issue
 from runs.services.agent_messages import agent_message_parse
 from runs.services.ingest import agent_messages_ingest, notify_run_watchers
 from runs.services.run_control import run_stop_request
-from runs.services.run_tokens import RUN_TOKEN_PREFIX, run_for_token
+from runs.services.run_tokens import RUN_TOKEN_PREFIX, unscoped_run_for_token
 
 BatchAnswerBody = protocol_body("AgentBatchAnswer", protocol.BatchAnswer)
 
@@ -54,7 +54,7 @@ class RunTokenAuthentication(BaseAuthentication):
         run_id = request.parser_context["kwargs"].get("run_id")
         # Only a view that stores messages stays open for an ended run's delivery grace.
         delivering = getattr(request.parser_context.get("view"), "delivers", False)
-        run = run_for_token(run_id=run_id, raw=raw, delivering=delivering)
+        run = unscoped_run_for_token(run_id=run_id, raw=raw, delivering=delivering)
         if run is None:
             # Wrong run, ended run or unknown token: one answer for all.
             raise AuthenticationFailed("Invalid run token for this run, or the run has ended.")
@@ -129,12 +129,11 @@ class AgentJobView(APIView):
 
     @extend_schema(responses=JobSpecBody)
     def get(self, request, run_id):
-        base = request.build_absolute_uri("/")
-        ws_base = base.replace("http", "ws", 1)  # http→ws, https→wss
+        ws_url, rest_url = protocol.agent_site_urls(request.build_absolute_uri("/"), run_id=run_id)
         job = run_job_spec(
             request.auth,
-            ws_url=protocol.agent_route(ws_base, protocol.AGENT_SOCKET_ROUTE, run_id=run_id),
-            rest_url=base + "api/v1/",
+            ws_url=ws_url,
+            rest_url=rest_url,
             placement=recorded_placement(request.auth),
         )
         return Response(job.model_dump(mode="json"))

@@ -34,6 +34,7 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agents import protocol
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
 from runs.frozen_job import run_engine, run_is_simulated, run_placements, run_pod_storage
 from runs.jobs import run_job_spec
@@ -49,20 +50,14 @@ from runs.providers.base import (
     pod_name,
 )
 from runs.providers.registry import provider_for, provider_name_for
-from runs.report_figures import trial_level_figures_record
 from runs.selectors.prices import gpu_price
+from runs.services.level_figures import trial_level_figures_record
 from runs.services.run_tokens import run_token_issue
 from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
 
 LEASE = datetime.timedelta(minutes=5)
-
-
-def _public_urls(run: Run) -> tuple[str, str]:
-    base = getattr(settings, "BENCHSITE_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
-    ws_base = "ws" + base[4:] if base.startswith("http") else base
-    return f"{ws_base}/ws/agent/runs/{run.id}/", f"{base}/api/v1/"
 
 
 def run_claim_for_provisioning(*, run_id, owner: str, task_id: str | None = None) -> Run | None:
@@ -89,7 +84,7 @@ def run_claim_for_provisioning(*, run_id, owner: str, task_id: str | None = None
 
 def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
     container_disk_gb, network_volume_id = run_pod_storage(run)
-    ws_url, rest_url = _public_urls(run)
+    ws_url, rest_url = protocol.agent_site_urls(settings.BENCHSITE_PUBLIC_URL, run_id=run.id)
     job = run_job_spec(run, ws_url=ws_url, rest_url=rest_url, placement=placement)
     tag = job.engine.image_tag or "latest"
     image = getattr(settings, "BENCHSITE_AGENT_IMAGE", "benchsite/agent:{tag}").format(tag=tag)

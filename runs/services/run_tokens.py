@@ -59,10 +59,13 @@ def run_delivery_open(run: Run, *, now: datetime.datetime | None = None) -> bool
     return run.finished_at is not None and run.finished_at > now - delivery_grace()
 
 
-def run_for_token(*, run_id, raw: str | None, delivering: bool = False) -> Run | None:
+def unscoped_run_for_token(*, run_id, raw: str | None, delivering: bool = False) -> Run | None:
     """The run ``raw`` was issued for, if it is ``run_id`` and has not ended — or, for
     ``delivering`` (storing the agent's messages, nothing else), ended less than the delivery
-    grace ago (``run_delivery_open``); else None."""
+    grace ago (``run_delivery_open``); else None.
+
+    Unscoped by necessity: the agent's secret is looked up before any tenant is known — the
+    run it names is the only scope the agent ever gets."""
     if not raw or not raw.startswith(RUN_TOKEN_PREFIX):
         return None
     valid = _delivery_open(timezone.now()) if delivering else ~Q(state__in=TERMINAL_RUN_STATES)

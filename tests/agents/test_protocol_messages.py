@@ -90,3 +90,22 @@ def test_the_committed_protocol_schema_matches_the_models():
     assert json.loads(committed.read_text()) == json.loads(
         json.dumps(protocol.protocol_json_schema())
     ), "regenerate it: python -m agents.protocol > docs/protocol.schema.json"
+
+
+@pytest.mark.parametrize(
+    ("site_root", "socket", "rest"),
+    [
+        (
+            "http://127.0.0.1:8000",
+            "ws://127.0.0.1:8000/ws/agent/runs/R/",
+            "http://127.0.0.1:8000/api/v1/",
+        ),
+        (
+            "https://bench.example.com/",
+            "wss://bench.example.com/ws/agent/runs/R/",
+            "https://bench.example.com/api/v1/",
+        ),
+    ],
+)
+def test_it_gives_an_agent_its_socket_and_rest_base_from_the_sites_root(site_root, socket, rest):
+    assert protocol.agent_site_urls(site_root, run_id="R") == (socket, rest)
