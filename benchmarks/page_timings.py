@@ -11,7 +11,7 @@ and simulated experiments, SLOs on TTFT and TPOT with levels that miss them, fai
 cancelled runs, pods billed at their own rate beside runs priced from the catalogue, budgets
 (standing, monthly, per experiment), a ``run.start`` audit event per run (padded with
 ``run.view`` events up to ``--audit-events``) and promotions proposed, approved, rejected and
-superseded. Its ended runs' level figures are kept (``runs.report_figures``), as the release
+superseded. Its ended runs' level figures are kept (``runs.services.level_figures``), as the release
 of each run's pod keeps them in production.
 
 Runs in-process through the full Django stack (middleware, session authentication, access
@@ -84,12 +84,12 @@ from django.conf import settings  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
+from runs.model_presets import MODEL_PRESETS  # noqa: E402
 
 from runs.actors import Actor  # noqa: E402
 from runs.audit import audit_chain_verify_full, audit_record  # noqa: E402
 from runs.costs import run_cost_usd  # noqa: E402
 from runs.frozen_job import run_frozen_fields  # noqa: E402
-from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import (  # noqa: E402
     AgentMessageRecord,
     AuditChainCheckpoint,
@@ -101,12 +101,12 @@ from runs.models import (  # noqa: E402
     Trial,
     User,
 )
-from runs.report_figures import trial_level_figures_record  # noqa: E402
-from runs.reports import ended_trial_figures  # noqa: E402
 from runs.selectors.estimates import experiment_estimate  # noqa: E402
+from runs.selectors.trial_figures import ended_trial_figures  # noqa: E402
 from runs.services.budgets import budget_set  # noqa: E402
 from runs.services.catalogue import gpu_price_set, model_spec_create  # noqa: E402
 from runs.services.experiments import experiment_create  # noqa: E402
+from runs.services.level_figures import trial_level_figures_record  # noqa: E402
 from runs.services.promotions import (  # noqa: E402
     promotion_approve,
     promotion_propose,
@@ -659,7 +659,8 @@ def main() -> None:
             f"the log page's first view ever (no checkpoint) {no_checkpoint_ms:.1f} ms"
         )
         # "first": the page's first request in this process, before its warm-ups, with no
-        # trial priced in memory (runs.reports.EndedTrialFigures), as after a price change
+        # trial priced in memory (runs.selectors.trial_figures.EndedTrialFigures), as after a
+        # price change
         # (templates of the pages timed before it already compiled). "cold": the median of
         # --cold fresh processes' first request (cold_child), report and audit pages only,
         # after the worker's start-up ("startup": loading views and templates before it

@@ -16,14 +16,9 @@ from decimal import Decimal
 
 from django.http import HttpResponse
 
-from runs.reports import (
-    BestConfig,
-    ExperimentSpend,
-    ModelPoint,
-    MonthSpend,
-    TrialFigure,
-    tenth,
-)
+from runs.selectors.cost_rankings import BestConfig, ModelPoint
+from runs.selectors.spend import ExperimentSpend, MonthSpend
+from runs.selectors.trial_figures import TrialFigure, tenth
 
 SLO_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
 

@@ -3,8 +3,9 @@ promotion of a trial to production with approval, and the audit log viewer.
 
 Like the API, these pages reach tenant rows only through ``runs.access`` (another
 organization's row is a 404, a role that may not act a 403) and write only through
-``runs.services.promotions``. Reports read through ``runs.reports``; simulated figures are
-shown in sections of their own and never ranked with measured ones.
+``runs.services.promotions``. Reports read through the selectors
+(``runs.selectors.trial_figures`` and what ranks them); simulated figures are shown in
+sections of their own and never ranked with measured ones.
 """
 
 from __future__ import annotations
@@ -23,17 +24,12 @@ from runs.actors import actor_from_request
 from runs.audit import audit_chain_check
 from runs.errors import Conflict, DomainValidationError
 from runs.models import AuditEvent, Experiment, Promotion, PromotionState
-from runs.reports import (
-    best_configs,
-    model_choice,
-    model_points,
-    spend_by_experiment,
-    spend_by_month,
-    trial_figures,
-    trial_is_simulated,
-)
 from runs.selectors.audit_log import AuditFilter, audit_export, audit_filter_parse
 from runs.selectors.audit_log import audit_log as audit_log_events
+from runs.selectors.cost_rankings import best_configs, model_points
+from runs.selectors.model_choice import model_choice
+from runs.selectors.spend import spend_by_experiment, spend_by_month
+from runs.selectors.trial_figures import trial_figures, trial_is_simulated
 from runs.services.promotions import (
     MAX_TEXT_CHARS,
     promotion_approve,

@@ -1,5 +1,5 @@
 """What an ended trial's levels give, whatever the price: kept so a report reads one row per
-trial instead of every level of every trial (``runs.report_figures``)."""
+trial instead of every level of every trial (``runs.selectors.level_figures``)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ class TrialLevelFigures(models.Model):
 
     Derived only from the trial's levels, which never change once its run has ended (ingest
     refuses every message then). ``rules`` is the version of the rules that derived them
-    (``runs.report_figures.FIGURES_RULES``): a row of other rules is never read, only
+    (``runs.selectors.level_figures.FIGURES_RULES``): a row of other rules is never read, only
     computed again. Everything else a figure needs — price, cold start, engine, SLOs — is
     read afresh by each report.
     """
 
-    # Always the trial's organization (set by ``runs.report_figures``).
+    # Always the trial's organization (set by ``runs.services.level_figures``).
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     trial = models.OneToOneField(
         Trial, on_delete=models.CASCADE, primary_key=True, related_name="level_figures"

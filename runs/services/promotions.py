@@ -25,7 +25,7 @@ from runs.errors import Conflict, DomainValidationError
 from runs.models import Experiment, Membership, Promotion, PromotionState, Role, Trial
 from runs.models.runs import TrialOutcome
 from runs.recipes import trial_recipe
-from runs.reports import trial_is_simulated
+from runs.selectors.trial_figures import trial_is_simulated
 from runs.services.text_input import clean_short_text
 
 MAX_TEXT_CHARS = 2000

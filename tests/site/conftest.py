@@ -8,14 +8,14 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
+from runs.model_presets import MODEL_PRESETS
 
 from runs.actors import Actor
 from runs.frozen_job import run_frozen_fields
 from runs.gpu_catalogue_seed import seed_gpu_catalogue
-from runs.model_presets import MODEL_PRESETS
 from runs.models import GpuType, Organization, User
-from runs.reports import ended_trial_figures
 from runs.selectors.estimates import experiment_estimate
+from runs.selectors.trial_figures import ended_trial_figures
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
 from runs.services.tenancy import membership_add, org_create, token_create
@@ -34,8 +34,8 @@ def isolated_media_and_cheap_hashing(settings, tmp_path):
 
 @pytest.fixture(autouse=True)
 def nothing_priced_in_memory():
-    """The priced figures of ended runs live as long as the process (``runs.reports``):
-    each test starts, and leaves, with none."""
+    """The priced figures of ended runs live as long as the process
+    (``runs.selectors.trial_figures``): each test starts, and leaves, with none."""
     ended_trial_figures.clear()
     yield
     ended_trial_figures.clear()

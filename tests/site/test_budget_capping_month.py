@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from runs.costs import month_start
 from runs.models import Budget
-from runs.reports import spend_by_month
+from runs.selectors.spend import spend_by_month
 from runs.services.budgets import budget_capping_month, budget_set
 
 from .conftest import SYSTEM, make_experiment, signed_in

@@ -1,7 +1,8 @@
-"""The level figures kept for ended runs (``runs.report_figures``): equal to the figures worked
-out from the levels for every trial, never stale (price, engine, GPU count and SLOs are read
-afresh; other rules are never read), written when a run's pod is released and by the
-migration's backfill, and every report page and CSV the same byte for byte."""
+"""The level figures kept for ended runs (``runs.selectors.level_figures``, kept by
+``runs.services.level_figures``): equal to the figures worked out from the levels for every
+trial, never stale (price, engine, GPU count and SLOs are read afresh; other rules are never
+read), written when a run's pod is released and by the migration's backfill, and every report
+page and CSV the same byte for byte."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from django.apps import apps
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs import report_figures
 from runs.models import GpuType, Measurement, Run, TrialLevelFigures
 from runs.models.runs import RunState
-from runs.report_figures import level_figures_backfill, trial_level_figures_record
-from runs.reports import SLO_METRICS, ended_trial_figures, trial_figures
+from runs.selectors import level_figures
+from runs.selectors.level_figures import SLO_METRICS
 from runs.selectors.trial_costs import trial_costs
+from runs.selectors.trial_figures import ended_trial_figures, trial_figures
 from runs.services.catalogue import gpu_price_set
 from runs.services.experiments import experiment_update
+from runs.services.level_figures import level_figures_backfill, trial_level_figures_record
 from runs.services.provisioning import run_release_pod
 
 from .conftest import H100, SYSTEM
@@ -211,11 +213,11 @@ def test_it_never_reads_figures_kept_under_other_rules(history, alice, monkeypat
     assert shown.qualifying_loads() == ["concurrency=1"]
     # ...until the rules change: then no row of the old rules is read, and the next record
     # writes them anew.
-    monkeypatch.setattr(report_figures, "FIGURES_RULES", report_figures.FIGURES_RULES + 1)
+    monkeypatch.setattr(level_figures, "FIGURES_RULES", level_figures.FIGURES_RULES + 1)
     assert [everything(f) for f in trial_figures(org=alice.org)] == fresh
     assert trial_level_figures_record() == 11
     assert set(TrialLevelFigures.objects.values_list("rules", flat=True)) == {
-        report_figures.FIGURES_RULES
+        level_figures.FIGURES_RULES
     }
     assert [everything(f) for f in trial_figures(org=alice.org)] == fresh
 

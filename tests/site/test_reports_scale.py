@@ -1,5 +1,5 @@
 """The managers' reports at scale: a fixed number of queries whatever the number of runs, with
-or without the level figures kept for ended runs (``runs.report_figures``), and the same
+or without the level figures kept for ended runs (``runs.selectors.level_figures``), and the same
 figures either way."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs import report_figures, reports
 from runs.models import AuditEvent, GpuType, Measurement, Run, TrialLevelFigures
 from runs.models.runs import RunState
-from runs.report_figures import trial_level_figures_record
-from runs.reports import EndedTrialFigures, ended_trial_figures, trial_figures
+from runs.selectors import level_figures
 from runs.selectors.trial_costs import trial_costs
+from runs.selectors.trial_figures import EndedTrialFigures, ended_trial_figures, trial_figures
 from runs.services.catalogue import gpu_price_set
 from runs.services.experiments import experiment_update
+from runs.services.level_figures import trial_level_figures_record
 
 from .conftest import H100, SYSTEM
 from .report_data import EXPECTED, add_run, add_trial, build_history, level
@@ -75,7 +75,7 @@ def compared(figure) -> tuple:
         cost.cold_start_seconds,
         cost.cold_start_usd,
         cost.notes,
-        tuple(figure.p99_ms(metric) for metric in reports.SLO_METRICS),
+        tuple(figure.p99_ms(metric) for metric in level_figures.SLO_METRICS),
         tuple(figure.headroom_pct().items()),
         figure.qualifying_loads(),
     )
@@ -229,7 +229,7 @@ def test_it_gives_the_same_figures_from_the_whole_result_as_from_the_keys_it_pic
 ):
     picked = [compared(f) for f in trial_figures(org=alice.org)]
     # How another database than PostgreSQL reads the levels (the SQLite demo).
-    monkeypatch.setattr(report_figures, "level_column", lambda alias: "result")
+    monkeypatch.setattr(level_figures, "level_column", lambda alias: "result")
     ended_trial_figures.clear()
     assert [compared(f) for f in trial_figures(org=alice.org)] == picked
     trial_level_figures_record()
@@ -245,9 +245,10 @@ def test_it_reads_no_kept_figure_of_a_trial_priced_before(history, alice, monkey
     first = trial_figures(org=alice.org)
     assert len(ended_trial_figures) == 5
     decoded = []
-    original = report_figures.stored_level_figures
+    original = level_figures.stored_level_figures
     monkeypatch.setattr(
-        reports, "stored_level_figures", lambda *row: decoded.append(row) or original(*row)
+        "runs.selectors.trial_figures.stored_level_figures",
+        lambda *row: decoded.append(row) or original(*row),
     )
     again = trial_figures(org=alice.org)
     assert decoded == []
@@ -257,7 +258,7 @@ def test_it_reads_no_kept_figure_of_a_trial_priced_before(history, alice, monkey
 
 def test_it_keeps_at_most_its_bound_of_trials(history, alice, monkeypatch):
     bounded = EndedTrialFigures(max_trials=2)
-    monkeypatch.setattr(reports, "ended_trial_figures", bounded)
+    monkeypatch.setattr("runs.selectors.trial_figures.ended_trial_figures", bounded)
     figures = trial_figures(org=alice.org)
     assert len(bounded) == 2
     # The most recently priced are kept; the others are priced again, the same.
@@ -266,7 +267,7 @@ def test_it_keeps_at_most_its_bound_of_trials(history, alice, monkeypatch):
 
 def test_it_never_serves_a_figure_priced_for_another_run_rules_or_price(history, alice):
     figure = trial_figures(org=alice.org)[0]
-    rules = report_figures.FIGURES_RULES
+    rules = level_figures.FIGURES_RULES
     key = (rules, (figure.cost.pod_usd_per_hr, figure.cost.price_source, False))
     kept = ended_trial_figures.get(figure.trial_id, figure.run_key, key)
     assert kept is not None and kept.cost == figure.cost

@@ -18,7 +18,7 @@ from runs.actors import Actor
 from runs.models import ModelSpec, Run, Trial, TrialLevelFigures
 from runs.models.runs import RunState
 from runs.providers.registry import local_provider
-from runs.reports import trial_figures
+from runs.selectors.trial_figures import trial_figures
 from runs.services.ingest import agent_messages_ingest
 from runs.services.provisioning import run_fail, run_provision
 from runs.services.reconcile import runs_reconcile

@@ -18,9 +18,9 @@ from runs.models import (
     TrialLevelFigures,
 )
 from runs.models.runs import RunState
-from runs.report_figures import trial_level_figures_record
-from runs.reports import trial_figures
+from runs.selectors.trial_figures import trial_figures
 from runs.services.ingest import agent_messages_ingest
+from runs.services.level_figures import trial_level_figures_record
 from runs.services.provisioning import run_fail
 from runs.services.run_start import run_start
 

@@ -13,8 +13,8 @@ from django.db import connection
 from django.test import Client
 
 from runs.models import AuditEvent, Promotion, PromotionState
-from runs.reports import trial_figures
 from runs.selectors.trial_costs import trial_costs
+from runs.selectors.trial_figures import trial_figures
 
 from .conftest import _person, signed_in
 from .report_data import EXPECTED, build_history

@@ -1,11 +1,11 @@
 """manage.py report_figures_backfill — derive the level figures of every ended run lacking
-them (after ``runs.report_figures.FIGURES_RULES`` was bumped, or runs imported by hand)."""
+them (after ``runs.selectors.level_figures.FIGURES_RULES`` was bumped, or runs imported by hand)."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from runs.report_figures import trial_level_figures_record
+from runs.services.level_figures import trial_level_figures_record
 
 
 class Command(BaseCommand):

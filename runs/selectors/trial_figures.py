@@ -1,19 +1,18 @@
-"""Reads behind the managers' reports: cost per token by model × GPU × best config, model
-size against cost, spend against budgets, and the model choice for one experiment.
+"""The figures every report reads: each measured trial of an organization priced at its
+best level under the SLOs (``trial_figures``).
 
 Guarantees:
 - Every figure is computed by ``runs.costs`` (exact ``Decimal``, rounded once to 0.0001 USD)
   with the pricing rule of ``runs.selectors.trial_costs``, read in a fixed number of queries
   whatever the number of runs. A trial of an ended run is read as one row of its level
-  figures (``runs.report_figures``, kept when its pod is released) to which today's price,
-  cold start and engine are applied: nothing price-, engine- or SLO-dependent is kept in the
-  database, so a change of those is seen by the next report. A trial without figures of
-  today's rules is worked out from its levels. The priced figures of ended runs are kept in
-  this process too (``EndedTrialFigures`` says why that is never stale).
-- Simulated figures are never ranked with measured ones: every function returns them apart
-  (``simulated`` on each figure, separate lists), and a trial counts as simulated when its
-  run's frozen experiment or its experiment says ``engine: sim`` or any of its levels carries
-  the simulator's ``simulated`` label.
+  figures (``runs.selectors.level_figures``, kept when its pod is released) to which today's
+  price, cold start and engine are applied: nothing price-, engine- or SLO-dependent is kept
+  in the database, so a change of those is seen by the next report. A trial without figures
+  of today's rules is worked out from its levels. The priced figures of ended runs are kept
+  in this process too (``EndedTrialFigures`` says why that is never stale).
+- Simulated figures are never ranked with measured ones: each figure says ``simulated``, and
+  a trial counts as simulated when its run's frozen experiment or its experiment says
+  ``engine: sim`` or any of its levels carries the simulator's ``simulated`` label.
 - Only the organization's own rows are read.
 """
 
@@ -23,42 +22,37 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date
 from decimal import ROUND_HALF_EVEN, Decimal
 from uuid import UUID
 
-from django.db.models import CharField, Count, Sum
-from django.db.models.functions import Cast, TruncMonth
+from django.db.models import CharField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
-from runs import frozen_job, report_figures
-from runs.costs import TrialCost, round_usd
+from runs import frozen_job
+from runs.costs import TrialCost
 from runs.frozen_job import frozen_value
 from runs.models import (
-    Budget,
     Experiment,
     GpuType,
     Measurement,
     ModelSpec,
     Organization,
-    Promotion,
-    PromotionState,
     Run,
     Trial,
     TrialLevelFigures,
 )
 from runs.models.experiments import engine_is_simulated
 from runs.models.runs import MEASURED_OUTCOMES, TERMINAL_RUN_STATES
-from runs.report_figures import (
+from runs.selectors import level_figures
+from runs.selectors.level_figures import (
     SLO_METRICS,
     LevelFigures,
-    level_figures,
     levels_of_trials,
     stored_level_figures,
     trial_cost,
 )
 from runs.selectors.prices import GpuPrice, gpu_price, pod_rate_from_price
-from runs.services.budgets import budget_capping_month
 from runs.services.run_tokens import delivery_grace
 
 TENTH = Decimal("0.1")
@@ -251,7 +245,7 @@ def trial_figures(
     """Every measured trial of the organization's runs — succeeded, or partial: cut short,
     its measured levels count — (of ``experiments`` when given), priced at its best level
     under its experiment's SLOs. A trial of an ended run is read
-    with its level figures (``runs.report_figures``) instead of its levels, and priced once
+    with its level figures (``runs.selectors.level_figures``) instead of its levels, and priced once
     per pricing in this process (``EndedTrialFigures``)."""
     trials = Trial.objects.filter(organization=org, outcome__in=MEASURED_OUTCOMES)
     levels_query = Measurement.objects.filter(
@@ -316,7 +310,7 @@ def trial_figures(
     # A trial of an ended run priced before at the same pricing is taken from this
     # process's memory; the others are priced from their level figures, kept (one row each,
     # read here) or, when none are kept, worked out from the levels read here.
-    rules = report_figures.FIGURES_RULES
+    rules = level_figures.FIGURES_RULES
     computed: dict[int, _Priced] = {}
     pending = []
     # An ended run's agent may still deliver levels for the delivery grace: frozen after it.
@@ -355,7 +349,7 @@ def trial_figures(
             levels_query = levels_query.filter(trial_id__in=missing)
         levels = levels_of_trials(levels_query)
         for trial_id in missing:
-            level_figures_of[trial_id] = level_figures(levels.get(trial_id, []))
+            level_figures_of[trial_id] = level_figures.level_figures(levels.get(trial_id, []))
     ended = {}
     for row in pending:
         rate, source, simulated_engine = pricing = pricing_of(row)
@@ -418,8 +412,9 @@ def _pricing(
     return rate, source, engine_is_simulated(frozen_engine)
 
 
-def _cost_key(figure: TrialFigure):
-    # Cheapest first; a trial without a cost per token goes last.
+def cost_order(figure: TrialFigure):
+    """The order of figures by cost: cheapest first (steady, then with cold start amortized),
+    a trial without a cost per token last; ties by run and trial."""
     steady = figure.usd_per_million
     amortized = figure.cost.usd_per_million_output_tokens_cold_start_amortized
     return (
@@ -431,234 +426,4 @@ def _cost_key(figure: TrialFigure):
         # same places in every key.
         figure.run_key,
         figure.trial_index,
-    )
-
-
-@dataclass(frozen=True)
-class BestConfig:
-    """The cheapest trial of one (model, GPU type, GPU count) and how many were compared."""
-
-    best: TrialFigure
-    trials_compared: int
-    trials_priced: int
-
-
-def best_configs(figures: Iterable[TrialFigure]) -> list[BestConfig]:
-    """Per (model, GPU type, GPU count): the trial with the lowest cost per 1M output tokens
-    at the SLOs. Callers pass measured and simulated figures separately."""
-    groups: dict[tuple, list[TrialFigure]] = {}
-    for figure in figures:
-        groups.setdefault((figure.model.id, figure.gpu_type_id, figure.gpu_count), []).append(
-            figure
-        )
-    rows = [
-        BestConfig(
-            best=min(group, key=_cost_key),
-            trials_compared=len(group),
-            trials_priced=sum(1 for f in group if f.usd_per_million is not None),
-        )
-        for group in groups.values()
-    ]
-    return sorted(rows, key=lambda row: (_cost_key(row.best), row.best.model.name))
-
-
-@dataclass(frozen=True)
-class ModelPoint:
-    """One model's cheapest configuration, and whether it is on the Pareto front."""
-
-    figure: TrialFigure
-    pareto: bool
-
-
-def model_points(figures: Iterable[TrialFigure]) -> list[ModelPoint]:
-    """Per model, its cheapest priced trial; on the Pareto front of size (more parameters is
-    better) against cost per token (less is better) when no other model is at least as large
-    and at most as dear, and strictly one of the two. Largest model first."""
-    cheapest: dict = {}
-    for figure in figures:
-        if figure.usd_per_million is None:
-            continue
-        current = cheapest.get(figure.model.id)
-        if current is None or _cost_key(figure) < _cost_key(current):
-            cheapest[figure.model.id] = figure
-    points = list(cheapest.values())
-
-    def dominated(a: TrialFigure) -> bool:
-        return any(
-            b.model.parameter_count >= a.model.parameter_count
-            and b.usd_per_million <= a.usd_per_million
-            and (
-                b.model.parameter_count > a.model.parameter_count
-                or b.usd_per_million < a.usd_per_million
-            )
-            for b in points
-        )
-
-    return sorted(
-        (ModelPoint(figure=p, pareto=not dominated(p)) for p in points),
-        key=lambda point: (-point.figure.model.parameter_count, point.figure.model.name),
-    )
-
-
-# --- Spend -------------------------------------------------------------------------------
-
-
-class _SpendAgainstBudget:
-    """What is left of a budget and how much of it is used (``spend_usd``, ``budget_usd``)."""
-
-    spend_usd: Decimal
-    budget_usd: Decimal | None
-
-    @property
-    def remaining_usd(self) -> Decimal | None:
-        return None if self.budget_usd is None else round_usd(self.budget_usd - self.spend_usd)
-
-    @property
-    def used_pct(self) -> Decimal | None:
-        if not self.budget_usd:
-            return None
-        return (self.spend_usd / self.budget_usd * 100).quantize(TENTH, rounding=ROUND_HALF_EVEN)
-
-
-@dataclass(frozen=True)
-class MonthSpend(_SpendAgainstBudget):
-    month: date
-    runs: int
-    spend_usd: Decimal
-    budget_usd: Decimal | None
-    budget_scope: str  # "month", "standing" or ""
-
-
-def spend_by_month(*, org: Organization) -> list[MonthSpend]:
-    """The organization's spend per UTC month (runs counted whole in the month they were
-    started, as ``runs.selectors.spend.org_month_spend_usd``), newest first, beside that month's
-    budget (its own, else the standing one). Months with a budget but no run are listed too."""
-    totals = {
-        row["month"].date() if hasattr(row["month"], "date") else row["month"]: row
-        for row in Run.objects.filter(organization=org)
-        .annotate(month=TruncMonth("created_at", tzinfo=UTC))
-        .values("month")
-        .annotate(total=Sum("cost_usd"), runs=Count("id"))
-        .order_by()
-    }
-    budgets = list(Budget.objects.filter(organization=org, experiment__isnull=True))
-    by_month = {b.month: b for b in budgets if b.month is not None}
-    months = sorted(set(totals) | set(by_month), reverse=True)
-    rows = []
-    for month in months:
-        budget = budget_capping_month(budgets, month)
-        row = totals.get(month)
-        rows.append(
-            MonthSpend(
-                month=month,
-                runs=row["runs"] if row else 0,
-                spend_usd=round_usd(row["total"] if row else Decimal(0)),
-                budget_usd=None if budget is None else budget.limit_usd,
-                budget_scope="" if budget is None else budget.scope,
-            )
-        )
-    return rows
-
-
-@dataclass(frozen=True)
-class ExperimentSpend(_SpendAgainstBudget):
-    experiment: Experiment
-    runs: int
-    spend_usd: Decimal
-    budget_usd: Decimal | None
-
-
-def spend_by_experiment(*, org: Organization) -> list[ExperimentSpend]:
-    """What each experiment's runs cost in total, beside the experiment's budget (a
-    ``Budget`` on the experiment), dearest first; experiments without runs are left out."""
-    totals = (
-        Run.objects.filter(organization=org)
-        .values("experiment_id")
-        .annotate(total=Sum("cost_usd"), runs=Count("id"))
-        .order_by()
-    )
-    totals = {row["experiment_id"]: row for row in totals}
-    experiments = Experiment.objects.filter(organization=org, id__in=list(totals)).select_related(
-        "model"
-    )
-    budgets = {
-        b.experiment_id: b.limit_usd
-        for b in Budget.objects.filter(organization=org, experiment__isnull=False)
-    }
-    rows = [
-        ExperimentSpend(
-            experiment=experiment,
-            runs=totals[experiment.id]["runs"],
-            spend_usd=round_usd(totals[experiment.id]["total"] or Decimal(0)),
-            budget_usd=budgets.get(experiment.id),
-        )
-        for experiment in experiments
-    ]
-    return sorted(rows, key=lambda row: (-row.spend_usd, row.experiment.name))
-
-
-# --- Model choice ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """The recommendation for one experiment's workload and SLOs.
-
-    ``measured``: priced measured trials of the experiment and of every experiment of the
-    organization with the same workload and SLOs (so other models compete), cheapest first;
-    ``recommended`` is the first of them. ``unpriced`` measured trials met no level (or had
-    no price). ``simulated`` trials are listed apart and never recommended.
-    """
-
-    experiment: Experiment
-    comparable: list[Experiment]
-    measured: list[TrialFigure]
-    unpriced: list[TrialFigure]
-    simulated: list[TrialFigure]
-    promoted: Promotion | None
-
-    @property
-    def recommended(self) -> TrialFigure | None:
-        return self.measured[0] if self.measured else None
-
-    @property
-    def runners_up(self) -> list[TrialFigure]:
-        return self.measured[1:6]
-
-    @property
-    def saving_pct(self) -> Decimal | None:
-        """How much cheaper per token the recommendation is than the first runner-up."""
-        if len(self.measured) < 2:
-            return None
-        best, second = self.measured[0].usd_per_million, self.measured[1].usd_per_million
-        if not second:
-            return None
-        return ((second - best) / second * 100).quantize(TENTH, rounding=ROUND_HALF_EVEN)
-
-
-def model_choice(*, experiment: Experiment) -> ModelChoice:
-    """See ``ModelChoice``."""
-    org = experiment.organization
-    comparable = [
-        other
-        for other in Experiment.objects.filter(organization=org).select_related("model")
-        if other.id == experiment.id
-        or (other.workload == experiment.workload and (other.slos or {}) == (experiment.slos or {}))
-    ]
-    figures = trial_figures(org=org, experiments=comparable)
-    measured = sorted((f for f in figures if not f.simulated), key=_cost_key)
-    promoted = (
-        Promotion.objects.filter(
-            organization=org, experiment=experiment, state=PromotionState.APPROVED
-        )
-        .select_related("trial__run", "proposed_by", "decided_by")
-        .first()
-    )
-    return ModelChoice(
-        experiment=experiment,
-        comparable=comparable,
-        measured=[f for f in measured if f.usd_per_million is not None],
-        unpriced=[f for f in measured if f.usd_per_million is None],
-        simulated=sorted((f for f in figures if f.simulated), key=_cost_key),
-        promoted=promoted,
     )

@@ -4,8 +4,9 @@ A report prices thousands of trials. What a trial's levels give — which level 
 under the SLOs, its throughput and latencies, which loads met the SLOs, whether any level was
 simulated — does not depend on the price, and never changes once the run has ended (ingest
 refuses every message of an ended run, ``runs.services.ingest``). So it is derived once, when
-the run's pod is released (``trial_level_figures_record``), and a report reads one row per
-trial (``runs.models.TrialLevelFigures``) and applies today's price, cold start and engine.
+the run's pod is released (``runs.services.level_figures.trial_level_figures_record``), and a
+report reads one row per trial (``runs.models.TrialLevelFigures``) and applies today's price,
+cold start and engine. This module derives and reads them; it writes nothing.
 
 Guarantees:
 - ``trial_cost`` over a trial's ``LevelFigures`` equals ``runs.costs``'
@@ -24,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import Func, JSONField, Value
 from django.db.models.fields.json import KeyTransform
 
@@ -35,14 +36,13 @@ from runs.costs import (
     level_qualifies,
     trial_cost_per_million_output_tokens,
 )
-from runs.models import Measurement, Trial, TrialLevelFigures
-from runs.models.runs import MEASURED_OUTCOMES, TERMINAL_RUN_STATES
 
 # Bump when what ``level_figures`` derives changes: rows of other rules are then ignored.
 FIGURES_RULES = 1
 SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
 
-# What the reports read of a level's result (``runs.costs`` and ``runs.reports.TrialFigure``):
+# What the reports read of a level's result (``runs.costs`` and
+# ``runs.selectors.trial_figures.TrialFigure``):
 # on PostgreSQL only these keys leave the database, so the rest of each result (dozens of
 # percentiles) is never sent nor decoded. A figure's ``cost.level`` holds only these, and the
 # level's load.
@@ -169,61 +169,3 @@ def stored_level_figures(
         qualifying=tuple(qualifying),
         levels_simulated=levels_simulated,
     )
-
-
-# Trials per write: a run has a handful; the backfill goes through thousands.
-_BATCH = 500
-
-
-def trial_level_figures_record(*, run_ids: Iterable | None = None) -> int:
-    """Records the ``TrialLevelFigures`` of every measured trial of those runs (of every
-    run when None) that have ended and have none under today's rules; returns how many
-    trials it derived.
-
-    Idempotent and safe beside a concurrent call (a row already there is kept). A run that
-    has not ended gets nothing: its levels may still change.
-    """
-    trials = Trial.objects.all()
-    if run_ids is not None:
-        trials = trials.filter(run_id__in=list(run_ids))
-    return _record(trials, Measurement, TrialLevelFigures)
-
-
-def level_figures_backfill(apps, schema_editor) -> None:
-    """Migration 0010: the figures of every ended run there already is (historical models)."""
-    _record(
-        apps.get_model("runs", "Trial").objects.all(),
-        apps.get_model("runs", "Measurement"),
-        apps.get_model("runs", "TrialLevelFigures"),
-    )
-
-
-def _record(trials, measurement_model, figures_model) -> int:
-    trials = trials.filter(
-        run__state__in=TERMINAL_RUN_STATES, outcome__in=MEASURED_OUTCOMES
-    ).exclude(level_figures__rules=FIGURES_RULES)
-    owners = dict(trials.values_list("id", "run__organization_id").order_by("id"))
-    trial_ids = list(owners)
-    # Migration 0010's historical rows predate their organization (migration 0013 fills it).
-    owned = any(field.name == "organization" for field in figures_model._meta.fields)
-    for start in range(0, len(trial_ids), _BATCH):
-        batch = trial_ids[start : start + _BATCH]
-        levels = levels_of_trials(measurement_model.objects.filter(trial_id__in=batch))
-        rows = []
-        for trial_id in batch:
-            figures = level_figures(levels.get(trial_id, []))
-            rows.append(
-                figures_model(
-                    trial_id=trial_id,
-                    **({"organization_id": owners[trial_id]} if owned else {}),
-                    rules=FIGURES_RULES,
-                    deciding_levels=list(figures.deciding_levels),
-                    qualifying=list(figures.qualifying),
-                    levels_simulated=figures.levels_simulated,
-                )
-            )
-        with transaction.atomic(using=trials.db):
-            # Rows of older rules make way; a row of today's rules written meanwhile stays.
-            figures_model.objects.filter(trial_id__in=batch).exclude(rules=FIGURES_RULES).delete()
-            figures_model.objects.bulk_create(rows, ignore_conflicts=True)
-    return len(trial_ids)

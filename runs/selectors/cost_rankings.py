@@ -1,0 +1,76 @@
+"""Rankings of priced trial figures: the cheapest configuration per model × GPU, and each
+model's cheapest against its size (the Pareto front). Pure: they read no row; callers pass
+measured and simulated figures separately."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from runs.selectors.trial_figures import TrialFigure, cost_order
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """The cheapest trial of one (model, GPU type, GPU count) and how many were compared."""
+
+    best: TrialFigure
+    trials_compared: int
+    trials_priced: int
+
+
+def best_configs(figures: Iterable[TrialFigure]) -> list[BestConfig]:
+    """Per (model, GPU type, GPU count): the trial with the lowest cost per 1M output tokens
+    at the SLOs. Callers pass measured and simulated figures separately."""
+    groups: dict[tuple, list[TrialFigure]] = {}
+    for figure in figures:
+        groups.setdefault((figure.model.id, figure.gpu_type_id, figure.gpu_count), []).append(
+            figure
+        )
+    rows = [
+        BestConfig(
+            best=min(group, key=cost_order),
+            trials_compared=len(group),
+            trials_priced=sum(1 for f in group if f.usd_per_million is not None),
+        )
+        for group in groups.values()
+    ]
+    return sorted(rows, key=lambda row: (cost_order(row.best), row.best.model.name))
+
+
+@dataclass(frozen=True)
+class ModelPoint:
+    """One model's cheapest configuration, and whether it is on the Pareto front."""
+
+    figure: TrialFigure
+    pareto: bool
+
+
+def model_points(figures: Iterable[TrialFigure]) -> list[ModelPoint]:
+    """Per model, its cheapest priced trial; on the Pareto front of size (more parameters is
+    better) against cost per token (less is better) when no other model is at least as large
+    and at most as dear, and strictly one of the two. Largest model first."""
+    cheapest: dict = {}
+    for figure in figures:
+        if figure.usd_per_million is None:
+            continue
+        current = cheapest.get(figure.model.id)
+        if current is None or cost_order(figure) < cost_order(current):
+            cheapest[figure.model.id] = figure
+    points = list(cheapest.values())
+
+    def dominated(a: TrialFigure) -> bool:
+        return any(
+            b.model.parameter_count >= a.model.parameter_count
+            and b.usd_per_million <= a.usd_per_million
+            and (
+                b.model.parameter_count > a.model.parameter_count
+                or b.usd_per_million < a.usd_per_million
+            )
+            for b in points
+        )
+
+    return sorted(
+        (ModelPoint(figure=p, pareto=not dominated(p)) for p in points),
+        key=lambda point: (-point.figure.model.parameter_count, point.figure.model.name),
+    )
