@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from runs.inputs.json_schemas import FROZEN_JOB_FIELD
+from runs.inputs.strict_fields import StrictJSONField
 from runs.models import Measurement, Run, Trial
 
 
@@ -73,8 +75,10 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class RunDetailSerializer(RunSerializer):
+    # What the run does, as it was started (runs.frozen_job): the truth, not the experiment now.
+    job_spec = StrictJSONField(read_only=True, **FROZEN_JOB_FIELD)
     trials = TrialSerializer(many=True, read_only=True)
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "experiment_snapshot", "trials"]
+        fields = [*RunSerializer.Meta.fields, "job_spec", "experiment_snapshot", "trials"]
         read_only_fields = fields

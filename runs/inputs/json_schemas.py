@@ -7,7 +7,8 @@ Guarantees:
   validates with: one truth, no hand-written copy. ``openapi_schema`` only translates JSON
   Schema 2020-12 into the OpenAPI 3.0 dialect the API schema is written in (``nullable``
   for a ``null`` alternative, ``enum`` for ``const``, boolean exclusive bounds, components
-  for ``$defs``); it adds and drops no rule.
+  for ``$defs``); it adds and drops no rule. A run's frozen job is ``JobSpec``'s schema less
+  the per-attempt fields (``runs.frozen_job.PER_ATTEMPT``), as it is stored.
 - Each experiment example is a real, valid value: the demo seeds an experiment with it
   (``seed_demo``), and the tests validate it with the protocol's models.
 """
@@ -23,6 +24,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from agents import protocol
+from runs.frozen_job import PER_ATTEMPT
 
 COMPONENTS_REF = "#/components/schemas/"
 
@@ -161,9 +163,18 @@ def _agent_messages_schema() -> tuple[dict, dict]:
     return batch, components
 
 
+def _frozen_job_schema() -> tuple[dict, dict]:
+    job, components = model_openapi_schema(protocol.JobSpec)
+    job["properties"] = {k: v for k, v in job["properties"].items() if k not in PER_ATTEMPT}
+    job["required"] = [name for name in job["required"] if name not in PER_ATTEMPT]
+    return job, components
+
+
 # The agent's job (GET agent/runs/<id>/job/) and the messages of a REST batch.
 JobSpecBody = protocol_body("JobSpec", protocol.JobSpec)
 AGENT_MESSAGES_FIELD = _json_field(_agent_messages_schema(), None)
+# A run's frozen job (Run.job_spec): the agent's job less each attempt's parts.
+FROZEN_JOB_FIELD = _json_field(_frozen_job_schema(), None)
 
 
 def agent_protocol_choices() -> list[tuple[int, int]]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from agents import protocol
 from runs.models import Measurement, Run, Trial
+from runs.services.experiments import experiment_update
 
-from .conftest import frozen, make_experiment
+from .conftest import SYSTEM, frozen, make_experiment
 
 
 def _run_with_results(org):
@@ -44,6 +46,26 @@ def test_it_shows_trials_and_measurements_in_the_detail(alice):
     [trial] = detail["trials"]
     assert trial["command"] == ["vllm", "serve", "m"]
     assert trial["measurements"][0]["result"] == {"p99_ttft_ms": 41.5}
+
+
+def test_it_shows_what_the_run_does_as_it_was_started(alice):
+    run = _run_with_results(alice.org)
+    started = run.job_spec
+    experiment_update(
+        experiment=run.experiment,
+        actor=SYSTEM,
+        serve_grid={"max_num_seqs": [16, 32]},
+        slos={"ttft_ms": 900},
+    )
+    detail = alice.client().get(f"/api/v1/orgs/acme/runs/{run.id}/").json()
+    assert detail["job_spec"] == started
+    job = protocol.JobSpec.model_validate(
+        {**detail["job_spec"], "run_id": str(run.id), "deadline": "2030-01-01T00:00:00Z"}
+    )
+    assert [trial.serve_config for trial in job.trials] == [
+        {"max_num_seqs": 64},
+        {"max_num_seqs": 128},
+    ]
 
 
 def test_it_hides_other_tenants_runs(alice, charlie):

@@ -21,6 +21,7 @@ from agents.protocol import (
     serve_flags_json_schema,
     validate_serve_grid,
 )
+from runs.frozen_job import PER_ATTEMPT
 from runs.inputs.json_schemas import (
     EXAMPLE_SERVE_GRID,
     EXAMPLE_SLOS,
@@ -148,3 +149,15 @@ def test_it_shows_the_agents_job_and_messages_as_the_protocol_defines_them(serve
     messages = body["properties"]["messages"]
     assert messages["maxItems"] == MAX_BATCH_MESSAGES
     assert messages["items"] == _expected(pydantic.TypeAdapter(AgentMessage).json_schema())
+
+
+def test_it_shows_a_runs_frozen_job_as_the_agents_job_less_each_attempts_parts(served_schema):
+    components = served_schema["components"]["schemas"]
+    served = _inlined(components["RunDetail"]["properties"]["job_spec"], components)
+    assert served.pop("readOnly") is True
+    job = JobSpec.model_json_schema()
+    for part in PER_ATTEMPT:
+        job["properties"].pop(part)
+    job["required"] = [name for name in job["required"] if name not in PER_ATTEMPT]
+    assert served == _expected(job)
+    assert {"run_id", "deadline"} <= set(JobSpec.model_json_schema()["required"])
