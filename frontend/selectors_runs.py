@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import CharField, Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce, NullIf
 from django.utils import timezone
 
 from agents import protocol
@@ -38,7 +40,15 @@ from runs.frozen_job import (
     run_serve_configs,
     run_workload,
 )
-from runs.models import AgentMessageRecord, Experiment, Measurement, Membership, Run, Trial
+from runs.models import (
+    AgentMessageRecord,
+    Experiment,
+    GpuType,
+    Measurement,
+    Membership,
+    Run,
+    Trial,
+)
 from runs.models.experiments import Engine
 from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
 from runs.selectors.trial_costs import trial_costs
@@ -140,7 +150,8 @@ def _planned_levels(run: Run) -> list[dict]:
 
 def run_trials(run: Run) -> list[Trial]:
     """The run's trials in order, their measurements in the order they arrived."""
-    measurements = Measurement.objects.order_by("created_at", "id")
+    measurements = Measurement.objects.filter(organization_id=run.organization_id)
+    measurements = measurements.order_by("created_at", "id")
     return list(
         Trial.objects.filter(organization_id=run.organization_id, run=run)
         .order_by("index")
@@ -316,6 +327,8 @@ def run_live_state(*, run: Run) -> dict:
     """Everything the live page draws, as JSON-ready data (see the module's guarantees)."""
     epochs_read = _epochs_read(run)  # first: the rows below are at least this new
     run.refresh_from_db()
+    this_run = Run.objects.filter(organization_id=run.organization_id, pk=run.pk)
+    gpu_name = with_gpu_name(this_run).values_list("gpu_name", flat=True)
     trial_rows = run_trials(run)
     planned = run_serve_configs(run)
     configs = planned or [trial.serve_config or {} for trial in trial_rows]
@@ -342,6 +355,7 @@ def run_live_state(*, run: Run) -> dict:
             "state": run.state,
             "terminal": run.state in TERMINAL_RUN_STATES,
             "simulated": run_is_simulated(run),
+            "gpu_name": gpu_name.get(),
             "created_at": _iso(run.created_at),
             "started_at": _iso(run.started_at),
             "finished_at": _iso(run.finished_at),
@@ -404,8 +418,26 @@ def runs_history(*, membership: Membership, filters: HistoryFilters) -> QuerySet
         runs = runs.filter(created_at__gte=_day_start(filters.created_from))
     if filters.created_to:
         runs = runs.filter(created_at__lt=_day_start(filters.created_to + timedelta(days=1)))
-    return runs.select_related("experiment__model", "experiment__gpu_type", "started_by").order_by(
-        "-created_at", "-id"
+    return (
+        with_gpu_name(runs)
+        .select_related("experiment__model", "experiment__gpu_type", "started_by")
+        .order_by("-created_at", "-id")
+    )
+
+
+def with_gpu_name(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """``runs`` with ``gpu_name``: the GPU type of the run's pod once one is recorded, else
+    the display name of the type it was started with (its id when the catalogue no longer
+    has it), in the same query as the runs."""
+    frozen = KT(GPU_TYPE_PATH)
+    display_name = GpuType.objects.filter(id=OuterRef("frozen_gpu_type")).values("display_name")
+    return runs.annotate(frozen_gpu_type=frozen).annotate(
+        gpu_name=Coalesce(
+            NullIf("pod_gpu_type", Value("")),
+            Subquery(display_name[:1]),
+            frozen,
+            output_field=CharField(),
+        )
     )
 
 
@@ -423,7 +455,9 @@ def with_simulated(runs: list[Run]) -> list[Run]:
 def with_trial_counts(runs: list[Run]) -> list[Run]:
     """Sets ``trial_count`` on each run (one query for the page, not one per row)."""
     counts = dict(
-        Trial.objects.filter(run__in=runs)
+        Trial.objects.filter(
+            organization_id__in={run.organization_id for run in runs}, run__in=runs
+        )
         .values_list("run_id")
         .annotate(n=Count("id"))
         .values_list("run_id", "n")
@@ -514,7 +548,7 @@ def compare_trials(*, membership: Membership, selection: list[Selection]) -> lis
     missing = run_ids - runs.keys()
     if missing:
         raise LookupError(f"No run {sorted(map(str, missing))[0]} in this organization.")
-    measurements = Measurement.objects.order_by("created_at", "id")
+    measurements = scoped(membership, Measurement).order_by("created_at", "id")
     trials_by_run: dict[uuid.UUID, list[Trial]] = {}
     for trial in (
         scoped(membership, Trial)

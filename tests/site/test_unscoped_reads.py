@@ -103,6 +103,19 @@ def test_it_names_every_lookup_by_secret_unscoped():
     assert [read.where for read in found if not named_unscoped(read)] == []
 
 
+def test_it_names_every_read_that_filters_on_no_organization_unscoped():
+    unnamed = [
+        read.where
+        for path, read in site_reads()
+        if not path.startswith(SYSTEM_CODE)
+        and read.is_a_read
+        and not read.scoped_to_an_organization
+        and not named_unscoped(read)
+        and read.function not in SYSTEM_WRITES
+    ]
+    assert unnamed == []
+
+
 def test_the_scan_sees_a_read_of_every_tenant_and_tells_scoped_from_unscoped():
     # Guard against a scan that finds nothing (the tests above would then be void).
     source = (

@@ -15,9 +15,17 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runs.models import AgentMessageRecord, AuditEvent, Measurement, ModelSpec, Run, Trial
+from runs.models import (
+    AgentMessageRecord,
+    AuditEvent,
+    GpuType,
+    Measurement,
+    ModelSpec,
+    Run,
+    Trial,
+)
 
-from .conftest import frozen, make_experiment, make_model, signed_in
+from .conftest import H100, frozen, make_experiment, make_model, signed_in
 
 LEVELS = (1, 8, 64)
 
@@ -445,6 +453,19 @@ def test_it_explains_bad_history_filters_instead_of_failing(alice, charlie):
     assert "Enter a valid date." in html
     assert "Select a valid choice" in html  # another tenant's model is no choice here
     assert str(run.id) in html  # the bad fields filter nothing
+
+
+def test_it_names_the_gpu_a_run_was_started_with_until_its_pod_is_recorded(alice):
+    GpuType.objects.filter(id=H100).update(display_name="H100 SXM (catalogue name)")
+    unrented = seed_run(alice.org, state="queued")
+    rented = seed_run(alice.org, pod_gpu_type="NVIDIA H200")
+    client = signed_in(alice)
+    history = client.get(reverse("runs", args=["acme"])).content.decode()
+    assert "1× H100 SXM (catalogue name)" in history
+    assert "1× NVIDIA H200" in history
+    assert f"1× {H100}" not in history
+    assert "1× H100 SXM (catalogue name)" in client.get(detail_url(unrented)).content.decode()
+    assert "1× NVIDIA H200" in client.get(detail_url(rented)).content.decode()
 
 
 def test_it_pages_the_history_in_constant_queries(alice, django_assert_max_num_queries):
