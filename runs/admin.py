@@ -76,7 +76,11 @@ class ModelSpecAdmin(ReadOnlyAdmin):
 
 @admin.register(GpuType)
 class GpuTypeAdmin(ReadOnlyAdmin):
-    list_display = ["id", "vram_gb", "price_secure_usd_hr", "price_community_usd_hr", "price_as_of"]
+    list_display = ["id", "memory", "price_secure_usd_hr", "price_community_usd_hr", "price_as_of"]
+
+    @admin.display(description="memory (GiB)")
+    def memory(self, gpu: GpuType) -> str:
+        return f"{gpu.hardware.memory_gib:.1f}" if gpu.hardware else "unknown"
 
 
 @admin.register(Experiment)

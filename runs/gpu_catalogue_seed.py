@@ -2,9 +2,9 @@
 
 Prices: USD per GPU-hour, from third-party copies of Runpod's price page, autumn 2026 (as
 collected in the project's REFERENCE notes); ``None`` where no figure was found. The
-provider's API replaces them when the catalogue is refreshed. The physical columns (memory,
-bandwidth, BF16 TFLOP/s) are copied from ``agents.hardware``, the one place they are stated;
-every calculation reads that module, not the columns.
+provider's API replaces them when the catalogue is refreshed. A GPU's physical facts (memory,
+bandwidth, BF16 TFLOP/s) are not stored: ``GpuType.hardware`` reads them from
+``agents.hardware``. Every catalogue id is one that module knows.
 """
 
 from __future__ import annotations
@@ -28,20 +28,40 @@ GPU_CATALOGUE = [
 ]
 
 
+# The physical columns GpuType had until migration 0015 removed them.
+RETIRED_PHYSICAL_COLUMNS = ("vram_gb", "memory_bandwidth_gbps", "bf16_tflops")
+
+
+def retired_physical_columns(gpu_id: str) -> dict[str, int]:
+    """The values those columns held (the product name's GB, GB/s, dense BF16 TFLOP/s), from
+    ``agents.hardware``; zeros for a GPU it does not know. Only for the migrations' historical
+    models: the one that seeds (0002) still has the columns, and undoing 0015 refills them."""
+    try:
+        hardware = gpu_profile(gpu_id)
+    except ValueError:
+        return dict.fromkeys(RETIRED_PHYSICAL_COLUMNS, 0)
+    return {
+        "vram_gb": hardware.marketing_gb,
+        "memory_bandwidth_gbps": round(hardware.bandwidth_tbps * 1000),
+        "bf16_tflops": round(hardware.bf16_tflops),
+    }
+
+
 def seed_gpu_catalogue(gpu_type_model) -> int:
     """Inserts the catalogue rows that are missing; existing rows (maybe refreshed or edited)
     are left alone. Returns how many were added. Takes the model class so that migrations can
     pass their historical model."""
+    stores_physical = any(
+        field.name in RETIRED_PHYSICAL_COLUMNS for field in gpu_type_model._meta.fields
+    )
     added = 0
     for gpu_id, name, secure, community, note in GPU_CATALOGUE:
-        hardware = gpu_profile(gpu_id)
+        physical = retired_physical_columns(gpu_id) if stores_physical else {}
         _, created = gpu_type_model.objects.get_or_create(
             id=gpu_id,
-            defaults={
+            defaults=physical
+            | {
                 "display_name": name,
-                "vram_gb": hardware.marketing_gb,  # the column's unit: the product name's GB
-                "memory_bandwidth_gbps": round(hardware.bandwidth_tbps * 1000),
-                "bf16_tflops": round(hardware.bf16_tflops),
                 "price_secure_usd_hr": secure,
                 "price_community_usd_hr": community,
                 "price_source": f"{PRICE_SOURCE}; {note}" if note else PRICE_SOURCE,

@@ -14,6 +14,7 @@ from runs.inputs.strict_fields import (
     StrictModelSerializer,
 )
 from runs.models import GpuPriceOverride, ModelSpec
+from runs.models.catalogue import MODEL_SPEC_FIELDS
 
 _MAX_PARAMETERS = 10**14
 # Far above any GPU's hourly price; below it, a typo of a few digits is still caught.
@@ -35,19 +36,7 @@ class ModelSpecSerializer(StrictModelSerializer):
         model = ModelSpec
         fields = [
             "id",
-            "name",
-            "hf_repo",
-            "revision",
-            "parameter_count",
-            "num_layers",
-            "hidden_size",
-            "num_attention_heads",
-            "num_kv_heads",
-            "head_dim",
-            "dtype",
-            "max_context",
-            "licence",
-            "notes",
+            *MODEL_SPEC_FIELDS,
             "kv_cache_bytes_per_token",
             "weight_bytes",
             "created_at",

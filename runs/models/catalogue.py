@@ -77,14 +77,20 @@ class ModelSpec(models.Model):
         return f"{self.name} ({self.hf_repo}@{self.revision})"
 
 
+# What a team states about a model, in the columns' order: every column but the ones the site
+# sets itself. agents.hardware's REGISTERED_FACTS are among them (``ModelSpec.facts``).
+MODEL_SPEC_FIELDS = tuple(
+    column.name
+    for column in ModelSpec._meta.concrete_fields
+    if column.name not in {"id", "organization", "created_at", "created_by"}
+)
+
+
 class GpuType(models.Model):
     """One GPU model in the provider's catalogue, with list prices and where they came from."""
 
     id = models.CharField(primary_key=True, max_length=100)  # the provider's id, e.g. "NVIDIA H200"
     display_name = models.CharField(max_length=100)
-    vram_gb = models.PositiveIntegerField()
-    memory_bandwidth_gbps = models.PositiveIntegerField(help_text="GB/s, vendor datasheet")
-    bf16_tflops = models.PositiveIntegerField(help_text="dense BF16 TFLOP/s, vendor datasheet")
     price_secure_usd_hr = models.DecimalField(max_digits=8, decimal_places=4, null=True, blank=True)
     price_community_usd_hr = models.DecimalField(
         max_digits=8, decimal_places=4, null=True, blank=True
@@ -98,13 +104,24 @@ class GpuType(models.Model):
 
     @property
     def hardware(self) -> GpuProfile | None:
-        """The GPU's physical facts from ``agents.hardware`` (memory in GiB as vLLM sees it),
-        which every memory and time calculation uses; None for a type that module lacks. The
-        columns above are the seed's copy of them, shown by the catalogue API only."""
+        """The GPU's physical facts (memory in GiB as vLLM sees it, bandwidth, FLOP/s) from
+        ``agents.hardware``, the one place they are stated: the site stores none of them.
+        None for a type that module lacks."""
         try:
             return gpu_profile(self.id)
         except ValueError:
             return None
+
+    @classmethod
+    def by_memory(cls) -> list[GpuType]:
+        """Every GPU type, smallest memory first, then by display name; the types
+        ``agents.hardware`` does not know come last (their memory is not known)."""
+
+        def order(gpu: GpuType) -> tuple:
+            hardware = gpu.hardware
+            return (hardware is None, hardware.memory_gib if hardware else 0.0, gpu.display_name)
+
+        return sorted(cls.objects.all(), key=order)
 
     def __str__(self) -> str:
         return self.display_name

@@ -13,26 +13,12 @@ from runs.actors import Actor
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
 from runs.models import GpuPriceOverride, GpuType, ModelSpec, Organization
+from runs.models.catalogue import MODEL_SPEC_FIELDS
 from runs.services.recording import create_recorded, delete_recorded, update_recorded
 
 # Hugging Face repo ids: "owner/name", letters, digits, '-', '_', '.'; at most 96 per part.
 _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
-MODEL_SPEC_FIELDS = (
-    "name",
-    "hf_repo",
-    "revision",
-    "parameter_count",
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_kv_heads",
-    "head_dim",
-    "dtype",
-    "max_context",
-    "licence",
-    "notes",
-)
 
 
 def _check_model_spec(org: Organization, spec: dict, *, exclude_id=None) -> None:
