@@ -34,8 +34,8 @@ from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 
+from agents.hardware import MODEL_PRESETS  # noqa: E402
 from runs.actors import Actor  # noqa: E402
-from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import Experiment, GpuType, User  # noqa: E402
 from runs.services.catalogue import model_spec_create  # noqa: E402
 from runs.services.experiments import experiment_create  # noqa: E402
@@ -84,7 +84,7 @@ def seed(count: int):
     actor = Actor.system("benchmark")
     owner = User.objects.create_user("owner@bench.example")
     org = org_create(slug="bench", name="Bench", owner=owner, actor=actor)
-    model = model_spec_create(org=org, actor=actor, **MODEL_PRESETS["llama-3.1-8b-instruct"])
+    model = model_spec_create(org=org, actor=actor, **MODEL_PRESETS["llama-3.1-8b"].registered)
     gpu = GpuType.objects.get(id="NVIDIA H100 80GB HBM3")
     template = experiment_create(
         org=org,

@@ -35,10 +35,10 @@ from django.db import connection, connections  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
+from agents.hardware import MODEL_PRESETS  # noqa: E402
 from agents.runner.outbox import Outbox, SiteEndpoints  # noqa: E402
 from runs.actors import Actor  # noqa: E402
 from runs.frozen_job import run_frozen_fields  # noqa: E402
-from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import AgentMessageRecord, GpuType, Run, User  # noqa: E402
 from runs.selectors.estimates import experiment_estimate  # noqa: E402
 from runs.services.catalogue import model_spec_create  # noqa: E402
@@ -74,7 +74,7 @@ def seed(agents: int):
     actor = Actor.system("benchmark")
     owner = User.objects.create_user("owner@bench.example", "bench-password")
     org = org_create(slug="bench", name="Bench", owner=owner, actor=actor)
-    model = model_spec_create(org=org, actor=actor, **MODEL_PRESETS["llama-3.1-8b-instruct"])
+    model = model_spec_create(org=org, actor=actor, **MODEL_PRESETS["llama-3.1-8b"].registered)
     experiment = experiment_create(
         org=org,
         actor=actor,

@@ -84,8 +84,8 @@ from django.conf import settings  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
-from runs.model_presets import MODEL_PRESETS  # noqa: E402
 
+from agents.hardware import MODEL_PRESETS  # noqa: E402
 from runs.actors import Actor  # noqa: E402
 from runs.audit import audit_chain_verify_full, audit_record  # noqa: E402
 from runs.costs import run_cost_usd  # noqa: E402
@@ -134,20 +134,20 @@ H100, A100, L40S, B200 = (
 # name, model preset, GPU type, GPUs, engine, image tag, serve grid, SLOs, speed. Speed scales
 # throughput and latency (a faster GPU, a smaller model), so every group has its own costs.
 EXPERIMENTS = [
-    ("llama-8b h100 v0.10.2", "llama-3.1-8b-instruct", H100, 1, "vllm", "v0.10.2", GRID, SLOS, 1.0),
-    ("llama-8b h100 v0.11.0", "llama-3.1-8b-instruct", H100, 1, "vllm", "v0.11.0", GRID, SLOS, 1.1),
-    ("llama-8b a100", "llama-3.1-8b-instruct", A100, 1, "vllm", "v0.11.0", GRID, SLOS, 0.6),
-    ("llama-8b l40s", "llama-3.1-8b-instruct", L40S, 1, "vllm", "v0.11.0",
+    ("llama-8b h100 v0.10.2", "llama-3.1-8b", H100, 1, "vllm", "v0.10.2", GRID, SLOS, 1.0),
+    ("llama-8b h100 v0.11.0", "llama-3.1-8b", H100, 1, "vllm", "v0.11.0", GRID, SLOS, 1.1),
+    ("llama-8b a100", "llama-3.1-8b", A100, 1, "vllm", "v0.11.0", GRID, SLOS, 0.6),
+    ("llama-8b l40s", "llama-3.1-8b", L40S, 1, "vllm", "v0.11.0",
      {"max_num_seqs": [64, 128]}, SLOS, 0.35),
-    ("qwen-7b h100", "qwen2.5-7b-instruct", H100, 1, "vllm", "v0.11.0", GRID, SLOS, 1.15),
-    ("qwen-7b a100", "qwen2.5-7b-instruct", A100, 1, "vllm", "v0.11.0", GRID, SLOS, 0.65),
-    ("llama-70b h100 tp2", "llama-3.1-70b-instruct", H100, 2, "vllm", "v0.11.0",
+    ("qwen-7b h100", "qwen2.5-7b", H100, 1, "vllm", "v0.11.0", GRID, SLOS, 1.15),
+    ("qwen-7b a100", "qwen2.5-7b", A100, 1, "vllm", "v0.11.0", GRID, SLOS, 0.65),
+    ("llama-70b h100 tp2", "llama-3.1-70b", H100, 2, "vllm", "v0.11.0",
      {"max_num_seqs": [128, 256]}, SLOS, 0.3),
-    ("llama-70b a100 tp4", "llama-3.1-70b-instruct", A100, 4, "vllm", "v0.11.0", {}, SLOS, 0.25),
-    ("llama-8b h100 tight", "llama-3.1-8b-instruct", H100, 1, "vllm", "v0.11.0", GRID,
+    ("llama-70b a100 tp4", "llama-3.1-70b", A100, 4, "vllm", "v0.11.0", {}, SLOS, 0.25),
+    ("llama-8b h100 tight", "llama-3.1-8b", H100, 1, "vllm", "v0.11.0", GRID,
      TIGHT_SLOS, 1.1),
-    ("llama-8b simulated", "llama-3.1-8b-instruct", H100, 1, "sim", "", GRID, SLOS, 1.3),
-    ("llama-70b simulated b200", "llama-3.1-70b-instruct", B200, 2, "sim", "", {}, SLOS, 0.5),
+    ("llama-8b simulated", "llama-3.1-8b", H100, 1, "sim", "", GRID, SLOS, 1.3),
+    ("llama-70b simulated b200", "llama-3.1-70b", B200, 2, "sim", "", {}, SLOS, 0.5),
 ]  # fmt: skip
 # The model-choice page timed: the experiment most others share workload and SLOs with.
 CHOICE_EXPERIMENT = "llama-8b h100 v0.11.0"
@@ -256,7 +256,7 @@ def seed(count: int):
     org = org_create(slug="bench", name="Bench", owner=owner, actor=actor)
     membership_add(org=org, user=admin, role="admin", actor=actor)
     models = {
-        key: model_spec_create(org=org, actor=actor, **MODEL_PRESETS[key])
+        key: model_spec_create(org=org, actor=actor, **MODEL_PRESETS[key].registered)
         for key in {row[1] for row in EXPERIMENTS}
     }
     # The A100s are priced by the organization's contract, not the catalogue.
@@ -446,7 +446,7 @@ def seed(count: int):
                 "runs_auditevent",
             ):
                 cursor.execute(f"ANALYZE {table}")
-    return org, owner, runs, models["llama-3.1-8b-instruct"]
+    return org, owner, runs, models["llama-3.1-8b"]
 
 
 def already_seeded():
@@ -456,7 +456,7 @@ def already_seeded():
         return None
     owner = User.objects.get(email="owner@bench.example")
     runs = list(Run.objects.filter(organization=org).order_by("-created_at"))
-    model = org.models.get(name=MODEL_PRESETS["llama-3.1-8b-instruct"]["name"])
+    model = org.models.get(name=MODEL_PRESETS["llama-3.1-8b"].name)
     return org, owner, runs, model
 
 

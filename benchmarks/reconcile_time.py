@@ -48,9 +48,9 @@ from django.db.models import F  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from agents.hardware import MODEL_PRESETS  # noqa: E402
 from runs.actors import Actor  # noqa: E402
 from runs.frozen_job import run_frozen_fields  # noqa: E402
-from runs.model_presets import MODEL_PRESETS  # noqa: E402
 from runs.models import GpuType, Run, User  # noqa: E402
 from runs.models.runs import RunState  # noqa: E402
 from runs.providers.base import pod_name  # noqa: E402
@@ -80,7 +80,7 @@ def seed(fake: FakeRunpodApi, *, orgs: int, running: int, queued: int, history: 
         key = key_of(index)
         fake.add_account(key)
         provider_key_set(actor=ACTOR, org=org, provider="runpod", api_key=key)
-        model = model_spec_create(org=org, actor=ACTOR, **MODEL_PRESETS["llama-3.1-8b-instruct"])
+        model = model_spec_create(org=org, actor=ACTOR, **MODEL_PRESETS["llama-3.1-8b"].registered)
         experiment = experiment_create(
             org=org,
             actor=ACTOR,

@@ -13,8 +13,9 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from agents.engines.sim import MODEL_PRESETS, SimRequest, closed_loop, gpu_profile
+from agents.engines.sim import SimRequest, closed_loop
 from agents.engines.sim.scheduler import make_scheduler
+from agents.hardware import MODEL_PRESETS, gpu_profile
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ ROWS = (
 
 
 def measure(model: str, gpu: str, input_len: int, output_len: int, c: int, n: int) -> dict:
-    scheduler = make_scheduler(MODEL_PRESETS[model], gpu_profile(gpu), {"max_model_len": 4096})
+    scheduler = make_scheduler(
+        MODEL_PRESETS[model].facts, gpu_profile(gpu), {"max_model_len": 4096}
+    )
     result = closed_loop(
         scheduler, concurrency=c, total=n, make=lambda i: SimRequest(i, input_len, output_len)
     )

@@ -15,6 +15,7 @@ from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from agents.hardware import MODEL_PRESETS
 from frontend import experiments_fit as fit
 from frontend import experiments_forms as forms
 from frontend.org_pages import org_context, org_page
@@ -22,7 +23,6 @@ from frontend.selectors_runs import with_simulated
 from runs.access import Need, access_experiment, access_model_spec, scoped
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
-from runs.model_presets import MODEL_PRESETS
 from runs.models import Experiment, GpuType, ModelSpec, WorkloadDataset
 from runs.models.catalogue import WeightDtype
 from runs.models.experiments import CloudType, Engine
@@ -63,7 +63,7 @@ def _render_model_form(request, membership, *, values, fields=None, model=None, 
         used_by=list(model.experiments.order_by("name").only("id", "name")) if model else [],
         fit_counts=fit.FIT_GPU_COUNTS,
         utilization=fit.FIT_GPU_MEMORY_UTILIZATION,
-        presets=sorted(MODEL_PRESETS.items(), key=lambda item: item[1]["name"]),
+        presets=sorted(MODEL_PRESETS.items(), key=lambda item: item[1].name),
         preset=preset,
         dtypes=WeightDtype.values,
     )
@@ -81,7 +81,8 @@ def model_new(request, membership):
             return redirect("model-edit", membership.organization.slug, model.id)
         return _render_model_form(request, membership, values=values, fields=fields)
     preset = request.GET.get("preset", "")
-    fields = MODEL_PRESETS.get(preset, {"revision": "main", "dtype": WeightDtype.BFLOAT16})
+    known = MODEL_PRESETS.get(preset)
+    fields = known.registered if known else {"revision": "main", "dtype": WeightDtype.BFLOAT16}
     values = forms.model_form_from_fields({"revision": "main"} | fields)
     return _render_model_form(request, membership, values=values, preset=preset)
 

@@ -1,8 +1,9 @@
 """Hardware facts and the maths on them, shared by the simulator and the site.
 
 ``gpus`` (each GPU's memory in GiB as CUDA reports it, bandwidth, FLOP/s), ``models`` (a
-model's architecture facts and bytes per element), ``memory`` (``start_check``: does a serve
-configuration start, with how much KV cache), ``roofline`` (how long an engine step takes).
+model's architecture facts and bytes per element), ``presets`` (well-known models, for the
+simulator and the site alike), ``memory`` (``start_check``: does a serve configuration
+start, with how much KV cache), ``roofline`` (how long an engine step takes).
 
 Pure: the standard library only, and nothing else of ``agents`` (an import contract says
 so), so the site may import it as it imports ``agents.protocol``.
@@ -16,13 +17,8 @@ from agents.hardware.memory import (
     plan_memory,
     start_check,
 )
-from agents.hardware.models import (
-    MODEL_PRESETS,
-    REGISTERED_FACTS,
-    WEIGHT_BYTES,
-    ModelFacts,
-    load_model_facts,
-)
+from agents.hardware.models import REGISTERED_FACTS, WEIGHT_BYTES, ModelFacts
+from agents.hardware.presets import MODEL_PRESETS, ModelPreset, load_model_facts
 from agents.hardware.roofline import DEFAULT_EFFICIENCY, Efficiency, StepCost, StepModel
 
 __all__ = [
@@ -36,6 +32,7 @@ __all__ = [
     "GpuProfile",
     "MemoryPlan",
     "ModelFacts",
+    "ModelPreset",
     "ServeSettings",
     "StartRefusal",
     "StepCost",

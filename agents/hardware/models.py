@@ -4,21 +4,19 @@ Guarantees:
 
 - ``ModelFacts`` holds exactly the facts a registered Benchsite model carries (parameters,
   layers, hidden size, heads, KV heads, head dim, dtype, context), plus vocabulary and FFN
-  sizes with stated defaults. ``ModelFacts.from_registered`` is the one translation from the
-  site's (and the job's ``ModelSource``) field names, used by the site and the simulator
-  alike, so both reason about the same model.
+  sizes with stated defaults. ``ModelFacts.from_registered`` / ``to_registered`` are the one
+  translation from and to the site's (and the job's ``ModelSource``) field names
+  (``REGISTERED_FACTS``), used by the site and the simulator alike, so both reason about the
+  same model.
 - Bytes per element: weights take their stored dtype (``WEIGHT_BYTES``); activations and
   the KV cache take the compute dtype (``ACTIVATION_BYTES``): quantized weights still compute
   and cache in 16 bit.
-- ``load_model_facts`` reads a preset name or a JSON file with the site's field names.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 
 WEIGHT_BYTES = {
     "bfloat16": 2.0,
@@ -37,20 +35,21 @@ ACTIVATION_BYTES = {dtype: 4.0 if size == 4.0 else 2.0 for dtype, size in WEIGHT
 FP8_CACHE_BYTES = 1.0  # any --kv-cache-dtype other than auto (fp8, fp8_e4m3, fp8_e5m2)
 
 
+# Each fact a registered model carries: its name on the site (and in ModelSource) → its
+# name in ModelFacts.
+_REGISTERED_AS = {
+    "hf_repo": "name",
+    "parameter_count": "parameters",
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_kv_heads": "num_kv_heads",
+    "head_dim": "head_dim",
+    "dtype": "dtype",
+    "max_context": "max_position_embeddings",
+}
 # The site's (and ModelSource's) names of what ``ModelFacts.from_registered`` takes.
-REGISTERED_FACTS = frozenset(
-    (
-        "hf_repo",
-        "parameter_count",
-        "num_layers",
-        "hidden_size",
-        "num_attention_heads",
-        "num_kv_heads",
-        "head_dim",
-        "dtype",
-        "max_context",
-    )
-)
+REGISTERED_FACTS = frozenset(_REGISTERED_AS)
 
 
 @dataclass(frozen=True)
@@ -105,31 +104,19 @@ class ModelFacts:
         return self.intermediate_size or math.ceil(3.5 * self.hidden_size)
 
     @classmethod
-    def from_registered(
-        cls,
-        *,
-        hf_repo: str,
-        parameter_count: int,
-        num_layers: int,
-        hidden_size: int,
-        num_attention_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        dtype: str,
-        max_context: int,
-    ) -> ModelFacts:
-        """The facts of a model registered on the site (or sent in a job's ``ModelSource``)."""
-        return cls(
-            name=hf_repo,
-            parameters=parameter_count,
-            num_layers=num_layers,
-            hidden_size=hidden_size,
-            num_attention_heads=num_attention_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            dtype=dtype,
-            max_position_embeddings=max_context,
-        )
+    def from_registered(cls, **registered) -> ModelFacts:
+        """The facts of a model registered on the site (or sent in a job's ``ModelSource``),
+        given as exactly the ``REGISTERED_FACTS``; any other set of names is a TypeError."""
+        if registered.keys() != REGISTERED_FACTS:
+            raise TypeError(
+                f"from_registered takes {sorted(REGISTERED_FACTS)}, got {sorted(registered)}"
+            )
+        return cls(**{_REGISTERED_AS[key]: value for key, value in registered.items()})
+
+    def to_registered(self) -> dict:
+        """These facts in the site's field names, which ``from_registered`` reads back; the
+        sizes a registered model lacks (vocabulary, FFN) are left out."""
+        return {key: getattr(self, name) for key, name in _REGISTERED_AS.items()}
 
     def to_mapping(self) -> dict:
         """The JSON object ``from_mapping`` reads back as these very facts."""
@@ -165,53 +152,3 @@ class ModelFacts:
         if missing:
             raise ValueError(f"model spec: missing {', '.join(sorted(missing))}")
         return cls(**values, extra=extra)
-
-
-MODEL_PRESETS = {
-    # Published architecture facts (the models' config.json on Hugging Face).
-    "llama-3.1-8b": ModelFacts(
-        "meta-llama/Llama-3.1-8B-Instruct", 8.03e9, 32, 4096, 32, 8, 128, 128_256, 14_336, 131_072
-    ),
-    "llama-3.1-70b": ModelFacts(
-        "meta-llama/Llama-3.1-70B-Instruct",
-        70.6e9,
-        80,
-        8192,
-        64,
-        8,
-        128,
-        128_256,
-        28_672,
-        131_072,
-    ),
-    "llama-2-7b": ModelFacts(
-        "meta-llama/Llama-2-7b-hf", 6.74e9, 32, 4096, 32, 32, 128, 32_000, 11_008, 4096
-    ),
-    "llama-2-13b": ModelFacts(
-        "meta-llama/Llama-2-13b-hf", 13.0e9, 40, 5120, 40, 40, 128, 32_000, 13_824, 4096
-    ),
-    "mistral-7b": ModelFacts(
-        "mistralai/Mistral-7B-Instruct-v0.3", 7.25e9, 32, 4096, 32, 8, 128, 32_768, 14_336, 32_768
-    ),
-    "qwen2.5-7b": ModelFacts(
-        "Qwen/Qwen2.5-7B-Instruct", 7.62e9, 28, 3584, 28, 4, 128, 152_064, 18_944, 32_768
-    ),
-}
-
-
-def load_model_facts(text: str) -> ModelFacts:
-    """A preset name (``llama-3.1-8b``) or the path of a JSON file."""
-    if text.lower() in MODEL_PRESETS:
-        return MODEL_PRESETS[text.lower()]
-    path = Path(text)
-    if not path.is_file():
-        raise ValueError(
-            f"model spec {text!r} is neither a preset ({', '.join(MODEL_PRESETS)}) nor a file"
-        )
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"model spec {text!r}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"model spec {text!r}: expected a JSON object")
-    return ModelFacts.from_mapping(data)

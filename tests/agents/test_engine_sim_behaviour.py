@@ -15,8 +15,8 @@ from agents.engines.sim import SimRequest, closed_loop
 from agents.engines.sim.scheduler import make_scheduler, prompt_block_hashes, simulate
 from agents.hardware import MODEL_PRESETS, ModelFacts, StartRefusal, gpu_profile, load_model_facts
 
-LLAMA8 = MODEL_PRESETS["llama-3.1-8b"]
-LLAMA70 = MODEL_PRESETS["llama-3.1-70b"]
+LLAMA8 = MODEL_PRESETS["llama-3.1-8b"].facts
+LLAMA70 = MODEL_PRESETS["llama-3.1-70b"].facts
 H100 = gpu_profile("H100")
 
 

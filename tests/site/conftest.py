@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
-from runs.model_presets import MODEL_PRESETS
 
+from agents.hardware import MODEL_PRESETS
 from runs.actors import Actor
 from runs.frozen_job import run_frozen_fields
 from runs.gpu_catalogue_seed import seed_gpu_catalogue
@@ -126,7 +126,7 @@ def charlie(org_b) -> Person:
     )
 
 
-MODEL_FIELDS = MODEL_PRESETS["llama-3.1-8b-instruct"]
+MODEL_FIELDS = MODEL_PRESETS["llama-3.1-8b"].registered
 
 WORKLOAD = {
     "dataset": {"kind": "random", "input_len": 512, "output_len": 128},

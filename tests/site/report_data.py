@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from runs.model_presets import MODEL_PRESETS
+from agents.hardware import MODEL_PRESETS
 from runs.models import GpuType, Measurement, Organization, Run, Trial
 from runs.models.runs import RunState, TrialOutcome
 from runs.services.catalogue import model_spec_create
@@ -84,7 +84,7 @@ def add_run(experiment, *, created_at, cost="0", price=None, **fields) -> Run:
 
 
 def _model(org, key):
-    return model_spec_create(org=org, actor=SYSTEM, **MODEL_PRESETS[key])
+    return model_spec_create(org=org, actor=SYSTEM, **MODEL_PRESETS[key].registered)
 
 
 def _experiment(org, name, model, **overrides):
@@ -111,9 +111,9 @@ class History:
 
 
 def build_history(org: Organization) -> History:
-    llama8 = _model(org, "llama-3.1-8b-instruct")
-    qwen7 = _model(org, "qwen2.5-7b-instruct")
-    llama70 = _model(org, "llama-3.1-70b-instruct")
+    llama8 = _model(org, "llama-3.1-8b")
+    qwen7 = _model(org, "qwen2.5-7b")
+    llama70 = _model(org, "llama-3.1-70b")
     small = _experiment(org, "llama-8b-batching", llama8)
     qwen = _experiment(org, "qwen-7b-batching", qwen7)
     big = _experiment(org, "llama-70b-tp2", llama70, gpu_count=2, serve_grid={})

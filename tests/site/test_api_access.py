@@ -21,8 +21,8 @@ from django.urls import URLPattern, URLResolver, reverse
 from rest_framework.test import APIClient
 
 import runs.api.urls
+from agents.hardware import MODEL_PRESETS
 from runs.access import Need
-from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, AuditEvent, GpuType, Membership, Promotion, Run, Trial, User
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
@@ -45,7 +45,7 @@ from .db_state import database_state
 SHAREGPT = [
     {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}]},
 ]
-QWEN = MODEL_PRESETS["qwen2.5-7b-instruct"]
+QWEN = MODEL_PRESETS["qwen2.5-7b"].registered
 
 
 @dataclass

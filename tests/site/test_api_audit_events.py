@@ -19,8 +19,8 @@ from django.core.management import call_command
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from agents.hardware import MODEL_PRESETS
 from runs.audit import GENESIS_HASH, audit_verify
-from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, AuditEvent, GpuPriceOverride, GpuType, Membership
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
@@ -34,7 +34,7 @@ from .db_state import database_state
 SHAREGPT = [
     {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}]},
 ]
-QWEN = MODEL_PRESETS["qwen2.5-7b-instruct"]
+QWEN = MODEL_PRESETS["qwen2.5-7b"].registered
 CALLER_IP = "203.0.113.7"
 
 

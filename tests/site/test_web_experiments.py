@@ -11,11 +11,10 @@ from django.test import Client
 
 from agents import protocol
 from agents.engines.sim import server as sim_server
-from agents.hardware import REGISTERED_FACTS, StartRefusal, gpu_profile, start_check
+from agents.hardware import MODEL_PRESETS, REGISTERED_FACTS, StartRefusal, gpu_profile, start_check
 from agents.runner.trial_engine import sim_model_file
 from frontend.experiments_fit import FitCell
 from frontend.experiments_forms import error_slot
-from runs.model_presets import MODEL_PRESETS
 from runs.models import AuditEvent, Experiment, ModelSpec, Run
 
 from .conftest import H100, experiment_payload, frozen, make_experiment, make_model, signed_in
@@ -133,7 +132,7 @@ def test_it_lets_viewers_only_read(alice, bob):
     for name in WRITE_PAGES:
         assert viewer.get(urls[name]).status_code == 403, name
     for name in ("model-new", "model-edit"):
-        response = viewer.post(urls[name], MODEL_PRESETS["qwen2.5-7b-instruct"])
+        response = viewer.post(urls[name], MODEL_PRESETS["qwen2.5-7b"].registered)
         assert response.status_code == 403, name
     for name in ("experiment-new", "experiment-edit"):
         response = viewer.post(urls[name], builder_form(experiment.model, name="viewer-made"))
@@ -191,7 +190,7 @@ def test_it_answers_404_for_a_missing_experiment_or_model(alice):
 
 def test_it_shows_each_models_kv_bytes_and_which_gpus_hold_it(alice):
     make_model(alice.org)  # Llama 3.1 8B: 2 × 32 layers × 8 KV heads × 128 × 2 bytes
-    make_model(alice.org, **MODEL_PRESETS["llama-3.1-70b-instruct"])
+    make_model(alice.org, **MODEL_PRESETS["llama-3.1-70b"].registered)
     page = signed_in(alice).get("/o/acme/models/").content.decode()
     assert "131,072" in page  # both have 8 KV heads of 128; 70B has 80 layers: 327,680
     assert "327,680" in page
@@ -203,9 +202,9 @@ def test_it_shows_each_models_kv_bytes_and_which_gpus_hold_it(alice):
 
 def test_it_registers_a_model_from_a_preset(alice):
     client = signed_in(alice)
-    form = client.get("/o/acme/models/new/?preset=qwen2.5-7b-instruct").content.decode()
+    form = client.get("/o/acme/models/new/?preset=qwen2.5-7b").content.decode()
     assert 'value="Qwen/Qwen2.5-7B-Instruct"' in form
-    preset = MODEL_PRESETS["qwen2.5-7b-instruct"]
+    preset = MODEL_PRESETS["qwen2.5-7b"].registered
     response = client.post("/o/acme/models/new/", preset | {"revision": "main", "notes": ""})
     model = ModelSpec.objects.get(organization=alice.org, hf_repo="Qwen/Qwen2.5-7B-Instruct")
     assert response.status_code == 302
@@ -220,7 +219,7 @@ def test_it_shows_a_models_errors_like_the_api_and_stores_nothing(alice):
     client = signed_in(alice)
     make_model(alice.org)
     before = database_state()
-    bad = MODEL_PRESETS["qwen2.5-7b-instruct"] | {
+    bad = MODEL_PRESETS["qwen2.5-7b"].registered | {
         "hf_repo": "not a repo",
         "num_kv_heads": "5",  # does not divide 28 heads
         "head_dim": "many",
@@ -234,7 +233,7 @@ def test_it_shows_a_models_errors_like_the_api_and_stores_nothing(alice):
     assert "Expected a Hugging Face repo id" in page  # the service's messages
     assert "Must divide num_attention_heads" in page
     assert 'value="not a repo"' in page  # what was typed stays in the form
-    duplicate = client.post("/o/acme/models/new/", MODEL_PRESETS["llama-3.1-8b-instruct"])
+    duplicate = client.post("/o/acme/models/new/", MODEL_PRESETS["llama-3.1-8b"].registered)
     assert "already registered" in duplicate.content.decode()
     assert database_state() == before
 
@@ -245,7 +244,7 @@ def test_it_edits_a_model_and_refuses_a_context_its_experiments_outgrow(alice):
     client = signed_in(alice)
     form = client.get(f"/o/acme/models/{model.id}/edit/").content.decode()
     assert 'value="meta-llama/Llama-3.1-8B-Instruct"' in form
-    fields = MODEL_PRESETS["llama-3.1-8b-instruct"] | {"revision": "main", "notes": "x"}
+    fields = MODEL_PRESETS["llama-3.1-8b"].registered | {"revision": "main", "notes": "x"}
     before = database_state()
     page = client.post(f"/o/acme/models/{model.id}/edit/", fields | {"max_context": "600"})
     assert "would not fit" in page.content.decode()
@@ -616,8 +615,8 @@ def _simulator_starts(model, gpu_type: str, config: dict, workdir) -> bool:
 def test_the_builder_says_it_fits_exactly_where_the_simulator_starts(
     alice, tmp_path, size, gpu_type, count, config
 ):
-    presets = {"8b": "llama-3.1-8b-instruct", "70b": "llama-3.1-70b-instruct"}
-    model = make_model(alice.org, **MODEL_PRESETS[presets[size]])
+    presets = {"8b": "llama-3.1-8b", "70b": "llama-3.1-70b"}
+    model = make_model(alice.org, **MODEL_PRESETS[presets[size]].registered)
     flags = [*config, ""]
     values = [*(str(value) for value in config.values()), ""]
     form = builder_form(
@@ -641,7 +640,7 @@ def test_it_tells_in_the_builder_whether_the_model_fits_the_chosen_gpus(alice, c
     assert f"KV cache ≈ {FitCell(1, True, plan.kv_tokens).kv_text}" in fit["text"]
     assert "all 2 configurations start" in fit["text"]
 
-    big = make_model(alice.org, **MODEL_PRESETS["llama-3.1-70b-instruct"])
+    big = make_model(alice.org, **MODEL_PRESETS["llama-3.1-70b"].registered)
     small_gpu = builder_form(big, gpu_type="NVIDIA GeForce RTX 4090", gpu_count="2")
     fit = client.post("/o/acme/experiments/check/", small_gpu).json()["fit"]
     assert fit["fits"] is False and fit["text"].startswith("Llama")

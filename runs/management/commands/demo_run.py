@@ -50,11 +50,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from agents.hardware import MODEL_PRESETS
 from agents.protocol import expand_serve_grid
 from benchsite.celery import app as celery_app
 from benchsite.embedded_worker import EmbeddedWorker
 from runs.actors import Actor
-from runs.model_presets import MODEL_PRESETS
 from runs.models import Experiment, GpuType, ModelSpec, Organization, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import run_id_of_pod
@@ -343,7 +343,7 @@ class Command(BaseCommand):
             return existing
         actor = Actor.system("manage.py demo_run")
         if vllm is None:
-            spec = MODEL_PRESETS["llama-3.1-8b-instruct"]
+            spec = MODEL_PRESETS["llama-3.1-8b"].registered
         else:
             spec = self._tiny_model_spec(vllm.snapshot)
         model = ModelSpec.objects.filter(organization=org, hf_repo=spec["hf_repo"]).first()

@@ -12,9 +12,9 @@ from decimal import Decimal
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from agents.hardware import MODEL_PRESETS
 from runs.actors import Actor
 from runs.inputs.json_schemas import EXAMPLE_SERVE_GRID, EXAMPLE_SLOS, EXAMPLE_WORKLOAD
-from runs.model_presets import MODEL_PRESETS
 from runs.models import ApiToken, Budget, Experiment, GpuType, ModelSpec, Organization, User
 from runs.services.budgets import budget_set
 from runs.services.catalogue import model_spec_create
@@ -27,10 +27,7 @@ PEOPLE = [
     ("bob@demo.example", "member"),
     ("vera@demo.example", "viewer"),
 ]
-MODELS = [
-    MODEL_PRESETS[key]
-    for key in ("llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "llama-3.1-70b-instruct")
-]
+MODELS = [MODEL_PRESETS[key].registered for key in ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b")]
 
 
 class Command(BaseCommand):
