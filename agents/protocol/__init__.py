@@ -65,6 +65,7 @@ from agents.protocol.level_result import (
 from agents.protocol.messages import (
     MAX_LOG_TAIL_CHARS,
     PROTOCOL_VERSION,
+    SITE_FRAME_MODELS,
     TRIAL_FAILURE_CLASSES,
     Ack,
     AgentMessage,
@@ -81,11 +82,13 @@ from agents.protocol.messages import (
     MeasurementReport,
     Rejected,
     RunFinished,
+    SiteFrame,
     TrialFinished,
     TrialStarted,
     agent_message_errors,
     message_seq,
     parse_agent_message,
+    parse_site_frame,
 )
 from agents.protocol.pydantic_errors import pydantic_field_errors
 from agents.protocol.schema import protocol_json_schema
@@ -170,6 +173,7 @@ __all__ = [
     "REQUEST_RATE_RANGE",
     "SERVE_FLAGS",
     "SERVE_FLAGS_SCHEMA_VERSION",
+    "SITE_FRAME_MODELS",
     "TRIAL_FAILURE_CLASSES",
     "Ack",
     "AgentMessage",
@@ -218,6 +222,7 @@ __all__ = [
     "ServeGridError",
     "ShareGptDataset",
     "SimulatedTime",
+    "SiteFrame",
     "SloCheck",
     "SloMs",
     "Slos",
@@ -237,6 +242,7 @@ __all__ = [
     "json_loads_bounded",
     "message_seq",
     "parse_agent_message",
+    "parse_site_frame",
     "parse_vllm_version",
     "protocol_json_schema",
     "pydantic_field_errors",

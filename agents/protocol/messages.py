@@ -257,3 +257,15 @@ class Cancel(StrictModel):
 
     type: Literal["cancel"] = "cancel"
     reason: str = ""
+
+
+# Every frame the site sends on the agent's socket.
+SiteFrame = Annotated[Ack | Rejected | Cancel, Field(discriminator="type")]
+_SITE_FRAME = pydantic.TypeAdapter(SiteFrame)
+SITE_FRAME_MODELS: tuple[type[StrictModel], ...] = get_args(get_args(SiteFrame)[0])
+
+
+def parse_site_frame(data: object) -> Ack | Rejected | Cancel:
+    """Validates one site → agent socket frame (parsed JSON), chosen by its ``type``; raises
+    ``pydantic.ValidationError`` (an unknown ``type`` included)."""
+    return _SITE_FRAME.validate_python(data)

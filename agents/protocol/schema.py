@@ -7,11 +7,9 @@ import pydantic
 from agents.protocol.job import JobSpec
 from agents.protocol.messages import (
     PROTOCOL_VERSION,
-    Ack,
+    SITE_FRAME_MODELS,
     AgentMessage,
-    Cancel,
     EpochGrant,
-    Rejected,
 )
 from agents.protocol.serve_flags import SERVE_FLAGS_SCHEMA_VERSION
 from agents.protocol.transport import BatchAnswer, BatchRequest
@@ -28,8 +26,7 @@ def protocol_json_schema() -> dict:
         "x-serve-flags-schema-version": SERVE_FLAGS_SCHEMA_VERSION,
         "agent_to_site": messages,
         "site_to_agent": {
-            model.__name__: model.model_json_schema()
-            for model in (Ack, Rejected, Cancel, EpochGrant)
+            model.__name__: model.model_json_schema() for model in (*SITE_FRAME_MODELS, EpochGrant)
         },
         "rest_batch": {
             "request": BatchRequest.model_json_schema(),

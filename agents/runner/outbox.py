@@ -43,7 +43,7 @@ from agents.runner.site_link import (
     LinkDown,
     SiteEndpoints,
     SiteRefused,
-    parse_site_frame,
+    read_site_frame,
     rest_post_batch,
     rest_request_epoch,
     websocket_connector,
@@ -489,7 +489,7 @@ class Outbox:
     def _on_frame(self, text: str) -> bool:
         """Handles one site → agent frame; True when it was an acknowledgement."""
         try:
-            frame = parse_site_frame(text)
+            frame = read_site_frame(text)
         except ValueError as exc:
             logger.warning("run %s: ignored a frame from the site: %s", self._run_id, exc)
             return False

@@ -194,20 +194,18 @@ def websocket_connector(site: SiteEndpoints) -> Connector:
 # ---------------------------------------------------------------------------------------------
 
 
-def parse_site_frame(text: str) -> protocol.Ack | protocol.Rejected | protocol.Cancel:
-    """One site → agent frame, strictly validated; raises ``ValueError`` otherwise."""
+def read_site_frame(text: str) -> protocol.SiteFrame:
+    """One site → agent frame (``protocol.SiteFrame``), strictly validated; raises
+    ``ValueError`` otherwise."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise ValueError("not JSON") from exc
-    kind = data.get("type") if isinstance(data, dict) else None
-    model = {"ack": protocol.Ack, "rejected": protocol.Rejected, "cancel": protocol.Cancel}
-    if kind not in model:
-        raise ValueError(f"unknown frame type {kind!r}")
     try:
-        return model[kind].model_validate(data)
+        return protocol.parse_site_frame(data)
     except pydantic.ValidationError as exc:
-        raise ValueError(f"bad {kind} frame: {exc.error_count()} error(s)") from None
+        first = exc.errors()[0]
+        raise ValueError(f"bad frame ({exc.error_count()} error(s)): {first['msg']}") from None
 
 
 async def rest_post_batch(

@@ -11,6 +11,7 @@ import pydantic
 import pytest
 
 from agents import protocol
+from agents.runner.site_link import read_site_frame
 
 RUN = str(uuid.uuid4())
 VALID = {
@@ -109,3 +110,32 @@ def test_the_committed_protocol_schema_matches_the_models():
 )
 def test_it_gives_an_agent_its_socket_and_rest_base_from_the_sites_root(site_root, socket, rest):
     assert protocol.agent_site_urls(site_root, run_id="R") == (socket, rest)
+
+
+@pytest.mark.parametrize(
+    ("frame", "model"),
+    [
+        ({"type": "ack", "seq": 3}, protocol.Ack),
+        ({"type": "rejected", "seq": None, "reason": "bad"}, protocol.Rejected),
+        ({"type": "cancel", "reason": "asked"}, protocol.Cancel),
+    ],
+)
+def test_it_reads_each_site_frame_as_the_model_its_type_names(frame, model):
+    assert protocol.parse_site_frame(frame) == model.model_validate(frame)
+    assert model in protocol.SITE_FRAME_MODELS
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [{"type": "hello"}, {"seq": 3}, {"type": "ack", "seq": -1}, {"type": "ack", "x": 1}, []],
+)
+def test_it_refuses_a_site_frame_it_does_not_know(frame):
+    with pytest.raises(pydantic.ValidationError):
+        protocol.parse_site_frame(frame)
+
+
+def test_the_agent_names_the_frames_it_expects_when_one_is_unknown():
+    with pytest.raises(ValueError, match="'ack', 'rejected', 'cancel'"):
+        read_site_frame('{"type": "hello"}')
+    with pytest.raises(ValueError, match="not JSON"):
+        read_site_frame("{")
