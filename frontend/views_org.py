@@ -34,7 +34,8 @@ from runs.models import (
     Role,
 )
 from runs.selectors.spend import org_month_spend_usd
-from runs.services.budgets import budget_capping_month, budget_delete, budget_set
+from runs.selectors.spend import budget_capping_month
+from runs.services.budgets import budget_delete, budget_set
 from runs.services.credentials import provider_key_clear, provider_key_set
 from runs.services.tenancy import (
     membership_add_by_email,

@@ -3,6 +3,7 @@ per experiment beside the budgets that cap them. Another organization's runs nev
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -13,7 +14,15 @@ from django.db.models.functions import TruncMonth
 from runs.costs import month_bounds_utc, round_usd
 from runs.models import Budget, Experiment, Organization, Run
 from runs.selectors.trial_figures import TENTH
-from runs.services.budgets import budget_capping_month
+
+
+def budget_capping_month(budgets: Iterable[Budget], month: date) -> Budget | None:
+    """Which of ``budgets`` caps the organization's spend in ``month`` (its first day): that
+    month's own budget when there is one, else the standing monthly one, else none. An
+    experiment's budget never caps a month. The one rule for the run start's check, the
+    budgets page and the spend report."""
+    monthly = {b.month: b for b in budgets if b.experiment_id is None}
+    return monthly.get(month) or monthly.get(None)
 
 
 def org_month_spend_usd(*, org: Organization, month: date) -> Decimal:

@@ -45,6 +45,7 @@ from runs.models import (
 from runs.models.experiments import engine_is_simulated
 from runs.models.runs import MEASURED_OUTCOMES, TERMINAL_RUN_STATES
 from runs.selectors import level_figures
+from runs.selectors.delivery import delivery_grace
 from runs.selectors.level_figures import (
     SLO_METRICS,
     LevelFigures,
@@ -53,7 +54,6 @@ from runs.selectors.level_figures import (
     trial_cost,
 )
 from runs.selectors.prices import GpuPrice, gpu_price, pod_rate_from_price
-from runs.services.run_tokens import delivery_grace
 
 TENTH = Decimal("0.1")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
 from decimal import Decimal
 
 from django.db import transaction
@@ -12,15 +11,6 @@ from runs.actors import Actor
 from runs.errors import DomainValidationError
 from runs.models import Budget, Experiment, Organization
 from runs.services.recording import create_recorded, delete_recorded, update_recorded
-
-
-def budget_capping_month(budgets: Iterable[Budget], month: datetime.date) -> Budget | None:
-    """Which of ``budgets`` caps the organization's spend in ``month`` (its first day): that
-    month's own budget when there is one, else the standing monthly one, else none. An
-    experiment's budget never caps a month. The one rule for the run start's check, the
-    budgets page and the spend report."""
-    monthly = {b.month: b for b in budgets if b.experiment_id is None}
-    return monthly.get(month) or monthly.get(None)
 
 
 @transaction.atomic

@@ -35,8 +35,8 @@ from django.utils import timezone
 from agents import protocol
 from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelFigures
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
+from runs.selectors.delivery import run_delivery_open
 from runs.services.level_figures import trial_level_figures_record
-from runs.services.run_tokens import run_delivery_open
 from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)

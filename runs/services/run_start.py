@@ -31,8 +31,7 @@ from runs.frozen_job import run_frozen_fields
 from runs.models import Budget, Experiment, Organization, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
 from runs.selectors.estimates import CostEstimate, experiment_estimate
-from runs.selectors.spend import org_month_spend_usd
-from runs.services.budgets import budget_capping_month
+from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 from runs.services.text_input import clean_short_text
 
 MAX_REASON_CHARS = Run._meta.get_field("reason").max_length

@@ -13,16 +13,15 @@ is adopted with a token the site accepts. Only the token's hash is stored; chang
 from __future__ import annotations
 
 import base64
-import datetime
 import hashlib
 
-from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from runs.models import Run
 from runs.models.runs import TERMINAL_RUN_STATES
+from runs.selectors.delivery import delivery_open_q
 
 RUN_TOKEN_PREFIX = "bsr_"
 _SALT = "benchsite.run-token"
@@ -41,24 +40,6 @@ def run_token_issue(*, run: Run) -> str:
     return raw
 
 
-def delivery_grace() -> datetime.timedelta:
-    """How long after its run ended an agent may still deliver what it holds."""
-    return datetime.timedelta(seconds=float(settings.BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS))
-
-
-def _delivery_open(now: datetime.datetime) -> Q:
-    return ~Q(state__in=TERMINAL_RUN_STATES) | Q(finished_at__gt=now - delivery_grace())
-
-
-def run_delivery_open(run: Run, *, now: datetime.datetime | None = None) -> bool:
-    """Whether ``run``'s agent may still deliver: the run is active, or ended less than the
-    delivery grace ago."""
-    if run.state not in TERMINAL_RUN_STATES:
-        return True
-    now = now or timezone.now()
-    return run.finished_at is not None and run.finished_at > now - delivery_grace()
-
-
 def unscoped_run_for_token(*, run_id, raw: str | None, delivering: bool = False) -> Run | None:
     """The run ``raw`` was issued for, if it is ``run_id`` and has not ended — or, for
     ``delivering`` (storing the agent's messages, nothing else), ended less than the delivery
@@ -68,7 +49,7 @@ def unscoped_run_for_token(*, run_id, raw: str | None, delivering: bool = False)
     run it names is the only scope the agent ever gets."""
     if not raw or not raw.startswith(RUN_TOKEN_PREFIX):
         return None
-    valid = _delivery_open(timezone.now()) if delivering else ~Q(state__in=TERMINAL_RUN_STATES)
+    valid = delivery_open_q(timezone.now()) if delivering else ~Q(state__in=TERMINAL_RUN_STATES)
     try:
         return Run.objects.filter(valid, pk=run_id, run_token_hash=_digest(raw)).first()
     except (ValueError, TypeError):  # a malformed run id names no run

@@ -1,4 +1,4 @@
-"""Which budget caps a month is one rule (runs.services.budgets.budget_capping_month), used by
+"""Which budget caps a month is one rule (runs.selectors.spend.budget_capping_month), used by
 the run start's check, the budgets page and the spend report."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from runs.costs import month_start
 from runs.models import Budget
-from runs.selectors.spend import spend_by_month
-from runs.services.budgets import budget_capping_month, budget_set
+from runs.selectors.spend import budget_capping_month, spend_by_month
+from runs.services.budgets import budget_set
 
 from .conftest import SYSTEM, make_experiment, signed_in
 
