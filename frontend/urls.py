@@ -8,9 +8,12 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="home"),
     path("o/<slug:org>/", views.org_overview, name="org-overview"),
-    # One module per area of the site (each its own views, templates and static files).
-    path("", include("frontend.urls_org")),
+    # One package per area of the site: its views, URLs and forms, its templates under
+    # templates/frontend/<area>/ and its static files under static/frontend/<area>/.
+    path("", include("frontend.org.urls")),
     path("", include("frontend.urls_experiments")),
-    path("", include("frontend.urls_runs")),
-    path("", include("frontend.urls_reports")),
+    path("", include("frontend.runs.urls")),
+    path("", include("frontend.reports.urls")),
+    path("", include("frontend.promotions.urls")),
+    path("", include("frontend.audit.urls")),
 ]

@@ -36,7 +36,7 @@ def test_it_compiles_every_site_template_into_the_cached_loader():
 def test_the_asgi_application_is_warm_when_it_is_imported():
     probe = (
         "import gc, benchsite.asgi;"
-        "print(gc.get_freeze_count() > 0, 'frontend.views_reports' in __import__('sys').modules)"
+        "print(gc.get_freeze_count() > 0, 'frontend.reports.views' in __import__('sys').modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe],

@@ -400,9 +400,9 @@ def test_it_filters_paginates_and_verifies_the_audit_log(history, promotion, web
 
 
 def test_it_pages_through_the_audit_log(history, web, monkeypatch):
-    from frontend import views_reports
+    from frontend.audit import views as audit_views
 
-    monkeypatch.setattr(views_reports, "AUDIT_PAGE_SIZE", 5)
+    monkeypatch.setattr(audit_views, "AUDIT_PAGE_SIZE", 5)
     first = web.get("/o/acme/audit/").content.decode()
     assert "Page 1 of" in first and 'rel="next"' in first
     second = web.get("/o/acme/audit/", {"page": 2}).content.decode()
@@ -441,7 +441,7 @@ def test_it_lets_a_new_admin_see_the_log(history, org_a):
 
 
 def test_it_cuts_the_model_choices_tail_and_says_so(history, web, monkeypatch):
-    from frontend import views_reports
+    from frontend.reports import views as report_views
 
     from .report_data import add_trial, level
 
@@ -449,7 +449,7 @@ def test_it_cuts_the_model_choices_tail_and_says_so(history, web, monkeypatch):
     for index, tput in ((1, 8000.0), (2, 7000.0)):
         config = {"max_num_seqs": 32 * index}
         add_trial(history.tsim.run, index, config, [level(64, tput, 100.0, simulated={"x": 1})])
-    monkeypatch.setattr(views_reports, "CHOICE_TAIL_ROWS", 2)
+    monkeypatch.setattr(report_views, "CHOICE_TAIL_ROWS", 2)
     path = f"/o/acme/reports/choice/{history.small.id}/"
     response = web.get(path)
     shown = as_dicts(page_tables(response)["simulated"])

@@ -33,8 +33,7 @@ from runs.models import (
     ProviderCredential,
     Role,
 )
-from runs.selectors.spend import org_month_spend_usd
-from runs.selectors.spend import budget_capping_month
+from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 from runs.services.budgets import budget_delete, budget_set
 from runs.services.credentials import provider_key_clear, provider_key_set
 from runs.services.tenancy import (

@@ -15,8 +15,8 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 
-from frontend.forms_runs import HistoryFilterForm, RunCancelForm
 from frontend.org_pages import org_context, org_page
+from frontend.runs.forms import HistoryFilterForm, RunCancelForm
 from frontend.selectors_runs import (
     MAX_COMPARED_TRIALS,
     METRICS,

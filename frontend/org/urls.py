@@ -2,37 +2,37 @@
 
 from django.urls import path
 
-from frontend import views_org
+from frontend.org import views
 
 urlpatterns = [
-    path("o/<slug:org>/settings/", views_org.org_settings, name="org-settings"),
-    path("o/<slug:org>/settings/members/", views_org.org_members, name="org-members"),
+    path("o/<slug:org>/settings/", views.org_settings, name="org-settings"),
+    path("o/<slug:org>/settings/members/", views.org_members, name="org-members"),
     path(
         "o/<slug:org>/settings/members/<int:member_id>/role/",
-        views_org.org_member_role,
+        views.org_member_role,
         name="org-member-role",
     ),
     path(
         "o/<slug:org>/settings/members/<int:member_id>/remove/",
-        views_org.org_member_remove,
+        views.org_member_remove,
         name="org-member-remove",
     ),
-    path("o/<slug:org>/settings/tokens/", views_org.org_tokens, name="org-tokens"),
+    path("o/<slug:org>/settings/tokens/", views.org_tokens, name="org-tokens"),
     path(
         "o/<slug:org>/settings/tokens/<uuid:token_id>/revoke/",
-        views_org.org_token_revoke,
+        views.org_token_revoke,
         name="org-token-revoke",
     ),
-    path("o/<slug:org>/settings/budgets/", views_org.org_budgets, name="org-budgets"),
+    path("o/<slug:org>/settings/budgets/", views.org_budgets, name="org-budgets"),
     path(
         "o/<slug:org>/settings/budgets/<int:budget_id>/delete/",
-        views_org.org_budget_delete,
+        views.org_budget_delete,
         name="org-budget-delete",
     ),
-    path("o/<slug:org>/settings/runpod-key/", views_org.org_runpod_key, name="org-runpod-key"),
+    path("o/<slug:org>/settings/runpod-key/", views.org_runpod_key, name="org-runpod-key"),
     path(
         "o/<slug:org>/settings/runpod-key/remove/",
-        views_org.org_runpod_key_remove,
+        views.org_runpod_key_remove,
         name="org-runpod-key-remove",
     ),
 ]

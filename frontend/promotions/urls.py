@@ -1,19 +1,10 @@
-"""Reports for managers, promotion with approval, the audit log viewer."""
+"""Promotion of a trial to production, with approval."""
 
 from django.urls import path
 
-from frontend import views_reports as views
+from frontend.promotions import views
 
 urlpatterns = [
-    path("o/<slug:org>/reports/", views.reports_index, name="reports"),
-    path("o/<slug:org>/reports/costs/", views.report_costs, name="report-costs"),
-    path("o/<slug:org>/reports/models/", views.report_models, name="report-models"),
-    path("o/<slug:org>/reports/spend/", views.report_spend, name="report-spend"),
-    path(
-        "o/<slug:org>/reports/choice/<uuid:experiment_id>/",
-        views.report_choice,
-        name="report-choice",
-    ),
     path("o/<slug:org>/promotions/", views.promotions_list, name="promotions"),
     path(
         "o/<slug:org>/promotions/propose/<uuid:run_id>/<int:index>/",
@@ -35,5 +26,4 @@ urlpatterns = [
         views.promotion_reject_view,
         name="promotion-reject",
     ),
-    path("o/<slug:org>/audit/", views.audit_log, name="audit"),
 ]

@@ -1,0 +1,1 @@
+"""Organization settings pages: members and roles, API tokens, budgets, the Runpod key."""

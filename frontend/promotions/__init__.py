@@ -1,0 +1,1 @@
+"""Promotion pages: proposing a trial for production, approving or rejecting it."""

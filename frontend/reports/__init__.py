@@ -1,0 +1,1 @@
+"""Reports for managers (costs, models, spend, model choice) and the tables they show and export."""

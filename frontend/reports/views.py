@@ -1,0 +1,216 @@
+"""Reports for managers: costs, models, spend and the model choice of an experiment
+(printable, each table exportable as CSV with the same rows and text).
+
+Every page is an ``org_page`` (another organization's report is a 404). Reports read through
+the selectors (``runs.selectors.trial_figures`` and what ranks them) and write nothing;
+simulated figures are shown in sections of their own and never ranked with measured ones.
+"""
+
+from __future__ import annotations
+
+from django.http import Http404
+from django.shortcuts import render
+from django.urls import reverse
+
+from frontend.org_pages import org_context, org_page
+from frontend.reports import tables
+from runs.access import access_experiment, scoped
+from runs.models import Experiment
+from runs.selectors.cost_rankings import best_configs, model_points
+from runs.selectors.model_choice import model_choice
+from runs.selectors.spend import spend_by_experiment, spend_by_month
+from runs.selectors.trial_figures import trial_figures
+
+
+def _run_href(org_slug: str):
+    def href(figure) -> str:
+        return reverse("run-detail", args=[org_slug, figure.run_id])
+
+    return href
+
+
+def _experiment_href(org_slug: str):
+    def href(experiment) -> str:
+        return reverse("experiment-detail", args=[org_slug, experiment.id])
+
+    return href
+
+
+def _report(request, membership, template: str, report_tables: list, **extra):
+    """The page, or with ``?csv=<table>`` that table as a CSV file (same rows, same text)."""
+    wanted = request.GET.get("csv")
+    if wanted is not None:
+        table = next((t for t in report_tables if t.key == wanted), None)
+        if table is None:
+            raise Http404("No such table in this report.")
+        name = f"{membership.organization.slug}-{template.rsplit('/', 1)[-1][:-5]}-{wanted}.csv"
+        return tables.csv_response(table, filename=name)
+    return render(request, template, org_context(membership, tables=report_tables, **extra))
+
+
+@org_page()
+def reports_index(request, membership):
+    experiments = scoped(membership, Experiment).select_related("model").order_by("name")
+    return render(
+        request,
+        "frontend/reports/index.html",
+        org_context(membership, experiments=experiments),
+    )
+
+
+@org_page()
+def report_costs(request, membership):
+    figures = trial_figures(org=membership.organization)
+    href = _run_href(membership.organization.slug)
+    measured = tables.cost_table(
+        "measured",
+        "Measured on real vLLM",
+        best_configs(f for f in figures if not f.simulated),
+        simulated=False,
+        run_href=href,
+    )
+    measured.empty = "No measured trial yet."
+    simulated = tables.cost_table(
+        "simulated",
+        "Simulated (not measurements)",
+        best_configs(f for f in figures if f.simulated),
+        simulated=True,
+        run_href=href,
+    )
+    simulated.empty = "No simulated trial."
+    simulated.note = (
+        "The simulator's figures are in the modelled GPU's time, priced at its rate. They are "
+        "never ranked with measured figures."
+    )
+    steady, amortized = "USD / 1M output tokens", "USD / 1M, cold start amortized"
+    chart = [
+        {
+            "label": f"{measured.column(row, 'Model')} · {measured.column(row, 'GPUs')}",
+            "steady": measured.column(row, steady),
+            "amortized": measured.column(row, amortized),
+        }
+        for row in measured.rows
+        if measured.column(row, steady)
+    ]
+    return _report(
+        request,
+        membership,
+        "frontend/reports/costs.html",
+        [measured, simulated],
+        chart=chart,
+    )
+
+
+@org_page()
+def report_models(request, membership):
+    figures = trial_figures(org=membership.organization)
+    measured_points = model_points(f for f in figures if not f.simulated)
+    simulated_points = model_points(f for f in figures if f.simulated)
+    measured = tables.model_table(
+        "measured", "Measured on real vLLM", measured_points, simulated=False
+    )
+    measured.empty = "No model has a measured cost per token yet."
+    simulated = tables.model_table(
+        "simulated", "Simulated (not measurements)", simulated_points, simulated=True
+    )
+    simulated.empty = "No simulated figures."
+    return _report(
+        request,
+        membership,
+        "frontend/reports/models.html",
+        [measured, simulated],
+        chart=tables.model_chart_data(measured_points),
+    )
+
+
+@org_page()
+def report_spend(request, membership):
+    months = spend_by_month(org=membership.organization)
+    month_table = tables.month_table(months)
+    experiment_table = tables.experiment_spend_table(
+        spend_by_experiment(org=membership.organization),
+        _experiment_href(membership.organization.slug),
+    )
+    chart = [
+        {
+            "month": month_table.column(row, "Month"),
+            "spend": month_table.column(row, "Spend USD"),
+            "budget": month_table.column(row, "Budget USD"),
+        }
+        for row in reversed(month_table.rows)
+    ]
+    return _report(
+        request,
+        membership,
+        "frontend/reports/spend.html",
+        [month_table, experiment_table],
+        chart=chart,
+    )
+
+
+# A recommendation's tail (trials that met no SLO, simulated ones) is context, not the
+# answer: after a year of sweeps it runs to hundreds of rows, which the history lists anyway.
+CHOICE_TAIL_ROWS = 10
+
+
+def _tail_note(total: int, shown: str) -> str:
+    """What a table cut at ``CHOICE_TAIL_ROWS`` says of the rest ("" when nothing was cut)."""
+    if total <= CHOICE_TAIL_ROWS:
+        return ""
+    return (
+        f"{shown} of {total:,} trials (the CSV holds the same rows); "
+        "the run history lists them all."
+    )
+
+
+@org_page()
+def report_choice(request, membership, experiment_id):
+    experiment = access_experiment(membership=membership, experiment_id=experiment_id)
+    choice = model_choice(experiment=experiment)
+    href = _run_href(membership.organization.slug)
+    recommended = tables.choice_table(
+        "recommended",
+        "Recommended",
+        choice.measured[:1],
+        run_href=href,
+        empty="No measured trial met the SLOs: nothing to recommend yet.",
+    )
+    runners_up = tables.choice_table(
+        "runners-up", "Runners-up", choice.runners_up, run_href=href, first_rank=2
+    )
+    unpriced = tables.choice_table(
+        "unpriced",
+        "Measured, but no level met the SLOs (or no price is known)",
+        choice.unpriced[:CHOICE_TAIL_ROWS],
+        run_href=href,
+        first_rank=len(choice.measured) + 1,
+    )
+    unpriced.note = _tail_note(len(choice.unpriced), f"The first {CHOICE_TAIL_ROWS}")
+    simulated = tables.choice_table(
+        "simulated",
+        "Simulated (not measurements, never recommended)",
+        choice.simulated[:CHOICE_TAIL_ROWS],
+        run_href=href,
+        simulated=True,
+    )
+    simulated.note = _tail_note(len(choice.simulated), f"The {CHOICE_TAIL_ROWS} cheapest")
+    return _report(
+        request,
+        membership,
+        "frontend/reports/choice.html",
+        [recommended, runners_up, unpriced, simulated],
+        experiment=experiment,
+        choice=choice,
+        best=choice.recommended,
+        best_config=(
+            tables.config_text(choice.recommended.serve_config) if choice.recommended else ""
+        ),
+        slos_text=tables.slos_text(experiment.slos or {}),
+        others=[e for e in choice.comparable if e.id != experiment.id],
+        headroom=[
+            (tables.SLO_LABELS[metric], value)
+            for metric, value in (
+                choice.recommended.headroom_pct().items() if choice.recommended else []
+            )
+        ],
+    )
