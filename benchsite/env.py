@@ -4,6 +4,8 @@ Guarantee: every reader either returns a value of the promised type or raises
 ``ImproperlyConfigured`` naming the variable and what was wrong with it. Values are never
 echoed back in errors for variables that may hold secrets. A secret may instead be read from
 the file that ``<NAME>_FILE`` names (Docker and Kubernetes secrets), never from both.
+Every name a reader is asked for is recorded (``variables_read``), so the settings' own
+calls are the list of the variables they read.
 """
 
 from __future__ import annotations
@@ -25,11 +27,26 @@ _FALSE = {"0", "false", "no", "off", ""}
 _FERNET_KEY = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]=")
 
 
+# Every variable a reader was asked for, in order (a dict keeps the order, once each).
+_READ: dict[str, None] = {}
+
+
+def _environ(name: str) -> str | None:
+    _READ.setdefault(name, None)
+    return os.environ.get(name)
+
+
+def variables_read() -> tuple[str, ...]:
+    """The name of every variable the readers here were asked for so far, in order: once the
+    settings are imported, every variable they read (``<NAME>_FILE`` alternatives aside)."""
+    return tuple(_READ)
+
+
 def _secret_value(name: str) -> str | None:
     """``name``'s value, or the contents of the file ``<name>_FILE`` names (one trailing
     newline dropped: ``echo`` and editors add one). Both set is an error: which one wins
     would be a guess, and a stale variable silently beating a rotated file is worse."""
-    value = os.environ.get(name)
+    value = _environ(name)
     path = os.environ.get(f"{name}_FILE")
     if not path:
         return value
@@ -48,7 +65,7 @@ def env_str(
 ) -> str | None:
     """The raw string, or ``default``; with ``required`` a missing or empty value is an error.
     With ``secret`` the value may come from the file ``<name>_FILE`` names instead."""
-    value = _secret_value(name) if secret else os.environ.get(name)
+    value = _secret_value(name) if secret else _environ(name)
     if value is None or value == "":
         if required:
             raise ImproperlyConfigured(f"{name} must be set (it has no default outside the demo)")
@@ -58,7 +75,7 @@ def env_str(
 
 def env_bool(name: str, default: bool) -> bool:
     """Accepts 1/0, true/false, yes/no, on/off (any case); anything else is an error."""
-    raw = os.environ.get(name)
+    raw = _environ(name)
     if raw is None:
         return default
     lowered = raw.strip().lower()
@@ -71,7 +88,7 @@ def env_bool(name: str, default: bool) -> bool:
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     """An integer, at least ``minimum`` when given."""
-    raw = os.environ.get(name)
+    raw = _environ(name)
     if raw is None or raw.strip() == "":
         return default
     try:
@@ -85,7 +102,7 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
 
 def env_list(name: str, default: list[str]) -> list[str]:
     """A comma-separated list; blanks around items are dropped, empty items rejected."""
-    raw = os.environ.get(name)
+    raw = _environ(name)
     if raw is None:
         return default
     items = [item.strip() for item in raw.split(",")]
@@ -97,7 +114,7 @@ def env_list(name: str, default: list[str]) -> list[str]:
 def env_choice(name: str, default: str, choices: set[str]) -> str:
     """One of ``choices``, in any case, returned as ``choices`` spell it (log levels
     upper-case, provider names lower-case)."""
-    raw = os.environ.get(name)
+    raw = _environ(name)
     if raw is None or raw.strip() == "":
         return default
     value = {choice.casefold(): choice for choice in choices}.get(raw.strip().casefold())

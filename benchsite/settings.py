@@ -19,6 +19,7 @@ from benchsite.env import (
     env_list,
     env_redis_url,
     env_str,
+    variables_read,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -279,3 +280,6 @@ LOGGING = {
         "level": env_choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}),
     },
 }
+
+# Last: every variable read above (benchsite.env records each), for the deployment's docs.
+ENVIRONMENT_VARIABLES = variables_read()
