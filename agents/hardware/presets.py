@@ -32,104 +32,41 @@ class ModelPreset:
         return {"name": self.name, **self.facts.to_registered(), "licence": self.licence}
 
 
-MODEL_PRESETS = {
-    "llama-3.1-8b": ModelPreset(
-        "Llama 3.1 8B Instruct",
-        "llama3.1",
-        ModelFacts(
-            name="meta-llama/Llama-3.1-8B-Instruct",
-            parameters=8_030_261_248,
-            num_layers=32,
-            hidden_size=4096,
-            num_attention_heads=32,
-            num_kv_heads=8,
-            head_dim=128,
-            vocab_size=128_256,
-            intermediate_size=14_336,
-            max_position_embeddings=131_072,
-        ),
-    ),
-    "llama-3.1-70b": ModelPreset(
-        "Llama 3.1 70B Instruct",
-        "llama3.1",
-        ModelFacts(
-            name="meta-llama/Llama-3.1-70B-Instruct",
-            parameters=70_553_706_496,
-            num_layers=80,
-            hidden_size=8192,
-            num_attention_heads=64,
-            num_kv_heads=8,
-            head_dim=128,
-            vocab_size=128_256,
-            intermediate_size=28_672,
-            max_position_embeddings=131_072,
-        ),
-    ),
-    "llama-2-7b": ModelPreset(
-        "Llama 2 7B",
-        "llama2",
-        ModelFacts(
-            name="meta-llama/Llama-2-7b-hf",
-            parameters=6_738_415_616,
-            num_layers=32,
-            hidden_size=4096,
-            num_attention_heads=32,
-            num_kv_heads=32,
-            head_dim=128,
-            vocab_size=32_000,
-            intermediate_size=11_008,
-            max_position_embeddings=4096,
-        ),
-    ),
-    "llama-2-13b": ModelPreset(
-        "Llama 2 13B",
-        "llama2",
-        ModelFacts(
-            name="meta-llama/Llama-2-13b-hf",
-            parameters=13_015_864_320,
-            num_layers=40,
-            hidden_size=5120,
-            num_attention_heads=40,
-            num_kv_heads=40,
-            head_dim=128,
-            vocab_size=32_000,
-            intermediate_size=13_824,
-            max_position_embeddings=4096,
-        ),
-    ),
-    "mistral-7b": ModelPreset(
-        "Mistral 7B Instruct v0.3",
-        "apache-2.0",
-        ModelFacts(
-            name="mistralai/Mistral-7B-Instruct-v0.3",
-            parameters=7_248_023_552,
-            num_layers=32,
-            hidden_size=4096,
-            num_attention_heads=32,
-            num_kv_heads=8,
-            head_dim=128,
-            vocab_size=32_768,
-            intermediate_size=14_336,
-            max_position_embeddings=32_768,
-        ),
-    ),
-    "qwen2.5-7b": ModelPreset(
-        "Qwen2.5 7B Instruct",
-        "apache-2.0",
-        ModelFacts(
-            name="Qwen/Qwen2.5-7B-Instruct",
-            parameters=7_615_616_512,
-            num_layers=28,
-            hidden_size=3584,
-            num_attention_heads=28,
-            num_kv_heads=4,
-            head_dim=128,
-            vocab_size=152_064,
-            intermediate_size=18_944,
-            max_position_embeddings=32_768,
-        ),
-    ),
-}
+# From each model's config.json on Hugging Face; parameters: the exact count of its weights.
+# key, name, licence, repo, parameters, layers, hidden, heads, KV heads, FFN, vocabulary, context
+_PUBLISHED = (
+    ("llama-3.1-8b", "Llama 3.1 8B Instruct", "llama3.1", "meta-llama/Llama-3.1-8B-Instruct",
+     8_030_261_248, 32, 4096, 32, 8, 14_336, 128_256, 131_072),
+    ("llama-3.1-70b", "Llama 3.1 70B Instruct", "llama3.1", "meta-llama/Llama-3.1-70B-Instruct",
+     70_553_706_496, 80, 8192, 64, 8, 28_672, 128_256, 131_072),
+    ("llama-2-7b", "Llama 2 7B", "llama2", "meta-llama/Llama-2-7b-hf",
+     6_738_415_616, 32, 4096, 32, 32, 11_008, 32_000, 4096),
+    ("llama-2-13b", "Llama 2 13B", "llama2", "meta-llama/Llama-2-13b-hf",
+     13_015_864_320, 40, 5120, 40, 40, 13_824, 32_000, 4096),
+    ("mistral-7b", "Mistral 7B Instruct v0.3", "apache-2.0", "mistralai/Mistral-7B-Instruct-v0.3",
+     7_248_023_552, 32, 4096, 32, 8, 14_336, 32_768, 32_768),
+    ("qwen2.5-7b", "Qwen2.5 7B Instruct", "apache-2.0", "Qwen/Qwen2.5-7B-Instruct",
+     7_615_616_512, 28, 3584, 28, 4, 18_944, 152_064, 32_768),
+)  # fmt: skip
+
+
+def _preset(name, licence, repo, parameters, layers, hidden, heads, kv_heads, ffn, vocab, context):
+    facts = ModelFacts(
+        name=repo,
+        parameters=parameters,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=hidden // heads,  # 128 for every one of them
+        vocab_size=vocab,
+        intermediate_size=ffn,
+        max_position_embeddings=context,
+    )
+    return ModelPreset(name, licence, facts)
+
+
+MODEL_PRESETS = {key: _preset(*published) for key, *published in _PUBLISHED}
 
 
 def load_model_facts(text: str) -> ModelFacts:
