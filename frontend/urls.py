@@ -11,7 +11,7 @@ urlpatterns = [
     # One package per area of the site: its views, URLs and forms, its templates under
     # templates/frontend/<area>/ and its static files under static/frontend/<area>/.
     path("", include("frontend.org.urls")),
-    path("", include("frontend.urls_experiments")),
+    path("", include("frontend.experiments.urls")),
     path("", include("frontend.runs.urls")),
     path("", include("frontend.reports.urls")),
     path("", include("frontend.promotions.urls")),

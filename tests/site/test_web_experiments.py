@@ -13,8 +13,8 @@ from agents import protocol
 from agents.engines.sim import server as sim_server
 from agents.hardware import MODEL_PRESETS, REGISTERED_FACTS, StartRefusal, gpu_profile, start_check
 from agents.runner.trial_engine import sim_model_file
-from frontend.experiments_fit import FitCell
-from frontend.experiments_forms import error_slot
+from frontend.experiments.fit import FitCell
+from frontend.experiments.form_slots import error_slot
 from runs.models import AuditEvent, Experiment, ModelSpec, Run
 
 from .conftest import H100, experiment_payload, frozen, make_experiment, make_model, signed_in

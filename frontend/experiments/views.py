@@ -4,7 +4,8 @@ experiments.
 
 Like the API, these pages reach tenant rows only through ``runs.access`` (another
 organization's row is a 404, a viewer's write a 403) and write only through the services the
-API calls, via ``frontend.experiments_forms``: a page and the API give the same errors.
+API calls, via ``frontend.experiments.builder`` and ``model_form``: a page and the API give
+the same errors.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from agents.hardware import MODEL_PRESETS
-from frontend import experiments_fit as fit
-from frontend import experiments_forms as forms
+from frontend.experiments import builder, estimate_panel, fit, form_slots, model_form
 from frontend.org_pages import org_context, org_page
 from frontend.selectors_runs import with_simulated
 from runs.access import Need, access_experiment, access_model_spec, scoped
@@ -28,7 +28,7 @@ from runs.models.catalogue import WeightDtype
 from runs.models.experiments import CloudType, Engine
 from runs.models.runs import RunTrigger
 from runs.selectors.estimates import experiment_estimate
-from runs.services.catalogue import model_spec_delete
+from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_delete
 from runs.services.run_start import MAX_REASON_CHARS, run_start
 
 _NAME_MAX = Experiment._meta.get_field("name").max_length
@@ -57,7 +57,7 @@ def _render_model_form(request, membership, *, values, fields=None, model=None, 
     context = org_context(
         membership,
         values=values,
-        slots=forms.errors_by_slot(fields or {}),
+        slots=form_slots.errors_by_slot(fields or {}),
         model=model,
         fit_rows=fit.model_fit_rows(model, gpu_types) if model else None,
         used_by=list(model.experiments.order_by("name").only("id", "name")) if model else [],
@@ -73,8 +73,8 @@ def _render_model_form(request, membership, *, values, fields=None, model=None, 
 @org_page("GET", "POST", need=Need.WRITE)
 def model_new(request, membership):
     if request.method == "POST":
-        values = forms.model_form_from_post(request.POST)
-        model, fields = forms.model_submit(
+        values = model_form.model_form_from_post(request.POST)
+        model, fields = model_form.model_submit(
             values=values, membership=membership, actor=actor_from_request(request), model=None
         )
         if model is not None:
@@ -83,7 +83,7 @@ def model_new(request, membership):
     preset = request.GET.get("preset", "")
     known = MODEL_PRESETS.get(preset)
     fields = known.registered if known else {"revision": "main", "dtype": WeightDtype.BFLOAT16}
-    values = forms.model_form_from_fields({"revision": "main"} | fields)
+    values = model_form.model_form_from_fields({"revision": "main"} | fields)
     return _render_model_form(request, membership, values=values, preset=preset)
 
 
@@ -91,14 +91,14 @@ def model_new(request, membership):
 def model_edit(request, membership, model_id):
     model = access_model_spec(membership=membership, model_id=model_id)
     if request.method == "POST":
-        values = forms.model_form_from_post(request.POST)
-        saved, fields = forms.model_submit(
+        values = model_form.model_form_from_post(request.POST)
+        saved, fields = model_form.model_submit(
             values=values, membership=membership, actor=actor_from_request(request), model=model
         )
         if saved is not None:
             return redirect("models", membership.organization.slug)
         return _render_model_form(request, membership, values=values, fields=fields, model=model)
-    values = forms.model_form_from_fields({f: getattr(model, f) for f in forms.MODEL_SPEC_FIELDS})
+    values = model_form.model_form_from_fields({f: getattr(model, f) for f in MODEL_SPEC_FIELDS})
     return _render_model_form(request, membership, values=values, model=model)
 
 
@@ -128,7 +128,7 @@ def experiments_list(request, membership):
         .annotate(run_count=Count("runs"), last_run_at=Max("runs__created_at"))
         .order_by("-created_at", "-id")[:200]
     )
-    rows = [(e, forms.grid_trials(e.serve_grid)) for e in experiments]
+    rows = [(e, builder.grid_trials(e.serve_grid)) for e in experiments]
     return render(
         request,
         "frontend/experiments/experiments_list.html",
@@ -144,16 +144,16 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
     else:
         action = reverse("experiment-edit", args=[org.slug, experiment.id])
         check = reverse("experiment-edit-check", args=[org.slug, experiment.id])
-    flags = forms.serve_flag_choices()
+    flags = builder.serve_flag_choices()
     context = org_context(
         membership,
         experiment=experiment,
         form=form.padded(),
         v=form.values,
         slots=outcome.slots,
-        invalid_flags=forms.invalid_grid_flags(outcome.fields),
+        invalid_flags=form_slots.invalid_grid_flags(outcome.fields),
         trials=outcome.trials,
-        estimate=forms.estimate_json(outcome.estimate),
+        estimate=estimate_panel.estimate_json(outcome.estimate),
         fit=fit.builder_fit_json(form, membership),
         action_url=action,
         check_url=check,
@@ -164,15 +164,15 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         flag_names={flag["name"] for flag in flags},
         engines=Engine.values,
         clouds=CloudType.values,
-        slo_names=forms.SLO_NAMES,
+        slo_names=form_slots.SLO_NAMES,
     )
     return render(request, "frontend/experiments/builder.html", context)
 
 
 def _builder_post(request, membership, experiment=None):
-    form = forms.builder_form_from_post(request.POST)
+    form = builder.builder_form_from_post(request.POST)
     save = request.POST.get("action") != "check"
-    outcome = forms.builder_submit(
+    outcome = builder.builder_submit(
         form=form,
         membership=membership,
         actor=actor_from_request(request),
@@ -190,12 +190,12 @@ def experiment_new(request, membership):
         return _builder_post(request, membership)
     first_model = scoped(membership, ModelSpec).order_by("name", "id").first()
     h100 = GpuType.objects.filter(id="NVIDIA H100 80GB HBM3").first() or GpuType.objects.first()
-    form = forms.blank_builder_form(
+    form = builder.blank_builder_form(
         model_id=str(first_model.id) if first_model else "",
         gpu_type_id=h100.id if h100 else "",
     )
-    outcome = forms.BuilderOutcome(
-        trials=forms.grid_trials(forms.experiment_payload(form)[0]["serve_grid"])
+    outcome = builder.BuilderOutcome(
+        trials=builder.grid_trials(builder.experiment_payload(form)[0]["serve_grid"])
     )
     return _render_builder(request, membership, form=form, outcome=outcome)
 
@@ -203,7 +203,7 @@ def experiment_new(request, membership):
 def _checked_on_open(request, membership, form, experiment=None):
     """The builder opened on a stored experiment: checked at once, so the page shows its
     trials and estimate even without JavaScript."""
-    outcome = forms.builder_submit(
+    outcome = builder.builder_submit(
         form=form,
         membership=membership,
         actor=actor_from_request(request),
@@ -218,7 +218,7 @@ def experiment_edit(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     if request.method == "POST":
         return _builder_post(request, membership, experiment)
-    form = forms.builder_form_from_experiment(experiment)
+    form = builder.builder_form_from_experiment(experiment)
     return _checked_on_open(request, membership, form, experiment)
 
 
@@ -237,7 +237,9 @@ def _copy_name(membership, name: str) -> str:
 @org_page(need=Need.WRITE)
 def experiment_duplicate(request, membership, experiment_id):
     original = access_experiment(membership=membership, experiment_id=experiment_id)
-    form = forms.builder_form_from_experiment(original, name=_copy_name(membership, original.name))
+    form = builder.builder_form_from_experiment(
+        original, name=_copy_name(membership, original.name)
+    )
     return _checked_on_open(request, membership, form)
 
 
@@ -248,8 +250,8 @@ def experiment_check(request, membership, experiment_id=None):
     experiment = None
     if experiment_id is not None:
         experiment = access_experiment(membership=membership, experiment_id=experiment_id)
-    form = forms.builder_form_from_post(request.POST)
-    outcome = forms.builder_submit(
+    form = builder.builder_form_from_post(request.POST)
+    outcome = builder.builder_submit(
         form=form,
         membership=membership,
         actor=actor_from_request(request),
@@ -262,7 +264,7 @@ def experiment_check(request, membership, experiment_id=None):
             "trials": outcome.trials,
             "fields": outcome.fields,
             "slots": outcome.slots,
-            "estimate": forms.estimate_json(outcome.estimate),
+            "estimate": estimate_panel.estimate_json(outcome.estimate),
             "fit": fit.builder_fit_json(form, membership),
         }
     )
@@ -275,18 +277,18 @@ def _render_detail(request, membership, experiment, *, start_errors=None, reason
     context = org_context(
         membership,
         experiment=experiment,
-        trials=forms.grid_trials(experiment.serve_grid),
-        estimate=forms.estimate_json(estimate),
+        trials=builder.grid_trials(experiment.serve_grid),
+        estimate=estimate_panel.estimate_json(estimate),
         raw_estimate=estimate,
         runs=runs,
         grid_json=experiment.serve_grid,
         slo_text=" · ".join(
             f"{name.removesuffix('_ms').upper()} ≤ {experiment.slos[name]} ms"
-            for name in forms.SLO_NAMES
+            for name in form_slots.SLO_NAMES
             if experiment.slos.get(name) is not None
         )
         or "none",
-        start_slots=forms.errors_by_slot(start_errors or {}),
+        start_slots=form_slots.errors_by_slot(start_errors or {}),
         reason=reason,
         reason_max=MAX_REASON_CHARS,
     )

@@ -2,8 +2,7 @@
 
 from django.urls import path
 
-from frontend import views_datasets
-from frontend import views_experiments as views
+from frontend.experiments import views, views_datasets
 
 urlpatterns = [
     path("o/<slug:org>/models/", views.models_list, name="models"),

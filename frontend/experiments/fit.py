@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from agents.hardware import GIB, ServeSettings, StartRefusal, plan_memory, start_check
 from agents.protocol import ServeGridError, expand_serve_grid, validate_serve_grid
-from frontend.experiments_forms import BuilderForm, experiment_payload
+from frontend.experiments.builder import BuilderForm, experiment_payload
 from runs.access import scoped
 from runs.models import GpuType, Membership, ModelSpec
 

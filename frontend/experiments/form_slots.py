@@ -1,0 +1,80 @@
+"""Where an error is shown on the model and experiment forms: every API field path
+(``serve_grid.max_num_seqs[1]``, ``workload.dataset.input_len``) lands in one *slot* of the
+form (``serve_grid``, ``input_len`` …), or in the general slot ``form`` when no field matches,
+so no error is ever dropped.
+
+The form's field lists come from the API's own models, so a field added there gets a slot here
+(and its errors a place on the page) without a second list to keep in step.
+"""
+
+from __future__ import annotations
+
+from agents.protocol import PrefixDataset, RandomDataset, ShareGptDataset, Slos, Workload
+from runs.services.catalogue import MODEL_SPEC_FIELDS
+from runs.services.experiments import EXPERIMENT_FIELDS
+
+GENERAL_SLOT = "form"
+
+DATASET_FIELDS_BY_KIND = {
+    model.model_fields["kind"].default: tuple(name for name in model.model_fields if name != "kind")
+    for model in (RandomDataset, ShareGptDataset, PrefixDataset)
+}
+DATASET_FIELDS = tuple(dict.fromkeys(n for names in DATASET_FIELDS_BY_KIND.values() for n in names))
+WORKLOAD_FIELDS = tuple(name for name in Workload.model_fields if name != "dataset")
+SLO_NAMES = tuple(Slos.model_fields)
+# Nested fields (the grid, fallbacks, workload, SLOs) have slots of their own (error_slot).
+_NESTED = ("serve_grid", "fallback_gpu_types", "workload", "slos")
+_TOP_LEVEL = (
+    *(name for name in EXPERIMENT_FIELDS if name not in _NESTED),
+    "budget",
+    "reason",
+    *MODEL_SPEC_FIELDS,
+)
+
+
+def error_slot(path: str) -> str:
+    """The slot of the form where the error at ``path`` (the API's field path) is shown."""
+    head, _, rest = path.partition(".")
+    head = head.split("[", 1)[0]
+    if head in ("serve_grid", "fallback_gpu_types", "slos") and not rest:
+        return head
+    if head == "serve_grid":
+        return "serve_grid"
+    if head == "slos":
+        name = rest.split(".", 1)[0]
+        return f"slo_{name}" if name in SLO_NAMES else "slos"
+    if head == "workload":
+        first, _, tail = rest.partition(".")
+        first = first.split("[", 1)[0]
+        if first == "dataset":
+            name = tail.split(".", 1)[0]
+            return name if name in DATASET_FIELDS else "dataset_kind"
+        return first if first in WORKLOAD_FIELDS else "workload"
+    if head in _TOP_LEVEL and not rest:
+        return head
+    return GENERAL_SLOT
+
+
+def _shown(path: str, slot: str, message: str) -> str:
+    # A message about a part of a field (a grid value, a list item) keeps its path so that
+    # the reader sees which one; one about the whole field needs no prefix.
+    whole = {slot, f"workload.{slot}", f"workload.dataset.{slot}", f"slos.{slot[4:]}"}
+    return message if path in whole else f"{path}: {message}"
+
+
+def invalid_grid_flags(fields: dict[str, list[str]]) -> set[str]:
+    """The grid flags that errors name (``serve_grid.max_num_seqs[1]`` → ``max_num_seqs``)."""
+    flags = set()
+    for path in fields:
+        if path.startswith("serve_grid."):
+            flags.add(path.removeprefix("serve_grid.").split("[", 1)[0].split(".", 1)[0])
+    return flags
+
+
+def errors_by_slot(fields: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Every message of ``fields`` (path → messages), grouped by the slot that shows it."""
+    slots: dict[str, list[str]] = {}
+    for path, messages in fields.items():
+        slot = error_slot(path)
+        slots.setdefault(slot, []).extend(_shown(path, slot, message) for message in messages)
+    return slots
