@@ -169,16 +169,21 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
     return render(request, "frontend/experiments/builder.html", context)
 
 
-def _builder_post(request, membership, experiment=None):
-    form = builder.builder_form_from_post(request.POST)
-    save = request.POST.get("action") != "check"
-    outcome = builder.builder_submit(
+def _submit(request, membership, form, experiment, *, save: bool):
+    """The builder's form checked as the API would (and stored when ``save``), by the caller."""
+    return builder.builder_submit(
         form=form,
         membership=membership,
         actor=actor_from_request(request),
         experiment=experiment,
         save=save,
     )
+
+
+def _builder_post(request, membership, experiment=None):
+    form = builder.builder_form_from_post(request.POST)
+    save = request.POST.get("action") != "check"
+    outcome = _submit(request, membership, form, experiment, save=save)
     if outcome.experiment is not None:
         return redirect("experiment-detail", membership.organization.slug, outcome.experiment.id)
     return _render_builder(request, membership, form=form, outcome=outcome, experiment=experiment)
@@ -203,13 +208,7 @@ def experiment_new(request, membership):
 def _checked_on_open(request, membership, form, experiment=None):
     """The builder opened on a stored experiment: checked at once, so the page shows its
     trials and estimate even without JavaScript."""
-    outcome = builder.builder_submit(
-        form=form,
-        membership=membership,
-        actor=actor_from_request(request),
-        experiment=experiment,
-        save=False,
-    )
+    outcome = _submit(request, membership, form, experiment, save=False)
     return _render_builder(request, membership, form=form, outcome=outcome, experiment=experiment)
 
 
@@ -251,13 +250,7 @@ def experiment_check(request, membership, experiment_id=None):
     if experiment_id is not None:
         experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     form = builder.builder_form_from_post(request.POST)
-    outcome = builder.builder_submit(
-        form=form,
-        membership=membership,
-        actor=actor_from_request(request),
-        experiment=experiment,
-        save=False,
-    )
+    outcome = _submit(request, membership, form, experiment, save=False)
     return JsonResponse(
         {
             "ok": outcome.ok,
