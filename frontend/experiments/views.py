@@ -170,7 +170,7 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
 
 
 def _submit(request, membership, form, experiment, *, save: bool):
-    """The builder's form checked as the API would (and stored when ``save``), by the caller."""
+    """The builder's form checked as the API would; stored too when ``save``."""
     return builder.builder_submit(
         form=form,
         membership=membership,
