@@ -370,7 +370,7 @@ def _read_json_object(option: str, path: Path) -> dict:
 
 
 def _run_serve_sim(args: argparse.Namespace) -> int:
-    from agents.engines.sim import server
+    from agents.engines.sim import command
     from agents.protocol import ServeGridError, serve_args
 
     errors = Console(stderr=True)
@@ -400,7 +400,7 @@ def _run_serve_sim(args: argparse.Namespace) -> int:
         argv += ["--served-model-name", args.served_model_name]
     if args.startup_speed:
         argv += ["--startup-speed", repr(args.startup_speed)]
-    return server.main(argv)
+    return command.main(argv)
 
 
 def _run_engine_up(args: argparse.Namespace) -> int:

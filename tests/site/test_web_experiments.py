@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from agents import protocol
-from agents.engines.sim import server as sim_server
+from agents.engines.sim import command as sim_command
 from agents.hardware import MODEL_PRESETS, REGISTERED_FACTS, StartRefusal, gpu_profile, start_check
 from agents.runner.trial_engine import sim_model_file
 from frontend.experiments.fit import FitCell
@@ -603,9 +603,9 @@ def _simulator_starts(model, gpu_type: str, config: dict, workdir) -> bool:
         **{name: getattr(model, name) for name in REGISTERED_FACTS},
     )
     argv = [str(sim_model_file(source, workdir)), "--gpu", gpu_type]
-    args = sim_server._parser().parse_args(argv + protocol.serve_args(config))
+    args = sim_command.argument_parser().parse_args(argv + protocol.serve_args(config))
     try:
-        sim_server.build(args)
+        sim_command.build(args)
     except StartRefusal:
         return False
     return True

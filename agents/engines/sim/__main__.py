@@ -1,7 +1,7 @@
-"""``python -m agents.engines.sim``: run the simulator's server (see ``server.main``)."""
+"""``python -m agents.engines.sim``: run the simulator's server (see ``command.main``)."""
 
 import sys
 
-from agents.engines.sim.server import main
+from agents.engines.sim.command import main
 
 sys.exit(main())
