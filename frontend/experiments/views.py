@@ -19,7 +19,6 @@ from django.urls import reverse
 from agents.hardware import MODEL_PRESETS
 from frontend.experiments import builder, estimate_panel, fit, form_slots, model_form
 from frontend.org_pages import org_context, org_page
-from frontend.selectors_runs import with_simulated
 from runs.access import Need, access_experiment, access_model_spec, scoped
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
@@ -28,6 +27,7 @@ from runs.models.catalogue import WeightDtype
 from runs.models.experiments import CloudType, Engine
 from runs.models.runs import RunTrigger
 from runs.selectors.estimates import experiment_estimate
+from runs.selectors.run_history import with_simulated
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_delete
 from runs.services.run_start import MAX_REASON_CHARS, run_start
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from django import forms
 
-from frontend.selectors_runs import HistoryFilters, engine_versions
 from runs.access import scoped
 from runs.models import GpuType, Membership, ModelSpec, Run
 from runs.models.runs import RunState
+from runs.selectors.run_history import HistoryFilters, engine_versions
 
 
 class HistoryFilterForm(forms.Form):

@@ -2,7 +2,8 @@
 
 Like every page they reach tenant rows only through ``runs.access``: another organization's
 run answers 404 exactly like a missing one, and a viewer may read but not cancel (403).
-Reads are in ``frontend.selectors_runs``; the one write (cancel) is ``runs.services``'.
+Reads are in ``runs.selectors`` (``run_pages``, ``run_history``, ``trial_compare``); the one
+write (cancel) is ``runs.services``'.
 """
 
 from __future__ import annotations
@@ -17,22 +18,19 @@ from django.views.decorators.cache import never_cache
 
 from frontend.org_pages import org_context, org_page
 from frontend.runs.forms import HistoryFilterForm, RunCancelForm
-from frontend.selectors_runs import (
-    MAX_COMPARED_TRIALS,
-    METRICS,
-    CompareInputError,
-    compare_trials,
-    comparison_table,
-    parse_selection,
-    run_live_state,
-    runs_history,
-    with_simulated,
-    with_trial_counts,
-)
 from runs.access import Need, access_run
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
 from runs.models import Role
+from runs.selectors.run_history import runs_history, with_simulated, with_trial_counts
+from runs.selectors.run_pages import run_live_state
+from runs.selectors.trial_compare import (
+    MAX_COMPARED_TRIALS,
+    CompareInputError,
+    compare_trials,
+    comparison_table,
+    parse_selection,
+)
 from runs.services.run_control import run_cancel
 
 HISTORY_PAGE_SIZE = 50
@@ -65,7 +63,6 @@ def run_detail(request, membership, run_id):
         run=run,
         experiment=run.experiment,
         state=state,
-        metrics=METRICS,
         can_cancel=Role(membership.role).can_write and not state["run"]["terminal"],
         cancel_form=RunCancelForm(),
         live_url=reverse("run-live", args=[membership.organization.slug, run.id]),

@@ -1,0 +1,126 @@
+"""A trial's load levels and serve configuration as the run pages show them: the live run
+page and the comparison read a measurement, name its level and label its config here.
+
+Guarantees:
+- a measurement's figures are read from its result as the protocol's ``LevelResult``
+  (``runs.selectors.level_results``): a result stored before the result was typed, or one
+  with a figure of another shape, shows that figure as absent, never fails the page;
+- a simulated level always says so (``simulated``), so no page ranks it against a measured
+  one;
+- a level's name (``c=8``, ``rate=2.5``, ``rate=inf``) is made and ordered here only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agents import protocol
+from runs.models import Measurement
+from runs.selectors.level_results import stored_level_result
+
+LOWER, HIGHER = "lower", "higher"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A figure of a load level: how it is read from the result and which way is better."""
+
+    key: str
+    label: str
+    read: Callable[[protocol.LevelResult], float | None]
+    better: str
+    unit: str
+
+
+METRICS = (
+    Metric("ttft_p50", "TTFT p50", lambda result: result.median_ttft_ms, LOWER, "ms"),
+    Metric("ttft_p99", "TTFT p99", lambda result: result.p99_ttft_ms, LOWER, "ms"),
+    Metric("itl_p50", "ITL p50", lambda result: result.median_itl_ms, LOWER, "ms"),
+    Metric("itl_p99", "ITL p99", lambda result: result.p99_itl_ms, LOWER, "ms"),
+    Metric("tpot_p50", "TPOT p50", lambda result: result.median_tpot_ms, LOWER, "ms"),
+    Metric("tpot_p99", "TPOT p99", lambda result: result.p99_tpot_ms, LOWER, "ms"),
+    Metric(
+        "output_throughput",
+        "Output tokens/s",
+        lambda result: result.output_throughput,
+        HIGHER,
+        "tok/s",
+    ),
+)
+
+
+def number(value: Any) -> float | None:
+    """``value`` as a float when it is a number (not a bool), else None."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _gauge(server: dict, name: str, part: str = "max") -> float | None:
+    entry = server.get(name)
+    return number(entry.get(part)) if isinstance(entry, dict) else None
+
+
+def level_key(measurement: Measurement) -> str:
+    """``c=8``, ``rate=2.5`` or ``rate=inf``: how the page names (and dedupes) a level."""
+    if measurement.concurrency is not None:
+        return f"c={measurement.concurrency}"
+    return "rate=inf" if measurement.request_rate_infinite else f"rate={measurement.request_rate:g}"
+
+
+def level_sort_key(key: str) -> tuple:
+    """Closed-loop levels first by concurrency, then request rates (inf last)."""
+    kind, _, value = key.partition("=")
+    load = float("inf") if value == "inf" else float(value)
+    return (0 if kind == "c" else 1, load)
+
+
+def level_row(measurement: Measurement) -> dict:
+    """One measurement as the pages show it: the level, every ``METRICS`` figure, how many
+    requests completed or failed, the server's KV-cache and queue peaks, and the labels."""
+    result, server = stored_level_result(measurement.result), measurement.server_metrics or {}
+    row = {
+        "key": level_key(measurement),
+        "concurrency": measurement.concurrency,
+        "request_rate": "inf" if measurement.request_rate_infinite else measurement.request_rate,
+        "completed": result.completed,
+        "failed": result.failed,
+        "partial": bool(result.partial),
+        "simulated": result.simulated is not None,
+        "kv_cache_max": _gauge(server, "kv_cache_usage_perc"),
+        "waiting_max": _gauge(server, "num_requests_waiting"),
+        "preemptions": number(server.get("num_preemptions")),
+    }
+    for metric in METRICS:
+        row[metric.key] = number(metric.read(result))
+    return row
+
+
+def config_text(value: Any) -> str:
+    """A serve flag's value as the pages print it (JSON, a string as it is)."""
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def flags_in_order(configs: list[dict]) -> list[str]:
+    """Every serve flag ``configs`` set: the protocol's in schema order, then others sorted."""
+    names = {name for config in configs for name in config}
+    ordered = [name for name in protocol.SERVE_FLAGS if name in names]
+    return ordered + sorted(names - set(ordered))
+
+
+def varying_flags(configs: list[dict]) -> list[str]:
+    """The serve flags whose value differs between ``configs`` (in schema order)."""
+    return [
+        name
+        for name in flags_in_order(configs)
+        if len({config_text(config.get(name, "(default)")) for config in configs}) > 1
+    ]
+
+
+def config_label(config: dict, flags: list[str]) -> str:
+    """``max_num_seqs=64, enable_prefix_caching=true``: the flags that tell configs apart."""
+    shown = [f"{name}={config_text(config.get(name, '(default)'))}" for name in flags]
+    if shown:
+        return ", ".join(shown)
+    return ", ".join(f"{k}={config_text(v)}" for k, v in config.items()) or "vLLM defaults"

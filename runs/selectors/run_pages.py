@@ -1,0 +1,277 @@
+"""Reads behind the live run page: one run's state, its trials and its timeline.
+
+Guarantees:
+- every function takes a run already reached through ``runs.access`` and reads only rows
+  of its organization;
+- ``run_live_state`` is what the live page re-reads after a (re)connect: the agent messages
+  it covers are named per epoch (``epochs_read``: each epoch's ``last_seq`` and the
+  ``gaps`` below it), read *before* the rows they produced, so a notice the state does not
+  cover is never mistaken for one it does — also a restarted agent's, whose seqs start at 0
+  again in an epoch of its own;
+- a simulated figure always carries ``simulated`` (the page labels it);
+- the number of queries does not grow with the number of trials or levels shown.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from agents import protocol
+from runs.frozen_job import (
+    run_budget_cap,
+    run_is_simulated,
+    run_serve_configs,
+    run_workload,
+)
+from runs.models import AgentMessageRecord, Measurement, Run, Trial
+from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
+from runs.selectors.run_history import with_gpu_name
+from runs.selectors.run_levels import config_label, level_row, number, varying_flags
+
+# At most this many level_progress points go to the page (evenly thinned beyond it).
+MAX_PROGRESS_POINTS = 1500
+
+
+def _planned_levels(run: Run) -> list[dict]:
+    try:
+        return protocol.workload_levels(run_workload(run))
+    except ValueError:
+        return []
+
+
+def run_trials(run: Run) -> list[Trial]:
+    """The run's trials in order, their measurements in the order they arrived."""
+    measurements = Measurement.objects.filter(organization_id=run.organization_id)
+    measurements = measurements.order_by("created_at", "id")
+    return list(
+        Trial.objects.filter(organization_id=run.organization_id, run=run)
+        .order_by("index")
+        .prefetch_related(Prefetch("measurements", queryset=measurements))
+    )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def _trial_state(trial: Trial, flags: list[str], planned: dict | None) -> dict:
+    config = trial.serve_config or planned or {}
+    levels = [level_row(m) for m in trial.measurements.all()]
+    return {
+        "index": trial.index,
+        "label": config_label(config, flags),
+        "serve_config": config,
+        "command": trial.command,
+        "outcome": trial.outcome,
+        "failure_class": trial.failure_class,
+        "log_tail": trial.log_tail,
+        "cold_start": sorted(
+            ([phase, seconds] for phase, seconds in (trial.cold_start or {}).items()),
+            key=lambda item: item[1] if number(item[1]) is not None else 0,
+        ),
+        "started_at": _iso(trial.started_at),
+        "finished_at": _iso(trial.finished_at),
+        "levels": levels,
+        "simulated": any(level["simulated"] for level in levels),
+    }
+
+
+def _progress_point(epoch: int, seq: int, payload: dict, received_at: datetime) -> dict:
+    level = payload.get("level") or {}
+    if "concurrency" in level:
+        load = f"c={level['concurrency']}"
+    else:
+        load = f"rate={level.get('request_rate')}"
+    return {
+        "epoch": epoch,
+        "seq": seq,
+        "t": payload.get("sent_at") or received_at.timestamp(),
+        "trial": payload.get("trial"),
+        "level": load,
+        "kv_cache_usage": payload.get("kv_cache_usage"),
+        "num_requests_waiting": payload.get("num_requests_waiting"),
+        "requests_done": payload.get("requests_done"),
+        "requests_total": payload.get("requests_total"),
+    }
+
+
+def _thin(points: list, limit: int) -> list:
+    if len(points) <= limit:
+        return points
+    step = len(points) / limit
+    return [points[int(i * step)] for i in range(limit - 1)] + [points[-1]]
+
+
+def _epochs_read(run: Run) -> list[dict]:
+    """Per epoch with stored messages: its highest seq and the gaps below it, the inclusive
+    ranges of seqs not stored (yet: resends may fill them), so the page can tell each notice
+    it is sent from those read. As ranges, the answer grows with the rows stored, never with
+    the seqs: one message at seq 2**62 is one gap, not a list of 2**62 numbers."""
+    rows = AgentMessageRecord.objects.filter(organization_id=run.organization_id, run=run)
+    rows = rows.order_by("epoch", "seq")
+    read: list[dict] = []
+    for epoch, seq in rows.values_list("epoch", "seq"):
+        if not read or read[-1]["epoch"] != epoch:
+            read.append({"epoch": epoch, "last_seq": -1, "gaps": []})
+        entry = read[-1]
+        if seq > entry["last_seq"] + 1:
+            entry["gaps"].append([entry["last_seq"] + 1, seq - 1])
+        entry["last_seq"] = seq
+    return read
+
+
+def run_timeline(run: Run, trials: list[dict], hello_at: datetime | None) -> list[dict]:
+    """The run's stages in order: queued → provisioning → agent up → each trial's start,
+    cold-start phases, levels and end → the run's end. ``status`` is done, failed or now."""
+    entries = [{"stage": "queued", "label": "Queued", "at": _iso(run.created_at), "status": "done"}]
+    if run.pod_started_at or run.provider:
+        where = " · ".join(filter(None, [run.provider, run.pod_gpu_type, run.pod_cloud_type]))
+        entries.append(
+            {
+                "stage": "provisioning",
+                "label": f"Pod rented{f' ({where})' if where else ''}",
+                "at": _iso(run.pod_started_at),
+                "status": "done",
+            }
+        )
+    if hello_at is not None:
+        host = run.agent_info.get("hostname") or "agent"
+        version = run.agent_info.get("vllm_version")
+        entries.append(
+            {
+                "stage": "agent",
+                "label": f"Agent up on {host}{f' · vLLM {version}' if version else ''}",
+                "at": _iso(hello_at),
+                "status": "done",
+            }
+        )
+    for trial in trials:
+        entries.extend(trial_timeline(trial))
+    if run.state in TERMINAL_RUN_STATES:
+        entries.append(
+            {
+                "stage": "finished",
+                "label": f"Run {run.state}"
+                + (f": {run.failure_reason}" if run.failure_reason else ""),
+                "at": _iso(run.finished_at),
+                "status": "done" if run.state == "succeeded" else "failed",
+            }
+        )
+    elif entries:
+        entries[-1]["status"] = "now"
+    return entries
+
+
+def trial_timeline(trial: dict) -> list[dict]:
+    """One trial's part of the timeline (the live page builds the same from notices)."""
+    index = trial["index"]
+    entries = [
+        {
+            "stage": "trial",
+            "trial": index,
+            "label": f"Trial {index} started ({trial['label']})",
+            "at": trial["started_at"],
+            "status": "done",
+        }
+    ]
+    for phase, seconds in trial["cold_start"]:
+        entries.append(
+            {
+                "stage": "phase",
+                "trial": index,
+                "label": f"Trial {index}: {phase.replace('_', ' ')} at {seconds:.1f} s",
+                "at": None,
+                "status": "done",
+            }
+        )
+    for level in trial["levels"]:
+        entries.append(
+            {
+                "stage": "level",
+                "trial": index,
+                "label": f"Trial {index}: level {level['key']} done "
+                f"({level['completed']} ok, {level['failed']} failed)",
+                "at": None,
+                "status": "failed" if level["failed"] else "done",
+            }
+        )
+    if trial["outcome"] in (
+        TrialOutcome.SUCCEEDED,
+        TrialOutcome.FAILED,
+        TrialOutcome.PARTIAL,
+        TrialOutcome.SKIPPED,
+    ):
+        why = f" — {trial['failure_class']}" if trial["failure_class"] else ""
+        entries.append(
+            {
+                "stage": "trial_end",
+                "trial": index,
+                "label": f"Trial {index} {trial['outcome']}{why}",
+                "at": trial["finished_at"],
+                "status": "failed" if trial["outcome"] == TrialOutcome.FAILED else "done",
+            }
+        )
+    return entries
+
+
+def run_live_state(*, run: Run) -> dict:
+    """Everything the live page draws, as JSON-ready data (see the module's guarantees)."""
+    epochs_read = _epochs_read(run)  # first: the rows below are at least this new
+    run.refresh_from_db()
+    this_run = Run.objects.filter(organization_id=run.organization_id, pk=run.pk)
+    gpu_name = with_gpu_name(this_run).values_list("gpu_name", flat=True)
+    trial_rows = run_trials(run)
+    planned = run_serve_configs(run)
+    configs = planned or [trial.serve_config or {} for trial in trial_rows]
+    flags = varying_flags(configs)
+    trials = [
+        _trial_state(trial, flags, planned[trial.index] if trial.index < len(planned) else None)
+        for trial in trial_rows
+    ]
+    # In the order agents sent them: a restarted agent's epoch follows its predecessor's.
+    records = AgentMessageRecord.objects.filter(organization_id=run.organization_id, run=run)
+    records = records.order_by("epoch", "seq")
+    hello = records.filter(type="hello").only("received_at").first()
+    progress = [
+        _progress_point(*row)
+        for row in records.filter(type="level_progress").values_list(
+            "epoch", "seq", "payload", "received_at"
+        )
+    ]
+    levels = _planned_levels(run)
+    axis = "concurrency" if any("concurrency" in level for level in levels) else "request_rate"
+    return {
+        "run": {
+            "id": str(run.id),
+            "state": run.state,
+            "terminal": run.state in TERMINAL_RUN_STATES,
+            "simulated": run_is_simulated(run),
+            "gpu_name": gpu_name.get(),
+            "created_at": _iso(run.created_at),
+            "started_at": _iso(run.started_at),
+            "finished_at": _iso(run.finished_at),
+            "pod_started_at": _iso(run.pod_started_at),
+            "pod_terminated_at": _iso(run.pod_terminated_at),
+            "price_usd_hr": None if run.price_usd_hr is None else str(run.price_usd_hr),
+            "cost_usd": str(run.cost_usd),
+            "billed_seconds": run.billed_seconds,
+            "budget_cap_usd": str(run_budget_cap(run)),
+            "cancel_requested_at": _iso(run.cancel_requested_at),
+            "failure_reason": run.failure_reason,
+            # Refused agent messages (see runs.services.ingest): the page warns of them.
+            "agent_conflicts": run.agent_conflicts,
+            "agent_conflict_last": run.agent_conflict_last,
+        },
+        "now": _iso(timezone.now()),
+        "axis": axis,
+        "flags": flags,
+        "planned_trials": len(planned),
+        "planned_levels": len(levels),
+        "trials": trials,
+        "progress": _thin(progress, MAX_PROGRESS_POINTS),
+        "timeline": run_timeline(run, trials, hello.received_at if hello else None),
+        "epochs_read": epochs_read,
+    }

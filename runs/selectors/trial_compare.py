@@ -1,0 +1,271 @@
+"""Reads behind the comparison page: two or more runs or trials side by side.
+
+Guarantees:
+- the selection is read from the organization of the membership only: a run or trial of
+  another organization is answered exactly like a missing one;
+- a bad selection raises ``CompareInputError`` naming the part that is wrong, never a 500;
+- simulated and measured figures are never ranked against each other;
+- the number of queries does not grow with the number of measurements compared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Prefetch
+
+from runs.access import scoped
+from runs.frozen_job import run_engine, run_is_simulated
+from runs.models import Measurement, Membership, Run, Trial
+from runs.selectors.run_levels import (
+    LOWER,
+    METRICS,
+    config_label,
+    config_text,
+    flags_in_order,
+    level_row,
+    level_sort_key,
+    varying_flags,
+)
+from runs.selectors.trial_costs import trial_costs
+
+MAX_COMPARED_TRIALS = 16
+_TRIAL_REF = re.compile(r"^(?P<run>[0-9a-fA-F-]{32,36})(?::(?P<index>\d{1,5}))?$")
+
+
+class CompareInputError(ValueError):
+    """The comparison's selection cannot be read; the message says which part and why."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A run (all its trials) or one trial of a run."""
+
+    run_id: uuid.UUID
+    trial_index: int | None = None
+
+    def __str__(self) -> str:
+        return str(self.run_id) if self.trial_index is None else f"{self.run_id}:{self.trial_index}"
+
+
+def parse_selection(runs: list[str], trials: list[str]) -> list[Selection]:
+    """Reads ``runs=<uuid>`` and ``trials=<uuid>:<index>`` values; raises
+    ``CompareInputError`` naming the first value that is not one, or too few or too many."""
+    selected: list[Selection] = []
+    for name, values, needs_index in (("runs", runs, False), ("trials", trials, True)):
+        for raw in values:
+            text = raw.strip()
+            match = _TRIAL_REF.match(text)
+            try:
+                run_id = uuid.UUID(match["run"]) if match else None
+            except ValueError:
+                run_id = None
+            if run_id is None or (match["index"] is None) == needs_index:
+                shape = "<run id>:<trial index>" if needs_index else "a run id (a UUID)"
+                shown = text if len(text) <= 60 else text[:60] + "…"
+                raise CompareInputError(f"{name}: {shown!r} is not {shape}.")
+            selection = Selection(run_id, int(match["index"]) if needs_index else None)
+            if selection not in selected:
+                selected.append(selection)
+    if len(selected) < 2:
+        raise CompareInputError("Pick two or more runs or trials to compare.")
+    return selected
+
+
+@dataclass
+class ComparedTrial:
+    """One column of a comparison."""
+
+    ref: str
+    run: Run
+    trial: Trial
+    label: str = ""
+    levels: dict[str, dict] = field(default_factory=dict)
+    cost: Any = None
+    simulated: bool = False
+
+
+def compare_trials(*, membership: Membership, selection: list[Selection]) -> list[ComparedTrial]:
+    """The selected trials (a run stands for all of its trials), in the order picked.
+
+    A run or trial of another organization is answered like a missing one (``LookupError``
+    naming it, which the page turns into a 404). Raises ``CompareInputError`` when there are
+    fewer than two trials or more than ``MAX_COMPARED_TRIALS``."""
+    run_ids = {s.run_id for s in selection}
+    runs = {
+        run.id: run
+        for run in scoped(membership, Run)
+        .filter(id__in=run_ids)
+        .select_related("experiment__model", "experiment__gpu_type", "organization")
+    }
+    missing = run_ids - runs.keys()
+    if missing:
+        raise LookupError(f"No run {sorted(map(str, missing))[0]} in this organization.")
+    measurements = scoped(membership, Measurement).order_by("created_at", "id")
+    trials_by_run: dict[uuid.UUID, list[Trial]] = {}
+    for trial in (
+        scoped(membership, Trial)
+        .filter(run_id__in=run_ids)
+        .order_by("run_id", "index")
+        .prefetch_related(Prefetch("measurements", queryset=measurements))
+    ):
+        trial.run = runs[trial.run_id]
+        trials_by_run.setdefault(trial.run_id, []).append(trial)
+    compared: list[ComparedTrial] = []
+    for item in selection:
+        trials = trials_by_run.get(item.run_id, [])
+        if item.trial_index is not None:
+            trials = [t for t in trials if t.index == item.trial_index]
+            if not trials:
+                raise LookupError(f"Run {item.run_id} has no trial {item.trial_index}.")
+        for trial in trials:
+            ref = f"{trial.run_id}:{trial.index}"
+            if all(c.ref != ref for c in compared):
+                compared.append(ComparedTrial(ref=ref, run=runs[trial.run_id], trial=trial))
+    if len(compared) < 2:
+        raise CompareInputError(
+            "The selection holds fewer than two trials with results; pick two or more."
+        )
+    if len(compared) > MAX_COMPARED_TRIALS:
+        raise CompareInputError(
+            f"The selection holds {len(compared)} trials; compare at most "
+            f"{MAX_COMPARED_TRIALS} at once (pick trials instead of whole runs)."
+        )
+    flags = varying_flags([c.trial.serve_config or {} for c in compared])
+    for column in compared:
+        column.label = config_label(column.trial.serve_config or {}, flags)
+        column.levels = {
+            level["key"]: level for level in map(level_row, column.trial.measurements.all())
+        }
+        column.cost = trial_costs(trial=column.trial)
+        column.simulated = column.cost.simulated or run_is_simulated(column.run)
+    return compared
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One figure of a comparison and how it moved against its column's baseline."""
+
+    value: Any
+    delta_pct: float | None = None
+    verdict: str = ""  # "better", "worse", "same" (under the threshold) or "" (no baseline)
+    note: str = ""
+    kind: str = "number"  # "number", "money" or "text": how ``display`` shows the value
+
+    @property
+    def display(self) -> str:
+        if self.value is None:
+            return "—"
+        if self.kind == "money":
+            return f"${self.value}"
+        if self.kind == "number":
+            return f"{float(self.value):,.2f}"
+        return str(self.value)
+
+
+def _verdict(value, baseline, better: str, threshold_pct: float) -> tuple[float | None, str]:
+    if value is None or baseline is None or baseline == 0:
+        return None, ""
+    delta = (float(value) - float(baseline)) / abs(float(baseline)) * 100
+    if abs(delta) < threshold_pct:
+        return delta, "same"
+    improved = delta < 0 if better == LOWER else delta > 0
+    return delta, "better" if improved else "worse"
+
+
+def _baselines(compared: list[ComparedTrial]) -> list[int | None]:
+    # A column is measured against the first earlier column with the same serve config (the
+    # same config in another run: a regression check), else against the first column.
+    keys = [json.dumps(c.trial.serve_config or {}, sort_keys=True) for c in compared]
+    baselines: list[int | None] = []
+    for position, key in enumerate(keys):
+        same = next((i for i in range(position) if keys[i] == key), None)
+        baselines.append(same if same is not None else (None if position == 0 else 0))
+    return baselines
+
+
+def _setup_of(column: ComparedTrial) -> dict[str, str]:
+    run, engine = column.run, run_engine(column.run)
+    return {
+        "Model": run.experiment.model.name,
+        "GPU": f"{engine.gpu_count}× {run.pod_gpu_type or engine.gpu_type}",
+        "Engine": "simulator"
+        if run_is_simulated(run)
+        else f"vLLM {engine.image_tag or '(default image)'}",
+        "vLLM reported": str(run.agent_info.get("vllm_version") or "—"),
+        "Outcome": column.trial.outcome
+        + (f" ({column.trial.failure_class})" if column.trial.failure_class else ""),
+    }
+
+
+def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> dict:
+    """The comparison page's content: setup and serve-flag rows (``differs`` marks a
+    difference), per level the ``METRICS`` with each column's change against its baseline,
+    and the cost per 1M output tokens. Simulated and measured figures are never ranked
+    against each other."""
+    baselines = _baselines(compared)
+
+    def cells(values: list, better: str, kind: str = "number") -> list[Cell]:
+        row = []
+        for position, value in enumerate(values):
+            base = baselines[position]
+            if base is None:
+                row.append(Cell(value, kind=kind))
+                continue
+            if compared[position].simulated != compared[base].simulated:
+                row.append(Cell(value, note="simulated vs measured: not compared", kind=kind))
+                continue
+            delta, verdict = _verdict(value, values[base], better, threshold_pct)
+            row.append(Cell(value, delta, verdict, kind=kind))
+        return row
+
+    setups = [_setup_of(column) for column in compared]
+    setup_rows = [
+        {"name": name, "values": values, "differs": len(set(values)) > 1}
+        for name in setups[0]
+        for values in [[setup[name] for setup in setups]]
+    ]
+    configs = [column.trial.serve_config or {} for column in compared]
+    flag_rows = [
+        {"name": name, "values": values, "differs": len(set(values)) > 1}
+        for name in flags_in_order(configs)
+        for values in [[config_text(config.get(name, "(default)")) for config in configs]]
+    ]
+    level_keys = sorted({key for c in compared for key in c.levels}, key=level_sort_key)
+    levels = []
+    for key in level_keys:
+        rows = []
+        for metric in METRICS:
+            values = [c.levels.get(key, {}).get(metric.key) for c in compared]
+            rows.append({"metric": metric, "cells": cells(values, metric.better)})
+        levels.append({"key": key, "rows": rows})
+    steady = [c.cost.usd_per_million_output_tokens for c in compared]
+    amortized = [c.cost.usd_per_million_output_tokens_cold_start_amortized for c in compared]
+    cost_rows = [
+        {"name": "$ per 1M output tokens", "cells": cells(steady, LOWER, "money")},
+        {"name": "…with cold start amortized", "cells": cells(amortized, LOWER, "money")},
+        {
+            "name": "at level (best under SLOs)",
+            "cells": [Cell(c.cost.load or "none", kind="text") for c in compared],
+        },
+    ]
+    return {
+        "columns": [
+            {
+                "column": column,
+                "baseline": None if baselines[i] is None else compared[baselines[i]].ref,
+                "baseline_position": baselines[i],
+            }
+            for i, column in enumerate(compared)
+        ],
+        "setup_rows": setup_rows,
+        "flag_rows": flag_rows,
+        "levels": levels,
+        "cost_rows": cost_rows,
+        "threshold_pct": threshold_pct,
+        "mixed_simulated": len({c.simulated for c in compared}) > 1,
+    }
