@@ -101,8 +101,8 @@ from runs.models import (  # noqa: E402
     Trial,
     User,
 )
+from runs.selectors.ended_trial_figures import ended_trial_figures  # noqa: E402
 from runs.selectors.estimates import experiment_estimate  # noqa: E402
-from runs.selectors.trial_figures import ended_trial_figures  # noqa: E402
 from runs.services.budgets import budget_set  # noqa: E402
 from runs.services.catalogue import gpu_price_set, model_spec_create  # noqa: E402
 from runs.services.experiments import experiment_create  # noqa: E402
@@ -659,8 +659,7 @@ def main() -> None:
             f"the log page's first view ever (no checkpoint) {no_checkpoint_ms:.1f} ms"
         )
         # "first": the page's first request in this process, before its warm-ups, with no
-        # trial priced in memory (runs.selectors.trial_figures.EndedTrialFigures), as after a
-        # price change
+        # trial priced in memory (runs.selectors.ended_trial_figures), as after a price change
         # (templates of the pages timed before it already compiled). "cold": the median of
         # --cold fresh processes' first request (cold_child), report and audit pages only,
         # after the worker's start-up ("startup": loading views and templates before it

@@ -26,6 +26,9 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal, localcontext
 from typing import Any
 
+from agents.protocol import LEVEL_RESULT_KEY as KEY
+from agents.protocol import SLO_CHECK_KEY
+
 USD_QUANTUM = Decimal("0.0001")
 SECONDS_PER_HOUR = Decimal(3600)
 ONE_MILLION = Decimal(1_000_000)
@@ -34,8 +37,19 @@ ONE_MILLION = Decimal(1_000_000)
 DEFAULT_SERVING_WINDOW_SECONDS = Decimal(3600)
 
 _ARITHMETIC = Context(prec=34, rounding=ROUND_HALF_EVEN)
-CLOSED_LOOP = "concurrency"
-OPEN_LOOP = "request_rate"
+# A level's kind of load is the result's key that holds it.
+CLOSED_LOOP = KEY.concurrency
+OPEN_LOOP = KEY.request_rate
+# What the rules here read of a level's result besides its load (the reports read only
+# these, and what they show, out of the database: ``runs.selectors.level_figures``).
+RESULT_KEYS_READ = (
+    KEY.completed,
+    KEY.failed,
+    KEY.partial,
+    KEY.slo,
+    KEY.simulated,
+    KEY.output_throughput,
+)
 
 
 def round_usd(amount: Decimal) -> Decimal:
@@ -149,7 +163,7 @@ def level_cost_per_million_output_tokens(
 def level_load(level: Mapping[str, Any]) -> tuple[str, Decimal]:
     """The level's kind (``"concurrency"`` or ``"request_rate"``) and how heavy it is; an
     unbounded rate (``"inf"``) is heavier than any finite one."""
-    concurrency, rate = level.get("concurrency"), level.get("request_rate")
+    concurrency, rate = level.get(CLOSED_LOOP), level.get(OPEN_LOOP)
     if (concurrency is None) == (rate is None):
         raise ValueError("a level has exactly one of concurrency and request_rate")
     if concurrency is not None:
@@ -172,12 +186,18 @@ def level_qualifies(level: Mapping[str, Any]) -> bool:
     every objective in its ``slo`` report must be met. A level measured without SLOs has
     nothing to miss and qualifies.
     """
-    if level.get("partial") or (level.get("failed") or 0) > 0:
+    if level.get(KEY.partial) or (level.get(KEY.failed) or 0) > 0:
         return False
-    if not level.get("completed"):
+    if not level.get(KEY.completed):
         return False
-    report = level.get("slo") or {}
-    return all(objective.get("met") is True for objective in report.values())
+    report = level.get(KEY.slo) or {}
+    return all(objective.get(SLO_CHECK_KEY.met) is True for objective in report.values())
+
+
+def level_is_simulated(level: Mapping[str, Any]) -> bool:
+    """Whether a level carries the simulator's ``simulated`` label (protocol 1 agents sent
+    ``true``, later ones the simulator's speed)."""
+    return level.get(KEY.simulated) not in (None, False)
 
 
 def _ranked_kind(levels: list[Mapping[str, Any]]) -> str | None:
@@ -273,9 +293,7 @@ def trial_cost_per_million_output_tokens(
         if window <= 0:
             raise ValueError(f"the serving window must be positive, not {window}")
         rate = None if pod_usd_per_hr is None else _exact(pod_usd_per_hr, "pod_usd_per_hr")
-        simulated = simulated or any(
-            level.get("simulated") not in (None, False) for level in levels
-        )
+        simulated = simulated or any(level_is_simulated(level) for level in levels)
         notes: list[str] = [
             "A level qualifies when every SLO given is met at p99, no request failed and it "
             "was not cut short; a level measured without SLOs qualifies."
@@ -293,7 +311,7 @@ def trial_cost_per_million_output_tokens(
             )
 
         level = best_level_under_slos(levels)
-        throughput = None if level is None else _throughput(level.get("output_throughput"))
+        throughput = None if level is None else _throughput(level.get(KEY.output_throughput))
         if level is None:
             notes.append("No level met the SLOs without failures: no cost per token.")
         if rate is None:

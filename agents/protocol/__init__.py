@@ -12,7 +12,9 @@ Guarantees:
   - ``pydantic_errors``: pydantic's errors as ``FieldError``s with the same field paths;
   - ``strict``: ``StrictModel``, the base of every protocol model;
   - ``versions``: vLLM version strings as comparable keys;
-  - ``serve_flags``: the serve-flag schema, grid validation and expansion, ``serve_args``;
+  - ``serve_flag_table``: the serve-flag table (``SERVE_FLAGS``, ``FlagSpec``), as data;
+  - ``serve_flags``: grid and configuration validation, grid expansion;
+  - ``serve_flag_rendering``: ``serve_args`` and the serve grid's JSON Schema;
   - ``workload``: datasets, ``Workload``, ``Slos`` and a workload's levels;
   - ``json_bounds``: the nesting depth of JSON documents, checked before decoding;
   - ``fields``: the bounded number and JSON field types (each fits its site column);
@@ -56,11 +58,15 @@ from agents.protocol.json_bounds import (
 from agents.protocol.level_result import (
     LATENCY_METRICS,
     LATENCY_STATISTICS,
+    LEVEL_RESULT_KEY,
+    SLO_CHECK_KEY,
     ErrorCount,
+    FieldNames,
     LevelResult,
     OutputLenMismatch,
     SimulatedTime,
     SloCheck,
+    latency_field,
 )
 from agents.protocol.messages import (
     MAX_LOG_TAIL_CHARS,
@@ -92,17 +98,14 @@ from agents.protocol.messages import (
 )
 from agents.protocol.pydantic_errors import pydantic_field_errors
 from agents.protocol.schema import protocol_json_schema
-from agents.protocol.serve_flags import (
-    MAX_GRID_TRIALS,
+from agents.protocol.serve_flag_rendering import serve_args, serve_flags_json_schema
+from agents.protocol.serve_flag_table import (
     SERVE_FLAGS,
     SERVE_FLAGS_SCHEMA_VERSION,
     FlagKind,
     FlagSpec,
-    expand_serve_grid,
-    serve_args,
-    serve_flags_json_schema,
-    validate_serve_grid,
 )
+from agents.protocol.serve_flags import MAX_GRID_TRIALS, expand_serve_grid, validate_serve_grid
 from agents.protocol.strict import StrictModel
 from agents.protocol.transport import (
     AGENT_DATASET_ROUTE,
@@ -157,6 +160,7 @@ __all__ = [
     "INTEGER_COLUMN_MAX",
     "LATENCY_METRICS",
     "LATENCY_STATISTICS",
+    "LEVEL_RESULT_KEY",
     "MAX_BATCH_BYTES",
     "MAX_BATCH_MESSAGES",
     "MAX_CONCURRENCY",
@@ -174,6 +178,7 @@ __all__ = [
     "SERVE_FLAGS",
     "SERVE_FLAGS_SCHEMA_VERSION",
     "SITE_FRAME_MODELS",
+    "SLO_CHECK_KEY",
     "TRIAL_FAILURE_CLASSES",
     "Ack",
     "AgentMessage",
@@ -191,6 +196,7 @@ __all__ = [
     "EpochNumber",
     "ErrorCount",
     "FieldError",
+    "FieldNames",
     "FiniteFloat",
     "FiniteJson",
     "FlagKind",
@@ -240,6 +246,7 @@ __all__ = [
     "expand_serve_grid",
     "json_depth_exceeds",
     "json_loads_bounded",
+    "latency_field",
     "message_seq",
     "parse_agent_message",
     "parse_site_frame",

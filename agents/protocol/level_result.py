@@ -125,6 +125,26 @@ class LevelResult(AsSent):
 
     def latency_ms(self, statistic: str, metric: str) -> float | None:
         """``latency_ms("p99", "ttft")`` is ``p99_ttft_ms``: one statistic of one metric."""
-        if statistic not in LATENCY_STATISTICS or metric not in LATENCY_METRICS:
-            raise ValueError(f"no latency figure {statistic}_{metric}_ms")
-        return getattr(self, f"{statistic}_{metric}_ms")
+        return getattr(self, latency_field(statistic, metric))
+
+
+def latency_field(statistic: str, metric: str) -> str:
+    """``latency_field("p99", "ttft")`` is ``"p99_ttft_ms"``: the ``LevelResult`` field of one
+    statistic of one latency metric; ValueError for a statistic or metric it has not."""
+    if statistic not in LATENCY_STATISTICS or metric not in LATENCY_METRICS:
+        raise ValueError(f"no latency figure {statistic}_{metric}_ms")
+    return f"{statistic}_{metric}_ms"
+
+
+class FieldNames:
+    """A protocol model's field names as attributes: ``LEVEL_RESULT_KEY.completed`` is
+    ``"completed"``. For readers of the JSON a model dumps (the site reads a stored result's
+    keys in SQL, and as a dict where a typed read would cost): a name the model has not
+    raises AttributeError instead of silently reading nothing."""
+
+    def __init__(self, model: type[pydantic.BaseModel]):
+        self.__dict__.update({name: name for name in model.model_fields})
+
+
+LEVEL_RESULT_KEY = FieldNames(LevelResult)
+SLO_CHECK_KEY = FieldNames(SloCheck)

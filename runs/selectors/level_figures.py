@@ -29,9 +29,14 @@ from django.db import connections
 from django.db.models import Func, JSONField, Value
 from django.db.models.fields.json import KeyTransform
 
+from agents import protocol
 from runs.costs import (
+    CLOSED_LOOP,
+    OPEN_LOOP,
+    RESULT_KEYS_READ,
     TrialCost,
     best_level_under_slos,
+    level_is_simulated,
     level_load,
     level_qualifies,
     trial_cost_per_million_output_tokens,
@@ -39,21 +44,17 @@ from runs.costs import (
 
 # Bump when what ``level_figures`` derives changes: rows of other rules are then ignored.
 FIGURES_RULES = 1
-SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
+# An SLO may be set on every latency metric, at its p99.
+SLO_METRICS = protocol.LATENCY_METRICS
 
-# What the reports read of a level's result (``runs.costs`` and
-# ``runs.selectors.trial_figures.TrialFigure``):
+# What the reports read of a level's result (``runs.costs``' rules and the p99 latencies a
+# ``runs.selectors.trial_figures.TrialFigure`` shows), all ``LevelResult`` fields:
 # on PostgreSQL only these keys leave the database, so the rest of each result (dozens of
 # percentiles) is never sent nor decoded. A figure's ``cost.level`` holds only these, and the
 # level's load.
 LEVEL_KEYS = (
-    "completed",
-    "failed",
-    "partial",
-    "slo",
-    "simulated",
-    "output_throughput",
-    *(f"p99_{metric}_ms" for metric in SLO_METRICS),
+    *RESULT_KEYS_READ,
+    *(protocol.latency_field("p99", metric) for metric in SLO_METRICS),
 )
 
 
@@ -78,15 +79,11 @@ def report_level(concurrency, request_rate, infinite, result) -> dict:
     """One level as the reports see it: its result's ``LEVEL_KEYS`` and its load."""
     # As runs.selectors.trial_costs: the stored columns are authoritative for the load of a level. A
     # key the result lacks comes back null from PostgreSQL: left out, as it was.
-    level = {
-        k: v
-        for k, v in result.items()
-        if v is not None and k not in ("concurrency", "request_rate")
-    }
+    level = {k: v for k, v in result.items() if v is not None and k not in (CLOSED_LOOP, OPEN_LOOP)}
     if concurrency is not None:
-        level["concurrency"] = concurrency
+        level[CLOSED_LOOP] = concurrency
     else:
-        level["request_rate"] = "inf" if infinite else request_rate
+        level[OPEN_LOOP] = "inf" if infinite else request_rate
     return level
 
 
@@ -135,7 +132,7 @@ def level_figures(levels: Iterable[dict]) -> LevelFigures:
             for kind, _ in [level_load(level)]
             if level_qualifies(level)
         ),
-        levels_simulated=any(level.get("simulated") not in (None, False) for level in levels),
+        levels_simulated=any(level_is_simulated(level) for level in levels),
     )
 
 

@@ -9,7 +9,8 @@ Guarantees:
   price, cold start and engine are applied: nothing price-, engine- or SLO-dependent is kept
   in the database, so a change of those is seen by the next report. A trial without figures
   of today's rules is worked out from its levels. The priced figures of ended runs are kept
-  in this process too (``EndedTrialFigures`` says why that is never stale).
+  in this process too (``runs.selectors.ended_trial_figures`` says why that is never
+  stale).
 - Simulated figures are never ranked with measured ones: each figure says ``simulated``, and
   a trial counts as simulated when its run's frozen experiment or its experiment says
   ``engine: sim`` or any of its levels carries the simulator's ``simulated`` label.
@@ -18,8 +19,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -29,8 +28,9 @@ from django.db.models import CharField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from agents import protocol
 from runs import frozen_job
-from runs.costs import TrialCost
+from runs.costs import TrialCost, level_is_simulated
 from runs.frozen_job import frozen_value
 from runs.models import (
     Experiment,
@@ -46,6 +46,7 @@ from runs.models.experiments import engine_is_simulated
 from runs.models.runs import MEASURED_OUTCOMES, TERMINAL_RUN_STATES
 from runs.selectors import level_figures
 from runs.selectors.delivery import delivery_grace
+from runs.selectors.ended_trial_figures import PricedTrial, ended_trial_figures
 from runs.selectors.level_figures import (
     SLO_METRICS,
     LevelFigures,
@@ -136,7 +137,7 @@ class TrialFigure:
 
     def p99_ms(self, metric: str) -> Decimal | None:
         level = self.cost.level
-        return None if level is None else tenth(level.get(f"p99_{metric}_ms"))
+        return None if level is None else tenth(level.get(protocol.latency_field("p99", metric)))
 
     def headroom_pct(self) -> dict[str, Decimal | None]:
         """Per SLO given: how far below its target the chosen level's p99 is, in percent."""
@@ -146,7 +147,7 @@ class TrialFigure:
             target = self.slos.get(f"{metric}_ms")
             if target is None:
                 continue
-            p99 = level.get(f"p99_{metric}_ms")
+            p99 = level.get(protocol.latency_field("p99", metric))
             if p99 is None:
                 headroom[metric] = None
                 continue
@@ -170,70 +171,9 @@ def trial_is_simulated(trial: Trial) -> bool:
     """Whether a trial's figures come from the simulator (see the module docstring)."""
     if frozen_job.run_is_simulated(trial.run):
         return True
-    return any(m.result.get("simulated") not in (None, False) for m in trial.measurements.all())
+    return any(level_is_simulated(m.result) for m in trial.measurements.all())
 
 
-@dataclass(frozen=True, slots=True)
-class _Priced:
-    """A trial's figures at one pricing: ``key`` is (level figure rules, (pod rate, its source,
-    simulated by its experiment's engine)), the inputs of its cost besides its levels and cold
-    start."""
-
-    run_key: str
-    key: tuple
-    cost: TrialCost
-    qualifying: tuple[str, ...]
-    levels_simulated: bool
-
-
-class EndedTrialFigures:
-    """The priced figures of trials whose run has ended, kept in this process's memory.
-
-    They spare a report the arithmetic of thousands of trials on every view (most of its
-    time once the levels are no longer read). Sound because an ended run is frozen once its
-    delivery grace is over: ingest refuses every message then (``runs.services.ingest``), so
-    its trials' levels and cold start never change again; only such runs are kept here. What
-    may still change — the price of a run not billed at its own rate (the catalogue, the
-    organization's override, the experiment's GPU type, cloud or count), whether the
-    experiment is simulated, and the rules of the level figures — is the entry's ``key``: an
-    entry whose key is not today's is priced again, never served. An entry also names its
-    run, whose random UUID keeps a re-created database's reused trial ids from meeting an
-    old entry. Bounded, least recently used out first; safe to share between threads.
-    """
-
-    def __init__(self, max_trials: int):
-        self.max_trials = max_trials
-        self._entries: OrderedDict[int, _Priced] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, trial_id: int, run_key: str, key: tuple) -> _Priced | None:
-        """The entry of this trial of that run if it holds for ``key``, else None."""
-        with self._lock:
-            entry = self._entries.get(trial_id)
-            if entry is None or entry.run_key != run_key or entry.key != key:
-                return None
-            self._entries.move_to_end(trial_id)
-            return entry
-
-    def put_many(self, entries: dict[int, _Priced]) -> None:
-        with self._lock:
-            for trial_id, entry in entries.items():
-                self._entries[trial_id] = entry
-                self._entries.move_to_end(trial_id)
-            while len(self._entries) > self.max_trials:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-# About 4 kB a trial (its cost, chosen level and notes): 10,000 trials — five organizations
-# of 1,000 runs — hold at most 40 MB.
-ended_trial_figures = EndedTrialFigures(max_trials=10_000)
 # Below this many trials to work out from their levels, their levels are read by id; above,
 # all of the report's.
 _LEVELS_BY_ID = 500
@@ -246,7 +186,7 @@ def trial_figures(
     its measured levels count — (of ``experiments`` when given), priced at its best level
     under its experiment's SLOs. A trial of an ended run is read
     with its level figures (``runs.selectors.level_figures``) instead of its levels, and priced once
-    per pricing in this process (``EndedTrialFigures``)."""
+    per pricing in this process (``runs.selectors.ended_trial_figures``)."""
     trials = Trial.objects.filter(organization=org, outcome__in=MEASURED_OUTCOMES)
     levels_query = Measurement.objects.filter(
         organization=org, trial__outcome__in=MEASURED_OUTCOMES
@@ -311,7 +251,7 @@ def trial_figures(
     # process's memory; the others are priced from their level figures, kept (one row each,
     # read here) or, when none are kept, worked out from the levels read here.
     rules = level_figures.FIGURES_RULES
-    computed: dict[int, _Priced] = {}
+    computed: dict[int, PricedTrial] = {}
     pending = []
     # An ended run's agent may still deliver levels for the delivery grace: frozen after it.
     frozen_before = timezone.now() - delivery_grace()
@@ -354,7 +294,7 @@ def trial_figures(
     for row in pending:
         rate, source, simulated_engine = pricing = pricing_of(row)
         levels = level_figures_of[row.id]
-        entry = computed[row.id] = _Priced(
+        entry = computed[row.id] = PricedTrial(
             run_key=row.run_key,
             key=(rules, pricing),
             cost=trial_cost(

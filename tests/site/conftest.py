@@ -14,8 +14,8 @@ from runs.actors import Actor
 from runs.frozen_job import run_frozen_fields
 from runs.gpu_catalogue_seed import seed_gpu_catalogue
 from runs.models import GpuType, Organization, User
+from runs.selectors.ended_trial_figures import ended_trial_figures
 from runs.selectors.estimates import experiment_estimate
-from runs.selectors.trial_figures import ended_trial_figures
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
 from runs.services.tenancy import membership_add, org_create, token_create

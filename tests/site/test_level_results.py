@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agents import protocol
+from runs.selectors.level_figures import LEVEL_KEYS
 from runs.selectors.level_results import stored_level_result
 
 CORE = {"completed": 100, "failed": 0, "duration": 12.5}
@@ -39,3 +40,20 @@ def test_a_level_result_is_strict_and_bounded_as_protocol_2_was():
         protocol.LevelResult.model_validate(CORE | {"p99_ttft_ms": float("nan")})
     with pytest.raises(ValueError):
         protocol.LevelResult.model_validate(CORE | {"total_output_tokens": 2**63})
+
+
+def test_the_keys_the_reports_read_in_sql_are_level_result_fields():
+    assert set(LEVEL_KEYS) <= protocol.LevelResult.model_fields.keys()
+    # What the cost rules decide on, and the p99 latencies a report shows.
+    assert set(LEVEL_KEYS) == {
+        "completed",
+        "failed",
+        "partial",
+        "slo",
+        "simulated",
+        "output_throughput",
+        "p99_ttft_ms",
+        "p99_tpot_ms",
+        "p99_itl_ms",
+        "p99_e2el_ms",
+    }

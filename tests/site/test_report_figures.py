@@ -18,9 +18,10 @@ from django.test.utils import CaptureQueriesContext
 from runs.models import GpuType, Measurement, Run, TrialLevelFigures
 from runs.models.runs import RunState
 from runs.selectors import level_figures
+from runs.selectors.ended_trial_figures import ended_trial_figures
 from runs.selectors.level_figures import SLO_METRICS
 from runs.selectors.trial_costs import trial_costs
-from runs.selectors.trial_figures import ended_trial_figures, trial_figures
+from runs.selectors.trial_figures import trial_figures
 from runs.services.catalogue import gpu_price_set
 from runs.services.experiments import experiment_update
 from runs.services.level_figures import level_figures_backfill, trial_level_figures_record
