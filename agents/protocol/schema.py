@@ -11,7 +11,7 @@ from agents.protocol.messages import (
     AgentMessage,
     EpochGrant,
 )
-from agents.protocol.serve_flags import SERVE_FLAGS_SCHEMA_VERSION
+from agents.protocol.serve_flag_table import SERVE_FLAGS_SCHEMA_VERSION
 from agents.protocol.transport import BatchAnswer, BatchRequest
 
 
