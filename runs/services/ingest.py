@@ -307,18 +307,18 @@ def _enqueue_finalize(run_id) -> None:
         logger.warning("could not enqueue finalizing run %s", run_id, exc_info=True)
 
 
-# The LevelResult fields of a measurement's notice (those the agent sent).
+# The LevelResult fields of a measurement's notice (those the agent sent): what the live
+# page charts (p50 and p99 of TTFT, ITL and TPOT, throughput), its counts and the label.
 _NOTICE_RESULT_FIELDS = {
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "output_throughput",
-    "completed",
-    "failed",
-    "simulated",
+    *(
+        protocol.latency_field(statistic, metric)
+        for statistic in ("median", "p99")
+        for metric in ("ttft", "itl", "tpot")
+    ),
+    protocol.LEVEL_RESULT_KEY.output_throughput,
+    protocol.LEVEL_RESULT_KEY.completed,
+    protocol.LEVEL_RESULT_KEY.failed,
+    protocol.LEVEL_RESULT_KEY.simulated,
 }
 
 
