@@ -11,7 +11,8 @@ import urllib.request
 
 import pytest
 
-from agents.cli import EXIT_ENGINE_FAILED, EXIT_USAGE, main
+from agents.cli import main
+from agents.cli.usage import EXIT_ENGINE_FAILED, EXIT_USAGE
 from agents.engines.launch import EngineConfigError, engine_from_config
 
 

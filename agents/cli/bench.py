@@ -1,0 +1,232 @@
+"""``benchsite-agent bench``: load-tests any OpenAI-compatible server on its own.
+
+Guarantees: exit 0 done; 2 bad arguments or a server that cannot be reached before the
+first level (one clear error line, nothing measured); 130 interrupted, the levels finished
+so far written to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+from pathlib import Path
+
+import pydantic
+from rich.console import Console
+
+from agents.cli.usage import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, print_error
+from agents.loadgen import (
+    BenchConfig,
+    BenchFinished,
+    DatasetError,
+    LevelFinished,
+    PrefixPrompts,
+    RandomPrompts,
+    ServerUnreachable,
+    ShareGptPrompts,
+    TokenizerError,
+    event_loop_runner,
+    load_tokenizer,
+    run_bench,
+)
+from agents.loadgen.http import parse_base_url
+from agents.loadgen.report import ProgressView, append_records, level_table, write_json
+from agents.protocol import MAX_CONCURRENCY, Slos, pydantic_field_errors
+
+
+def _int_list(option: str, text: str) -> list[int]:
+    values = []
+    for part in text.split(","):
+        try:
+            value = int(part)
+        except ValueError:
+            raise UsageError(f"{option}: {part.strip()!r} is not a whole number") from None
+        if not 1 <= value <= MAX_CONCURRENCY:
+            raise UsageError(f"{option}: {value} is outside 1..{MAX_CONCURRENCY}")
+        values.append(value)
+    return values
+
+
+def _rate_list(text: str) -> list[float | str]:
+    rates: list[float | str] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.lower() == "inf":
+            rates.append("inf")
+            continue
+        try:
+            rate = float(part)
+        except ValueError:
+            raise UsageError(f"--request-rate: {part!r} is not a number or 'inf'") from None
+        if not rate > 0 or math.isinf(rate):
+            raise UsageError(f"--request-rate: {part!r} must be above 0 (or 'inf')")
+        rates.append(rate)
+    return rates
+
+
+def _slos(text: str | None) -> Slos | None:
+    if not text:
+        return None
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        name, equals, raw = part.partition("=")
+        name = name.strip()
+        if not equals:
+            raise UsageError(f"--slo: expected NAME=MS, got {part!r}")
+        try:
+            values[name] = float(raw)
+        except ValueError:
+            raise UsageError(f"--slo: {name}={raw!r} is not a number of milliseconds") from None
+    try:
+        return Slos.model_validate(values)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(f"{e.field}: {e.message}" for e in pydantic_field_errors(exc))
+        raise UsageError(f"--slo: {problems}") from None
+
+
+def _source(args: argparse.Namespace):
+    kind, _, value = args.dataset.partition(":")
+    output_len = args.output_len
+    if kind == "random" and not value:
+        return RandomPrompts(args.input_len, output_len or 128, args.range_ratio)
+    if kind == "sharegpt" and value:
+        return ShareGptPrompts(Path(value), output_len)
+    if kind == "prefix" and value:
+        try:
+            shared = int(value)
+        except ValueError:
+            raise UsageError(f"--dataset prefix:{value}: the shared length is a number") from None
+        if shared < 1:
+            raise UsageError("--dataset prefix:N: the shared length must be at least 1")
+        return PrefixPrompts(shared, args.input_len, output_len or 128, args.num_prefixes)
+    raise UsageError(
+        f"--dataset: expected random, sharegpt:PATH or prefix:SHARED_LEN, got {args.dataset!r}"
+    )
+
+
+def build_config(args: argparse.Namespace) -> BenchConfig:
+    """Turns parsed arguments into a ``BenchConfig``; raises ``UsageError``."""
+    try:
+        parse_base_url(args.base_url)
+    except ValueError as exc:
+        raise UsageError(f"--base-url: {exc}") from None
+    levels: list[dict] = []
+    if args.concurrency:
+        levels += [{"concurrency": value} for value in _int_list("--concurrency", args.concurrency)]
+    if args.request_rate:
+        levels += [{"request_rate": rate} for rate in _rate_list(args.request_rate)]
+    if not levels:
+        raise UsageError("give at least one load level: --concurrency and/or --request-rate")
+    if len({str(level) for level in levels}) != len(levels):
+        raise UsageError("a load level is listed twice")
+    for name in ("input_len", "num_prompts", "warmup", "num_prefixes"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            raise UsageError(f"--{name.replace('_', '-')}: {value} is too small")
+    if args.output_len is not None and args.output_len < 1:
+        raise UsageError("--output-len must be at least 1")
+    if not 0 <= args.range_ratio < 1:
+        raise UsageError("--range-ratio must be in [0, 1)")
+    if not args.burstiness > 0:
+        raise UsageError("--burstiness must be above 0")
+    if args.duration is not None and not args.duration > 0:
+        raise UsageError("--duration must be above 0 seconds")
+    for option, path in (("--json", args.json), ("--per-request", args.per_request)):
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"{option}: the folder {str(path.parent)!r} does not exist")
+    if args.request_timeout is not None and not args.request_timeout > 0:
+        raise UsageError("--request-timeout must be above 0 seconds")
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise UsageError(f"--api-key-env: the variable {args.api_key_env} is not set")
+    metrics_url: str | None = args.metrics_url or "auto"
+    if metrics_url.lower() == "none":
+        metrics_url = None
+    elif metrics_url != "auto":
+        try:
+            parse_base_url(metrics_url)
+        except ValueError as exc:
+            raise UsageError(f"--metrics-url: {exc}") from None
+    try:
+        tokenizer = load_tokenizer(args.tokenizer)
+    except TokenizerError as exc:
+        raise UsageError(f"--tokenizer: {exc}") from None
+    source = _source(args)
+    if isinstance(source, ShareGptPrompts):
+        source.load(tokenizer)  # a bad file is a usage error now, not a crash at level 1
+    return BenchConfig(
+        base_url=args.base_url,
+        model=args.model,
+        source=source,
+        levels=tuple(levels),
+        endpoint=args.endpoint,
+        api_key=api_key,
+        burstiness=args.burstiness,
+        num_prompts=args.num_prompts,
+        duration=args.duration,
+        warmup=args.warmup,
+        max_concurrency=args.max_concurrency,
+        tokenizer=tokenizer,
+        slos=_slos(args.slo),
+        metrics_url=metrics_url,
+        seed=args.seed,
+        request_timeout=args.request_timeout,
+        ignore_eos=not args.no_ignore_eos,
+    )
+
+
+async def _bench(config: BenchConfig, args: argparse.Namespace, console: Console, done: list):
+    with ProgressView(console) as view:
+        async for event in run_bench(config):
+            view.handle(event)
+            if isinstance(event, LevelFinished):
+                done.append(event.result)
+                view.progress.console.print(level_table(event.result))
+                if args.per_request:
+                    append_records(args.per_request, {"level": event.index}, event.records)
+                if args.json:
+                    write_json(args.json, config.describe(), done, interrupted=True)
+            elif isinstance(event, BenchFinished) and args.json:
+                write_json(args.json, event.config, event.levels, interrupted=False)
+
+
+def allow_many_connections() -> None:
+    """Raises the open-file limit to its hard maximum: one socket per request in flight."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    allow_many_connections()
+    console = Console()
+    errors = Console(stderr=True)
+    try:
+        config = build_config(args)
+    except (UsageError, DatasetError) as exc:
+        print_error(errors, exc)
+        return EXIT_USAGE
+    if args.per_request:
+        args.per_request.write_text("")  # one file per run, not appended across runs
+    done: list[dict] = []
+    try:
+        with event_loop_runner() as runner:
+            runner.run(_bench(config, args, console, done))
+    except (ServerUnreachable, DatasetError) as exc:
+        print_error(errors, exc)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        if args.json:
+            write_json(args.json, config.describe(), done, interrupted=True)
+        errors.print(f"interrupted: {len(done)} level(s) finished and written")
+        return EXIT_INTERRUPTED
+    return 0

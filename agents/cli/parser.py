@@ -1,0 +1,107 @@
+"""The ``benchsite-agent`` command line's arguments: every subcommand and its options."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchsite-agent", description="The Benchsite agent.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    bench = commands.add_parser(
+        "bench",
+        help="load-test an OpenAI-compatible server",
+        description="Streams requests to an OpenAI-compatible server at each load level and "
+        "reports TTFT, TPOT, ITL and E2EL with vllm bench serve's semantics.",
+    )
+    bench.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000")
+    bench.add_argument("--model", required=True, help="the served model name")
+    bench.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    bench.add_argument("--api-key-env", metavar="VAR", help="environment variable with the key")
+    bench.add_argument("--concurrency", metavar="N[,N...]", help="closed-loop levels, in order")
+    bench.add_argument(
+        "--request-rate", metavar="R[,R...]", help="open-loop levels in req/s ('inf': all at once)"
+    )
+    bench.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson")
+    bench.add_argument(
+        "--max-concurrency", type=int, metavar="N", help="cap on requests in flight (rate levels)"
+    )
+    bench.add_argument("--dataset", default="random", help="random | sharegpt:PATH | prefix:LEN")
+    bench.add_argument("--input-len", type=int, default=128, help="prompt (or suffix) tokens")
+    bench.add_argument("--output-len", type=int, help="output tokens (default 128)")
+    bench.add_argument("--range-ratio", type=float, default=0.0, help="random length spread")
+    bench.add_argument("--num-prefixes", type=int, default=1, help="prefix dataset: prefixes")
+    amount = bench.add_mutually_exclusive_group()
+    amount.add_argument("--num-prompts", type=int, default=200, help="requests per level")
+    amount.add_argument("--duration", type=float, metavar="SECONDS", help="seconds per level")
+    bench.add_argument("--warmup", type=int, default=0, help="unmeasured requests per level")
+    bench.add_argument("--tokenizer", metavar="PATH", help="local tokenizer for exact lengths")
+    bench.add_argument("--slo", metavar="ttft_ms=500,tpot_ms=50,e2el_ms=10000")
+    bench.add_argument("--metrics-url", help="Prometheus URL (default <base-url>/metrics; none)")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
+    bench.add_argument(
+        "--no-ignore-eos",
+        action="store_true",
+        help="do not send vLLM's ignore_eos (for APIs that refuse it; lengths may then differ)",
+    )
+    bench.add_argument("--json", type=Path, metavar="OUT.json", help="write the results")
+    bench.add_argument("--per-request", type=Path, metavar="OUT.jsonl", help="one line a request")
+
+    sim = commands.add_parser(
+        "serve-sim",
+        help="serve the vLLM simulator (OpenAI API, simulated timing)",
+        description="An OpenAI-compatible server whose timing models vLLM on a GPU. "
+        "Everything it serves is labelled simulated.",
+    )
+    sim.add_argument("--model-spec", required=True, help="preset (llama-3.1-8b…) or JSON file")
+    sim.add_argument("--gpu", required=True, help="H100, H200, B200, A100, L40S, RTX 4090")
+    sim.add_argument("--config", type=Path, metavar="SERVE.json", help="serve flags (schema)")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8000)
+    sim.add_argument("--served-model-name", help="default: the model spec's name")
+    sim.add_argument("--speed", type=float, default=1.0, help="simulated seconds per second")
+    sim.add_argument("--startup-speed", type=float, help="speed of start-up (default --speed)")
+    sim.add_argument("--seed", type=int, default=0)
+
+    up = commands.add_parser(
+        "engine-up",
+        help="start vLLM or the simulator from a JSON description and serve until Ctrl-C",
+    )
+    up.add_argument("--engine", choices=("vllm", "sim"), help="overrides the file's 'engine'")
+    up.add_argument("--config", type=Path, required=True, metavar="ENGINE.json")
+    up.add_argument("--workdir", type=Path, default=Path("engine-run"), help="logs and caches")
+    up.add_argument("--restarts", type=int, default=1, help="watchdog restarts after a crash")
+
+    run = commands.add_parser(
+        "run",
+        help="run a whole job (every trial) and report to the site or a results folder",
+        description="Runs each trial of the job: engine up, load levels, engine down. The job "
+        "comes from --job or BENCHSITE_JOB (base64 JSON), the run token from BENCHSITE_TOKEN. "
+        "Exit codes: 0 done and delivered, 2 bad job, 3 stopped early (cancel, deadline, "
+        "refused), 4 messages left undelivered in the spool.",
+    )
+    run.add_argument("--job", type=Path, metavar="JOB.json", help="default: $BENCHSITE_JOB")
+    run.add_argument("--workdir", type=Path, help="results, spool and logs (default ./run-<id>)")
+    run.add_argument("--dataset-dir", type=Path, help="ShareGPT files as <dataset id>.json")
+    run.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long to keep delivering after the run",
+    )
+    run.add_argument(
+        "--deadline-margin",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="stop this long before the job's deadline",
+    )
+
+    flush = commands.add_parser("flush", help="deliver what an earlier `run` left in its spool")
+    flush.add_argument("--job", type=Path, metavar="JOB.json", help="default: $BENCHSITE_JOB")
+    flush.add_argument("--workdir", type=Path, required=True, help="the run's folder")
+    flush.add_argument("--drain-timeout", type=float, default=600.0, metavar="SECONDS")
+    return parser
