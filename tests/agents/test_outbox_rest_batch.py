@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from agents import protocol
-from agents.runner.outbox import MAX_REST_BATCH, rest_batch
+from agents.runner.rest_delivery import MAX_REST_BATCH, rest_batch
 
 
 def _pending(count: int, size: int) -> dict[int, str]:
