@@ -23,20 +23,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-LATENCY_METRICS = tuple(
-    f"{stat}_{metric}_ms"
-    for metric in ("ttft", "tpot", "itl", "e2el")
-    for stat in ("mean", "median", "std", "p90", "p95", "p99")
-)
-RATE_METRICS = (
-    "request_throughput",
-    "request_goodput",
-    "output_throughput",
-    "total_token_throughput",
-    "max_output_tokens_per_s",
-)
+from benchsite_cli.level_results import FIGURES, OUTPUT_THROUGHPUT, level_figure
+
+# Every figure of a level's result may be gated, and its cost per token (derived here).
 COST_METRIC = "cost_per_mtok"
-KNOWN_METRICS = frozenset((*LATENCY_METRICS, *RATE_METRICS, "duration", COST_METRIC))
+KNOWN_METRICS = FIGURES | {COST_METRIC}
 
 
 class ThresholdError(ValueError):
@@ -123,8 +114,8 @@ def _number(value: Any) -> float | None:
 def metric_value(level: dict[str, Any], metric: str, price_usd_hr: Any) -> float | None:
     """One metric of a level's result; ``cost_per_mtok`` derived from the run's pod rate."""
     if metric != COST_METRIC:
-        return _number(level.get(metric))
-    rate, throughput = _number(price_usd_hr), _number(level.get("output_throughput"))
+        return _number(level_figure(level, metric))
+    rate, throughput = _number(price_usd_hr), _number(level_figure(level, OUTPUT_THROUGHPUT))
     # A rate of 0 is "not billed" (local pods), not "free": it would make every cost equal.
     if rate is None or rate <= 0 or not throughput:
         return None

@@ -35,6 +35,7 @@ from benchsite_cli.gate import (
     row_cells,
 )
 from benchsite_cli.gate_files import junit_write, markdown_write
+from benchsite_cli.level_results import OUTPUT_THROUGHPUT, SUMMARY_FIGURES, level_figure
 from benchsite_cli.progress import progress_for
 
 TERMINAL_STATES = {"succeeded", "failed", "cancelled", "over_budget"}
@@ -526,13 +527,16 @@ def _print_run_summary(run: dict[str, Any]) -> None:
                     str(trial["index"]),
                     trial.get("outcome", ""),
                     load,
-                    format_value(result.get("p99_ttft_ms")),
-                    format_value(result.get("p99_itl_ms")),
-                    format_value(result.get("output_throughput")),
+                    *(format_value(level_figure(result, name)) for name in SUMMARY_FIGURES),
                 )
             )
     if rows:
-        _table(("trial", "outcome", "load", "p99_ttft_ms", "p99_itl_ms", "output_tok/s"), rows)
+        headers = (_SHORT_HEADERS.get(name, name) for name in SUMMARY_FIGURES)
+        _table(("trial", "outcome", "load", *headers), rows)
+
+
+# A run summary's columns are headed by the figure's name, shortened where it is long.
+_SHORT_HEADERS = {OUTPUT_THROUGHPUT: "output_tok/s"}
 
 
 def _print_gate(result: GateResult) -> None:
