@@ -16,6 +16,7 @@ from decimal import Decimal
 
 from django.http import HttpResponse
 
+from agents import protocol
 from runs.selectors.cost_rankings import BestConfig, ModelPoint
 from runs.selectors.spend import ExperimentSpend, MonthSpend
 from runs.selectors.trial_figures import TrialFigure, tenth
@@ -213,7 +214,8 @@ def model_chart_data(points: list[ModelPoint]) -> list[dict]:
             "parameters": p.figure.model.parameter_count,
             "usd_per_million": text(p.figure.usd_per_million),
             "throughput_per_gpu": text(p.figure.throughput_per_gpu),
-            "p99_ttft_ms": text(p.figure.p99_ms("ttft")),
+            # Named as the level result's figure it shows.
+            protocol.latency_field("p99", "ttft"): text(p.figure.p99_ms("ttft")),
             "pareto": p.pareto,
         }
         for p in points
