@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import asyncio
 
-from agents.loadgen.engine import (
-    BenchConfig,
+from agents.loadgen.config import BenchConfig
+from agents.loadgen.engine import ServerUnreachable, run_bench, run_levels
+from agents.loadgen.events import (
     BenchFinished,
     Event,
     LevelFinished,
     LevelStarted,
     RequestDone,
     ServerSample,
-    ServerUnreachable,
     level_label,
-    run_bench,
-    run_levels,
 )
 from agents.loadgen.prompts import DatasetError, PrefixPrompts, RandomPrompts, ShareGptPrompts
 from agents.loadgen.records import RequestRecord

@@ -29,18 +29,25 @@ import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
 from time import perf_counter
 
 from agents.loadgen.arrivals import arrival_offsets
+from agents.loadgen.config import BenchConfig
+from agents.loadgen.events import (
+    BenchFinished,
+    Event,
+    LevelFinished,
+    LevelStarted,
+    RequestDone,
+    ServerSample,
+    level_label,
+)
 from agents.loadgen.http import ConnectionPool, HttpError, Origin, fetch, parse_base_url
-from agents.loadgen.openai import Endpoint, encode_request, send_request
-from agents.loadgen.prompts import Prompt, PromptSource
+from agents.loadgen.openai import encode_request, send_request
+from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.results import level_result
 from agents.loadgen.server_metrics import MetricsScraper
-from agents.loadgen.tokenizer import Tokenizer
-from agents.protocol import Slos
 
 # In duration mode a level cycles through this many pre-built prompts at most.
 DURATION_PROMPT_POOL = 2000
@@ -49,143 +56,6 @@ DURATION_PROMPT_POOL = 2000
 class ServerUnreachable(RuntimeError):
     """The server could not be reached before a level's clock started: nothing of that level
     (or of any later one) was measured."""
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """Everything one benchmark needs. ``levels`` are ``{"concurrency": n}`` or
-    ``{"request_rate": r}`` dicts (``agents.protocol.workload_levels`` gives them)."""
-
-    base_url: str
-    model: str
-    source: PromptSource
-    levels: tuple[dict, ...]
-    endpoint: Endpoint = "completions"
-    api_key: str | None = field(default=None, repr=False)
-    burstiness: float = 1.0
-    num_prompts: int = 200
-    duration: float | None = None
-    warmup: int = 0
-    max_concurrency: int | None = None
-    tokenizer: Tokenizer | None = None
-    slos: Slos | None = None
-    # "auto": <base-url>/metrics when it answers; None: no scraping.
-    metrics_url: str | None = "auto"
-    metrics_period: float = 1.0
-    seed: int = 0
-    request_timeout: float | None = 600.0
-    connect_timeout: float = 10.0
-    # vLLM's extension; hosted APIs that refuse unknown fields need it off.
-    ignore_eos: bool = True
-
-    def __post_init__(self) -> None:
-        # The CLI and the protocol validate user input; this catches a programming error
-        # before it turns into an empty or endless level.
-        if not self.levels:
-            raise ValueError("at least one level is needed")
-        for level in self.levels:
-            if set(level) == {"concurrency"}:
-                value = level["concurrency"]
-                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise ValueError(f"bad concurrency level {level!r}")
-            elif set(level) == {"request_rate"}:
-                rate = level["request_rate"]
-                if rate != "inf" and not (isinstance(rate, int | float) and 0 < rate < math.inf):
-                    raise ValueError(f"bad request-rate level {level!r}")
-            else:
-                raise ValueError(
-                    f"a level is {{'concurrency': n}} or {{'request_rate': r}}: {level!r}"
-                )
-        if self.num_prompts < 1 or self.warmup < 0 or not self.burstiness > 0:
-            raise ValueError("num_prompts must be ≥ 1, warmup ≥ 0 and burstiness > 0")
-        if self.duration is not None and not self.duration > 0:
-            raise ValueError("duration must be above 0 seconds")
-
-    def describe(self) -> dict:
-        """The configuration as JSON (the key is never included)."""
-        source = self.source
-        return {
-            "base_url": self.base_url,
-            "model": self.model,
-            "endpoint": self.endpoint,
-            "dataset": {"kind": type(source).__name__}
-            | {
-                key: value if isinstance(value, int | float | str | None) else str(value)
-                for key, value in vars(source).items()
-            },
-            "levels": list(self.levels),
-            "burstiness": self.burstiness,
-            "num_prompts": None if self.duration is not None else self.num_prompts,
-            "duration": self.duration,
-            "warmup": self.warmup,
-            "max_concurrency": self.max_concurrency,
-            "tokenizer": self.tokenizer is not None,
-            "slos": self.slos.model_dump() if self.slos is not None else None,
-            "metrics_url": self.metrics_url,
-            "seed": self.seed,
-            "request_timeout": self.request_timeout,
-            "ignore_eos": self.ignore_eos,
-        }
-
-
-@dataclass(frozen=True)
-class LevelStarted:
-    """A level's clock has started (prompts built, connections open)."""
-
-    index: int
-    level: dict
-    total: int | None  # requests to send, or None in duration mode
-    duration: float | None
-
-
-@dataclass(frozen=True)
-class RequestDone:
-    """Running totals of the current level after one more request ended, and that request."""
-
-    index: int
-    completed: int
-    failed: int
-    output_tokens: int
-    elapsed: float
-    record: RequestRecord = field(repr=False)
-
-
-@dataclass(frozen=True)
-class ServerSample:
-    """One periodic scrape of the server's metrics during a level (``None``: not exposed)."""
-
-    index: int
-    kv_cache_usage: float | None
-    num_requests_running: float | None
-    num_requests_waiting: float | None
-
-
-@dataclass(frozen=True)
-class LevelFinished:
-    """A level's result (``agents.loadgen.results``) and its per-request records."""
-
-    index: int
-    result: dict
-    records: list[RequestRecord] = field(repr=False)
-
-
-@dataclass(frozen=True)
-class BenchFinished:
-    """Every level ran, or ``stopped`` early; ``config`` is ``BenchConfig.describe()``."""
-
-    config: dict
-    levels: list[dict]
-    stopped: bool = False
-
-
-Event = LevelStarted | RequestDone | ServerSample | LevelFinished | BenchFinished
-
-
-def level_label(level: dict) -> str:
-    """``concurrency 8`` or ``rate 2.5 req/s``: how a level is named to people."""
-    if "concurrency" in level:
-        return f"concurrency {level['concurrency']}"
-    return f"rate {level['request_rate']} req/s"
 
 
 class _Progress:

@@ -30,7 +30,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from agents.loadgen.engine import LevelFinished, LevelStarted, RequestDone, level_label
+from agents.loadgen.events import LevelFinished, LevelStarted, RequestDone, level_label
 from agents.loadgen.records import RequestRecord
 
 _METRIC_LABELS = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.loadgen.engine import BenchConfig
+from agents.loadgen.config import BenchConfig
 from agents.loadgen.prompts import PrefixPrompts, PromptSource, RandomPrompts, ShareGptPrompts
 from agents.protocol import (
     PrefixDataset,

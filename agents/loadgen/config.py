@@ -1,0 +1,92 @@
+"""What one benchmark is: ``BenchConfig``, checked when it is made.
+
+Guarantees: a config always has at least one well-formed level, at least one prompt per level
+and a positive burstiness and duration; ``describe`` never includes the API key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from agents.loadgen.openai import Endpoint
+from agents.loadgen.prompts import PromptSource
+from agents.loadgen.tokenizer import Tokenizer
+from agents.protocol import Slos
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything one benchmark needs. ``levels`` are ``{"concurrency": n}`` or
+    ``{"request_rate": r}`` dicts (``agents.protocol.workload_levels`` gives them)."""
+
+    base_url: str
+    model: str
+    source: PromptSource
+    levels: tuple[dict, ...]
+    endpoint: Endpoint = "completions"
+    api_key: str | None = field(default=None, repr=False)
+    burstiness: float = 1.0
+    num_prompts: int = 200
+    duration: float | None = None
+    warmup: int = 0
+    max_concurrency: int | None = None
+    tokenizer: Tokenizer | None = None
+    slos: Slos | None = None
+    # "auto": <base-url>/metrics when it answers; None: no scraping.
+    metrics_url: str | None = "auto"
+    metrics_period: float = 1.0
+    seed: int = 0
+    request_timeout: float | None = 600.0
+    connect_timeout: float = 10.0
+    # vLLM's extension; hosted APIs that refuse unknown fields need it off.
+    ignore_eos: bool = True
+
+    def __post_init__(self) -> None:
+        # The CLI and the protocol validate user input; this catches a programming error
+        # before it turns into an empty or endless level.
+        if not self.levels:
+            raise ValueError("at least one level is needed")
+        for level in self.levels:
+            if set(level) == {"concurrency"}:
+                value = level["concurrency"]
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ValueError(f"bad concurrency level {level!r}")
+            elif set(level) == {"request_rate"}:
+                rate = level["request_rate"]
+                if rate != "inf" and not (isinstance(rate, int | float) and 0 < rate < math.inf):
+                    raise ValueError(f"bad request-rate level {level!r}")
+            else:
+                raise ValueError(
+                    f"a level is {{'concurrency': n}} or {{'request_rate': r}}: {level!r}"
+                )
+        if self.num_prompts < 1 or self.warmup < 0 or not self.burstiness > 0:
+            raise ValueError("num_prompts must be ≥ 1, warmup ≥ 0 and burstiness > 0")
+        if self.duration is not None and not self.duration > 0:
+            raise ValueError("duration must be above 0 seconds")
+
+    def describe(self) -> dict:
+        """The configuration as JSON (the key is never included)."""
+        source = self.source
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "dataset": {"kind": type(source).__name__}
+            | {
+                key: value if isinstance(value, int | float | str | None) else str(value)
+                for key, value in vars(source).items()
+            },
+            "levels": list(self.levels),
+            "burstiness": self.burstiness,
+            "num_prompts": None if self.duration is not None else self.num_prompts,
+            "duration": self.duration,
+            "warmup": self.warmup,
+            "max_concurrency": self.max_concurrency,
+            "tokenizer": self.tokenizer is not None,
+            "slos": self.slos.model_dump() if self.slos is not None else None,
+            "metrics_url": self.metrics_url,
+            "seed": self.seed,
+            "request_timeout": self.request_timeout,
+            "ignore_eos": self.ignore_eos,
+        }

@@ -1,0 +1,70 @@
+"""What a running benchmark reports: the events ``run_bench`` streams, in this order per
+level: ``LevelStarted``, then ``RequestDone`` and ``ServerSample`` as they happen,
+``LevelFinished``; ``BenchFinished`` last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agents.loadgen.records import RequestRecord
+
+
+@dataclass(frozen=True)
+class LevelStarted:
+    """A level's clock has started (prompts built, connections open)."""
+
+    index: int
+    level: dict
+    total: int | None  # requests to send, or None in duration mode
+    duration: float | None
+
+
+@dataclass(frozen=True)
+class RequestDone:
+    """Running totals of the current level after one more request ended, and that request."""
+
+    index: int
+    completed: int
+    failed: int
+    output_tokens: int
+    elapsed: float
+    record: RequestRecord = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ServerSample:
+    """One periodic scrape of the server's metrics during a level (``None``: not exposed)."""
+
+    index: int
+    kv_cache_usage: float | None
+    num_requests_running: float | None
+    num_requests_waiting: float | None
+
+
+@dataclass(frozen=True)
+class LevelFinished:
+    """A level's result (``agents.loadgen.results``) and its per-request records."""
+
+    index: int
+    result: dict
+    records: list[RequestRecord] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class BenchFinished:
+    """Every level ran, or ``stopped`` early; ``config`` is ``BenchConfig.describe()``."""
+
+    config: dict
+    levels: list[dict]
+    stopped: bool = False
+
+
+Event = LevelStarted | RequestDone | ServerSample | LevelFinished | BenchFinished
+
+
+def level_label(level: dict) -> str:
+    """``concurrency 8`` or ``rate 2.5 req/s``: how a level is named to people."""
+    if "concurrency" in level:
+        return f"concurrency {level['concurrency']}"
+    return f"rate {level['request_rate']} req/s"
