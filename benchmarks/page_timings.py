@@ -348,6 +348,7 @@ def seed(count: int):
                 (
                     Trial(
                         run=run,
+                        organization=org,
                         index=index,
                         serve_config=config,
                         command=["vllm", "serve", "m", *_flags(config)],
@@ -373,6 +374,7 @@ def seed(count: int):
         [
             Measurement(
                 trial=trial,
+                organization=org,
                 concurrency=concurrency,
                 result=level_result(
                     concurrency,
@@ -416,6 +418,7 @@ def seed(count: int):
         [
             AgentMessageRecord(
                 run=live,
+                organization=org,
                 seq=seq,
                 type="level_progress",
                 payload={
