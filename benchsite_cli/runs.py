@@ -1,0 +1,257 @@
+"""``benchsite runs start | show | cancel | compare``: runs, waiting for them and the gate.
+
+Guarantees: thresholds, the baseline and output paths are checked before a run is started,
+so a typo never rents a GPU; a run that ends other than succeeded is an error (exit 2); the
+gate exits 1 on a regression beyond a threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchsite_cli import EXIT_OK, EXIT_REGRESSION
+from benchsite_cli.client import ApiClient, CliError
+from benchsite_cli.gate import (
+    ROW_COLUMNS,
+    GateResult,
+    NothingToCompare,
+    Threshold,
+    ThresholdError,
+    format_change,
+    format_value,
+    gate_compare,
+    parse_thresholds,
+    row_cells,
+)
+from benchsite_cli.gate_files import junit_write, markdown_write
+from benchsite_cli.level_results import OUTPUT_THROUGHPUT, SUMMARY_FIGURES, level_figure
+from benchsite_cli.lookup import find_row, looks_like_uuid
+from benchsite_cli.output import err, out, table
+from benchsite_cli.progress import progress_for
+
+TERMINAL_STATES = {"succeeded", "failed", "cancelled", "over_budget"}
+
+
+def _thresholds(args) -> list[Threshold]:
+    if not args.max_regression:
+        return []
+    try:
+        return parse_thresholds(args.max_regression)
+    except ThresholdError as exc:
+        raise CliError(f"--max-regression: {exc}") from None
+
+
+def _check_output_paths(args) -> None:
+    for option in ("json_out", "junit", "markdown"):
+        path = getattr(args, option, None)
+        if path is not None and not path.parent.exists():
+            flag = "--json" if option == "json_out" else f"--{option}"
+            raise CliError(f"{flag}: the directory {path.parent} does not exist")
+
+
+def _resolve_baseline(
+    api: ApiClient, spec: str, *, experiment_id: str, exclude: str | None = None
+) -> tuple[dict[str, Any], str, int | None]:
+    """(baseline run detail, how it was chosen, the one trial to compare or None)."""
+    if spec == "promoted":
+        return _promoted_baseline(api, experiment_id)
+    if spec == "last-succeeded":
+        for row in api.list_all("runs/", {"experiment": experiment_id, "state": "succeeded"}):
+            if row["id"] != exclude:
+                return api.get(f"runs/{row['id']}/"), "last-succeeded", None
+        raise CliError(
+            f"--baseline last-succeeded: experiment {experiment_id} has no succeeded run yet"
+        )
+    if not looks_like_uuid(spec):
+        raise CliError(f"--baseline: expected promoted, last-succeeded or a run id, not {spec!r}")
+    run = api.get(f"runs/{spec}/")
+    if run["state"] != "succeeded":
+        raise CliError(f"--baseline: run {spec} ended {run['state']}, not succeeded")
+    return run, f"run {spec}", None
+
+
+def _promoted_baseline(api: ApiClient, experiment_id: str) -> tuple[dict[str, Any], str, int]:
+    """The experiment's approved promotion (the site keeps at most one): its run, narrowed to
+    the promoted trial."""
+    promotions = api.get(
+        "promotions/", {"state": "approved", "experiment": experiment_id, "page_size": 1}
+    ).get("results", [])
+    if not promotions:
+        raise CliError(
+            f"--baseline promoted: experiment {experiment_id} has no approved promotion "
+            "(propose a trial and have an owner or admin approve it, or use "
+            "--baseline last-succeeded)"
+        )
+    promotion = promotions[0]
+    run = api.get(f"runs/{promotion['run']}/")
+    return run, f"promoted (trial {promotion['trial_index']})", promotion["trial_index"]
+
+
+def runs_start(api: ApiClient, args) -> int:
+    thresholds = _thresholds(args)
+    _check_output_paths(args)
+    gating = bool(args.baseline)
+    if thresholds and not gating:
+        raise CliError("--max-regression needs --baseline")
+    if gating and not thresholds:
+        raise CliError("--baseline needs --max-regression (the thresholds to gate on)")
+    if (args.junit or args.markdown) and not gating:
+        raise CliError("--junit and --markdown write the gate: give --baseline too")
+    experiment = find_row(api, "experiments", args.experiment, "experiment")
+    baseline = None
+    if gating:  # resolved first: a missing baseline must not cost a run
+        baseline = _resolve_baseline(api, args.baseline, experiment_id=experiment["id"])
+
+    run = api.post(
+        "runs/", {"experiment": experiment["id"], "reason": args.reason, "trigger": args.trigger}
+    )
+    out(f"started run {run['id']} of {experiment['name']} ({run['state']})")
+    if not (args.wait or gating or args.json_out):
+        return EXIT_OK
+    run = _wait(
+        api, run, total_trials=experiment.get("trials"), poll=args.poll, timeout=args.timeout
+    )
+    if run["state"] != "succeeded":
+        _write_json(args.json_out, run, None)
+        reason = run.get("failure_reason") or run.get("cancel_reason") or ""
+        raise CliError(f"run {run['id']} ended {run['state']}" + (f": {reason}" if reason else ""))
+    _print_run_summary(run)
+    if baseline is None:
+        _write_json(args.json_out, run, None)
+        return EXIT_OK
+    return _gate(run, baseline, thresholds, args)
+
+
+def _gate(run, baseline, thresholds, args) -> int:
+    baseline_run, kind, trial = baseline
+    try:
+        result = gate_compare(
+            new_run=run,
+            baseline_run=baseline_run,
+            thresholds=thresholds,
+            baseline_kind=kind,
+            baseline_trial=trial,
+        )
+    except NothingToCompare as exc:
+        raise CliError(str(exc)) from None
+    _print_gate(result)
+    _write_json(args.json_out, run, result)
+    if args.junit:
+        junit_write(result, args.junit, run=run)
+    if args.markdown:
+        markdown_write(result, args.markdown, run=run)
+    return EXIT_REGRESSION if result.failed else EXIT_OK
+
+
+def _wait(api: ApiClient, run: dict, *, total_trials, poll: float, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    with progress_for(sys.stdout, run_id=run["id"], total_trials=total_trials) as progress:
+        while True:
+            detail = api.get(f"runs/{run['id']}/")
+            progress.update(detail)
+            if detail["state"] in TERMINAL_STATES:
+                return detail
+            if time.monotonic() > deadline:
+                raise CliError(
+                    f"run {run['id']} still {detail['state']} after {timeout:.0f} s; it keeps "
+                    "running (benchsite runs cancel stops it)"
+                )
+            time.sleep(poll)
+
+
+def runs_show(api: ApiClient, args) -> int:
+    run = api.get(f"runs/{args.run}/")
+    _print_run_summary(run)
+    _write_json(args.json_out, run, None)
+    return EXIT_OK
+
+
+def runs_cancel(api: ApiClient, args) -> int:
+    run = api.post(f"runs/{args.run}/cancel/", {"reason": args.reason})
+    requested = (
+        " (cancel requested; the agent stops next)" if run["state"] not in (TERMINAL_STATES) else ""
+    )
+    out(f"run {run['id']}: {run['state']}{requested}")
+    return EXIT_OK
+
+
+def runs_compare(api: ApiClient, args) -> int:
+    thresholds = _thresholds(args)
+    if not thresholds:
+        raise CliError("--max-regression is required (the thresholds to gate on)")
+    _check_output_paths(args)
+    run = api.get(f"runs/{args.run}/")
+    if run["state"] != "succeeded":
+        raise CliError(f"run {run['id']} is {run['state']}, not succeeded: nothing to gate")
+    baseline = _resolve_baseline(
+        api, args.baseline, experiment_id=run["experiment"], exclude=run["id"]
+    )
+    return _gate(run, baseline, thresholds, args)
+
+
+def _print_run_summary(run: dict[str, Any]) -> None:
+    out(
+        f"run {run['id']}: {run['state']}, cost ${run.get('cost_usd')}, "
+        f"{len(run.get('trials') or [])} trials"
+        + (f" — {run['failure_reason']}" if run.get("failure_reason") else "")
+    )
+    rows = []
+    for trial in run.get("trials") or []:
+        for m in trial.get("measurements") or []:
+            result = m.get("result") or {}
+            load = (
+                f"c={m['concurrency']}"
+                if m.get("concurrency") is not None
+                else f"rate={m.get('request_rate')}"
+            )
+            rows.append(
+                (
+                    str(trial["index"]),
+                    trial.get("outcome", ""),
+                    load,
+                    *(format_value(level_figure(result, name)) for name in SUMMARY_FIGURES),
+                )
+            )
+    if rows:
+        headers = (_SHORT_HEADERS.get(name, name) for name in SUMMARY_FIGURES)
+        table(("trial", "outcome", "load", *headers), rows)
+
+
+# A run summary's columns are headed by the figure's name, shortened where it is long.
+_SHORT_HEADERS = {OUTPUT_THROUGHPUT: "output_tok/s"}
+
+
+def _print_gate(result: GateResult) -> None:
+    verdict = "FAILED" if result.failed else "passed"
+    out(
+        f"gate {verdict}: run {result.new_run} vs {result.baseline_kind} "
+        f"(run {result.baseline_run})"
+    )
+    table(
+        (*ROW_COLUMNS, "verdict"),
+        [
+            (*row_cells(row), row.verdict.upper() if row.failed else row.verdict)
+            for row in result.rows
+        ],
+    )
+    for config in result.unmatched_configs:
+        out(f"not gated (no baseline): {config}")
+    for metric, why in result.not_compared.items():
+        out(f"not compared: {metric} {why}")
+    for row in result.regressions():
+        err(
+            f"regression: {row.metric} at {row.config} {row.level}: "
+            f"{format_value(row.baseline)} → {format_value(row.new)} "
+            f"({format_change(row)}, limit {row.limit.text()})"
+        )
+
+
+def _write_json(path: Path | None, run: dict, result: GateResult | None) -> None:
+    if path is None:
+        return
+    body = {"run": run, "gate": None if result is None else result.as_json()}
+    path.write_text(json.dumps(body, indent=2, default=str) + "\n", encoding="utf-8")
