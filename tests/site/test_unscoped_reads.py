@@ -21,14 +21,15 @@ TENANT_MODELS = frozenset(
     for model in apps.get_app_config("runs").get_models()
     if any(field.name == "organization" for field in model._meta.fields)
 )
-# They act for the system (ingest, provisioning, reconcile, the operator's commands) on rows
-# reached by id.
+# They act for the system (ingest, provisioning, reconcile, the operator's commands and the
+# demo one of them runs on its own database) on rows reached by id.
 SYSTEM_CODE = (
     "runs/access.py",
     "runs/services/",
     "runs/tasks.py",
     "runs/migrations/",
     "runs/management/",
+    "runs/demo/",
 )
 WRITES = {"create", "bulk_create", "update", "bulk_update", "delete"}
 # A write that reads every tenant's ended trials to derive their figures (a service that

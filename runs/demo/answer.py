@@ -1,0 +1,128 @@
+"""The demo's printed answer: per configuration and load level, TTFT / ITL / TPOT p50 and
+p99, output tokens/s, the cost per 1M output tokens and the SLO check, then the winner.
+
+Guarantees: every figure is read from the stored measurements as the protocol's
+``LevelResult`` (``runs.selectors.level_results``) and priced by ``runs.costs``' rules, as
+the site's pages are; a simulated table says SIMULATED, a CPU table says it is no GPU figure.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+from rich.table import Table
+
+from agents import protocol
+from runs.costs import level_cost_per_million_output_tokens
+from runs.demo.plans import DemoPlan
+from runs.demo.vllm_cpu import VllmSetup
+from runs.models import Run
+from runs.selectors.level_results import stored_level_result
+from runs.selectors.trial_costs import trial_costs
+
+
+def _ms(value) -> str:
+    """Milliseconds, short enough for an 80-column terminal."""
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _pair(result: protocol.LevelResult, metric: str) -> str:
+    """``metric``'s p50/p99 in ms."""
+    return f"{_ms(result.latency_ms('median', metric))}/{_ms(result.latency_ms('p99', metric))}"
+
+
+def _slos_met(result: protocol.LevelResult) -> bool | None:
+    """Whether every objective of the level held (None: it was measured without SLOs)."""
+    return all(check.met for check in result.slo.values()) if result.slo else None
+
+
+def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Console) -> None:
+    """How ``run`` ended, its table and the winner under the SLOs (or that none met them)."""
+    console.print(f"Run {run.state}" + (f": {run.failure_reason}" if run.failure_reason else ""))
+    experiment = run.experiment
+    gpu = experiment.gpu_type
+    legend = (
+        f"{plan.flag_heading} = {plan.flag}, c = concurrency, latencies p50/p99 in ms, "
+        "$/1M = USD per 1M output tokens"
+    )
+    if vllm is None:
+        title = "SIMULATED — an H100 modelled by the simulator, not measured.\n" + legend
+    else:
+        title = (
+            f"REAL vLLM {vllm.version} (vllm-cpu) on this machine's CPU "
+            f"({os.cpu_count()} cores, float32) serving a tiny random-weight Llama "
+            f"({experiment.model.parameter_count:,} parameters): measured, but not a GPU "
+            f"figure.\n{legend} at the catalogue price of 1× {gpu.display_name} (below)"
+        )
+    table = Table(title=title, title_justify="left")
+    for column in (plan.flag_heading, "c", "TTFT ms", "ITL ms", "TPOT ms", "tok/s", "$/1M"):
+        table.add_column(column, justify="right")
+    table.add_column("SLOs", justify="right")
+    best = []
+    starts = []
+    bursts = False
+    rate = None  # the pod's USD/h the costs are priced at (the same for every trial)
+    for trial in run.trials.order_by("index").prefetch_related("measurements"):
+        config = trial.serve_config.get(plan.flag, "default")
+        cost = trial_costs(trial=trial)
+        rate = cost.pod_usd_per_hr
+        if cost.cold_start_seconds is not None:
+            starts.append(f"{plan.flag}={config} {cost.cold_start_seconds:.0f} s")
+        for m in sorted(trial.measurements.all(), key=lambda m: m.concurrency or 0):
+            result = stored_level_result(m.result)
+            bursts = bursts or result.median_itl_ms == 0
+            met = _slos_met(result)
+            level_cost = (
+                None
+                if not rate  # no price known (or a free one): no cost per token to show
+                else level_cost_per_million_output_tokens(
+                    output_throughput_tok_s=result.output_throughput, pod_usd_per_hr=rate
+                )
+            )
+            table.add_row(
+                str(config),
+                str(m.concurrency),
+                _pair(result, "ttft"),
+                _pair(result, "itl"),
+                _pair(result, "tpot"),
+                f"{result.output_throughput or 0:,.0f}",
+                "–" if level_cost is None else f"${level_cost:.3f}",
+                "–" if met is None else ("met" if met else "[red]missed[/]"),
+            )
+        if cost.usd_per_million_output_tokens is not None:
+            best.append((cost.usd_per_million_output_tokens, config, cost.load))
+    console.print(table)
+    if vllm is not None:
+        console.print(
+            "vLLM start, process to first token: " + (", ".join(starts) or "none recorded")
+        )
+        if bursts:
+            console.print(
+                "An ITL p50 of 0.0 ms: several of vLLM's stream messages arrived in one "
+                "read — a tiny model on shared cores outruns the server's streaming."
+            )
+        console.print(
+            f"Cost: a local pod rents nothing — {run.billed_seconds or 0:.0f} s billed, "
+            f"run cost ${run.cost_usd or 0:.2f}. The $/1M column is what Benchsite does "
+            "for every local pod: the measured tokens/s priced at the catalogue rate of "
+            f"the experiment's GPU ({gpu.display_name}"
+            + (f", ${rate:.2f}/h" if rate is not None else "")
+            + "); nothing was bought at that price."
+        )
+    slos = f"TTFT p99 ≤ {plan.slos['ttft_ms']} ms, TPOT p99 ≤ {plan.slos['tpot_ms']} ms"
+    if best:
+        price, config, load = min(best)
+        where = (
+            "simulated H100, catalogue price"
+            if vllm is None
+            else f"real vLLM on this CPU, tiny model; {gpu.display_name} catalogue price"
+        )
+        console.print(
+            f"[bold green]Winner under the SLOs[/] ({slos}): {plan.flag}={config} at "
+            f"{load}, ${price:.3f} per 1M output tokens ({where})."
+        )
+    else:
+        console.print("[red]No configuration met the SLOs at any load level.[/]")

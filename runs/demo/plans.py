@@ -1,0 +1,111 @@
+"""The demo experiments (what each runs and how its table is labelled) and their set-up in
+the demo organization.
+
+Guarantees: the demo's experiment is created once per organization and plan, through the
+same services as a user's (``model_spec_create``, ``experiment_create``: validated and
+audited); a later demo reuses it as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from agents.hardware import MODEL_PRESETS
+from runs.actors import Actor
+from runs.demo.vllm_cpu import VllmSetup, tiny_model_spec
+from runs.models import Experiment, GpuType, ModelSpec, Organization
+from runs.services.catalogue import model_spec_create
+from runs.services.experiments import experiment_create
+
+DEMO_ACTOR = "manage.py demo_run"
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """One demo experiment: what it runs and how its table is labelled."""
+
+    engine: str
+    experiment: str
+    gpu_type: str
+    grid: dict
+    workload: dict
+    slos: dict
+    budget_cap_usd: Decimal
+    flag: str  # the serve flag the grid varies, one table row group per value
+    flag_heading: str
+
+
+SIM_DEMO = DemoPlan(
+    engine="sim",
+    experiment="Llama 8B on H100: max_num_batched_tokens (simulated)",
+    gpu_type="NVIDIA H100 80GB HBM3",
+    grid={"max_num_batched_tokens": [2048, 8192, 16384]},
+    workload={
+        "dataset": {"kind": "random", "input_len": 1024, "output_len": 128},
+        "concurrency": [1, 8, 64, 192],
+        "requests_per_level": 192,
+        "warmup_requests": 8,
+    },
+    slos={"ttft_ms": 500, "tpot_ms": 50},
+    budget_cap_usd=Decimal(20),
+    flag="max_num_batched_tokens",
+    flag_heading="batched",
+)
+
+# Real vLLM on a 2-core CPU: each start takes about a minute, so two configurations and two
+# short load levels. float32 because vllm-cpu's bfloat16 attention kernel dies with SIGILL on
+# CPUs that advertise AMX but cannot run it (docs/engines.md); eager, because CUDA graphs do
+# not exist on a CPU and compiling costs start-up time.
+VLLM_DEMO = DemoPlan(
+    engine="vllm",
+    experiment="Tiny random Llama on this CPU: max_num_seqs (real vLLM)",
+    # Every experiment names a GPU type; the local provider runs on this machine whatever it
+    # names, and its catalogue price is what reports price a local pod's tokens at.
+    gpu_type="NVIDIA GeForce RTX 4090",
+    grid={
+        "max_num_seqs": [2, 8],
+        "max_model_len": [512],
+        "dtype": ["float32"],
+        "enforce_eager": [True],
+    },
+    workload={
+        "dataset": {"kind": "random", "input_len": 64, "output_len": 32},
+        "concurrency": [1, 4],
+        "requests_per_level": 12,
+        "warmup_requests": 2,
+    },
+    slos={"ttft_ms": 300, "tpot_ms": 50},
+    budget_cap_usd=Decimal(2),
+    flag="max_num_seqs",
+    flag_heading="seqs",
+)
+
+
+def demo_experiment(org: Organization, plan: DemoPlan, vllm: VllmSetup | None) -> Experiment:
+    """The organization's experiment of ``plan`` (created, with its model, the first time):
+    the 8B preset for the simulator, the tiny model ``vllm`` built for real vLLM."""
+    existing = Experiment.objects.filter(organization=org, name=plan.experiment).first()
+    if existing is not None:
+        return existing
+    actor = Actor.system(DEMO_ACTOR)
+    if vllm is None:
+        spec = MODEL_PRESETS["llama-3.1-8b"].registered
+    else:
+        spec = tiny_model_spec(vllm.snapshot)
+    model = ModelSpec.objects.filter(organization=org, hf_repo=spec["hf_repo"]).first()
+    model = model or model_spec_create(org=org, actor=actor, **spec)
+    return experiment_create(
+        org=org,
+        actor=actor,
+        name=plan.experiment,
+        model=model,
+        gpu_type=GpuType.objects.get(id=plan.gpu_type),
+        gpu_count=1,
+        engine=plan.engine,
+        engine_image_tag=f"v{vllm.version}" if vllm else "",
+        serve_grid=plan.grid,
+        workload=plan.workload,
+        slos=plan.slos,
+        budget_cap_usd=plan.budget_cap_usd,
+    )

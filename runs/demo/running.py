@@ -1,0 +1,139 @@
+"""Running the demo: the site served by Daphne in a child process, the run followed to its
+end on one progress line, and everything the demo started stopped again.
+
+Guarantees: ``stop_demo_runs`` and ``stop_site`` are bounded (seconds, not the run's
+length), so a demo asked to stop exits soon whatever was still running; every run of the
+demo's database whose pod is unreleased ends cancelled with its pod terminated.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import TextIO
+
+from django.core.management.base import CommandError
+from django.urls import reverse
+from rich.console import Console
+from rich.live import Live
+
+from agents.protocol import expand_serve_grid
+from runs.demo.vllm_cpu import VllmSetup
+from runs.models import Experiment, Run
+from runs.models.runs import TERMINAL_RUN_STATES, RunState
+from runs.providers.base import run_id_of_pod
+from runs.providers.local import LocalProvider
+from runs.providers.registry import local_provider
+from runs.services.provisioning import run_fail, run_release_pod
+
+
+def serve_site(port: int) -> subprocess.Popen:
+    """Daphne serving the site on ``127.0.0.1:port``, its output discarded."""
+    env = {**os.environ, "BENCHSITE_PUBLIC_URL": f"http://127.0.0.1:{port}"}
+    return subprocess.Popen(  # noqa: S603 - our own server, an argv list
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "benchsite.asgi:application",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        # Out of the terminal's process group: Ctrl-C reaches the demo alone, which stops
+        # the runs while Daphne still takes what their agents deliver, then Daphne.
+        process_group=0,
+    )
+
+
+def wait_for_port(host: str, port: int, process: subprocess.Popen, timeout: float) -> None:
+    """Returns once ``host:port`` accepts a connection; ``CommandError`` when ``process``
+    (the server) exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise CommandError("the site's server exited at start-up; see its output above")
+        try:
+            with socket.create_connection((host, port), 1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise CommandError(f"the site did not answer on {host}:{port} within {timeout:.0f} s")
+
+
+def print_started(
+    console: Console, run: Run, experiment: Experiment, base: str, vllm: VllmSetup | None
+) -> None:
+    """Where to watch ``run``: its page, its API answer and its agent's log."""
+    org = run.organization
+    trials = len(expand_serve_grid(experiment.serve_grid))
+    console.print(
+        f"\n[bold]Run {run.id}[/] of “{experiment.name}”: "
+        f"{trials} configs × concurrency {experiment.workload['concurrency']}.\n"
+        f"  Run page:   {base}{reverse('run-detail', args=[org.slug, run.id])}"
+        " (sign in as above)\n"
+        f"  Live (API): {base}/api/v1/orgs/{org.slug}/runs/{run.id}/\n"
+        f"  Agent log:  {local_provider().state_dir / run.pod_name / 'agent.log'}\n",
+        soft_wrap=True,  # a URL or path broken across lines cannot be copied
+    )
+    if vllm is not None:
+        console.print(
+            "  Each configuration is a real `vllm serve` start on this CPU (about a "
+            "minute on 2 cores) before its load levels.\n"
+        )
+
+
+def follow_run(run: Run, experiment: Experiment, console: Console) -> Run:
+    """``run`` once it has ended and its pod is released, its progress shown meanwhile."""
+    trials_total = len(expand_serve_grid(experiment.serve_grid))
+    levels_total = trials_total * len(experiment.workload["concurrency"])
+    with Live(console=console, refresh_per_second=4, transient=True) as live:
+        while True:
+            run.refresh_from_db()
+            measured = run.trials.filter(measurements__isnull=False).count()
+            done = run.trials.exclude(outcome__in=["pending", "running"]).count()
+            live.update(
+                f"state [bold]{run.state}[/] · trials {done}/{trials_total} · "
+                f"levels measured {measured}/{levels_total}"
+            )
+            if run.state in TERMINAL_RUN_STATES and run.pod_terminated_at is not None:
+                return run
+            time.sleep(0.5)
+
+
+def stop_demo_runs(stderr: TextIO) -> None:
+    """Ends what the demo's worker started and is still up: every run of this database
+    with an unreleased pod is cancelled (one that has ended keeps its end) and its pod
+    terminated, the agent's engines with it; so is a pod of one of its runs that was
+    rented but not yet recorded. A run that cannot be stopped is reported on ``stderr``."""
+    reason = "The demo was stopped (manage.py demo_run ended) before the run finished."
+    unreleased = Run.objects.filter(pod_terminated_at__isnull=True).exclude(pod_id="")
+    for run_id in unreleased.values_list("id", flat=True):
+        try:
+            run_fail(run_id=run_id, reason=reason, state=RunState.CANCELLED)
+            run_release_pod(run_id=run_id)
+        except Exception as exc:  # the next one is still stopped
+            stderr.write(f"could not stop run {run_id}: {exc}")
+    ours = {str(run_id) for run_id in Run.objects.values_list("id", flat=True)}
+    # No delivery grace: the site goes away with the demo, so an agent that is still up
+    # after it was asked to stop has nobody left to deliver to.
+    provider = LocalProvider(local_provider().state_dir, delivery_grace=0)
+    for pod in provider.list_bench_pods():
+        if run_id_of_pod(pod.name) in ours:
+            provider.terminate(pod.name)
+
+
+def stop_site(server: subprocess.Popen) -> None:
+    """Daphne stopped: asked to, then killed after 10 s."""
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
