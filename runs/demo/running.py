@@ -30,9 +30,14 @@ from runs.providers.registry import local_provider
 from runs.services.provisioning import run_fail, run_release_pod
 
 
-def serve_site(port: int) -> subprocess.Popen:
-    """Daphne serving the site on ``127.0.0.1:port``, its output discarded."""
-    env = {**os.environ, "BENCHSITE_PUBLIC_URL": f"http://127.0.0.1:{port}"}
+def serve_site(port: int, *, sim_speed: int) -> subprocess.Popen:
+    """Daphne serving the site on ``127.0.0.1:port``, its output discarded. Runs started
+    there (pages, API, CLI) freeze the simulator's speed at their start: the demo's own."""
+    env = {
+        **os.environ,
+        "BENCHSITE_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "BENCHSITE_SIM_SPEED": str(sim_speed),
+    }
     return subprocess.Popen(  # noqa: S603 - our own server, an argv list
         [
             sys.executable,

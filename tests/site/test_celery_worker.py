@@ -103,17 +103,16 @@ def start_run(person, experiment) -> Run:
 
 
 def test_it_runs_a_started_run_on_a_real_worker_from_provisioning_to_a_released_pod(
-    alice, broker_queue, pods_dir, tmp_path
+    alice, broker_queue, pods_dir, tmp_path, settings
 ):
     log = tmp_path / "worker.log"
+    settings.BENCHSITE_SIM_SPEED = 10  # frozen into the run's job where it starts: here
     experiment = make_experiment(alice.org, model=make_model(alice.org), **SIM_EXPERIMENT)
     with (
         daphne_server() as address,
         celery_worker(
             log,
-            env=worker_env(
-                pods_dir, BENCHSITE_PUBLIC_URL=f"http://{address}", BENCHSITE_SIM_SPEED="10"
-            ),
+            env=worker_env(pods_dir, BENCHSITE_PUBLIC_URL=f"http://{address}"),
         ),
     ):
         run = start_run(alice, experiment)

@@ -76,8 +76,8 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--sim-speed",
-            type=float,
-            default=8.0,
+            type=int,
+            default=8,
             help="how much faster than the modelled H100 the simulator runs (results are "
             "reported in the H100's time whatever this is)",
         )
@@ -120,7 +120,7 @@ class Command(BaseCommand):
         server = None
         try:
             worker.start()
-            server = serve_site(port)
+            server = serve_site(port, sim_speed=sim_speed)
             wait_for_port("127.0.0.1", port, server, 60)
             run = run_start(
                 actor=Actor.system(DEMO_ACTOR),
