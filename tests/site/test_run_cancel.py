@@ -252,7 +252,9 @@ def test_it_answers_rest_batches_with_the_cancel_request(alice):
     cancelled = alice.client().post(_cancel_url(run), {"reason": "stop"}, format="json")
     assert cancelled.status_code == 200
     after = agent.post(url, {"messages": [{**heartbeat, "seq": 1}]}, format="json").json()
-    assert after == {"acked": [1], "rejected": [], "cancel": {"reason": "stop"}}
+    # The cancel is the protocol's Cancel, as on the socket (agents read only its reason).
+    cancel = {"type": "cancel", "reason": "stop"}
+    assert after == {"acked": [1], "rejected": [], "cancel": cancel}
     finished = agent.post(url, {"messages": [_finished(run.id, 2)]}, format="json").json()
     assert finished["acked"] == [2]
     run.refresh_from_db()
