@@ -31,8 +31,9 @@ THRESHOLDS = "p99_ttft_ms=10%,output_throughput=-5%,cost_per_mtok=5%"
 @contextlib.contextmanager
 def site_and_worker(pods_dir, worker_log) -> Iterator[str]:
     """The site served by Daphne (its URL is yielded) and a real Celery worker renting local
-    pods under ``pods_dir`` whose agents run the simulator at 20x."""
-    with daphne_server() as address:
+    pods under ``pods_dir`` whose agents run the simulator at 20x (the speed is frozen into a
+    run's job where it starts: on the site)."""
+    with daphne_server(env={"BENCHSITE_SIM_SPEED": "20"}) as address:
         url = f"http://{address}"
         env = {
             "BENCHSITE_PROVIDER": "local",

@@ -43,12 +43,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def daphne_server(
-    timeout: float = 30, log_path: str | None = None, port: int | None = None
+    timeout: float = 30,
+    log_path: str | None = None,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """Yields "127.0.0.1:PORT" once the server accepts connections; stops it afterwards.
-    The server's output goes to ``log_path`` when given; ``port`` defaults to a free one."""
+    The server's output goes to ``log_path`` when given; ``port`` defaults to a free one;
+    ``env`` adds to the server's environment."""
     port = port or free_port()
-    env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "true"}
+    env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "true", **(env or {})}
     log_path = log_path or os.environ.get("BENCHSITE_LIVE_LOG")
     log = tempfile.TemporaryFile() if not log_path else open(log_path, "ab")  # noqa: SIM115
     process = subprocess.Popen(
