@@ -14,6 +14,7 @@ from agents.loadgen.config import BenchConfig
 from agents.loadgen.engine import ServerUnreachable, run_bench, run_levels
 from agents.loadgen.events import (
     BenchFinished,
+    CapacityFound,
     Event,
     LevelFinished,
     LevelStarted,
@@ -29,6 +30,7 @@ from agents.loadgen.workload import config_from_workload
 __all__ = [
     "BenchConfig",
     "BenchFinished",
+    "CapacityFound",
     "DatasetError",
     "Event",
     "LevelFinished",

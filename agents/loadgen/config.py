@@ -12,13 +12,20 @@ from dataclasses import dataclass, field
 from agents.loadgen.openai import Endpoint
 from agents.loadgen.prompts import PromptSource
 from agents.loadgen.tokenizer import Tokenizer
-from agents.protocol import Slos
+from agents.protocol import CapacitySearch, Slos
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     """Everything one benchmark needs. ``levels`` are ``{"concurrency": n}`` or
-    ``{"request_rate": r}`` dicts (``agents.protocol.workload_levels`` gives them)."""
+    ``{"request_rate": r}`` dicts (``agents.protocol.workload_levels`` gives them); none
+    when ``capacity`` searches for them.
+
+    ``steady_multiple`` None runs each level as ``vllm bench serve`` does (``num_prompts``
+    requests, figures over all of them); a number makes each level steady
+    (``agents.loadgen.steady``): its window holds at least ``num_prompts`` and
+    ``steady_multiple`` × the concurrency completions, and its headline figures come from
+    the window."""
 
     base_url: str
     model: str
@@ -41,12 +48,15 @@ class BenchConfig:
     connect_timeout: float = 10.0
     # vLLM's extension; hosted APIs that refuse unknown fields need it off.
     ignore_eos: bool = True
+    steady_multiple: float | None = None
+    ramp_up_seconds: float = 0.0
+    capacity: CapacitySearch | None = None
 
     def __post_init__(self) -> None:
         # The CLI and the protocol validate user input; this catches a programming error
         # before it turns into an empty or endless level.
-        if not self.levels:
-            raise ValueError("at least one level is needed")
+        if not self.levels and self.capacity is None:
+            raise ValueError("at least one level (or a capacity search) is needed")
         for level in self.levels:
             if set(level) == {"concurrency"}:
                 value = level["concurrency"]
@@ -64,6 +74,10 @@ class BenchConfig:
             raise ValueError("num_prompts must be ≥ 1, warmup ≥ 0 and burstiness > 0")
         if self.duration is not None and not self.duration > 0:
             raise ValueError("duration must be above 0 seconds")
+        if (self.steady_multiple is not None and self.steady_multiple < 0) or not (
+            self.ramp_up_seconds >= 0
+        ):
+            raise ValueError("steady_multiple and ramp_up_seconds must not be negative")
 
     def describe(self) -> dict:
         """The configuration as JSON (the key is never included)."""
@@ -89,4 +103,7 @@ class BenchConfig:
             "seed": self.seed,
             "request_timeout": self.request_timeout,
             "ignore_eos": self.ignore_eos,
+            "steady_multiple": self.steady_multiple,
+            "ramp_up_seconds": self.ramp_up_seconds,
+            "capacity": self.capacity.model_dump() if self.capacity is not None else None,
         }

@@ -9,8 +9,15 @@ Guarantees:
   (``agents.loadgen.arrivals``), optionally capped by ``max_concurrency``.
 - Everything costly happens before a level's clock starts: prompts are sampled, every
   request's bytes are encoded, connections are opened and garbage is collected and frozen.
-- Each level uses its own prompts (seeded by ``seed`` and the level's position), so no level
-  is served from the prefix cache another level filled.
+- Traffic is fair: a level's prompts, lengths and send times derive from ``seed``, the level
+  and how many times that level ran before in this benchmark (never from its position), so
+  every trial given the same seed sends the same traffic at a level, and no level (nor a
+  repeat of one) is served from the prefix cache another filled.
+- With ``steady_multiple`` each level is steady (``agents.loadgen.steady``): ramp, window,
+  drain; its headline figures describe the window and ``whole_level`` every request.
+- With ``capacity`` (and SLOs), after the fixed levels a capacity search
+  (``agents.loadgen.capacity``) measures further levels (each marked ``probe``) and reports
+  ``CapacityFound``.
 - A server that cannot be reached before a level's clock starts raises ``ServerUnreachable``:
   before the first level when it never answered, before a later one when it went away (an
   engine that died between levels; the levels before it were reported). Once a level's clock
@@ -25,16 +32,21 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import math
 import random
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from time import perf_counter
 
 from agents.loadgen.arrivals import arrival_offsets
+from agents.loadgen.capacity import CapacityPlanner
+from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.events import (
     BenchFinished,
+    CapacityFound,
     Event,
     LevelFinished,
     LevelStarted,
@@ -48,9 +60,35 @@ from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.results import level_result
 from agents.loadgen.server_metrics import MetricsScraper
+from agents.loadgen.steady import (
+    ClosedLoopWindow,
+    OpenLoopWindow,
+    ramped_offsets,
+    split_window,
+    window_target,
+)
 
 # In duration mode a level cycles through this many pre-built prompts at most.
 DURATION_PROMPT_POOL = 2000
+# The figures a steady level also reports over all of its requests (``whole_level``).
+WHOLE_LEVEL_KEYS = (
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
+)
+
+
+def prompt_digest(text: str) -> str:
+    """A short digest of a prompt, to show that trials sent the same traffic."""
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 class ServerUnreachable(RuntimeError):
@@ -101,6 +139,8 @@ class _Runner:
         self.origin: Origin = parse_base_url(config.base_url)
         self.pool = ConnectionPool(self.origin, connect_timeout=config.connect_timeout)
         self.scraper: MetricsScraper | None = None
+        # How many times each level ran so far: a repeat gets fresh prompts of its own.
+        self.level_runs: Counter[str] = Counter()
 
     async def preflight(self) -> None:
         headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
@@ -195,25 +235,40 @@ class _Runner:
         deadline: float | None,
         progress: _Progress | None,
         records: list[RequestRecord],
+        window: ClosedLoopWindow | None = None,
+        digests: list[str] | None = None,
     ) -> None:
         timeout = self.config.request_timeout
+        ramp = self.config.ramp_up_seconds if window is not None else 0.0
         pool = self.pool
+        start = perf_counter()
 
-        async def slot() -> None:
+        async def slot(number: int) -> None:
+            if ramp > 0:
+                # A staggered ramp: slot i joins at i/concurrency of the ramp.
+                await asyncio.sleep(max(start + ramp * number / concurrency - perf_counter(), 0))
+            first = True
             while True:
                 index = len(records)
-                if (count is not None and index >= count) or (
-                    deadline is not None and perf_counter() >= deadline
+                if (
+                    (count is not None and index >= count)
+                    or (deadline is not None and perf_counter() >= deadline)
+                    or (window is not None and window.draining)
                 ):
                     return
                 prompt = prompts[index % len(prompts)]
                 record = RequestRecord(index, prompt.output_len, prompt.prompt_len)
+                if digests is not None:
+                    record.prompt_sha = digests[index % len(digests)]
                 records.append(record)
                 await send_request(pool, requests[index % len(requests)], record, timeout=timeout)
+                if window is not None:
+                    window.finished(record, first_of_slot=first)
+                first = False
                 if progress is not None:
                     progress.done(record)
 
-        await asyncio.gather(*(slot() for _ in range(concurrency)))
+        await asyncio.gather(*(slot(number) for number in range(concurrency)))
 
     async def _open_loop(
         self,
@@ -225,6 +280,8 @@ class _Runner:
         rng: random.Random,
         progress: _Progress,
         records: list[RequestRecord],
+        window: OpenLoopWindow | None = None,
+        digests: list[str] | None = None,
     ) -> None:
         timeout = self.config.request_timeout
         limit = self.config.max_concurrency
@@ -237,13 +294,22 @@ class _Runner:
             else:
                 async with gate:
                     await send_request(self.pool, request, record, timeout=timeout)
+            if window is not None:
+                window.answer()
             progress.done(record)
 
+        offsets = arrival_offsets(rate, self.config.burstiness, rng)
+        if window is not None and not math.isinf(rate):
+            offsets = ramped_offsets(offsets, self.config.ramp_up_seconds)
         start = perf_counter()
+        if window is not None:
+            window.begin(start)
         try:
-            for index, offset in enumerate(arrival_offsets(rate, self.config.burstiness, rng)):
-                if (count is not None and index >= count) or (
-                    duration is not None and offset >= duration
+            for index, offset in enumerate(offsets):
+                if (
+                    (count is not None and index >= count)
+                    or (duration is not None and offset >= duration)
+                    or (window is not None and window.draining)
                 ):
                     break
                 delay = start + offset - perf_counter()
@@ -251,7 +317,11 @@ class _Runner:
                     await asyncio.sleep(delay)
                 prompt = prompts[index % len(prompts)]
                 record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
+                if digests is not None:
+                    record.prompt_sha = digests[index % len(digests)]
                 records.append(record)
+                if window is not None:
+                    window.sent(offset)
                 task = asyncio.create_task(send(record, requests[index % len(requests)]))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
@@ -262,16 +332,46 @@ class _Runner:
             for task in list(pending):
                 task.cancel()
 
-    async def run_level(self, index: int, level: dict) -> dict | None:
-        """Runs one level; its result, or None when ``stop`` came before its clock started."""
+    def _prompt_count(self, concurrency: int | None, rate: float | None) -> int | None:
+        """How many prompts a level builds before its clock starts (None: a timed level)."""
+        config = self.config
+        if config.duration is not None:
+            return None
+        if config.steady_multiple is None or rate == math.inf:
+            return config.num_prompts
+        target = window_target(config.num_prompts, config.steady_multiple, concurrency)
+        # The window's requests, the ramp's and the drain's: a steady level sends more than
+        # its window holds; beyond these prompts it cycles through them again.
+        return target + 2 * (concurrency or config.max_concurrency or 0) + target // 2
+
+    async def run_level(self, index: int, level: dict, *, probe: bool = False) -> dict | None:
+        """Runs one level; its result, or None when ``stop`` came before its clock started.
+        ``probe``: a capacity search asked for it (the result says so)."""
         config = self.config
         self.level_index = index
-        # Sampling for a benchmark, not secrecy: a seeded, reproducible generator.
-        rng = random.Random(f"{config.seed}:{index}")  # noqa: S311
-        count = None if config.duration is not None else config.num_prompts
-        prompts = config.source.sample(count or DURATION_PROMPT_POOL, rng, config.tokenizer)
-        requests = self._prepare(prompts)
+        label = level_label(level)
+        repeat = self.level_runs[label]
+        self.level_runs[label] += 1
         concurrency = level.get("concurrency")
+        rate = None
+        if concurrency is None:
+            rate = math.inf if level["request_rate"] == "inf" else float(level["request_rate"])
+        # Sampling for a benchmark, not secrecy: seeded, reproducible generators, one for the
+        # prompts and one for the send times, so that neither shifts the other.
+        rng = random.Random(f"{config.seed}:{label}:{repeat}")  # noqa: S311
+        arrivals_rng = random.Random(f"{config.seed}:{label}:{repeat}:arrivals")  # noqa: S311
+        prompt_count = self._prompt_count(concurrency, rate)
+        prompts = config.source.sample(prompt_count or DURATION_PROMPT_POOL, rng, config.tokenizer)
+        requests = self._prepare(prompts)
+        digests = [prompt_digest(prompt.text) for prompt in prompts]
+        steady = config.steady_multiple is not None and rate != math.inf
+        target = (
+            window_target(config.num_prompts, config.steady_multiple, concurrency)
+            if steady and config.duration is None
+            else None
+        )
+        # A steady level ends when its window is full, a classic one after its count.
+        count = None if config.duration is not None or steady else config.num_prompts
         try:
             # An uncapped open-loop level opens one: every level starts only on a server that
             # takes connections.
@@ -306,23 +406,41 @@ class _Runner:
         gc.collect()
         gc.freeze()
         gc_was_enabled = gc.isenabled()
-        if count is not None:
+        if config.duration is None:
             gc.disable()
-        self.emit(LevelStarted(index, level, count, config.duration))
+        self.emit(LevelStarted(index, level, count or target, config.duration))
         progress = _Progress(index, self.emit)
         records: list[RequestRecord] = []
+        closed_window = open_window = None
         start = progress.started = perf_counter()
         try:
             if concurrency is not None:
+                closed_window = ClosedLoopWindow(concurrency, target) if steady else None
                 deadline = start + config.duration if config.duration is not None else None
                 work = self._closed_loop(
-                    concurrency, prompts, requests, count, deadline, progress, records
+                    concurrency,
+                    prompts,
+                    requests,
+                    count,
+                    deadline,
+                    progress,
+                    records,
+                    closed_window,
+                    digests,
                 )
             else:
-                rate = level["request_rate"]
-                rate = math.inf if rate == "inf" else float(rate)
+                open_window = OpenLoopWindow(config.ramp_up_seconds, target) if steady else None
                 work = self._open_loop(
-                    rate, prompts, requests, count, config.duration, rng, progress, records
+                    rate,
+                    prompts,
+                    requests,
+                    count,
+                    config.duration,
+                    arrivals_rng,
+                    progress,
+                    records,
+                    open_window,
+                    digests,
                 )
             stopped = await self._unless_stopped(work)
         finally:
@@ -338,10 +456,67 @@ class _Runner:
         result = level_result(
             shown, finished, duration=end - start, slos=config.slos, server=server
         )
+        window = closed_window or open_window
+        if window is not None:
+            result = self._steady_result(shown, result, finished, start, window, server)
+        else:
+            result["ci95"] = confidence_intervals(finished, finished, end - start, config.slos)
+        if probe:
+            result["probe"] = True
+        if repeat:
+            result["repeat"] = repeat
         if stopped:
             result["partial"] = True
             result["aborted"] = len(records) - len(finished)
         self.emit(LevelFinished(index, result, finished))
+        return result
+
+    def _steady_result(
+        self,
+        level: dict,
+        whole: dict,
+        records: list[RequestRecord],
+        start: float,
+        window: ClosedLoopWindow | OpenLoopWindow,
+        server: dict | None,
+    ) -> dict:
+        """The level's result with the window's figures as its headline and the whole
+        level's beside them; the whole level's alone when no window formed."""
+        split = split_window(
+            records,
+            window.start,
+            window.end,
+            schedule_origin=window.origin if isinstance(window, OpenLoopWindow) else None,
+        )
+        whole_figures = {key: whole[key] for key in WHOLE_LEVEL_KEYS}
+        whole_figures.update({key: v for key, v in whole.items() if key.endswith("_ms")})
+        if split is None:
+            return whole | {
+                "whole_level": whole_figures,
+                "ci95": confidence_intervals(records, records, whole["duration"], self.config.slos),
+            }
+        result = level_result(
+            level,
+            split.measured,
+            duration=split.end - split.start,
+            slos=self.config.slos,
+            server=server,
+            throughput_records=split.ended_inside,
+        )
+        # Failures anywhere in the level count: a level that lost requests does not pass.
+        result["failed"] = whole["failed"]
+        result["errors"] = whole["errors"]
+        result["whole_level"] = whole_figures
+        result["ci95"] = confidence_intervals(
+            split.measured, split.ended_inside, split.end - split.start, self.config.slos
+        )
+        result["window"] = {
+            "start_s": split.start - start,
+            "end_s": split.end - start,
+            "requests": len(split.measured),
+            "ramp_requests": split.ramp,
+            "drain_requests": split.drain,
+        }
         return result
 
     async def run(self) -> None:
@@ -354,11 +529,40 @@ class _Runner:
                 result = await self.run_level(index, level)
                 if result is not None:
                     results.append(result)
-            self.emit(BenchFinished(self.config.describe(), results, stopped=self.stopped))
+            capacity = None
+            if self._searches():
+                capacity = await self._search_capacity(results, len(self.config.levels))
+                self.emit(CapacityFound(capacity))
+            self.emit(
+                BenchFinished(
+                    self.config.describe(), results, stopped=self.stopped, capacity=capacity
+                )
+            )
         finally:
             self.pool.close()
             if self.scraper is not None:
                 self.scraper.close()
+
+    def _searches(self) -> bool:
+        slos = self.config.slos
+        return self.config.capacity is not None and slos is not None and slos.given
+
+    async def _search_capacity(self, results: list[dict], index: int) -> dict:
+        """Measures probe levels until the capacity planner is done; appends them to
+        ``results`` and returns what the search found."""
+        planner = CapacityPlanner(self.config.capacity)
+        for result in results:
+            planner.record(result)
+        while not self.stopped and (load := planner.next_load()) is not None:
+            axis = planner.axis
+            level = {axis: int(load) if axis == "concurrency" else load}
+            result = await self.run_level(index, level, probe=True)
+            index += 1
+            if result is None:
+                break
+            results.append(result)
+            planner.record(result, probe=True)
+        return planner.outcome()
 
 
 _END = object()

@@ -1,6 +1,6 @@
 """What a running benchmark reports: the events ``run_bench`` streams, in this order per
 level: ``LevelStarted``, then ``RequestDone`` and ``ServerSample`` as they happen,
-``LevelFinished``; ``BenchFinished`` last.
+``LevelFinished``; after a capacity search ``CapacityFound``; ``BenchFinished`` last.
 """
 
 from __future__ import annotations
@@ -52,15 +52,24 @@ class LevelFinished:
 
 
 @dataclass(frozen=True)
+class CapacityFound:
+    """The capacity search ended: ``result`` is ``agents.protocol.CapacityResult`` JSON."""
+
+    result: dict
+
+
+@dataclass(frozen=True)
 class BenchFinished:
-    """Every level ran, or ``stopped`` early; ``config`` is ``BenchConfig.describe()``."""
+    """Every level ran, or ``stopped`` early; ``config`` is ``BenchConfig.describe()``;
+    ``capacity`` what the capacity search found, when there was one."""
 
     config: dict
     levels: list[dict]
     stopped: bool = False
+    capacity: dict | None = None
 
 
-Event = LevelStarted | RequestDone | ServerSample | LevelFinished | BenchFinished
+Event = LevelStarted | RequestDone | ServerSample | LevelFinished | CapacityFound | BenchFinished
 
 
 def level_label(level: dict) -> str:

@@ -25,6 +25,8 @@ class RequestRecord:
     expected_prompt_len: int | None = None
     # Open-loop levels: when the schedule said to send, in seconds from the level's start.
     scheduled: float | None = None
+    # A digest of the prompt text: every trial of a run sends the same traffic.
+    prompt_sha: str | None = None
     start: float = 0.0
     finished: float = 0.0
     ttft: float | None = None
@@ -71,6 +73,7 @@ class RequestRecord:
             "error_kind": self.error_kind,
             "error": self.error,
             "scheduled_s": self.scheduled,
+            "prompt_sha": self.prompt_sha,
             "start_s": self.start,
             "ttft_ms": None if self.ttft is None else self.ttft * 1000,
             "tpot_ms": None if self.tpot is None else self.tpot * 1000,

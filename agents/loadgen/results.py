@@ -11,7 +11,12 @@ Guarantees:
 - ITL is pooled over all requests; TPOT is per request from ``usage.completion_tokens``.
 - Token totals count successful requests only and use the server's ``usage`` figures
   (falling back to our prompt estimate and the content-message count when it sent none).
-- Goodput counts successful requests meeting every SLO given. With no SLO it is ``None``.
+- Goodput counts successful requests meeting every latency SLO given; attainment is their
+  share of all requests, in %. With no latency SLO both are ``None``.
+- Each latency objective is judged at the percentile it names (``Slos.percentile``);
+  ``p99`` in its check is always the level's p99.
+- Throughputs may come from other requests than the latencies (``throughput_records``:
+  a steady window's throughput counts the requests that ended inside it).
 - ``errors`` maps each failure kind to its count and one sample message;
   ``output_len_mismatch`` is ``None`` unless some request was served a different number of
   tokens than it asked for (servers that ignore ``ignore_eos`` or cap ``max_tokens``).
@@ -25,12 +30,13 @@ from collections.abc import Sequence
 
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.stats import percentile, summarize
-from agents.protocol import Slos
+from agents.protocol import LATENCY_METRICS, Slos, percentile_statistic
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
+METRICS = LATENCY_METRICS
 
 
-def _request_meets_slos(record: RequestRecord, slos: Slos) -> bool:
+def request_meets_slos(record: RequestRecord, slos: Slos) -> bool:
+    """Whether one successful request meets every latency target (as goodput counts)."""
     if slos.ttft_ms is not None and record.ttft * 1000 > slos.ttft_ms:
         return False
     # One output token has no TPOT: nothing to miss (vllm bench serve counts it as 0).
@@ -98,18 +104,26 @@ def _output_len_mismatch(successes: Sequence[RequestRecord]) -> dict | None:
     }
 
 
-def _slo_report(successes: Sequence[RequestRecord], stats: dict, slos: Slos) -> dict | None:
-    """Each objective given, against the level's p99."""
+def _slo_report(stats: dict, slos: Slos, attainment_pct: float | None) -> dict | None:
+    """Each objective given: a latency target against the percentile it names, and the
+    attainment."""
     report = {}
-    for metric in METRICS:
-        target = getattr(slos, f"{metric}_ms")
-        if target is not None:
-            p99 = stats.get(f"p99_{metric}_ms")
-            report[f"{metric}_ms"] = {
-                "target": target,
-                "p99": p99,
-                "met": p99 is not None and p99 <= target,
-            }
+    for metric, target in slos.latency_targets.items():
+        percentile = slos.percentile(metric)
+        value = stats.get(f"{percentile_statistic(percentile)}_{metric}_ms")
+        report[f"{metric}_ms"] = {
+            "target": target,
+            "p99": stats.get(f"p99_{metric}_ms"),
+            "percentile": percentile,
+            "value": value,
+            "met": value is not None and value <= target,
+        }
+    if slos.min_attainment_pct is not None:
+        report["attainment"] = {
+            "target": slos.min_attainment_pct,
+            "value": attainment_pct,
+            "met": attainment_pct is not None and attainment_pct >= slos.min_attainment_pct,
+        }
     return report or None
 
 
@@ -120,13 +134,20 @@ def level_result(
     duration: float,
     slos: Slos | None = None,
     server: dict | None = None,
+    throughput_records: Sequence[RequestRecord] | None = None,
 ) -> dict:
     """The JSON-ready result of one level (``level`` is ``{"concurrency": n}`` or
-    ``{"request_rate": r, "burstiness": b}``)."""
+    ``{"request_rate": r, "burstiness": b}``); throughputs count ``throughput_records``
+    (default: ``records``) over ``duration``."""
     successes = [record for record in records if record.success]
+    served = (
+        successes if throughput_records is None else [r for r in throughput_records if r.success]
+    )
     completed = len(successes)
     input_tokens = sum(record.input_tokens for record in successes)
     output_tokens = sum(record.served_output_tokens for record in successes)
+    served_input = sum(record.input_tokens for record in served)
+    served_output = sum(record.served_output_tokens for record in served)
     safe_duration = duration if duration > 0 else math.inf
     samples = {
         "ttft": [record.ttft for record in successes],
@@ -139,10 +160,11 @@ def level_result(
         summary = summarize(samples[metric], scale=1000.0)
         for name in ("mean", "median", "std", "p90", "p95", "p99"):
             stats[f"{name}_{metric}_ms"] = summary[name]
-    goodput = None
-    if slos is not None and any(getattr(slos, f"{metric}_ms") is not None for metric in METRICS):
-        good = sum(1 for record in successes if _request_meets_slos(record, slos))
+    goodput = attainment = None
+    if slos is not None and slos.latency_targets:
+        good = sum(1 for record in successes if request_meets_slos(record, slos))
         goodput = good / safe_duration
+        attainment = 100.0 * good / len(records) if records else None
     origin = min((record.start for record in records), default=0.0)
     result = dict(level)
     result.update(
@@ -152,10 +174,10 @@ def level_result(
             "failed": len(records) - completed,
             "total_input_tokens": input_tokens,
             "total_output_tokens": output_tokens,
-            "request_throughput": completed / safe_duration,
+            "request_throughput": len(served) / safe_duration,
             "request_goodput": goodput,
-            "output_throughput": output_tokens / safe_duration,
-            "total_token_throughput": (input_tokens + output_tokens) / safe_duration,
+            "output_throughput": served_output / safe_duration,
+            "total_token_throughput": (served_input + served_output) / safe_duration,
             "max_output_tokens_per_s": _peak_tokens_per_second(successes, origin),
             "max_concurrent_requests": _peak_concurrency(records),
         }
@@ -164,6 +186,7 @@ def level_result(
     result["errors"] = _errors(records)
     result["output_len_mismatch"] = _output_len_mismatch(successes)
     result["usage_missing"] = sum(1 for record in successes if record.output_tokens is None)
-    result["slo"] = _slo_report(successes, stats, slos) if slos is not None else None
+    result["slo_attainment_pct"] = attainment
+    result["slo"] = _slo_report(stats, slos, attainment) if slos is not None else None
     result["server"] = server
     return result

@@ -1,8 +1,8 @@
 """From the site's ``Workload`` (``agents.protocol``) to a load-generator configuration.
 
-Guarantees: the levels, dataset, endpoint, burstiness, requests per level and warm-up of the
-workload are carried over unchanged; a ShareGPT workload needs the local path its uploaded
-file was saved to.
+Guarantees: the levels, dataset, endpoint, burstiness, requests per level, warm-up, steady
+window, ramp and capacity search of the workload are carried over unchanged (its levels are
+always steady); a ShareGPT workload needs the local path its uploaded file was saved to.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ def config_from_workload(
         burstiness=workload.burstiness,
         num_prompts=workload.requests_per_level,
         warmup=workload.warmup_requests,
+        steady_multiple=workload.steady_multiple,
+        ramp_up_seconds=workload.ramp_up_seconds,
+        capacity=workload.capacity,
         slos=slos,
         **options,
     )

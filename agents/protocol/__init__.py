@@ -28,6 +28,7 @@ Guarantees:
   the validated object (``max_num_seqs[1]``, ``dataset.input_len``, ``concurrency[2]``).
 """
 
+from agents.protocol.capacity import CAPACITY_STOP_REASONS, CapacityResult
 from agents.protocol.errors import FieldError, ServeGridError
 from agents.protocol.fields import (
     BIGINT_COLUMN_MAX,
@@ -62,11 +63,15 @@ from agents.protocol.level_result import (
     SLO_CHECK_KEY,
     ErrorCount,
     FieldNames,
+    Interval,
+    LevelFigures,
     LevelResult,
     OutputLenMismatch,
     SimulatedTime,
     SloCheck,
+    SteadyWindow,
     latency_field,
+    percentile_statistic,
 )
 from agents.protocol.messages import (
     MAX_LOG_TAIL_CHARS,
@@ -133,6 +138,8 @@ from agents.protocol.workload import (
     MAX_OUTPUT_LEN,
     MAX_SLO_MS,
     REQUEST_RATE_RANGE,
+    SLO_PERCENTILES,
+    CapacitySearch,
     Dataset,
     InputLen,
     OutputLen,
@@ -145,6 +152,7 @@ from agents.protocol.workload import (
     SloMs,
     Slos,
     Workload,
+    parse_slos,
     workload_levels,
 )
 
@@ -157,6 +165,7 @@ __all__ = [
     "API_BASE_ROUTE",
     "BIGINT_COLUMN_MAX",
     "BURSTINESS_RANGE",
+    "CAPACITY_STOP_REASONS",
     "INTEGER_COLUMN_MAX",
     "LATENCY_METRICS",
     "LATENCY_STATISTICS",
@@ -179,6 +188,7 @@ __all__ = [
     "SERVE_FLAGS_SCHEMA_VERSION",
     "SITE_FRAME_MODELS",
     "SLO_CHECK_KEY",
+    "SLO_PERCENTILES",
     "TRIAL_FAILURE_CLASSES",
     "Ack",
     "AgentMessage",
@@ -187,6 +197,8 @@ __all__ = [
     "BatchRefusal",
     "BatchRequest",
     "Cancel",
+    "CapacityResult",
+    "CapacitySearch",
     "CloseCode",
     "ColdStartPhase",
     "Count",
@@ -206,9 +218,11 @@ __all__ = [
     "Hello",
     "HostFacts",
     "InputLen",
+    "Interval",
     "JobSpec",
     "JsonTooDeep",
     "Level",
+    "LevelFigures",
     "LevelProgress",
     "LevelResult",
     "MeasurementReport",
@@ -232,6 +246,7 @@ __all__ = [
     "SloCheck",
     "SloMs",
     "Slos",
+    "SteadyWindow",
     "StrictModel",
     "TrialFinished",
     "TrialIndex",
@@ -250,7 +265,9 @@ __all__ = [
     "message_seq",
     "parse_agent_message",
     "parse_site_frame",
+    "parse_slos",
     "parse_vllm_version",
+    "percentile_statistic",
     "protocol_json_schema",
     "pydantic_field_errors",
     "serve_args",

@@ -12,7 +12,7 @@ from pydantic import (
 
 from agents.protocol.fields import FiniteJson, RunId, TrialIndex
 from agents.protocol.strict import StrictModel
-from agents.protocol.workload import Slos, Workload
+from agents.protocol.workload import MAX_SEED, Slos, Workload
 
 MAX_JOB_TRIALS = 1024
 
@@ -70,6 +70,9 @@ class JobSpec(StrictModel):
     engine: EngineSpec
     model: ModelSource
     deadline: Annotated[datetime.datetime, Field(strict=False)]
+    # The run's traffic seed: every trial's prompts, lengths and send times derive from it
+    # and the level, never from the trial (the workload's own seed when it fixes one).
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     report: ReportTo = Field(default_factory=ReportTo)
 
     @field_validator("deadline")

@@ -55,10 +55,14 @@ class OutputLenMismatch(AsSent):
 
 
 class SloCheck(AsSent):
-    """One objective against the level's p99."""
+    """One objective against the level: a latency target against the percentile it names
+    (``percentile``, ``value``; ``p99`` is always the level's p99, as protocol 2 sent it), or
+    the attainment (``target`` and ``value`` in % of requests meeting every latency target)."""
 
     target: FiniteFloat
     p99: FiniteFloat | None = None
+    percentile: Integer | None = None
+    value: FiniteFloat | None = None
     met: bool
 
 
@@ -68,14 +72,27 @@ class SimulatedTime(AsSent):
     speed: FiniteFloat
 
 
-class LevelResult(AsSent):
-    """One finished load level: counts, throughputs, latency statistics in milliseconds
-    (``p99_ttft_ms``, …, named as ``vllm bench serve`` names them), SLO checks and errors."""
+class SteadyWindow(AsSent):
+    """Where a level's measurement window lay, in seconds from the level's start, and how
+    many requests fell before it (ramp), inside it and after it (drain)."""
 
-    # The level itself, as the load generator echoes it.
-    concurrency: Integer | None = None
-    request_rate: FiniteFloat | Literal["inf"] | None = None
-    burstiness: FiniteFloat | None = None
+    start_s: FiniteFloat
+    end_s: FiniteFloat
+    requests: Integer
+    ramp_requests: Integer
+    drain_requests: Integer
+
+
+class Interval(AsSent):
+    """A 95 % confidence interval."""
+
+    low: FiniteFloat
+    high: FiniteFloat
+
+
+class LevelFigures(AsSent):
+    """Counts, throughputs and latency statistics in milliseconds (``p99_ttft_ms``, …) as
+    ``vllm bench serve`` names them, over one set of requests."""
 
     duration: FiniteFloat
     completed: Integer
@@ -114,6 +131,30 @@ class LevelResult(AsSent):
     p95_e2el_ms: FiniteFloat | None = None
     p99_e2el_ms: FiniteFloat | None = None
 
+    def latency_ms(self, statistic: str, metric: str) -> float | None:
+        """``latency_ms("p99", "ttft")`` is ``p99_ttft_ms``: one statistic of one metric."""
+        return getattr(self, latency_field(statistic, metric))
+
+
+class LevelResult(LevelFigures):
+    """One finished load level. Its headline figures (the ``LevelFigures``) describe the
+    steady ``window`` (ramp and drain excluded); ``whole_level`` holds the same figures over
+    every request of the level, as ``vllm bench serve`` computes them. ``ci95`` gives 95 %
+    confidence intervals of headline figures by their field name. A level measured by a
+    capacity search is a ``probe``; ``repeat`` counts earlier runs of the same level."""
+
+    # The level itself, as the load generator echoes it.
+    concurrency: Integer | None = None
+    request_rate: FiniteFloat | Literal["inf"] | None = None
+    burstiness: FiniteFloat | None = None
+
+    window: SteadyWindow | None = None
+    whole_level: LevelFigures | None = None
+    ci95: dict[str, Interval] | None = None
+    slo_attainment_pct: FiniteFloat | None = None
+    probe: bool | None = None
+    repeat: Integer | None = None
+
     errors: dict[str, ErrorCount] | None = None
     output_len_mismatch: OutputLenMismatch | None = None
     usage_missing: Integer | None = None
@@ -123,9 +164,13 @@ class LevelResult(AsSent):
     aborted: Integer | None = None
     simulated: SimulatedTime | None = None
 
-    def latency_ms(self, statistic: str, metric: str) -> float | None:
-        """``latency_ms("p99", "ttft")`` is ``p99_ttft_ms``: one statistic of one metric."""
-        return getattr(self, latency_field(statistic, metric))
+
+def percentile_statistic(percentile: int) -> str:
+    """The statistic that is a percentile: 50 is ``"median"``, 99 is ``"p99"``."""
+    statistic = "median" if percentile == 50 else f"p{percentile}"
+    if statistic not in LATENCY_STATISTICS:
+        raise ValueError(f"no latency statistic for percentile {percentile}")
+    return statistic
 
 
 def latency_field(statistic: str, metric: str) -> str:

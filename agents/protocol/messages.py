@@ -14,6 +14,7 @@ from pydantic import (
     field_validator,
 )
 
+from agents.protocol.capacity import CapacityResult
 from agents.protocol.errors import FieldError
 from agents.protocol.fields import (
     BIGINT_COLUMN_MAX,
@@ -34,7 +35,9 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # Bump when an agent message gains a field, or a field changes meaning, so that each side
 # can tell what the other speaks. The site accepts every version ``AgentMessageBase.protocol``
 # lists. 2: ``epoch`` (the agent's site-issued sequence space; protocol 1 is epoch 0).
-PROTOCOL_VERSION = 2
+# 3: steady windows, SLO percentiles and attainment in level results; ``capacity`` in
+# ``trial_finished``.
+PROTOCOL_VERSION = 3
 MAX_LOG_TAIL_CHARS = 64 * 1024
 
 
@@ -60,7 +63,7 @@ class AgentMessageBase(StrictModel):
     with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
     and of agents without a site."""
 
-    protocol: Literal[1, 2] = PROTOCOL_VERSION
+    protocol: Literal[1, 2, 3] = PROTOCOL_VERSION
     run_id: RunId
     epoch: EpochNumber = 0
     seq: SeqNumber
@@ -166,13 +169,15 @@ TRIAL_FAILURE_CLASSES = (
 
 
 class TrialFinished(AgentMessageBase):
-    """A trial ended; a failed one says why, with the log lines that show it."""
+    """A trial ended; a failed one says why, with the log lines that show it; one whose
+    workload searched for its capacity at the SLOs carries what the search found."""
 
     type: Literal["trial_finished"]
     trial: TrialIndex
     outcome: Literal["succeeded", "failed", "skipped"]
     failure_class: Literal[TRIAL_FAILURE_CLASSES] | None = None  # type: ignore[valid-type]
     log_tail: str = Field(default="", max_length=MAX_LOG_TAIL_CHARS)
+    capacity: CapacityResult | None = None
 
 
 class RunFinished(AgentMessageBase):

@@ -4,6 +4,7 @@ coerce types and accept both ``model_validate`` on parsed JSON and ``model_valid
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Annotated, Literal
 from uuid import UUID
@@ -19,6 +20,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agents.protocol.errors import json_literal
+from agents.protocol.level_result import LATENCY_METRICS
 from agents.protocol.strict import StrictModel
 
 MAX_INPUT_LEN = 1_048_576
@@ -32,6 +34,13 @@ REQUEST_RATE_RANGE = (0.001, 10_000.0)
 BURSTINESS_RANGE = (0.01, 100.0)
 # An objective above an hour says nothing a benchmark could measure.
 MAX_SLO_MS = 3_600_000.0
+# The percentiles an objective may name (``ttft:p95<300ms``); the level results carry these.
+SLO_PERCENTILES = (50, 90, 95, 99)
+# The traffic seed fits a signed 32-bit column and every random generator.
+MAX_SEED = 2**31 - 1
+# A ramp longer than an hour is not a warm-up.
+MAX_RAMP_SECONDS = 3600.0
+MAX_CAPACITY_PROBES = 32
 
 
 InputLen = Annotated[int, Field(ge=1, le=MAX_INPUT_LEN)]
@@ -129,19 +138,47 @@ def _duplicates_error(
     return pydantic.ValidationError.from_exception_data(title, details)
 
 
+class CapacitySearch(StrictModel):
+    """Find each trial's capacity at the SLOs: the highest concurrency (``axis``
+    ``"concurrency"``, closed loop) or request rate (``"request_rate"``, open loop) at which
+    every objective holds. The fixed levels already measured bracket it first; then at most
+    ``max_probes`` extra steady levels (doubling or halving until a pass and a fail bracket
+    it, then monotone interpolation of the SLO margin, or bisection) narrow it down, until
+    the bracket is within ``tolerance_pct`` (or one user, for concurrency). With
+    ``repeat_bracket`` the bracket's two ends are measured once more (not counted in
+    ``max_probes``): a capacity that holds only once is not a capacity. ``max_load`` bounds
+    the search from above."""
+
+    axis: Literal["concurrency", "request_rate"] = "concurrency"
+    max_probes: int = Field(default=6, ge=1, le=MAX_CAPACITY_PROBES)
+    tolerance_pct: float = Field(default=5.0, gt=0, le=100, allow_inf_nan=False)
+    repeat_bracket: bool = True
+    max_load: float | None = Field(
+        default=None, ge=1, le=float(MAX_CONCURRENCY), allow_inf_nan=False
+    )
+
+
 class Workload(StrictModel):
     """The load applied to every trial: a dataset, an endpoint and the load levels.
 
     Levels are the ``concurrency`` values (requests in flight, capped) followed by the
     ``request_rates`` (requests per second with gamma-distributed gaps of shape
-    ``burstiness``; ``"inf"`` sends all at once); at least one level, at most
-    ``MAX_LOAD_LEVELS`` in all, no value twice in a list. Each level sends
-    ``requests_per_level`` requests after ``warmup_requests`` unmeasured ones.
+    ``burstiness``; ``"inf"`` sends all at once); at most ``MAX_LOAD_LEVELS`` in all, no
+    value twice in a list, and at least one unless ``capacity`` searches for them.
+
+    Every level is *steady*: a ramp (the first wave of a closed-loop level, or the time
+    until the first answer of an open-loop one; ``ramp_up_seconds`` staggers the start),
+    then a measurement window that runs until it holds at least ``requests_per_level`` and
+    ``steady_multiple`` × the concurrency completions, then a drain. ``warmup_requests``
+    unmeasured ones go before each level. ``seed`` fixes the traffic (prompts, lengths,
+    arrival times) for every run of the experiment; without it each run draws one, and all
+    trials of a run see the same traffic either way.
     """
 
     dataset: Dataset
     endpoint: Literal["completions", "chat"] = "completions"
-    # Declared before `concurrency` because the concurrency validator reads it.
+    # Declared before `concurrency` because the concurrency validator reads them.
+    capacity: CapacitySearch | None = None
     request_rates: list[RequestRate] = Field(default_factory=list, max_length=MAX_LOAD_LEVELS)
     concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(
         default_factory=list, max_length=MAX_LOAD_LEVELS, validate_default=True
@@ -151,6 +188,9 @@ class Workload(StrictModel):
     )
     requests_per_level: int = Field(default=200, ge=1, le=1_000_000)
     warmup_requests: int = Field(default=0, ge=0, le=100_000)
+    steady_multiple: float = Field(default=4.0, ge=0, le=1000, allow_inf_nan=False)
+    ramp_up_seconds: float = Field(default=0.0, ge=0, le=MAX_RAMP_SECONDS, allow_inf_nan=False)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
 
     @field_validator("request_rates")
     @classmethod
@@ -169,10 +209,13 @@ class Workload(StrictModel):
         # Absent when request_rates itself was refused: its own error says enough.
         if "request_rates" in info.data:
             rates = info.data["request_rates"]
-            if not concurrency and not rates:
+            # A capacity search brings levels of its own (unless it was refused itself).
+            searches = info.data.get("capacity") is not None or "capacity" not in info.data
+            if not concurrency and not rates and not searches:
                 raise PydanticCustomError(
                     "no_load_levels",
-                    "give at least one load level: a concurrency or a request rate",
+                    "give at least one load level: a concurrency or a request rate "
+                    "(or a capacity search)",
                 )
             if len(concurrency) + len(rates) > MAX_LOAD_LEVELS:
                 raise PydanticCustomError(
@@ -184,15 +227,100 @@ class Workload(StrictModel):
         return concurrency
 
 
+SloPercentile = Literal[50, 90, 95, 99]
+# `ttft:p95<300ms`, `tpot<50ms` (p99), `attainment>=95%`: one objective of the text form.
+_SLO_TEXT = re.compile(
+    r"^\s*(?P<metric>[a-z0-9]+)\s*(?::\s*p(?P<percentile>\d+))?\s*"
+    r"(?P<op><=|<|>=)\s*(?P<value>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|%)?\s*$",
+    re.IGNORECASE,
+)
+
+
 class Slos(StrictModel):
-    """Service-level objectives in milliseconds, each optional, applied to p99 and to goodput
-    (a request counts when it meets every objective given). Names follow ``vllm bench
-    serve``: TTFT, TPOT, ITL and E2EL."""
+    """Service-level objectives, each optional: a latency target in milliseconds per metric
+    (names as ``vllm bench serve``: TTFT, TPOT, ITL, E2EL), judged at the percentile it names
+    (``ttft_percentile``: 50, 90, 95 or 99; p99 when not given), and optionally an
+    attainment: at least ``min_attainment_pct`` % of the requests meet every latency target
+    (a request counts as goodput defines it). A level meets the SLOs when every one holds.
+    The text form is ``ttft:p95<300ms, tpot<50ms, attainment>=95%`` (``parse_slos``)."""
 
     ttft_ms: SloMs | None = None
     tpot_ms: SloMs | None = None
     itl_ms: SloMs | None = None
     e2el_ms: SloMs | None = None
+    ttft_percentile: SloPercentile | None = None
+    tpot_percentile: SloPercentile | None = None
+    itl_percentile: SloPercentile | None = None
+    e2el_percentile: SloPercentile | None = None
+    min_attainment_pct: float | None = Field(default=None, gt=0, le=100, allow_inf_nan=False)
+
+    def target_ms(self, metric: str) -> float | None:
+        """The latency target of ``metric`` (``"ttft"`` …), or None when it has none."""
+        return getattr(self, f"{metric}_ms")
+
+    def percentile(self, metric: str) -> int:
+        """The percentile the ``metric``'s target is judged at (99 when not given)."""
+        return getattr(self, f"{metric}_percentile") or 99
+
+    @property
+    def latency_targets(self) -> dict[str, float]:
+        """Every latency target given, by metric, in ``LATENCY_METRICS`` order."""
+        return {m: t for m in LATENCY_METRICS if (t := self.target_ms(m)) is not None}
+
+    @property
+    def given(self) -> bool:
+        """Whether any objective is given."""
+        return bool(self.latency_targets) or self.min_attainment_pct is not None
+
+    def scaled(self, factor: float) -> Slos:
+        """The same objectives with every latency target multiplied by ``factor``."""
+        return self.model_copy(
+            update={f"{m}_ms": t * factor for m, t in self.latency_targets.items()}
+        )
+
+    def describe(self) -> str:
+        """The text form (``ttft:p95<300ms, attainment>=95%``), or ``""`` for none."""
+        parts = [f"{m}:p{self.percentile(m)}<{t:g}ms" for m, t in self.latency_targets.items()]
+        if self.min_attainment_pct is not None:
+            parts.append(f"attainment>={self.min_attainment_pct:g}%")
+        return ", ".join(parts)
+
+
+def parse_slos(text: str) -> Slos:
+    """``ttft:p95<300ms, tpot<50ms, e2el:p99<10s, attainment>=95%`` (comma-separated; the
+    percentile defaults to p99; ``ttft_ms=300`` is also accepted) as ``Slos``. Raises
+    ``ValueError`` naming the part it cannot read, or pydantic's ``ValidationError`` for a
+    value out of range."""
+    values: dict[str, object] = {}
+    for part in (piece for piece in text.split(",") if piece.strip()):
+        name, equals, raw = part.partition("=")
+        if equals and not name.rstrip().endswith((">", "<")):
+            # The key=value form: ttft_ms=300, min_attainment_pct=95, ttft_percentile=95.
+            try:
+                number = float(raw)
+            except ValueError:
+                raise ValueError(f"{part.strip()!r}: {raw.strip()!r} is not a number") from None
+            values[name.strip()] = int(number) if name.strip().endswith("_percentile") else number
+            continue
+        match = _SLO_TEXT.match(part)
+        if match is None:
+            raise ValueError(
+                f"{part.strip()!r}: expected METRIC[:pNN]<VALUE(ms|s) or attainment>=PCT%"
+            )
+        metric, value = match["metric"].lower(), float(match["value"])
+        if metric == "attainment":
+            if match["op"] != ">=" or match["percentile"] or match["unit"] not in (None, "%"):
+                raise ValueError(f"{part.strip()!r}: write attainment>=PCT%")
+            values["min_attainment_pct"] = value
+            continue
+        if metric not in LATENCY_METRICS:
+            raise ValueError(f"{part.strip()!r}: the metric is one of {', '.join(LATENCY_METRICS)}")
+        if match["op"] == ">=" or match["unit"] == "%":
+            raise ValueError(f"{part.strip()!r}: a latency objective is METRIC<VALUE ms")
+        values[f"{metric}_ms"] = value * 1000 if match["unit"] == "s" else value
+        if match["percentile"]:
+            values[f"{metric}_percentile"] = int(match["percentile"])
+    return Slos.model_validate(values)
 
 
 def workload_levels(workload: Workload) -> list[dict[str, int | float | str]]:

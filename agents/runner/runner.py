@@ -5,7 +5,9 @@ Guarantees:
 - Every fact goes out as a protocol message through ``emit`` (validated against
   ``agents.protocol`` before it leaves): ``hello`` first, then per trial ``trial_started``,
   each ``cold_start_phase`` as the engine reaches it, ``level_progress`` at most every
-  ``progress_every`` seconds, one ``measurement`` per finished level, ``trial_finished``;
+  ``progress_every`` seconds, one ``measurement`` per finished level (capacity probes
+  included), ``trial_finished`` (with the capacity search's result when the workload asks
+  for one);
   ``heartbeat`` every ``heartbeat_every`` seconds throughout; ``run_finished`` last.
 - A trial whose engine fails to start or dies is recorded with its failure class and log
   tail, and the run goes on with the next trial. A death at any moment of the measuring
@@ -20,6 +22,8 @@ Guarantees:
   run finishes with outcome ``deadline``. ``request_stop`` (cancel from the site, a signal)
   does the same at once with its own outcome; it is safe to call from any thread.
 - The engine is always stopped before ``run`` returns, whatever happened.
+- Every trial is sent the same traffic: the load generator is seeded with the job's
+  ``seed``, never with the trial.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from agents import protocol
 from agents.engines.base import EngineFailed, FailureKind
 from agents.engines.process import ProcessEngine
 from agents.loadgen import (
+    CapacityFound,
     LevelFinished,
     LevelStarted,
     RequestDone,
@@ -51,6 +56,7 @@ from agents.protocol import JobSpec, ServeGridError
 from agents.runner.hostfacts import agent_version, host_facts
 from agents.runner.live import LiveLevel
 from agents.runner.simulated import (
+    capacity_in_simulated_time,
     progress_in_simulated_time,
     result_in_simulated_time,
     slos_for_speed,
@@ -138,6 +144,8 @@ class JobRunner:
         self.metrics_period = metrics_period
         self.engine_exit_grace = engine_exit_grace
         self.current_trial: int | None = None
+        # What the current trial's capacity search found (CapacityResult JSON), if it ran.
+        self.capacity: dict | None = None
         self._stop_request: StopRequest | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()  # set once the run must end
@@ -265,6 +273,7 @@ class JobRunner:
             outcome=outcome,
             failure_class=failure_class,
             log_tail=log_tail,
+            capacity=self.capacity,
         )
         return outcome
 
@@ -279,6 +288,7 @@ class JobRunner:
     async def _run_trial(self, trial: protocol.TrialSpec) -> str:
         index = trial.index
         self.current_trial = index
+        self.capacity = None
         workdir = self.workdir / f"trial-{index}"
         try:
             engine = trial_engine(
@@ -409,7 +419,8 @@ class JobRunner:
             ),
             metrics_url="auto",
             metrics_period=self.metrics_period,
-            seed=index,
+            # The run's seed, not the trial's: every configuration sees the same traffic.
+            seed=job.seed,
         )
         relay = asyncio.create_task(self._relay_stop())
         live: LiveLevel | None = None
@@ -427,6 +438,11 @@ class JobRunner:
                         self._progress(index, level, live)
                 elif isinstance(event, ServerSample) and live is not None:
                     live.server(event.kv_cache_usage, event.num_requests_waiting)
+                elif isinstance(event, CapacityFound):
+                    capacity = event.result
+                    if self.sim_speed:
+                        capacity = capacity_in_simulated_time(capacity, self.sim_speed)
+                    self.capacity = capacity
                 elif isinstance(event, LevelFinished):
                     self._measurement(index, event.result)
                     # "<kind>: <message>" (``agents.loadgen.server_metrics``).

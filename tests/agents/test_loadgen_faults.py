@@ -211,8 +211,14 @@ def test_a_workload_from_the_site_runs_as_configured(server):
         (2, None),
         (None, "inf"),
     ]
-    assert all(level["completed"] == 4 and level["request_goodput"] > 0 for level in levels)
-    assert all(level["total_input_tokens"] == 4 * 20 for level in levels)
+    closed, burst = levels
+    # The closed-loop level is steady: its window holds max(4, 4 x 2) requests; an "inf"
+    # burst has no steady state and is measured whole.
+    assert closed["completed"] == 8 and closed["window"]["requests"] == 8
+    assert closed["whole_level"]["completed"] > 8
+    assert burst["completed"] == 4 and "window" not in burst
+    assert all(level["request_goodput"] > 0 for level in levels)
+    assert all(level["total_input_tokens"] == level["completed"] * 20 for level in levels)
 
 
 @pytest.mark.parametrize(

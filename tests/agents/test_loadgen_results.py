@@ -82,8 +82,20 @@ def test_goodput_counts_requests_meeting_every_slo():
     level = result(Slos(ttft_ms=250, tpot_ms=60))
     assert level["request_goodput"] == 1.0  # r0 and r1; r3's TTFT is 300 ms
     assert level["slo"] == {
-        "ttft_ms": {"target": 250, "p99": pytest.approx(298), "met": False},
-        "tpot_ms": {"target": 60, "p99": pytest.approx(74.5), "met": False},
+        "ttft_ms": {
+            "target": 250,
+            "p99": pytest.approx(298),
+            "percentile": 99,
+            "value": pytest.approx(298),
+            "met": False,
+        },
+        "tpot_ms": {
+            "target": 60,
+            "p99": pytest.approx(74.5),
+            "percentile": 99,
+            "value": pytest.approx(74.5),
+            "met": False,
+        },
     }
     assert result(Slos(e2el_ms=200))["request_goodput"] == 0.5  # r0 only
     assert result(Slos(itl_ms=60))["request_goodput"] == 1.0  # r3's p99 gap is 100 ms
@@ -112,6 +124,7 @@ def test_the_keys_are_vllms_plus_ours():
         "output_len_mismatch",
         "usage_missing",
         "slo",
+        "slo_attainment_pct",
         "server",
     }
     assert set(result()) == expected | stats
@@ -123,3 +136,34 @@ def test_a_level_where_everything_failed_reports_no_latencies():
     assert level["mean_ttft_ms"] is None and level["p99_e2el_ms"] is None
     assert level["max_output_tokens_per_s"] == 0
     assert level["errors"]["http_500"]["count"] == 2
+
+
+def test_each_objective_is_judged_at_the_percentile_it_names():
+    # TTFT 100, 200, 300 ms: the median (200) meets 250 ms where the p99 (298) does not.
+    level = result(Slos(ttft_ms=250, ttft_percentile=50))
+    assert level["slo"]["ttft_ms"] == {
+        "target": 250,
+        "p99": pytest.approx(298),
+        "percentile": 50,
+        "value": pytest.approx(200),
+        "met": True,
+    }
+    assert result(Slos(ttft_ms=250, ttft_percentile=90))["slo"]["ttft_ms"]["met"] is False
+
+
+def test_attainment_is_the_share_of_all_requests_meeting_every_target():
+    # r0 and r1 meet 250 ms; r2 failed and r3 took 300 ms: 2 of 4 requests, 50 %.
+    level = result(Slos(ttft_ms=250, ttft_percentile=50, min_attainment_pct=50))
+    assert level["slo_attainment_pct"] == 50.0
+    assert level["slo"]["attainment"] == {"target": 50, "value": 50.0, "met": True}
+    missed = result(Slos(ttft_ms=250, ttft_percentile=50, min_attainment_pct=75))
+    assert missed["slo"]["attainment"]["met"] is False
+
+
+def test_throughput_may_count_other_requests_than_the_latencies():
+    level = level_result(
+        {"concurrency": 2}, RECORDS[:2], duration=2.0, throughput_records=RECORDS[1:]
+    )
+    assert level["completed"] == 2  # the latency set
+    assert level["request_throughput"] == 1.0  # r1 and r3 succeeded among RECORDS[1:]
+    assert level["output_throughput"] == 3.5  # 2 + 5 tokens over 2 s

@@ -12,6 +12,7 @@ import uuid
 import httpx
 import pytest
 
+from agents import protocol
 from agents.runner.outbox import Backoff, Outbox, OutboxBroken, SiteEndpoints
 from agents.runner.site_link import LinkDown, rest_request_epoch, websocket_connector
 from agents.spool import Spool
@@ -96,7 +97,7 @@ def test_it_stores_everything_once_in_order_and_journals_it(tmp_path, run_id, si
     assert (site.epochs_issued, report.epoch) == (1, 1)
     assert all(site.ledger[(1, m["seq"])] == {**m, "epoch": 1} for m in journal)
     assert journal[0] == {
-        "protocol": 2,
+        "protocol": protocol.PROTOCOL_VERSION,
         "type": "heartbeat",
         "trial": 0,
         "run_id": run_id,

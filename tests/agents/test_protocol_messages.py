@@ -56,7 +56,7 @@ def _message(kind, **changes):
         (_message("heartbeat", seq=-1), "seq"),
         (_message("heartbeat", seq="1"), "seq"),
         (_message("heartbeat", extra=1), "extra"),
-        (_message("heartbeat", protocol=3), "protocol"),
+        (_message("heartbeat", protocol=protocol.PROTOCOL_VERSION + 1), "protocol"),
         (_message("heartbeat", protocol=1, epoch=2), "epoch"),
         (_message("heartbeat", epoch=-1), "epoch"),
         (_message("heartbeat", epoch=2**31), "epoch"),

@@ -233,7 +233,10 @@ def test_it_names_the_expected_dataset_kinds():
 def test_it_requires_at_least_one_load_level():
     errors = errors_of({"dataset": RANDOM})
     assert errors == [
-        FieldError("concurrency", "give at least one load level: a concurrency or a request rate")
+        FieldError(
+            "concurrency",
+            "give at least one load level: a concurrency or a request rate (or a capacity search)",
+        )
     ]
     assert fields_of(errors_of({"dataset": RANDOM, "concurrency": [], "request_rates": []})) == [
         "concurrency"

@@ -121,8 +121,11 @@ def test_two_trials_run_in_order_and_every_message_is_valid(tmp_path):
         assert [m["level"]["concurrency"] for m in measurements] == [1, 4]
         for measurement in measurements:
             result = measurement["result"]
-            assert (result["completed"], result["failed"]) == (8, 0)
-            assert result["total_output_tokens"] == 8 * 64
+            # Steady levels: the window holds max(8 requests, 4 x the concurrency).
+            window = max(8, 4 * measurement["level"]["concurrency"])
+            assert (result["completed"], result["failed"]) == (window, 0)
+            assert result["window"]["requests"] == window
+            assert result["total_output_tokens"] == window * 64
             assert result["simulated"] == {"speed": 2.0}
             assert measurement["server"]["num_requests_running"]["max"] >= 1
             assert "partial" not in result
@@ -265,3 +268,53 @@ def test_a_stop_before_the_run_starts_skips_every_trial(tmp_path, outcome):
     )
     assert summary.outcome == outcome and summary.trials_skipped == 2
     assert not recorder.of("trial_started")
+
+
+def test_every_trial_is_sent_the_runs_traffic_and_searches_its_capacity(tmp_path, monkeypatch):
+    import agents.runner.runner as runner_module
+
+    seen: list[dict] = []
+    real_run_bench = runner_module.run_bench
+
+    async def recording_run_bench(config, **options):
+        async for event in real_run_bench(config, **options):
+            if type(event).__name__ == "LevelFinished":
+                seen.append(
+                    {
+                        "seed": config.seed,
+                        "level": event.result.get("concurrency"),
+                        "traffic": [r.prompt_sha for r in event.records],
+                    }
+                )
+            yield event
+
+    monkeypatch.setattr(runner_module, "run_bench", recording_run_bench)
+    job = make_job([{"max_num_seqs": 64}, {"max_num_seqs": 2}], concurrency=(1,), requests=4)
+    job = job.model_copy(
+        update={
+            "seed": 4242,
+            "workload": job.workload.model_copy(
+                update={"capacity": protocol.CapacitySearch(max_probes=2, max_load=4)}
+            ),
+        }
+    )
+    summary, recorder, _ = run(job, tmp_path)
+    assert summary.trials_succeeded == 2
+    assert {entry["seed"] for entry in seen} == {4242}
+    # The first level of both trials: the same prompts in the same order.
+    first_levels = [entry for entry in seen if entry["level"] == 1][:1] + [
+        entry for entry in seen if entry["level"] == 1
+    ][-1:]
+    shared = min(len(entry["traffic"]) for entry in first_levels)
+    assert first_levels[0]["traffic"][:shared] == first_levels[1]["traffic"][:shared]
+    for finished in recorder.of("trial_finished"):
+        capacity = finished["capacity"]
+        assert capacity["axis"] == "concurrency" and capacity["probes"] <= 2
+        probes = [
+            m
+            for m in recorder.of("measurement")
+            if m["trial"] == finished["trial"] and m["result"].get("probe")
+        ]
+        assert len(probes) == capacity["probes"] + capacity["repeats"]
+        if capacity["capacity"] is not None:
+            assert capacity["output_throughput"] > 0

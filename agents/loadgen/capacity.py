@@ -1,0 +1,236 @@
+"""Capacity at the SLOs: the highest load (concurrency, or request rate) at which every
+objective holds, found with as few extra levels as possible.
+
+Guarantees:
+
+- A level *passes* when it completed requests, none failed, it was not cut short and every
+  objective of its SLO report is met; a load measured more than once passes only when every
+  measurement passed (a capacity that holds once is not a capacity).
+- The bracket is ``[last pass, first fail]``: the highest passing load below the lowest
+  failing one (a pass above a fail is noise, not capacity). Every level already measured
+  counts, the experiment's fixed levels too.
+- Without a bracket the search doubles from the highest pass (or starts at 1) and halves
+  from the lowest fail; with one it probes where a monotone (PCHIP) interpolation of the SLO
+  margin crosses 1, as vLLM's ``serve_sla`` does, kept inside the bracket's middle 80 % so
+  that every probe narrows it, falling back to bisection when the margin cannot be
+  interpolated. It stops when the bracket is within ``tolerance_pct`` (one user apart for
+  concurrency), at ``max_load``, below the lowest load, or after ``max_probes`` probes; then,
+  with ``repeat_bracket``, each end is measured once more (those two are not counted in
+  ``max_probes``) and the search goes on if a repeat overturned an end.
+- ``outcome`` reports the capacity, the bracket, the probes used, why it stopped and the
+  figures measured at capacity (the mean of its measurements).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agents.protocol import CapacitySearch
+
+# Interpolating with a margin of infinity (a level whose requests failed) says nothing
+# about where it crosses 1: such points are capped at this margin.
+MAX_INTERPOLATED_MARGIN = 4.0
+# A probe lies at least this share of the bracket away from its ends.
+PROBE_INSET = 0.1
+# Where an open-loop search without any measured level starts (requests per second).
+FIRST_RATE = 1.0
+
+
+def slo_margin(result: Mapping) -> float:
+    """How far a level is from its SLOs: the largest measured/target ratio of its latency
+    objectives (for the attainment, the share of requests missing against the share allowed
+    to), so that ≤ 1 meets every objective; infinity for a level that cannot pass (failed
+    or no requests, cut short, an objective without a value)."""
+    if result.get("partial") or (result.get("failed") or 0) > 0 or not result.get("completed"):
+        return math.inf
+    margin = 0.0
+    for name, check in (result.get("slo") or {}).items():
+        value, target = check.get("value"), check.get("target")
+        if value is None or not target:
+            return math.inf
+        if name == "attainment":
+            allowed = 100.0 - target
+            missing = 100.0 - value
+            ratio = missing / allowed if allowed > 0 else (0.0 if missing <= 0 else math.inf)
+        else:
+            ratio = value / target
+        margin = max(margin, ratio)
+        if check.get("met") is False:
+            margin = max(margin, math.nextafter(1.0, math.inf))
+    return margin
+
+
+def level_passes(result: Mapping) -> bool:
+    """Whether one level meets every objective (see the module docstring)."""
+    return slo_margin(result) <= 1.0
+
+
+@dataclass
+class _Load:
+    results: list[Mapping]
+
+    @property
+    def passes(self) -> bool:
+        return all(level_passes(result) for result in self.results)
+
+    @property
+    def margin(self) -> float:
+        return max(slo_margin(result) for result in self.results)
+
+
+class CapacityPlanner:
+    """Decides the next load to measure from the levels measured so far (``record``)."""
+
+    def __init__(self, search: CapacitySearch):
+        self.search = search
+        self.axis = search.axis
+        self.loads: dict[float, _Load] = defaultdict(lambda: _Load([]))
+        self.probes = 0
+        self.repeated: set[float] = set()
+        self.stop_reason: str | None = None
+
+    # -- what was measured -----------------------------------------------------------------
+
+    def load_of(self, result: Mapping) -> float | None:
+        """The load of a level result on this search's axis (None: another kind of level,
+        or an unbounded rate)."""
+        value = result.get(self.axis)
+        if value is None or value == "inf":
+            return None
+        return float(value)
+
+    def record(self, result: Mapping, *, probe: bool = False) -> None:
+        """One measured level; ``probe``: the search asked for it."""
+        load = self.load_of(result)
+        if load is None:
+            return
+        if probe:
+            if load in self.loads:
+                self.repeated.add(load)
+            else:
+                self.probes += 1
+        self.loads[load].results.append(result)
+
+    def bracket(self) -> tuple[float | None, float | None]:
+        """``(last pass, first fail)`` as the module docstring defines them."""
+        fails = [load for load, measured in self.loads.items() if not measured.passes]
+        first_fail = min(fails, default=None)
+        passes = [
+            load
+            for load, measured in self.loads.items()
+            if measured.passes and (first_fail is None or load < first_fail)
+        ]
+        return max(passes, default=None), first_fail
+
+    # -- what to measure next --------------------------------------------------------------
+
+    def _integral(self) -> bool:
+        return self.axis == "concurrency"
+
+    def _lowest(self) -> float:
+        return 1.0 if self._integral() else 0.001
+
+    def _highest(self) -> float:
+        if self.search.max_load is not None:
+            return self.search.max_load
+        return 16_384.0 if self._integral() else 10_000.0
+
+    def _narrow_enough(self, low: float, high: float) -> bool:
+        if self._integral() and high - low <= 1:
+            return True
+        return (high - low) / low * 100.0 <= self.search.tolerance_pct
+
+    def _round(self, load: float) -> float:
+        return float(round(load)) if self._integral() else float(f"{load:.4g}")
+
+    def next_load(self) -> float | None:
+        """The next load to measure, or None when the search is over (``stop_reason``)."""
+        low, high = self.bracket()
+        exhausted = self.probes >= self.search.max_probes
+        if low is not None and high is not None and self._narrow_enough(low, high):
+            return self._repeat(low, high, "converged")
+        if exhausted:
+            return self._repeat(low, high, "probes_exhausted")
+        if low is None and high is None:
+            return FIRST_RATE if not self._integral() else 1.0
+        if high is None:
+            if low >= self._highest():
+                return self._repeat(low, high, "max_load")
+            return min(self._round(low * 2), self._highest())
+        if low is None:
+            if high <= self._lowest():
+                return self._finish("below_lowest")
+            half = self._round(high / 2)
+            return half if half < high else self._finish("below_lowest")
+        return self._between(low, high)
+
+    def _repeat(self, low: float | None, high: float | None, reason: str) -> float | None:
+        if self.search.repeat_bracket:
+            for end in (low, high):
+                if end is not None and end not in self.repeated:
+                    return end
+        return self._finish(reason)
+
+    def _finish(self, reason: str) -> None:
+        self.stop_reason = reason
+        return None
+
+    def _between(self, low: float, high: float) -> float:
+        """A probe inside ``(low, high)``: where the interpolated margin crosses 1."""
+        inset = PROBE_INSET * (high - low)
+        guess = self._crossing(low, high)
+        if guess is None:
+            guess = (low + high) / 2
+        guess = min(max(guess, low + inset), high - inset)
+        probe = self._round(guess)
+        if self._integral():
+            probe = min(max(probe, low + 1), high - 1)
+        return probe
+
+    def _crossing(self, low: float, high: float) -> float | None:
+        # SciPy's PCHIP keeps the margin monotone between measured loads (no overshoot),
+        # so its crossing of 1 is a safe guess; imported here, as only searches need it.
+        from scipy.interpolate import PchipInterpolator
+        from scipy.optimize import brentq
+
+        points = sorted(
+            (load, min(measured.margin, MAX_INTERPOLATED_MARGIN))
+            for load, measured in self.loads.items()
+        )
+        if len(points) < 2:
+            return None
+        loads = [load for load, _ in points]
+        margins = [margin - 1.0 for _, margin in points]
+        curve = PchipInterpolator(loads, margins)
+        at_low, at_high = float(curve(low)), float(curve(high))
+        if not (at_low <= 0 < at_high):
+            return None
+        return float(brentq(lambda load: float(curve(load)), low, high))
+
+    # -- the answer ------------------------------------------------------------------------
+
+    def outcome(self) -> dict:
+        """The search's result as ``agents.protocol.CapacityResult`` JSON."""
+        low, high = self.bracket()
+        at_capacity = self.loads[low].results if low is not None else []
+
+        def mean_of(key: str) -> float | None:
+            values = [r.get(key) for r in at_capacity if isinstance(r.get(key), int | float)]
+            return sum(values) / len(values) if values else None
+
+        return {
+            "axis": self.axis,
+            "capacity": low,
+            "bracket_low": low,
+            "bracket_high": high,
+            "probes": self.probes,
+            "repeats": len(self.repeated),
+            "levels_measured": sum(len(m.results) for m in self.loads.values()),
+            "stop_reason": self.stop_reason or "stopped",
+            "output_throughput": mean_of("output_throughput"),
+            "request_throughput": mean_of("request_throughput"),
+            "request_goodput": mean_of("request_goodput"),
+        }

@@ -1,0 +1,140 @@
+"""Steady levels and fair traffic: ramp, window and drain; the same prompts and send times
+for every trial given the same seed; confidence intervals on the headline figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.loadgen import BenchConfig, LevelFinished, RandomPrompts, event_loop_runner, run_bench
+from agents.loadgen.confidence import confidence_intervals
+from agents.loadgen.records import RequestRecord
+from agents.loadgen.steady import ramped_offsets, window_target
+from agents.protocol import Slos
+from tests.agents.fake_openai_server import FakeServer
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeServer() as running:
+        yield running
+
+
+def bench(server, **overrides) -> list[LevelFinished]:
+    settings = {
+        "base_url": server.base_url,
+        "model": "fake?ttft_ms=4&itl_ms=1",
+        "source": RandomPrompts(8, 4, range_ratio=0.5),
+        "levels": ({"concurrency": 3}, {"request_rate": 300.0}),
+        "num_prompts": 12,
+        "metrics_url": None,
+        "steady_multiple": 4.0,
+        "seed": 11,
+        "slos": Slos(ttft_ms=1000),
+    } | overrides
+
+    async def collect():
+        return [
+            event
+            async for event in run_bench(BenchConfig(**settings))
+            if isinstance(event, LevelFinished)
+        ]
+
+    with event_loop_runner() as runner:
+        return runner.run(collect())
+
+
+def traffic(finished: LevelFinished) -> list[tuple]:
+    return [(r.prompt_sha, r.requested_output_len, r.scheduled) for r in finished.records]
+
+
+def test_every_trial_with_the_same_seed_sends_the_same_traffic(server):
+    first, second = bench(server), bench(server)
+    for a, b in zip(first, second, strict=True):
+        shared = min(len(a.records), len(b.records))  # steady levels end on their window
+        assert traffic(a)[:shared] == traffic(b)[:shared]
+        assert all(sha for sha, _, _ in traffic(a))
+    # Open loop: the send schedule itself is the same (offsets from the level's start).
+    assert [r.scheduled for r in first[1].records][:20] == [r.scheduled for r in second[1].records][
+        :20
+    ]
+    other = bench(server, seed=12)
+    assert {r.prompt_sha for r in other[0].records}.isdisjoint(
+        {r.prompt_sha for r in first[0].records}
+    )
+    # Each level has prompts of its own: nothing of one level is in another's prefix cache.
+    assert {r.prompt_sha for r in first[0].records}.isdisjoint(
+        {r.prompt_sha for r in first[1].records}
+    )
+
+
+def test_a_repeated_level_gets_fresh_prompts(server):
+    once, again = bench(server, levels=({"concurrency": 2}, {"concurrency": 2}))
+    assert again.result["repeat"] == 1 and "repeat" not in once.result
+    assert {r.prompt_sha for r in once.records}.isdisjoint({r.prompt_sha for r in again.records})
+
+
+def test_a_closed_loop_window_excludes_the_first_wave_and_holds_its_target(server):
+    (level,) = bench(server, levels=({"concurrency": 3},))
+    result, records = level.result, level.records
+    window = result["window"]
+    assert window["requests"] == result["completed"] == window_target(12, 4.0, 3) == 12
+    start = min(r.start for r in records)
+    first_wave_end = max(r.finished for r in records[:3])
+    # Seconds from the level's clock start, a moment before its first send.
+    assert window["start_s"] == pytest.approx(first_wave_end - start, abs=0.002)
+    assert window["ramp_requests"] >= 3
+    assert result["whole_level"]["completed"] == len(records) > result["completed"]
+    assert result["slo"]["ttft_ms"]["met"] is True
+    assert window["end_s"] > window["start_s"]
+
+
+def test_an_open_loop_window_starts_after_the_first_answer(server):
+    (level,) = bench(server, levels=({"request_rate": 300.0},), ramp_up_seconds=0.05)
+    window = level.result["window"]
+    first_answer = min(r.finished for r in level.records) - min(r.start for r in level.records)
+    assert window["start_s"] >= first_answer - 0.005
+    assert window["requests"] == 12 and level.result["whole_level"]["completed"] > 12
+
+
+def test_an_unbounded_rate_has_no_window(server):
+    (level,) = bench(server, levels=({"request_rate": "inf"},))
+    assert "window" not in level.result and level.result["completed"] == 12
+
+
+def test_the_ramp_raises_the_rate_linearly_and_keeps_the_gaps():
+    steady = [0.1 * step for step in range(40)]
+    ramped = list(ramped_offsets(steady, 2.0))
+    assert ramped[0] == 0.0 and ramped == sorted(ramped)
+    # Sends in the ramp's first half-second vs its last one: the rate rises.
+    early = sum(1 for t in ramped if t < 0.5)
+    late = sum(1 for t in ramped if 1.5 <= t < 2.0)
+    assert late > early
+    # After the ramp the same gaps as the constant-rate schedule, shifted by half the ramp.
+    assert ramped[-1] == pytest.approx(steady[-1] + 1.0)
+
+
+def _record(index: int, ttft: float, tokens: int = 10) -> RequestRecord:
+    record = RequestRecord(index, tokens, start=float(index), finished=float(index) + 1)
+    record.ttft, record.latency, record.output_tokens, record.success = (
+        ttft,
+        ttft + 0.5,
+        tokens,
+        True,
+    )
+    return record
+
+
+def test_intervals_hold_the_figure_and_narrow_with_more_requests():
+    few = [_record(i, 0.1 + 0.01 * (i % 10)) for i in range(20)]
+    many = [_record(i, 0.1 + 0.01 * (i % 10)) for i in range(400)]
+    slos = Slos(ttft_ms=170)
+    small = confidence_intervals(few, few, 10.0, slos)
+    large = confidence_intervals(many, many, 200.0, slos)
+    assert small == confidence_intervals(few, few, 10.0, slos)  # seeded: repeatable
+    for key in ("p90_ttft_ms", "median_e2el_ms", "slo_attainment_pct", "request_goodput"):
+        assert small[key]["low"] <= small[key]["high"]
+        assert large[key]["high"] - large[key]["low"] <= small[key]["high"] - small[key]["low"]
+    assert small["median_ttft_ms"]["low"] <= 145 <= small["median_ttft_ms"]["high"]
+    assert "p99_itl_ms" not in small  # ITL gaps are not independent samples
+    # All the same tokens: no spread, no interval.
+    assert "output_throughput" not in small
