@@ -219,6 +219,33 @@ def _print_run_summary(run: dict[str, Any]) -> None:
     if rows:
         headers = (_SHORT_HEADERS.get(name, name) for name in SUMMARY_FIGURES)
         table(("trial", "outcome", "load", *headers), rows)
+    _print_answer(run.get("answer"))
+
+
+def _print_answer(answer: dict[str, Any] | None) -> None:
+    """The run's answer (the API's ``answer``): the recommended configuration, its capacity
+    at the SLOs, the cost per 1M output tokens there and its margin over the runner-up."""
+    winner = (answer or {}).get("winner")
+    if not winner:
+        return
+    label = " (simulated)" if answer.get("simulated") else ""
+    cost = winner.get("usd_per_million_output_tokens")
+    interval = winner.get("usd_per_million_ci95")
+    out(
+        f"answer{label}: trial {winner['trial']} {winner['serve_config']} carries "
+        f"{winner['capacity']:g} ({winner['axis']}) within {answer['slos']}, "
+        f"${cost} per 1M output tokens"
+        + (f" (95 % CI {interval[0]}–{interval[1]})" if interval else "")
+    )
+    runner_up = answer.get("runner_up")
+    if runner_up and answer.get("margin_pct") is not None:
+        ci = answer.get("margin_ci95_pct")
+        verdict = "tie, within noise, with" if answer.get("tie") else "cheaper than"
+        out(
+            f"  {verdict} trial {runner_up['trial']} by {answer['margin_pct']:.0f} %"
+            + (f" (CI {ci[0]:.0f}–{ci[1]:.0f} %)" if ci else "")
+        )
+    out(f"  {winner['serve_command']}")
 
 
 # A run summary's columns are headed by the figure's name, shortened where it is long.

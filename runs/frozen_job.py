@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import secrets
 import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -83,19 +84,28 @@ def _model_source(model) -> protocol.ModelSource:
     )
 
 
+def run_traffic_seed() -> int:
+    """A fresh traffic seed for a run whose experiment fixes none."""
+    return secrets.randbelow(protocol.MAX_SEED + 1)
+
+
 def job_spec_freeze(*, experiment: Experiment) -> dict:
     """The frozen job of a run of ``experiment`` as stored (see the module docstring);
     trials in the grid's deterministic order."""
     try:
         configs = protocol.expand_serve_grid(experiment.serve_grid)
+        workload = protocol.Workload.model_validate(experiment.workload)
         job = protocol.JobSpec(
             run_id=_CHECK_RUN_ID,
             trials=[
                 protocol.TrialSpec(index=index, serve_config=config)
                 for index, config in enumerate(configs)
             ],
-            workload=protocol.Workload.model_validate(experiment.workload),
+            workload=workload,
             slos=protocol.Slos.model_validate(experiment.slos),
+            # Every trial of the run is sent the traffic of this seed; an experiment that
+            # fixes one replays the same traffic in every run.
+            seed=workload.seed if workload.seed is not None else run_traffic_seed(),
             engine=protocol.EngineSpec(
                 kind=experiment.engine,
                 image_tag=experiment.engine_image_tag or None,

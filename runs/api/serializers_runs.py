@@ -3,11 +3,14 @@ the agent write them; a request to start or stop a run is parsed by runs.inputs.
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs.inputs.json_schemas import FROZEN_JOB_FIELD
 from runs.inputs.strict_fields import StrictJSONField
 from runs.models import Measurement, Run, Trial
+from runs.selectors.run_answer import run_answer
 
 
 class MeasurementSerializer(serializers.ModelSerializer):
@@ -38,6 +41,7 @@ class TrialSerializer(serializers.ModelSerializer):
             "outcome",
             "failure_class",
             "log_tail",
+            "capacity",
             "started_at",
             "finished_at",
             "measurements",
@@ -78,7 +82,14 @@ class RunDetailSerializer(RunSerializer):
     # What the run does, as it was started (runs.frozen_job): the truth, not the experiment now.
     job_spec = StrictJSONField(read_only=True, **FROZEN_JOB_FIELD)
     trials = TrialSerializer(many=True, read_only=True)
+    # The run's answer: capacity at the SLOs per configuration, the cost per 1M output tokens
+    # there and the recommendation (runs.selectors.run_answer).
+    answer = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "job_spec", "experiment_snapshot", "trials"]
+        fields = [*RunSerializer.Meta.fields, "job_spec", "experiment_snapshot", "answer", "trials"]
         read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_answer(self, run: Run) -> dict:
+        return run_answer(run=run).as_json()

@@ -1,5 +1,6 @@
 """The demo's printed answer: per configuration and load level, TTFT / ITL / TPOT p50 and
-p99, output tokens/s, the cost per 1M output tokens and the SLO check, then the winner.
+p99, output tokens/s, the cost per 1M output tokens and the SLO check; then each
+configuration's capacity at the SLOs and the recommendation (``runs.selectors.run_answer``).
 
 Guarantees: every figure is read from the stored measurements as the protocol's
 ``LevelResult`` (``runs.selectors.level_results``) and priced by ``runs.costs``' rules, as
@@ -19,6 +20,7 @@ from runs.demo.plans import DemoPlan
 from runs.demo.vllm_cpu import VllmSetup
 from runs.models import Run
 from runs.selectors.level_results import stored_level_result
+from runs.selectors.run_answer import ConfigAnswer, RunAnswer, run_answer
 from runs.selectors.trial_costs import trial_costs
 
 
@@ -45,8 +47,8 @@ def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Cons
     experiment = run.experiment
     gpu = experiment.gpu_type
     legend = (
-        f"{plan.flag_heading} = {plan.flag}, c = concurrency, latencies p50/p99 in ms, "
-        "$/1M = USD per 1M output tokens"
+        f"{plan.flag_heading} = {plan.flag}, c = concurrency (* = a capacity search's probe), "
+        "latencies p50/p99 in ms of the steady window, $/1M = USD per 1M output tokens"
     )
     if vllm is None:
         title = "SIMULATED — an H100 modelled by the simulator, not measured.\n" + legend
@@ -84,7 +86,7 @@ def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Cons
             )
             table.add_row(
                 str(config),
-                str(m.concurrency),
+                f"{m.concurrency}" + ("*" if result.probe else ""),
                 _pair(result, "ttft"),
                 _pair(result, "itl"),
                 _pair(result, "tpot"),
@@ -112,17 +114,79 @@ def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Cons
             + (f", ${rate:.2f}/h" if rate is not None else "")
             + "); nothing was bought at that price."
         )
-    slos = f"TTFT p99 ≤ {plan.slos['ttft_ms']} ms, TPOT p99 ≤ {plan.slos['tpot_ms']} ms"
+    answer = run_answer(run=run)
+    where = (
+        "simulated H100, catalogue price"
+        if vllm is None
+        else f"real vLLM on this CPU, tiny model; {gpu.display_name} catalogue price"
+    )
+    if any(config.axis for config in answer.configs):
+        print_capacity_answer(answer, plan, where, console)
+        return
     if best:
         price, config, load = min(best)
-        where = (
-            "simulated H100, catalogue price"
-            if vllm is None
-            else f"real vLLM on this CPU, tiny model; {gpu.display_name} catalogue price"
-        )
         console.print(
-            f"[bold green]Winner under the SLOs[/] ({slos}): {plan.flag}={config} at "
+            f"[bold green]Winner under the SLOs[/] ({answer.slos}): {plan.flag}={config} at "
             f"{load}, ${price:.3f} per 1M output tokens ({where})."
         )
     else:
         console.print("[red]No configuration met the SLOs at any load level.[/]")
+
+
+def _cost(config: ConfigAnswer) -> str:
+    if config.usd_per_million_output_tokens is None:
+        return "–"
+    text = f"${config.usd_per_million_output_tokens:.3f}"
+    if config.usd_per_million_ci95:
+        low, high = config.usd_per_million_ci95
+        text += f" ({low:.3f}–{high:.3f})"
+    return text
+
+
+def _load(value: float | None) -> str:
+    return "–" if value is None else f"{value:g}"
+
+
+def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console: Console) -> None:
+    """Each configuration's capacity at the SLOs, then the recommendation with its margin."""
+    table = Table(
+        title=f"Capacity at the SLOs ({answer.slos}): the highest concurrency that met them, "
+        "\\[last pass, first fail], output tokens/s there and the cost per 1M output tokens "
+        "with its 95 % interval",
+        title_justify="left",
+    )
+    for column in (plan.flag_heading, "capacity", "bracket", "probes", "tok/s", "$/1M (95 % CI)"):
+        table.add_column(column, justify="right")
+    for config in answer.configs:
+        table.add_row(
+            str(config.serve_config.get(plan.flag, "default")),
+            _load(config.capacity) if config.capacity is not None else config.note or "–",
+            f"[{_load(config.bracket_low)}, {_load(config.bracket_high)}]",
+            str(config.probes),
+            "–" if config.output_throughput is None else f"{config.output_throughput:,.0f}",
+            _cost(config),
+        )
+    console.print(table)
+    winner, second = answer.winner, answer.runner_up
+    if winner is None:
+        console.print("[red]No configuration met the SLOs at any load.[/]")
+        return
+    name = f"{plan.flag}={winner.serve_config.get(plan.flag, 'default')}"
+    console.print(
+        f"[bold green]Answer[/] ({where}): {name} carries {_load(winner.capacity)} concurrent "
+        f"users within {answer.slos}, at ${winner.usd_per_million_output_tokens:.3f} per 1M "
+        "output tokens."
+    )
+    if second is not None and answer.margin_pct is not None:
+        other = f"{plan.flag}={second.serve_config.get(plan.flag, 'default')}"
+        ci = (
+            f" (95 % CI {answer.margin_ci95_pct[0]:.0f}–{answer.margin_ci95_pct[1]:.0f} %)"
+            if answer.margin_ci95_pct
+            else ""
+        )
+        verdict = "a tie, within noise:" if answer.tie else "cheaper than"
+        console.print(
+            f"  {verdict} {other} by {answer.margin_pct:.0f} %{ci} at its capacity "
+            f"{_load(second.capacity)}."
+        )
+    console.print(f"  {winner.serve_command}")

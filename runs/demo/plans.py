@@ -43,9 +43,12 @@ SIM_DEMO = DemoPlan(
     grid={"max_num_batched_tokens": [2048, 8192, 16384]},
     workload={
         "dataset": {"kind": "random", "input_len": 1024, "output_len": 128},
-        "concurrency": [1, 8, 64, 192],
-        "requests_per_level": 192,
+        "concurrency": [1, 8, 64],
+        "requests_per_level": 64,
+        "steady_multiple": 2,
         "warmup_requests": 8,
+        # The edge lies between the fixed levels: the search finds it per configuration.
+        "capacity": {"max_probes": 4},
     },
     slos={"ttft_ms": 500, "tpot_ms": 50},
     budget_cap_usd=Decimal(20),

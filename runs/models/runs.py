@@ -145,6 +145,8 @@ class Trial(models.Model):
     )
     failure_class = models.CharField(max_length=32, choices=FailureClass.choices, blank=True)
     log_tail = models.TextField(blank=True)
+    # What its capacity search found (agents.protocol.CapacityResult JSON), when it ran one.
+    capacity = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

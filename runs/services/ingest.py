@@ -253,8 +253,13 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
         trial.outcome = message.outcome
         trial.failure_class = message.failure_class or ""
         trial.log_tail = message.log_tail
+        trial.capacity = (
+            message.capacity.model_dump(mode="json") if message.capacity is not None else None
+        )
         trial.finished_at = now
-        trial.save(update_fields=["outcome", "failure_class", "log_tail", "finished_at"])
+        trial.save(
+            update_fields=["outcome", "failure_class", "log_tail", "capacity", "finished_at"]
+        )
     return fields
 
 

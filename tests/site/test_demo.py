@@ -17,11 +17,22 @@ def test_the_demo_runs_the_demo_experiment_end_to_end(tmp_path):
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "Run succeeded" in out
     assert "SIMULATED" in out
-    rows = [line for line in out.splitlines() if line.startswith("│")]
-    # 3 values of max_num_batched_tokens × 4 concurrency levels, each measured.
-    assert len(rows) == 12, out[-3000:]
-    assert all("$" in row for row in rows)  # a cost per 1M output tokens on every row
-    assert "Winner under the SLOs" in out or "No configuration met the SLOs" in out
+    tables = out.split("Capacity at the SLOs")
+    assert len(tables) == 2, out[-3000:]
+    levels = [line for line in tables[0].splitlines() if line.startswith("│")]
+    # 3 values of max_num_batched_tokens × 3 fixed concurrency levels, and the probes (*)
+    # of each configuration's capacity search.
+    fixed = [row for row in levels if "*" not in row]
+    assert len(fixed) == 9, out[-3000:]
+    assert all("$" in row for row in levels)  # a cost per 1M output tokens on every row
+    capacities = [line for line in tables[1].splitlines() if line.startswith("│")]
+    assert len(capacities) == 3, out[-3000:]
+    # The answer: the recommended configuration, its capacity, the cost there and its margin.
+    words = " ".join(out.split())  # rich wraps long lines
+    assert "Answer (simulated H100" in words or "No configuration met the SLOs" in words
+    if "Answer (simulated H100" in words:
+        assert "concurrent users within ttft:p99<500ms, tpot:p99<50ms" in words
+        assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in words
     assert "Password:" in out
     # Every address printed is where the demo serves, not a default port.
     assert f"Sign in:  http://127.0.0.1:{port}/login/" in out

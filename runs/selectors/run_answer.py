@@ -1,0 +1,206 @@
+"""A run's answer: for each configuration its capacity at the SLOs and the cost per 1M output
+tokens there, then the recommended configuration with its margin over the runner-up, or a
+tie when the margin is within noise.
+
+Guarantees:
+
+- Only trials whose capacity search found a capacity take part (``Trial.capacity``, what the
+  agent's search reported); a trial without one is listed with its reason.
+- Cost at capacity = the pod's rate ÷ the output throughput measured at capacity × 1e6
+  (``runs.costs.level_cost_per_million_output_tokens``, the same rule as every level's cost).
+  Its 95 % interval comes from the throughput's bootstrap interval at that load
+  (``ci95.output_throughput`` of the capacity's measurements), when the level has one.
+- The winner is the cheapest at capacity. Its margin over the runner-up is the runner-up's
+  extra cost in %, with an interval from the two cost intervals; "tie" when those intervals
+  overlap (the difference is within noise), and then both are named.
+- Each configuration carries its exact ``vllm serve`` command, as promotion would ship it.
+- Simulated runs say so (``simulated``): their figures are the modelled hardware's.
+- Pure reads of the run's own rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from agents import protocol
+from runs.costs import level_cost_per_million_output_tokens
+from runs.frozen_job import run_is_simulated
+from runs.models import Run, Trial
+from runs.recipes import trial_recipe
+from runs.selectors.level_results import stored_level_result
+from runs.selectors.trial_costs import trial_costs
+
+
+@dataclass(frozen=True)
+class ConfigAnswer:
+    """One configuration's capacity at the SLOs and what a token costs there."""
+
+    trial: int
+    serve_config: dict
+    serve_command: str  # what promotion would ship (runs.recipes)
+    axis: str | None
+    capacity: float | None
+    bracket_low: float | None
+    bracket_high: float | None
+    probes: int
+    stop_reason: str | None
+    output_throughput: float | None
+    output_throughput_ci95: tuple[float, float] | None
+    usd_per_million_output_tokens: Decimal | None
+    usd_per_million_ci95: tuple[Decimal, Decimal] | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RunAnswer:
+    """The run's recommendation and every configuration's figures, cheapest first."""
+
+    simulated: bool
+    slos: str
+    pod_usd_per_hr: Decimal | None
+    configs: list[ConfigAnswer]
+    winner: ConfigAnswer | None
+    runner_up: ConfigAnswer | None
+    tie: bool
+    margin_pct: float | None  # the runner-up's extra cost at capacity, in % of the winner's
+    margin_ci95_pct: tuple[float, float] | None
+
+    def as_json(self) -> dict:
+        """The answer as the API and the CLI show it (money as strings)."""
+
+        def config_json(config: ConfigAnswer | None) -> dict | None:
+            if config is None:
+                return None
+            data = dict(vars(config))
+            data["usd_per_million_output_tokens"] = _text(config.usd_per_million_output_tokens)
+            data["usd_per_million_ci95"] = (
+                None
+                if config.usd_per_million_ci95 is None
+                else [_text(bound) for bound in config.usd_per_million_ci95]
+            )
+            data["output_throughput_ci95"] = (
+                None
+                if config.output_throughput_ci95 is None
+                else list(config.output_throughput_ci95)
+            )
+            return data
+
+        return {
+            "simulated": self.simulated,
+            "slos": self.slos,
+            "pod_usd_per_hr": _text(self.pod_usd_per_hr),
+            "winner": config_json(self.winner),
+            "runner_up": config_json(self.runner_up),
+            "tie": self.tie,
+            "margin_pct": self.margin_pct,
+            "margin_ci95_pct": list(self.margin_ci95_pct) if self.margin_ci95_pct else None,
+            "configs": [config_json(config) for config in self.configs],
+        }
+
+
+def _text(amount: Decimal | None) -> str | None:
+    return None if amount is None else str(amount)
+
+
+def _at_capacity(trial: Trial, capacity: dict) -> list[protocol.LevelResult]:
+    axis, load = capacity["axis"], capacity["capacity"]
+    results = []
+    for measurement in trial.measurements.all():
+        value = measurement.concurrency if axis == "concurrency" else measurement.request_rate
+        if value is not None and float(value) == float(load):
+            results.append(stored_level_result(measurement.result))
+    return results
+
+
+def _throughput_interval(results: list[protocol.LevelResult]) -> tuple[float, float] | None:
+    # Over repeats, the widest: each repeat's own interval, and the spread between them.
+    bounds = [
+        r.ci95["output_throughput"] for r in results if r.ci95 and "output_throughput" in r.ci95
+    ]
+    values = [r.output_throughput for r in results if r.output_throughput is not None]
+    if not bounds:
+        return (min(values), max(values)) if len(values) > 1 else None
+    return (
+        min([bound.low for bound in bounds] + values),
+        max([bound.high for bound in bounds] + values),
+    )
+
+
+def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:
+    capacity = trial.capacity or {}
+    found = capacity.get("capacity")
+    throughput = capacity.get("output_throughput")
+    interval = _throughput_interval(_at_capacity(trial, capacity)) if found is not None else None
+
+    def price(tokens_per_s: float | None) -> Decimal | None:
+        if rate is None or not tokens_per_s:
+            return None
+        return level_cost_per_million_output_tokens(
+            output_throughput_tok_s=tokens_per_s, pod_usd_per_hr=rate
+        )
+
+    cost_interval = None
+    if interval is not None and interval[0] > 0 and rate is not None:
+        # More tokens per second is a lower cost: the bounds swap.
+        cost_interval = (price(interval[1]), price(interval[0]))
+    note = ""
+    if not capacity:
+        note = "no capacity search" if trial.outcome == "succeeded" else f"trial {trial.outcome}"
+    elif found is None:
+        note = "no load met the SLOs"
+    return ConfigAnswer(
+        trial=trial.index,
+        serve_config=trial.serve_config,
+        serve_command=trial_recipe(trial=trial)["serve_command"],
+        axis=capacity.get("axis"),
+        capacity=found,
+        bracket_low=capacity.get("bracket_low"),
+        bracket_high=capacity.get("bracket_high"),
+        probes=capacity.get("probes", 0),
+        stop_reason=capacity.get("stop_reason"),
+        output_throughput=throughput,
+        output_throughput_ci95=interval,
+        usd_per_million_output_tokens=price(throughput) if found is not None else None,
+        usd_per_million_ci95=cost_interval,
+        note=note,
+    )
+
+
+def run_answer(*, run: Run) -> RunAnswer:
+    """The answer of ``run`` (see the module docstring)."""
+    trials = list(run.trials.order_by("index").prefetch_related("measurements"))
+    rate = trial_costs(trial=trials[0]).pod_usd_per_hr if trials else None
+    configs = [_config_answer(trial, rate) for trial in trials]
+    priced = sorted(
+        (c for c in configs if c.usd_per_million_output_tokens is not None),
+        key=lambda c: c.usd_per_million_output_tokens,
+    )
+    winner = priced[0] if priced else None
+    runner_up = priced[1] if len(priced) > 1 else None
+    margin = margin_ci = None
+    tie = False
+    if winner is not None and runner_up is not None:
+        best, second = winner.usd_per_million_output_tokens, runner_up.usd_per_million_output_tokens
+        margin = float((second - best) / best * 100)
+        if winner.usd_per_million_ci95 and runner_up.usd_per_million_ci95:
+            best_low, best_high = winner.usd_per_million_ci95
+            second_low, second_high = runner_up.usd_per_million_ci95
+            margin_ci = (
+                float((second_low - best_high) / best * 100),
+                float((second_high - best_low) / best * 100),
+            )
+            tie = second_low <= best_high
+    unpriced = [c for c in configs if c.usd_per_million_output_tokens is None]
+    slos = protocol.Slos.model_validate(run.job_spec.get("slos") or {})
+    return RunAnswer(
+        simulated=run_is_simulated(run),
+        slos=slos.describe(),
+        pod_usd_per_hr=rate,
+        configs=priced + unpriced,
+        winner=winner,
+        runner_up=runner_up,
+        tie=tie,
+        margin_pct=margin,
+        margin_ci95_pct=margin_ci,
+    )

@@ -1,0 +1,127 @@
+"""A run's answer: each configuration's capacity at the SLOs and the cost per 1M output
+tokens there, the cheapest recommended with its margin, a tie within noise; in the API's run
+detail and stored from the agent's trial_finished."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from agents import protocol
+from runs.models import Trial
+from runs.selectors.run_answer import run_answer
+from runs.services.ingest import agent_messages_ingest
+
+from .conftest import make_experiment
+from .report_data import add_run, add_trial, level
+
+pytestmark = pytest.mark.django_db
+# $3.60 per hour is $0.001 per second: 1,000 output tokens/s cost $1 per 1M.
+PRICE = "3.60"
+
+
+def capacity(load: float, throughput: float, *, high: float | None = None) -> dict:
+    return {
+        "axis": "concurrency",
+        "capacity": load,
+        "bracket_low": load,
+        "bracket_high": high,
+        "probes": 3,
+        "repeats": 2,
+        "levels_measured": 6,
+        "stop_reason": "converged",
+        "output_throughput": throughput,
+        "request_throughput": throughput / 100,
+        "request_goodput": throughput / 100,
+    }
+
+
+def a_trial(run, index, load, throughput, ci=None):
+    extra = {"ci95": {"output_throughput": {"low": ci[0], "high": ci[1]}}} if ci else {}
+    trial = add_trial(
+        run, index, {"max_num_seqs": 64 * (index + 1)}, [level(load, throughput, 300, **extra)]
+    )
+    trial.capacity = capacity(load, throughput, high=load + 1)
+    trial.save(update_fields=["capacity"])
+    return trial
+
+
+def a_run(org):
+    experiment = make_experiment(org)
+    return add_run(experiment, created_at=datetime(2026, 11, 1, tzinfo=UTC), price=PRICE)
+
+
+def test_it_recommends_the_cheapest_at_capacity_with_its_margin(org_a):
+    run = a_run(org_a)
+    a_trial(run, 0, 20, 1000.0, ci=(950.0, 1050.0))  # $1.000 per 1M
+    a_trial(run, 1, 31, 2000.0, ci=(1900.0, 2100.0))  # $0.500 per 1M
+    answer = run_answer(run=run)
+    assert answer.winner.trial == 1 and answer.runner_up.trial == 0
+    assert answer.winner.capacity == 31 and answer.winner.bracket_high == 32
+    assert answer.winner.usd_per_million_output_tokens == Decimal("0.5000")
+    assert answer.margin_pct == pytest.approx(100.0)
+    assert not answer.tie
+    low, high = answer.margin_ci95_pct
+    assert low < 100 < high
+    assert answer.winner.serve_command.startswith("vllm serve ")
+    assert "--max-num-seqs 128" in answer.winner.serve_command
+    assert answer.slos == "ttft:p99<500ms"
+
+
+def test_overlapping_intervals_are_a_tie(org_a):
+    run = a_run(org_a)
+    a_trial(run, 0, 20, 1000.0, ci=(900.0, 1100.0))
+    a_trial(run, 1, 21, 1040.0, ci=(940.0, 1140.0))
+    answer = run_answer(run=run)
+    assert answer.tie and answer.winner.trial == 1
+    assert answer.as_json()["tie"] is True
+
+
+def test_a_trial_without_a_capacity_is_listed_with_its_reason(org_a):
+    run = a_run(org_a)
+    a_trial(run, 0, 20, 1000.0)
+    add_trial(run, 1, {"max_num_seqs": 8}, [level(1, 10.0, 900)])
+    answer = run_answer(run=run)
+    assert answer.winner.trial == 0 and answer.runner_up is None
+    assert [c.note for c in answer.configs] == ["", "no capacity search"]
+
+
+def test_the_api_gives_the_answer_and_each_trials_capacity(alice, charlie):
+    run = a_run(alice.org)
+    a_trial(run, 0, 20, 1000.0, ci=(950.0, 1050.0))
+    detail = alice.client().get(f"/api/v1/orgs/acme/runs/{run.id}/").json()
+    assert detail["answer"]["winner"]["capacity"] == 20
+    assert detail["answer"]["winner"]["usd_per_million_output_tokens"] == "1.0000"
+    assert detail["trials"][0]["capacity"]["bracket_high"] == 21
+    assert charlie.client().get(f"/api/v1/orgs/acme/runs/{run.id}/").status_code == 404
+
+
+def test_ingest_stores_what_the_capacity_search_found(org_a):
+    run = a_run(org_a)
+    run.state = "benchmarking"
+    run.save(update_fields=["state"])
+    found = capacity(24, 1500.0, high=25)
+    base = {"run_id": str(run.id), "protocol": 3}
+    outcomes = agent_messages_ingest(
+        run_id=run.id,
+        messages=[
+            protocol.parse_agent_message(message)
+            for message in (
+                base
+                | {
+                    "type": "trial_started",
+                    "seq": 0,
+                    "trial": 0,
+                    "serve_config": {},
+                    "command": [],
+                },
+                base
+                | {"type": "trial_finished", "seq": 1, "trial": 0, "outcome": "succeeded"}
+                | {"capacity": found},
+            )
+        ],
+    )
+    assert [(outcome.stored, outcome.refused) for outcome in outcomes] == [(True, None)] * 2
+    assert Trial.objects.get(run=run, index=0).capacity == found
