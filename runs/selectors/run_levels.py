@@ -7,7 +7,11 @@ Guarantees:
   with a figure of another shape, shows that figure as absent, never fails the page;
 - a simulated level always says so (``simulated``), so no page ranks it against a measured
   one;
-- a level's name (``c=8``, ``rate=2.5``, ``rate=inf``) is made and ordered here only.
+- a level's name (``c=8``, ``rate=2.5``, ``rate=inf``) is made and ordered here only;
+- a level's headline figures are its steady window's (``window``: where it lay, how many
+  requests it held); the figures over every request of the level (``whole_level``, as
+  ``vllm bench serve`` computes them) come beside them, never in their place; a capacity
+  search's levels say so (``probe``, ``repeat``).
 """
 
 from __future__ import annotations
@@ -76,10 +80,49 @@ def level_sort_key(key: str) -> tuple:
     return (0 if kind == "c" else 1, load)
 
 
+def _figures(figures: protocol.LevelFigures) -> dict:
+    row = {"completed": figures.completed, "failed": figures.failed}
+    for metric in METRICS:
+        row[metric.key] = number(metric.read(figures))
+    return row
+
+
+def _window(window: protocol.SteadyWindow | None) -> dict | None:
+    if window is None:
+        return None
+    return {
+        "start_s": window.start_s,
+        "end_s": window.end_s,
+        "requests": window.requests,
+        "ramp_requests": window.ramp_requests,
+        "drain_requests": window.drain_requests,
+    }
+
+
+def _slo_checks(result: protocol.LevelResult) -> list[dict]:
+    """Each objective the agent judged the level by: ``ttft p95 612 ms > 500 ms``."""
+    checks = []
+    for name, check in (result.slo or {}).items():
+        value = check.value if check.value is not None else check.p99
+        if name == "attainment":
+            text = f"attainment {value:g}% (≥ {check.target:g}%)" if value is not None else ""
+        else:
+            metric = name.removesuffix("_ms")
+            percentile = check.percentile or 99
+            shown = f"{value:.1f} ms" if value is not None else "?"
+            text = (
+                f"{metric} p{percentile} {shown} ({'≤' if check.met else '>'} {check.target:g} ms)"
+            )
+        checks.append({"name": name, "met": check.met, "text": text or name})
+    return checks
+
+
 def level_row(measurement: Measurement) -> dict:
-    """One measurement as the pages show it: the level, every ``METRICS`` figure, how many
-    requests completed or failed, the server's KV-cache and queue peaks, and the labels."""
+    """One measurement as the pages show it: the level, every ``METRICS`` figure (of its
+    steady window), how many requests completed or failed, the server's KV-cache and queue
+    peaks, the labels, the window and the whole level's figures, the SLO checks."""
     result, server = stored_level_result(measurement.result), measurement.server_metrics or {}
+    checks = _slo_checks(result)
     row = {
         "key": level_key(measurement),
         "concurrency": measurement.concurrency,
@@ -91,10 +134,22 @@ def level_row(measurement: Measurement) -> dict:
         "kv_cache_max": _gauge(server, "kv_cache_usage_perc"),
         "waiting_max": _gauge(server, "num_requests_waiting"),
         "preemptions": number(server.get("num_preemptions")),
+        "probe": bool(result.probe),
+        "repeat": result.repeat or 0,
+        "window": _window(result.window),
+        "whole_level": _figures(result.whole_level) if result.whole_level else None,
+        "output_throughput_ci95": _interval(result, "output_throughput"),
+        "slo": checks,
+        "slo_met": all(check["met"] for check in checks) if checks else None,
     }
     for metric in METRICS:
         row[metric.key] = number(metric.read(result))
     return row
+
+
+def _interval(result: protocol.LevelResult, name: str) -> list[float] | None:
+    bounds = (result.ci95 or {}).get(name)
+    return None if bounds is None else [bounds.low, bounds.high]
 
 
 def config_text(value: Any) -> str:

@@ -9,6 +9,10 @@ Guarantees:
   cover is never mistaken for one it does — also a restarted agent's, whose seqs start at 0
   again in an epoch of its own;
 - a simulated figure always carries ``simulated`` (the page labels it);
+- the run's answer (``answer``: the recommended configuration, its capacity at the SLOs,
+  the cost per 1M output tokens there, its margin or a tie, the exact ``vllm serve``
+  command) is ``runs.selectors.run_answer``'s, as text the pages print; each trial carries
+  what its capacity search found (``capacity``);
 - the number of queries does not grow with the number of trials or levels shown.
 """
 
@@ -28,6 +32,7 @@ from runs.frozen_job import (
 )
 from runs.models import AgentMessageRecord, Measurement, Run, Trial
 from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
+from runs.selectors.run_answer import ConfigAnswer, RunAnswer, run_answer
 from runs.selectors.run_history import with_gpu_name
 from runs.selectors.run_levels import config_label, level_row, number, varying_flags
 
@@ -57,12 +62,117 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
+AXIS_NAMES = {"concurrency": "concurrency", "request_rate": "request rate"}
+STOP_REASONS = {
+    "converged": "converged",
+    "probes_exhausted": "probes exhausted",
+    "max_load": "every load up to the maximum met the SLOs",
+    "below_lowest": "even the lowest load missed the SLOs",
+    "stopped": "the trial ended first",
+}
+
+
+def load_text(axis: str | None, load: float | None) -> str:
+    """``concurrency 31`` or ``request rate 2.5/s``: a load on a capacity search's axis."""
+    if load is None:
+        return "—"
+    if axis == "request_rate":
+        return f"request rate {load:g}/s"
+    return f"concurrency {load:g}"
+
+
+def capacity_text(capacity: dict | None) -> dict | None:
+    """What a trial's capacity search found (``Trial.capacity``), as the pages print it."""
+    if not capacity:
+        return None
+    axis, found = capacity.get("axis"), capacity.get("capacity")
+    low, high = capacity.get("bracket_low"), capacity.get("bracket_high")
+    if found is None:
+        bracket = "no load met the SLOs"
+    elif high is None:
+        bracket = f"met at {low:g}; no load above it missed"
+    else:
+        bracket = f"bracket {low:g}–{high:g} (met at {low:g}, missed at {high:g})"
+    repeats = capacity.get("repeats") or 0
+    probes = f"{capacity.get('probes', 0)} probe{'s' if capacity.get('probes') != 1 else ''}"
+    if repeats:
+        probes += f" + {repeats} repeat{'s' if repeats != 1 else ''}"
+    reason = capacity.get("stop_reason")
+    return {
+        "axis": axis,
+        "capacity": found,
+        "text": load_text(axis, found) if found is not None else "none",
+        "bracket": bracket,
+        "probes": probes,
+        "stop_reason": STOP_REASONS.get(reason, reason or ""),
+        "output_throughput": number(capacity.get("output_throughput")),
+    }
+
+
+def _money(amount) -> str | None:
+    return None if amount is None else f"${amount}"
+
+
+def _config_state(config: ConfigAnswer | None, labels: dict[int, str]) -> dict | None:
+    if config is None:
+        return None
+    ci = config.usd_per_million_ci95
+    bracket = capacity_text(
+        {
+            "axis": config.axis,
+            "capacity": config.capacity,
+            "bracket_low": config.bracket_low,
+            "bracket_high": config.bracket_high,
+            "probes": config.probes,
+            "stop_reason": config.stop_reason,
+        }
+    )
+    return {
+        "trial": config.trial,
+        "label": labels.get(config.trial) or config_label(config.serve_config, []),
+        "capacity": config.capacity,
+        "capacity_text": load_text(config.axis, config.capacity),
+        "bracket": bracket["bracket"] if bracket else "",
+        "usd_per_million": _money(config.usd_per_million_output_tokens),
+        "usd_per_million_ci95": None if ci is None else [_money(ci[0]), _money(ci[1])],
+        "output_throughput": config.output_throughput,
+        "serve_command": config.serve_command,
+        "note": config.note,
+    }
+
+
+def answer_state(answer: RunAnswer, labels: dict[int, str]) -> dict:
+    """The run's answer (``runs.selectors.run_answer``) as the pages print it: money as
+    ``$0.5000``, loads as ``concurrency 31``, each configuration under its label."""
+    margin_ci = answer.margin_ci95_pct
+    return {
+        "simulated": answer.simulated,
+        "slos": answer.slos or "none",
+        "winner": _config_state(answer.winner, labels),
+        "runner_up": _config_state(answer.runner_up, labels),
+        "tie": answer.tie,
+        "margin_pct": answer.margin_pct,
+        "margin_ci95_pct": None if margin_ci is None else list(margin_ci),
+        "pod_usd_per_hr": _money(answer.pod_usd_per_hr),
+        "configs": [_config_state(config, labels) for config in answer.configs],
+    }
+
+
+def run_answer_state(*, run: Run) -> dict:
+    """``answer_state`` of ``run``, each configuration labelled by the flags that vary."""
+    configs = run_serve_configs(run)
+    flags = varying_flags(configs)
+    labels = {index: config_label(config, flags) for index, config in enumerate(configs)}
+    return answer_state(run_answer(run=run), labels)
+
+
 def _trial_state(trial: Trial, flags: list[str], planned: dict | None) -> dict:
     config = trial.serve_config or planned or {}
     levels = [level_row(m) for m in trial.measurements.all()]
     return {
         "index": trial.index,
         "label": config_label(config, flags),
+        "capacity": capacity_text(trial.capacity),
         "serve_config": config,
         "command": trial.command,
         "outcome": trial.outcome,
@@ -273,5 +383,8 @@ def run_live_state(*, run: Run) -> dict:
         "trials": trials,
         "progress": _thin(progress, MAX_PROGRESS_POINTS),
         "timeline": run_timeline(run, trials, hello.received_at if hello else None),
+        "answer": answer_state(
+            run_answer(run=run), {trial["index"]: trial["label"] for trial in trials}
+        ),
         "epochs_read": epochs_read,
     }

@@ -9,6 +9,7 @@ import re
 import uuid
 from datetime import timedelta
 from decimal import Decimal
+from html import unescape
 
 import pytest
 from django.test import Client
@@ -26,6 +27,7 @@ from runs.models import (
 )
 
 from .conftest import H100, frozen, make_experiment, make_model, signed_in
+from .report_data import add_run, add_trial, level
 
 LEVELS = (1, 8, 64)
 
@@ -562,3 +564,140 @@ def test_it_explains_a_bad_threshold_and_uses_the_default(alice):
     )
     assert response.status_code == 200
     assert "is not a percentage from 0 to 100; 5% is used" in response.content.decode()
+
+
+# --- the answer: capacity at the SLOs, cost there, margin or tie (issue 16) --------------------
+
+# $3.60 per hour is $0.001 per second: 1,000 output tokens/s cost $1 per 1M.
+ANSWER_PRICE = "3.60"
+
+
+def capacity_found(load: float, throughput: float, *, high: float | None) -> dict:
+    return {
+        "axis": "concurrency",
+        "capacity": load,
+        "bracket_low": load,
+        "bracket_high": high,
+        "probes": 3,
+        "repeats": 2,
+        "levels_measured": 6,
+        "stop_reason": "converged",
+        "output_throughput": throughput,
+    }
+
+
+def steady_level(load: int, throughput: float, ci: tuple[float, float], **extra) -> dict:
+    """A capacity search's level: its steady window, the whole level beside it, a CI."""
+    return level(
+        load,
+        throughput,
+        300.0,
+        window={
+            "start_s": 3.1,
+            "end_s": 14.8,
+            "requests": 128,
+            "ramp_requests": 16,
+            "drain_requests": 9,
+        },
+        whole_level={
+            "duration": 17.0,
+            "completed": 153,
+            "failed": 0,
+            "output_throughput": throughput * 0.9,
+            "p99_ttft_ms": 777.5,
+        },
+        ci95={"output_throughput": {"low": ci[0], "high": ci[1]}},
+        **extra,
+    )
+
+
+def answered_run(org, *, runner_up_ci=(950.0, 1050.0), experiment=None):
+    """A run of two configurations with a capacity each: trial 1 ($0.50 per 1M at c=31)
+    against trial 0 ($1.00 per 1M at c=20), or a tie when the intervals overlap."""
+    experiment = experiment or new_experiment(org)
+    run = add_run(experiment, created_at=timezone.now(), price=ANSWER_PRICE)
+    for index, (load, throughput, ci) in enumerate(
+        [(20, 1000.0, runner_up_ci), (31, 2000.0, (1900.0, 2100.0))]
+    ):
+        trial = add_trial(
+            run,
+            index,
+            {"max_num_seqs": 64 * (index + 1)},
+            [
+                steady_level(load, throughput, ci),
+                steady_level(load * 2, throughput, ci, probe=True),
+                steady_level(load, throughput, ci, probe=True, repeat=1),
+            ],
+        )
+        trial.capacity = capacity_found(load, throughput, high=load + 1)
+        trial.save(update_fields=["capacity"])
+    return run
+
+
+def text_of(html: str) -> str:
+    """The page's text, tags dropped and spaces collapsed (to read sentences across tags)."""
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def test_it_leads_the_run_page_with_the_answer(alice):
+    run = answered_run(alice.org)
+    html = signed_in(alice).get(detail_url(run)).content.decode()
+    text = text_of(html)
+    assert html.index('id="run-answer"') < html.index('aria-label="Spend and progress"')
+    assert "Recommended: trial 1 (max_num_seqs=128)" in text
+    assert "Capacity at the SLOs (ttft:p99<500ms) concurrency 31 bracket 31–32" in text
+    assert "$0.5000 per 1M output tokens (95 % CI $0.4762–$0.5263)" in text
+    assert "The runner-up, trial 0 (max_num_seqs=64), costs 100.0 % more ($1.0000 per 1M)" in text
+    assert "Tie" not in text
+    assert "vllm serve " in html and "--max-num-seqs 128" in html
+    assert "badge-simulated" not in html
+
+
+def test_it_calls_a_margin_within_noise_a_tie_naming_both(alice):
+    run = answered_run(alice.org, runner_up_ci=(900.0, 1950.0))
+    text = text_of(signed_in(alice).get(detail_url(run)).content.decode())
+    assert "Tie, within noise : trial 1 (max_num_seqs=128) and trial 0 (max_num_seqs=64)" in text
+
+
+def test_it_labels_a_simulated_answer(alice):
+    experiment = new_experiment(alice.org, name="simmed", engine="sim", engine_image_tag="")
+    run = answered_run(alice.org, experiment=experiment)
+    html = signed_in(alice).get(detail_url(run)).content.decode()
+    answer = html[html.index('id="run-answer"') : html.index('aria-label="Spend and progress"')]
+    assert 'class="badge-simulated"' in answer
+    assert "not measurements" in answer
+
+
+def test_it_shows_each_trials_capacity_its_probes_and_steady_windows(alice):
+    run = answered_run(alice.org)
+    html = signed_in(alice).get(detail_url(run)).content.decode()
+    text = text_of(html)
+    assert "Capacity at the SLOs: concurrency 20" in text
+    assert "3 probes + 2 repeats · converged" in text
+    assert text.count("window 3.1–14.8 s, 128 requests") == 6
+    assert html.count(">probe</span>") == 4 and html.count(">repeat 1</span>") == 2
+    # The whole level's figures are there, labelled, never in the headline's place.
+    assert text.count("Whole level") == 6
+    assert "16 ramp + 128 window + 9 drain" in text and "777.5" in text
+
+
+def test_it_sends_the_answer_with_the_live_state(alice):
+    run = answered_run(alice.org, runner_up_ci=(900.0, 1950.0))
+    state = signed_in(alice).get(live_url(run)).json()
+    assert state["answer"]["winner"]["trial"] == 1 and state["answer"]["tie"] is True
+    assert state["trials"][1]["capacity"]["text"] == "concurrency 31"
+    level_ = state["trials"][0]["levels"][2]
+    assert (level_["probe"], level_["repeat"]) == (True, 1)
+    assert level_["window"]["requests"] == 128
+    assert level_["whole_level"]["ttft_p99"] == 777.5
+    assert "Tie, within noise" in state["answer_html"]
+    assert "window 3.1–14.8 s" in state["trials_html"]
+
+
+def test_it_says_when_no_configuration_has_a_capacity(alice):
+    run = seed_run(alice.org)
+    html = signed_in(alice).get(detail_url(run)).content.decode()
+    assert "No configuration has a capacity at the SLOs" in html
+    running = seed_run(alice.org, state="benchmarking")
+    html = signed_in(alice).get(detail_url(running)).content.decode()
+    assert "The answer appears as trials finish their capacity search." in html

@@ -73,6 +73,9 @@
     if (typeof snapshot.trials_html === "string") {
       replaceTrials(snapshot.trials_html);
     }
+    if (typeof snapshot.answer_html === "string" && $("run-answer")) {
+      $("run-answer").innerHTML = snapshot.answer_html; // the page's own (escaping) template
+    }
     renderAll();
   }
 
