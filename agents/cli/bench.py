@@ -20,6 +20,7 @@ from agents.cli.usage import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, print_err
 from agents.loadgen import (
     BenchConfig,
     BenchFinished,
+    CapacityFound,
     DatasetError,
     LevelFinished,
     PrefixPrompts,
@@ -32,8 +33,20 @@ from agents.loadgen import (
     run_bench,
 )
 from agents.loadgen.http import parse_base_url
-from agents.loadgen.report import ProgressView, append_records, level_table, write_json
-from agents.protocol import MAX_CONCURRENCY, Slos, pydantic_field_errors
+from agents.loadgen.report import (
+    ProgressView,
+    append_records,
+    capacity_line,
+    level_table,
+    write_json,
+)
+from agents.protocol import (
+    MAX_CONCURRENCY,
+    CapacitySearch,
+    Slos,
+    parse_slos,
+    pydantic_field_errors,
+)
 
 
 def _int_list(option: str, text: str) -> list[int]:
@@ -69,21 +82,25 @@ def _rate_list(text: str) -> list[float | str]:
 def _slos(text: str | None) -> Slos | None:
     if not text:
         return None
-    values: dict[str, float] = {}
-    for part in text.split(","):
-        name, equals, raw = part.partition("=")
-        name = name.strip()
-        if not equals:
-            raise UsageError(f"--slo: expected NAME=MS, got {part!r}")
-        try:
-            values[name] = float(raw)
-        except ValueError:
-            raise UsageError(f"--slo: {name}={raw!r} is not a number of milliseconds") from None
     try:
-        return Slos.model_validate(values)
+        return parse_slos(text)
     except pydantic.ValidationError as exc:
         problems = "; ".join(f"{e.field}: {e.message}" for e in pydantic_field_errors(exc))
         raise UsageError(f"--slo: {problems}") from None
+    except ValueError as exc:
+        raise UsageError(f"--slo: {exc}") from None
+
+
+def _capacity(args: argparse.Namespace, slos: Slos | None) -> CapacitySearch | None:
+    if args.capacity_search is None:
+        return None
+    if slos is None or not slos.given:
+        raise UsageError("--capacity-search needs --slo: the capacity is the load meeting them")
+    try:
+        return CapacitySearch(axis=args.capacity_search, max_probes=args.max_probes)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(e.message for e in pydantic_field_errors(exc))
+        raise UsageError(f"--max-probes: {problems}") from None
 
 
 def _source(args: argparse.Namespace):
@@ -117,8 +134,13 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         levels += [{"concurrency": value} for value in _int_list("--concurrency", args.concurrency)]
     if args.request_rate:
         levels += [{"request_rate": rate} for rate in _rate_list(args.request_rate)]
-    if not levels:
-        raise UsageError("give at least one load level: --concurrency and/or --request-rate")
+    slos = _slos(args.slo)
+    capacity = _capacity(args, slos)
+    if not levels and capacity is None:
+        raise UsageError(
+            "give at least one load level: --concurrency and/or --request-rate "
+            "(or --capacity-search)"
+        )
     if len({str(level) for level in levels}) != len(levels):
         raise UsageError("a load level is listed twice")
     for name in ("input_len", "num_prompts", "warmup", "num_prefixes"):
@@ -133,6 +155,10 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         raise UsageError("--burstiness must be above 0")
     if args.duration is not None and not args.duration > 0:
         raise UsageError("--duration must be above 0 seconds")
+    if args.steady is not None and not args.steady >= 0:
+        raise UsageError("--steady must be 0 or more")
+    if not args.ramp_up >= 0:
+        raise UsageError("--ramp-up must be 0 or more seconds")
     for option, path in (("--json", args.json), ("--per-request", args.per_request)):
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"{option}: the folder {str(path.parent)!r} does not exist")
@@ -171,11 +197,15 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         warmup=args.warmup,
         max_concurrency=args.max_concurrency,
         tokenizer=tokenizer,
-        slos=_slos(args.slo),
+        slos=slos,
         metrics_url=metrics_url,
         seed=args.seed,
         request_timeout=args.request_timeout,
         ignore_eos=not args.no_ignore_eos,
+        # A capacity search compares loads: their figures are steady ones.
+        steady_multiple=args.steady if args.steady is not None or capacity is None else 4.0,
+        ramp_up_seconds=args.ramp_up,
+        capacity=capacity,
     )
 
 
@@ -190,8 +220,16 @@ async def _bench(config: BenchConfig, args: argparse.Namespace, console: Console
                     append_records(args.per_request, {"level": event.index}, event.records)
                 if args.json:
                     write_json(args.json, config.describe(), done, interrupted=True)
+            elif isinstance(event, CapacityFound):
+                view.progress.console.print(capacity_line(event.result))
             elif isinstance(event, BenchFinished) and args.json:
-                write_json(args.json, event.config, event.levels, interrupted=False)
+                write_json(
+                    args.json,
+                    event.config,
+                    event.levels,
+                    interrupted=False,
+                    capacity=event.capacity,
+                )
 
 
 def allow_many_connections() -> None:

@@ -37,7 +37,30 @@ def build_parser() -> argparse.ArgumentParser:
     amount.add_argument("--duration", type=float, metavar="SECONDS", help="seconds per level")
     bench.add_argument("--warmup", type=int, default=0, help="unmeasured requests per level")
     bench.add_argument("--tokenizer", metavar="PATH", help="local tokenizer for exact lengths")
-    bench.add_argument("--slo", metavar="ttft_ms=500,tpot_ms=50,e2el_ms=10000")
+    bench.add_argument(
+        "--slo",
+        metavar="'ttft:p95<300ms, tpot<50ms, attainment>=95%'",
+        help="objectives, each at a percentile (p99 when not named); ttft_ms=500 also reads",
+    )
+    bench.add_argument(
+        "--steady",
+        type=float,
+        metavar="MULTIPLE",
+        help="steady levels: a ramp, a window of at least --num-prompts and MULTIPLE x the "
+        "concurrency requests (the headline figures), a drain; default: vllm bench serve's "
+        "whole level",
+    )
+    bench.add_argument(
+        "--ramp-up", type=float, default=0.0, metavar="SECONDS", help="staggered start (--steady)"
+    )
+    bench.add_argument(
+        "--capacity-search",
+        choices=("concurrency", "request_rate"),
+        help="after the levels, find the highest load meeting --slo (steady levels)",
+    )
+    bench.add_argument(
+        "--max-probes", type=int, default=6, metavar="N", help="capacity search: extra levels"
+    )
     bench.add_argument("--metrics-url", help="Prometheus URL (default <base-url>/metrics; none)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")

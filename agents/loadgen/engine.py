@@ -65,8 +65,8 @@ from agents.loadgen.steady import (
     OpenLoopWindow,
     ramped_offsets,
     split_window,
-    window_target,
 )
+from agents.protocol import steady_window_requests
 
 # In duration mode a level cycles through this many pre-built prompts at most.
 DURATION_PROMPT_POOL = 2000
@@ -339,7 +339,7 @@ class _Runner:
             return None
         if config.steady_multiple is None or rate == math.inf:
             return config.num_prompts
-        target = window_target(config.num_prompts, config.steady_multiple, concurrency)
+        target = steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
         # The window's requests, the ramp's and the drain's: a steady level sends more than
         # its window holds; beyond these prompts it cycles through them again.
         return target + 2 * (concurrency or config.max_concurrency or 0) + target // 2
@@ -366,7 +366,7 @@ class _Runner:
         digests = [prompt_digest(prompt.text) for prompt in prompts]
         steady = config.steady_multiple is not None and rate != math.inf
         target = (
-            window_target(config.num_prompts, config.steady_multiple, concurrency)
+            steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
             if steady and config.duration is None
             else None
         )

@@ -93,6 +93,22 @@ def _number(value: float | None, unit: str = "") -> str:
     return "–" if value is None else f"{value:,.2f}{unit}"
 
 
+def capacity_line(capacity: dict) -> str:
+    """What a capacity search found, in one line."""
+    unit = "users" if capacity["axis"] == "concurrency" else "req/s"
+    found = capacity.get("capacity")
+    high = capacity.get("bracket_high")
+    if found is None:
+        return f"capacity at the SLOs: none — even {high:g} {unit} missed them"
+    bracket = f"[{found:g}, {'–' if high is None else f'{high:g}'}]"
+    throughput = capacity.get("output_throughput")
+    return (
+        f"capacity at the SLOs: {found:g} {unit} (bracket {bracket}, {capacity['probes']} "
+        f"probes, {capacity['stop_reason']})"
+        + ("" if throughput is None else f", {throughput:,.1f} output tok/s there")
+    )
+
+
 def level_table(result: dict) -> Group:
     """The human view of one level's result."""
     title = level_label(result)
@@ -130,9 +146,27 @@ def level_table(result: dict) -> Group:
     )
     if result["request_goodput"] is not None:
         summary.add_row("goodput", f"{result['request_goodput']:.2f} req/s within the SLOs")
+    if result.get("window"):
+        window = result["window"]
+        whole = result["whole_level"]
+        summary.add_row(
+            "steady window",
+            f"{window['start_s']:.2f}–{window['end_s']:.2f} s, {window['requests']} requests "
+            f"(ramp {window['ramp_requests']}, drain {window['drain_requests']}); the whole "
+            f"level: {whole['completed']} requests, {whole['output_throughput']:,.1f} output "
+            "tok/s",
+        )
     for name, slo in (result.get("slo") or {}).items():
         verdict = "[green]met" if slo["met"] else "[red]missed"
-        summary.add_row(f"SLO {name}", f"p99 {_ms(slo['p99'])} vs {slo['target']:g}: {verdict}")
+        if name == "attainment":
+            measured = "–" if slo.get("value") is None else f"{slo['value']:.1f} %"
+            summary.add_row("SLO attainment", f"{measured} vs ≥ {slo['target']:g} %: {verdict}")
+            continue
+        percentile = slo.get("percentile", 99)
+        value = slo.get("value", slo.get("p99"))
+        summary.add_row(
+            f"SLO {name}", f"p{percentile} {_ms(value)} vs {slo['target']:g}: {verdict}"
+        )
     for kind, error in result["errors"].items():
         summary.add_row(f"[red]error {kind}", f"{error['count']} × {error['sample']}")
     mismatch = result["output_len_mismatch"]
@@ -173,9 +207,19 @@ def _server_line(server: dict) -> str:
     return ", ".join(parts) or "no vLLM metrics"
 
 
-def write_json(path: Path, config: dict, levels: list[dict], *, interrupted: bool) -> None:
-    """Writes the results file atomically (a reader never sees half a file)."""
+def write_json(
+    path: Path,
+    config: dict,
+    levels: list[dict],
+    *,
+    interrupted: bool,
+    capacity: dict | None = None,
+) -> None:
+    """Writes the results file atomically (a reader never sees half a file); ``capacity``
+    is what a capacity search found, when one ran."""
     document = {"config": config, "levels": levels, "interrupted": interrupted}
+    if capacity is not None:
+        document["capacity"] = capacity
     path = Path(path)
     handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
     try:

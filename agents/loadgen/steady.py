@@ -29,12 +29,6 @@ from dataclasses import dataclass
 from agents.loadgen.records import RequestRecord
 
 
-def window_target(requests_per_level: int, steady_multiple: float, concurrency: int | None) -> int:
-    """How many completions a level's window must hold: ``requests_per_level`` and at least
-    ``steady_multiple`` × the concurrency (closed loop)."""
-    return max(requests_per_level, math.ceil(steady_multiple * (concurrency or 0)))
-
-
 def ramped_offsets(offsets: Iterable[float], ramp_seconds: float) -> Iterator[float]:
     """Send times whose rate rises linearly from 0 to the schedule's rate over
     ``ramp_seconds``: a time change of the constant-rate schedule (the expected number of

@@ -153,7 +153,10 @@ from agents.protocol.workload import (
     SloMs,
     Slos,
     Workload,
+    capacity_probe_levels,
+    level_requests,
     parse_slos,
+    steady_window_requests,
     workload_levels,
 )
 
@@ -260,10 +263,12 @@ __all__ = [
     "agent_route",
     "agent_site_urls",
     "batch_request_body",
+    "capacity_probe_levels",
     "expand_serve_grid",
     "json_depth_exceeds",
     "json_loads_bounded",
     "latency_field",
+    "level_requests",
     "message_seq",
     "parse_agent_message",
     "parse_site_frame",
@@ -274,6 +279,7 @@ __all__ = [
     "pydantic_field_errors",
     "serve_args",
     "serve_flags_json_schema",
+    "steady_window_requests",
     "validate_serve_grid",
     "workload_levels",
 ]

@@ -4,6 +4,7 @@ coerce types and accept both ``model_validate`` on parsed JSON and ``model_valid
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Annotated, Literal
@@ -321,6 +322,41 @@ def parse_slos(text: str) -> Slos:
         if match["percentile"]:
             values[f"{metric}_percentile"] = int(match["percentile"])
     return Slos.model_validate(values)
+
+
+def steady_window_requests(
+    requests_per_level: int, steady_multiple: float, concurrency: int | None
+) -> int:
+    """How many completions a steady level's window must hold: ``requests_per_level`` and at
+    least ``steady_multiple`` × the concurrency (a closed-loop level; none for a rate)."""
+    return max(requests_per_level, math.ceil(steady_multiple * (concurrency or 0)))
+
+
+def level_requests(workload: Workload, level: dict) -> int:
+    """About how many requests one steady level of ``workload`` sends: its window, plus the
+    ramp's first wave and the drain (one concurrency each) of a closed-loop level, plus the
+    warm-up. What estimates and deadlines count."""
+    concurrency = level.get("concurrency")
+    window = steady_window_requests(
+        workload.requests_per_level, workload.steady_multiple, concurrency
+    )
+    return window + 2 * (concurrency or 0) + workload.warmup_requests
+
+
+def capacity_probe_levels(workload: Workload) -> list[dict[str, int | float | str]]:
+    """The levels a capacity search may add to each trial, for estimates: at most
+    ``max_probes`` (and the bracket's two repeats), counted at the heaviest fixed level of
+    the search's axis (or 64 users / 8 requests per second when there is none)."""
+    search = workload.capacity
+    if search is None:
+        return []
+    count = search.max_probes + (2 if search.repeat_bracket else 0)
+    if search.axis == "concurrency":
+        level: dict = {"concurrency": max(workload.concurrency, default=64)}
+    else:
+        finite = [rate for rate in workload.request_rates if rate != "inf"]
+        level = {"request_rate": max(finite, default=8.0)}
+    return [level] * count
 
 
 def workload_levels(workload: Workload) -> list[dict[str, int | float | str]]:

@@ -21,7 +21,13 @@ from agents.hardware import (
     StepModel,
     start_check,
 )
-from agents.protocol import Workload, expand_serve_grid, workload_levels
+from agents.protocol import (
+    Workload,
+    capacity_probe_levels,
+    expand_serve_grid,
+    level_requests,
+    workload_levels,
+)
 from runs.models import Experiment, GpuType
 from runs.placement import Placement, experiment_placements
 from runs.selectors.prices import GpuPrice, gpu_price
@@ -107,6 +113,8 @@ def experiment_estimate(
     model, gpu = experiment.model, experiment.gpu_type
     workload = Workload.model_validate(experiment.workload)
     levels = workload_levels(workload)
+    # A capacity search measures up to this many more levels per trial.
+    probes = capacity_probe_levels(workload)
     configs = expand_serve_grid(experiment.serve_grid)
     input_len, output_len = _lengths(workload, a)
     gpus = experiment.gpu_count
@@ -136,10 +144,9 @@ def experiment_estimate(
             continue
         steps = StepModel(model.facts, hardware, settings, plan, efficiency)
         max_batch = min(settings.max_num_seqs, max(1, plan.kv_tokens // (input_len + output_len)))
-        for level_index, level in enumerate(levels):
-            requests = workload.requests_per_level + (
-                workload.warmup_requests if level_index == 0 else 0
-            )
+        for level in levels + probes:
+            # Steady levels: the window, the ramp and the drain, and each level's warm-up.
+            requests = level_requests(workload, level)
             sweep += _level_seconds(level, requests, input_len, output_len, max_batch, steps)
 
     total = provisioning + cold_start + sweep
@@ -158,7 +165,7 @@ def experiment_estimate(
         )
     return CostEstimate(
         trials=len(configs),
-        levels_per_trial=len(levels),
+        levels_per_trial=len(levels) + len(probes),
         gpu_count=gpus,
         price_usd_per_gpu_hour=price.usd_per_gpu_hour,
         price_source=source,

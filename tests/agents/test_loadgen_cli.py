@@ -120,7 +120,15 @@ def test_an_unreachable_server_is_one_error_line_and_exit_code_2(tmp_path, capsy
         (["--request-rate", "-2"], "--request-rate"),
         ([], "give at least one load level"),
         (["--concurrency", "2,2"], "listed twice"),
-        (["--concurrency", "1", "--slo", "ttft_ms=fast"], "--slo: ttft_ms='fast'"),
+        (["--concurrency", "1", "--slo", "ttft_ms=fast"], "--slo: 'ttft_ms=fast': 'fast'"),
+        (["--concurrency", "1", "--slo", "ttft:p97<3ms"], "--slo: ttft_percentile"),
+        (["--concurrency", "1", "--slo", "ttft>3ms"], "--slo: 'ttft>3ms'"),
+        (["--concurrency", "1", "--capacity-search", "concurrency"], "needs --slo"),
+        (["--concurrency", "1", "--steady", "-1"], "--steady"),
+        (
+            ["--capacity-search", "concurrency", "--slo", "ttft<9ms", "--max-probes", "0"],
+            "--max-probes",
+        ),
         (["--concurrency", "1", "--slo", "latency_ms=5"], "--slo: latency_ms: unknown field"),
         (["--concurrency", "1", "--dataset", "sharegpt"], "--dataset"),
         (["--concurrency", "1", "--dataset", "prefix:many"], "shared length is a number"),
@@ -176,3 +184,25 @@ def test_the_console_script_is_installed():
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert result.returncode == 0 and "--request-rate" in result.stdout
+
+
+def test_a_capacity_search_writes_what_it_found(server, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    code = bench(server, "--concurrency", "1", "--num-prompts", "4", "--slo",
+                 "ttft:p90<2000ms, attainment>=90%", "--capacity-search", "concurrency",
+                 "--max-probes", "1", "--json", str(out))  # fmt: skip
+    assert code == 0
+    document = json.loads(out.read_text())
+    capacity = document["capacity"]
+    # The fake server answers every load within 2 s: the one probe doubles the load.
+    assert (capacity["capacity"], capacity["probes"], capacity["stop_reason"]) == (
+        2,
+        1,
+        "probes_exhausted",
+    )
+    probes = [level for level in document["levels"] if level.get("probe")]
+    assert [level["concurrency"] for level in probes] == [2, 2]  # measured, then repeated
+    # A capacity search's levels are steady: a window of max(4, 4 x C) requests.
+    assert [level["window"]["requests"] for level in document["levels"]] == [4, 8, 8]
+    assert document["levels"][0]["slo"]["ttft_ms"]["percentile"] == 90
+    assert "capacity at the SLOs: 2 users" in capsys.readouterr().out

@@ -8,8 +8,8 @@ import pytest
 from agents.loadgen import BenchConfig, LevelFinished, RandomPrompts, event_loop_runner, run_bench
 from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.records import RequestRecord
-from agents.loadgen.steady import ramped_offsets, window_target
-from agents.protocol import Slos
+from agents.loadgen.steady import ramped_offsets
+from agents.protocol import Slos, steady_window_requests
 from tests.agents.fake_openai_server import FakeServer
 
 
@@ -77,7 +77,7 @@ def test_a_closed_loop_window_excludes_the_first_wave_and_holds_its_target(serve
     (level,) = bench(server, levels=({"concurrency": 3},))
     result, records = level.result, level.records
     window = result["window"]
-    assert window["requests"] == result["completed"] == window_target(12, 4.0, 3) == 12
+    assert window["requests"] == result["completed"] == steady_window_requests(12, 4.0, 3) == 12
     start = min(r.start for r in records)
     first_wave_end = max(r.finished for r in records[:3])
     # Seconds from the level's clock start, a moment before its first send.

@@ -84,6 +84,8 @@ def test_it_saturates_at_high_concurrency(alice):
             "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
             "concurrency": [1024],
             "requests_per_level": requests,
+            # The window holds exactly `requests`; the ramp and the drain add 2 x 1024.
+            "steady_multiple": 0,
         }
         experiment = make_experiment(
             alice.org,
@@ -94,7 +96,30 @@ def test_it_saturates_at_high_concurrency(alice):
         )
         return experiment_estimate(experiment=experiment).sweep_seconds
 
-    assert sweep(1280) == pytest.approx(2 * sweep(640), rel=0.01)
+    low, middle, high = sweep(640), sweep(1280), sweep(2560)
+    # Twice the extra requests, twice the extra time.
+    assert high - middle == pytest.approx(2 * (middle - low), rel=0.02)
+
+
+def test_it_counts_steady_windows_and_the_capacity_searchs_probes(alice):
+    model = make_model(alice.org)
+
+    def estimate(name, **workload):
+        base = {
+            "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
+            "concurrency": [1, 64],
+            "requests_per_level": 32,
+        }
+        experiment = make_experiment(alice.org, model=model, name=name, workload=base | workload)
+        return experiment_estimate(experiment=experiment)
+
+    short = estimate("short", steady_multiple=0)
+    steady = estimate("steady")  # a window of 4 x 64 requests at concurrency 64
+    searching = estimate("search", capacity={"max_probes": 3})
+    assert steady.sweep_seconds > short.sweep_seconds
+    # 2 fixed levels + 3 probes + the bracket's 2 repeats.
+    assert (steady.levels_per_trial, searching.levels_per_trial) == (2, 7)
+    assert searching.sweep_seconds > steady.sweep_seconds
 
 
 def test_it_is_shown_by_the_api_and_flags_the_budget(alice):
