@@ -10,6 +10,8 @@ the same errors.
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.db.models import Count, Max
 from django.http import JsonResponse
@@ -17,6 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from agents.hardware import MODEL_PRESETS
+from agents.protocol import Slos
 from frontend.experiments import builder, estimate_panel, fit, form_slots, model_form
 from frontend.org_pages import org_context, org_page
 from runs.access import Need, access_experiment, access_model_spec, scoped
@@ -25,9 +28,10 @@ from runs.errors import Conflict, DomainValidationError
 from runs.models import Experiment, GpuType, ModelSpec, WorkloadDataset
 from runs.models.catalogue import WeightDtype
 from runs.models.experiments import CloudType, Engine
-from runs.models.runs import RunTrigger
+from runs.models.runs import RunState, RunTrigger
 from runs.selectors.estimates import experiment_estimate
 from runs.selectors.run_history import with_simulated
+from runs.selectors.run_pages import run_answer_state
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_delete
 from runs.services.run_start import MAX_REASON_CHARS, run_start
 
@@ -263,10 +267,20 @@ def experiment_check(request, membership, experiment_id=None):
     )
 
 
+def _slo_text(slos: dict) -> str:
+    """The SLOs in the protocol's text form (``ttft:p95<300ms, attainment>=95%``)."""
+    try:
+        return Slos.model_validate(slos or {}).describe() or "none"
+    except ValueError:  # stored before a rule it now breaks: shown as stored
+        return json.dumps(slos)
+
+
 def _render_detail(request, membership, experiment, *, start_errors=None, reason=""):
     runs = experiment.runs.select_related("started_by").order_by("-created_at", "-id")[:100]
     runs = with_simulated(list(runs))
     estimate = experiment_estimate(experiment=experiment)
+    # The answer at the top is the latest succeeded run's: a failed one answers nothing.
+    latest = experiment.runs.filter(state=RunState.SUCCEEDED).order_by("-created_at", "-id").first()
     context = org_context(
         membership,
         experiment=experiment,
@@ -275,12 +289,9 @@ def _render_detail(request, membership, experiment, *, start_errors=None, reason
         raw_estimate=estimate,
         runs=runs,
         grid_json=experiment.serve_grid,
-        slo_text=" · ".join(
-            f"{name.removesuffix('_ms').upper()} ≤ {experiment.slos[name]} ms"
-            for name in form_slots.SLO_NAMES
-            if experiment.slos.get(name) is not None
-        )
-        or "none",
+        slo_text=_slo_text(experiment.slos),
+        latest=latest,
+        answer=run_answer_state(run=latest) if latest is not None else None,
         start_slots=form_slots.errors_by_slot(start_errors or {}),
         reason=reason,
         reason_max=MAX_REASON_CHARS,

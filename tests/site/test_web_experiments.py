@@ -4,6 +4,7 @@ errors are the API's errors, named by the same field paths, with nothing stored.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -19,6 +20,7 @@ from runs.models import AuditEvent, Experiment, ModelSpec, Run
 
 from .conftest import H100, experiment_payload, frozen, make_experiment, make_model, signed_in
 from .db_state import database_state
+from .test_web_runs import answered_run, text_of
 
 pytestmark = pytest.mark.django_db
 
@@ -658,3 +660,45 @@ def test_it_tells_in_the_builder_whether_the_model_fits_the_chosen_gpus(alice, c
         builder_form(make_model(charlie.org)),
     ):
         assert client.post("/o/acme/experiments/check/", draft).json()["fit"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The experiment page's answer and SLOs (issue 16)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_it_leads_the_experiment_page_with_the_latest_succeeded_runs_answer(alice, bob):
+    experiment = make_experiment(
+        alice.org,
+        slos={"ttft_ms": 500, "ttft_percentile": 95, "tpot_ms": 50, "min_attainment_pct": 90},
+    )
+    older = answered_run(alice.org, experiment=experiment)
+    older.created_at -= timedelta(days=2)
+    older.save(update_fields=["created_at"])
+    latest = answered_run(alice.org, experiment=experiment, runner_up_ci=(900.0, 1950.0))
+    # A later run that failed answers nothing: the page keeps the last answer it has.
+    Run.objects.create(
+        organization=alice.org, experiment=experiment, state="failed", **frozen(experiment)
+    )
+    html = signed_in(bob).get(f"/o/acme/experiments/{experiment.id}/").content.decode()
+    text = text_of(html)
+    assert f"run {str(latest.id)[:8]}" in text[text.index("Latest answer") :][:40]
+    assert html.index("Latest answer") < html.index('id="spec-heading"')
+    assert "Recommended: trial 1 (max_num_seqs=128)" in text
+    assert "concurrency 31 bracket 31–32" in text
+    assert "$0.5000 per 1M output tokens (95 % CI $0.4762–$0.5263)" in text
+    assert "Tie, within noise : trial 1 (max_num_seqs=128) and trial 0 (max_num_seqs=64)" in text
+    assert "--max-num-seqs 128" in html
+    # The SLOs in the protocol's own words: percentiles and attainment.
+    assert "SLOs ttft:p95<500ms, tpot:p99<50ms, attainment>=90%" in text
+    assert "≤ 500 ms" not in text
+
+
+def test_it_shows_no_answer_before_a_run_has_succeeded(alice):
+    experiment = make_experiment(alice.org)
+    Run.objects.create(
+        organization=alice.org, experiment=experiment, state="failed", **frozen(experiment)
+    )
+    html = signed_in(alice).get(f"/o/acme/experiments/{experiment.id}/").content.decode()
+    assert "Latest answer" not in html
+    assert "ttft:p99&lt;500ms" in html
