@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from agents.protocol import SERVE_FLAGS, json_loads_bounded
 from frontend.experiments.form_slots import (
+    CAPACITY_FIELDS,
     DATASET_FIELDS,
     DATASET_FIELDS_BY_KIND,
     SLO_NAMES,
@@ -31,6 +32,12 @@ from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.selectors.estimates import CostEstimate, experiment_estimate
 from runs.services.experiments import experiment_create, experiment_draft_check, experiment_update
 
+# The capacity search's inputs: its fields as typed, and the two checkboxes (search at all;
+# measure the bracket's ends again, on unless unticked, as the protocol's default).
+CAPACITY_TEXT_FIELDS = tuple(
+    f"capacity_{name}" for name in CAPACITY_FIELDS if name != "repeat_bracket"
+)
+CAPACITY_CHECKBOXES = ("capacity_search", "capacity_repeat_bracket")
 FALLBACK_SELECTS = MAX_FALLBACK_GPU_TYPES  # one select per fallback an experiment may list
 BLANK_GRID_ROWS = 2  # empty rows offered below the grid's flags when JavaScript is off
 
@@ -66,6 +73,7 @@ _BUILDER_TEXT_FIELDS = (
     "dataset_kind",
     *DATASET_FIELDS,
     *WORKLOAD_FIELDS,
+    *CAPACITY_TEXT_FIELDS,
     *(f"slo_{name}" for name in SLO_NAMES),
     "budget_cap_usd",
 )
@@ -75,6 +83,8 @@ def builder_form_from_post(data) -> BuilderForm:
     """The builder's inputs from a submitted form (a QueryDict)."""
     values = {name: data.get(name, "") for name in _BUILDER_TEXT_FIELDS}
     values["allow_other_cloud"] = "on" if data.get("allow_other_cloud") else ""
+    for name in CAPACITY_CHECKBOXES:
+        values[name] = "on" if data.get(name) else ""
     rows = list(zip(data.getlist("grid_flag"), data.getlist("grid_values"), strict=False))
     rows = [(flag.strip(), text.strip()) for flag, text in rows if flag.strip() or text.strip()]
     fallbacks = [gpu for gpu in data.getlist("fallback_gpu_types") if gpu]
@@ -106,14 +116,46 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "burstiness": shown_text(workload.get("burstiness", "")),
         "requests_per_level": shown_text(workload.get("requests_per_level", "")),
         "warmup_requests": shown_text(workload.get("warmup_requests", "")),
+        "steady_multiple": shown_text(workload.get("steady_multiple")),
+        "ramp_up_seconds": shown_text(workload.get("ramp_up_seconds")),
+        "seed": shown_text(workload.get("seed")),
         "budget_cap_usd": str(experiment.budget_cap_usd),
     }
+    values |= _capacity_values(workload.get("capacity"))
     for name_ in DATASET_FIELDS:
         values[name_] = shown_text(dataset.get(name_))
     for slo in SLO_NAMES:
         values[f"slo_{slo}"] = shown_text(experiment.slos.get(slo))
     rows = [(flag, list_text(values_)) for flag, values_ in experiment.serve_grid.items()]
     return BuilderForm(values=values, grid_rows=rows, fallbacks=list(experiment.fallback_gpu_types))
+
+
+def _capacity_values(capacity: dict | None) -> dict[str, str]:
+    """The capacity search's inputs showing ``capacity`` (the workload's, None when off)."""
+    values = {name: "" for name in CAPACITY_TEXT_FIELDS}
+    values |= {"capacity_axis": "concurrency", "capacity_repeat_bracket": "on"}
+    if capacity is None:
+        return values | {"capacity_search": ""}
+    for name in CAPACITY_FIELDS:
+        if name in capacity and name != "repeat_bracket":
+            values[f"capacity_{name}"] = shown_text(capacity[name])
+    return values | {
+        "capacity_search": "on",
+        "capacity_repeat_bracket": "on" if capacity.get("repeat_bracket", True) else "",
+    }
+
+
+def _capacity_from_form(values: dict[str, str]) -> dict | None:
+    """The workload's capacity search as the form gives it (None: no search)."""
+    if not values.get("capacity_search"):
+        return None
+    capacity: dict = {"axis": values.get("capacity_axis") or "concurrency"}
+    for name in CAPACITY_FIELDS:
+        if name not in ("axis", "repeat_bracket"):
+            put_number(capacity, name, values.get(f"capacity_{name}"))
+    if not values.get("capacity_repeat_bracket"):
+        capacity["repeat_bracket"] = False  # ticked is the default: left out, as stored
+    return capacity
 
 
 def blank_builder_form(*, model_id: str = "", gpu_type_id: str = "") -> BuilderForm:
@@ -137,6 +179,7 @@ def blank_builder_form(*, model_id: str = "", gpu_type_id: str = "") -> BuilderF
         "requests_per_level": "200",
         "budget_cap_usd": "50",
     }
+    values |= _capacity_values(None)
     return BuilderForm(values=values, grid_rows=[("max_num_seqs", "64, 256")])
 
 
@@ -176,8 +219,18 @@ def _workload_from_form(values: dict[str, str]) -> dict:
         workload["endpoint"] = values["endpoint"]
     for name in ("concurrency", "request_rates"):
         workload[name] = items(values.get(name, ""))
-    for name in ("burstiness", "requests_per_level", "warmup_requests"):
+    for name in (
+        "burstiness",
+        "requests_per_level",
+        "warmup_requests",
+        "steady_multiple",
+        "ramp_up_seconds",
+        "seed",
+    ):
         put_number(workload, name, values.get(name))
+    capacity = _capacity_from_form(values)
+    if capacity is not None:
+        workload["capacity"] = capacity
     return workload
 
 

@@ -9,7 +9,14 @@ The form's field lists come from the API's own models, so a field added there ge
 
 from __future__ import annotations
 
-from agents.protocol import PrefixDataset, RandomDataset, ShareGptDataset, Slos, Workload
+from agents.protocol import (
+    CapacitySearch,
+    PrefixDataset,
+    RandomDataset,
+    ShareGptDataset,
+    Slos,
+    Workload,
+)
 from runs.services.catalogue import MODEL_SPEC_FIELDS
 from runs.services.experiments import EXPERIMENT_FIELDS
 
@@ -20,7 +27,11 @@ DATASET_FIELDS_BY_KIND = {
     for model in (RandomDataset, ShareGptDataset, PrefixDataset)
 }
 DATASET_FIELDS = tuple(dict.fromkeys(n for names in DATASET_FIELDS_BY_KIND.values() for n in names))
-WORKLOAD_FIELDS = tuple(name for name in Workload.model_fields if name != "dataset")
+# The capacity search is a group of inputs of its own (``capacity_<field>``, error_slot).
+WORKLOAD_FIELDS = tuple(
+    name for name in Workload.model_fields if name not in ("dataset", "capacity")
+)
+CAPACITY_FIELDS = tuple(CapacitySearch.model_fields)
 SLO_NAMES = tuple(Slos.model_fields)
 # Nested fields (the grid, fallbacks, workload, SLOs) have slots of their own (error_slot).
 _NESTED = ("serve_grid", "fallback_gpu_types", "workload", "slos")
@@ -49,6 +60,9 @@ def error_slot(path: str) -> str:
         if first == "dataset":
             name = tail.split(".", 1)[0]
             return name if name in DATASET_FIELDS else "dataset_kind"
+        if first == "capacity":
+            name = tail.split(".", 1)[0]
+            return f"capacity_{name}" if name in CAPACITY_FIELDS else "capacity"
         return first if first in WORKLOAD_FIELDS else "workload"
     if head in _TOP_LEVEL and not rest:
         return head
@@ -58,7 +72,13 @@ def error_slot(path: str) -> str:
 def _shown(path: str, slot: str, message: str) -> str:
     # A message about a part of a field (a grid value, a list item) keeps its path so that
     # the reader sees which one; one about the whole field needs no prefix.
-    whole = {slot, f"workload.{slot}", f"workload.dataset.{slot}", f"slos.{slot[4:]}"}
+    whole = {
+        slot,
+        f"workload.{slot}",
+        f"workload.dataset.{slot}",
+        f"slos.{slot.removeprefix('slo_')}",
+        f"workload.capacity.{slot.removeprefix('capacity_')}",
+    }
     return message if path in whole else f"{path}: {message}"
 
 

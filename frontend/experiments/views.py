@@ -19,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from agents.hardware import MODEL_PRESETS
-from agents.protocol import Slos
+from agents.protocol import SLO_PERCENTILES, Slos
 from frontend.experiments import builder, estimate_panel, fit, form_slots, model_form
 from frontend.org_pages import org_context, org_page
 from runs.access import Need, access_experiment, access_model_spec, scoped
@@ -169,6 +169,7 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         engines=Engine.values,
         clouds=CloudType.values,
         slo_names=form_slots.SLO_NAMES,
+        slo_percentiles=SLO_PERCENTILES,
     )
     return render(request, "frontend/experiments/builder.html", context)
 

@@ -14,6 +14,7 @@ from agents import protocol
 from agents.engines.sim import command as sim_command
 from agents.hardware import MODEL_PRESETS, REGISTERED_FACTS, StartRefusal, gpu_profile, start_check
 from agents.runner.trial_engine import sim_model_file
+from frontend.experiments import builder
 from frontend.experiments.fit import FitCell
 from frontend.experiments.form_slots import error_slot
 from runs.models import AuditEvent, Experiment, ModelSpec, Run
@@ -553,7 +554,15 @@ def test_it_only_starts_runs_by_post(alice):
         ("workload.concurrency[3]", "concurrency"),
         ("workload.requests_per_level", "requests_per_level"),
         ("workload.surprise", "workload"),
+        ("workload.capacity", "capacity"),
+        ("workload.capacity.max_probes", "capacity_max_probes"),
+        ("workload.capacity.axis", "capacity_axis"),
+        ("workload.capacity.surprise", "capacity"),
+        ("workload.steady_multiple", "steady_multiple"),
+        ("workload.seed", "seed"),
         ("slos.tpot_ms", "slo_tpot_ms"),
+        ("slos.ttft_percentile", "slo_ttft_percentile"),
+        ("slos.min_attainment_pct", "slo_min_attainment_pct"),
         ("slos.bogus", "slos"),
         ("budget", "budget"),
         ("non_field_errors", "form"),
@@ -702,3 +711,125 @@ def test_it_shows_no_answer_before_a_run_has_succeeded(alice):
     html = signed_in(alice).get(f"/o/acme/experiments/{experiment.id}/").content.decode()
     assert "Latest answer" not in html
     assert "ttft:p99&lt;500ms" in html
+
+
+# ---------------------------------------------------------------------------------------------
+# The builder's SLO percentiles, attainment, steady levels, seed and capacity search (issue 16)
+# ---------------------------------------------------------------------------------------------
+
+NEW_INPUTS = {
+    "slo_ttft_percentile": "95",
+    "slo_tpot_percentile": "50",
+    "slo_min_attainment_pct": "90",
+    "steady_multiple": "6",
+    "ramp_up_seconds": "2.5",
+    "seed": "1234",
+    "capacity_search": "on",
+    "capacity_axis": "request_rate",
+    "capacity_max_probes": "4",
+    "capacity_tolerance_pct": "10",
+    "capacity_max_load": "64",
+}
+
+
+def test_it_builds_an_experiment_with_percentiles_attainment_and_a_capacity_search(alice):
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    response = client.post("/o/acme/experiments/new/", builder_form(model, **NEW_INPUTS))
+    assert response.status_code == 302
+    experiment = Experiment.objects.get(organization=alice.org, name="web-experiment")
+    assert experiment.slos == {
+        "ttft_ms": 500,
+        "tpot_ms": 50,
+        "ttft_percentile": 95,
+        "tpot_percentile": 50,
+        "min_attainment_pct": 90,
+    }
+    workload = experiment.workload
+    assert (workload["steady_multiple"], workload["ramp_up_seconds"], workload["seed"]) == (
+        6,
+        2.5,
+        1234,
+    )
+    # The bracket's ends are measured again by default (the box is ticked): left out.
+    assert workload["capacity"] == {
+        "axis": "request_rate",
+        "max_probes": 4,
+        "tolerance_pct": 10,
+        "max_load": 64,
+        "repeat_bracket": False,
+    }
+    # The edit page shows every value again, so saving it unchanged changes nothing.
+    page = client.get(f"/o/acme/experiments/{experiment.id}/edit/").content.decode()
+    assert '<option value="95" selected>p95</option>' in page
+    assert '<option value="50" selected>p50</option>' in page
+    assert '<option value="request_rate" selected>' in page
+    assert 'name="capacity_search" id="f-capacity_search" checked' in page
+    for name in ("steady_multiple", "ramp_up_seconds", "seed", "capacity_max_probes"):
+        assert f'name="{name}" inputmode' in page
+    assert 'value="1234"' in page and 'value="2.5"' in page
+
+
+def test_the_builder_round_trip_keeps_every_new_value(alice):
+    workload = {
+        "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
+        "concurrency": [1, 8],
+        "requests_per_level": 100,
+        "steady_multiple": 2.5,
+        "ramp_up_seconds": 3,
+        "seed": 7,
+        "capacity": {
+            "axis": "concurrency",
+            "max_probes": 5,
+            "tolerance_pct": 2.5,
+            "max_load": 256,
+            "repeat_bracket": False,
+        },
+    }
+    slos = {"ttft_ms": 300, "ttft_percentile": 90, "e2el_ms": 9000, "min_attainment_pct": 99.5}
+    experiment = make_experiment(alice.org, workload=workload, slos=slos)
+    payload, errors = builder.experiment_payload(builder.builder_form_from_experiment(experiment))
+    assert errors == {}
+    experiment.refresh_from_db()
+    assert protocol.Workload.model_validate(
+        payload["workload"]
+    ) == protocol.Workload.model_validate(experiment.workload)
+    for name in ("steady_multiple", "ramp_up_seconds", "seed", "capacity"):
+        assert payload["workload"][name] == workload[name], name
+    assert payload["slos"] == slos
+    # Without a search, none is made up; with the protocol's default, nothing is added.
+    plain = make_experiment(alice.org, model=experiment.model, name="plain")
+    payload, _ = builder.experiment_payload(builder.builder_form_from_experiment(plain))
+    assert "capacity" not in payload["workload"] and payload["slos"] == {"ttft_ms": 500}
+    blank, _ = builder.experiment_payload(builder.blank_builder_form())
+    assert "capacity" not in blank["workload"]
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "slot"),
+    [
+        ({"capacity_search": "on", "capacity_max_probes": "0"}, "workload.capacity.max_probes",
+         "capacity_max_probes"),
+        ({"slo_ttft_percentile": "42"}, "slos.ttft_percentile", "slo_ttft_percentile"),
+        ({"slo_min_attainment_pct": "150"}, "slos.min_attainment_pct", "slo_min_attainment_pct"),
+        ({"seed": "-1"}, "workload.seed", "seed"),
+    ],
+    ids=["max-probes", "percentile", "attainment", "seed"],
+)  # fmt: skip
+def test_it_shows_a_new_inputs_error_beside_it_and_stores_nothing(alice, change, path, slot):
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    form = builder_form(model, **change)
+    before = database_state()
+    page = client.post("/o/acme/experiments/new/", form)
+    assert page.status_code == 200
+    assert database_state() == before
+    checked = client.post("/o/acme/experiments/check/", form).json()
+    assert checked["ok"] is False
+    assert path in checked["fields"], checked["fields"]
+    assert checked["slots"][slot], checked["slots"]
+    # On the page, the message sits in that input's own list, not the form's general one.
+    html = page.content.decode()
+    errors = html[html.index(f'data-slot="{slot}"') :]
+    message = checked["fields"][path][0]
+    assert message.replace("'", "&#x27;") in errors[: errors.index("</ul>")]
