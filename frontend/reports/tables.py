@@ -17,6 +17,7 @@ from decimal import Decimal
 from django.http import HttpResponse
 
 from agents import protocol
+from runs.costs import level_cost_per_million_output_tokens
 from runs.selectors.cost_rankings import BestConfig, ModelPoint
 from runs.selectors.spend import ExperimentSpend, MonthSpend
 from runs.selectors.trial_figures import TrialFigure, tenth
@@ -116,9 +117,14 @@ def _simulated_first(table: ReportTable, rows: list[list[Cell]]) -> list[list[Ce
 
 # --- Cost per 1M output tokens -------------------------------------------------------------
 
+# The capacity answer leads (where the trial's capacity search found one); the figures of the
+# best fixed load level follow under their old names, so a CSV read before keeps reading.
+CAPACITY_USD, CAPACITY = "USD / 1M at capacity", "Capacity at SLOs"
 COST_COLUMNS = [
     "Model",
     "GPUs",
+    CAPACITY_USD,
+    CAPACITY,
     "USD / 1M output tokens",
     "USD / 1M, cold start amortized",
     "Best config",
@@ -133,17 +139,54 @@ COST_COLUMNS = [
 ]
 
 
+def capacity_text(capacity: dict | None) -> str:
+    """``concurrency 31 (31–32)``: what a capacity search found and its bracket ("" if none)."""
+    if not capacity or capacity.get("capacity") is None:
+        return ""
+    axis = "request rate" if capacity.get("axis") == "request_rate" else "concurrency"
+    low, high = capacity.get("bracket_low"), capacity.get("bracket_high")
+    bracket = f"{low:g}–{high:g}" if low is not None and high is not None else "no fail above"
+    return f"{axis} {capacity['capacity']:g} ({bracket})"
+
+
+def capacity_usd_per_million(figure: TrialFigure, capacity: dict | None) -> Decimal | None:
+    """The cost per 1M output tokens at ``capacity``, at the pod rate the trial was priced at
+    (the run answer's rule: ``runs.costs``), or None without a capacity."""
+    if not capacity or capacity.get("capacity") is None or figure.cost.pod_usd_per_hr is None:
+        return None
+    return level_cost_per_million_output_tokens(
+        output_throughput_tok_s=capacity.get("output_throughput"),
+        pod_usd_per_hr=figure.cost.pod_usd_per_hr,
+    )
+
+
 def cost_table(
-    key: str, title: str, bests: list[BestConfig], *, simulated: bool, run_href: RunHref
+    key: str,
+    title: str,
+    bests: list[BestConfig],
+    *,
+    simulated: bool,
+    run_href: RunHref,
+    capacities: dict[int, dict] | None = None,
 ) -> ReportTable:
+    """``capacities``: ``Trial.capacity`` by trial id, for the trials that searched one."""
     table = ReportTable(key=key, title=title, columns=list(COST_COLUMNS), simulated=simulated)
+    table.note = (
+        "At capacity: the highest load meeting every SLO that the trial's capacity search "
+        "found, and the cost per 1M output tokens there. The other figures (USD / 1M output "
+        "tokens, Load at SLOs, Output tok/s) are those of the best fixed load level."
+    )
+    capacities = capacities or {}
     rows = []
     for best in bests:
         f = best.best
+        capacity = capacities.get(f.trial_id)
         rows.append(
             [
                 Cell(f.model.name),
                 Cell(gpus_text(f)),
+                num(capacity_usd_per_million(f, capacity)),
+                Cell(capacity_text(capacity)),
                 num(f.usd_per_million),
                 num(f.cost.usd_per_million_output_tokens_cold_start_amortized),
                 Cell(config_text(f.serve_config), wrap=True),

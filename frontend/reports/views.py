@@ -15,7 +15,7 @@ from django.urls import reverse
 from frontend.org_pages import org_context, org_page
 from frontend.reports import tables
 from runs.access import access_experiment, scoped
-from runs.models import Experiment
+from runs.models import Experiment, Trial
 from runs.selectors.cost_rankings import best_configs, model_points
 from runs.selectors.model_choice import model_choice
 from runs.selectors.spend import spend_by_experiment, spend_by_month
@@ -58,29 +58,41 @@ def reports_index(request, membership):
     )
 
 
+def _capacities(membership, bests) -> dict[int, dict]:
+    """What each shown trial's capacity search found (``Trial.capacity``), by trial id."""
+    ids = [best.best.trial_id for best in bests]
+    rows = scoped(membership, Trial).filter(id__in=ids, capacity__isnull=False)
+    return dict(rows.values_list("id", "capacity"))
+
+
 @org_page()
 def report_costs(request, membership):
     figures = trial_figures(org=membership.organization)
     href = _run_href(membership.organization.slug)
+    measured_bests = best_configs(f for f in figures if not f.simulated)
+    simulated_bests = best_configs(f for f in figures if f.simulated)
+    capacities = _capacities(membership, [*measured_bests, *simulated_bests])
     measured = tables.cost_table(
         "measured",
         "Measured on real vLLM",
-        best_configs(f for f in figures if not f.simulated),
+        measured_bests,
         simulated=False,
         run_href=href,
+        capacities=capacities,
     )
     measured.empty = "No measured trial yet."
     simulated = tables.cost_table(
         "simulated",
         "Simulated (not measurements)",
-        best_configs(f for f in figures if f.simulated),
+        simulated_bests,
         simulated=True,
         run_href=href,
+        capacities=capacities,
     )
     simulated.empty = "No simulated trial."
     simulated.note = (
         "The simulator's figures are in the modelled GPU's time, priced at its rate. They are "
-        "never ranked with measured figures."
+        "never ranked with measured figures. " + simulated.note
     )
     steady, amortized = "USD / 1M output tokens", "USD / 1M, cold start amortized"
     chart = [

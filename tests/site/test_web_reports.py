@@ -132,6 +132,36 @@ def test_it_reports_the_cost_per_token_of_the_best_config_by_model_and_gpu(histo
     assert by_model["Llama 3.1 70B Instruct"]["GPUs"] == "2× NVIDIA H100 80GB HBM3"
 
 
+def test_it_leads_the_cost_report_with_the_capacity_answer(history, web):
+    history.t128.capacity = {
+        "axis": "concurrency",
+        "capacity": 96,
+        "bracket_low": 96,
+        "bracket_high": 104,
+        "probes": 3,
+        "stop_reason": "converged",
+        "output_throughput": 6000.0,
+    }
+    history.t128.save(update_fields=["capacity"])
+    response = web.get("/o/acme/reports/costs/")
+    columns, *rows = page_tables(response)["measured"]
+    assert columns[2:5] == ["USD / 1M at capacity", "Capacity at SLOs", "USD / 1M output tokens"]
+    by_model = {row["Model"]: row for row in as_dicts([columns, *rows])}
+    small = by_model["Llama 3.1 8B Instruct"]
+    # 3.99 / 3600 / 6000 × 1e6 = 0.184722… → 0.1847, beside the best fixed level's figures.
+    assert small["USD / 1M at capacity"] == "0.1847"
+    assert small["Capacity at SLOs"] == "concurrency 96 (96–104)"
+    assert small["USD / 1M output tokens"] == EXPECTED["llama8"]["steady"]
+    assert small["Load at SLOs"] == "concurrency=64"
+    # A trial without a capacity search shows none, and is still priced at its fixed level.
+    qwen = by_model["Qwen2.5 7B Instruct"]
+    assert (qwen["USD / 1M at capacity"], qwen["Capacity at SLOs"]) == ("", "")
+    assert qwen["USD / 1M output tokens"] == EXPECTED["qwen7"]["steady"]
+    assert "best fixed load level" in response.content.decode()
+    exported = as_dicts(csv_rows(web.get("/o/acme/reports/costs/?csv=measured")))
+    assert exported[0]["USD / 1M at capacity"] == "0.1847"
+
+
 def test_it_never_mixes_simulated_figures_into_cost_reports(history, web):
     for path in ("/o/acme/reports/costs/", "/o/acme/reports/models/"):
         response = web.get(path)
