@@ -14,6 +14,16 @@ Guarantees (pure: no network, no clock; ``docs/cli.md`` documents the rules):
   output tokens/s × 1e6 (``runs/costs.py``'s formula). A run without a billed rate (the local
   provider) has none; such rows read ``n/a``, never fail, and the result says why in
   ``not_compared`` so a cost threshold never passes without saying it checked nothing.
+- Where both levels carry a 95 % interval of a figure (``ci95``), the change has one too,
+  conservatively from the two (``change_interval_pct``), and a threshold fails only when that
+  whole interval lies beyond it; an interval that holds 0 reads "within noise". A figure
+  without intervals (results stored before them, ITL) is gated on its point estimate, as
+  before, and its row says "no interval". Every row says the change in words:
+  ``worse by 12 % (CI 8–16 %)``, ``better by 5 % (CI 2–9 %)``, ``within noise (CI −3–+4 %)``.
+- When both runs' answers name a winner (a capacity search ran), each paired configuration
+  also compares its capacity at the SLOs (the trials' ``capacity``; its bracket
+  ``[bracket_low, bracket_high)`` is its interval); informational unless a ``capacity``
+  threshold is given, then gated like the figures (a higher capacity is better).
 """
 
 from __future__ import annotations
@@ -23,11 +33,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchsite_cli.level_results import FIGURES, OUTPUT_THROUGHPUT, level_figure
+from benchsite_cli.level_results import FIGURES, OUTPUT_THROUGHPUT, level_figure, level_interval
 
-# Every figure of a level's result may be gated, and its cost per token (derived here).
+# Every figure of a level's result may be gated, its cost per token (derived here) and a
+# configuration's capacity at the SLOs (its trial's capacity search).
 COST_METRIC = "cost_per_mtok"
-KNOWN_METRICS = FIGURES | {COST_METRIC}
+CAPACITY_METRIC = "capacity"
+KNOWN_METRICS = FIGURES | {COST_METRIC, CAPACITY_METRIC}
+# The "level" of a configuration's capacity row: the load the SLOs allow, not a measured one.
+CAPACITY_LEVEL = "at the SLOs"
 
 
 class ThresholdError(ValueError):
@@ -44,10 +58,104 @@ class Threshold:
     def text(self) -> str:
         return f"{self.limit_pct:+g}%"
 
-    def breached(self, change_pct: float) -> bool:
+    @property
+    def higher_is_better(self) -> bool:
+        return self.limit_pct < 0
+
+    def breached(self, change_pct: float, interval: tuple[float, float] | None = None) -> bool:
+        """With an interval, only when all of it lies beyond the limit; else the point."""
+        if interval is not None:
+            low, high = interval
+            return low > self.limit_pct if self.limit_pct > 0 else high < self.limit_pct
         if self.limit_pct > 0:
             return change_pct > self.limit_pct
         return change_pct < self.limit_pct
+
+
+# -- a change and its interval: the CLI's copy of runs/selectors/figure_deltas.py (the CLI
+# shares no code with the site; tests/cli/test_figure_deltas_agree.py holds the two to one
+# answer) ----------------------------------------------------------------------------------
+
+WITHIN_NOISE = "within noise"
+
+
+def change_pct(new: float, base: float) -> float:
+    """``(new − base) ÷ base`` in %; from 0, any rise is +inf (and no change is 0)."""
+    if base == 0:
+        return 0.0 if new == 0 else math.copysign(math.inf, new)
+    return (new - base) / abs(base) * 100
+
+
+def _bound_change(value: float, against: float, *, upper: bool) -> float:
+    if against > 0:
+        return (value / against - 1) * 100
+    if value > 0:
+        return math.inf
+    # 0 against 0: anything from −100 % (the least a non-negative figure can fall) up.
+    return math.inf if upper else -100.0
+
+
+def change_interval_pct(
+    new: tuple[float, float], base: tuple[float, float]
+) -> tuple[float, float] | None:
+    """The change's interval in %, conservatively: the new low against the baseline's high,
+    the new high against its low. None unless both are intervals of a non-negative figure
+    (a high may be +inf: a capacity search that never failed)."""
+    for low, high in (new, base):
+        if not (math.isfinite(low) and 0 <= low <= high) or math.isnan(high):
+            return None
+    return (
+        _bound_change(new[0], base[1], upper=False),
+        _bound_change(new[1], base[0], upper=True),
+    )
+
+
+def change_verdict(
+    change: float, interval: tuple[float, float] | None, *, higher_is_better: bool
+) -> str:
+    """``better``, ``worse`` or ``within noise`` (the interval holds 0); without an interval
+    the point decides (``same`` when it did not move)."""
+    if interval is not None:
+        low, high = interval
+        if low <= 0 <= high:
+            return WITHIN_NOISE
+        rose = low > 0
+    elif change == 0:
+        return "same"
+    else:
+        rose = change > 0
+    return "better" if rose == higher_is_better else "worse"
+
+
+def _magnitude(pct: float) -> str:
+    pct = abs(pct)
+    if math.isinf(pct):
+        return "∞"
+    return f"{pct:.0f}" if pct >= 9.95 else f"{pct:.1f}".removesuffix(".0")
+
+
+def _signed(pct: float) -> str:
+    text = _magnitude(pct)
+    if text == "0":
+        return text
+    return ("+" if pct > 0 else "−") + text
+
+
+def change_wording(
+    change: float, interval: tuple[float, float] | None, *, higher_is_better: bool
+) -> str:
+    """``worse by 12 % (CI 8–16 %)``, ``better by 5 % (CI 2–9 %)``, ``within noise
+    (CI −3–+4 %)``, or without an interval ``worse by 12 % (no interval)``."""
+    verdict = change_verdict(change, interval, higher_is_better=higher_is_better)
+    if interval is None:
+        if verdict == "same":
+            return "unchanged (no interval)"
+        return f"{verdict} by {_magnitude(change)} % (no interval)"
+    low, high = interval
+    if verdict == WITHIN_NOISE:
+        return f"{WITHIN_NOISE} (CI {_signed(low)}–{_signed(high)} %)"
+    near, far = sorted((abs(low), abs(high)))
+    return f"{verdict} by {_magnitude(change)} % (CI {_magnitude(near)}–{_magnitude(far)} %)"
 
 
 def parse_thresholds(spec: str) -> list[Threshold]:
@@ -122,6 +230,27 @@ def metric_value(level: dict[str, Any], metric: str, price_usd_hr: Any) -> float
     return rate / 3600 / throughput * 1_000_000
 
 
+def metric_interval(
+    level: dict[str, Any], metric: str, price_usd_hr: Any
+) -> tuple[float, float] | None:
+    """A metric's 95 % interval at a level (None when the result has none); the cost's is
+    the throughput's, inverted (more tokens per second is a lower cost)."""
+    if metric == COST_METRIC:
+        rate = _number(price_usd_hr)
+        throughput = _interval(level_interval(level, OUTPUT_THROUGHPUT))
+        if rate is None or rate <= 0 or throughput is None or throughput[0] <= 0:
+            return None
+        return rate / 3600 / throughput[1] * 1_000_000, rate / 3600 / throughput[0] * 1_000_000
+    return _interval(level_interval(level, metric))
+
+
+def _interval(bounds: tuple[Any, Any] | None) -> tuple[float, float] | None:
+    if bounds is None:
+        return None
+    low, high = (_number(bound) for bound in bounds)
+    return None if low is None or high is None or low > high else (low, high)
+
+
 def run_levels(
     run: dict[str, Any], only_trial: int | None = None
 ) -> dict[str, dict[str, dict[str, Any]]]:
@@ -137,6 +266,22 @@ def run_levels(
     return configs
 
 
+def run_capacities(
+    run: dict[str, Any], only_trial: int | None = None
+) -> dict[str, dict[str, Any] | None]:
+    """{config label: the trial's capacity search result, None without one}."""
+    return {
+        config_label(trial.get("serve_config") or {}): trial.get("capacity") or None
+        for trial in run.get("trials") or []
+        if only_trial is None or trial.get("index") == only_trial
+    }
+
+
+def _answered(run: dict[str, Any]) -> bool:
+    winner = (run.get("answer") or {}).get("winner") or {}
+    return _number(winner.get("capacity")) is not None
+
+
 @dataclass(frozen=True)
 class Row:
     config: str
@@ -145,12 +290,49 @@ class Row:
     baseline: float | None
     new: float | None
     change_pct: float | None
-    limit: Threshold
-    verdict: str  # "ok", "regression", "missing" (not measured by the new run), "n/a"
+    limit: Threshold | None  # None: informational (a capacity without a threshold)
+    # "ok", "regression", "missing" (not measured by the new run), "n/a", "info"
+    verdict: str
+    interval_pct: tuple[float, float] | None = None  # the change's 95 % interval
+    higher_is_better: bool = False
 
     @property
     def failed(self) -> bool:
         return self.verdict in ("regression", "missing")
+
+    @property
+    def change_text(self) -> str:
+        """The change in words, with its interval (or "no interval")."""
+        if self.change_pct is None:
+            return "—"
+        return change_wording(
+            self.change_pct, self.interval_pct, higher_is_better=self.higher_is_better
+        )
+
+    @property
+    def limit_text(self) -> str:
+        return "—" if self.limit is None else self.limit.text()
+
+    @property
+    def why(self) -> str:
+        """Why the verdict, where the interval decided it or there was none to decide."""
+        if self.verdict == "missing":
+            return "not measured by the new run"
+        if self.verdict == "info":
+            return "informational (no capacity threshold)"
+        if self.limit is None or self.change_pct is None:
+            return ""
+        if self.verdict == "regression":
+            if self.interval_pct is None:
+                return f"beyond the threshold {self.limit_text} (no interval: the point decides)"
+            return f"the whole CI lies beyond the threshold {self.limit_text}"
+        if self.interval_pct is not None and self.limit.breached(self.change_pct):
+            return f"the CI is not beyond the threshold {self.limit_text}"
+        return ""
+
+    @property
+    def verdict_text(self) -> str:
+        return f"{self.verdict}: {self.why}" if self.why else self.verdict
 
 
 @dataclass
@@ -184,8 +366,11 @@ class GateResult:
                     "baseline": row.baseline,
                     "new": row.new,
                     "change_pct": row.change_pct,
-                    "limit_pct": row.limit.limit_pct,
+                    "change_ci95_pct": None if row.interval_pct is None else list(row.interval_pct),
+                    "change": row.change_text,
+                    "limit_pct": None if row.limit is None else row.limit.limit_pct,
                     "verdict": row.verdict,
+                    "why": row.why,
                 }
                 for row in self.rows
             ],
@@ -219,19 +404,40 @@ def gate_compare(
     )
     if not base:
         raise NothingToCompare(f"the baseline run {result.baseline_run} has no measurements")
+    capacity_limit = next((t for t in thresholds if t.metric == CAPACITY_METRIC), None)
+    figure_limits = [t for t in thresholds if t.metric != CAPACITY_METRIC]
+    # Capacities are compared when gated, or (for information) when both runs searched.
+    capacities = capacity_limit is not None or (_answered(new_run) and _answered(baseline_run))
+    base_capacity = run_capacities(baseline_run, only_trial=baseline_trial)
+    new_capacity = run_capacities(new_run)
+    prices = baseline_run.get("price_usd_hr"), new_run.get("price_usd_hr")
     for config in sorted(base):
         for level in sorted(base[config], key=_level_order):
             base_level = base[config][level]
             new_level = new.get(config, {}).get(level)
-            for threshold in thresholds:
+            for threshold in figure_limits:
                 metric = threshold.metric
-                before = metric_value(base_level, metric, baseline_run.get("price_usd_hr"))
+                before = metric_value(base_level, metric, prices[0])
                 if new_level is None:
                     row = Row(config, level, metric, before, None, None, threshold, "missing")
                     result.rows.append(row)
                     continue
-                after = metric_value(new_level, threshold.metric, new_run.get("price_usd_hr"))
-                result.rows.append(_row(config, level, threshold, before, after))
+                after = metric_value(new_level, metric, prices[1])
+                intervals = (
+                    metric_interval(base_level, metric, prices[0]),
+                    metric_interval(new_level, metric, prices[1]),
+                )
+                result.rows.append(_row(config, level, threshold, before, after, intervals))
+        if capacities and (capacity_limit is not None or config in new):
+            result.rows.append(
+                _capacity_row(
+                    config,
+                    base_capacity.get(config),
+                    new_capacity.get(config) if config in new else None,
+                    capacity_limit,
+                    missing=config not in new,
+                )
+            )
     result.not_compared = _why_not_compared(result, new_run, baseline_run)
     return result
 
@@ -250,6 +456,13 @@ def _why_not_compared(
         if not na:
             continue
         where = "at every level" if na == total else f"at {na} of {total} levels"
+        if metric == CAPACITY_METRIC:
+            where = "for every configuration" if na == total else f"for {na} of {total}"
+            reasons[metric] = (
+                f"n/a {where}: a trial without a capacity search on both sides (or one on "
+                "another axis), not gated there"
+            )
+            continue
         if metric != COST_METRIC:
             reasons[metric] = f"n/a {where}: not reported by the load generator, not gated there"
             continue
@@ -269,15 +482,71 @@ def _why_not_compared(
     return reasons
 
 
-def _row(config: str, level: str, threshold: Threshold, before, after) -> Row:
+def _row(config: str, level: str, threshold: Threshold, before, after, intervals) -> Row:
     if before is None or after is None:
         return Row(config, level, threshold.metric, before, after, None, threshold, "n/a")
-    if before == 0:
-        change = 0.0 if after == 0 else math.copysign(math.inf, after)
+    change = change_pct(after, before)
+    base_interval, new_interval = intervals
+    interval = (
+        change_interval_pct(new_interval, base_interval)
+        if base_interval is not None and new_interval is not None
+        else None
+    )
+    verdict = "regression" if threshold.breached(change, interval) else "ok"
+    return Row(
+        config,
+        level,
+        threshold.metric,
+        before,
+        after,
+        change,
+        threshold,
+        verdict,
+        interval,
+        threshold.higher_is_better,
+    )
+
+
+def _capacity(search: dict[str, Any] | None) -> tuple[float, tuple[float, float]] | None:
+    """A capacity search's capacity and its bracket ``[low, high)`` as its interval (the
+    high end +inf when no load failed); a search that found no load meeting the SLOs is 0,
+    below its first failing load. None without a search."""
+    if not search or not search.get("axis"):
+        return None
+    capacity = _number(search.get("capacity"))
+    high = _number(search.get("bracket_high"))
+    high = math.inf if high is None else high
+    if capacity is None:
+        return 0.0, (0.0, high)
+    low = _number(search.get("bracket_low"))
+    return capacity, (capacity if low is None else low, max(high, capacity))
+
+
+def _capacity_row(
+    config: str,
+    base_search: dict[str, Any] | None,
+    new_search: dict[str, Any] | None,
+    threshold: Threshold | None,
+    *,
+    missing: bool,
+) -> Row:
+    axis = (base_search or new_search or {}).get("axis")
+    level = f"{CAPACITY_LEVEL} ({axis})" if axis else CAPACITY_LEVEL
+    before, after = _capacity(base_search), _capacity(new_search)
+    cells = (config, level, CAPACITY_METRIC, before and before[0], after and after[0])
+    if missing:
+        return Row(*cells, None, threshold, "missing", higher_is_better=True)
+    same_axis = new_search is not None and new_search.get("axis") == axis
+    if before is None or after is None or not same_axis:
+        verdict = "n/a" if threshold is not None else "info"
+        return Row(*cells, None, threshold, verdict, higher_is_better=True)
+    change = change_pct(after[0], before[0])
+    interval = change_interval_pct(after[1], before[1])
+    if threshold is None:
+        verdict = "info"
     else:
-        change = (after - before) / abs(before) * 100
-    verdict = "regression" if threshold.breached(change) else "ok"
-    return Row(config, level, threshold.metric, before, after, change, threshold, verdict)
+        verdict = "regression" if threshold.breached(change, interval) else "ok"
+    return Row(*cells, change, threshold, verdict, interval, higher_is_better=True)
 
 
 def _level_order(label: str) -> tuple[str, float]:
@@ -292,14 +561,6 @@ def format_value(value: float | None) -> str:
     return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-def format_change(row: Row) -> str:
-    if row.change_pct is None:
-        return "—"
-    if math.isinf(row.change_pct):
-        return "+inf%" if row.change_pct > 0 else "-inf%"
-    return f"{row.change_pct:+.1f}%"
-
-
 # The columns every rendering of the gate's table shows before its verdict.
 ROW_COLUMNS = ("config", "level", "metric", "baseline", "new", "change", "limit")
 
@@ -312,6 +573,6 @@ def row_cells(row: Row) -> tuple[str, ...]:
         row.metric,
         format_value(row.baseline),
         format_value(row.new),
-        format_change(row),
-        row.limit.text(),
+        row.change_text,
+        row.limit_text,
     )

@@ -4,7 +4,9 @@ Guarantees: the JUnit file is built with ``xml.etree`` (well-formed whatever the
 text), one ``<testcase>`` per configuration × metric whose ``<failure>`` lists every level
 that regressed, and a case that compared nothing (``n/a`` at every level, e.g. cost on the
 local provider) is ``<skipped>`` with the reason; the Markdown is one table with every ``|`` in
-a cell escaped, followed by what was not compared.
+a cell escaped, followed by what was not compared. Every row says its change in words with
+its interval (``p99_ttft_ms worse by 12 % (CI 8–16 %)``, ``within noise (CI −3–+4 %)``, or
+"no interval"), and a failure says whether the whole interval lay beyond the threshold.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchsite_cli.gate import GateResult, Row, format_change, format_value, row_cells
+from benchsite_cli.gate import GateResult, Row, format_value, row_cells
 
 
 def _cases(result: GateResult) -> dict[tuple[str, str], list[Row]]:
@@ -26,8 +28,8 @@ def _cases(result: GateResult) -> dict[tuple[str, str], list[Row]]:
 
 def _row_text(row: Row) -> str:
     return (
-        f"{row.level}: {format_value(row.baseline)} → {format_value(row.new)} "
-        f"({format_change(row)}, limit {row.limit.text()}, {row.verdict})"
+        f"{row.level}: {row.metric} {row.change_text}: {format_value(row.baseline)} → "
+        f"{format_value(row.new)}, limit {row.limit_text}, {row.verdict_text}"
     )
 
 
@@ -62,8 +64,8 @@ def junit_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> None:
                 case,
                 "failure",
                 type="regression",
-                message=f"{metric} regressed beyond {rows[0].limit.text()} at "
-                + ", ".join(row.level for row in failed),
+                message=f"{metric} regressed beyond {rows[0].limit_text} at "
+                + ", ".join(f"{row.level} ({row.change_text}: {row.why})" for row in failed),
             )
             failure.text = "\n".join(_row_text(row) for row in failed)
         elif all(row.verdict == "n/a" for row in rows):
@@ -94,7 +96,9 @@ def markdown_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> No
         mark = "**" if row.failed else ""
         lines.append(
             "| "
-            + " | ".join(_cell(cell) for cell in (*row_cells(row), f"{mark}{row.verdict}{mark}"))
+            + " | ".join(
+                _cell(cell) for cell in (*row_cells(row), f"{mark}{row.verdict_text}{mark}")
+            )
             + " |"
         )
     if result.not_compared:

@@ -19,9 +19,9 @@ from benchsite_cli.gate import (
     ROW_COLUMNS,
     GateResult,
     NothingToCompare,
+    Row,
     Threshold,
     ThresholdError,
-    format_change,
     format_value,
     gate_compare,
     parse_thresholds,
@@ -260,10 +260,7 @@ def _print_gate(result: GateResult) -> None:
     )
     table(
         (*ROW_COLUMNS, "verdict"),
-        [
-            (*row_cells(row), row.verdict.upper() if row.failed else row.verdict)
-            for row in result.rows
-        ],
+        [(*row_cells(row), _verdict_cell(row)) for row in result.rows],
     )
     for config in result.unmatched_configs:
         out(f"not gated (no baseline): {config}")
@@ -272,9 +269,15 @@ def _print_gate(result: GateResult) -> None:
     for row in result.regressions():
         err(
             f"regression: {row.metric} at {row.config} {row.level}: "
-            f"{format_value(row.baseline)} → {format_value(row.new)} "
-            f"({format_change(row)}, limit {row.limit.text()})"
+            f"{format_value(row.baseline)} → {format_value(row.new)}, "
+            f"{row.metric} {row.change_text}: {row.why}"
         )
+
+
+def _verdict_cell(row: Row) -> str:
+    # A failing row's verdict in capitals, so it stands out in a CI log.
+    verdict = row.verdict.upper() if row.failed else row.verdict
+    return f"{verdict}: {row.why}" if row.why else verdict
 
 
 def _write_json(path: Path | None, run: dict, result: GateResult | None) -> None:

@@ -5,6 +5,10 @@ Guarantees:
   another organization is answered exactly like a missing one;
 - a bad selection raises ``CompareInputError`` naming the part that is wrong, never a 500;
 - simulated and measured figures are never ranked against each other;
+- a level figure that carries a 95 % interval (``ci95``) in both columns says how it moved
+  in words with the change's interval (``runs.selectors.figure_deltas``: "better by 12 %
+  (CI 8–16 %)", "within noise (CI −3–+4 %)"), and a change within noise is never
+  highlighted, whatever the threshold;
 - the number of queries does not grow with the number of measurements compared.
 """
 
@@ -18,15 +22,20 @@ from typing import Any
 
 from django.db.models import Prefetch
 
+from agents.protocol import LEVEL_RESULT_KEY
 from runs.access import scoped
 from runs.frozen_job import run_engine, run_is_simulated
 from runs.models import Measurement, Membership, Run, Trial
+from runs.selectors.figure_deltas import WITHIN_NOISE, Interval, figure_delta
+from runs.selectors.level_results import stored_level_result
 from runs.selectors.run_levels import (
+    HIGHER,
     LOWER,
     METRICS,
     config_label,
     config_text,
     flags_in_order,
+    level_key,
     level_row,
     level_sort_key,
     varying_flags,
@@ -34,6 +43,16 @@ from runs.selectors.run_levels import (
 from runs.selectors.trial_costs import trial_costs
 
 MAX_COMPARED_TRIALS = 16
+# The ``LevelResult`` field behind each compared figure: the key of its interval in ``ci95``.
+_INTERVAL_FIELD = {
+    "ttft_p50": LEVEL_RESULT_KEY.median_ttft_ms,
+    "ttft_p99": LEVEL_RESULT_KEY.p99_ttft_ms,
+    "itl_p50": LEVEL_RESULT_KEY.median_itl_ms,
+    "itl_p99": LEVEL_RESULT_KEY.p99_itl_ms,
+    "tpot_p50": LEVEL_RESULT_KEY.median_tpot_ms,
+    "tpot_p99": LEVEL_RESULT_KEY.p99_tpot_ms,
+    "output_throughput": LEVEL_RESULT_KEY.output_throughput,
+}
 _TRIAL_REF = re.compile(r"^(?P<run>[0-9a-fA-F-]{32,36})(?::(?P<index>\d{1,5}))?$")
 
 
@@ -85,6 +104,8 @@ class ComparedTrial:
     trial: Trial
     label: str = ""
     levels: dict[str, dict] = field(default_factory=dict)
+    # {level key: {metric key: its 95 % interval}}, for the figures whose result has one.
+    intervals: dict[str, dict[str, Interval]] = field(default_factory=dict)
     cost: Any = None
     simulated: bool = False
 
@@ -141,9 +162,23 @@ def compare_trials(*, membership: Membership, selection: list[Selection]) -> lis
         column.levels = {
             level["key"]: level for level in map(level_row, column.trial.measurements.all())
         }
+        column.intervals = {
+            level_key(measurement): _intervals(measurement.result)
+            for measurement in column.trial.measurements.all()
+        }
         column.cost = trial_costs(trial=column.trial)
         column.simulated = column.cost.simulated or run_is_simulated(column.run)
     return compared
+
+
+def _intervals(stored: dict) -> dict[str, Interval]:
+    # Results stored before intervals were sent have none, nor does every figure (ITL).
+    intervals = stored_level_result(stored).ci95 or {}
+    return {
+        key: (interval.low, interval.high)
+        for key, name in _INTERVAL_FIELD.items()
+        if (interval := intervals.get(name)) is not None
+    }
 
 
 @dataclass(frozen=True)
@@ -155,6 +190,9 @@ class Cell:
     verdict: str = ""  # "better", "worse", "same" (under the threshold) or "" (no baseline)
     note: str = ""
     kind: str = "number"  # "number", "money" or "text": how ``display`` shows the value
+    # The move with its interval in words ("better by 12 % (CI 8–16 %)", "within noise (…)"),
+    # when both this figure and its baseline's carry a 95 % interval.
+    interval_text: str = ""
 
     @property
     def display(self) -> str:
@@ -209,7 +247,9 @@ def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> 
     against each other."""
     baselines = _baselines(compared)
 
-    def cells(values: list, better: str, kind: str = "number") -> list[Cell]:
+    def cells(
+        values: list, better: str, kind: str = "number", intervals: list | None = None
+    ) -> list[Cell]:
         row = []
         for position, value in enumerate(values):
             base = baselines[position]
@@ -220,7 +260,20 @@ def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> 
                 row.append(Cell(value, note="simulated vs measured: not compared", kind=kind))
                 continue
             delta, verdict = _verdict(value, values[base], better, threshold_pct)
-            row.append(Cell(value, delta, verdict, kind=kind))
+            text = ""
+            if delta is not None and intervals and intervals[position] and intervals[base]:
+                moved = figure_delta(
+                    new=float(value),
+                    base=float(values[base]),
+                    new_interval=intervals[position],
+                    base_interval=intervals[base],
+                    higher_is_better=better == HIGHER,
+                )
+                if moved.interval_pct is not None:
+                    text = moved.text
+                    # A move inside the noise is no change, however large its point.
+                    verdict = "same" if moved.verdict == WITHIN_NOISE else verdict
+            row.append(Cell(value, delta, verdict, kind=kind, interval_text=text))
         return row
 
     setups = [_setup_of(column) for column in compared]
@@ -241,7 +294,10 @@ def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> 
         rows = []
         for metric in METRICS:
             values = [c.levels.get(key, {}).get(metric.key) for c in compared]
-            rows.append({"metric": metric, "cells": cells(values, metric.better)})
+            intervals = [c.intervals.get(key, {}).get(metric.key) for c in compared]
+            rows.append(
+                {"metric": metric, "cells": cells(values, metric.better, "number", intervals)}
+            )
         levels.append({"key": key, "rows": rows})
     steady = [c.cost.usd_per_million_output_tokens for c in compared]
     amortized = [c.cost.usd_per_million_output_tokens_cold_start_amortized for c in compared]

@@ -79,15 +79,24 @@ def seed_run(experiment, levels_by_config: dict, *, price="3.99") -> Run:
 
 
 def scaled_copy(run: Run, *, ttft: float, throughput: float) -> dict:
-    """The run's measurements with p99 TTFT and output throughput multiplied."""
+    """The run's measurements with p99 TTFT and output throughput (and their intervals)
+    multiplied."""
     copied = {}
     for trial in run.trials.order_by("index"):
         results = []
         for measurement in trial.measurements.all():
             result = dict(measurement.result)
             result.pop("simulated", None)  # seeded as if measured on vLLM (promotable)
-            result["p99_ttft_ms"] = result["p99_ttft_ms"] * ttft
-            result["output_throughput"] = result["output_throughput"] * throughput
+            # Each figure's 95 % interval moves with it: the gate compares intervals.
+            intervals = {key: dict(bounds) for key, bounds in (result.get("ci95") or {}).items()}
+            for key, factor in (("p99_ttft_ms", ttft), ("output_throughput", throughput)):
+                result[key] = result[key] * factor
+                if key in intervals:
+                    intervals[key] = {
+                        bound: value * factor for bound, value in intervals[key].items()
+                    }
+            if intervals:
+                result["ci95"] = intervals
             results.append(result)
         copied[json.dumps(trial.serve_config)] = results
     return copied

@@ -209,3 +209,175 @@ def test_a_promoted_trial_narrows_the_baseline_and_lists_the_other_configs():
     )
     assert [(row.config, row.verdict) for row in result.rows] == [("max_num_seqs=8", "ok")]
     assert result.unmatched_configs == ["max_num_seqs=2"]
+
+
+# --- confidence intervals (issue 16) ----------------------------------------------------------
+
+
+def level(ttft, ttft_ci, throughput, throughput_ci):
+    """One level whose figures carry 95 % intervals (``ci95``), as results do since issue 16."""
+    intervals = {}
+    if ttft_ci:
+        intervals["p99_ttft_ms"] = {"low": ttft_ci[0], "high": ttft_ci[1]}
+    if throughput_ci:
+        intervals["output_throughput"] = {"low": throughput_ci[0], "high": throughput_ci[1]}
+    return [(1, {"p99_ttft_ms": ttft, "output_throughput": throughput, "ci95": intervals})]
+
+
+CONFIG = {"max_num_seqs": 8}
+STEADY_BASE = run("base", [(CONFIG, level(100.0, (99.0, 101.0), 1000.0, (990.0, 1010.0)))])
+
+
+def gate(new, base=STEADY_BASE, spec="p99_ttft_ms=10%,output_throughput=-5%"):
+    return gate_compare(
+        new_run=new, baseline_run=base, thresholds=parse_thresholds(spec), baseline_kind="x"
+    )
+
+
+def test_a_regression_whose_interval_straddles_the_threshold_passes_and_says_why():
+    # +12 % at the point (the old rule failed it), but the interval reaches down to +8.9 %.
+    new = run("new", [(CONFIG, level(112.0, (110.0, 118.0), 1000.0, (990.0, 1010.0)))])
+    result = gate(new)
+    ttft, throughput = result.rows
+    assert not result.failed
+    assert ttft.verdict == "ok"
+    assert ttft.interval_pct == pytest.approx((110 / 101 * 100 - 100, 118 / 99 * 100 - 100))
+    assert ttft.change_text == "worse by 12 % (CI 8.9–19 %)"
+    assert ttft.why == "the CI is not beyond the threshold +10%"
+    assert throughput.change_text == "within noise (CI −2–+2 %)"
+    assert throughput.why == ""
+
+
+def test_a_regression_inside_the_noise_passes_however_large_its_point():
+    base = run("base", [(CONFIG, level(100.0, (90.0, 110.0), 1000.0, (800.0, 1200.0)))])
+    new = run("new", [(CONFIG, level(125.0, (100.0, 140.0), 700.0, (600.0, 850.0)))])
+    result = gate(new, base)
+    assert not result.failed
+    assert [row.change_text for row in result.rows] == [
+        "within noise (CI −9.1–+56 %)",
+        "within noise (CI −50–+6.2 %)",
+    ]
+
+
+def test_a_regression_whose_whole_interval_lies_beyond_the_threshold_fails():
+    new = run("new", [(CONFIG, level(125.0, (120.0, 130.0), 900.0, (880.0, 920.0)))])
+    result = gate(new)
+    ttft, throughput = result.rows
+    assert result.failed and (ttft.verdict, throughput.verdict) == ("regression", "regression")
+    assert ttft.change_text == "worse by 25 % (CI 19–31 %)"
+    assert ttft.why == "the whole CI lies beyond the threshold +10%"
+    # Less throughput is worse: the interval's magnitudes, nearest first.
+    assert throughput.change_text == "worse by 10 % (CI 7.1–13 %)"
+    assert throughput.why == "the whole CI lies beyond the threshold -5%"
+    assert result.as_json()["rows"][0]["change_ci95_pct"] == pytest.approx(ttft.interval_pct)
+
+
+def test_an_improvement_says_better_with_its_interval():
+    new = run("new", [(CONFIG, level(80.0, (76.0, 84.0), 1100.0, (1080.0, 1120.0)))])
+    ttft, throughput = gate(new).rows
+    assert ttft.change_text == "better by 20 % (CI 15–25 %)"
+    assert throughput.change_text == "better by 10 % (CI 6.9–13 %)"
+
+
+def test_results_without_intervals_keep_the_point_rule_and_say_no_interval():
+    # The baseline was stored before intervals: the point decides, as before.
+    old = run("base", [(CONFIG, levels(100.0, 1000.0))])
+    new = run("new", [(CONFIG, level(112.0, (110.0, 118.0), 1000.0, (990.0, 1010.0)))])
+    result = gate(new, old)
+    ttft, throughput = result.rows
+    assert result.failed and ttft.verdict == "regression"
+    assert ttft.change_text == "worse by 12 % (no interval)"
+    assert ttft.why == "beyond the threshold +10% (no interval: the point decides)"
+    assert throughput.change_text == "unchanged (no interval)"
+    assert ttft.interval_pct is None
+
+
+def test_cost_takes_its_interval_from_the_throughputs():
+    base = run("base", [(CONFIG, level(100.0, None, 1000.0, (990.0, 1010.0)))], price="3.6")
+    new = run("new", [(CONFIG, level(100.0, None, 900.0, (850.0, 920.0)))], price="3.6")
+    (cost,) = gate(new, base, "cost_per_mtok=5%").rows
+    # $1 per 1M tokens at 1000 tok/s; the cost interval is the throughput's, inverted: the
+    # new low (at 920 tok/s) against the baseline's high (at 990 tok/s), and so on.
+    assert cost.interval_pct == pytest.approx(((990 / 920 - 1) * 100, (1010 / 850 - 1) * 100))
+    assert (cost.verdict, cost.change_text) == ("regression", "worse by 11 % (CI 7.6–19 %)")
+
+
+def test_the_files_say_the_change_and_its_interval(tmp_path):
+    new = run(
+        "new",
+        [(CONFIG, level(125.0, (120.0, 130.0), 1000.0, (900.0, 1100.0)))],
+    )
+    result = gate(new)
+    junit_write(result, tmp_path / "gate.xml", run=new)
+    suite = ET.parse(tmp_path / "gate.xml").getroot().find("testsuite")
+    cases = {case.get("name"): case for case in suite.findall("testcase")}
+    failure = cases["p99_ttft_ms"].find("failure")
+    assert failure.get("message") == (
+        "p99_ttft_ms regressed beyond +10% at concurrency=1 (worse by 25 % (CI 19–31 %): the "
+        "whole CI lies beyond the threshold +10%)"
+    )
+    assert "concurrency=1: p99_ttft_ms worse by 25 % (CI 19–31 %): 100 → 125" in failure.text
+    assert cases["output_throughput"].find("failure") is None
+    assert "output_throughput within noise (CI −11–+11 %)" in (
+        cases["output_throughput"].find("system-out").text
+    )
+    markdown_write(result, tmp_path / "gate.md", run=new)
+    rows = [
+        line for line in (tmp_path / "gate.md").read_text().splitlines() if line.startswith("| max")
+    ]
+    assert rows == [
+        "| max_num_seqs=8 | concurrency=1 | p99_ttft_ms | 100 | 125 | worse by 25 % (CI 19–31 %) "
+        "| +10% | **regression: the whole CI lies beyond the threshold +10%** |",
+        "| max_num_seqs=8 | concurrency=1 | output_throughput | 1,000 | 1,000 | within noise "
+        "(CI −11–+11 %) | -5% | ok |",
+    ]
+
+
+def searched(run_id, capacity, low, high, answered=True):
+    """A run of one config whose capacity search found ``capacity`` in ``[low, high)``."""
+    searched_run = run(run_id, [(CONFIG, levels(100.0, 1000.0))])
+    searched_run["trials"][0]["capacity"] = {
+        "axis": "concurrency",
+        "capacity": capacity,
+        "bracket_low": low,
+        "bracket_high": high,
+        "probes": 5,
+        "stop_reason": "converged",
+    }
+    searched_run["answer"] = {"winner": {"trial": 0, "capacity": capacity} if answered else None}
+    return searched_run
+
+
+def test_capacities_at_the_slos_are_compared_for_information_when_both_runs_answer():
+    result = gate(searched("new", 4, 4, 6), searched("base", 8, 8, 12), "p99_ttft_ms=10%")
+    assert [row.metric for row in result.rows] == ["p99_ttft_ms", "capacity"]
+    capacity = result.rows[1]
+    assert (capacity.metric, capacity.level) == ("capacity", "at the SLOs (concurrency)")
+    assert (capacity.baseline, capacity.new, capacity.verdict) == (8, 4, "info")
+    # The brackets are the intervals: [4, 6) against [8, 12) is −67 % to −25 %.
+    assert capacity.change_text == "worse by 50 % (CI 25–67 %)"
+    assert not result.failed
+    # Without an answer on both sides there is nothing to say about capacity.
+    unanswered = searched("base", 8, 8, 12, answered=False)
+    assert [row.metric for row in gate(searched("new", 4, 4, 6), unanswered).rows] == [
+        "p99_ttft_ms",
+        "output_throughput",
+    ]
+
+
+def test_a_capacity_threshold_gates_on_the_whole_bracket():
+    spec = "capacity=-10%"
+    base = searched("base", 8, 8, 12)
+    (fell,) = gate(searched("new", 4, 4, 6), base, spec).rows
+    assert fell.verdict == "regression" and fell.failed
+    assert fell.why == "the whole CI lies beyond the threshold -10%"
+    # 7 in [7, 8) against [8, 12): the bracket reaches 0 %, so no regression is shown.
+    (near,) = gate(searched("new", 7, 7, 8), base, spec).rows
+    assert (near.verdict, near.change_text) == ("ok", "within noise (CI −42–0 %)")
+    # A search that found no load meeting the SLOs is 0, below its first failing load.
+    (none,) = gate(searched("new", None, None, 1), base, spec).rows
+    assert (none.new, none.verdict) == (0.0, "regression")
+    # A baseline without a search: said, not silently passed.
+    result = gate(searched("new", 4, 4, 6), run("base", [(CONFIG, levels(1.0, 1.0))]), spec)
+    assert [row.verdict for row in result.rows] == ["n/a"]
+    assert "without a capacity search" in result.not_compared["capacity"]

@@ -20,8 +20,10 @@ def test_the_gates_latency_metrics_are_the_level_results():
 
 
 def test_every_measured_metric_of_the_gate_is_a_level_result_field():
-    measured = gate.KNOWN_METRICS - {gate.COST_METRIC}
+    measured = gate.KNOWN_METRICS - {gate.COST_METRIC, gate.CAPACITY_METRIC}
     assert measured <= protocol.LevelResult.model_fields.keys()
+    # A configuration's capacity is its trial's capacity search result's, not a level's.
+    assert gate.CAPACITY_METRIC in protocol.CapacityResult.model_fields
 
 
 def test_every_result_figure_the_cli_reads_is_a_level_result_field():
