@@ -22,6 +22,7 @@ from agents.protocol import (
     Slos,
     Workload,
     pydantic_field_errors,
+    trial_configs,
     validate_serve_grid,
 )
 from runs.errors import DomainValidationError
@@ -43,6 +44,13 @@ class CheckedSpec:
     workload: dict
     slos: dict
     fallback_gpu_types: list[str]
+
+
+def experiment_trial_configs(experiment) -> list[dict]:
+    """The serve configurations a run of ``experiment`` measures, in trial order: its grid's,
+    then vLLM's defaults when it asks for that baseline (``agents.protocol.trial_configs``).
+    The one count of an experiment's trials: the job, the estimate, the API and the pages."""
+    return trial_configs(experiment.serve_grid, defaults_trial=experiment.defaults_trial)
 
 
 def vllm_version_of_tag(tag: str) -> str | None:

@@ -31,7 +31,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from agents import protocol
 from runs.errors import DomainValidationError
-from runs.experiment_spec import vllm_version_of_tag
+from runs.experiment_spec import experiment_trial_configs, vllm_version_of_tag
 from runs.models import Experiment, Run
 from runs.models.experiments import Engine, engine_is_simulated
 from runs.placement import Placement, placements
@@ -93,7 +93,7 @@ def job_spec_freeze(*, experiment: Experiment) -> dict:
     """The frozen job of a run of ``experiment`` as stored (see the module docstring);
     trials in the grid's deterministic order."""
     try:
-        configs = protocol.expand_serve_grid(experiment.serve_grid)
+        configs = experiment_trial_configs(experiment)
         workload = protocol.Workload.model_validate(experiment.workload)
         job = protocol.JobSpec(
             run_id=_CHECK_RUN_ID,

@@ -51,6 +51,7 @@ class BenchConfig:
     steady_multiple: float | None = None
     ramp_up_seconds: float = 0.0
     capacity: CapacitySearch | None = None
+    repeats: int = 1
 
     def __post_init__(self) -> None:
         # The CLI and the protocol validate user input; this catches a programming error
@@ -70,6 +71,8 @@ class BenchConfig:
                 raise ValueError(
                     f"a level is {{'concurrency': n}} or {{'request_rate': r}}: {level!r}"
                 )
+        if self.repeats < 1:
+            raise ValueError("repeats must be at least 1")
         if self.num_prompts < 1 or self.warmup < 0 or not self.burstiness > 0:
             raise ValueError("num_prompts must be ≥ 1, warmup ≥ 0 and burstiness > 0")
         if self.duration is not None and not self.duration > 0:
@@ -106,4 +109,5 @@ class BenchConfig:
             "steady_multiple": self.steady_multiple,
             "ramp_up_seconds": self.ramp_up_seconds,
             "capacity": self.capacity.model_dump() if self.capacity is not None else None,
+            "repeats": self.repeats,
         }

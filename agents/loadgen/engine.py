@@ -15,6 +15,8 @@ Guarantees:
   repeat of one) is served from the prefix cache another filled.
 - With ``steady_multiple`` each level is steady (``agents.loadgen.steady``): ramp, window,
   drain; its headline figures describe the window and ``whole_level`` every request.
+- Each fixed level runs ``repeats`` times in a row, each run a level of its own (``repeat``
+  counts the earlier ones).
 - With ``capacity`` (and SLOs), after the fixed levels a capacity search
   (``agents.loadgen.capacity``) measures further levels (each marked ``probe``) and reports
   ``CapacityFound``.
@@ -523,7 +525,9 @@ class _Runner:
         try:
             await self.preflight()
             results = []
-            for index, level in enumerate(self.config.levels):
+            # Each fixed level `repeats` times in a row (fresh prompts each time).
+            fixed = [level for level in self.config.levels for _ in range(self.config.repeats)]
+            for index, level in enumerate(fixed):
                 if self.stopped:
                     break
                 result = await self.run_level(index, level)
@@ -531,7 +535,7 @@ class _Runner:
                     results.append(result)
             capacity = None
             if self._searches():
-                capacity = await self._search_capacity(results, len(self.config.levels))
+                capacity = await self._search_capacity(results, len(fixed))
                 self.emit(CapacityFound(capacity))
             self.emit(
                 BenchFinished(

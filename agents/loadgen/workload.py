@@ -60,6 +60,7 @@ def config_from_workload(
         steady_multiple=workload.steady_multiple,
         ramp_up_seconds=workload.ramp_up_seconds,
         capacity=workload.capacity,
+        repeats=workload.repeats,
         slos=slos,
         **options,
     )

@@ -110,7 +110,12 @@ from agents.protocol.serve_flag_table import (
     FlagKind,
     FlagSpec,
 )
-from agents.protocol.serve_flags import MAX_GRID_TRIALS, expand_serve_grid, validate_serve_grid
+from agents.protocol.serve_flags import (
+    MAX_GRID_TRIALS,
+    expand_serve_grid,
+    trial_configs,
+    validate_serve_grid,
+)
 from agents.protocol.strict import StrictModel
 from agents.protocol.transport import (
     AGENT_DATASET_ROUTE,
@@ -280,6 +285,7 @@ __all__ = [
     "serve_args",
     "serve_flags_json_schema",
     "steady_window_requests",
+    "trial_configs",
     "validate_serve_grid",
     "workload_levels",
 ]

@@ -305,6 +305,16 @@ def expand_serve_grid(grid: Mapping[str, list]) -> list[dict[str, object]]:
     ]
 
 
+def trial_configs(grid: Mapping[str, list], *, defaults_trial: bool = False) -> list[dict]:
+    """The serve configurations a run of this grid measures, in trial order: the grid's
+    (``expand_serve_grid``), then, with ``defaults_trial``, one with vLLM's defaults (``{}``)
+    unless the grid already has it: the baseline every answer is compared with."""
+    configs = expand_serve_grid(grid)
+    if defaults_trial and {} not in configs:
+        configs.append({})
+    return configs
+
+
 def check_serve_config(
     config: Mapping[str, object], *, vllm_version: str | None = None
 ) -> dict[str, object]:

@@ -42,6 +42,7 @@ MAX_SEED = 2**31 - 1
 # A ramp longer than an hour is not a warm-up.
 MAX_RAMP_SECONDS = 3600.0
 MAX_CAPACITY_PROBES = 32
+MAX_LEVEL_REPEATS = 10
 
 
 InputLen = Annotated[int, Field(ge=1, le=MAX_INPUT_LEN)]
@@ -192,6 +193,7 @@ class Workload(StrictModel):
     steady_multiple: float = Field(default=4.0, ge=0, le=1000, allow_inf_nan=False)
     ramp_up_seconds: float = Field(default=0.0, ge=0, le=MAX_RAMP_SECONDS, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    repeats: int = Field(default=1, ge=1, le=MAX_LEVEL_REPEATS)
 
     @field_validator("request_rates")
     @classmethod
@@ -362,7 +364,8 @@ def capacity_probe_levels(workload: Workload) -> list[dict[str, int | float | st
 def workload_levels(workload: Workload) -> list[dict[str, int | float | str]]:
     """The load levels of a workload in the order they run: ``{"concurrency": n}`` for each
     concurrency as given, then ``{"request_rate": r}`` for each rate (``"inf"`` stays the
-    string ``"inf"``, so a level is always plain JSON)."""
+    string ``"inf"``, so a level is always plain JSON). Each is listed once, however many
+    ``repeats`` it has."""
     levels: list[dict[str, int | float | str]] = [
         {"concurrency": concurrency} for concurrency in workload.concurrency
     ]

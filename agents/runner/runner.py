@@ -58,8 +58,10 @@ from agents.runner.live import LiveLevel
 from agents.runner.simulated import (
     capacity_in_simulated_time,
     progress_in_simulated_time,
+    rate_in_simulated_time,
     result_in_simulated_time,
     slos_for_speed,
+    workload_for_speed,
 )
 from agents.runner.trial_engine import EngineOptions, trial_engine
 
@@ -410,7 +412,7 @@ class JobRunner:
         job = self.job
         sharegpt = getattr(job.workload.dataset, "dataset_id", None)
         config = config_from_workload(
-            job.workload,
+            workload_for_speed(job.workload, self.sim_speed) if self.sim_speed else job.workload,
             base_url=engine.base_url,
             model=job.model.served_model_name,
             slos=slos_for_speed(job.slos, self.sim_speed) if self.sim_speed else job.slos,
@@ -461,6 +463,9 @@ class JobRunner:
         figures = live.figures()
         if self.sim_speed:
             figures = progress_in_simulated_time(figures, self.sim_speed)
+            if "request_rate" in level:
+                rate = rate_in_simulated_time(level["request_rate"], self.sim_speed)
+                level = {"request_rate": rate}
         self.emit(
             protocol.LevelProgress,
             type="level_progress",

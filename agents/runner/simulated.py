@@ -5,9 +5,11 @@ latencies S times shorter and throughputs S times higher (docs/simulator.md). So
 simulated trial reads like the hardware it models, and never like a measurement:
 
 - the load generator judges SLOs against targets divided by S (the same verdicts and goodput
-  as at full scale, request by request);
+  as at full scale, request by request), and sends open-loop levels at S times their rate
+  (a rate in the modelled hardware's time);
 - every latency (``*_ms``), the duration and the window's bounds are multiplied by S, every
-  rate divided by S (in the whole level's figures and the confidence intervals too), the
+  rate divided by S (the level's own request rate, the whole level's figures, the
+  confidence intervals and a rate capacity search's loads too), the
   SLO report is given back its real targets (an attainment, a share of requests, stays as
   it is), and the server's sample times are stretched;
 - the result carries ``"simulated": {"speed": S}`` whatever S is (also S = 1).
@@ -15,7 +17,7 @@ simulated trial reads like the hardware it models, and never like a measurement:
 
 from __future__ import annotations
 
-from agents.protocol import Slos
+from agents.protocol import Slos, Workload
 
 RATES = (
     "request_throughput",
@@ -29,6 +31,21 @@ RATES = (
 def slos_for_speed(slos: Slos, speed: float) -> Slos:
     """The SLO targets in the sped-up client's wall time."""
     return slos.scaled(1 / speed)
+
+
+def workload_for_speed(workload: Workload, speed: float) -> Workload:
+    """The workload in the sped-up client's wall time: open-loop rates (and a rate search's
+    upper bound) multiplied by S; concurrencies are the same in either time."""
+    rates = [rate if rate == "inf" else rate * speed for rate in workload.request_rates]
+    capacity = workload.capacity
+    if capacity is not None and capacity.axis == "request_rate" and capacity.max_load:
+        capacity = capacity.model_copy(update={"max_load": capacity.max_load * speed})
+    return workload.model_copy(update={"request_rates": rates, "capacity": capacity})
+
+
+def rate_in_simulated_time(rate, speed: float):
+    """A wall-time request rate (``"inf"`` stays) in the modelled hardware's time."""
+    return rate if rate in (None, "inf") else rate / speed
 
 
 def _times(value, speed: float):
@@ -55,16 +72,24 @@ def _interval_in_simulated_time(key: str, interval: dict, speed: float) -> dict:
 
 
 def capacity_in_simulated_time(capacity: dict, speed: float) -> dict:
-    """A capacity search's result with its throughputs in simulated time."""
-    return {
-        key: value / speed if key in RATES and isinstance(value, int | float) else value
-        for key, value in capacity.items()
-    }
+    """A capacity search's result with its throughputs (and a rate search's loads) in
+    simulated time."""
+    loads = ("capacity", "bracket_low", "bracket_high")
+    scaled = {}
+    for key, value in capacity.items():
+        if key in RATES and isinstance(value, int | float):
+            value = value / speed
+        elif key in loads and capacity["axis"] == "request_rate":
+            value = rate_in_simulated_time(value, speed)
+        scaled[key] = value
+    return scaled
 
 
 def result_in_simulated_time(result: dict, speed: float) -> dict:
     """A level's result (as the load generator gave it) in simulated time, labelled."""
     scaled = _figures_in_simulated_time(result, speed)
+    if "request_rate" in result:
+        scaled["request_rate"] = rate_in_simulated_time(result["request_rate"], speed)
     if result.get("whole_level"):
         scaled["whole_level"] = _figures_in_simulated_time(result["whole_level"], speed)
     if result.get("window"):

@@ -189,4 +189,18 @@ def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console
             f"  {verdict} {other} by {answer.margin_pct:.0f} %{ci} at its capacity "
             f"{_load(second.capacity)}."
         )
+    defaults = answer.over_defaults
+    if defaults is not None:
+        ci = (
+            f" (95 % CI {defaults.ci95_pct[0]:.0f}–{defaults.ci95_pct[1]:.0f} %)"
+            if defaults.ci95_pct
+            else ""
+        )
+        verdict = "within noise of" if defaults.tie else "cheaper than"
+        console.print(
+            f"  {verdict} vLLM's defaults by {defaults.pct:.0f} %{ci} at their capacity "
+            f"{_load(answer.defaults.capacity)}."
+        )
+    elif answer.defaults is not None and answer.defaults is not winner:
+        console.print(f"  vLLM's defaults: {answer.defaults.note or 'no cost at capacity'}.")
     console.print(f"  {winner.serve_command}")

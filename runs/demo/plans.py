@@ -34,6 +34,8 @@ class DemoPlan:
     budget_cap_usd: Decimal
     flag: str  # the serve flag the grid varies, one table row group per value
     flag_heading: str
+    # A trial with vLLM's defaults beside the grid: the baseline the answer is compared with.
+    defaults_trial: bool = False
 
 
 SIM_DEMO = DemoPlan(
@@ -54,6 +56,7 @@ SIM_DEMO = DemoPlan(
     budget_cap_usd=Decimal(20),
     flag="max_num_batched_tokens",
     flag_heading="batched",
+    defaults_trial=True,
 )
 
 # Real vLLM on a 2-core CPU: each start takes about a minute, so two configurations and two
@@ -108,6 +111,7 @@ def demo_experiment(org: Organization, plan: DemoPlan, vllm: VllmSetup | None) -
         engine=plan.engine,
         engine_image_tag=f"v{vllm.version}" if vllm else "",
         serve_grid=plan.grid,
+        defaults_trial=plan.defaults_trial,
         workload=plan.workload,
         slos=plan.slos,
         budget_cap_usd=plan.budget_cap_usd,

@@ -20,8 +20,8 @@ from django.urls import reverse
 from rich.console import Console
 from rich.live import Live
 
-from agents.protocol import expand_serve_grid
 from runs.demo.vllm_cpu import VllmSetup
+from runs.experiment_spec import experiment_trial_configs
 from runs.models import Experiment, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import run_id_of_pod
@@ -78,7 +78,7 @@ def print_started(
 ) -> None:
     """Where to watch ``run``: its page, its API answer and its agent's log."""
     org = run.organization
-    trials = len(expand_serve_grid(experiment.serve_grid))
+    trials = len(experiment_trial_configs(experiment))
     console.print(
         f"\n[bold]Run {run.id}[/] of “{experiment.name}”: "
         f"{trials} configs × concurrency {experiment.workload['concurrency']}.\n"
@@ -97,7 +97,7 @@ def print_started(
 
 def follow_run(run: Run, experiment: Experiment, console: Console) -> Run:
     """``run`` once it has ended and its pod is released, its progress shown meanwhile."""
-    trials_total = len(expand_serve_grid(experiment.serve_grid))
+    trials_total = len(experiment_trial_configs(experiment))
     levels_total = trials_total * len(experiment.workload["concurrency"])
     with Live(console=console, refresh_per_second=4, transient=True) as live:
         while True:
@@ -106,7 +106,7 @@ def follow_run(run: Run, experiment: Experiment, console: Console) -> Run:
             done = run.trials.exclude(outcome__in=["pending", "running"]).count()
             live.update(
                 f"state [bold]{run.state}[/] · trials {done}/{trials_total} · "
-                f"levels measured {measured}/{levels_total}"
+                f"levels measured {measured} ({levels_total} fixed, and the capacity probes)"
             )
             if run.state in TERMINAL_RUN_STATES and run.pod_terminated_at is not None:
                 return run

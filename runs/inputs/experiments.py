@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from decimal import Decimal
 
 from rest_framework import serializers
 
-from runs.experiment_spec import CONTAINER_DISK_GB
+from runs.experiment_spec import CONTAINER_DISK_GB, experiment_trial_configs
 from runs.inputs.json_schemas import SERVE_GRID_FIELD, SLOS_FIELD, WORKLOAD_FIELD
 from runs.inputs.strict_fields import (
     LONG_TEXT_MAX_CHARS,
@@ -67,6 +66,8 @@ class ExperimentSerializer(StrictModelSerializer):
     )
     # Shapes and examples from agents.protocol (runs.inputs.json_schemas); the service checks.
     serve_grid = StrictJSONField(required=False, default=dict, **SERVE_GRID_FIELD)
+    # Add a trial with vLLM's defaults (unless the grid has one): the answer's baseline.
+    defaults_trial = StrictBooleanField(required=False, default=False)
     workload = StrictJSONField(**WORKLOAD_FIELD)
     slos = StrictJSONField(required=False, default=dict, **SLOS_FIELD)
     budget_cap_usd = StrictDecimalField(
@@ -93,7 +94,7 @@ class ExperimentSerializer(StrictModelSerializer):
         validators = []  # the service checks name uniqueness with a field-named message
 
     def get_trials(self, experiment) -> int:
-        return math.prod(len(values) for values in experiment.serve_grid.values())
+        return len(experiment_trial_configs(experiment))
 
 
 class DatasetUploadSerializer(serializers.Serializer):

@@ -81,6 +81,8 @@ class Experiment(models.Model):
     engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.VLLM)
     engine_image_tag = models.CharField(max_length=128, blank=True)
     serve_grid = models.JSONField(default=dict, blank=True)  # {} = one trial, vLLM defaults
+    # One more trial with vLLM's defaults, the baseline every answer is compared with.
+    defaults_trial = models.BooleanField(default=False)
     serve_flags_schema_version = models.PositiveSmallIntegerField()
     workload = models.JSONField()
     slos = models.JSONField(default=dict, blank=True)

@@ -24,10 +24,10 @@ from agents.hardware import (
 from agents.protocol import (
     Workload,
     capacity_probe_levels,
-    expand_serve_grid,
     level_requests,
     workload_levels,
 )
+from runs.experiment_spec import experiment_trial_configs
 from runs.models import Experiment, GpuType
 from runs.placement import Placement, experiment_placements
 from runs.selectors.prices import GpuPrice, gpu_price
@@ -115,7 +115,7 @@ def experiment_estimate(
     levels = workload_levels(workload)
     # A capacity search measures up to this many more levels per trial.
     probes = capacity_probe_levels(workload)
-    configs = expand_serve_grid(experiment.serve_grid)
+    configs = experiment_trial_configs(experiment)
     input_len, output_len = _lengths(workload, a)
     gpus = experiment.gpu_count
     warnings: list[str] = []
@@ -144,7 +144,7 @@ def experiment_estimate(
             continue
         steps = StepModel(model.facts, hardware, settings, plan, efficiency)
         max_batch = min(settings.max_num_seqs, max(1, plan.kv_tokens // (input_len + output_len)))
-        for level in levels + probes:
+        for level in levels * workload.repeats + probes:
             # Steady levels: the window, the ramp and the drain, and each level's warm-up.
             requests = level_requests(workload, level)
             sweep += _level_seconds(level, requests, input_len, output_len, max_batch, steps)
@@ -165,7 +165,7 @@ def experiment_estimate(
         )
     return CostEstimate(
         trials=len(configs),
-        levels_per_trial=len(levels) + len(probes),
+        levels_per_trial=len(levels) * workload.repeats + len(probes),
         gpu_count=gpus,
         price_usd_per_gpu_hour=price.usd_per_gpu_hour,
         price_source=source,

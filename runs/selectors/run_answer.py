@@ -12,7 +12,8 @@ Guarantees:
   (``ci95.output_throughput`` of the capacity's measurements), when the level has one.
 - The winner is the cheapest at capacity. Its margin over the runner-up is the runner-up's
   extra cost in %, with an interval from the two cost intervals; "tie" when those intervals
-  overlap (the difference is within noise), and then both are named.
+  overlap (the difference is within noise), and then both are named. The same margin over
+  vLLM's defaults (the trial whose configuration is ``{}``, when the run has one).
 - Each configuration carries its exact ``vllm serve`` command, as promotion would ship it.
 - Simulated runs say so (``simulated``): their figures are the modelled hardware's.
 - Pure reads of the run's own rows.
@@ -53,6 +54,35 @@ class ConfigAnswer:
 
 
 @dataclass(frozen=True)
+class Margin:
+    """How much more ``other`` costs than the winner at capacity, in % of the winner's cost,
+    its 95 % interval (when both costs have one), and whether that is within noise."""
+
+    pct: float
+    ci95_pct: tuple[float, float] | None
+    tie: bool
+
+
+def cost_margin(winner: ConfigAnswer, other: ConfigAnswer) -> Margin | None:
+    """The margin of ``winner`` over ``other`` (None when either has no cost)."""
+    best, second = winner.usd_per_million_output_tokens, other.usd_per_million_output_tokens
+    if best is None or second is None or best <= 0:
+        return None
+    interval = None
+    tie = False
+    if winner.usd_per_million_ci95 and other.usd_per_million_ci95:
+        best_low, best_high = winner.usd_per_million_ci95
+        second_low, second_high = other.usd_per_million_ci95
+        interval = (
+            float((second_low - best_high) / best * 100),
+            float((second_high - best_low) / best * 100),
+        )
+        # Overlapping intervals: the two may cost the same.
+        tie = second_low <= best_high and best_low <= second_high
+    return Margin(float((second - best) / best * 100), interval, tie)
+
+
+@dataclass(frozen=True)
 class RunAnswer:
     """The run's recommendation and every configuration's figures, cheapest first."""
 
@@ -65,6 +95,8 @@ class RunAnswer:
     tie: bool
     margin_pct: float | None  # the runner-up's extra cost at capacity, in % of the winner's
     margin_ci95_pct: tuple[float, float] | None
+    defaults: ConfigAnswer | None = None  # the trial with vLLM's defaults, if any
+    over_defaults: Margin | None = None  # the winner's margin over it
 
     def as_json(self) -> dict:
         """The answer as the API and the CLI show it (money as strings)."""
@@ -95,6 +127,16 @@ class RunAnswer:
             "tie": self.tie,
             "margin_pct": self.margin_pct,
             "margin_ci95_pct": list(self.margin_ci95_pct) if self.margin_ci95_pct else None,
+            "defaults": config_json(self.defaults),
+            "over_defaults": None
+            if self.over_defaults is None
+            else {
+                "pct": self.over_defaults.pct,
+                "ci95_pct": list(self.over_defaults.ci95_pct)
+                if self.over_defaults.ci95_pct
+                else None,
+                "tie": self.over_defaults.tie,
+            },
             "configs": [config_json(config) for config in self.configs],
         }
 
@@ -178,19 +220,11 @@ def run_answer(*, run: Run) -> RunAnswer:
     )
     winner = priced[0] if priced else None
     runner_up = priced[1] if len(priced) > 1 else None
-    margin = margin_ci = None
-    tie = False
-    if winner is not None and runner_up is not None:
-        best, second = winner.usd_per_million_output_tokens, runner_up.usd_per_million_output_tokens
-        margin = float((second - best) / best * 100)
-        if winner.usd_per_million_ci95 and runner_up.usd_per_million_ci95:
-            best_low, best_high = winner.usd_per_million_ci95
-            second_low, second_high = runner_up.usd_per_million_ci95
-            margin_ci = (
-                float((second_low - best_high) / best * 100),
-                float((second_high - best_low) / best * 100),
-            )
-            tie = second_low <= best_high
+    margin = cost_margin(winner, runner_up) if winner and runner_up else None
+    defaults = next((c for c in configs if c.serve_config == {}), None)
+    over_defaults = None
+    if winner is not None and defaults is not None and defaults is not winner:
+        over_defaults = cost_margin(winner, defaults)
     unpriced = [c for c in configs if c.usd_per_million_output_tokens is None]
     slos = protocol.Slos.model_validate(run.job_spec.get("slos") or {})
     return RunAnswer(
@@ -200,7 +234,9 @@ def run_answer(*, run: Run) -> RunAnswer:
         configs=priced + unpriced,
         winner=winner,
         runner_up=runner_up,
-        tie=tie,
-        margin_pct=margin,
-        margin_ci95_pct=margin_ci,
+        tie=margin is not None and margin.tie,
+        margin_pct=None if margin is None else margin.pct,
+        margin_ci95_pct=None if margin is None else margin.ci95_pct,
+        defaults=defaults,
+        over_defaults=over_defaults,
     )

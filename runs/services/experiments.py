@@ -35,6 +35,7 @@ EXPERIMENT_FIELDS = (
     "engine",
     "engine_image_tag",
     "serve_grid",
+    "defaults_trial",
     "workload",
     "slos",
     "budget_cap_usd",
@@ -89,6 +90,7 @@ _CREATE_DEFAULTS = {
     "engine": "vllm",
     "engine_image_tag": "",
     "serve_grid": {},
+    "defaults_trial": False,
     "slos": {},
 }
 

@@ -68,7 +68,7 @@ def test_every_trial_with_the_same_seed_sends_the_same_traffic(server):
 
 
 def test_a_repeated_level_gets_fresh_prompts(server):
-    once, again = bench(server, levels=({"concurrency": 2}, {"concurrency": 2}))
+    once, again = bench(server, levels=({"concurrency": 2},), repeats=2)
     assert again.result["repeat"] == 1 and "repeat" not in once.result
     assert {r.prompt_sha for r in once.records}.isdisjoint({r.prompt_sha for r in again.records})
 

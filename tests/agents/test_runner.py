@@ -318,3 +318,19 @@ def test_every_trial_is_sent_the_runs_traffic_and_searches_its_capacity(tmp_path
         assert len(probes) == capacity["probes"] + capacity["repeats"]
         if capacity["capacity"] is not None:
             assert capacity["output_throughput"] > 0
+
+
+def test_a_simulated_rate_is_a_rate_of_the_modelled_hardware(tmp_path):
+    # At speed 20 the simulator's second lasts 50 ms: 4 req/s of the modelled GPU are sent as
+    # 80 req/s of wall time, and reported as 4 again.
+    job = make_job([{"max_num_seqs": 64}], concurrency=(1,), requests=24)
+    workload = protocol.Workload.model_validate(
+        job.workload.model_dump() | {"concurrency": [], "request_rates": [4.0]}
+    )
+    job = job.model_copy(update={"workload": workload})
+    summary, recorder, _ = run(job, tmp_path)
+    assert summary.trials_succeeded == 1
+    (measurement,) = recorder.of("measurement")
+    assert measurement["level"]["request_rate"] == 4.0
+    assert measurement["result"]["request_rate"] == 4.0
+    assert 2.0 < measurement["result"]["whole_level"]["request_throughput"] < 8.0

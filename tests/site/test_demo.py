@@ -20,13 +20,14 @@ def test_the_demo_runs_the_demo_experiment_end_to_end(tmp_path):
     tables = out.split("Capacity at the SLOs")
     assert len(tables) == 2, out[-3000:]
     levels = [line for line in tables[0].splitlines() if line.startswith("│")]
-    # 3 values of max_num_batched_tokens × 3 fixed concurrency levels, and the probes (*)
-    # of each configuration's capacity search.
+    # 3 values of max_num_batched_tokens and vLLM's defaults × 3 fixed concurrency levels,
+    # and the probes (*) of each configuration's capacity search.
     fixed = [row for row in levels if "*" not in row]
-    assert len(fixed) == 9, out[-3000:]
+    assert len(fixed) == 12, out[-3000:]
     assert all("$" in row for row in levels)  # a cost per 1M output tokens on every row
     capacities = [line for line in tables[1].splitlines() if line.startswith("│")]
-    assert len(capacities) == 3, out[-3000:]
+    assert len(capacities) == 4, out[-3000:]
+    assert any("default" in row for row in capacities)
     # The answer: the recommended configuration, its capacity, the cost there and its margin.
     words = " ".join(out.split())  # rich wraps long lines
     assert "Answer (simulated H100" in words or "No configuration met the SLOs" in words

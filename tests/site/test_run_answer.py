@@ -10,11 +10,12 @@ from decimal import Decimal
 import pytest
 
 from agents import protocol
+from runs.experiment_spec import experiment_trial_configs
 from runs.models import Trial
 from runs.selectors.run_answer import run_answer
 from runs.services.ingest import agent_messages_ingest
 
-from .conftest import make_experiment
+from .conftest import experiment_payload, make_experiment, make_model
 from .report_data import add_run, add_trial, level
 
 pytestmark = pytest.mark.django_db
@@ -125,3 +126,54 @@ def test_ingest_stores_what_the_capacity_search_found(org_a):
     )
     assert [(outcome.stored, outcome.refused) for outcome in outcomes] == [(True, None)] * 2
     assert Trial.objects.get(run=run, index=0).capacity == found
+
+
+def test_the_margin_over_vllms_defaults_is_given_when_the_run_has_them(org_a):
+    run = a_run(org_a)
+    a_trial(run, 0, 20, 1000.0, ci=(950.0, 1050.0))
+    a_trial(run, 1, 31, 2000.0, ci=(1900.0, 2100.0))
+    defaults = a_trial(run, 2, 10, 800.0, ci=(780.0, 820.0))
+    defaults.serve_config = {}
+    defaults.save(update_fields=["serve_config"])
+    answer = run_answer(run=run)
+    assert answer.defaults.trial == 2
+    assert answer.over_defaults.pct == pytest.approx(150.0)  # $1.25 vs $0.50
+    assert not answer.over_defaults.tie
+    assert answer.as_json()["over_defaults"]["pct"] == pytest.approx(150.0)
+
+
+def test_a_defaults_trial_is_added_to_the_grid_when_asked(org_a):
+    run = a_run(org_a)
+    assert len(run.job_spec["trials"]) == 2  # this experiment asks for no defaults trial
+    experiment = make_experiment(
+        org_a, model=run.experiment.model, name="with defaults", defaults_trial=True
+    )
+    assert experiment_trial_configs(experiment) == [
+        {"max_num_seqs": 64},
+        {"max_num_seqs": 128},
+        {},
+    ]
+    frozen_run = add_run(experiment, created_at=datetime(2026, 11, 2, tzinfo=UTC))
+    assert [trial["serve_config"] for trial in frozen_run.job_spec["trials"]][-1] == {}
+    experiment.defaults_trial = False
+    assert len(experiment_trial_configs(experiment)) == 2
+
+
+def test_the_api_takes_the_defaults_trial_and_names_a_bad_value(alice):
+    model = make_model(alice.org)
+    client = alice.client()
+    created = client.post(
+        "/api/v1/orgs/acme/experiments/",
+        experiment_payload(model.id, defaults_trial=True),
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    assert created.json()["defaults_trial"] is True
+    assert created.json()["trials"] == 3  # 2 x 1 from the grid, and the defaults
+    refused = client.post(
+        "/api/v1/orgs/acme/experiments/",
+        experiment_payload(model.id, name="other", defaults_trial="yes"),
+        format="json",
+    )
+    assert refused.status_code == 400
+    assert "defaults_trial" in str(refused.json())
