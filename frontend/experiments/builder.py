@@ -83,6 +83,7 @@ def builder_form_from_post(data) -> BuilderForm:
     """The builder's inputs from a submitted form (a QueryDict)."""
     values = {name: data.get(name, "") for name in _BUILDER_TEXT_FIELDS}
     values["allow_other_cloud"] = "on" if data.get("allow_other_cloud") else ""
+    values["defaults_trial"] = "on" if data.get("defaults_trial") else ""
     for name in CAPACITY_CHECKBOXES:
         values[name] = "on" if data.get(name) else ""
     rows = list(zip(data.getlist("grid_flag"), data.getlist("grid_values"), strict=False))
@@ -103,6 +104,7 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "gpu_count": str(experiment.gpu_count),
         "cloud_type": experiment.cloud_type,
         "allow_other_cloud": "on" if experiment.allow_other_cloud else "",
+        "defaults_trial": "on" if experiment.defaults_trial else "",
         "container_disk_gb": str(experiment.container_disk_gb),
         "network_volume_id": experiment.network_volume_id,
         "engine": experiment.engine,
@@ -255,6 +257,7 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
         "engine": values.get("engine", ""),
         "engine_image_tag": values.get("engine_image_tag", ""),
         "serve_grid": grid if grid is not None else {},
+        "defaults_trial": bool(values.get("defaults_trial")),
         "workload": _workload_from_form(values),
         "slos": slos,
         "budget_cap_usd": values.get("budget_cap_usd", ""),

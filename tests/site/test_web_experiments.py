@@ -787,9 +787,10 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
         },
     }
     slos = {"ttft_ms": 300, "ttft_percentile": 90, "e2el_ms": 9000, "min_attainment_pct": 99.5}
-    experiment = make_experiment(alice.org, workload=workload, slos=slos)
+    experiment = make_experiment(alice.org, workload=workload, slos=slos, defaults_trial=True)
     payload, errors = builder.experiment_payload(builder.builder_form_from_experiment(experiment))
     assert errors == {}
+    assert payload["defaults_trial"] is True
     experiment.refresh_from_db()
     assert protocol.Workload.model_validate(
         payload["workload"]
@@ -801,6 +802,7 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
     plain = make_experiment(alice.org, model=experiment.model, name="plain")
     payload, _ = builder.experiment_payload(builder.builder_form_from_experiment(plain))
     assert "capacity" not in payload["workload"] and payload["slos"] == {"ttft_ms": 500}
+    assert payload["defaults_trial"] is False
     blank, _ = builder.experiment_payload(builder.blank_builder_form())
     assert "capacity" not in blank["workload"]
 
@@ -833,3 +835,16 @@ def test_it_shows_a_new_inputs_error_beside_it_and_stores_nothing(alice, change,
     errors = html[html.index(f'data-slot="{slot}"') :]
     message = checked["fields"][path][0]
     assert message.replace("'", "&#x27;") in errors[: errors.index("</ul>")]
+
+
+def test_the_builder_adds_vllms_defaults_as_a_trial(alice):
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    page = client.post("/o/acme/experiments/new/", builder_form(model, defaults_trial="on"))
+    assert page.status_code == 302, page.content.decode()[:2000]
+    experiment = Experiment.objects.get(organization=alice.org)
+    assert experiment.defaults_trial is True
+    assert (
+        "Also measure vLLM"
+        in client.get(f"/o/acme/experiments/{experiment.id}/edit/").content.decode()
+    )

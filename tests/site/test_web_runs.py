@@ -701,3 +701,13 @@ def test_it_says_when_no_configuration_has_a_capacity(alice):
     running = seed_run(alice.org, state="benchmarking")
     html = signed_in(alice).get(detail_url(running)).content.decode()
     assert "The answer appears as trials finish their capacity search." in html
+
+
+def test_it_gives_the_margin_over_vllms_defaults(alice):
+    run = answered_run(alice.org)
+    defaults = add_trial(run, 2, {}, [steady_level(10, 800.0, (780.0, 820.0))])
+    defaults.capacity = capacity_found(10, 800.0, high=11)
+    defaults.save(update_fields=["capacity"])
+    text = text_of(signed_in(alice).get(detail_url(run)).content.decode())
+    # $0.50 per 1M against the defaults' $1.25: 150 % more.
+    assert "Against vLLM's defaults vLLM's defaults (trial 2) cost 150.0 % more" in text
