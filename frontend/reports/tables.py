@@ -17,7 +17,6 @@ from decimal import Decimal
 from django.http import HttpResponse
 
 from agents import protocol
-from runs.costs import level_cost_per_million_output_tokens
 from runs.selectors.cost_rankings import BestConfig, ModelPoint
 from runs.selectors.spend import ExperimentSpend, MonthSpend
 from runs.selectors.trial_figures import TrialFigure, tenth
@@ -120,6 +119,14 @@ def _simulated_first(table: ReportTable, rows: list[list[Cell]]) -> list[list[Ce
 # The capacity answer leads (where the trial's capacity search found one); the figures of the
 # best fixed load level follow under their old names, so a CSV read before keeps reading.
 CAPACITY_USD, CAPACITY = "USD / 1M at capacity", "Capacity at SLOs"
+# What a row was ranked by (``TrialFigure.ranked_by``): its cost at capacity, or, without a
+# capacity, its best fixed level's.
+RANKED_BY = "Ranked by"
+RANKING_NOTE = (
+    "Ranked by the cost per 1M output tokens at capacity (the highest load meeting every SLO "
+    "that the trial's capacity search found); trials without a capacity follow, ranked by the "
+    "cost of their best fixed load level, as the Ranked by column says."
+)
 COST_COLUMNS = [
     "Model",
     "GPUs",
@@ -135,6 +142,7 @@ COST_COLUMNS = [
     "Experiment",
     "Run · trial",
     "Parameters (B)",
+    RANKED_BY,
     "Trials priced / compared",
 ]
 
@@ -149,17 +157,6 @@ def capacity_text(capacity: dict | None) -> str:
     return f"{axis} {capacity['capacity']:g} ({bracket})"
 
 
-def capacity_usd_per_million(figure: TrialFigure, capacity: dict | None) -> Decimal | None:
-    """The cost per 1M output tokens at ``capacity``, at the pod rate the trial was priced at
-    (the run answer's rule: ``runs.costs``), or None without a capacity."""
-    if not capacity or capacity.get("capacity") is None or figure.cost.pod_usd_per_hr is None:
-        return None
-    return level_cost_per_million_output_tokens(
-        output_throughput_tok_s=capacity.get("output_throughput"),
-        pod_usd_per_hr=figure.cost.pod_usd_per_hr,
-    )
-
-
 def cost_table(
     key: str,
     title: str,
@@ -167,26 +164,21 @@ def cost_table(
     *,
     simulated: bool,
     run_href: RunHref,
-    capacities: dict[int, dict] | None = None,
 ) -> ReportTable:
-    """``capacities``: ``Trial.capacity`` by trial id, for the trials that searched one."""
     table = ReportTable(key=key, title=title, columns=list(COST_COLUMNS), simulated=simulated)
     table.note = (
-        "At capacity: the highest load meeting every SLO that the trial's capacity search "
-        "found, and the cost per 1M output tokens there. The other figures (USD / 1M output "
-        "tokens, Load at SLOs, Output tok/s) are those of the best fixed load level."
+        f"{RANKING_NOTE} The other figures (USD / 1M output tokens, Load at SLOs, Output "
+        "tok/s) are those of the best fixed load level."
     )
-    capacities = capacities or {}
     rows = []
     for best in bests:
         f = best.best
-        capacity = capacities.get(f.trial_id)
         rows.append(
             [
                 Cell(f.model.name),
                 Cell(gpus_text(f)),
-                num(capacity_usd_per_million(f, capacity)),
-                Cell(capacity_text(capacity)),
+                num(f.usd_per_million_at_capacity),
+                Cell(capacity_text(f.capacity)),
                 num(f.usd_per_million),
                 num(f.cost.usd_per_million_output_tokens_cold_start_amortized),
                 Cell(config_text(f.serve_config), wrap=True),
@@ -197,6 +189,7 @@ def cost_table(
                 Cell(f.experiment.name),
                 run_cell(f, run_href),
                 num(billions(f.model.parameter_count)),
+                Cell(f.ranked_by),
                 num(f"{best.trials_priced} / {best.trials_compared}"),
             ]
         )
@@ -214,6 +207,8 @@ MODEL_COLUMNS = [
     "Model",
     "Parameters (B)",
     "USD / 1M output tokens",
+    CAPACITY_USD,
+    CAPACITY,
     "GPUs",
     "Best config",
     "Load at SLOs",
@@ -222,11 +217,17 @@ MODEL_COLUMNS = [
     "p99 TPOT ms",
     "p99 ITL ms",
     "Pareto front",
+    RANKED_BY,
 ]
 
 
 def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bool) -> ReportTable:
     table = ReportTable(key=key, title=title, columns=list(MODEL_COLUMNS), simulated=simulated)
+    table.note = (
+        f"{RANKING_NOTE} The Pareto front weighs each model's size against that cost. The other "
+        "figures (USD / 1M output tokens, Load at SLOs, throughput, latencies) are those of the "
+        "best fixed load level."
+    )
     rows = []
     for point in points:
         f = point.figure
@@ -235,6 +236,8 @@ def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bo
                 Cell(f.model.name),
                 num(billions(f.model.parameter_count)),
                 num(f.usd_per_million),
+                num(f.usd_per_million_at_capacity),
+                Cell(capacity_text(f.capacity)),
                 Cell(gpus_text(f)),
                 Cell(config_text(f.serve_config), wrap=True),
                 Cell(f.cost.load or ""),
@@ -243,6 +246,7 @@ def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bo
                 num(f.p99_ms("tpot")),
                 num(f.p99_ms("itl")),
                 Cell("yes" if point.pareto else ""),
+                Cell(f.ranked_by),
             ]
         )
     table.rows = _simulated_first(table, rows)
@@ -255,7 +259,9 @@ def model_chart_data(points: list[ModelPoint]) -> list[dict]:
         {
             "model": p.figure.model.name,
             "parameters": p.figure.model.parameter_count,
-            "usd_per_million": text(p.figure.usd_per_million),
+            # The cost the front was drawn by: at capacity where the trial found one.
+            "usd_per_million": text(p.figure.ranking_usd_per_million),
+            "ranked_by": p.figure.ranked_by,
             "throughput_per_gpu": text(p.figure.throughput_per_gpu),
             # Named as the level result's figure it shows.
             protocol.latency_field("p99", "ttft"): text(p.figure.p99_ms("ttft")),
@@ -342,12 +348,15 @@ CHOICE_COLUMNS = [
     "Experiment",
     "GPUs",
     "Config",
+    CAPACITY_USD,
+    CAPACITY,
     "Load at SLOs",
     "USD / 1M output tokens",
     "USD / 1M, cold start amortized",
     "Headroom under SLOs",
     "Levels meeting SLOs",
     "Run · trial",
+    RANKED_BY,
 ]
 
 
@@ -373,12 +382,15 @@ def choice_table(
                 Cell(f.experiment.name),
                 Cell(gpus_text(f)),
                 Cell(config_text(f.serve_config), wrap=True),
+                num(f.usd_per_million_at_capacity),
+                Cell(capacity_text(f.capacity)),
                 Cell(f.cost.load or ""),
                 num(f.usd_per_million),
                 num(f.cost.usd_per_million_output_tokens_cold_start_amortized),
                 Cell(headroom_text(f), wrap=True),
                 Cell(", ".join(f.qualifying_loads()), wrap=True),
                 run_cell(f, run_href),
+                Cell(f.ranked_by),
             ]
         )
     table.rows = _simulated_first(table, rows)

@@ -15,7 +15,7 @@ from django.urls import reverse
 from frontend.org_pages import org_context, org_page
 from frontend.reports import tables
 from runs.access import access_experiment, scoped
-from runs.models import Experiment, Trial
+from runs.models import Experiment
 from runs.selectors.cost_rankings import best_configs, model_points
 from runs.selectors.model_choice import model_choice
 from runs.selectors.spend import spend_by_experiment, spend_by_month
@@ -58,27 +58,18 @@ def reports_index(request, membership):
     )
 
 
-def _capacities(membership, bests) -> dict[int, dict]:
-    """What each shown trial's capacity search found (``Trial.capacity``), by trial id."""
-    ids = [best.best.trial_id for best in bests]
-    rows = scoped(membership, Trial).filter(id__in=ids, capacity__isnull=False)
-    return dict(rows.values_list("id", "capacity"))
-
-
 @org_page()
 def report_costs(request, membership):
     figures = trial_figures(org=membership.organization)
     href = _run_href(membership.organization.slug)
     measured_bests = best_configs(f for f in figures if not f.simulated)
     simulated_bests = best_configs(f for f in figures if f.simulated)
-    capacities = _capacities(membership, [*measured_bests, *simulated_bests])
     measured = tables.cost_table(
         "measured",
         "Measured on real vLLM",
         measured_bests,
         simulated=False,
         run_href=href,
-        capacities=capacities,
     )
     measured.empty = "No measured trial yet."
     simulated = tables.cost_table(
@@ -87,7 +78,6 @@ def report_costs(request, membership):
         simulated_bests,
         simulated=True,
         run_href=href,
-        capacities=capacities,
     )
     simulated.empty = "No simulated trial."
     simulated.note = (
@@ -190,6 +180,17 @@ def report_choice(request, membership, experiment_id):
     runners_up = tables.choice_table(
         "runners-up", "Runners-up", choice.runners_up, run_href=href, first_rank=2
     )
+    per_model = tables.choice_table(
+        "per-model",
+        "Best configuration per model",
+        choice.per_model,
+        run_href=href,
+        empty="No measured trial met the SLOs yet.",
+    )
+    per_model.note = (
+        "Each model's cheapest configuration: its capacity at the SLOs and the cost per 1M "
+        "output tokens there, beside its best fixed load level's figures."
+    )
     unpriced = tables.choice_table(
         "unpriced",
         "Measured, but no level met the SLOs (or no price is known)",
@@ -210,12 +211,15 @@ def report_choice(request, membership, experiment_id):
         request,
         membership,
         "frontend/reports/choice.html",
-        [recommended, runners_up, unpriced, simulated],
+        [recommended, runners_up, per_model, unpriced, simulated],
         experiment=experiment,
         choice=choice,
         best=choice.recommended,
         best_config=(
             tables.config_text(choice.recommended.serve_config) if choice.recommended else ""
+        ),
+        best_capacity=(
+            tables.capacity_text(choice.recommended.capacity) if choice.recommended else ""
         ),
         slos_text=tables.slos_text(experiment.slos or {}),
         others=[e for e in choice.comparable if e.id != experiment.id],

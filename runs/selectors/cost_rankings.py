@@ -1,6 +1,10 @@
 """Rankings of priced trial figures: the cheapest configuration per model × GPU, and each
 model's cheapest against its size (the Pareto front). Pure: they read no row; callers pass
-measured and simulated figures separately."""
+measured and simulated figures separately.
+
+Both rank by ``runs.selectors.trial_figures.cost_order``: the cost per 1M output tokens at
+the capacity a trial's search found, where it has one, before the trials ranked by their best
+fixed level's cost (``TrialFigure.ranking_usd_per_million`` and ``ranked_by``)."""
 
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ class BestConfig:
 
 def best_configs(figures: Iterable[TrialFigure]) -> list[BestConfig]:
     """Per (model, GPU type, GPU count): the trial with the lowest cost per 1M output tokens
-    at the SLOs. Callers pass measured and simulated figures separately."""
+    at the SLOs (at capacity first, see the module docstring). Callers pass measured and
+    simulated figures separately."""
     groups: dict[tuple, list[TrialFigure]] = {}
     for figure in figures:
         groups.setdefault((figure.model.id, figure.gpu_type_id, figure.gpu_count), []).append(
@@ -31,7 +36,7 @@ def best_configs(figures: Iterable[TrialFigure]) -> list[BestConfig]:
         BestConfig(
             best=min(group, key=cost_order),
             trials_compared=len(group),
-            trials_priced=sum(1 for f in group if f.usd_per_million is not None),
+            trials_priced=sum(1 for f in group if f.ranking_usd_per_million is not None),
         )
         for group in groups.values()
     ]
@@ -52,7 +57,7 @@ def model_points(figures: Iterable[TrialFigure]) -> list[ModelPoint]:
     and at most as dear, and strictly one of the two. Largest model first."""
     cheapest: dict = {}
     for figure in figures:
-        if figure.usd_per_million is None:
+        if figure.ranking_usd_per_million is None:
             continue
         current = cheapest.get(figure.model.id)
         if current is None or cost_order(figure) < cost_order(current):
@@ -60,12 +65,13 @@ def model_points(figures: Iterable[TrialFigure]) -> list[ModelPoint]:
     points = list(cheapest.values())
 
     def dominated(a: TrialFigure) -> bool:
+        cost = a.ranking_usd_per_million
         return any(
             b.model.parameter_count >= a.model.parameter_count
-            and b.usd_per_million <= a.usd_per_million
+            and b.ranking_usd_per_million <= cost
             and (
                 b.model.parameter_count > a.model.parameter_count
-                or b.usd_per_million < a.usd_per_million
+                or b.ranking_usd_per_million < cost
             )
             for b in points
         )

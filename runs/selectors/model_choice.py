@@ -1,5 +1,9 @@
 """The model choice for one experiment: its cheapest measured configuration against every
-comparable experiment's (same workload and SLOs), simulated trials apart."""
+comparable experiment's (same workload and SLOs), simulated trials apart.
+
+Ranked as every report is (``runs.selectors.trial_figures.cost_order``): by the cost per 1M
+output tokens at the capacity a trial's search found, then the trials without a capacity by
+their best fixed level's cost; each figure keeps both."""
 
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ class ModelChoice:
     ``measured``: priced measured trials of the experiment and of every experiment of the
     organization with the same workload and SLOs (so other models compete), cheapest first;
     ``recommended`` is the first of them. ``unpriced`` measured trials met no level (or had
-    no price). ``simulated`` trials are listed apart and never recommended.
+    no price). ``simulated`` trials are listed apart and never recommended. ``per_model``:
+    each model's cheapest measured configuration, in the same order.
     """
 
     experiment: Experiment
@@ -36,11 +41,24 @@ class ModelChoice:
         return self.measured[1:6]
 
     @property
+    def per_model(self) -> list[TrialFigure]:
+        seen, bests = set(), []
+        for figure in self.measured:
+            if figure.model.id not in seen:
+                seen.add(figure.model.id)
+                bests.append(figure)
+        return bests
+
+    @property
     def saving_pct(self) -> Decimal | None:
-        """How much cheaper per token the recommendation is than the first runner-up."""
+        """How much cheaper per token the recommendation is than the first runner-up, when
+        both were ranked by the same figure (both at capacity, or both at a fixed level)."""
         if len(self.measured) < 2:
             return None
-        best, second = self.measured[0].usd_per_million, self.measured[1].usd_per_million
+        first, runner_up = self.measured[0], self.measured[1]
+        if first.ranked_at_capacity != runner_up.ranked_at_capacity:
+            return None
+        best, second = first.ranking_usd_per_million, runner_up.ranking_usd_per_million
         if not second:
             return None
         return ((second - best) / second * 100).quantize(TENTH, rounding=ROUND_HALF_EVEN)
@@ -67,8 +85,8 @@ def model_choice(*, experiment: Experiment) -> ModelChoice:
     return ModelChoice(
         experiment=experiment,
         comparable=comparable,
-        measured=[f for f in measured if f.usd_per_million is not None],
-        unpriced=[f for f in measured if f.usd_per_million is None],
+        measured=[f for f in measured if f.ranking_usd_per_million is not None],
+        unpriced=[f for f in measured if f.ranking_usd_per_million is None],
         simulated=sorted((f for f in figures if f.simulated), key=cost_order),
         promoted=promoted,
     )

@@ -169,23 +169,43 @@ def _throughput_interval(results: list[protocol.LevelResult]) -> tuple[float, fl
     )
 
 
+def capacity_usd_per_million(capacity: dict | None, *, pod_usd_per_hr) -> Decimal | None:
+    """The cost per 1M output tokens at the capacity a trial's search found (its
+    ``Trial.capacity``): the pod's rate ÷ the output throughput measured there (``runs.costs``);
+    None without a capacity, a throughput or a rate. The one rule every page ranks by."""
+    if not capacity or capacity.get("capacity") is None:
+        return None
+    return _price(capacity.get("output_throughput"), pod_usd_per_hr)
+
+
+def capacity_cost_ci95(trial: Trial, *, pod_usd_per_hr) -> tuple[Decimal, Decimal] | None:
+    """The 95 % interval of ``capacity_usd_per_million`` from the throughput's interval at
+    that load (its measurements there; read them with ``prefetch_related("measurements")``)."""
+    interval = _capacity_throughput_interval(trial)
+    if interval is None or interval[0] <= 0 or pod_usd_per_hr is None:
+        return None
+    # More tokens per second is a lower cost: the bounds swap.
+    return (_price(interval[1], pod_usd_per_hr), _price(interval[0], pod_usd_per_hr))
+
+
+def _price(tokens_per_s: float | None, rate: Decimal | None) -> Decimal | None:
+    if rate is None or not tokens_per_s:
+        return None
+    return level_cost_per_million_output_tokens(
+        output_throughput_tok_s=tokens_per_s, pod_usd_per_hr=rate
+    )
+
+
+def _capacity_throughput_interval(trial: Trial) -> tuple[float, float] | None:
+    capacity = trial.capacity or {}
+    if capacity.get("capacity") is None:
+        return None
+    return _throughput_interval(_at_capacity(trial, capacity))
+
+
 def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:
     capacity = trial.capacity or {}
     found = capacity.get("capacity")
-    throughput = capacity.get("output_throughput")
-    interval = _throughput_interval(_at_capacity(trial, capacity)) if found is not None else None
-
-    def price(tokens_per_s: float | None) -> Decimal | None:
-        if rate is None or not tokens_per_s:
-            return None
-        return level_cost_per_million_output_tokens(
-            output_throughput_tok_s=tokens_per_s, pod_usd_per_hr=rate
-        )
-
-    cost_interval = None
-    if interval is not None and interval[0] > 0 and rate is not None:
-        # More tokens per second is a lower cost: the bounds swap.
-        cost_interval = (price(interval[1]), price(interval[0]))
     note = ""
     if not capacity:
         note = "no capacity search" if trial.outcome == "succeeded" else f"trial {trial.outcome}"
@@ -201,10 +221,10 @@ def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:
         bracket_high=capacity.get("bracket_high"),
         probes=capacity.get("probes", 0),
         stop_reason=capacity.get("stop_reason"),
-        output_throughput=throughput,
-        output_throughput_ci95=interval,
-        usd_per_million_output_tokens=price(throughput) if found is not None else None,
-        usd_per_million_ci95=cost_interval,
+        output_throughput=capacity.get("output_throughput"),
+        output_throughput_ci95=_capacity_throughput_interval(trial),
+        usd_per_million_output_tokens=capacity_usd_per_million(capacity, pod_usd_per_hr=rate),
+        usd_per_million_ci95=capacity_cost_ci95(trial, pod_usd_per_hr=rate),
         note=note,
     )
 

@@ -11,6 +11,10 @@ Guarantees:
   of today's rules is worked out from its levels. The priced figures of ended runs are kept
   in this process too (``runs.selectors.ended_trial_figures`` says why that is never
   stale).
+- Where a trial's capacity search found a capacity (``Trial.capacity``), its figure also
+  gives the cost per 1M output tokens there (``runs.selectors.run_answer``'s rule, at the
+  same pod rate), and reports rank by it (``cost_order``): trials without one follow, by
+  their best fixed level's cost, labelled so (``ranked_by``).
 - Simulated figures are never ranked with measured ones: each figure says ``simulated``, and
   a trial counts as simulated when its run's frozen experiment or its experiment says
   ``engine: sim`` or any of its levels carries the simulator's ``simulated`` label.
@@ -55,6 +59,7 @@ from runs.selectors.level_figures import (
     trial_cost,
 )
 from runs.selectors.prices import GpuPrice, gpu_price, pod_rate_from_price
+from runs.selectors.run_answer import capacity_usd_per_million
 
 TENTH = Decimal("0.1")
 
@@ -87,6 +92,7 @@ class TrialFigure:
     cost: TrialCost
     slos: dict  # the run's frozen SLOs, else its experiment's
     qualifying: tuple[str, ...]  # the loads of the levels that met the SLOs, in order
+    capacity: dict | None  # what the trial's capacity search found (``Trial.capacity``)
     _db: str = field(repr=False, compare=False)  # where the row was read
     _row: tuple = field(repr=False, compare=False)  # the trial's row in trial_figures()
 
@@ -129,6 +135,31 @@ class TrialFigure:
     @property
     def usd_per_million(self) -> Decimal | None:
         return self.cost.usd_per_million_output_tokens
+
+    @property
+    def usd_per_million_at_capacity(self) -> Decimal | None:
+        """The cost per 1M output tokens at the capacity its search found, at the pod rate
+        it was priced at (``runs.selectors.run_answer``'s rule); None without one."""
+        return capacity_usd_per_million(self.capacity, pod_usd_per_hr=self.cost.pod_usd_per_hr)
+
+    @property
+    def ranked_at_capacity(self) -> bool:
+        """Whether it is ranked by its cost at capacity (else by its best fixed level's)."""
+        return self.usd_per_million_at_capacity is not None
+
+    @property
+    def ranking_usd_per_million(self) -> Decimal | None:
+        """The cost it is ranked by: at capacity where its search found one, else at its best
+        fixed level under the SLOs (``cost_order``)."""
+        at_capacity = self.usd_per_million_at_capacity
+        return self.usd_per_million if at_capacity is None else at_capacity
+
+    @property
+    def ranked_by(self) -> str:
+        """What ``ranking_usd_per_million`` is, in words (a report's label)."""
+        if self.ranked_at_capacity:
+            return "capacity"
+        return "best fixed level" if self.usd_per_million is not None else ""
 
     @property
     def throughput_per_gpu(self) -> Decimal | None:
@@ -214,7 +245,7 @@ def trial_figures(
             "id", "index", "serve_config", "cold_start", "run_key", "experiment_key", "outcome",
             "run__state", "run__finished_at", "run__pod_gpu_type", "run__price_usd_hr",
             "frozen_engine", "frozen_gpu_type", "frozen_gpu_count", "frozen_cloud",
-            "frozen_slos", named=True,
+            "frozen_slos", "capacity", named=True,
         )
     )  # fmt: skip
     # Few experiments, models and GPU types: read once each, not once per trial.
@@ -329,6 +360,7 @@ def trial_figures(
                 cost=entry.cost,
                 slos=row.frozen_slos,
                 qualifying=entry.qualifying,
+                capacity=row.capacity,
                 _db=trials.db,
                 _row=row,
             )
@@ -353,13 +385,15 @@ def _pricing(
 
 
 def cost_order(figure: TrialFigure):
-    """The order of figures by cost: cheapest first (steady, then with cold start amortized),
-    a trial without a cost per token last; ties by run and trial."""
-    steady = figure.usd_per_million
+    """The order of figures by cost, cheapest first: those with a cost at the capacity their
+    search found, by it; then the others by their best fixed level's (steady, then with cold
+    start amortized); a trial without a cost per token last; ties by run and trial."""
+    ranking = figure.ranking_usd_per_million
     amortized = figure.cost.usd_per_million_output_tokens_cold_start_amortized
     return (
-        steady is None,
-        steady or Decimal(0),
+        ranking is None,
+        not figure.ranked_at_capacity,
+        ranking or Decimal(0),
         amortized is None,
         amortized or Decimal(0),
         # Sorts as str(run_id) would: the same lowercase hex digits, dashes (if any) at the

@@ -257,3 +257,40 @@ def test_it_serves_every_report_page_and_csv_byte_for_byte_as_from_the_levels(hi
     assert [_csrf_free(_body(web, path, params)) for path, params in pages] == from_levels
     # And again, priced from this process's memory.
     assert [_csrf_free(_body(web, path, params)) for path, params in pages] == from_levels
+
+
+def test_it_prices_the_capacity_as_the_run_s_answer_does_kept_or_fresh(history, alice, web):
+    from runs.selectors.run_answer import run_answer
+    from runs.selectors.trial_figures import cost_order
+
+    from .test_web_reports import searched
+
+    searched(history.t64, 96, 8000.0)  # 3.99 / 3600 / 8000 × 1e6 → 0.1385
+    searched(history.tbig, 48, 2000.0)  # at the billed 5.38 / h → 0.7472
+
+    def ranked():
+        figures = sorted(trial_figures(org=alice.org), key=cost_order)
+        return [(f.trial_id, f.usd_per_million_at_capacity, f.ranked_by) for f in figures]
+
+    fresh = ranked()
+    by_trial = {trial_id: cost for trial_id, cost, _ in fresh}
+    # One rule: the report's cost at capacity is the run's answer's, at the same pod rate.
+    for run, trial in [(history.run_small, history.t64), (history.tbig.run, history.tbig)]:
+        winner = run_answer(run=run).winner
+        assert (winner.trial, winner.usd_per_million_output_tokens) == (
+            trial.index,
+            by_trial[trial.id],
+        )
+    assert by_trial[history.t64.id] == Decimal("0.1385")
+    assert by_trial[history.tbig.id] == Decimal("0.7472")
+    assert by_trial[history.t128.id] is None
+    assert [ranked_by for *_, ranked_by in fresh][:2] == ["capacity", "capacity"]
+    pages = [("/o/acme/reports/costs/", {"csv": "measured"}), ("/o/acme/reports/models/", {})]
+    from_levels = [_csrf_free(_body(web, path, params)) for path, params in pages]
+    trial_level_figures_record()
+    ended_trial_figures.clear()
+    assert ranked() == fresh
+    assert [_csrf_free(_body(web, path, params)) for path, params in pages] == from_levels
+    # A capacity found later (or changed) is read afresh, never from memory.
+    searched(history.t128, 96, 9000.0)  # 0.1231
+    assert ranked()[0][:2] == (history.t128.id, Decimal("0.1231"))

@@ -162,6 +162,66 @@ def test_it_leads_the_cost_report_with_the_capacity_answer(history, web):
     assert exported[0]["USD / 1M at capacity"] == "0.1847"
 
 
+def searched(trial, load: float, throughput: float) -> None:
+    """``trial``'s capacity search found ``load`` (bracket [load, load + 8)) at ``throughput``."""
+    trial.capacity = {
+        "axis": "concurrency",
+        "capacity": load,
+        "bracket_low": load,
+        "bracket_high": load + 8,
+        "probes": 3,
+        "repeats": 1,
+        "stop_reason": "converged",
+        "output_throughput": throughput,
+        "request_throughput": throughput / 100,
+        "request_goodput": throughput / 100,
+    }
+    trial.save(update_fields=["capacity"])
+
+
+def test_it_ranks_the_cost_report_by_the_cost_at_capacity_first(history, web):
+    # max_num_seqs=64 is the dearer at its best fixed level (0.2639 against 0.2217) but the
+    # cheaper at capacity: 3.99 / 3600 / 8000 × 1e6 = 0.138541… → 0.1385.
+    searched(history.t64, 96, 8000.0)
+    # llama-70b at its billed 5.38/h: 5.38 / 3600 / 2000 × 1e6 = 0.747222… → 0.7472, dearer
+    # than qwen's fixed level (0.3079) but ranked before it: a capacity ranks first.
+    searched(history.tbig, 48, 2000.0)
+    response = web.get("/o/acme/reports/costs/")
+    rows = as_dicts(page_tables(response)["measured"])
+    assert [
+        (r["Model"], r["Best config"], r["USD / 1M at capacity"], r["Ranked by"]) for r in rows
+    ] == [
+        ("Llama 3.1 8B Instruct", "max_num_seqs=64", "0.1385", "capacity"),
+        ("Llama 3.1 70B Instruct", "vLLM defaults", "0.7472", "capacity"),
+        ("Qwen2.5 7B Instruct", "max_num_seqs=64", "", "best fixed level"),
+    ]
+    # The fixed level's figures are still there, under their old names.
+    assert rows[0]["USD / 1M output tokens"] == EXPECTED["llama8_64"]["steady"]
+    assert rows[0]["Capacity at SLOs"] == "concurrency 96 (96–104)"
+    assert rows[2]["USD / 1M output tokens"] == EXPECTED["qwen7"]["steady"]
+    assert rows[0]["Trials priced / compared"] == "2 / 2"
+    assert "ranked by the cost of their best fixed load level" in response.content.decode()
+    exported = as_dicts(csv_rows(web.get("/o/acme/reports/costs/?csv=measured")))
+    assert [r["Ranked by"] for r in exported] == ["capacity", "capacity", "best fixed level"]
+
+
+def test_it_draws_the_pareto_front_by_the_cost_at_capacity(history, web):
+    # llama-8b at capacity: 3.99 / 3600 / 2000 × 1e6 = 0.5542, now dearer than the smaller
+    # qwen's fixed level (0.3079): qwen is no longer dominated.
+    searched(history.t64, 96, 2000.0)
+    searched(history.t128, 96, 2000.0)
+    response = web.get("/o/acme/reports/models/")
+    rows = {r["Model"]: r for r in as_dicts(page_tables(response)["measured"])}
+    small = rows["Llama 3.1 8B Instruct"]
+    assert (small["USD / 1M at capacity"], small["Ranked by"]) == ("0.5542", "capacity")
+    assert small["Capacity at SLOs"] == "concurrency 96 (96–104)"
+    # Equal at capacity: the cheaper at its fixed level leads, its figures beside.
+    assert small["USD / 1M output tokens"] == EXPECTED["llama8"]["steady"]
+    assert rows["Qwen2.5 7B Instruct"]["Ranked by"] == "best fixed level"
+    assert rows["Qwen2.5 7B Instruct"]["Pareto front"] == "yes"
+    assert rows["Llama 3.1 8B Instruct"]["Pareto front"] == ""
+
+
 def test_it_never_mixes_simulated_figures_into_cost_reports(history, web):
     for path in ("/o/acme/reports/costs/", "/o/acme/reports/models/"):
         response = web.get(path)
@@ -244,6 +304,41 @@ def test_it_recommends_a_config_and_model_with_reasons_and_runners_up(history, w
     # (0.2639 − 0.2217) / 0.2639 = 16.0 % cheaper than the runner-up.
     assert "16.0% cheaper per token than the runner-up" in text
     assert f"/o/acme/promotions/propose/{history.t128.run_id}/1/" in text
+
+
+def test_it_recommends_by_the_cost_at_capacity_with_each_model_s_best(history, web):
+    searched(history.t64, 96, 8000.0)  # 0.1385 at capacity
+    path = f"/o/acme/reports/choice/{history.small.id}/"
+    response = web.get(path)
+    tables = page_tables(response)
+    (best,) = as_dicts(tables["recommended"])
+    assert (best["Config"], best["USD / 1M at capacity"]) == ("max_num_seqs=64", "0.1385")
+    assert best["Capacity at SLOs"] == "concurrency 96 (96–104)"
+    assert best["USD / 1M output tokens"] == EXPECTED["llama8_64"]["steady"]
+    assert best["Ranked by"] == "capacity"
+    runners = as_dicts(tables["runners-up"])
+    assert [(r["Config"], r["Ranked by"]) for r in runners][:1] == [
+        ("max_num_seqs=128", "best fixed level")
+    ]
+    # Per model, its best configuration: capacity and cost there beside the old figures.
+    per_model = as_dicts(tables["per-model"])
+    assert [
+        (r["Model"], r["USD / 1M at capacity"], r["Capacity at SLOs"], r["USD / 1M output tokens"])
+        for r in per_model
+    ] == [
+        ("Llama 3.1 8B Instruct", "0.1385", "concurrency 96 (96–104)", "0.2639"),
+        ("Qwen2.5 7B Instruct", "", "", EXPECTED["qwen7"]["steady"]),
+        ("Llama 3.1 70B Instruct", "", "", EXPECTED["llama70"]["steady"]),
+    ]
+    text = response.content.decode()
+    assert "Capacity at the SLOs" in text and "<strong>0.1385</strong>" in text
+    # A capacity against a fixed level is no saving to quote.
+    assert "cheaper per token than the runner-up" not in text
+    assert f"/o/acme/promotions/propose/{history.t64.run_id}/0/" in text
+    assert csv_rows(web.get(path, {"csv": "per-model"})) == tables["per-model"]
+    # Both at capacity: (0.1847 − 0.1385) / 0.1847 = 25.0 % cheaper.
+    searched(history.t128, 96, 6000.0)
+    assert "25.0% cheaper per token than the runner-up" in web.get(path).content.decode()
 
 
 @pytest.mark.parametrize(
