@@ -158,7 +158,13 @@ class ProcessEngine:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 cwd=self.workdir,
-                start_new_session=True,
+                # A process group of its own, so that a stop reaches every process it starts,
+                # but the agent's session: with the kernel's autogroup scheduling a session is
+                # a scheduling group, and an engine in a session of its own that keeps every
+                # core busy starved the load generator of CPU for 0.1-1.4 s at a time (its
+                # reads then took whole responses at once; docs/loadgen.md, "Trust on real
+                # vLLM").
+                process_group=0,
             )
         except OSError as exc:
             log.close()

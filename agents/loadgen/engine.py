@@ -68,24 +68,12 @@ from agents.loadgen.steady import (
     ramped_offsets,
     split_window,
 )
-from agents.protocol import steady_window_requests
+from agents.protocol import LevelFigures, steady_window_requests
 
 # In duration mode a level cycles through this many pre-built prompts at most.
 DURATION_PROMPT_POOL = 2000
 # The figures a steady level also reports over all of its requests (``whole_level``).
-WHOLE_LEVEL_KEYS = (
-    "duration",
-    "completed",
-    "failed",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "request_goodput",
-    "output_throughput",
-    "total_token_throughput",
-    "max_output_tokens_per_s",
-    "max_concurrent_requests",
-)
+WHOLE_LEVEL_KEYS = tuple(LevelFigures.model_fields)
 
 
 def prompt_digest(text: str) -> str:
@@ -491,7 +479,6 @@ class _Runner:
             schedule_origin=window.origin if isinstance(window, OpenLoopWindow) else None,
         )
         whole_figures = {key: whole[key] for key in WHOLE_LEVEL_KEYS}
-        whole_figures.update({key: v for key, v in whole.items() if key.endswith("_ms")})
         if split is None:
             return whole | {
                 "whole_level": whole_figures,

@@ -42,11 +42,11 @@ def ramped_offsets(offsets: Iterable[float], ramp_seconds: float) -> Iterator[fl
             yield offset + ramp_seconds / 2
 
 
-class ClosedLoopWindow:
-    """Follows a closed-loop level's finishes and says when its window opens and closes."""
+class _Window:
+    """Where a level's window opened and closed (``perf_counter`` times), and how many
+    requests it counts towards its ``target`` (None: it closes when the level ends)."""
 
-    def __init__(self, concurrency: int, target: int | None):
-        self.first_wave_left = concurrency
+    def __init__(self, target: int | None):
         self.target = target
         self.start: float | None = None
         self.end: float | None = None
@@ -57,36 +57,40 @@ class ClosedLoopWindow:
         """The window holds its target: no more requests are sent."""
         return self.end is not None
 
+    def _count(self, moment: float) -> None:
+        self.in_window += 1
+        if self.target is not None and self.in_window >= self.target:
+            self.end = moment
+
+
+class ClosedLoopWindow(_Window):
+    """Follows a closed-loop level's finishes and says when its window opens and closes."""
+
+    def __init__(self, concurrency: int, target: int | None):
+        super().__init__(target)
+        self.first_wave_left = concurrency
+
     def finished(self, record: RequestRecord, *, first_of_slot: bool) -> None:
         """One request ended (``first_of_slot``: it was its slot's first)."""
         if self.end is not None:
             return
         if self.start is not None and record.start >= self.start:
-            self.in_window += 1
-            if self.target is not None and self.in_window >= self.target:
-                self.end = record.finished
+            self._count(record.finished)
         if first_of_slot:
             self.first_wave_left -= 1
             if self.first_wave_left == 0:
                 self.start = record.finished
 
 
-class OpenLoopWindow:
+class OpenLoopWindow(_Window):
     """Follows an open-loop level's sends and answers and says when its window opens and
     closes."""
 
     def __init__(self, ramp_seconds: float, target: int | None):
+        super().__init__(target)
         self.ramp_seconds = ramp_seconds
         self.origin = 0.0
-        self.target = target
         self.answered = False
-        self.start: float | None = None
-        self.end: float | None = None
-        self.in_window = 0
-
-    @property
-    def draining(self) -> bool:
-        return self.end is not None
 
     def begin(self, origin: float) -> None:
         """The schedule's offsets count from ``origin`` (a ``perf_counter`` time)."""
@@ -104,9 +108,7 @@ class OpenLoopWindow:
         if self.start is None and self.answered and offset >= self.ramp_seconds:
             self.start = moment
         if self.start is not None:
-            self.in_window += 1
-            if self.target is not None and self.in_window >= self.target:
-                self.end = moment
+            self._count(moment)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from runs.demo.plans import DemoPlan
 from runs.demo.vllm_cpu import VllmSetup
 from runs.models import Run
 from runs.selectors.level_results import stored_level_result
-from runs.selectors.run_answer import ConfigAnswer, RunAnswer, run_answer
+from runs.selectors.run_answer import ConfigAnswer, Margin, RunAnswer, run_answer
 from runs.selectors.trial_costs import trial_costs
 
 
@@ -147,6 +147,15 @@ def _load(value: float | None) -> str:
     return "–" if value is None else f"{value:g}"
 
 
+def _margin_line(margin: Margin, other: str, whose: str, capacity: float | None) -> str:
+    """``cheaper than OTHER by 20 % (95 % CI 19–22 %) at its capacity 12.`` (or a tie)."""
+    ci = (
+        f" (95 % CI {margin.ci95_pct[0]:.0f}–{margin.ci95_pct[1]:.0f} %)" if margin.ci95_pct else ""
+    )
+    verdict = "within noise of" if margin.tie else "cheaper than"
+    return f"  {verdict} {other} by {margin.pct:.0f} %{ci} at {whose} capacity {_load(capacity)}."
+
+
 def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console: Console) -> None:
     """Each configuration's capacity at the SLOs, then the recommendation with its margin."""
     table = Table(
@@ -178,29 +187,12 @@ def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console
         "output tokens."
     )
     if second is not None and answer.margin_pct is not None:
+        margin = Margin(answer.margin_pct, answer.margin_ci95_pct, answer.tie)
         other = f"{plan.flag}={second.serve_config.get(plan.flag, 'default')}"
-        ci = (
-            f" (95 % CI {answer.margin_ci95_pct[0]:.0f}–{answer.margin_ci95_pct[1]:.0f} %)"
-            if answer.margin_ci95_pct
-            else ""
-        )
-        verdict = "a tie, within noise:" if answer.tie else "cheaper than"
-        console.print(
-            f"  {verdict} {other} by {answer.margin_pct:.0f} %{ci} at its capacity "
-            f"{_load(second.capacity)}."
-        )
-    defaults = answer.over_defaults
-    if defaults is not None:
-        ci = (
-            f" (95 % CI {defaults.ci95_pct[0]:.0f}–{defaults.ci95_pct[1]:.0f} %)"
-            if defaults.ci95_pct
-            else ""
-        )
-        verdict = "within noise of" if defaults.tie else "cheaper than"
-        console.print(
-            f"  {verdict} vLLM's defaults by {defaults.pct:.0f} %{ci} at their capacity "
-            f"{_load(answer.defaults.capacity)}."
-        )
+        console.print(_margin_line(margin, other, "its", second.capacity))
+    if answer.over_defaults is not None:
+        defaults = answer.defaults.capacity
+        console.print(_margin_line(answer.over_defaults, "vLLM's defaults", "their", defaults))
     elif answer.defaults is not None and answer.defaults is not winner:
         console.print(f"  vLLM's defaults: {answer.defaults.note or 'no cost at capacity'}.")
     console.print(f"  {winner.serve_command}")
