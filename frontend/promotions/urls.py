@@ -7,6 +7,11 @@ from frontend.promotions import views
 urlpatterns = [
     path("o/<slug:org>/promotions/", views.promotions_list, name="promotions"),
     path(
+        "o/<slug:org>/promotions/propose/<uuid:run_id>/",
+        views.promotion_propose_page,
+        name="promotion-propose-run",
+    ),
+    path(
         "o/<slug:org>/promotions/propose/<uuid:run_id>/<int:index>/",
         views.promotion_propose_page,
         name="promotion-propose",

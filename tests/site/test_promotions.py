@@ -248,3 +248,51 @@ def test_it_offers_no_way_to_write_promotions_over_the_api(history, mallory, ali
     assert client.post("/api/v1/orgs/acme/promotions/", {}).status_code == 405
     assert client.delete(f"/api/v1/orgs/acme/promotions/{promotion.id}/").status_code == 405
     assert Promotion.objects.get().state == PromotionState.PROPOSED
+
+
+# --- The run's answer on the promotion pages ----------------------------------------------
+
+
+def test_it_proposes_the_run_s_answer_with_its_capacity_cost_and_margin(history, web):
+    from .test_web_reports import searched
+
+    searched(history.t64, 96, 8000.0)  # 3.99 / 3600 / 8000 × 1e6 → 0.1385, the winner
+    searched(history.t128, 96, 6000.0)  # → 0.1847: (0.1847 − 0.1385) / 0.1385 = 33.4 % more
+    run = history.run_small
+    page = web.get(f"/o/acme/promotions/propose/{run.id}/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    # The answer's winner is pre-selected, its figures shown.
+    assert '<option value="0" selected>' in text and '<option value="1">' in text
+    assert "(the run's answer)" in text
+    assert "concurrency 96 (96–104)" in text and "<strong>0.1385</strong>" in text
+    assert "costs <strong>33.4 % more</strong>" in text
+    # Another trial named: its own figures, and how far it is from the winner.
+    other = web.get(f"/o/acme/promotions/propose/{run.id}/1/").content.decode()
+    assert '<option value="1" selected>' in other and "<strong>0.1847</strong>" in other
+    assert "<strong>33.4 % dearer</strong> than the winner, trial #0" in other
+    response = web.post(f"/o/acme/promotions/propose/{run.id}/", {"trial": "0", "note": "cheap"})
+    promotion = Promotion.objects.get(trial=history.t64)
+    assert response.status_code == 302 and response.url.endswith(f"/{promotion.id}/")
+    detail = web.get(response.url).content.decode()
+    assert "concurrency 96 (96–104)" in detail and "<strong>0.1385</strong>" in detail
+    assert "costs <strong>33.4 % more</strong>" in detail
+    # The form may pick another trial than the URL's.
+    web.post(f"/o/acme/promotions/propose/{run.id}/0/", {"trial": "1", "note": "other"})
+    assert Promotion.objects.filter(trial=history.t128, note="other").exists()
+
+
+def test_it_pre_selects_the_first_trial_when_the_answer_names_no_winner(history, web, charlie):
+    run = history.run_small
+    text = web.get(f"/o/acme/promotions/propose/{run.id}/").content.decode()
+    assert '<option value="0" selected>' in text
+    assert "names no winner" in text
+    assert web.get(f"/o/acme/promotions/propose/{run.id}/", {"trial": "9"}).status_code == 200
+    assert web.post(f"/o/acme/promotions/propose/{run.id}/", {"trial": "9"}).status_code == 404
+    assert not Promotion.objects.exists()
+    # Another tenant's run: the same 404 as a missing one.
+    from .conftest import signed_in
+
+    stranger = signed_in(charlie)
+    assert stranger.get(f"/o/acme/promotions/propose/{run.id}/").status_code == 404
+    assert stranger.get(f"/o/globex/promotions/propose/{run.id}/").status_code == 404
