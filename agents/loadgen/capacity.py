@@ -12,8 +12,9 @@ Guarantees:
 - Without a bracket the search doubles from the highest pass (or starts at 1) and halves
   from the lowest fail; with one it probes where a monotone (PCHIP) interpolation of the SLO
   margin crosses 1, as vLLM's ``serve_sla`` does, kept inside the bracket's middle 80 % so
-  that every probe narrows it, falling back to bisection when the margin cannot be
-  interpolated. It stops when the bracket is within ``tolerance_pct`` (one user apart for
+  that every probe narrows it; it bisects instead when the margin cannot be interpolated, or
+  when the last two probes moved the same end of the bracket (an interpolation that keeps
+  landing on one side — a margin that jumps, as an attainment does — would creep). It stops when the bracket is within ``tolerance_pct`` (one user apart for
   concurrency), at ``max_load``, below the lowest load, or after ``max_probes`` probes; then,
   with ``repeat_bracket``, each end is measured once more (those two are not counted in
   ``max_probes``) and the search goes on if a repeat overturned an end.
@@ -91,6 +92,8 @@ class CapacityPlanner:
         self.probes = 0
         self.repeated: set[float] = set()
         self.stop_reason: str | None = None
+        # Which end of the bracket each probe moved ("low": it passed, "high": it failed).
+        self.moves: list[str] = []
 
     # -- what was measured -----------------------------------------------------------------
 
@@ -113,6 +116,8 @@ class CapacityPlanner:
             else:
                 self.probes += 1
         self.loads[load].results.append(result)
+        if probe:
+            self.moves.append("low" if level_passes(result) else "high")
 
     def bracket(self) -> tuple[float | None, float | None]:
         """``(last pass, first fail)`` as the module docstring defines them."""
@@ -181,7 +186,8 @@ class CapacityPlanner:
     def _between(self, low: float, high: float) -> float:
         """A probe inside ``(low, high)``: where the interpolated margin crosses 1."""
         inset = PROBE_INSET * (high - low)
-        guess = self._crossing(low, high)
+        creeping = len(self.moves) >= 2 and self.moves[-1] == self.moves[-2]
+        guess = None if creeping else self._crossing(low, high)
         if guess is None:
             guess = (low + high) / 2
         guess = min(max(guess, low + inset), high - inset)

@@ -131,3 +131,19 @@ def test_the_attainment_margin_compares_misses_with_what_is_allowed():
     result["slo"]["attainment"] = {"target": 95.0, "value": 90.0, "met": False}
     assert slo_margin(result) == pytest.approx(2.0)
     assert not level_passes(result)
+
+
+def test_a_margin_that_jumps_is_bisected_instead_of_crept_towards():
+    # Attainment-like: every request identical, so the margin is smooth below the edge (48)
+    # and jumps far above 1 just past it; interpolating towards a capped jump crept up by
+    # the inset (17, 25, 33, 37, 40, 42) and ran out of probes.
+    def truth(load):
+        return 0.02 * load if load <= 48 else 20.0
+
+    planner = CapacityPlanner(CapacitySearch(max_probes=6, tolerance_pct=5))
+    for fixed in (1, 8, 64, 192):
+        planner.record(level(fixed, truth(fixed)))
+    search(truth, planner)
+    outcome = planner.outcome()
+    assert outcome["capacity"] >= 48 * 0.95 and outcome["capacity"] <= 48
+    assert outcome["probes"] <= 6

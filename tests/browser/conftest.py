@@ -133,8 +133,9 @@ def _daphne(django_db_setup, django_db_blocker) -> Iterator[str]:
     with django_db_blocker.unblock(), contextlib.ExitStack() as running:
         names = _own_redis_names(running)  # deleted after the server has stopped
         # The server keeps Django's async-safety checks, whatever this process relaxed
-        # (it copies the environment when it starts).
-        with _environ(DJANGO_ALLOW_ASYNC_UNSAFE=None, **names):
+        # (it copies the environment when it starts). Runs started on it freeze its
+        # simulator speed into their job: 20x, or a simulated run takes minutes.
+        with _environ(DJANGO_ALLOW_ASYNC_UNSAFE=None, BENCHSITE_SIM_SPEED="20", **names):
             address = running.enter_context(daphne_server(timeout=120, log_path=str(log_path)))
         yield f"http://{address}"
 
