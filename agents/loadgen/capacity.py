@@ -14,9 +14,10 @@ Guarantees:
   margin crosses 1, as vLLM's ``serve_sla`` does, kept inside the bracket's middle 80 % so
   that every probe narrows it; it bisects instead when the margin cannot be interpolated, or
   when the last two probes moved the same end of the bracket (an interpolation that keeps
-  landing on one side — a margin that jumps, as an attainment does — would creep). It stops when the bracket is within ``tolerance_pct`` (one user apart for
-  concurrency), at ``max_load``, below the lowest load, or after ``max_probes`` probes; then,
-  with ``repeat_bracket``, each end is measured once more (those two are not counted in
+  landing on one side — a margin that jumps, as an attainment does — would creep). It
+  stops when the bracket is within ``tolerance_pct`` (one user apart for concurrency), at
+  ``max_load``, below the lowest load, or after ``max_probes`` probes; then, with
+  ``repeat_bracket``, each end is measured once more (those two are not counted in
   ``max_probes``) and the search goes on if a repeat overturned an end.
 - ``outcome`` reports the capacity, the bracket, the probes used, why it stopped and the
   figures measured at capacity (the mean of its measurements).
