@@ -22,7 +22,12 @@ from runs.access import Need, access_run
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
 from runs.models import Role
-from runs.selectors.run_history import runs_history, with_simulated, with_trial_counts
+from runs.selectors.run_history import (
+    runs_history,
+    with_answers,
+    with_simulated,
+    with_trial_counts,
+)
 from runs.selectors.run_pages import run_live_state
 from runs.selectors.trial_compare import (
     MAX_COMPARED_TRIALS,
@@ -39,14 +44,15 @@ DEFAULT_THRESHOLD_PCT = 5.0
 
 @org_page()
 def runs_list(request, membership):
-    """The organization's runs, filtered on the server and paginated; pick two or more to
-    compare."""
+    """The organization's runs, filtered on the server and paginated, each with its answer
+    (capacity and cost there) and that cost's change from the experiment's previous answer;
+    pick two or more to compare."""
     form = HistoryFilterForm(request.GET or None, membership=membership)
     if form.is_bound:
         form.is_valid()  # errors are shown beside their fields; valid ones still filter
     runs = runs_history(membership=membership, filters=form.filters())
     page = Paginator(runs, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
-    with_simulated(with_trial_counts(page.object_list))
+    with_answers(with_simulated(with_trial_counts(page.object_list)))
     query = request.GET.copy()
     query.pop("page", None)
     context = org_context(membership, form=form, page=page, query=query.urlencode())

@@ -711,3 +711,95 @@ def test_it_gives_the_margin_over_vllms_defaults(alice):
     text = text_of(signed_in(alice).get(detail_url(run)).content.decode())
     # $0.50 per 1M against the defaults' $1.25: 150 % more.
     assert "Against vLLM's defaults vLLM's defaults (trial 2) cost 150.0 % more" in text
+
+
+def history_rows(client) -> dict[str, list[str]]:
+    """The history's cells (tags stripped) by run id."""
+    html = client.get(reverse("runs", args=["acme"])).content.decode()
+    rows = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", html, re.S):
+        run_id = re.search(r'name="runs" value="([0-9a-f-]+)"', row)
+        if run_id:
+            cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+            rows[run_id.group(1)] = [
+                " ".join(unescape(re.sub(r"<[^>]+>", "", c)).split()) for c in cells
+            ]
+    return rows
+
+
+def test_it_shows_each_run_s_answer_and_its_change_with_the_interval(alice, charlie):
+    from datetime import UTC, datetime
+
+    from .test_run_answer import PRICE, a_trial
+
+    experiment = new_experiment(alice.org, name="answers")
+
+    def answered_run(day: int, *trials):
+        run = add_run(experiment, created_at=datetime(2026, 11, day, tzinfo=UTC), price=PRICE)
+        for index, (load, throughput, ci) in enumerate(trials):
+            a_trial(run, index, load, throughput, ci=ci)
+        return run
+
+    # $3.60 an hour: 1,000 output tokens/s cost $1 per 1M.
+    first = answered_run(1, (20, 1000.0, (950.0, 1050.0)), (24, 800.0, (760.0, 840.0)))
+    unsearched = add_run(experiment, created_at=datetime(2026, 11, 2, tzinfo=UTC), price=PRICE)
+    add_trial(unsearched, 0, {}, [level(8, 900.0, 300)])
+    faster = answered_run(3, (28, 1250.0, (1200.0, 1300.0)))
+    same = answered_run(4, (28, 1260.0, (1150.0, 1350.0)))
+    rows = history_rows(signed_in(alice))
+    header = ["Capacity at SLOs", "USD / 1M at capacity", "vs previous run"]
+    html = signed_in(alice).get(reverse("runs", args=["acme"])).content.decode()
+    assert all(f">{name}</th>" in html for name in header)
+
+    def answer(run):
+        return rows[str(run.id)][8:11]
+
+    # The oldest answered run has nothing to compare with; the winner is the cheapest.
+    assert answer(first) == ["concurrency 20 (trial #0)", "1.0000 (0.9524–1.0526)", "—"]
+    assert answer(unsearched) == ["—", "—", "—"]
+    # 0.80 against 1.00, compared past the run without a search: 20 % cheaper, and its
+    # interval (0.7692 / 1.0526 − 1 = −26.9 %, 0.8333 / 0.9524 − 1 = −12.505 %) excludes 0.
+    assert answer(faster)[:2] == ["concurrency 28 (trial #0)", "0.8000 (0.7692–0.8333)"]
+    assert answer(faster)[2] == f"better by 20 % (CI 13–27 %) vs {str(first.id)[:8]}"
+    # 0.7937 against 0.80: the intervals overlap, within noise.
+    assert answer(same)[2].startswith("within noise (CI −")
+    assert f"vs {str(faster.id)[:8]}" in answer(same)[2]
+    # Another tenant sees none of it.
+    assert (
+        str(first.id)
+        not in signed_in(charlie).get(reverse("runs", args=["globex"])).content.decode()
+    )
+
+
+def test_it_reads_the_history_s_answers_in_constant_queries(alice):
+    from datetime import UTC, datetime
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from .test_run_answer import PRICE, a_trial
+
+    experiment = new_experiment(alice.org, name="many-answers")
+    cheaper = new_experiment(alice.org, name="catalogue-priced")
+    client = signed_in(alice)
+
+    def add_runs(count: int, start: int) -> None:
+        for day in range(start, start + count):
+            when = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=day)
+            run = add_run(experiment, created_at=when, price=PRICE)
+            other = add_run(cheaper, created_at=when)  # priced from the catalogue
+            for target in (run, other):
+                a_trial(target, 0, 20, 1000.0 + day, ci=(950.0, 1050.0))
+                a_trial(target, 1, 24, 900.0, ci=(860.0, 940.0))
+
+    def queries() -> int:
+        client.get(reverse("runs", args=["acme"]))  # session and caches warm
+        with CaptureQueriesContext(connection) as captured:
+            page = client.get(reverse("runs", args=["acme"]))
+        assert "better by" in page.content.decode() or "within noise" in page.content.decode()
+        return len(captured)
+
+    add_runs(2, 0)
+    few = queries()
+    add_runs(20, 2)
+    assert queries() == few
