@@ -472,10 +472,14 @@ class _Runner:
     ) -> dict:
         """The level's result with the window's figures as its headline and the whole
         level's beside them; the whole level's alone when no window formed."""
+        end = window.end
+        if end is None and self.config.duration is not None:
+            # A timed level: its window closes when sending stops, before the drain.
+            end = start + self.config.duration
         split = split_window(
             records,
             window.start,
-            window.end,
+            end,
             schedule_origin=window.origin if isinstance(window, OpenLoopWindow) else None,
         )
         whole_figures = {key: whole[key] for key in WHOLE_LEVEL_KEYS}

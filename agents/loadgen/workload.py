@@ -47,7 +47,8 @@ def config_from_workload(
     **options,
 ) -> BenchConfig:
     """A ``BenchConfig`` running ``workload``; ``options`` are other ``BenchConfig`` fields
-    (``api_key``, ``tokenizer``, ``metrics_url``, ``seed``, ``duration``, …)."""
+    (``api_key``, ``tokenizer``, ``metrics_url``, ``seed``, …); a timed level is the
+    workload's ``level_seconds``."""
     return BenchConfig(
         base_url=base_url,
         model=model,
@@ -61,6 +62,7 @@ def config_from_workload(
         ramp_up_seconds=workload.ramp_up_seconds,
         capacity=workload.capacity,
         repeats=workload.repeats,
+        duration=workload.level_seconds,
         slos=slos,
         **options,
     )

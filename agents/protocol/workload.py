@@ -43,6 +43,8 @@ MAX_SEED = 2**31 - 1
 MAX_RAMP_SECONDS = 3600.0
 MAX_CAPACITY_PROBES = 32
 MAX_LEVEL_REPEATS = 10
+# A level longer than a day is not a load level.
+MAX_LEVEL_SECONDS = 86_400.0
 
 
 InputLen = Annotated[int, Field(ge=1, le=MAX_INPUT_LEN)]
@@ -171,7 +173,8 @@ class Workload(StrictModel):
     Every level is *steady*: a ramp (the first wave of a closed-loop level, or the time
     until the first answer of an open-loop one; ``ramp_up_seconds`` staggers the start),
     then a measurement window that runs until it holds at least ``requests_per_level`` and
-    ``steady_multiple`` × the concurrency completions, then a drain. ``warmup_requests``
+    ``steady_multiple`` × the concurrency completions (or, with ``level_seconds``, until
+    that many seconds from the level's start), then a drain. ``warmup_requests``
     unmeasured ones go before each level. ``seed`` fixes the traffic (prompts, lengths,
     arrival times) for every run of the experiment; without it each run draws one, and all
     trials of a run see the same traffic either way.
@@ -194,6 +197,9 @@ class Workload(StrictModel):
     ramp_up_seconds: float = Field(default=0.0, ge=0, le=MAX_RAMP_SECONDS, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     repeats: int = Field(default=1, ge=1, le=MAX_LEVEL_REPEATS)
+    level_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_LEVEL_SECONDS, allow_inf_nan=False
+    )
 
     @field_validator("request_rates")
     @classmethod

@@ -145,6 +145,13 @@ def experiment_estimate(
         steps = StepModel(model.facts, hardware, settings, plan, efficiency)
         max_batch = min(settings.max_num_seqs, max(1, plan.kv_tokens // (input_len + output_len)))
         for level in levels * workload.repeats + probes:
+            if workload.level_seconds is not None:
+                # A timed level: its seconds, then the drain of what is in flight.
+                drain = level.get("concurrency") or 1
+                sweep += workload.level_seconds + _level_seconds(
+                    level, drain, input_len, output_len, max_batch, steps
+                )
+                continue
             # Steady levels: the window, the ramp and the drain, and each level's warm-up.
             requests = level_requests(workload, level)
             sweep += _level_seconds(level, requests, input_len, output_len, max_batch, steps)

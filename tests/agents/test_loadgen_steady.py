@@ -138,3 +138,11 @@ def test_intervals_hold_the_figure_and_narrow_with_more_requests():
     assert "p99_itl_ms" not in small  # ITL gaps are not independent samples
     # All the same tokens: no spread, no interval.
     assert "output_throughput" not in small
+
+
+def test_a_timed_level_closes_its_window_when_sending_stops(server):
+    (level,) = bench(server, levels=({"concurrency": 2},), duration=0.4)
+    window = level.result["window"]
+    assert window["end_s"] == pytest.approx(0.4)
+    assert window["start_s"] < 0.3 and window["requests"] > 2
+    assert level.result["whole_level"]["completed"] >= window["requests"]

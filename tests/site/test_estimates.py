@@ -117,11 +117,14 @@ def test_it_counts_steady_windows_and_the_capacity_searchs_probes(alice):
     steady = estimate("steady")  # a window of 4 x 64 requests at concurrency 64
     searching = estimate("search", capacity={"max_probes": 3})
     repeated = estimate("repeated", repeats=2)
+    timed = estimate("timed", level_seconds=600)
     assert steady.sweep_seconds > short.sweep_seconds
     # 2 fixed levels + 3 probes + the bracket's 2 repeats.
     assert (steady.levels_per_trial, searching.levels_per_trial) == (2, 7)
     assert repeated.levels_per_trial == 4
     assert repeated.sweep_seconds == pytest.approx(2 * steady.sweep_seconds)
+    # Two trials of two levels of 600 s each, and their drains.
+    assert 2400 < timed.sweep_seconds < 2600
     assert searching.sweep_seconds > steady.sweep_seconds
 
 
