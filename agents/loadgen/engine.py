@@ -398,7 +398,9 @@ class _Runner:
         gc_was_enabled = gc.isenabled()
         if config.duration is None:
             gc.disable()
-        self.emit(LevelStarted(index, level, count or target, config.duration))
+        # What a progress bar counts to: a steady level's window, its ramp and its drain.
+        expected = count if target is None else target + 2 * (concurrency or 0)
+        self.emit(LevelStarted(index, level, expected, config.duration))
         progress = _Progress(index, self.emit)
         records: list[RequestRecord] = []
         closed_window = open_window = None
