@@ -803,3 +803,11 @@ def test_it_reads_the_history_s_answers_in_constant_queries(alice):
     few = queries()
     add_runs(20, 2)
     assert queries() == few
+
+
+def test_an_ended_runs_answer_links_to_proposing_its_winner(alice, bob):
+    run = answered_run(alice.org)
+    link = f'href="/o/acme/promotions/propose/{run.id}/"'
+    assert link in signed_in(alice).get(detail_url(run)).content.decode()
+    # A viewer may not propose: no link.
+    assert link not in signed_in(bob).get(detail_url(run)).content.decode()
