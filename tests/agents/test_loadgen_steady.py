@@ -115,6 +115,8 @@ def test_the_ramp_raises_the_rate_linearly_and_keeps_the_gaps():
 
 def _record(index: int, ttft: float, tokens: int = 10) -> RequestRecord:
     record = RequestRecord(index, tokens, start=float(index), finished=float(index) + 1)
+    # Gaps of 10-30 ms, the same within a request: a request's gaps are not independent.
+    record.itl = [0.01 + 0.01 * (index % 3)] * (tokens - 1)
     record.ttft, record.latency, record.output_tokens, record.success = (
         ttft,
         ttft + 0.5,
@@ -135,7 +137,10 @@ def test_intervals_hold_the_figure_and_narrow_with_more_requests():
         assert small[key]["low"] <= small[key]["high"]
         assert large[key]["high"] - large[key]["low"] <= small[key]["high"] - small[key]["low"]
     assert small["median_ttft_ms"]["low"] <= 145 <= small["median_ttft_ms"]["high"]
-    assert "p99_itl_ms" not in small  # ITL gaps are not independent samples
+    # ITL: bootstrapped over requests (their gaps are not independent samples).
+    assert small["median_itl_ms"]["low"] <= 20 <= small["median_itl_ms"]["high"]
+    wide = small["p99_itl_ms"]["high"] - small["p99_itl_ms"]["low"]
+    assert large["p99_itl_ms"]["high"] - large["p99_itl_ms"]["low"] <= wide
     # All the same tokens: no spread, no interval.
     assert "output_throughput" not in small
 
