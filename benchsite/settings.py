@@ -201,6 +201,8 @@ SPECTACULAR_SETTINGS = {
         "PromotionStateEnum": "runs.models.promotions.PromotionState",
         # Every agent message's "protocol" (the job has its own, one version).
         "AgentProtocolVersionEnum": "runs.inputs.json_schemas.agent_protocol_choices",
+        # Every SLO's percentile (ttft_percentile, tpot_percentile, ...).
+        "SloPercentileEnum": "runs.inputs.json_schemas.slo_percentile_choices",
     },
 }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 from uuid import UUID
 
 import pydantic
@@ -36,7 +36,8 @@ BURSTINESS_RANGE = (0.01, 100.0)
 # An objective above an hour says nothing a benchmark could measure.
 MAX_SLO_MS = 3_600_000.0
 # The percentiles an objective may name (``ttft:p95<300ms``); the level results carry these.
-SLO_PERCENTILES = (50, 90, 95, 99)
+SloPercentile = Literal[50, 90, 95, 99]
+SLO_PERCENTILES: tuple[int, ...] = get_args(SloPercentile)
 # The traffic seed fits a signed 32-bit column and every random generator.
 MAX_SEED = 2**31 - 1
 # A ramp longer than an hour is not a warm-up.
@@ -236,7 +237,6 @@ class Workload(StrictModel):
         return concurrency
 
 
-SloPercentile = Literal[50, 90, 95, 99]
 # `ttft:p95<300ms`, `tpot<50ms` (p99), `attainment>=95%`: one objective of the text form.
 _SLO_TEXT = re.compile(
     r"^\s*(?P<metric>[a-z0-9]+)\s*(?::\s*p(?P<percentile>\d+))?\s*"

@@ -182,3 +182,9 @@ def agent_protocol_choices() -> list[tuple[int, int]]:
     in the API schema (SPECTACULAR_SETTINGS' ENUM_NAME_OVERRIDES), shared by every message."""
     versions = get_args(protocol.AgentMessageBase.model_fields["protocol"].annotation)
     return [(version, version) for version in versions]
+
+
+def slo_percentile_choices() -> list[tuple[int, int]]:
+    """The percentiles an SLO may be judged at, as choices: one enum in the API schema for
+    the four ``*_percentile`` fields of ``protocol.Slos``."""
+    return [(percentile, percentile) for percentile in protocol.SLO_PERCENTILES]

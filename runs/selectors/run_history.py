@@ -171,14 +171,17 @@ def with_answers(runs: list[Run]) -> list[Run]:
         created_at__lt=OuterRef("created_at"),
         trials__capacity__isnull=False,
     ).order_by("-created_at", "-id")
+    org_id = answered[0].organization_id if answered else None
     previous_of = dict(
-        Run.objects.filter(id__in=[run.id for run in answered])
+        Run.objects.filter(organization_id=org_id, id__in=[run.id for run in answered])
         .annotate(previous=Subquery(earlier.values("id")[:1]))
         .values_list("id", "previous")
     )
     on_page = {run.id: run for run in runs}
     wanted = {p for p in previous_of.values() if p is not None and p not in on_page}
-    previous_runs = list(Run.objects.filter(id__in=wanted)) if wanted else []
+    previous_runs = (
+        list(Run.objects.filter(organization_id=org_id, id__in=wanted)) if wanted else []
+    )
     searched |= _searched_trials(previous_runs)
     answers = _answers([*answered, *previous_runs], searched)
     for run in answered:

@@ -162,7 +162,9 @@ def test_it_starts_waits_gates_and_fails_on_a_seeded_regression(
         assert all(line.count(" | ") == 7 for line in table[2:])
 
         # A seeded regression: a baseline whose measurements are better than the run's.
-        strong = seed_run(experiment, scaled_copy(run, ttft=0.5, throughput=1.5))
+        # Ten times the TTFT: beyond the threshold even across the wide interval of a p99
+        # from a short window (the gate fails only when the whole interval is beyond it).
+        strong = seed_run(experiment, scaled_copy(run, ttft=0.1, throughput=1.5))
         compared = benchsite(
             *("runs", "compare", str(run.id), "--baseline", str(strong.id)),
             *("--max-regression", THRESHOLDS),
@@ -305,7 +307,9 @@ def test_it_gates_a_new_run_against_the_approved_promotion(
         # A seeded regression: the newly approved promotion is better than the run.
         run = Run.objects.get(id=run_id)
         switch(experiment, ON_VLLM)
-        strong = seed_run(experiment, scaled_copy(run, ttft=0.5, throughput=1.5))
+        # Ten times the TTFT: beyond the threshold even across the wide interval of a p99
+        # from a short window (the gate fails only when the whole interval is beyond it).
+        strong = seed_run(experiment, scaled_copy(run, ttft=0.1, throughput=1.5))
         better = strong.trials.get(serve_config={"max_num_seqs": 8})
         promote(better, proposer=mallory, approver=alice)
         compared = benchsite("runs", "compare", run_id, *gate_args, url=url, token=alice.token)
