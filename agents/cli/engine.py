@@ -88,7 +88,6 @@ def run_engine_up(args: argparse.Namespace) -> int:
         engine.stop()
         return EXIT_INTERRUPTED
     label = " (SIMULATED)" if report.simulated else ""
-    console.print(f"serving{label} at {report.base_url}; unknown phases: {report.unknown}")
     down = threading.Event()
 
     def incident(event) -> None:
@@ -98,6 +97,8 @@ def run_engine_up(args: argparse.Namespace) -> int:
             down.set()
 
     try:
+        # Said inside the try: a Ctrl-C right after the line is read still stops cleanly.
+        console.print(f"serving{label} at {report.base_url}; unknown phases: {report.unknown}")
         with Watchdog(engine, restarts=args.restarts, on_incident=incident):
             while not down.wait(0.5):
                 pass
