@@ -62,6 +62,14 @@ class Margin:
     ci95_pct: tuple[float, float] | None
     tie: bool
 
+    def as_json(self) -> dict:
+        """The margin as JSON (the API, the CLI and the pages)."""
+        return {
+            "pct": self.pct,
+            "ci95_pct": list(self.ci95_pct) if self.ci95_pct else None,
+            "tie": self.tie,
+        }
+
 
 def cost_margin(winner: ConfigAnswer, other: ConfigAnswer) -> Margin | None:
     """The margin of ``winner`` over ``other`` (None when either has no cost)."""
@@ -128,15 +136,7 @@ class RunAnswer:
             "margin_pct": self.margin_pct,
             "margin_ci95_pct": list(self.margin_ci95_pct) if self.margin_ci95_pct else None,
             "defaults": config_json(self.defaults),
-            "over_defaults": None
-            if self.over_defaults is None
-            else {
-                "pct": self.over_defaults.pct,
-                "ci95_pct": list(self.over_defaults.ci95_pct)
-                if self.over_defaults.ci95_pct
-                else None,
-                "tie": self.over_defaults.tie,
-            },
+            "over_defaults": None if self.over_defaults is None else self.over_defaults.as_json(),
             "configs": [config_json(config) for config in self.configs],
         }
 

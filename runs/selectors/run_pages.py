@@ -156,15 +156,7 @@ def answer_state(answer: RunAnswer, labels: dict[int, str]) -> dict:
         "pod_usd_per_hr": _money(answer.pod_usd_per_hr),
         "configs": [_config_state(config, labels) for config in answer.configs],
         "defaults": _config_state(answer.defaults, labels),
-        "over_defaults": None
-        if answer.over_defaults is None
-        else {
-            "pct": answer.over_defaults.pct,
-            "ci95_pct": list(answer.over_defaults.ci95_pct)
-            if answer.over_defaults.ci95_pct
-            else None,
-            "tie": answer.over_defaults.tie,
-        },
+        "over_defaults": None if answer.over_defaults is None else answer.over_defaults.as_json(),
     }
 
 
