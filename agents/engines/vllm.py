@@ -2,11 +2,15 @@
 
 Guarantees:
 
-- The command line is ``[*command, model, --host, --port, --served-model-name,
-  *serve_args(config, vllm_version), *extra_args]``: flags only through
-  ``agents.protocol.serve_args`` (typed, range-checked, version-aware), an argv list.
-- The environment is built here, not inherited: caches under the trial's work folder
-  (``HF_HOME`` unless given, ``VLLM_CACHE_ROOT``), sockets and temporary files in a fresh
+- The command line is ``[*command, *serve_command_args(model, revision, host, port, name,
+  serve_args(config, vllm_version)), *extra_args]``: the order the deployment recipe uses,
+  flags only through ``agents.protocol.serve_args`` (typed, range-checked, version-aware), an
+  argv list.
+- The environment is built here, not inherited: the Hugging Face cache (``HF_HOME``: the
+  machine's weights cache when given, else under the trial's work folder) and vLLM's compile
+  cache beside it (``VLLM_CACHE_ROOT``: its keys include the model, the settings and vLLM's
+  version, so trials may share it); a token only when given (``HF_TOKEN``); the hub offline
+  when the weights are already there (``HF_HUB_OFFLINE``); sockets and temporary files in a fresh
   short folder under the system temp dir (``VLLM_RPC_BASE_PATH``, ``TMPDIR``: a Unix socket
   path must stay under 108 bytes, which a deep work folder breaks), usage statistics off,
   unbuffered output so log lines arrive when they are written.
@@ -25,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agents.engines.process import PASSTHROUGH_ENV, ProcessEngine, free_port
-from agents.protocol import serve_args
+from agents.protocol import serve_args, serve_command_args
 
 
 def vllm_env(
@@ -33,18 +37,20 @@ def vllm_env(
     *,
     cpu: bool = False,
     hf_home: Path | None = None,
+    hf_token: str | None = None,
+    hub_offline: bool = False,
     extra: Mapping[str, str] | None = None,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of a vLLM process: passthrough basics, caches, no telemetry."""
     base = os.environ if base is None else base
     env = {key: base[key] for key in PASSTHROUGH_ENV if key in base}
-    cache = workdir / "cache"
+    cache = Path(hf_home) if hf_home else workdir / "cache"
     # Named here, created by the engine at start and removed at stop (its scratch folder).
     sockets = os.path.join(tempfile.gettempdir(), f"bs-vllm-{secrets.token_hex(4)}")
     env.update(
         {
-            "HF_HOME": str(hf_home or cache / "hf"),
+            "HF_HOME": str(cache if hf_home else cache / "hf"),
             "VLLM_CACHE_ROOT": str(cache / "vllm"),
             "VLLM_RPC_BASE_PATH": sockets,
             "TMPDIR": sockets,
@@ -57,6 +63,10 @@ def vllm_env(
     )
     if cpu:
         env["VLLM_TARGET_DEVICE"] = "cpu"
+    if hub_offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    if hf_token:
+        env["HF_TOKEN"] = hf_token
     if extra:
         env.update(extra)
     Path(env["VLLM_CACHE_ROOT"]).mkdir(parents=True, exist_ok=True)
@@ -68,6 +78,7 @@ def vllm_engine(
     model: str,
     config: Mapping[str, object],
     workdir: Path,
+    revision: str | None = None,
     command: Sequence[str] = ("vllm", "serve"),
     served_model_name: str | None = None,
     vllm_version: str | None = None,
@@ -75,6 +86,8 @@ def vllm_engine(
     env: Mapping[str, str] | None = None,
     cpu: bool = False,
     hf_home: Path | None = None,
+    hf_token: str | None = None,
+    hub_offline: bool = False,
     host: str = "127.0.0.1",
     port: int | None = None,
     startup_timeout: float = 900.0,
@@ -88,20 +101,14 @@ def vllm_engine(
     flags = serve_args(config, vllm_version=vllm_version)
     port = port or free_port(host)
     name = served_model_name or "model"
-    argv = [
-        *command,
-        model,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--served-model-name",
-        name,
-        *flags,
-        *extra_args,
-    ]
+    args = serve_command_args(
+        model=model, revision=revision, served_model_name=name, host=host, port=port, flags=flags
+    )
+    argv = [*command, *args, *extra_args]
     workdir = Path(workdir)
-    env = vllm_env(workdir, cpu=cpu, hf_home=hf_home, extra=env)
+    env = vllm_env(
+        workdir, cpu=cpu, hf_home=hf_home, hf_token=hf_token, hub_offline=hub_offline, extra=env
+    )
     return ProcessEngine(
         name="vllm",
         argv=argv,

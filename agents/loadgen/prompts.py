@@ -4,7 +4,8 @@ Guarantees:
 
 - Deterministic: the same source, count and seed give the same prompts.
 - With a tokenizer, random and prefix prompts have exactly the requested input length (in the
-  tokenizer's tokens, before any chat template) and ``prompt_len`` is that length. Without
+  tokenizer's tokens, counting the special tokens the server adds to a completion prompt,
+  before any chat template) and ``prompt_len`` is that length. Without
   one, prompts are words drawn from a list of common English words, about one token each, and
   ``prompt_len`` is an estimate: the server's ``usage.prompt_tokens`` is what gets reported.
 - All prompts of a level are built before the level starts: no tokenizer work while requests
@@ -86,6 +87,11 @@ def _clean_ids(tokenizer: Tokenizer) -> list[int]:
     return _clean_pools[key]
 
 
+def _special_tokens(tokenizer: Tokenizer | None) -> int:
+    """Tokens the server adds to a completion prompt (a BOS token), counted in its length."""
+    return getattr(tokenizer, "special_tokens", 0) if tokenizer is not None else 0
+
+
 def _random_text(rng: random.Random, length: int, tokenizer: Tokenizer | None) -> tuple[str, int]:
     """Text of ``length`` tokens (exact with a tokenizer), and its token count."""
     if tokenizer is None:
@@ -148,9 +154,10 @@ class RandomPrompts:
         inputs = _lengths(rng, self.input_len, self.range_ratio, count)
         outputs = _lengths(rng, self.output_len, self.range_ratio, count)
         prompts = []
+        special = _special_tokens(tokenizer)
         for input_len, output_len in zip(inputs, outputs, strict=True):
-            text, length = _random_text(rng, input_len, tokenizer)
-            prompts.append(Prompt(text, length, output_len))
+            text, length = _random_text(rng, max(1, input_len - special), tokenizer)
+            prompts.append(Prompt(text, length + special, output_len))
         return prompts
 
 
@@ -173,7 +180,10 @@ class PrefixPrompts:
         for index in range(count):
             prefix, prefix_len = prefixes[index % self.num_prefixes]
             if tokenizer is not None:
-                text, length = _exact_suffix(rng, prefix, self.suffix_len, tokenizer)
+                special = _special_tokens(tokenizer)
+                suffix_len = max(1, self.suffix_len - special)
+                text, length = _exact_suffix(rng, prefix, suffix_len, tokenizer)
+                length += special
             else:
                 suffix, suffix_len = _random_text(rng, self.suffix_len, None)
                 # Joined by a space so the prefix's words stay the same in every prompt.

@@ -6,7 +6,11 @@ Guarantees:
   and reports the server's ``usage.prompt_tokens``.
 - ``load_tokenizer`` reads local files only (a ``tokenizer.json`` file or a model folder) and
   never downloads; it raises ``TokenizerError`` with a clear reason otherwise.
-- Anything with ``encode``, ``decode`` and ``vocab_size`` (the ``Tokenizer`` protocol) works.
+- Anything with ``encode``, ``decode`` and ``vocab_size`` (the ``Tokenizer`` protocol) works;
+  ``special_tokens`` (default 0) counts what the server adds to a completion prompt (a BOS
+  token: vLLM tokenizes completions with special tokens), so prompts can be built that many
+  tokens shorter and reach the server at exactly the requested length, as
+  ``vllm bench serve``'s random dataset does.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ class Tokenizer(Protocol):
     """What prompt building needs from a tokenizer (no special tokens added)."""
 
     vocab_size: int
+    special_tokens: int
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -38,6 +43,8 @@ class _FastTokenizer:
 
         self._tokenizer = HfTokenizer.from_file(str(path))
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=False)
+        processor = self._tokenizer.post_processor  # adds BOS/EOS when encoding with them
+        self.special_tokens = 0 if processor is None else processor.num_special_tokens_to_add(False)
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
@@ -54,6 +61,7 @@ class _TransformersTokenizer:
 
         self._tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.vocab_size = len(self._tokenizer)
+        self.special_tokens = self._tokenizer.num_special_tokens_to_add()
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False)

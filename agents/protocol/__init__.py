@@ -15,6 +15,7 @@ Guarantees:
   - ``serve_flag_table``: the serve-flag table (``SERVE_FLAGS``, ``FlagSpec``), as data;
   - ``serve_flags``: grid and configuration validation, grid expansion;
   - ``serve_flag_rendering``: ``serve_args`` and the serve grid's JSON Schema;
+  - ``serve_command``: the words after ``vllm serve``, for the benchmark and the recipe;
   - ``workload``: datasets, ``Workload``, ``Slos`` and a workload's levels;
   - ``json_bounds``: the nesting depth of JSON documents, checked before decoding;
   - ``fields``: the bounded number and JSON field types (each fits its site column);
@@ -78,6 +79,7 @@ from agents.protocol.messages import (
     PROTOCOL_VERSION,
     SITE_FRAME_MODELS,
     TRIAL_FAILURE_CLASSES,
+    WEIGHTS_PHASE,
     Ack,
     AgentMessage,
     AgentMessageBase,
@@ -103,6 +105,7 @@ from agents.protocol.messages import (
 )
 from agents.protocol.pydantic_errors import pydantic_field_errors
 from agents.protocol.schema import protocol_json_schema
+from agents.protocol.serve_command import serve_command_args
 from agents.protocol.serve_flag_rendering import serve_args, serve_flags_json_schema
 from agents.protocol.serve_flag_table import (
     SERVE_FLAGS,
@@ -200,6 +203,7 @@ __all__ = [
     "SLO_CHECK_KEY",
     "SLO_PERCENTILES",
     "TRIAL_FAILURE_CLASSES",
+    "WEIGHTS_PHASE",
     "Ack",
     "AgentMessage",
     "AgentMessageBase",
@@ -283,6 +287,7 @@ __all__ = [
     "protocol_json_schema",
     "pydantic_field_errors",
     "serve_args",
+    "serve_command_args",
     "serve_flags_json_schema",
     "steady_window_requests",
     "trial_configs",

@@ -36,8 +36,9 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # can tell what the other speaks. The site accepts every version ``AgentMessageBase.protocol``
 # lists. 2: ``epoch`` (the agent's site-issued sequence space; protocol 1 is epoch 0).
 # 3: steady windows, SLO percentiles and attainment in level results; ``capacity`` in
-# ``trial_finished``.
-PROTOCOL_VERSION = 3
+# ``trial_finished``. 4: trial failure classes ``model_access_denied`` and ``disk_too_small``;
+# the ``weights_downloaded`` cold-start phase (a duration, before the engine's process starts).
+PROTOCOL_VERSION = 4
 MAX_LOG_TAIL_CHARS = 64 * 1024
 
 
@@ -63,7 +64,7 @@ class AgentMessageBase(StrictModel):
     with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
     and of agents without a site."""
 
-    protocol: Literal[1, 2, 3] = PROTOCOL_VERSION
+    protocol: Literal[1, 2, 3, 4] = PROTOCOL_VERSION
     run_id: RunId
     epoch: EpochNumber = 0
     seq: SeqNumber
@@ -118,8 +119,14 @@ class TrialStarted(AgentMessageBase):
     command: list[Annotated[str, Field(max_length=4096)]] = Field(max_length=512)
 
 
+# The one cold-start phase that is a duration before the engine starts, not a time since.
+WEIGHTS_PHASE = "weights_downloaded"
+
+
 class ColdStartPhase(AgentMessageBase):
-    """A cold-start phase was observed: seconds from the engine's process start."""
+    """A cold-start phase was observed: seconds from the engine's process start; for
+    ``weights_downloaded`` (the run's first trial, before its engine starts) how long fetching
+    the weights took, with ``bytes``, ``mb_per_s`` and ``cached`` in ``detail``."""
 
     type: Literal["cold_start_phase"]
     trial: TrialIndex
@@ -161,6 +168,8 @@ TRIAL_FAILURE_CLASSES = (
     "kv_cache_too_small",
     "unsupported_flag",
     "model_not_found",
+    "model_access_denied",
+    "disk_too_small",
     "startup_timeout",
     "crash",
     "deadline",

@@ -9,6 +9,12 @@ Guarantees:
   included), ``trial_finished`` (with the capacity search's result when the workload asks
   for one);
   ``heartbeat`` every ``heartbeat_every`` seconds throughout; ``run_finished`` last.
+- Real vLLM serves weights fetched once per run, before the first trial's engine starts
+  (``agents.weights``: only what vLLM loads, into the machine's weights cache), reported as
+  the first trial's ``weights_downloaded`` cold-start phase (bytes, seconds, MB/s; 0 bytes
+  when the cache had them); its tokenizer builds every prompt. Weights that cannot be had
+  (no access, unknown model, too little disk) fail that trial with the class saying why
+  before any vLLM starts, and end the run ``failed`` (the other trials: skipped).
 - A trial whose engine fails to start or dies is recorded with its failure class and log
   tail, and the run goes on with the next trial. A death at any moment of the measuring
   (during a level, between levels, in a level's connection warm-up or warm-up requests, in a
@@ -22,6 +28,8 @@ Guarantees:
   run finishes with outcome ``deadline``. ``request_stop`` (cancel from the site, a signal)
   does the same at once with its own outcome; it is safe to call from any thread.
 - The engine is always stopped before ``run`` returns, whatever happened.
+- The Hugging Face token reaches vLLM's environment and the download only; it is cut out of
+  every log tail sent.
 - Every trial is sent the same traffic: the load generator is seeded with the job's
   ``seed``, never with the trial.
 """
@@ -32,6 +40,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +58,9 @@ from agents.loadgen import (
     RequestDone,
     ServerSample,
     ServerUnreachable,
+    TokenizerError,
     config_from_workload,
+    load_tokenizer,
     run_bench,
 )
 from agents.protocol import JobSpec, ServeGridError
@@ -64,6 +75,7 @@ from agents.runner.simulated import (
     workload_for_speed,
 )
 from agents.runner.trial_engine import EngineOptions, trial_engine
+from agents.weights import WeightsError, weights_fetch
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +125,34 @@ def _message(model: type[protocol.AgentMessageBase], run_id, **fields) -> dict:
     return instance.model_dump(mode="json", exclude={"seq"})
 
 
+async def _in_daemon_thread(function: Callable, /, *args, **kwargs):
+    """``function(*args, **kwargs)`` in a daemon thread: a download that a stop abandons
+    must not keep the agent's process alive when it exits."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(result=None, error: BaseException | None = None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def work() -> None:
+        try:
+            result = function(*args, **kwargs)
+        except BaseException as exc:  # handed to the awaiting coroutine, whatever it is
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, result)
+
+    threading.Thread(target=work, name="weights-fetch", daemon=True).start()
+    return await future
+
+
 def _tail(lines: list[str]) -> str:
     text = "\n".join(lines[-LOG_TAIL_LINES:])
     return text[-protocol.MAX_LOG_TAIL_CHARS :]
@@ -156,6 +196,10 @@ class JobRunner:
         self._engine_starting = False
         # The simulator's speed-up, undone in every figure it reports (None: real hardware).
         self.sim_speed = job.engine.sim_speed if job.engine.kind == "sim" else None
+        # The machine's weights cache (HF_HOME layout) and what was fetched into it.
+        self.weights_dir = self.engine_options.weights_dir or self.workdir / "weights"
+        self._weights_ready = job.engine.kind != "vllm"
+        self.tokenizer = None
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -268,6 +312,9 @@ class JobRunner:
     def _finish_trial(
         self, trial: int, outcome: str, failure_class: str | None = None, log_tail: str = ""
     ) -> str:
+        token = self.engine_options.hf_token
+        if token:
+            log_tail = log_tail.replace(token, "[HF_TOKEN]")
         self.emit(
             protocol.TrialFinished,
             type="trial_finished",
@@ -298,6 +345,7 @@ class JobRunner:
                 trial.serve_config,
                 workdir=workdir,
                 options=self.engine_options,
+                weights_dir=None if self.job.model.local_path else self.weights_dir,
                 startup_timeout=self.seconds_to_deadline(),
             )
         except ServeGridError as exc:
@@ -317,6 +365,13 @@ class JobRunner:
             serve_config=trial.serve_config,
             command=engine.argv,
         )
+        refused = await self._prepare_weights(index)
+        if refused is not None:
+            failure_class, reason = refused
+            self._set_stop("failed", reason)
+            return self._finish_trial(index, "failed", failure_class, reason)
+        if self._stop_request is not None and not self._weights_ready:
+            return self._stopped_outcome(index)
         self._engine = engine
         try:
             return await self._serve_and_measure(index, engine)
@@ -324,6 +379,60 @@ class JobRunner:
             await asyncio.to_thread(engine.stop)
             self._engine = None
             self.current_trial = None
+
+    async def _prepare_weights(self, index: int) -> tuple[str, str] | None:
+        """Fetches the job's weights once (see the module docstring) and loads their
+        tokenizer; ``(failure_class, reason)`` when they cannot be had, else None (also when
+        a stop abandoned the download)."""
+        if self._weights_ready:
+            return None
+        model, options = self.job.model, self.engine_options
+        if model.local_path:
+            self.tokenizer = self._tokenizer_of(Path(model.local_path))
+            self._weights_ready = True
+            return None
+        fetch = asyncio.ensure_future(
+            _in_daemon_thread(
+                weights_fetch,
+                model,
+                cache_dir=self.weights_dir / "hub",
+                token=options.hf_token,
+                offline=options.hub_offline,
+                endpoint=options.hub_endpoint,
+                disk_reserve_bytes=options.disk_reserve_bytes,
+            )
+        )
+        stopped = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({fetch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not fetch.done():
+            fetch.cancel()
+            return None  # the stop's outcome is the trial's
+        try:
+            weights = fetch.result()
+        except WeightsError as exc:
+            return exc.failure_class, str(exc)
+        self.emit(
+            protocol.ColdStartPhase,
+            type="cold_start_phase",
+            trial=index,
+            phase=protocol.WEIGHTS_PHASE,
+            seconds=weights.seconds,
+            detail=weights.detail(),
+        )
+        self.tokenizer = self._tokenizer_of(weights.path)
+        self._weights_ready = True
+        return None
+
+    @staticmethod
+    def _tokenizer_of(folder: Path):
+        """The model's own tokenizer from its files, or None (prompts then are estimated in
+        length, and the server's counts are reported)."""
+        try:
+            return load_tokenizer(str(folder))
+        except TokenizerError as exc:
+            logger.warning("prompts without the model's tokenizer: %s", exc)
+            return None
 
     async def _serve_and_measure(self, index: int, engine: ProcessEngine) -> str:
         def on_phase(phase) -> None:  # called from the engine's log thread
@@ -421,6 +530,7 @@ class JobRunner:
             ),
             metrics_url="auto",
             metrics_period=self.metrics_period,
+            tokenizer=self.tokenizer,
             # The run's seed, not the trial's: every configuration sees the same traffic.
             seed=job.seed,
         )

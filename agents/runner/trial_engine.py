@@ -21,10 +21,14 @@ from agents.engines.sim.engine import sim_engine
 from agents.engines.vllm import vllm_engine
 from agents.hardware import REGISTERED_FACTS, ModelFacts
 from agents.protocol import JobSpec, ModelSource
+from agents.weights import DEFAULT_DISK_RESERVE_BYTES, HUB_OFFLINE_ENV
 
 VLLM_COMMAND_ENV = "BENCHSITE_VLLM_COMMAND"
 VLLM_CPU_ENV = "BENCHSITE_VLLM_CPU"
 VLLM_ENV_ENV = "BENCHSITE_VLLM_ENV"
+WEIGHTS_DIR_ENV = "BENCHSITE_WEIGHTS_DIR"
+DISK_RESERVE_ENV = "BENCHSITE_DISK_RESERVE_GB"
+HF_TOKEN_ENV = "HF_TOKEN"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -38,17 +42,26 @@ class EngineOptions:
     vllm_env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout: float = 900.0
     sim_startup_speed: float | None = None
+    # Where the model's weights are cached on this machine (the pod's network volume when it
+    # has one); None: under the run's work folder.
+    weights_dir: Path | None = None
+    hf_token: str | None = field(default=None, repr=False)  # a secret: never shown
+    hub_offline: bool = False  # the weights are cached already; the hub is never asked
+    hub_endpoint: str | None = None  # HF_ENDPOINT: another hub (a mirror, a test's fake)
+    disk_reserve_bytes: int = DEFAULT_DISK_RESERVE_BYTES
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> EngineOptions:
         """``BENCHSITE_VLLM_COMMAND`` (e.g. ``/opt/vllm/bin/vllm serve``),
         ``BENCHSITE_VLLM_CPU=1`` (vLLM's CPU backend) and ``BENCHSITE_VLLM_ENV``: ``KEY=VALUE``
-        words (shell quoting) added to vLLM's otherwise built environment, e.g.
-        ``HF_HOME=/srv/hf HF_HUB_OFFLINE=1`` for weights this machine has cached already.
-        Raises ``ValueError`` naming the variable for a word that is not ``KEY=VALUE``."""
+        words (shell quoting) added to vLLM's otherwise built environment;
+        ``BENCHSITE_WEIGHTS_DIR`` (the weights cache), ``BENCHSITE_DISK_RESERVE_GB`` (kept free
+        beside the weights, default 2), and the hub's own ``HF_TOKEN``, ``HF_ENDPOINT`` and
+        ``HF_HUB_OFFLINE`` (weights this machine has cached already).
+        Raises ``ValueError`` naming the variable for a value it cannot use."""
         environ = os.environ if environ is None else environ
         command = tuple(shlex.split(environ.get(VLLM_COMMAND_ENV, ""))) or cls.vllm_command
-        cpu = environ.get(VLLM_CPU_ENV, "").lower() in ("1", "true", "yes")
+        cpu = _true(environ.get(VLLM_CPU_ENV, ""))
         extra: dict[str, str] = {}
         try:
             words = shlex.split(environ.get(VLLM_ENV_ENV, ""))
@@ -59,7 +72,30 @@ class EngineOptions:
             if not equals or not _ENV_NAME.fullmatch(key):
                 raise ValueError(f"{VLLM_ENV_ENV}: expected KEY=VALUE words, got {word!r}")
             extra[key] = value
-        return cls(vllm_command=command, cpu=cpu, vllm_env=extra)
+        weights_dir = environ.get(WEIGHTS_DIR_ENV, "").strip()
+        reserve = environ.get(DISK_RESERVE_ENV, "").strip()
+        try:
+            reserve_bytes = int(float(reserve) * 1024**3) if reserve else DEFAULT_DISK_RESERVE_BYTES
+        except (ValueError, OverflowError):  # not a number, or inf/nan
+            raise ValueError(
+                f"{DISK_RESERVE_ENV}: expected a number of GiB, got {reserve!r}"
+            ) from None
+        if reserve_bytes < 0:
+            raise ValueError(f"{DISK_RESERVE_ENV}: must not be negative")
+        return cls(
+            vllm_command=command,
+            cpu=cpu,
+            vllm_env=extra,
+            weights_dir=Path(weights_dir).expanduser() if weights_dir else None,
+            hf_token=environ.get(HF_TOKEN_ENV) or None,
+            hub_offline=_true(environ.get(HUB_OFFLINE_ENV, "")),
+            hub_endpoint=environ.get("HF_ENDPOINT") or None,
+            disk_reserve_bytes=reserve_bytes,
+        )
+
+
+def _true(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def sim_model_file(model: ModelSource, workdir: Path) -> Path:
@@ -78,9 +114,14 @@ def trial_engine(
     *,
     workdir: Path,
     options: EngineOptions,
+    weights_dir: Path | None = None,
     startup_timeout: float | None = None,
 ) -> ProcessEngine:
-    """A fresh (not yet started) engine for one trial; ``startup_timeout`` caps start-up."""
+    """A fresh (not yet started) engine for one trial; ``startup_timeout`` caps start-up.
+
+    Real vLLM serves the job's ``local_path`` when it has one, else the repository at its
+    revision from the weights cache ``weights_dir`` with the hub offline (the runner has
+    fetched the snapshot there before the first trial): the command a deployment runs."""
     timeout = min(startup_timeout or options.startup_timeout, options.startup_timeout)
     timeout = max(timeout, 1.0)
     if job.engine.kind == "sim":
@@ -94,14 +135,19 @@ def trial_engine(
             startup_speed=options.sim_startup_speed,
             startup_timeout=timeout,
         )
+    local = job.model.local_path
     return vllm_engine(
-        model=job.model.local_path or job.model.hf_repo,
+        model=local or job.model.hf_repo,
+        revision=None if local else job.model.revision,
         config=serve_config,
         workdir=workdir,
         command=options.vllm_command,
         served_model_name=job.model.served_model_name,
         vllm_version=job.engine.vllm_version,
         cpu=options.cpu,
+        hf_home=weights_dir,
+        hf_token=options.hf_token,
+        hub_offline=weights_dir is not None,
         env=dict(options.vllm_env) or None,
         startup_timeout=timeout,
     )

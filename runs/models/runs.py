@@ -63,6 +63,9 @@ class Run(models.Model):
     # The rented pod's lifetime: billing runs from its creation to its termination.
     pod_started_at = models.DateTimeField(null=True, blank=True)
     pod_terminated_at = models.DateTimeField(null=True, blank=True)
+    # How the pod got the model's weights (the agent's ``weights_downloaded`` phase: bytes,
+    # seconds, MB/s, cached); empty until reported, and for runs that fetch none.
+    weights_fetch = models.JSONField(default=dict, blank=True)
     billed_seconds = models.FloatField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     run_token_hash = models.CharField(max_length=64, blank=True)
@@ -123,6 +126,8 @@ class FailureClass(models.TextChoices):
     KV_CACHE_TOO_SMALL = "kv_cache_too_small"
     UNSUPPORTED_FLAG = "unsupported_flag"
     MODEL_NOT_FOUND = "model_not_found"
+    MODEL_ACCESS_DENIED = "model_access_denied"
+    DISK_TOO_SMALL = "disk_too_small"
     STARTUP_TIMEOUT = "startup_timeout"
     CRASH = "crash"
     DEADLINE = "deadline"

@@ -233,6 +233,11 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
             run.state = RunState.BENCHMARKING
             run.started_at = run.started_at or now
             fields += ["state", "started_at"]
+    elif isinstance(message, protocol.ColdStartPhase) and message.phase == protocol.WEIGHTS_PHASE:
+        # The run's pod fetched its weights (once, before the first engine): the run's fact,
+        # kept apart from the engine phases (times since the engine's process started).
+        run.weights_fetch = {**message.detail, "seconds": message.seconds}
+        fields.append("weights_fetch")
     elif isinstance(message, protocol.ColdStartPhase):
         trial = _trial(run, message.trial, trials)
         trial.cold_start = {**trial.cold_start, message.phase: message.seconds}

@@ -10,7 +10,10 @@ and %.6f seconds", "Graph capturing finished in %.0f secs, took %.2f GiB";
 wording: ``transformers_utils/config.py`` (model not found), ``v1/core/kv_cache_utils.py``
 (KV cache too small, no memory for cache blocks), argparse (unknown flag).
 
-Behaviour: a model folder without ``config.json`` is "not found"; ``--max-model-len`` above
+Behaviour: the model is a folder, or a repository id found in the Hugging Face cache under
+``HF_HOME`` (``refs/<--revision>``, default ``main``) when ``HF_HUB_OFFLINE=1`` — vLLM's
+offline look-up; the folder it serves is named in the "Starting to load model" line. A model
+folder without ``config.json`` is "not found"; ``--max-model-len`` above
 ``FAKE_VLLM_KV_TOKENS`` (default 65536) does not fit the KV cache;
 ``--gpu-memory-utilization`` below 0.1 leaves no memory; ``FAKE_VLLM_STALL=1`` never
 listens; ``FAKE_VLLM_LINE_DELAY`` (s, default 0.02) paces the log. Once listening it serves
@@ -42,6 +45,7 @@ def log(source: str, level: str, where: str, text: str) -> None:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="vllm serve")
     parser.add_argument("model_tag")
+    parser.add_argument("--revision")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--served-model-name")
@@ -59,6 +63,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def model_folder(model: str, revision: str | None) -> Path:
+    """A folder as given, or a repository's snapshot in the offline hub cache."""
+    if Path(model).is_dir() or os.environ.get("HF_HUB_OFFLINE") != "1":
+        return Path(model)
+    repo = Path(os.environ.get("HF_HOME", "")) / "hub" / ("models--" + model.replace("/", "--"))
+    ref = repo / "refs" / (revision or "main")
+    commit = ref.read_text().strip() if ref.is_file() else (revision or "")
+    return repo / "snapshots" / commit
+
+
 def fail(lines: list[str]) -> None:
     print("Traceback (most recent call last):", flush=True)
     for line in lines:
@@ -72,7 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     api = "APIServer"
     log(api, "INFO", "api_utils.py:347", "  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.32.0")
     log(api, "INFO", "api_utils.py:286", f"non-default args: {{'model_tag': '{args.model_tag}'}}")
-    if not (Path(args.model_tag) / "config.json").is_file():
+    folder = model_folder(args.model_tag, args.revision)
+    if not (folder / "config.json").is_file():
         fail(
             [
                 '  File "/venv/lib/python3.11/site-packages/vllm/transformers_utils/config.py",'
@@ -95,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     if os.environ.get("FAKE_VLLM_STALL") == "1":
         time.sleep(3600)
     worker = "Worker"
-    log(worker, "INFO", "cpu_model_runner.py:68", f"Starting to load model {args.model_tag}...")
+    log(worker, "INFO", "cpu_model_runner.py:68", f"Starting to load model {folder}...")
     log(
         worker,
         "INFO",

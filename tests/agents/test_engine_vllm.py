@@ -294,3 +294,14 @@ def test_the_socket_folder_lives_only_while_the_engine_runs(tmp_path, model_dir)
         assert sockets.is_dir()
     finally:
         engine.stop()
+
+
+def test_its_environment_shares_the_weights_cache_and_holds_a_token_only_when_given(tmp_path):
+    cache = tmp_path / "weights"
+    env = vllm_env(tmp_path / "trial", hf_home=cache, hf_token="hf_abc", hub_offline=True, base={})
+    assert env["HF_HOME"] == str(cache) and env["VLLM_CACHE_ROOT"] == str(cache / "vllm")
+    assert (env["HF_TOKEN"], env["HF_HUB_OFFLINE"]) == ("hf_abc", "1")
+    # The agent's own environment is not inherited: no token unless the job's machine has one.
+    bare = vllm_env(tmp_path / "trial", base={"HF_TOKEN": "hf_leak", "PATH": "/bin"})
+    assert "HF_TOKEN" not in bare and "HF_HUB_OFFLINE" not in bare
+    assert bare["HF_HOME"] == str(tmp_path / "trial" / "cache" / "hf")

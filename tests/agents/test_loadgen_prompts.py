@@ -162,3 +162,28 @@ def test_exact_lengths_hold_for_every_prompt_not_most(bpe_tokenizer_json):
         prompts = RandomPrompts(length, 4).sample(60, random.Random(length), tokenizer)
         assert {prompt.prompt_len for prompt in prompts} == {length}
         assert all(len(tokenizer.encode(prompt.text)) == length for prompt in prompts)
+
+
+def test_prompts_count_the_bos_token_the_server_adds(bpe_tokenizer_json, tmp_path):
+    """vLLM tokenizes a completion prompt with special tokens: a tokenizer that adds a BOS
+    gets prompts one token shorter, so the server counts exactly the requested length."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tokenizer = tokenizers.Tokenizer.from_file(str(bpe_tokenizer_json / "tokenizer.json"))
+    tokenizer.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tokenizer.token_to_id("<s>"))]
+    )
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    with_bos = load_tokenizer(str(tmp_path / "tokenizer.json"))
+    assert with_bos.special_tokens == 1
+    assert load_tokenizer(str(bpe_tokenizer_json)).special_tokens == 0
+    hub_tokenizer = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+
+    def server_count(text: str) -> int:
+        return len(hub_tokenizer.encode(text, add_special_tokens=True).ids)
+
+    rng = random.Random(1)
+    for prompt in RandomPrompts(50, 8, range_ratio=0.5).sample(20, rng, with_bos):
+        assert server_count(prompt.text) == prompt.prompt_len
+    prefix = PrefixPrompts(shared_len=32, suffix_len=16, output_len=8)
+    for prompt in prefix.sample(4, rng, with_bos):
+        assert server_count(prompt.text) == prompt.prompt_len == 48

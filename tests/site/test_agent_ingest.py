@@ -525,3 +525,27 @@ def test_it_takes_a_rest_batch_as_large_as_the_protocol_allows_whatever_the_limi
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "too_large"
     assert AgentMessageRecord.objects.filter(run=run).count() == count
+
+
+def test_it_keeps_the_weights_fetch_on_the_run_and_a_refusal_on_its_trial(alice):
+    run, token = _new_run(alice.org)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    rid = str(run.id)
+    batch = messages(run.id)[:3]  # hello, trial_started, an engine phase
+    detail = {"repo": "org/m", "bytes": 16_000_000_000, "mb_per_s": 812.5, "cached": False}
+    batch += [
+        {"type": "cold_start_phase", "run_id": rid, "seq": 3, "trial": 0,
+         "phase": "weights_downloaded", "seconds": 19.7, "detail": detail},
+        {"type": "trial_finished", "run_id": rid, "seq": 4, "trial": 0, "outcome": "failed",
+         "failure_class": "model_access_denied", "log_tail": "org/m is gated"},
+    ]  # fmt: skip
+    response = client.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
+                           format="json")  # fmt: skip
+    assert response.json()["acked"] == [0, 1, 2, 3, 4]
+    run.refresh_from_db()
+    assert run.weights_fetch == {**detail, "seconds": 19.7}
+    trial = Trial.objects.get(run=run)
+    # The engine's phases stay times since its process started; the download is not one.
+    assert trial.cold_start == {"weights_loaded": 31.5}
+    assert (trial.outcome, trial.failure_class) == ("failed", "model_access_denied")
