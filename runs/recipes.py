@@ -8,6 +8,9 @@ Guarantees:
 - Everything is read from what the run was started with (``runs.frozen_job``: its model,
   image and GPUs) and where its pod actually landed, never from the experiment or model as
   edited since.
+- The words after ``vllm serve`` come from ``agents.protocol.serve_command_args``, the
+  function the agent starts the benchmark with: the recipe's command is the benchmarked one,
+  the address it listens on aside (the model at its revision, the served name, the flags).
 - Commands are built as argv lists and quoted once (``shlex.join``) for display.
 """
 
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 
-from agents.protocol import serve_args
+from agents.protocol import serve_args, serve_command_args
 from runs.experiment_spec import vllm_version_of_tag
 from runs.frozen_job import run_cloud_type, run_engine, run_model, run_pod_storage
 from runs.models import Trial
@@ -31,15 +34,17 @@ def trial_recipe(*, trial: Trial) -> dict:
     engine, model = run_engine(run), run_model(run)
     container_disk_gb, network_volume_id = run_pod_storage(run)
     tag = engine.image_tag or "latest"
-    flags = serve_args(trial.serve_config, vllm_version=vllm_version_of_tag(tag))
-    model_args = [model.hf_repo]
-    if model.revision and model.revision != "main":
-        model_args += ["--revision", model.revision]
-    # The benchmark served the model under its repository name; clients keep using it.
-    model_args += ["--served-model-name", model.hf_repo]
     # A deployment listens on every interface of its container (that is its job); text only.
-    listen = ["--host", "0.0.0.0", "--port", str(SERVE_PORT)]  # noqa: S104
-    serve = ["vllm", "serve", *model_args, *listen, *flags]
+    args = serve_command_args(
+        model=model.hf_repo,
+        revision=model.revision,
+        # The benchmark served the model under this name; clients keep using it.
+        served_model_name=model.served_model_name,
+        host="0.0.0.0",  # noqa: S104
+        port=SERVE_PORT,
+        flags=serve_args(trial.serve_config, vllm_version=vllm_version_of_tag(tag)),
+    )
+    serve = ["vllm", "serve", *args]
     image = f"{VLLM_IMAGE}:{tag}"
     # The entrypoint is named explicitly: the image's default differs between vLLM versions.
     docker = [
@@ -48,7 +53,7 @@ def trial_recipe(*, trial: Trial) -> dict:
         "-v", "huggingface:/root/.cache/huggingface",
         "-e", "HF_TOKEN",
         "--entrypoint", "vllm",
-        image, "serve", *model_args, *listen, *flags,
+        image, "serve", *args,
     ]  # fmt: skip
     pod = {
         "gpu_type_id": run.pod_gpu_type or engine.gpu_type,
@@ -59,7 +64,7 @@ def trial_recipe(*, trial: Trial) -> dict:
         "network_volume_id": network_volume_id,
         "ports": f"{SERVE_PORT}/http",
         "env": {"HF_TOKEN": "<your Hugging Face token>"},
-        "docker_args": shlex.join(["serve", *model_args, *listen, *flags]),
+        "docker_args": shlex.join(["serve", *args]),
         "docker_entrypoint": "vllm",
     }
     return {

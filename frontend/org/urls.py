@@ -35,4 +35,10 @@ urlpatterns = [
         views.org_runpod_key_remove,
         name="org-runpod-key-remove",
     ),
+    path("o/<slug:org>/settings/hf-token/", views.org_hf_token, name="org-hf-token"),
+    path(
+        "o/<slug:org>/settings/hf-token/remove/",
+        views.org_hf_token_remove,
+        name="org-hf-token-remove",
+    ),
 ]

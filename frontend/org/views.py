@@ -54,14 +54,8 @@ _BUDGET_LABELS = {
     "experiment": "Experiment",
     "note": "Note",
 }
-_KEY_LABELS = {"api_key": "Runpod API key"}
 # <input type="month"> sends "2025-07"; the API takes the month's first day.
 _MONTH_INPUT = re.compile(r"^\d{4}-\d{2}$")
-
-
-def _runpod_credential(membership: Membership) -> ProviderCredential | None:
-    credentials = scoped(membership, ProviderCredential)
-    return credentials.filter(provider=CredentialProvider.RUNPOD).first()
 
 
 def _describe(fields: dict[str, list[str]]) -> str:
@@ -82,7 +76,8 @@ def org_settings(request, membership):
         context["active_token_count"] = (
             scoped(membership, ApiToken).filter(revoked_at__isnull=True).count()
         )
-        context["runpod_key"] = _runpod_credential(membership)
+        context["runpod_key"] = _credential(membership, CredentialProvider.RUNPOD)
+        context["hf_token"] = _credential(membership, CredentialProvider.HUGGINGFACE)
     return render(request, "frontend/org/settings.html", context)
 
 
@@ -274,11 +269,41 @@ def org_budget_delete(request, membership, budget_id: int):
     return redirect("org-budgets", membership.organization.slug)
 
 
-# ---- The organization's Runpod key: write-only; owners and admins see its fingerprint ----
+# ---- The organization's secrets (the Runpod key, the Hugging Face token): write-only;
+# ---- owners and admins see their fingerprints
+
+# Per service: its name on the page, what it is for, and what happens without it.
+_SECRET_PAGES = {
+    CredentialProvider.RUNPOD: {
+        "section": "runpod-key",
+        "url": "org-runpod-key",
+        "remove_url": "org-runpod-key-remove",
+        "title": "Runpod API key",
+        "noun": "key",
+        "uses": "Runs of this organization rent GPUs with it.",
+        "without": "Runs on Runpod cannot start until an owner or admin sets one.",
+        "removed": "Removed the Runpod API key. Runs on Runpod need a key again.",
+    },
+    CredentialProvider.HUGGINGFACE: {
+        "section": "hf-token",
+        "url": "org-hf-token",
+        "remove_url": "org-hf-token-remove",
+        "title": "Hugging Face token",
+        "noun": "token",
+        "uses": "Pods download gated and private models with it (read access is enough).",
+        "without": "Public models download without one; gated models (Llama, Gemma, …) "
+        "fail with model_access_denied until an owner or admin sets one.",
+        "removed": "Removed the Hugging Face token. Gated models need a token again.",
+    },
+}
 
 
-@org_page("GET", "POST", need=Need.MANAGE)
-def org_runpod_key(request, membership):
+def _credential(membership: Membership, provider: CredentialProvider):
+    return scoped(membership, ProviderCredential).filter(provider=provider).first()
+
+
+def _secret_page(request, membership, provider: CredentialProvider):
+    page = _SECRET_PAGES[provider]
     errors: dict[str, list[str]] = {}
     if request.method == "POST":
         try:
@@ -286,31 +311,49 @@ def org_runpod_key(request, membership):
             credential = provider_key_set(
                 actor=actor_from_request(request),
                 org=membership.organization,
-                provider=CredentialProvider.RUNPOD,
+                provider=provider,
                 api_key=data["api_key"],
             )
         except DomainValidationError as exc:
             errors = exc.fields  # the messages describe the rule, never the key
         else:
-            messages.success(request, f"Saved the Runpod API key {credential.fingerprint}.")
-            return redirect("org-runpod-key", membership.organization.slug)
-    credential = _runpod_credential(membership)
+            messages.success(request, f"Saved the {page['title']} {credential.fingerprint}.")
+            return redirect(page["url"], membership.organization.slug)
     context = org_context(
         membership,
-        section="runpod-key",
-        credential=credential,
+        section=page["section"],
+        page=page,
+        credential=_credential(membership, provider),
         errors=errors,
-        summary=error_summary(errors, _KEY_LABELS),
+        summary=error_summary(errors, {"api_key": page["title"]}),
     )
-    return render(request, "frontend/org/runpod_key.html", context)
+    return render(request, "frontend/org/secret_key.html", context)
+
+
+def _secret_remove(request, membership, provider: CredentialProvider):
+    page = _SECRET_PAGES[provider]
+    provider_key_clear(
+        actor=actor_from_request(request), org=membership.organization, provider=provider
+    )
+    messages.success(request, page["removed"])
+    return redirect(page["url"], membership.organization.slug)
+
+
+@org_page("GET", "POST", need=Need.MANAGE)
+def org_runpod_key(request, membership):
+    return _secret_page(request, membership, CredentialProvider.RUNPOD)
 
 
 @org_page("POST", need=Need.MANAGE)
 def org_runpod_key_remove(request, membership):
-    provider_key_clear(
-        actor=actor_from_request(request),
-        org=membership.organization,
-        provider=CredentialProvider.RUNPOD,
-    )
-    messages.success(request, "Removed the Runpod API key. Runs on Runpod need a key again.")
-    return redirect("org-runpod-key", membership.organization.slug)
+    return _secret_remove(request, membership, CredentialProvider.RUNPOD)
+
+
+@org_page("GET", "POST", need=Need.MANAGE)
+def org_hf_token(request, membership):
+    return _secret_page(request, membership, CredentialProvider.HUGGINGFACE)
+
+
+@org_page("POST", need=Need.MANAGE)
+def org_hf_token_remove(request, membership):
+    return _secret_remove(request, membership, CredentialProvider.HUGGINGFACE)

@@ -1,4 +1,5 @@
-"""An organization's API keys for GPU providers, stored encrypted (runs/secrets.py).
+"""An organization's API keys for GPU providers and its Hugging Face token, stored encrypted
+(runs/secrets.py).
 
 The key itself is never readable from this row without ``CREDENTIALS_ENCRYPTION_KEY``; the
 fingerprint (its last characters) is all that is ever shown or audited.
@@ -15,13 +16,15 @@ from runs.models.tenancy import Organization, User
 
 
 class CredentialProvider(models.TextChoices):
-    """Providers that take an organization's own key (the local provider needs none)."""
+    """Services that take an organization's own secret: Runpod rents the GPUs (the local
+    provider needs no key); Hugging Face serves the weights of gated and private models."""
 
-    RUNPOD = "runpod"
+    RUNPOD = "runpod", "Runpod"
+    HUGGINGFACE = "huggingface", "Hugging Face"
 
 
 class ProviderCredential(models.Model):
-    """One organization's key for one provider; setting it again replaces it."""
+    """One organization's key (or token) for one service; setting it again replaces it."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organization = models.ForeignKey(

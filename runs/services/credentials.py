@@ -1,4 +1,5 @@
-"""An organization's provider API keys: set, clear, and read back for a run.
+"""An organization's secrets for outside services (the Runpod API key, the Hugging Face
+token): set, clear, and read back for a run.
 
 Guarantees: the key is stored only as ciphertext (runs/secrets.py); the audit log, error
 messages and return values carry its fingerprint (the last four characters) and never the
@@ -28,7 +29,17 @@ _KEY_CHARACTERS = frozenset(string.ascii_letters + string.digits + string.punctu
 _FINGERPRINT_MIN_LENGTH = 16
 
 
-def _check_api_key(api_key: str) -> None:
+# A Hugging Face token travels to the pod as an environment value, where a quote could break
+# out of the provider's query: only what the hub's tokens are made of.
+_HF_TOKEN_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_-")
+# Audit events per service: (set, clear).
+_EVENTS = {
+    CredentialProvider.RUNPOD: ("provider_key.set", "provider_key.clear"),
+    CredentialProvider.HUGGINGFACE: ("hf_token.set", "hf_token.remove"),
+}
+
+
+def _check_api_key(api_key: str, provider: CredentialProvider) -> None:
     # Messages describe the rule, never the value: the value is a secret.
     if not api_key:
         message = "Must not be empty."
@@ -36,6 +47,8 @@ def _check_api_key(api_key: str) -> None:
         message = f"Must be at most {API_KEY_MAX_LENGTH} characters."
     elif not set(api_key) <= _KEY_CHARACTERS:
         message = "Must be printable ASCII without spaces, tabs or line breaks."
+    elif provider == CredentialProvider.HUGGINGFACE and not set(api_key) <= _HF_TOKEN_CHARACTERS:
+        message = "A Hugging Face token is letters, digits, '_' and '-' only (hf_…)."
     else:
         return
     raise DomainValidationError.single("api_key", message)
@@ -50,9 +63,10 @@ def key_fingerprint(api_key: str) -> str:
 def provider_key_set(
     *, actor: Actor, org: Organization, provider: str, api_key: str
 ) -> ProviderCredential:
-    """Stores (or replaces) the organization's key for ``provider``, encrypted."""
+    """Stores (or replaces) the organization's key for ``provider``, encrypted; audited as
+    ``provider_key.set`` (``hf_token.set`` for the Hugging Face token)."""
     provider = CredentialProvider(provider)
-    _check_api_key(api_key)
+    _check_api_key(api_key, provider)
     fingerprint = key_fingerprint(api_key)
     credential = (
         ProviderCredential.objects.select_for_update()
@@ -71,7 +85,7 @@ def provider_key_set(
     audit_record(
         org=org,
         actor=actor,
-        event="provider_key.set",
+        event=_EVENTS[provider][0],
         target=credential,
         before=before,
         after={"provider": provider.value, "fingerprint": fingerprint},
@@ -81,7 +95,8 @@ def provider_key_set(
 
 @transaction.atomic
 def provider_key_clear(*, actor: Actor, org: Organization, provider: str) -> None:
-    """Forgets the organization's key for ``provider``; clearing none is a no-op."""
+    """Forgets the organization's key for ``provider``; clearing none is a no-op. Audited as
+    ``provider_key.clear`` (``hf_token.remove`` for the Hugging Face token)."""
     provider = CredentialProvider(provider)
     credential = (
         ProviderCredential.objects.select_for_update()
@@ -93,7 +108,7 @@ def provider_key_clear(*, actor: Actor, org: Organization, provider: str) -> Non
     audit_record(
         org=org,
         actor=actor,
-        event="provider_key.clear",
+        event=_EVENTS[provider][1],
         target=credential,
         before={"provider": provider.value, "fingerprint": credential.fingerprint},
     )
@@ -105,9 +120,10 @@ def provider_key_for_run(
 ) -> str | None:
     """The organization's own key for ``provider`` in clear, or None when it has none.
 
-    Only a provider adapter acting for this organization may hold the result, and only for
-    the calls it makes; a key that cannot be decrypted raises ``PermanentProviderError``
-    (the run fails with the reason).
+    Only a provider adapter acting for this organization (or, for the Hugging Face token, the
+    environment of this organization's pod) may hold the result, and only for the calls it
+    makes; a key that cannot be decrypted raises ``PermanentProviderError`` (the run fails
+    with the reason).
     """
     credential = ProviderCredential.objects.filter(organization=org, provider=provider).first()
     if credential is None:
@@ -116,7 +132,7 @@ def provider_key_for_run(
         return decrypt_secret(credential.encrypted_key)
     except SecretUnreadable:
         raise PermanentProviderError(
-            f"The organization's {CredentialProvider(provider).label} API key "
+            f"The organization's {CredentialProvider(provider).label} key "
             f"({credential.fingerprint}) cannot be decrypted: CREDENTIALS_ENCRYPTION_KEY has "
             "changed since it was saved. Restore the previous key, or set the API key again."
         ) from None

@@ -12,7 +12,10 @@ Guarantees:
   landed is recorded on the run, with the provider's billed rate for it.
 - The run token (the same for every attempt, ``runs.services.run_tokens``) has its hash
   committed before the pod is created, so an adopted pod's agent holds a token the site
-  accepts; the job and token travel only in the pod's env.
+  accepts; the job and token travel only in the pod's env, and so does the organization's
+  Hugging Face token (``HF_TOKEN``, for real vLLM only: never in the job).
+- A pod with a network volume keeps the model's weights on it
+  (``BENCHSITE_WEIGHTS_DIR``), so a later run with the same volume finds them there.
 - Billing starts when the create that rented the pod was sent (``pod_started_at`` is written
   before each create), also for a pod adopted after a crash.
 - Provider errors are split: ``TransientProviderError`` releases the lease and is re-raised
@@ -38,7 +41,7 @@ from agents import protocol
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
 from runs.frozen_job import run_engine, run_is_simulated, run_placements, run_pod_storage
 from runs.jobs import run_job_spec
-from runs.models import GpuType, Run
+from runs.models import CredentialProvider, GpuType, Run
 from runs.models.runs import RunState
 from runs.placement import Placement, recorded_placement
 from runs.providers.base import (
@@ -51,6 +54,7 @@ from runs.providers.base import (
 )
 from runs.providers.registry import provider_for, provider_name_for
 from runs.selectors.prices import gpu_price
+from runs.services.credentials import provider_key_for_run
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.run_tokens import run_token_issue
 from runs.services.trial_settling import run_trials_settle
@@ -58,6 +62,8 @@ from runs.services.trial_settling import run_trials_settle
 logger = logging.getLogger(__name__)
 
 LEASE = datetime.timedelta(minutes=5)
+# Where Runpod mounts a network volume in a pod; the agent caches weights below it.
+NETWORK_VOLUME_WEIGHTS_DIR = "/workspace/benchsite/weights"
 
 
 def run_claim_for_provisioning(*, run_id, owner: str, task_id: str | None = None) -> Run | None:
@@ -88,16 +94,23 @@ def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
     job = run_job_spec(run, ws_url=ws_url, rest_url=rest_url, placement=placement)
     tag = job.engine.image_tag or "latest"
     image = getattr(settings, "BENCHSITE_AGENT_IMAGE", "benchsite/agent:{tag}").format(tag=tag)
+    env = {
+        "BENCHSITE_JOB": base64.b64encode(job.model_dump_json().encode()).decode("ascii"),
+        "BENCHSITE_TOKEN": token,
+    }
+    if job.engine.kind == "vllm":
+        hf_token = provider_key_for_run(run.organization, CredentialProvider.HUGGINGFACE)
+        if hf_token:
+            env["HF_TOKEN"] = hf_token
+        if network_volume_id:
+            env["BENCHSITE_WEIGHTS_DIR"] = NETWORK_VOLUME_WEIGHTS_DIR
     return PodSpec(
         name=pod_name(run.id),
         image=image,
         gpu_type_id=placement.gpu_type_id,
         gpu_count=job.engine.gpu_count,
         cloud_type=placement.cloud_type.upper(),  # the site's "secure" is Runpod's SECURE
-        env={
-            "BENCHSITE_JOB": base64.b64encode(job.model_dump_json().encode()).decode("ascii"),
-            "BENCHSITE_TOKEN": token,
-        },
+        env=env,
         container_disk_gb=container_disk_gb,
         network_volume_id=network_volume_id,
     )

@@ -7,10 +7,14 @@ import shlex
 
 import pytest
 from django.core.exceptions import PermissionDenied
+from django.utils import timezone
 
+from agents import protocol
+from agents.runner.trial_engine import EngineOptions, trial_engine
 from runs.actors import Actor
 from runs.audit import audit_verify
 from runs.errors import Conflict, DomainValidationError
+from runs.frozen_job import job_spec_for_attempt
 from runs.models import AuditEvent, Membership, Promotion, PromotionState
 from runs.services.promotions import promotion_approve, promotion_propose, promotion_reject
 
@@ -75,9 +79,9 @@ def test_it_lets_a_member_propose_and_an_owner_approve(history, mallory, alice):
 def test_it_builds_the_recipe_from_the_serve_flag_schema(history, mallory):
     recipe = propose(mallory, history.t128).recipe
     assert recipe["serve_argv"] == [
-        "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
-        "--served-model-name", "meta-llama/Llama-3.1-8B-Instruct",
+        "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--revision", "main",
         "--host", "0.0.0.0", "--port", "8000",
+        "--served-model-name", "meta-llama/Llama-3.1-8B-Instruct",
         "--max-num-seqs", "128",
     ]  # fmt: skip
     assert shlex.split(recipe["serve_command"]) == recipe["serve_argv"]
@@ -88,6 +92,33 @@ def test_it_builds_the_recipe_from_the_serve_flag_schema(history, mallory):
     assert pod["gpu_type_id"] == "NVIDIA H100 80GB HBM3" and pod["gpu_count"] == 1
     assert pod["cloud_type"] == "SECURE" and pod["image_name"] == "vllm/vllm-openai:v0.11.0"
     assert pod["container_disk_in_gb"] == 80 and pod["ports"] == "8000/http"
+
+
+def test_the_recipe_serves_exactly_what_the_agent_benchmarked(history, mallory, tmp_path):
+    """The agent's own argv for the trial (built by the agent's code from the run's frozen
+    job) and the recipe's command differ only in the executable and the listening address."""
+    trial = history.t128
+    job = job_spec_for_attempt(
+        trial.run, deadline=timezone.now(), report=protocol.ReportTo(), gpu_type=None
+    )
+    job = job.model_copy(update={"engine": job.engine.model_copy(update={"kind": "vllm"})})
+    engine = trial_engine(
+        job,
+        trial.serve_config,
+        workdir=tmp_path,
+        options=EngineOptions(vllm_command=("/opt/venv/bin/vllm", "serve")),
+        weights_dir=tmp_path / "weights",
+    )
+    recipe = propose(mallory, trial).recipe
+
+    def served(argv: list[str]) -> list[str]:
+        words = argv[argv.index("serve") + 1 :]
+        for flag in ("--host", "--port"):
+            words[words.index(flag) + 1] = "ADDRESS"
+        return words
+
+    assert served(engine.argv) == served(recipe["serve_argv"])
+    assert "--revision" in recipe["serve_argv"]
 
 
 def test_it_refuses_the_proposer_approving_their_own_proposal(history, alice, dana):

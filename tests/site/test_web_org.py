@@ -52,6 +52,9 @@ def pages(rows) -> list[tuple[str, str, dict]]:
         ("get", "/o/acme/settings/runpod-key/", {}),
         ("post", "/o/acme/settings/runpod-key/", {"api_key": "rpa_attackerattackerattacker"}),
         ("post", "/o/acme/settings/runpod-key/remove/", {}),
+        ("get", "/o/acme/settings/hf-token/", {}),
+        ("post", "/o/acme/settings/hf-token/", {"api_key": "hf_attackerattackerattacker"}),
+        ("post", "/o/acme/settings/hf-token/remove/", {}),
     ]
 
 
@@ -100,7 +103,11 @@ def test_it_hides_other_tenants_rows_from_their_own_pages(acme_rows, charlie):
     assert settings_state() == before
 
 
-MANAGE_ONLY_READS = {"/o/acme/settings/tokens/", "/o/acme/settings/runpod-key/"}
+MANAGE_ONLY_READS = {
+    "/o/acme/settings/hf-token/",
+    "/o/acme/settings/tokens/",
+    "/o/acme/settings/runpod-key/",
+}
 
 
 @pytest.mark.parametrize("who", ["bob", "mallory"])
@@ -124,6 +131,7 @@ def test_it_shows_readers_no_controls_they_cannot_use(bob, acme_rows):
     assert "$100.00" in budgets and "Set a budget" not in budgets
     overview = client.get("/o/acme/settings/").content.decode()
     assert "/settings/tokens/" not in overview and "/settings/runpod-key/" not in overview
+    assert "/settings/hf-token/" not in overview
 
 
 # ---- Members and roles ----
