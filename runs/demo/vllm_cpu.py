@@ -66,9 +66,9 @@ def prepare_vllm(console: Console, venv: Path | None, hf_home: Path) -> VllmSetu
     if built.returncode != 0:
         raise CommandError(f"building the tiny model failed:\n{built.stderr[-3000:]}")
     snapshot = Path(built.stdout.strip().splitlines()[-1])
+    # The model is in the cache already, as on a pod whose network volume is warm: the agent
+    # takes it from there with the hub offline (it has no network here).
     vllm_env = {
-        "HF_HOME": str(hf_home),
-        **offline,
         # 1 GiB of KV cache: plenty for this model, and vLLM's CPU default is far larger.
         "VLLM_CPU_KVCACHE_SPACE": "1",
     }
@@ -78,6 +78,8 @@ def prepare_vllm(console: Console, venv: Path | None, hf_home: Path) -> VllmSetu
         agent_env={
             "BENCHSITE_VLLM_COMMAND": shlex.join([str(venv / "bin" / "vllm"), "serve"]),
             "BENCHSITE_VLLM_CPU": "1",
+            "BENCHSITE_WEIGHTS_DIR": str(hf_home),
+            **offline,
             "BENCHSITE_VLLM_ENV": " ".join(
                 shlex.quote(f"{key}={value}") for key, value in vllm_env.items()
             ),
