@@ -40,6 +40,7 @@ class FailureKind(enum.StrEnum):
     MODEL_NOT_FOUND = "model_not_found"
     STARTUP_TIMEOUT = "startup_timeout"
     CRASH = "crash"  # exited on its own: at start-up without a known cause, or mid-run
+    HANG = "hang"  # alive, but sent nothing for too long while requests waited
 
 
 @dataclass(frozen=True)

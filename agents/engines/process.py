@@ -216,6 +216,14 @@ class ProcessEngine:
         while not port_is_free(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def kill(self) -> None:
+        """SIGKILL to the whole group at once (a hung engine may never act on a SIGTERM);
+        ``stop`` still reaps it and frees its port."""
+        self._stopping = True
+        self._serving = False
+        if self._proc is not None:
+            self._signal_group(self._proc, signal.SIGKILL)
+
     def exit_status(self) -> EngineFailed | None:
         """The failure if the process died while it was meant to be serving."""
         proc = self._proc

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from agents.loadgen.activity import Activity
 from agents.loadgen.openai import Endpoint
 from agents.loadgen.prompts import PromptSource
 from agents.loadgen.tokenizer import Tokenizer
@@ -52,6 +53,11 @@ class BenchConfig:
     ramp_up_seconds: float = 0.0
     capacity: CapacitySearch | None = None
     repeats: int = 1
+    # Levels an earlier attempt on this configuration measured (their results, in order):
+    # not measured again (``agents.loadgen.engine``).
+    resume_results: tuple[dict, ...] = ()
+    # Hears every request and response (a hang watchdog reads it); None: nobody listens.
+    activity: Activity | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # The CLI and the protocol validate user input; this catches a programming error

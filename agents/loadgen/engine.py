@@ -24,6 +24,11 @@ Guarantees:
   before the first level when it never answered, before a later one when it went away (an
   engine that died between levels; the levels before it were reported). Once a level's clock
   runs, failures are counted in its results, never raised.
+- ``resume_results`` (what an earlier attempt on the same configuration measured, in order)
+  are taken instead of measuring those levels again, and count as their levels' runs: the
+  next level measured sends exactly the traffic it would have, and a capacity search goes on
+  from them. They are not reported again.
+- ``activity`` (``agents.loadgen.activity``), when given, hears every request and response.
 - Setting the ``stop`` event ends the benchmark within one event-loop turn: no request is
   sent after it, requests in flight are abandoned, and the level in progress is reported from
   the requests that had finished (``"partial": true``, ``"aborted"``: how many were cut off);
@@ -131,6 +136,7 @@ class _Runner:
         self.scraper: MetricsScraper | None = None
         # How many times each level ran so far: a repeat gets fresh prompts of its own.
         self.level_runs: Counter[str] = Counter()
+        self._resume = list(config.resume_results)
 
     async def preflight(self) -> None:
         headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
@@ -251,7 +257,13 @@ class _Runner:
                 if digests is not None:
                     record.prompt_sha = digests[index % len(digests)]
                 records.append(record)
-                await send_request(pool, requests[index % len(requests)], record, timeout=timeout)
+                await send_request(
+                    pool,
+                    requests[index % len(requests)],
+                    record,
+                    timeout=timeout,
+                    activity=self.config.activity,
+                )
                 if window is not None:
                     window.finished(record, first_of_slot=first)
                 first = False
@@ -280,10 +292,14 @@ class _Runner:
 
         async def send(record: RequestRecord, request: bytes) -> None:
             if gate is None:
-                await send_request(self.pool, request, record, timeout=timeout)
+                await send_request(
+                    self.pool, request, record, timeout=timeout, activity=self.config.activity
+                )
             else:
                 async with gate:
-                    await send_request(self.pool, request, record, timeout=timeout)
+                    await send_request(
+                        self.pool, request, record, timeout=timeout, activity=self.config.activity
+                    )
             if window is not None:
                 window.answer()
             progress.done(record)
@@ -523,7 +539,7 @@ class _Runner:
             for index, level in enumerate(fixed):
                 if self.stopped:
                     break
-                result = await self.run_level(index, level)
+                result = self._resumed(level) or await self.run_level(index, level)
                 if result is not None:
                     results.append(result)
             capacity = None
@@ -540,6 +556,16 @@ class _Runner:
             if self.scraper is not None:
                 self.scraper.close()
 
+    def _resumed(self, level: dict) -> dict | None:
+        """The result an earlier attempt on this configuration measured for the next level
+        (``resume_results``, in order), counted as a run of its level; None once they are
+        used up: from there on every level is measured."""
+        if self._resume and level_label(self._resume[0]) == level_label(level):
+            self.level_runs[level_label(level)] += 1
+            return self._resume.pop(0)
+        self._resume.clear()  # the earlier attempt went another way: measure from here
+        return None
+
     def _searches(self) -> bool:
         slos = self.config.slos
         return self.config.capacity is not None and slos is not None and slos.given
@@ -553,7 +579,7 @@ class _Runner:
         while not self.stopped and (load := planner.next_load()) is not None:
             axis = planner.axis
             level = {axis: int(load) if axis == "concurrency" else load}
-            result = await self.run_level(index, level, probe=True)
+            result = self._resumed(level) or await self.run_level(index, level, probe=True)
             index += 1
             if result is None:
                 break

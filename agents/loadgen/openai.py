@@ -18,6 +18,7 @@ import json.scanner
 from time import perf_counter
 from typing import Literal
 
+from agents.loadgen.activity import Activity
 from agents.loadgen.http import ConnectionPool, HttpError, Origin, build_request
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.sse import SseParser
@@ -118,10 +119,11 @@ class StreamConsumer:
     message (one JSON parse each), and raises ``HttpError`` to abort a broken stream.
     """
 
-    __slots__ = ("_error_body", "_last", "_parser", "_record", "done", "status")
+    __slots__ = ("_activity", "_error_body", "_last", "_parser", "_record", "done", "status")
 
-    def __init__(self, record: RequestRecord):
+    def __init__(self, record: RequestRecord, activity: Activity | None = None):
         self._record = record
+        self._activity = activity
         self._parser = SseParser()
         self._last = 0.0
         self._error_body: list[bytes] | None = None
@@ -134,6 +136,8 @@ class StreamConsumer:
             self._error_body = []
 
     def on_body(self, data: bytes, now: float) -> None:
+        if self._activity is not None:
+            self._activity.last = now
         if self._error_body is not None:
             if sum(map(len, self._error_body)) < _MAX_ERROR_BODY:
                 self._error_body.append(data)
@@ -206,16 +210,29 @@ def _error_text(body: bytes) -> str:
 
 
 async def send_request(
-    pool: ConnectionPool, request: bytes, record: RequestRecord, *, timeout: float | None
+    pool: ConnectionPool,
+    request: bytes,
+    record: RequestRecord,
+    *,
+    timeout: float | None,
+    activity: Activity | None = None,
 ) -> RequestRecord:
-    """Sends one prepared request and fills ``record``; failures end up in the record."""
-    consumer = StreamConsumer(record)
+    """Sends one prepared request and fills ``record``; failures end up in the record.
+    ``activity`` counts it in flight and hears every read of its response."""
+    consumer = StreamConsumer(record, activity)
     record.start = perf_counter()
+    if activity is not None:
+        if activity.in_flight == 0:
+            activity.last = record.start  # silence counts from the first request waiting
+        activity.in_flight += 1
     try:
         await pool.send(request, consumer, timeout=timeout)
     except HttpError as error:
         consumer.abort(error)
     else:
         consumer.finish()
+    finally:
+        if activity is not None:
+            activity.in_flight -= 1
     record.finished = perf_counter()
     return record

@@ -1,4 +1,4 @@
-"""Agent ↔ site messages: what an agent reports (``AgentMessage``, one of eight types,
+"""Agent ↔ site messages: what an agent reports (``AgentMessage``, one of nine types,
 each carrying its run, epoch and ``seq``), what the site answers (``Ack``, ``Rejected``,
 ``EpochGrant``, ``Cancel``), and how a refused message is described."""
 
@@ -37,7 +37,8 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # lists. 2: ``epoch`` (the agent's site-issued sequence space; protocol 1 is epoch 0).
 # 3: steady windows, SLO percentiles and attainment in level results; ``capacity`` in
 # ``trial_finished``. 4: trial failure classes ``model_access_denied`` and ``disk_too_small``;
-# the ``weights_downloaded`` cold-start phase (a duration, before the engine's process starts).
+# the ``weights_downloaded`` cold-start phase (a duration, before the engine's process starts);
+# ``engine_restarted`` (self-heal) and the failure class ``hang``.
 PROTOCOL_VERSION = 4
 MAX_LOG_TAIL_CHARS = 64 * 1024
 
@@ -172,9 +173,25 @@ TRIAL_FAILURE_CLASSES = (
     "disk_too_small",
     "startup_timeout",
     "crash",
+    "hang",
     "deadline",
     "other",
 )
+
+
+class EngineRestarted(AgentMessageBase):
+    """A trial's engine died (``crash``) or stopped answering (``hang``) in the middle of its
+    measuring and was started again with the same configuration (``attempt``: the restart's
+    number, from 1); the level it cut short (``level``) runs again from its start, and its
+    requests up to the failure (``requests_lost``) are in no measurement."""
+
+    type: Literal["engine_restarted"]
+    trial: TrialIndex
+    attempt: Annotated[int, Field(ge=1, le=10)]
+    failure_class: Literal["crash", "hang"]
+    level: Level | None = None
+    requests_lost: Count = 0
+    log_tail: str = Field(default="", max_length=MAX_LOG_TAIL_CHARS)
 
 
 class TrialFinished(AgentMessageBase):
@@ -204,6 +221,7 @@ AgentMessage = Annotated[
     | ColdStartPhase
     | LevelProgress
     | MeasurementReport
+    | EngineRestarted
     | TrialFinished
     | RunFinished,
     Field(discriminator="type"),

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import itertools
 import logging
 import threading
 import time
@@ -63,6 +64,7 @@ from agents.loadgen import (
     load_tokenizer,
     run_bench,
 )
+from agents.loadgen.activity import Activity
 from agents.protocol import JobSpec, ServeGridError
 from agents.runner.hostfacts import agent_version, host_facts
 from agents.runner.live import LiveLevel
@@ -89,6 +91,7 @@ _FAILURE_CLASS = {
     FailureKind.MODEL_NOT_FOUND: "model_not_found",
     FailureKind.STARTUP_TIMEOUT: "startup_timeout",
     FailureKind.CRASH: "crash",
+    FailureKind.HANG: "hang",
 }
 ENGINE_POLL_SECONDS = 0.5
 # A killed engine's port refuses connections a moment before its process can be reaped, and
@@ -151,6 +154,16 @@ async def _in_daemon_thread(function: Callable, /, *args, **kwargs):
 
     threading.Thread(target=work, name="weights-fetch", daemon=True).start()
     return await future
+
+
+def _level_of(result: dict) -> protocol.Level:
+    return protocol.Level(
+        **{key: result[key] for key in ("concurrency", "request_rate") if key in result}
+    )
+
+
+def _requests_in(result: dict) -> int:
+    return int(result.get("completed", 0)) + int(result.get("failed", 0))
 
 
 def _tail(lines: list[str]) -> str:
@@ -309,12 +322,14 @@ class JobRunner:
             log_tail=f"not run: {stop.reason}" if stop else "",
         )
 
+    def _redacted(self, text: str) -> str:
+        token = self.engine_options.hf_token
+        return text.replace(token, "[HF_TOKEN]") if token else text
+
     def _finish_trial(
         self, trial: int, outcome: str, failure_class: str | None = None, log_tail: str = ""
     ) -> str:
-        token = self.engine_options.hf_token
-        if token:
-            log_tail = log_tail.replace(token, "[HF_TOKEN]")
+        log_tail = self._redacted(log_tail)
         self.emit(
             protocol.TrialFinished,
             type="trial_finished",
@@ -334,20 +349,23 @@ class JobRunner:
             return self._finish_trial(trial, "failed", "deadline", log_tail or stop.reason)
         return self._finish_trial(trial, "skipped", None, log_tail or stop.reason)
 
+    def _new_engine(self, trial: protocol.TrialSpec) -> ProcessEngine:
+        """A fresh engine for ``trial`` (raises ``ServeGridError`` for a refused config)."""
+        return trial_engine(
+            self.job,
+            trial.serve_config,
+            workdir=self.workdir / f"trial-{trial.index}",
+            options=self.engine_options,
+            weights_dir=None if self.job.model.local_path else self.weights_dir,
+            startup_timeout=self.seconds_to_deadline(),
+        )
+
     async def _run_trial(self, trial: protocol.TrialSpec) -> str:
         index = trial.index
         self.current_trial = index
         self.capacity = None
-        workdir = self.workdir / f"trial-{index}"
         try:
-            engine = trial_engine(
-                self.job,
-                trial.serve_config,
-                workdir=workdir,
-                options=self.engine_options,
-                weights_dir=None if self.job.model.local_path else self.weights_dir,
-                startup_timeout=self.seconds_to_deadline(),
-            )
+            engine = self._new_engine(trial)
         except ServeGridError as exc:
             problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
             self.emit(
@@ -372,11 +390,11 @@ class JobRunner:
             return self._finish_trial(index, "failed", failure_class, reason)
         if self._stop_request is not None and not self._weights_ready:
             return self._stopped_outcome(index)
-        self._engine = engine
         try:
-            return await self._serve_and_measure(index, engine)
+            return await self._serve_with_restarts(trial, engine)
         finally:
-            await asyncio.to_thread(engine.stop)
+            if self._engine is not None:
+                await asyncio.to_thread(self._engine.stop)
             self._engine = None
             self.current_trial = None
 
@@ -434,8 +452,50 @@ class JobRunner:
             logger.warning("prompts without the model's tokenizer: %s", exc)
             return None
 
-    async def _serve_and_measure(self, index: int, engine: ProcessEngine) -> str:
+    async def _serve_with_restarts(self, trial: protocol.TrialSpec, engine: ProcessEngine) -> str:
+        """Serves and measures ``trial``; an engine that dies or hangs mid-measuring is started
+        again with the same configuration (up to ``engine_restarts`` times), and the levels
+        it finished are kept while the one it cut short runs again from its start."""
+        index = trial.index
+        measured: list[dict] = []  # this configuration's finished levels, as measured
+        for attempt in itertools.count():
+            self._engine = engine
+            ended = await self._serve_and_measure(index, engine, measured, first=attempt == 0)
+            if isinstance(ended, str):
+                return ended
+            failure, cut_short = ended
+            failure_class = _FAILURE_CLASS.get(failure.kind, "crash")
+            log_tail = f"{failure.message}\n{_tail(failure.log_tail)}"
+            if attempt < self.engine_options.engine_restarts and self._stop_request is None:
+                self.emit(
+                    protocol.EngineRestarted,
+                    type="engine_restarted",
+                    trial=index,
+                    attempt=attempt + 1,
+                    failure_class=failure_class,
+                    level=_level_of(cut_short) if cut_short else None,
+                    requests_lost=_requests_in(cut_short) if cut_short else 0,
+                    log_tail=self._redacted(log_tail),
+                )
+                logger.warning("trial %s: engine %s; starting it again", index, failure_class)
+                await asyncio.to_thread(engine.stop)
+                engine = self._new_engine(trial)
+                continue
+            if cut_short is not None:  # no restart left: the level as far as it got
+                self._measurement(index, cut_short)
+            return self._finish_trial(index, "failed", failure_class, log_tail)
+        raise AssertionError("unreachable")
+
+    async def _serve_and_measure(
+        self, index: int, engine: ProcessEngine, measured: list[dict], *, first: bool
+    ) -> str | tuple[EngineFailed, dict | None]:
+        """One engine's life: start it, measure the levels ``measured`` lacks. The trial's
+        outcome when it ended (``trial_finished`` sent), or the failure of an engine that
+        died or hung while measuring, with the result of the level it cut short."""
+
         def on_phase(phase) -> None:  # called from the engine's log thread
+            if not first:
+                return  # a restart's start-up is not the trial's cold start
             self.emit(
                 protocol.ColdStartPhase,
                 type="cold_start_phase",
@@ -460,14 +520,16 @@ class JobRunner:
             )
         finally:
             self._engine_starting = False
-        # One event ends the level: the run's stop, or the engine dying under it.
+        # One event ends the level: the run's stop, or the engine dying (or hanging) under it.
         self._level_stop = asyncio.Event()
         if self._stop.is_set():
             self._level_stop.set()
         crash: list[EngineFailed] = []
-        watcher = asyncio.create_task(self._watch_engine(engine, crash))
+        activity = Activity()
+        watcher = asyncio.create_task(self._watch_engine(engine, crash, activity))
+        held: list[tuple[dict, bool]] = []
         try:
-            lost_connections = await self._measure(index, engine)
+            lost_connections = await self._measure(index, engine, measured, activity, held)
         except ServerUnreachable as exc:
             failure = crash[0] if crash else await self._death_of(engine)
             if failure is None:
@@ -484,21 +546,39 @@ class JobRunner:
             failure = await self._death_of(engine) if lost_connections else engine.exit_status()
             if failure is not None:
                 crash.append(failure)
+        last, suspect = held[0] if held else (None, False)
         if crash:
-            failure = crash[0]
-            log_tail = f"{failure.message}\n{_tail(failure.log_tail)}"
-            return self._finish_trial(
-                index, "failed", _FAILURE_CLASS.get(failure.kind, "crash"), log_tail
-            )
+            if last is not None and suspect:
+                return crash[0], last  # the level the failure cut short
+            if last is not None:
+                self._keep(index, measured, last)
+            return crash[0], None
+        if last is not None and last.get("partial"):
+            self._measurement(index, last)  # a stop (not a failure) ended it: as far as it got
+        elif last is not None:
+            self._keep(index, measured, last)
         if self._stop_request is not None:
             return self._stopped_outcome(index)
         return self._finish_trial(index, "succeeded")
 
-    async def _watch_engine(self, engine: ProcessEngine, crash: list[EngineFailed]) -> None:
-        """Ends the level at once when the engine dies under it."""
+    async def _watch_engine(
+        self, engine: ProcessEngine, crash: list[EngineFailed], activity: Activity
+    ) -> None:
+        """Ends the level at once when the engine dies under it, or when it has sent nothing
+        for ``hang_seconds`` while requests wait (a hung engine is killed: it is not
+        measured further)."""
+        hang_after = self.engine_options.hang_seconds
         while True:
             await asyncio.sleep(ENGINE_POLL_SECONDS)
             failure = engine.exit_status()
+            if failure is None and activity.silent_for() > hang_after:
+                failure = EngineFailed(
+                    FailureKind.HANG,
+                    f"no token for {activity.silent_for():.0f} s with "
+                    f"{activity.in_flight} requests in flight (hang_seconds {hang_after:g})",
+                    log_tail=list(engine.tail),
+                )
+                engine.kill()
             if failure is not None:
                 crash.append(failure)
                 self._level_stop.set()
@@ -515,9 +595,21 @@ class JobRunner:
                 return failure
             await asyncio.sleep(0.05)
 
-    async def _measure(self, index: int, engine: ProcessEngine) -> bool:
-        """Runs the workload's levels on ``engine``; whether a request or a metrics scrape
-        lost its connection (refused, reset or closed early: what a dying server does)."""
+    async def _measure(
+        self,
+        index: int,
+        engine: ProcessEngine,
+        measured: list[dict],
+        activity: Activity,
+        held: list[tuple[dict, bool]],
+    ) -> bool:
+        """Runs the workload's levels on ``engine`` (those in ``measured`` are taken as they
+        were). A finished level is kept (reported, and added to ``measured``) once the next
+        level has started on a live server; the last one is left in ``held`` with whether it
+        is suspect (cut short, or it lost connections: a dying server's level), for the
+        caller, who knows whether the engine failed and the level runs again.
+        Returns whether a request or a metrics scrape lost its connection (refused, reset or
+        closed early: what a dying server does)."""
         job = self.job
         sharegpt = getattr(job.workload.dataset, "dataset_id", None)
         config = config_from_workload(
@@ -533,19 +625,27 @@ class JobRunner:
             tokenizer=self.tokenizer,
             # The run's seed, not the trial's: every configuration sees the same traffic.
             seed=job.seed,
+            resume_results=tuple(measured),
+            activity=activity,
         )
         relay = asyncio.create_task(self._relay_stop())
         live: LiveLevel | None = None
         level: dict = {}
         lost_connections = False
         try:
+            level_lost = False
             async for event in run_bench(config, stop=self._level_stop):
                 if isinstance(event, LevelStarted):
+                    if held:  # the server took the next level: the last one stands
+                        self._keep(index, measured, held.pop()[0])
                     level = event.level
                     live = LiveLevel(event.total, every=self.progress_every)
+                    level_lost = False
                 elif isinstance(event, RequestDone) and live is not None:
                     live.add(event.record)
-                    lost_connections |= event.record.error_kind in _LOST_CONNECTION
+                    lost = event.record.error_kind in _LOST_CONNECTION
+                    level_lost |= lost
+                    lost_connections |= lost
                     if live.due():
                         self._progress(index, level, live)
                 elif isinstance(event, ServerSample) and live is not None:
@@ -556,11 +656,12 @@ class JobRunner:
                         capacity = capacity_in_simulated_time(capacity, self.sim_speed)
                     self.capacity = capacity
                 elif isinstance(event, LevelFinished):
-                    self._measurement(index, event.result)
                     # "<kind>: <message>" (``agents.loadgen.server_metrics``).
                     scrape_error = (event.result.get("server") or {}).get("last_scrape_error")
                     kind = (scrape_error or "").partition(":")[0]
-                    lost_connections |= kind in _LOST_CONNECTION
+                    level_lost |= kind in _LOST_CONNECTION
+                    lost_connections |= level_lost
+                    held[:] = [(event.result, bool(event.result.get("partial")) or level_lost)]
         finally:
             relay.cancel()
         return lost_connections
@@ -583,6 +684,11 @@ class JobRunner:
             level=protocol.Level(**level),
             **figures,
         )
+
+    def _keep(self, index: int, measured: list[dict], result: dict) -> None:
+        """A level that stands: reported, and never measured again on this configuration."""
+        measured.append(result)
+        self._measurement(index, result)
 
     def _measurement(self, index: int, result: dict) -> None:
         if self.sim_speed:

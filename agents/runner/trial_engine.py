@@ -28,6 +28,8 @@ VLLM_CPU_ENV = "BENCHSITE_VLLM_CPU"
 VLLM_ENV_ENV = "BENCHSITE_VLLM_ENV"
 WEIGHTS_DIR_ENV = "BENCHSITE_WEIGHTS_DIR"
 DISK_RESERVE_ENV = "BENCHSITE_DISK_RESERVE_GB"
+ENGINE_RESTARTS_ENV = "BENCHSITE_ENGINE_RESTARTS"
+HANG_SECONDS_ENV = "BENCHSITE_HANG_SECONDS"
 HF_TOKEN_ENV = "HF_TOKEN"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -49,6 +51,10 @@ class EngineOptions:
     hub_offline: bool = False  # the weights are cached already; the hub is never asked
     hub_endpoint: str | None = None  # HF_ENDPOINT: another hub (a mirror, a test's fake)
     disk_reserve_bytes: int = DEFAULT_DISK_RESERVE_BYTES
+    # Self-heal: how often a trial's engine that dies or hangs mid-measuring is started again,
+    # and how long it may send nothing while requests wait before it counts as hung.
+    engine_restarts: int = 1
+    hang_seconds: float = 300.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> EngineOptions:
@@ -56,8 +62,9 @@ class EngineOptions:
         ``BENCHSITE_VLLM_CPU=1`` (vLLM's CPU backend) and ``BENCHSITE_VLLM_ENV``: ``KEY=VALUE``
         words (shell quoting) added to vLLM's otherwise built environment;
         ``BENCHSITE_WEIGHTS_DIR`` (the weights cache), ``BENCHSITE_DISK_RESERVE_GB`` (kept free
-        beside the weights, default 2), and the hub's own ``HF_TOKEN``, ``HF_ENDPOINT`` and
-        ``HF_HUB_OFFLINE`` (weights this machine has cached already).
+        beside the weights, default 2), ``BENCHSITE_ENGINE_RESTARTS`` (default 1) and
+        ``BENCHSITE_HANG_SECONDS`` (default 300), and the hub's own ``HF_TOKEN``,
+        ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` (weights this machine has cached already).
         Raises ``ValueError`` naming the variable for a value it cannot use."""
         environ = os.environ if environ is None else environ
         command = tuple(shlex.split(environ.get(VLLM_COMMAND_ENV, ""))) or cls.vllm_command
@@ -82,6 +89,8 @@ class EngineOptions:
             ) from None
         if reserve_bytes < 0:
             raise ValueError(f"{DISK_RESERVE_ENV}: must not be negative")
+        restarts = _number(environ, ENGINE_RESTARTS_ENV, int, default=1, low=0, high=10)
+        hang = _number(environ, HANG_SECONDS_ENV, float, default=300.0, low=5.0, high=86_400.0)
         return cls(
             vllm_command=command,
             cpu=cpu,
@@ -91,7 +100,24 @@ class EngineOptions:
             hub_offline=_true(environ.get(HUB_OFFLINE_ENV, "")),
             hub_endpoint=environ.get("HF_ENDPOINT") or None,
             disk_reserve_bytes=reserve_bytes,
+            engine_restarts=restarts,
+            hang_seconds=hang,
         )
+
+
+def _number(environ: Mapping[str, str], name: str, kind: type, *, default, low, high):
+    """``environ[name]`` as an int or float within [low, high]; ``default`` when unset.
+    Raises ``ValueError`` naming the variable."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ValueError(f"{name}: expected a number, got {text!r}") from None
+    if not low <= value <= high:  # also refuses nan
+        raise ValueError(f"{name}: must be from {low:g} to {high:g}, got {text!r}")
+    return value
 
 
 def _true(value: str) -> bool:

@@ -152,6 +152,9 @@ class Trial(models.Model):
     log_tail = models.TextField(blank=True)
     # What its capacity search found (agents.protocol.CapacityResult JSON), when it ran one.
     capacity = models.JSONField(null=True, blank=True)
+    # Self-heal: each time its engine died or hung mid-measuring and was started again
+    # (attempt, failure_class, level, requests_lost, log_tail), in order.
+    restarts = models.JSONField(default=list, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -180,6 +180,10 @@ def _trial_state(trial: Trial, flags: list[str], planned: dict | None) -> dict:
         "outcome": trial.outcome,
         "failure_class": trial.failure_class,
         "log_tail": trial.log_tail,
+        "restarts": [
+            {**restart, "load": level_text(restart.get("level"))}
+            for restart in trial.restarts or []
+        ],
         "cold_start": sorted(
             ([phase, seconds] for phase, seconds in (trial.cold_start or {}).items()),
             key=lambda item: item[1] if number(item[1]) is not None else 0,
@@ -191,12 +195,17 @@ def _trial_state(trial: Trial, flags: list[str], planned: dict | None) -> dict:
     }
 
 
+def level_text(level: dict | None) -> str:
+    """``c=8`` or ``rate=2.5``: a level as the run page names it (empty for none)."""
+    if not level:
+        return ""
+    if level.get("concurrency") is not None:
+        return f"c={level['concurrency']}"
+    return f"rate={level.get('request_rate')}"
+
+
 def _progress_point(epoch: int, seq: int, payload: dict, received_at: datetime) -> dict:
-    level = payload.get("level") or {}
-    if "concurrency" in level:
-        load = f"c={level['concurrency']}"
-    else:
-        load = f"rate={level.get('request_rate')}"
+    load = level_text(payload.get("level") or {"request_rate": None})
     return {
         "epoch": epoch,
         "seq": seq,

@@ -253,6 +253,15 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
             result=message.result.model_dump(mode="json"),  # as the agent sent it
             server_metrics=message.server,
         )
+    elif isinstance(message, protocol.EngineRestarted):
+        trial = _trial(run, message.trial, trials)
+        restart = message.model_dump(
+            mode="json", include={"attempt", "failure_class", "level", "requests_lost", "log_tail"}
+        )
+        # A restart is stored once per attempt, however often its message is replayed.
+        kept = [r for r in trial.restarts if r.get("attempt") != message.attempt]
+        trial.restarts = sorted([*kept, restart], key=lambda r: r["attempt"])
+        trial.save(update_fields=["restarts"])
     elif isinstance(message, protocol.TrialFinished):
         trial = _trial(run, message.trial, trials)
         trial.outcome = message.outcome

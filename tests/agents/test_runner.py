@@ -3,6 +3,7 @@ deadline and cancel obeyed, every message valid for the site."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import os
@@ -19,6 +20,8 @@ from agents.runner.runner import JobRunner
 from agents.runner.trial_engine import EngineOptions
 
 FAST_STARTUP = EngineOptions(sim_startup_speed=1000, startup_timeout=60)
+# For tests of what an engine's death does to its trial when nothing heals it.
+NO_RESTARTS = dataclasses.replace(FAST_STARTUP, engine_restarts=0)
 
 
 def make_job(
@@ -86,7 +89,7 @@ def run(job: protocol.JobSpec, tmp_path, *, setup=None, **options):
         job,
         emit=recorder,
         workdir=tmp_path,
-        engine_options=FAST_STARTUP,
+        engine_options=options.pop("engine_options", FAST_STARTUP),
         deadline_margin=0,
         **({"metrics_period": 0.1} | options),
     )
@@ -240,7 +243,7 @@ def test_an_engine_dying_mid_level_fails_its_trial_as_a_crash(tmp_path):
 
         recorder.hooks.append(kill_on_first_progress)
 
-    summary, recorder, _ = run(job, tmp_path, setup=setup)
+    summary, recorder, _ = run(job, tmp_path, setup=setup, engine_options=NO_RESTARTS)
     finished = {m["trial"]: m for m in recorder.of("trial_finished")}
     assert finished[0]["outcome"] == "failed" and finished[0]["failure_class"] == "crash"
     assert finished[1]["outcome"] == "succeeded"

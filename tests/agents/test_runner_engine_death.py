@@ -1,11 +1,14 @@
-"""An engine that dies at any moment of a trial ends that trial only: the real simulator is
-SIGKILLed while a job of two trials × three levels runs, at moments picked from the runner's
-own messages, a metrics scrape or the agent process's results folder (no sleeps), and the run
-must go on to the next trial and end normally. A connection failure while the engine still
-runs is a failed trial of class ``other``, not a crash."""
+"""An engine that dies at any moment of a trial: the real simulator is SIGKILLed (or frozen
+with SIGSTOP: a hang) while a job of two trials × three levels runs, at moments picked from
+the runner's own messages, a metrics scrape or the agent process's results folder (no
+sleeps). Healed, it is started again once and the level it cut short runs again, every level
+measured exactly once; not healed (no restarts left), it ends that trial only and the run
+goes on to the next trial and ends normally. A connection failure while the engine still runs
+is a failed trial of class ``other``, not a crash."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.loadgen.http import ConnectionPool, HttpError
 from agents.loadgen.server_metrics import MetricsScraper
 from agents.runner.summary import read_journal
-from tests.agents.test_runner import make_job, run
+from tests.agents.test_runner import FAST_STARTUP, NO_RESTARTS, make_job, run
 from tests.polling import wait_for
 
 LEVELS = (1, 2, 4)
@@ -88,7 +90,7 @@ def progress_of(concurrency: int):
 )
 def test_it_ends_only_the_trial_whose_engine_dies(tmp_path, trigger, intact, cut_short):
     setup, killed = kill_once_on(trigger)
-    summary, recorder, _ = run(death_job(), tmp_path, setup=setup)
+    summary, recorder, _ = run(death_job(), tmp_path, setup=setup, engine_options=NO_RESTARTS)
     assert killed
     # Trial 0: a crash with its log tail. The levels finished before the death are kept in
     # full; the level it cut short (if any) is reported as far as it got; nothing later runs.
@@ -136,7 +138,12 @@ def test_it_calls_a_death_in_the_last_levels_metrics_scrape_a_crash(tmp_path, mo
         return await finish(scraper)
 
     monkeypatch.setattr(MetricsScraper, "finish", finish_after_a_death)
-    summary, recorder, _ = run(death_job(), tmp_path, setup=lambda r, _: seen.update(runner=r))
+    summary, recorder, _ = run(
+        death_job(),
+        tmp_path,
+        setup=lambda r, _: seen.update(runner=r),
+        engine_options=NO_RESTARTS,
+    )
     finished = {m["trial"]: m for m in recorder.of("trial_finished")}
     assert (finished[0]["outcome"], finished[0]["failure_class"]) == ("failed", "crash")
     mine = measured(recorder, 0)
@@ -195,57 +202,76 @@ def test_it_keeps_the_agent_process_going_when_the_engine_is_killed(tmp_path):
             agent.wait()
     output = log.read_text()
     assert agent.returncode == 0, output
-    assert "1 trials succeeded, 1 failed, 0 skipped" in output
+    assert "2 trials succeeded, 0 failed, 0 skipped" in output
     assert "Traceback" not in output and "agent error" not in output
     journal = read_journal(out / "messages.jsonl")
+    (restarted,) = [m for m in journal if m["type"] == "engine_restarted"]
+    assert (restarted["trial"], restarted["attempt"], restarted["failure_class"]) == (0, 1, "crash")
+    assert restarted["level"]["concurrency"] == LEVELS[0] and "signal 9" in restarted["log_tail"]
     finished = {m["trial"]: m for m in journal if m["type"] == "trial_finished"}
-    assert (finished[0]["outcome"], finished[0]["failure_class"]) == ("failed", "crash")
-    assert finished[1]["outcome"] == "succeeded"
-    levels = {
-        trial: [
-            m["level"]["concurrency"]
-            for m in journal
-            if m["type"] == "measurement" and m["trial"] == trial
-        ]
-        for trial in (0, 1)
-    }
-    assert levels[0] in ([], [LEVELS[0]]) and levels[1] == list(LEVELS)
+    assert finished[0]["outcome"] == finished[1]["outcome"] == "succeeded"
+    for trial in (0, 1):
+        measurements = [m for m in journal if m["type"] == "measurement" and m["trial"] == trial]
+        # Every level once, in order, whole: the cut one measured again from its start.
+        assert [m["level"]["concurrency"] for m in measurements] == list(LEVELS)
+        assert all(m["result"]["failed"] == 0 for m in measurements)
+        assert not any(m["result"].get("partial") for m in measurements)
     assert journal[-1]["type"] == "run_finished" and journal[-1]["outcome"] == "succeeded"
 
 
-def test_it_does_not_call_an_http_failure_of_a_live_engine_a_crash(tmp_path, monkeypatch):
-    # The engine keeps running, but the connections for trial 0's second level cannot be
-    # opened (what an engine whose accept queue is full looks like): a failed trial, class
-    # "other", and the run goes on.
-    warm = ConnectionPool.warm
-    seen: dict = {}
-    serving_when_it_failed: list[bool] = []
+def test_a_restarted_engine_replays_the_cut_levels_traffic_and_keeps_the_rest(tmp_path):
+    setup, killed = kill_once_on(progress_of(LEVELS[1]))
+    summary, recorder, _ = run(death_job(), tmp_path, setup=setup)
+    assert killed and summary.trials_succeeded == 2
+    mine = measured(recorder, 0)
+    assert [m["level"]["concurrency"] for m in mine] == list(LEVELS)
+    # The same prompts in the same order as the other trial (which was never killed): the
+    # re-run level is the level the load generator would have sent.
+    theirs = measured(recorder, 1)
+    for ours, other in zip(mine, theirs, strict=True):
+        assert ours["result"]["completed"] == other["result"]["completed"] == 24
+    (restarted,) = recorder.of("engine_restarted")
+    assert restarted["level"]["concurrency"] == LEVELS[1]
+    assert restarted["requests_lost"] >= 1
 
-    async def warm_failing_once(pool, count):
-        runner = seen["runner"]
-        if runner.current_trial == 0 and count == LEVELS[1]:
-            serving_when_it_failed.append(runner._engine.exit_status() is None)
-            raise HttpError(
-                "connect_timeout", f"{pool.origin.host}:{pool.origin.port}: no connection in 10 s"
-            )
-        await warm(pool, count)
 
-    monkeypatch.setattr(ConnectionPool, "warm", warm_failing_once)
+def test_a_second_death_fails_the_trial_and_the_run_goes_on(tmp_path):
+    killed: list[int] = []
 
     def setup(runner, recorder):
-        seen["runner"] = runner
+        def hook(message):
+            engine = runner._engine
+            ours = message["type"] == "level_progress" and message["trial"] == 0
+            if ours and engine is not None and engine.pid and engine.pid not in killed:
+                killed.append(kill_engine(runner))
 
-    summary, recorder, _ = run(death_job(), tmp_path, setup=setup, engine_exit_grace=0.5)
-    assert serving_when_it_failed == [True]
+        recorder.hooks.append(hook)
+
+    summary, recorder, _ = run(death_job(), tmp_path, setup=setup)
+    assert len(killed) == 2
+    assert [m["attempt"] for m in recorder.of("engine_restarted")] == [1]
     finished = {m["trial"]: m for m in recorder.of("trial_finished")}
-    assert (finished[0]["outcome"], finished[0]["failure_class"]) == ("failed", "other")
-    assert "no connection in 10 s" in finished[0]["log_tail"]
-    assert "still running" in finished[0]["log_tail"]
-    assert [m["level"]["concurrency"] for m in measured(recorder, 0)] == [LEVELS[0]]
+    assert (finished[0]["outcome"], finished[0]["failure_class"]) == ("failed", "crash")
     assert finished[1]["outcome"] == "succeeded"
-    assert [m["level"]["concurrency"] for m in measured(recorder, 1)] == list(LEVELS)
-    assert (summary.outcome, summary.trials_failed, summary.trials_succeeded) == (
-        "succeeded",
-        1,
-        1,
-    )
+    assert summary.outcome == "succeeded"
+
+
+def test_a_hung_engine_is_killed_started_again_and_its_level_measured_again(tmp_path):
+    frozen: list[int] = []
+
+    def setup(runner, recorder):
+        def hook(message):
+            if not frozen and message["type"] == "level_progress" and message["trial"] == 0:
+                frozen.append(runner._engine.pid)
+                os.killpg(runner._engine.pid, signal.SIGSTOP)  # alive, answering nothing
+
+        recorder.hooks.append(hook)
+
+    options = dataclasses.replace(FAST_STARTUP, hang_seconds=1.0)
+    summary, recorder, _ = run(death_job(), tmp_path, setup=setup, engine_options=options)
+    assert frozen and summary.trials_succeeded == 2
+    (restarted,) = recorder.of("engine_restarted")
+    assert restarted["failure_class"] == "hang" and "no token for" in restarted["log_tail"]
+    assert [m["level"]["concurrency"] for m in measured(recorder, 0)] == list(LEVELS)
+    with pytest.raises(ProcessLookupError):
+        os.kill(frozen[0], 0)  # the hung engine is gone, not left frozen

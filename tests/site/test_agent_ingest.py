@@ -17,7 +17,7 @@ from benchsite.asgi import application
 from runs.models import AgentMessageRecord, Measurement, ModelSpec, Run, Trial
 from runs.services.run_tokens import run_token_issue
 
-from .conftest import frozen, make_experiment, make_model
+from .conftest import frozen, make_experiment, make_model, signed_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -549,3 +549,25 @@ def test_it_keeps_the_weights_fetch_on_the_run_and_a_refusal_on_its_trial(alice)
     # The engine's phases stay times since its process started; the download is not one.
     assert trial.cold_start == {"weights_loaded": 31.5}
     assert (trial.outcome, trial.failure_class) == ("failed", "model_access_denied")
+
+
+def test_it_keeps_each_engine_restart_once_and_the_run_page_shows_it(alice):
+    run, token = _new_run(alice.org)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    rid = str(run.id)
+    restart = {"type": "engine_restarted", "run_id": rid, "seq": 3, "trial": 0, "attempt": 1,
+               "failure_class": "crash", "level": {"concurrency": 8}, "requests_lost": 5,
+               "log_tail": "killed by signal 9"}  # fmt: skip
+    batch = [*messages(run.id)[:3], restart, restart]  # replayed: stored once
+    response = client.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
+                           format="json")  # fmt: skip
+    assert response.json()["acked"] == [0, 1, 2, 3, 3]
+    trial = Trial.objects.get(run=run)
+    assert trial.restarts == [
+        {"attempt": 1, "failure_class": "crash", "level": {"concurrency": 8, "request_rate": None},
+         "requests_lost": 5, "log_tail": "killed by signal 9"}
+    ]  # fmt: skip
+    page = signed_in(alice).get(f"/o/acme/runs/{run.id}/").content.decode()
+    assert "Engine died during c=8 and was started again (restart 1)" in page
+    assert "5 requests before the crash are in no measurement" in page
