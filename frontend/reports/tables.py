@@ -17,6 +17,7 @@ from decimal import Decimal
 from django.http import HttpResponse
 
 from agents import protocol
+from runs.selectors.cold_starts import REPORT_SPANS, ColdStartGroup
 from runs.selectors.cost_rankings import BestConfig, ModelPoint
 from runs.selectors.spend import ExperimentSpend, MonthSpend
 from runs.selectors.trial_figures import TrialFigure, tenth
@@ -301,6 +302,36 @@ def month_table(months: list[MonthSpend]) -> ReportTable:
                 num(m.used_pct),
             ]
         )
+    return table
+
+
+def cold_start_table(groups: list[ColdStartGroup], *, simulated: bool) -> ReportTable:
+    """One row per (GPU type, image tag) and span of the cold start: long, so that a CSV
+    pivots it as its reader likes."""
+    table = ReportTable(
+        key="simulated" if simulated else "measured",
+        title="Simulated cold starts" if simulated else "Cold starts",
+        columns=["GPU type", "Image tag", "Span from the pod request", "Runs", "Median s", "p90 s"],
+        simulated=simulated,
+        empty="No run has rented a pod yet." if not simulated else "No simulated run yet.",
+        note="Seconds from the pod requested to each moment, as observed; the weights "
+        "download is its own duration (runs that found the weights cached are not in it).",
+    )
+    for group in groups:
+        if group.simulated != simulated:
+            continue
+        for span in REPORT_SPANS:
+            figures = group.spans[span]
+            table.rows.append(
+                [
+                    Cell(group.gpu_type),
+                    Cell(group.image_tag),
+                    Cell(span),
+                    num(figures.runs),
+                    num(figures.median),
+                    num(figures.p90),
+                ]
+            )
     return table
 
 

@@ -9,6 +9,7 @@ urlpatterns = [
     path("o/<slug:org>/reports/costs/", views.report_costs, name="report-costs"),
     path("o/<slug:org>/reports/models/", views.report_models, name="report-models"),
     path("o/<slug:org>/reports/spend/", views.report_spend, name="report-spend"),
+    path("o/<slug:org>/reports/cold-starts/", views.report_cold_starts, name="report-cold-starts"),
     path(
         "o/<slug:org>/reports/choice/<uuid:experiment_id>/",
         views.report_choice,

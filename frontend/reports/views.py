@@ -1,4 +1,4 @@
-"""Reports for managers: costs, models, spend and the model choice of an experiment
+"""Reports for managers: costs, models, spend, cold starts and the model choice of an experiment
 (printable, each table exportable as CSV with the same rows and text).
 
 Every page is an ``org_page`` (another organization's report is a 404). Reports read through
@@ -16,6 +16,7 @@ from frontend.org_pages import org_context, org_page
 from frontend.reports import tables
 from runs.access import access_experiment, scoped
 from runs.models import Experiment
+from runs.selectors.cold_starts import cold_start_report
 from runs.selectors.cost_rankings import best_configs, model_points
 from runs.selectors.model_choice import model_choice
 from runs.selectors.spend import spend_by_experiment, spend_by_month
@@ -147,6 +148,20 @@ def report_spend(request, membership):
         "frontend/reports/spend.html",
         [month_table, experiment_table],
         chart=chart,
+    )
+
+
+@org_page()
+def report_cold_starts(request, membership):
+    groups = cold_start_report(org=membership.organization)
+    return _report(
+        request,
+        membership,
+        "frontend/reports/cold_starts.html",
+        [
+            tables.cold_start_table(groups, simulated=False),
+            tables.cold_start_table(groups, simulated=True),
+        ],
     )
 
 

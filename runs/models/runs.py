@@ -62,6 +62,9 @@ class Run(models.Model):
     price_usd_hr = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
     # The rented pod's lifetime: billing runs from its creation to its termination.
     pod_started_at = models.DateTimeField(null=True, blank=True)
+    # When the provider was first seen to report the pod running (its container started):
+    # by the create's own answer, else by a reconcile pass (whose period bounds the error).
+    pod_running_at = models.DateTimeField(null=True, blank=True)
     pod_terminated_at = models.DateTimeField(null=True, blank=True)
     # How the pod got the model's weights (the agent's ``weights_downloaded`` phase: bytes,
     # seconds, MB/s, cached); empty until reported, and for runs that fetch none.

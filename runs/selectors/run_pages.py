@@ -32,6 +32,7 @@ from runs.frozen_job import (
 )
 from runs.models import AgentMessageRecord, Measurement, Run, Trial
 from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
+from runs.selectors.cold_starts import WaterfallStep, run_cold_start
 from runs.selectors.run_answer import ConfigAnswer, RunAnswer, run_answer
 from runs.selectors.run_history import with_gpu_name
 from runs.selectors.run_levels import config_label, level_row, number, varying_flags
@@ -338,6 +339,22 @@ def trial_timeline(trial: dict) -> list[dict]:
     return entries
 
 
+def waterfall_state(steps: list[WaterfallStep]) -> list[dict]:
+    """The cold start's spans with their place on a bar (percent of the whole)."""
+    total = max((step.start + step.seconds for step in steps), default=0.0)
+    return [
+        {
+            "label": step.label,
+            "start": round(step.start, 1),
+            "seconds": round(step.seconds, 1),
+            "note": step.note,
+            "offset_pct": round(100 * step.start / total, 2) if total else 0,
+            "width_pct": round(100 * step.seconds / total, 2) if total else 0,
+        }
+        for step in steps
+    ]
+
+
 def run_live_state(*, run: Run) -> dict:
     """Everything the live page draws, as JSON-ready data (see the module's guarantees)."""
     epochs_read = _epochs_read(run)  # first: the rows below are at least this new
@@ -394,6 +411,7 @@ def run_live_state(*, run: Run) -> dict:
         "trials": trials,
         "progress": _thin(progress, MAX_PROGRESS_POINTS),
         "timeline": run_timeline(run, trials, hello.received_at if hello else None),
+        "cold_start": waterfall_state(run_cold_start(run)),
         "answer": answer_state(
             run_answer(run=run), {trial["index"]: trial["label"] for trial in trials}
         ),

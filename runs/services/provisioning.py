@@ -48,6 +48,7 @@ from runs.providers.base import (
     PermanentProviderError,
     PodInfo,
     PodSpec,
+    PodState,
     Provider,
     TransientProviderError,
     pod_name,
@@ -191,7 +192,11 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
         run_fail(run_id=run.id, reason=f"Could not rent a pod: {exc}")
         return "failed"
     now = timezone.now()
+    # A pod already running when created (the local provider's process): its cold start's
+    # "pod running" moment; others are first seen running by the reconcile pass.
+    running = {"pod_running_at": Coalesce(F("pod_running_at"), Value(now))}
     Run.objects.filter(id=run.id, lease_owner=owner).update(
+        **(running if pod.state == PodState.RUNNING else {}),
         provider=name,
         pod_id=pod.pod_id,
         pod_gpu_type=placement.gpu_type_id,

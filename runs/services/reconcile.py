@@ -4,6 +4,8 @@ Guarantees of ``runs_reconcile`` (run periodically; safe to run twice at once â€
 change is a conditional UPDATE, and terminating a pod twice is harmless):
 - a queued or provisioning run without a pod whose lease has expired is provisioned again
   (a lost task, a killed worker); one whose cancel was requested is cancelled;
+- an active run whose pod the provider reports running for the first time has that moment
+  recorded (``pod_running_at``: the cold start's "pod running");
 - an active run's accrued cost is brought up to date from its pod's lifetime and billed rate;
   a run whose cost reached its cap ends ``over_budget`` (its partial results kept) and its pod
   is terminated;
@@ -136,6 +138,7 @@ def _active_with_pods() -> list[Run]:
             "pod_id",
             "price_usd_hr",
             "pod_started_at",
+            "pod_running_at",
             "billed_seconds",
             "cost_usd",
             "last_heartbeat_at",
@@ -212,6 +215,7 @@ def runs_reconcile(
     _record_costs(active, now)
     # Whether agents could have been heard at all: asked only when some run could be judged.
     hearing = ingest_hearing(now=now, window=AGENT_SILENCE) if active else IngestHearing(False)
+    seen_running: list = []
     for run in active:
         account = (
             ("local", None) if run.provider == "local" else ("runpod", str(run.organization_id))
@@ -221,6 +225,8 @@ def runs_reconcile(
         heard = run.last_heartbeat_at or run.pod_started_at or run.created_at
         silence = AGENT_SILENCE if run.last_heartbeat_at else PROVISION_TIMEOUT
         pod = pods.get(account, {}).get(run.pod_id)
+        if pod is not None and pod.state == PodState.RUNNING and run.pod_running_at is None:
+            seen_running.append(run.id)
         if cap is not None and cost >= cap and not engine_is_simulated(run.snapshot_engine):
             _end(
                 run,
@@ -250,6 +256,11 @@ def runs_reconcile(
             and now - heard > min(AGENT_SILENCE, datetime.timedelta(seconds=30))
         ):
             _end(run, RunState.FAILED, "The pod stopped before the run finished.", report.failed)
+
+    if seen_running:  # the cold start's "pod running" moment: the first pass to see it
+        Run.objects.filter(id__in=seen_running, pod_running_at__isnull=True).update(
+            pod_running_at=now
+        )
 
     # 3. Ended runs whose pod is still rented.
     unreleased = (

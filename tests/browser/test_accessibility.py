@@ -78,6 +78,7 @@ AREAS: dict[str, list[Page]] = {
         ("tokens", "alice", lambda s: f"/o/{s.org}/settings/tokens/"),
         ("budgets", "alice", lambda s: f"/o/{s.org}/settings/budgets/"),
         ("runpod-key", "alice", lambda s: f"/o/{s.org}/settings/runpod-key/"),
+        ("hf-token", "alice", lambda s: f"/o/{s.org}/settings/hf-token/"),
     ],
     "experiments": [
         ("models", "alice", lambda s: f"/o/{s.org}/models/"),
@@ -108,6 +109,7 @@ AREAS: dict[str, list[Page]] = {
         ("costs", "alice", lambda s: f"/o/{s.org}/reports/costs/"),
         ("model-size", "alice", lambda s: f"/o/{s.org}/reports/models/"),
         ("spend", "alice", lambda s: f"/o/{s.org}/reports/spend/"),
+        ("cold-starts", "alice", lambda s: f"/o/{s.org}/reports/cold-starts/"),
         ("choice", "alice", lambda s: f"/o/{s.org}/reports/choice/{s.history.small.id}/"),
     ],
     "promotions": [

@@ -13,6 +13,7 @@ from django.utils import timezone
 from runs.costs import billed_seconds, run_cost_usd
 from runs.models import Measurement, Run
 from runs.providers.base import pod_name
+from runs.selectors.cold_starts import run_cold_start
 from runs.services.reconcile import runs_reconcile
 from tests.polling import wait_for
 
@@ -59,6 +60,13 @@ def test_a_run_goes_from_start_to_succeeded_on_runpod_and_is_billed(
             Decimal("3.99"),  # the pod's costPerHr: H100 secure × 1 GPU
         )
 
+        def seen_running():
+            runs_reconcile()  # a pass while the run is active sees its pod running
+            run.refresh_from_db()
+            return run.pod_running_at is not None or run.state in ("succeeded", "failed")
+
+        wait_for(seen_running, 120, "a reconcile pass to see the pod running")
+
         def finished():
             run.refresh_from_db()
             return run.state in ("succeeded", "failed")
@@ -71,6 +79,16 @@ def test_a_run_goes_from_start_to_succeeded_on_runpod_and_is_billed(
             m.result["simulated"] == {"speed": 10.0}
             for m in Measurement.objects.filter(trial__run=run)
         )
+
+        # The cold start end to end: the provider's, the agent's and the engine's moments.
+        steps = [step.label for step in run_cold_start(run)]
+        assert steps[:3] == [
+            "Pod requested → running (provider)",
+            "Container up (the agent's first message)",
+            "Agent ready (its first trial starts)",
+        ]
+        assert "vLLM: health ready" in steps and "Weights downloaded" not in steps
+        assert run.pod_started_at < run.pod_running_at <= run.started_at
 
         report = runs_reconcile()
         assert str(run.id) in report.released
