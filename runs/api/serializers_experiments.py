@@ -17,6 +17,7 @@ class EstimateSerializer(serializers.Serializer):
     )
     price_source = serializers.CharField()
     provisioning_seconds = serializers.FloatField()
+    weights_download_seconds = serializers.FloatField()
     cold_start_seconds = serializers.FloatField()
     sweep_seconds = serializers.FloatField()
     total_seconds = serializers.FloatField()

@@ -28,7 +28,7 @@ from agents.protocol import (
     workload_levels,
 )
 from runs.experiment_spec import experiment_trial_configs
-from runs.models import Experiment, GpuType
+from runs.models import Experiment, GpuType, Run
 from runs.placement import Placement, experiment_placements
 from runs.selectors.prices import GpuPrice, gpu_price
 
@@ -56,7 +56,8 @@ class CostEstimate:
     gpu_count: int
     price_usd_per_gpu_hour: Decimal | None
     price_source: str
-    provisioning_seconds: float
+    provisioning_seconds: float  # the pod, and the weights' download within it
+    weights_download_seconds: float  # once per run; 0 when its network volume holds them
     cold_start_seconds: float  # all trials
     sweep_seconds: float  # all trials, all levels
     total_seconds: float
@@ -105,6 +106,24 @@ def _dearest_price(experiment: Experiment) -> tuple[GpuPrice, Placement]:
     return price, placement
 
 
+def weights_on_volume(experiment: Experiment) -> bool:
+    """Whether the experiment's network volume holds its model's weights already: an earlier
+    run of the organization with that volume fetched this repository at this revision."""
+    if not experiment.network_volume_id:
+        return False
+    model = experiment.model
+    return (
+        Run.objects.filter(
+            organization_id=experiment.organization_id,
+            experiment_snapshot__network_volume_id=experiment.network_volume_id,
+            job_spec__model__hf_repo=model.hf_repo,
+            job_spec__model__revision=model.revision,
+        )
+        .exclude(weights_fetch={})
+        .exists()
+    )
+
+
 def experiment_estimate(
     *, experiment: Experiment, assumptions: Assumptions | None = None
 ) -> CostEstimate:
@@ -121,7 +140,12 @@ def experiment_estimate(
     warnings: list[str] = []
 
     weight_bytes = model.weight_bytes
-    provisioning = a.pod_provision_seconds + weight_bytes / a.weight_download_bytes_per_s
+    # The agent fetches the weights once per run (agents/weights.py), onto the network volume
+    # when there is one: a volume an earlier run filled with them downloads nothing.
+    download = (
+        0.0 if weights_on_volume(experiment) else weight_bytes / a.weight_download_bytes_per_s
+    )
+    provisioning = a.pod_provision_seconds + download
     cold_start = sweep = 0.0
     hardware = gpu.hardware
     if hardware is None:
@@ -177,6 +201,7 @@ def experiment_estimate(
         price_usd_per_gpu_hour=price.usd_per_gpu_hour,
         price_source=source,
         provisioning_seconds=round(provisioning, 1),
+        weights_download_seconds=round(download, 1),
         cold_start_seconds=round(cold_start, 1),
         sweep_seconds=round(sweep, 1),
         total_seconds=round(total, 1),

@@ -6,11 +6,11 @@ from decimal import Decimal
 
 import pytest
 
-from runs.models import GpuType
+from runs.models import GpuType, Run
 from runs.selectors.estimates import experiment_estimate
 from runs.services.catalogue import gpu_price_set
 
-from .conftest import H100, SYSTEM, experiment_payload, make_experiment, make_model
+from .conftest import H100, SYSTEM, experiment_payload, frozen, make_experiment, make_model
 
 
 def test_it_derives_kv_cache_bytes_per_token_from_the_architecture(alice):
@@ -32,6 +32,36 @@ def test_it_grows_with_the_number_of_trials(alice):
     assert (one.trials, four.trials) == (1, 4)
     assert four.cold_start_seconds == pytest.approx(4 * one.cold_start_seconds, rel=1e-3)
     assert four.cost_usd > one.cost_usd
+
+
+def test_it_counts_one_download_per_run_and_none_from_a_warm_volume(alice):
+    model = make_model(alice.org)
+    grid = {"max_num_seqs": [8, 16, 32]}
+    experiment = make_experiment(alice.org, model=model, serve_grid=grid, network_volume_id="v1")
+    cold = experiment_estimate(experiment=experiment)
+    # 16 GB of weights at 500 MB/s, once for the run however many trials it has.
+    assert cold.weights_download_seconds == pytest.approx(model.weight_bytes / 500e6, abs=0.1)
+    assert cold.provisioning_seconds == pytest.approx(300 + cold.weights_download_seconds, abs=0.1)
+    # A run on this volume fetched the weights: the next one finds them there.
+    Run.objects.create(
+        organization=alice.org,
+        experiment=experiment,
+        weights_fetch={"bytes": model.weight_bytes, "seconds": 40.0},
+        **frozen(experiment),
+    )
+    warm = experiment_estimate(experiment=experiment)
+    assert warm.weights_download_seconds == 0 and warm.provisioning_seconds == 300
+    assert warm.total_seconds == pytest.approx(
+        cold.total_seconds - cold.weights_download_seconds, abs=0.2
+    )  # each rounded to 0.1 s
+    # Another volume, or another revision of the model, is cold again.
+    other = make_experiment(
+        alice.org, model=model, name="other", serve_grid=grid, network_volume_id="v2"
+    )
+    assert experiment_estimate(experiment=other).weights_download_seconds > 0
+    assert experiment_estimate(experiment=make_experiment(
+        alice.org, model=model, name="none", serve_grid=grid
+    )).weights_download_seconds > 0  # fmt: skip
 
 
 def test_it_prices_with_the_organizations_own_rate(alice):
