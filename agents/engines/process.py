@@ -271,6 +271,10 @@ class ProcessEngine:
                         self._record(*seen)
 
     def _failure_from_exit(self, code: int, *, default: FailureKind) -> EngineFailed:
+        if self._proc is not None:
+            # The leader is gone: what is left of its group (vLLM's engine core) is an orphan
+            # holding the accelerator and the log pipe open. Killed, the pipe ends at once.
+            self._signal_group(self._proc, signal.SIGKILL)
         if self._reader is not None:
             self._reader.join(5)  # the last lines carry the reason
         with self._lock:

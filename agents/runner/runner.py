@@ -66,7 +66,7 @@ from agents.loadgen import (
 )
 from agents.loadgen.activity import Activity
 from agents.protocol import JobSpec, ServeGridError
-from agents.runner.hostfacts import agent_version, host_facts
+from agents.runner.hostfacts import agent_version, host_facts, vllm_version_of
 from agents.runner.live import LiveLevel
 from agents.runner.simulated import (
     capacity_in_simulated_time,
@@ -263,7 +263,15 @@ class JobRunner:
             protocol.Hello,
             type="hello",
             agent_version=agent_version(),
-            host=host_facts(vllm_version=self.job.engine.vllm_version),
+            # The vLLM actually installed, whatever the job's image tag promised: the site
+            # flags a difference.
+            host=host_facts(
+                vllm_version=(
+                    await asyncio.to_thread(vllm_version_of, self.engine_options.vllm_command)
+                    if self.job.engine.kind == "vllm"
+                    else None
+                )
+            ),
         )
         deadline_timer = self._loop.call_later(
             max(self.seconds_to_deadline(), 0.0),
@@ -570,7 +578,9 @@ class JobRunner:
         hang_after = self.engine_options.hang_seconds
         while True:
             await asyncio.sleep(ENGINE_POLL_SECONDS)
-            failure = engine.exit_status()
+            # In a thread: reading a dead engine's last log lines can take a moment, and the
+            # load generator shares this loop.
+            failure = await asyncio.to_thread(engine.exit_status)
             if failure is None and activity.silent_for() > hang_after:
                 failure = EngineFailed(
                     FailureKind.HANG,

@@ -11,6 +11,7 @@ from runs.inputs.json_schemas import FROZEN_JOB_FIELD
 from runs.inputs.strict_fields import StrictJSONField
 from runs.models import Measurement, Run, Trial
 from runs.selectors.run_answer import run_answer
+from runs.selectors.vllm_versions import vllm_version_mismatch
 
 
 class MeasurementSerializer(serializers.ModelSerializer):
@@ -85,10 +86,22 @@ class RunDetailSerializer(RunSerializer):
     # The run's answer: capacity at the SLOs per configuration, the cost per 1M output tokens
     # there and the recommendation (runs.selectors.run_answer).
     answer = serializers.SerializerMethodField()
+    # The vLLM the pod really ran when it is not the one its image tag names, else "".
+    vllm_version_mismatch = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "job_spec", "experiment_snapshot", "answer", "trials"]
+        fields = [
+            *RunSerializer.Meta.fields,
+            "job_spec",
+            "experiment_snapshot",
+            "answer",
+            "vllm_version_mismatch",
+            "trials",
+        ]
         read_only_fields = fields
+
+    def get_vllm_version_mismatch(self, run: Run) -> str:
+        return vllm_version_mismatch(run)
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_answer(self, run: Run) -> dict:

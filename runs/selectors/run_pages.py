@@ -36,6 +36,7 @@ from runs.selectors.cold_starts import WaterfallStep, run_cold_start
 from runs.selectors.run_answer import ConfigAnswer, RunAnswer, run_answer
 from runs.selectors.run_history import with_gpu_name
 from runs.selectors.run_levels import config_label, level_row, number, varying_flags
+from runs.selectors.vllm_versions import vllm_version_mismatch
 
 # At most this many level_progress points go to the page (evenly thinned beyond it).
 MAX_PROGRESS_POINTS = 1500
@@ -402,6 +403,7 @@ def run_live_state(*, run: Run) -> dict:
             # Refused agent messages (see runs.services.ingest): the page warns of them.
             "agent_conflicts": run.agent_conflicts,
             "agent_conflict_last": run.agent_conflict_last,
+            "vllm_mismatch": vllm_version_mismatch(run),
         },
         "now": _iso(timezone.now()),
         "axis": axis,

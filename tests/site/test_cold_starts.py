@@ -9,6 +9,7 @@ import pytest
 
 from runs.models import AgentMessageRecord, Run, Trial
 from runs.selectors.cold_starts import cold_start_report, cold_start_waterfall
+from runs.selectors.vllm_versions import vllm_version_mismatch
 
 from .conftest import H100, frozen, make_experiment, make_model, signed_in
 
@@ -150,3 +151,20 @@ def test_the_report_gives_median_and_p90_per_gpu_type_and_image(alice, charlie):
     assert f"{H100},v0.11.0,Pod running,3,20.0,36.0" in csv
     assert "999" not in page and "999" not in csv
     assert signed_in(charlie).get("/o/acme/reports/cold-starts/").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("installed", "flagged"),
+    [("0.12.1", True), ("0.11.0+cpu", False), ("0.11", False), (None, False), ("dev", False)],
+)
+def test_it_flags_a_vllm_other_than_the_tags(alice, installed, flagged):
+    run = rented_run(make_experiment(alice.org), running=1, hello=2, ready=3)
+    run.agent_info = {"vllm_version": installed}
+    run.save(update_fields=["agent_info"])
+    message = vllm_version_mismatch(run)
+    assert bool(message) is flagged
+    page = signed_in(alice).get(f"/o/acme/runs/{run.id}/").content.decode()
+    detail = alice.client().get(f"/api/v1/orgs/acme/runs/{run.id}/").json()
+    assert detail["vllm_version_mismatch"] == message
+    if flagged:
+        assert "names vLLM 0.11.0, but the pod ran vLLM 0.12.1" in message and message in page
