@@ -229,6 +229,9 @@ BENCHSITE_PROVISION_TIMEOUT_SECONDS = env_int(
     "BENCHSITE_PROVISION_TIMEOUT_SECONDS", 1800, minimum=60
 )
 BENCHSITE_CANCEL_GRACE_SECONDS = env_int("BENCHSITE_CANCEL_GRACE_SECONDS", 60, minimum=0)
+# How often a run that loses its pod mid-run (gone, or its agent silent) goes on on a new pod
+# for its unfinished trials; frozen into each run when it starts. 0 turns resume off.
+BENCHSITE_MAX_RESUMES = env_int("BENCHSITE_MAX_RESUMES", 1, minimum=0)
 # The operator's Runpod key for reading GPU prices into the catalogue ("" = keep the seeded
 # prices); organizations' keys are only ever used for their own runs.
 BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "", secret=True)

@@ -144,6 +144,8 @@ def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
         "allow_other_cloud": experiment.allow_other_cloud,
         "container_disk_gb": experiment.container_disk_gb,
         "network_volume_id": experiment.network_volume_id,
+        # How often a run that loses its pod may go on on a new one (runs.services.run_resume).
+        "max_resumes": int(getattr(settings, "BENCHSITE_MAX_RESUMES", 1)),
         "budget_cap_usd": str(_as_stored(experiment, "budget_cap_usd")),
         "estimate_usd": None if estimate.cost_usd is None else str(estimate.cost_usd),
         "estimate_seconds": estimate.total_seconds,
@@ -174,18 +176,22 @@ def job_spec_for_attempt(
     deadline: datetime.datetime,
     report: protocol.ReportTo,
     gpu_type: str | None = None,
+    skip_trials: set[int] | frozenset[int] = frozenset(),
 ) -> protocol.JobSpec:
     """The frozen job of ``run`` with one attempt's parts: its deadline, where to report,
-    and the GPU type its placement chose (default: the frozen one)."""
+    the GPU type its placement chose (default: the frozen one), and for a resumed run the
+    trials that ended on an earlier pod left out (``skip_trials``; their indices kept)."""
     frozen = run.job_spec
     engine = dict(frozen["engine"], gpu_type=gpu_type or frozen["engine"]["gpu_type"])
+    trials = [trial for trial in frozen["trials"] if trial["index"] not in skip_trials]
     attempt = {
         "run_id": str(run.id),
         "deadline": deadline.isoformat(),
         "report": report.model_dump(mode="json"),
     }
+    job = {**frozen, "engine": engine, "trials": trials, **attempt}
     # Read back as the agent reads it (JSON), so the job served is the one it will parse.
-    return protocol.JobSpec.model_validate_json(json.dumps({**frozen, "engine": engine, **attempt}))
+    return protocol.JobSpec.model_validate_json(json.dumps(job))
 
 
 def run_engine(run: Run) -> protocol.EngineSpec:

@@ -1,9 +1,11 @@
 """The job an agent runs, for one provisioning attempt: the run's frozen job
 (``runs.frozen_job``) with this attempt's deadline, report URLs and GPU type.
 
-Guarantee: the job's deadline never lets a run outspend the budget cap it was started with
-at the GPU's price, and never exceeds twice the estimate it was started with (plus ten
-minutes of slack) — the agent enforces it on its own, so a lost site cannot keep a GPU busy.
+Guarantees: the job's deadline never lets a run outspend the budget cap it was started with
+at the GPU's price (less what its earlier pods cost, for a resumed run), and never exceeds
+twice the estimate it was started with (plus ten minutes of slack) — the agent enforces it on
+its own, so a lost site cannot keep a GPU busy. A resumed run's job holds only the trials that
+have not ended.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from runs.frozen_job import (
     run_estimate_seconds,
     run_is_simulated,
 )
-from runs.models import GpuType, Run
+from runs.models import GpuType, Run, Trial
+from runs.models.runs import UNFINISHED_OUTCOMES
 from runs.placement import Placement
 from runs.selectors.prices import gpu_price
 
@@ -48,7 +51,8 @@ def run_deadline(
         price = gpu_price(org=run.organization, gpu_type=gpu, cloud_type=cloud).usd_per_gpu_hour
         if price:
             per_second = price * engine.gpu_count / Decimal(3600)
-            affordable = float(run_budget_cap(run) / per_second)
+            left = run_budget_cap(run) - Decimal(run.earlier_pods_cost_usd)
+            affordable = float(max(left, Decimal(0)) / per_second)
             deadline = min(deadline, now + datetime.timedelta(seconds=affordable))
     return deadline
 
@@ -58,9 +62,11 @@ def run_job_spec(
 ) -> protocol.JobSpec:
     """The whole job of ``run`` as it was started; ``placement`` is where its pod goes
     (default: the run's own GPU type)."""
+    ended = Trial.objects.filter(run=run).exclude(outcome__in=UNFINISHED_OUTCOMES)
     return job_spec_for_attempt(
         run,
         deadline=run_deadline(run, placement=placement),
         report=protocol.ReportTo(ws_url=ws_url, rest_url=rest_url),
         gpu_type=placement.gpu_type_id if placement else None,
+        skip_trials=set(ended.values_list("index", flat=True)),
     )

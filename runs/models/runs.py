@@ -84,6 +84,14 @@ class Run(models.Model):
     # The last sequence space issued to an agent of this run (each agent start without its
     # spool asks for the next one); 0 is the space of agents that never asked (protocol 1).
     agent_epoch = models.PositiveIntegerField(default=0)
+    # Resume (runs.services.run_resume): how often the run moved to a new pod after losing
+    # one; messages of epochs below ``epoch_floor`` (the lost pod's agents) are refused; the
+    # earlier pods (id, where, lifetime, billed seconds and cost, why) and what they cost.
+    resumes = models.PositiveSmallIntegerField(default=0)
+    epoch_floor = models.PositiveIntegerField(default=0)
+    pod_history = models.JSONField(default=list, blank=True)
+    earlier_pods_seconds = models.FloatField(default=0)
+    earlier_pods_cost_usd = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     # Messages refused because their (epoch, seq) was stored before with other content: a
     # forger with the run token, or an agent that reused its numbers. Shown with the run.
     agent_conflicts = models.PositiveIntegerField(default=0)
@@ -104,8 +112,9 @@ class Run(models.Model):
 
     @property
     def pod_name(self) -> str:
-        """The idempotency name of this run's pod; looked up before any pod is rented."""
-        return f"bench-{self.id}"
+        """The idempotency name of this run's current pod (``runs.providers.base.pod_name``);
+        looked up before any pod is rented."""
+        return f"bench-{self.id}" + (f"-r{self.resumes}" if self.resumes else "")
 
 
 class TrialOutcome(models.TextChoices):
@@ -118,6 +127,9 @@ class TrialOutcome(models.TextChoices):
     PARTIAL = "partial"
     SKIPPED = "skipped"
 
+
+# Trials not ended yet: a resumed run's next pod runs them (from their start).
+UNFINISHED_OUTCOMES = frozenset({TrialOutcome.PENDING, TrialOutcome.RUNNING})
 
 # Trials whose levels count in reports and costs: all of them measured, or some before the
 # trial was cut short (a failed trial's levels are the failure's, not the config's).

@@ -1,8 +1,9 @@
 """The one small interface every provider implements, and its errors.
 
 Guarantees every provider keeps:
-- Pods are named ``bench-<run uuid>`` (``pod_name``); ``find_by_name`` is asked before any
-  ``create``, so a retried or duplicated provision never rents a second pod.
+- Pods are named ``bench-<run uuid>`` (``pod_name``; a run resumed on its n-th replacement
+  pod: ``bench-<run uuid>-r<n>``); ``find_by_name`` is asked before any ``create``, so a
+  retried or duplicated provision never rents a second pod for one attempt.
 - The job reaches the pod as ONE environment value (``BENCHSITE_JOB``, base64 JSON) and the
   run token as another (``BENCHSITE_TOKEN``); nothing of either is interpolated into a query,
   logged, or put into an error message.
@@ -15,6 +16,7 @@ Guarantees every provider keeps:
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Protocol
@@ -22,16 +24,20 @@ from typing import Protocol
 POD_NAME_PREFIX = "bench-"
 
 
-def pod_name(run_id) -> str:
-    """The idempotency name of a run's pod."""
-    return f"{POD_NAME_PREFIX}{run_id}"
+_RESUME_SUFFIX = re.compile(r"-r([1-9][0-9]{0,2})$")
+
+
+def pod_name(run_id, resume: int = 0) -> str:
+    """The idempotency name of a run's pod: its first, or its ``resume``-th replacement."""
+    return f"{POD_NAME_PREFIX}{run_id}" + (f"-r{resume}" if resume else "")
 
 
 def run_id_of_pod(name: str) -> str | None:
-    """The run id a pod name carries, or None for a pod that is not ours."""
+    """The run id a pod name carries (whichever attempt it is), or None for a pod that is
+    not ours."""
     if not name.startswith(POD_NAME_PREFIX):
         return None
-    return name[len(POD_NAME_PREFIX) :] or None
+    return _RESUME_SUFFIX.sub("", name[len(POD_NAME_PREFIX) :]) or None
 
 
 class PodState(enum.StrEnum):

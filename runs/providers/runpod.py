@@ -39,6 +39,7 @@ from runs.providers.base import (
     PodState,
     ProviderError,
     TransientProviderError,
+    pod_name,
     run_id_of_pod,
 )
 
@@ -54,6 +55,7 @@ _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 _GPU_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,99}")
 _PORTS = re.compile(r"\d{1,5}/(?:http|tcp)(?:,\d{1,5}/(?:http|tcp))*")
 _VOLUME_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_RESUME_SUFFIX = re.compile(r"-r[1-9][0-9]{0,2}")
 # What would end a GraphQL string early or change its meaning.
 _UNSAFE_IN_STRING = re.compile(r'["\\\x00-\x1f\x7f]')
 
@@ -153,7 +155,10 @@ def _check_spec(spec: PodSpec) -> None:
         canonical = run_id is not None and str(uuid.UUID(run_id)) == run_id
     except ValueError:
         canonical = False
-    _check(canonical, "name", "must be 'bench-' and a run's UUID")
+    # What follows the run's id is nothing, or which replacement pod this is ("-r2").
+    suffix = spec.name.removeprefix(pod_name(run_id)) if canonical else "?"
+    canonical = suffix == "" or bool(_RESUME_SUFFIX.fullmatch(suffix))
+    _check(canonical, "name", "must be 'bench-' and a run's UUID (and '-r<n>' when resumed)")
     _check(
         isinstance(spec.image, str) and bool(_IMAGE.fullmatch(spec.image)),
         "image",

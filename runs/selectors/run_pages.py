@@ -260,6 +260,16 @@ def run_timeline(run: Run, trials: list[dict], hello_at: datetime | None) -> lis
                 "status": "done",
             }
         )
+    for resume, lost in enumerate(run.pod_history or [], start=1):
+        entries.append(
+            {
+                "stage": "resume",
+                "label": f"Pod {lost.get('pod_id')} lost ({lost.get('reason')}); resumed on a "
+                f"new pod for the trials not yet ended (resume {resume})",
+                "at": lost.get("ended_at"),
+                "status": "failed",
+            }
+        )
     if hello_at is not None:
         host = run.agent_info.get("hostname") or "agent"
         version = run.agent_info.get("vllm_version")

@@ -116,6 +116,13 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
             else:
                 outcomes.append(_conflict(run, message, seen[key][1], changed))
             continue
+        if message.epoch < run.epoch_floor:
+            reason = (
+                f"epoch {message.epoch} belongs to a pod run {run.id} has left (it resumed on "
+                f"a new pod); nothing more of it is accepted."
+            )
+            outcomes.append(IngestOutcome(seq=message.seq, stored=False, refused=reason))
+            continue
         if message.epoch > run.agent_epoch:
             reason = (
                 f"epoch {message.epoch} was never issued for run {run.id} (the last issued is "

@@ -106,7 +106,7 @@ def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
         if network_volume_id:
             env["BENCHSITE_WEIGHTS_DIR"] = NETWORK_VOLUME_WEIGHTS_DIR
     return PodSpec(
-        name=pod_name(run.id),
+        name=pod_name(run.id, run.resumes),
         image=image,
         gpu_type_id=placement.gpu_type_id,
         gpu_count=job.engine.gpu_count,
@@ -176,7 +176,7 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
     name = provider_name_for(simulated=run_is_simulated(run))
     try:
         provider = provider_for(org=run.organization, name=name)
-        pod = provider.find_by_name(pod_name(run.id))
+        pod = provider.find_by_name(pod_name(run.id, run.resumes))
         outcome = "adopted"
         if pod is None:
             token = run_token_issue(run=run)
@@ -234,11 +234,15 @@ def run_fail(*, run_id, reason: str, state: str = RunState.FAILED) -> bool:
 
 
 def run_accrued_cost(run: Run, *, until: datetime.datetime) -> tuple[Decimal, Decimal]:
-    """Billed seconds and cost of the run's pod from its start to ``until``."""
+    """Billed seconds and cost of the run's pods: the earlier ones (a resumed run's) as
+    recorded, and the current one from its start to ``until``."""
+    earlier_seconds = Decimal(str(run.earlier_pods_seconds))
+    earlier_cost = Decimal(run.earlier_pods_cost_usd)
     if run.pod_started_at is None or run.price_usd_hr is None:
-        return Decimal(0), Decimal(0)
+        return earlier_seconds, earlier_cost
     seconds = billed_seconds(run.pod_started_at, until)
-    return seconds, run_cost_usd(seconds=seconds, pod_usd_per_hr=run.price_usd_hr)
+    cost = run_cost_usd(seconds=seconds, pod_usd_per_hr=run.price_usd_hr)
+    return earlier_seconds + seconds, earlier_cost + cost
 
 
 def run_release_pod(*, run_id) -> bool:

@@ -12,7 +12,9 @@ change is a conditional UPDATE, and terminating a pod twice is harmless):
 - a run whose cancel was requested more than ``CANCEL_GRACE`` ago ends ``cancelled`` and its
   pod is terminated (the agent normally reports first);
 - a run whose agent fell silent (no message for ``AGENT_SILENCE``; ``PROVISION_TIMEOUT``
-  before its first) or whose pod is gone ends ``failed`` and its pod is terminated;
+  before its first) or whose pod is gone ends ``failed`` and its pod is terminated, unless
+  it may resume on a new pod (``runs.services.run_resume``: an agent that was heard, resumes
+  and budget left), which is then rented for its unfinished trials;
 - silence is judged against the site's own ability to hear (``runs.services.ingest_watch``):
   while the address agents report to does not answer, no agent is called silent nor a
   cancel unanswered; once it answers again, both are counted from that moment at the
@@ -45,10 +47,18 @@ from runs.frozen_job import BUDGET_CAP_PATH, ENGINE_KIND_PATH
 from runs.models import Organization, ProviderCredential, Run
 from runs.models.experiments import engine_is_simulated
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
-from runs.providers.base import PodInfo, PodState, Provider, ProviderError, run_id_of_pod
+from runs.providers.base import (
+    PodInfo,
+    PodState,
+    Provider,
+    ProviderError,
+    pod_name,
+    run_id_of_pod,
+)
 from runs.providers.registry import local_provider, provider_for
 from runs.services.ingest_watch import IngestHearing, ingest_hearing
 from runs.services.provisioning import run_accrued_cost, run_fail, run_release_pod
+from runs.services.run_resume import run_resume
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +83,7 @@ class ReconcileReport:
     over_budget: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     orphans_terminated: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -115,6 +126,21 @@ def _end(run: Run, state: str, reason: str, report_list: list[str]) -> None:
         logger.warning("run %s: %s (%s)", run.id, state, reason)
 
 
+def _resume_or_end(
+    run: Run,
+    reason: str,
+    now: datetime.datetime,
+    enqueue_provision: Callable[[str], object] | None,
+    report: ReconcileReport,
+) -> None:
+    """A run that lost its pod goes on on a new one when it may (``run_resume``), else ends
+    failed with ``reason``."""
+    if run_resume(run_id=run.id, reason=reason, now=now, enqueue_provision=enqueue_provision):
+        report.resumed.append(str(run.id))
+    else:
+        _end(run, RunState.FAILED, reason, report.failed)
+
+
 def _counted_from(moment: datetime.datetime, hearing: IngestHearing) -> datetime.datetime:
     """When a silence that began at ``moment`` starts to count: not before the site could
     hear agents again (an agent cannot answer a site that is down)."""
@@ -139,6 +165,9 @@ def _active_with_pods() -> list[Run]:
             "price_usd_hr",
             "pod_started_at",
             "pod_running_at",
+            "earlier_pods_seconds",
+            "earlier_pods_cost_usd",
+            "resumes",
             "billed_seconds",
             "cost_usd",
             "last_heartbeat_at",
@@ -243,19 +272,21 @@ def runs_reconcile(
         elif hearing.reachable and now - _counted_from(heard, hearing) > silence:
             if run.last_heartbeat_at:
                 reason = f"The agent fell silent (last heard {heard:%H:%M:%S} UTC)."
+                _resume_or_end(run, reason, now, enqueue_provision, report)
             else:
                 where = f"the pod is {pod.state}" if pod is not None else "the pod is not listed"
                 reason = (
                     f"The agent never reported: no word {int(silence.total_seconds())} s after "
                     f"the pod was rented ({where})."
                 )
-            _end(run, RunState.FAILED, reason, report.failed)
+                _end(run, RunState.FAILED, reason, report.failed)
         elif (
             account in pods
             and (pod is None or pod.state in (PodState.EXITED, PodState.TERMINATED))
             and now - heard > min(AGENT_SILENCE, datetime.timedelta(seconds=30))
         ):
-            _end(run, RunState.FAILED, "The pod stopped before the run finished.", report.failed)
+            reason = "The pod stopped before the run finished."
+            _resume_or_end(run, reason, now, enqueue_provision, report)
 
     if seen_running:  # the cold start's "pod running" moment: the first pass to see it
         Run.objects.filter(id__in=seen_running, pod_running_at__isnull=True).update(
@@ -278,17 +309,20 @@ def runs_reconcile(
 
     # 4. Orphans: bench-* pods no active run owns. An active run owns the pod it recorded;
     #    until it records one, any pod of its name (it may be about to adopt it).
-    active_pod_ids = {
-        str(run_id): pod_id
-        for run_id, pod_id in Run.objects.exclude(state__in=TERMINAL_RUN_STATES)
-        .values_list("id", "pod_id")
+    #    A resumed run owns only its current attempt's pod (``pod_name(run, resumes)``).
+    active_pods = {
+        str(run_id): (pod_id, pod_name(run_id, resumes))
+        for run_id, pod_id, resumes in Run.objects.exclude(state__in=TERMINAL_RUN_STATES)
+        .values_list("id", "pod_id", "resumes")
         .order_by()
     }
     released = set(report.released)
     for account, account_pods in pods.items():
         for pod in account_pods.values():
             name, owner = pod.name, run_id_of_pod(pod.name)
-            if active_pod_ids.get(owner) in ("", pod.pod_id) or owner in released:
+            recorded, current_name = active_pods.get(owner, (None, None))
+            owned = recorded == pod.pod_id or (recorded == "" and name == current_name)
+            if owned or owner in released:
                 continue  # owned, or terminated a moment ago in step 3
             try:
                 providers[account].terminate(pod.pod_id)

@@ -159,7 +159,8 @@ def _running(org, **experiment) -> Run:
     return Run.objects.get(id=run.id)
 
 
-def test_reconcile_fails_a_silent_run_and_terminates_its_pod(alice):
+def test_reconcile_fails_a_silent_run_and_terminates_its_pod(alice, settings):
+    settings.BENCHSITE_MAX_RESUMES = 0  # resume off: what a run with none left does
     run = _running(alice.org)
     later = timezone.now() + datetime.timedelta(minutes=10)
     report = runs_reconcile(now=later)

@@ -387,8 +387,12 @@ def test_reconcile_fails_a_run_whose_pod_never_starts_and_gives_the_pod_back(
 
 
 def test_reconcile_fails_a_run_whose_pod_died_and_gives_the_pod_back(
-    acme, fake, django_capture_on_commit_callbacks
+    acme,
+    fake,
+    django_capture_on_commit_callbacks,
+    settings,
 ):
+    settings.BENCHSITE_MAX_RESUMES = 0  # resume off: what a run with none left does
     fake.inject("dies_after", seconds=0.2)
     run = start(acme, django_capture_on_commit_callbacks)
     assert run.state == "provisioning" and run.pod_id
@@ -417,6 +421,7 @@ def test_reconcile_fails_a_run_whose_pod_died_and_gives_the_pod_back(
 def test_a_pod_that_dies_mid_run_fails_the_run_and_keeps_its_measurements(
     alice, settings, monkeypatch, tmp_path, death, reason
 ):
+    settings.BENCHSITE_MAX_RESUMES = 0  # resume off: what a run with none left does
     with runpod_site(
         alice, KEY, monkeypatch=monkeypatch, settings=settings, tmp_path=tmp_path
     ) as fake:
