@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("experiment", help="id or exact name")
     start.add_argument("--reason", default="", help='why, e.g. "commit abc123"')
     start.add_argument("--trigger", default="ci", choices=["ci", "api"])
+    start.add_argument(
+        "--image-tag",
+        default="",
+        help="run on this vLLM image tag instead of the experiment's (this run only): gate a "
+        "vLLM bump against the promoted baseline",
+    )
     start.add_argument("--wait", action="store_true", help="wait until the run ends")
     _gate_arguments(start)
     start.add_argument("--poll", type=float, default=5.0, help="seconds between polls")

@@ -106,10 +106,12 @@ def runs_start(api: ApiClient, args) -> int:
     if gating:  # resolved first: a missing baseline must not cost a run
         baseline = _resolve_baseline(api, args.baseline, experiment_id=experiment["id"])
 
-    run = api.post(
-        "runs/", {"experiment": experiment["id"], "reason": args.reason, "trigger": args.trigger}
-    )
-    out(f"started run {run['id']} of {experiment['name']} ({run['state']})")
+    body = {"experiment": experiment["id"], "reason": args.reason, "trigger": args.trigger}
+    if args.image_tag:
+        body["image_tag"] = args.image_tag  # this run only: the experiment keeps its own
+    run = api.post("runs/", body)
+    on = f" on {args.image_tag}" if args.image_tag else ""
+    out(f"started run {run['id']} of {experiment['name']}{on} ({run['state']})")
     if not (args.wait or gating or args.json_out):
         return EXIT_OK
     run = _wait(

@@ -59,6 +59,15 @@ def vllm_version_of_tag(tag: str) -> str | None:
     return match.group(1) if match else None
 
 
+def image_tag_problem(tag: str) -> str | None:
+    """Why ``tag`` cannot name the vLLM image a run pulls, or None when it can."""
+    if not tag:
+        return "The vLLM engine needs an image tag, e.g. 'v0.11.0'."
+    if not _IMAGE_TAG.match(tag):
+        return "Not a valid image tag (letters, digits, '_', '.', '-')."
+    return None
+
+
 def experiment_spec_check(
     *,
     org: Organization,
@@ -81,10 +90,9 @@ def experiment_spec_check(
         errors.setdefault(field, []).append(message)
 
     if engine == "vllm":
-        if not engine_image_tag:
-            add("engine_image_tag", "The vLLM engine needs an image tag, e.g. 'v0.11.0'.")
-        elif not _IMAGE_TAG.match(engine_image_tag):
-            add("engine_image_tag", "Not a valid image tag (letters, digits, '_', '.', '-').")
+        problem = image_tag_problem(engine_image_tag)
+        if problem:
+            add("engine_image_tag", problem)
 
     grid: dict = {}
     if not isinstance(serve_grid, dict):

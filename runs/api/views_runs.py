@@ -63,6 +63,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedView
             experiment=experiment,
             reason=data.validated_data["reason"],
             trigger=data.validated_data["trigger"],
+            image_tag=data.validated_data["image_tag"],
         )
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 

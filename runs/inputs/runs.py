@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from runs.inputs.strict_fields import StrictCharField, StrictChoiceField, StrictUUIDField
-from runs.models import Run
+from runs.models import Experiment, Run
 from runs.models.runs import RunTrigger
 
 
@@ -21,6 +21,13 @@ class RunStartSerializer(serializers.Serializer):
         choices=RunTrigger.choices,
         default=RunTrigger.API,
         help_text="Who asked: a person's script (api), a CI pipeline (ci) or the web UI (ui).",
+    )
+    image_tag = StrictCharField(
+        max_length=Experiment._meta.get_field("engine_image_tag").max_length,
+        allow_blank=True,
+        default="",
+        help_text="Run a vLLM experiment on this image tag instead of its own, for this run "
+        "only (e.g. a CI job gating a vLLM bump against the promoted baseline).",
     )
 
 

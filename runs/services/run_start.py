@@ -9,6 +9,10 @@ Guarantees of ``run_start``:
   estimate; the organization's budget for this month (or its standing monthly budget)
   against the month's spend, plus what active runs may still spend (their estimates), plus
   this estimate.
+- ``image_tag`` runs a vLLM experiment on another image for this run only (a CI pipeline
+  gating a vLLM bump against the promoted baseline): checked like the experiment's own tag,
+  its serve grid checked against that vLLM version, frozen into the run and audited; the
+  experiment itself is not changed.
 - The run, its frozen job (``runs.frozen_job``: exactly what its agent will run), the
   experiment's other facts and the estimate, and its ``run.start`` audit event are committed
   together; provisioning is enqueued only after that commit, so a
@@ -17,6 +21,7 @@ Guarantees of ``run_start``:
 
 from __future__ import annotations
 
+import copy
 from decimal import Decimal
 
 from django.db import transaction
@@ -27,6 +32,7 @@ from runs.actors import Actor
 from runs.audit import audit_record
 from runs.costs import month_start
 from runs.errors import DomainValidationError
+from runs.experiment_spec import image_tag_problem
 from runs.frozen_job import run_frozen_fields
 from runs.models import Budget, Experiment, Organization, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
@@ -35,6 +41,20 @@ from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 from runs.services.text_input import clean_short_text
 
 MAX_REASON_CHARS = Run._meta.get_field("reason").max_length
+
+
+def _on_image(experiment: Experiment, image_tag: str) -> Experiment:
+    """The experiment as this run sees it on ``image_tag`` (a copy: nothing is saved)."""
+    if experiment.engine != "vllm":
+        raise DomainValidationError.single(
+            "image_tag", "Only a vLLM experiment runs an image; this one runs the simulator."
+        )
+    problem = image_tag_problem(image_tag)
+    if problem:
+        raise DomainValidationError.single("image_tag", problem)
+    on_image = copy.copy(experiment)
+    on_image.engine_image_tag = image_tag
+    return on_image
 
 
 class BudgetExceeded(DomainValidationError):
@@ -112,6 +132,7 @@ def run_start(
     experiment: Experiment,
     reason: str = "",
     trigger: str = RunTrigger.API,
+    image_tag: str = "",
 ) -> Run:
     """Starts a run of ``experiment`` (see the module docstring)."""
     from runs.tasks import run_provision  # the task module imports services
@@ -119,6 +140,8 @@ def run_start(
     reason = _clean_reason(reason)
     if trigger not in RunTrigger.values:
         raise DomainValidationError.single("trigger", f"One of {', '.join(RunTrigger.values)}.")
+    if image_tag:
+        experiment = _on_image(experiment, image_tag)
     # One start at a time per organization, so two starts cannot both fit the last dollars.
     Organization.objects.select_for_update().filter(pk=experiment.organization_id).first()
     estimate = experiment_estimate(experiment=experiment)
@@ -138,7 +161,12 @@ def run_start(
         event="run.start",
         target=run,
         before=None,
-        after={"experiment": str(experiment.id), "reason": reason, "trigger": trigger},
+        after={
+            "experiment": str(experiment.id),
+            "reason": reason,
+            "trigger": trigger,
+            **({"image_tag": image_tag} if image_tag else {}),
+        },
     )
     run_provision.delay_on_commit(str(run.id))
     return run

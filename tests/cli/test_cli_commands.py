@@ -17,7 +17,7 @@ import threading
 import pytest
 from django.utils import timezone
 
-from runs.models import Experiment, Run
+from runs.models import AuditEvent, Experiment, Run
 from tests.site.conftest import H100, frozen, make_experiment, make_model
 from tests.site.live_server import ROOT, daphne_server, free_port
 from tests.site.test_celery_worker import broker_queue  # noqa: F401  (no worker: runs queue)
@@ -319,3 +319,35 @@ def read_until_closed(fd: int, into: bytearray) -> None:
         if not chunk:
             return
         into.extend(chunk)
+
+
+def test_it_runs_one_run_on_another_image_tag_and_leaves_the_experiment_alone(alice, site):
+    experiment = make_experiment(alice.org)  # v0.11.0
+    result = benchsite(
+        *("runs", "start", str(experiment.id), "--image-tag", "v0.12.0", "--reason", "bump"),
+        url=site,
+        token=alice.token,
+    )
+    assert result.code == 0, result.text
+    run = Run.objects.get(experiment=experiment)
+    assert f"started run {run.id} of batching on v0.12.0" in result.out
+    engine = run.job_spec["engine"]
+    assert (engine["image_tag"], engine["vllm_version"]) == ("v0.12.0", "0.12.0")
+    experiment.refresh_from_db()
+    assert experiment.engine_image_tag == "v0.11.0"
+    event = AuditEvent.objects.get(organization=alice.org, event="run.start")
+    assert event.after["image_tag"] == "v0.12.0"
+    refused = benchsite(
+        *("runs", "start", str(experiment.id), "--image-tag", "v0.12.0;rm"),
+        url=site,
+        token=alice.token,
+    )
+    assert refused.code == 2 and "image_tag: Not a valid image tag" in refused.err, refused.text
+    simulated = make_experiment(
+        alice.org, model=experiment.model, name="sim", engine="sim", engine_image_tag=""
+    )
+    on_sim = benchsite(
+        *("runs", "start", str(simulated.id), "--image-tag", "v0.12.0"), url=site, token=alice.token
+    )
+    assert on_sim.code == 2 and "runs the simulator" in on_sim.err
+    assert Run.objects.filter(organization=alice.org).count() == 1
