@@ -8,13 +8,14 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import time
 from collections import Counter
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
-from runs.models import AuditEvent, Measurement, Run, Trial
+from runs.models import AgentMessageRecord, AuditEvent, Measurement, Run, Trial
 from runs.providers.base import pod_name
 from runs.services.reconcile import runs_reconcile
 from runs.tasks import run_provision
@@ -68,7 +69,9 @@ def test_a_pod_lost_mid_run_is_replaced_and_every_measurement_is_stored_once(
 
         # The next pass past the pod-gone grace resumes it; provisioning rents a second pod.
         later = timezone.now() + datetime.timedelta(seconds=31)
+        resumed_at, resumed_wall = time.monotonic(), timezone.now()
         report = runs_reconcile(now=later, enqueue_provision=run_provision.delay)
+        rented_in = time.monotonic() - resumed_at
         assert report.resumed == [str(run.id)] and report.failed == []
         second = next(pod for pod in fake.pods(KEY) if pod.id != first.id)
         assert second.name == pod_name(run.id, 1)
@@ -79,6 +82,26 @@ def test_a_pod_lost_mid_run_is_replaced_and_every_measurement_is_stored_once(
             return run.state in ("succeeded", "failed")
 
         wait_for(ended, 240, "the second pod's agent to finish the run")
+        # What a resume costs in time here (printed for the note; not asserted).
+        hello = (
+            AgentMessageRecord.objects.filter(run=run, type="hello", epoch__gte=run.epoch_floor)
+            .order_by("received_at")
+            .first()
+        )
+        print(
+            "resume through the fake Runpod API:",
+            json.dumps(
+                {
+                    "second_pod_rented_s": round(rented_in, 2),
+                    "to_its_agents_first_message_s": round(
+                        (hello.received_at - resumed_wall).total_seconds(), 2
+                    )
+                    if hello
+                    else None,
+                    "resume_to_run_end_s": round(time.monotonic() - resumed_at, 1),
+                }
+            ),
+        )
         log = second.log_path.read_text() if second.log_path else ""
         assert run.state == "succeeded", (run.failure_reason, log[-3000:])
 
