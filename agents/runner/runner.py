@@ -15,13 +15,20 @@ Guarantees:
   when the cache had them); its tokenizer builds every prompt. Weights that cannot be had
   (no access, unknown model, too little disk) fail that trial with the class saying why
   before any vLLM starts, and end the run ``failed`` (the other trials: skipped).
-- A trial whose engine fails to start or dies is recorded with its failure class and log
-  tail, and the run goes on with the next trial. A death at any moment of the measuring
-  (during a level, between levels, in a level's connection warm-up or warm-up requests, in a
-  metrics scrape) ends the trial ``failed``/``crash``: the levels finished before it stay
-  reported, the level it cut short is reported as far as it got, no later level runs. A
-  server the load generator cannot reach while the engine process is still running is not a
-  crash: the trial ends ``failed``/``other`` with the error and the engine's log tail.
+- A trial whose engine fails to start is recorded with its failure class and log tail, and
+  the run goes on with the next trial.
+- Self-heal: an engine that dies at any moment of the measuring (during a level, between
+  levels, in a level's warm-up, in a metrics scrape) or hangs (no response byte for
+  ``hang_seconds`` while requests wait: it is killed) is started again with the same
+  configuration, up to ``engine_restarts`` times, after an ``engine_restarted`` message:
+  the levels finished before stay reported (each exactly once), the level it cut short runs
+  again from its start with the same traffic and is reported only then. With no restart
+  left the trial ends ``failed``/``crash`` (or ``hang``): the level it cut short is reported
+  as far as it got, no later level runs. A finished level is reported once the next level
+  has started on a live server (or the engine's fate is known), so a level a dying server
+  failed is never reported as whole. A server the load generator cannot reach while the
+  engine process is still running is not a crash: the trial ends ``failed``/``other`` with
+  the error and the engine's log tail.
 - The job's deadline is enforced here, whatever the site does: ``deadline_margin`` seconds
   before it the level in progress is ended (its finished requests are reported as a partial
   measurement), the engine is stopped, the remaining trials are reported as skipped and the
