@@ -6,8 +6,8 @@ Guarantees:
   ``agents.protocol`` before it leaves): ``hello`` first, then per trial ``trial_started``,
   each ``cold_start_phase`` as the engine reaches it, ``level_progress`` at most every
   ``progress_every`` seconds, one ``measurement`` per finished level (capacity probes
-  included), ``trial_finished`` (with the capacity search's result when the workload asks
-  for one);
+  included), ``engine_restarted`` when self-heal starts a trial's engine again,
+  ``trial_finished`` (with the capacity search's result when the workload asks for one);
   ``heartbeat`` every ``heartbeat_every`` seconds throughout; ``run_finished`` last.
 - Real vLLM serves weights fetched once per run, before the first trial's engine starts
   (``agents.weights``: only what vLLM loads, into the machine's weights cache), reported as
@@ -558,7 +558,11 @@ class JobRunner:
         if not crash:
             # A level can finish (every request refused) before the watcher's next look, and
             # before a killed engine can be reaped: lost connections are worth the wait.
-            failure = await self._death_of(engine) if lost_connections else engine.exit_status()
+            failure = (
+                await self._death_of(engine)
+                if lost_connections
+                else await asyncio.to_thread(engine.exit_status)
+            )
             if failure is not None:
                 crash.append(failure)
         last, suspect = held[0] if held else (None, False)
