@@ -467,8 +467,8 @@ def test_it_proposes_approves_and_shows_the_recipe(history, mallory, alice, web)
     recipe = web.get(f"/o/acme/promotions/{promotion.id}/").content.decode()
     assert "Deployment recipe</h2>" in recipe
     assert (
-        "vllm serve meta-llama/Llama-3.1-8B-Instruct --served-model-name "
-        "meta-llama/Llama-3.1-8B-Instruct --host 0.0.0.0 --port 8000 --max-num-seqs 128"
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --revision main --host 0.0.0.0 --port 8000 "
+        "--served-model-name meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 128"
     ) in recipe
     assert "docker run --gpus all" in recipe and "vllm/vllm-openai:v0.11.0" in recipe
     assert "SECURE" in recipe and "80 GB" in recipe
