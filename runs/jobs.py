@@ -62,7 +62,9 @@ def run_job_spec(
 ) -> protocol.JobSpec:
     """The whole job of ``run`` as it was started; ``placement`` is where its pod goes
     (default: the run's own GPU type)."""
-    ended = Trial.objects.filter(run=run).exclude(outcome__in=UNFINISHED_OUTCOMES)
+    ended = Trial.objects.filter(organization_id=run.organization_id, run=run).exclude(
+        outcome__in=UNFINISHED_OUTCOMES
+    )
     return job_spec_for_attempt(
         run,
         deadline=run_deadline(run, placement=placement),

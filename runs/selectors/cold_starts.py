@@ -193,12 +193,12 @@ def cold_start_report(*, org: Organization) -> list[ColdStartGroup]:
     """Every run of ``org`` that rented a pod, grouped by (GPU type, image tag, simulated),
     measured groups first, each by its GPU type and tag."""
     hello = (
-        AgentMessageRecord.objects.filter(run=OuterRef("pk"), type="hello")
+        AgentMessageRecord.objects.filter(organization=org, run=OuterRef("pk"), type="hello")
         .order_by("received_at")
         .values("received_at")[:1]
     )
     first_trial = (
-        Trial.objects.filter(run=OuterRef("pk"))
+        Trial.objects.filter(organization=org, run=OuterRef("pk"))
         .exclude(cold_start={})
         .order_by("index")
         .values("cold_start")[:1]
