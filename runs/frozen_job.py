@@ -145,7 +145,7 @@ def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
         "container_disk_gb": experiment.container_disk_gb,
         "network_volume_id": experiment.network_volume_id,
         # How often a run that loses its pod may go on on a new one (runs.services.run_resume).
-        "max_resumes": int(getattr(settings, "BENCHSITE_MAX_RESUMES", 1)),
+        "max_resumes": settings.BENCHSITE_MAX_RESUMES,
         "budget_cap_usd": str(_as_stored(experiment, "budget_cap_usd")),
         "estimate_usd": None if estimate.cost_usd is None else str(estimate.cost_usd),
         "estimate_seconds": estimate.total_seconds,

@@ -22,7 +22,6 @@ import logging
 from collections.abc import Callable
 from decimal import Decimal
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -37,6 +36,7 @@ from runs.services.provisioning import run_accrued_cost
 
 logger = logging.getLogger(__name__)
 
+# Runs started before resumes were frozen into their snapshot: the setting's default.
 DEFAULT_MAX_RESUMES = 1
 
 
@@ -44,11 +44,6 @@ def run_max_resumes(run: Run) -> int:
     """How many times the run may move to a new pod, as frozen when it started."""
     frozen = run.experiment_snapshot.get("max_resumes")
     return frozen if isinstance(frozen, int) else DEFAULT_MAX_RESUMES
-
-
-def max_resumes_setting() -> int:
-    """What a run starting now freezes (``BENCHSITE_MAX_RESUMES``)."""
-    return getattr(settings, "BENCHSITE_MAX_RESUMES", DEFAULT_MAX_RESUMES)
 
 
 def run_resume(
