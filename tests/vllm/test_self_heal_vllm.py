@@ -25,6 +25,7 @@ from agents import protocol
 from agents.loadgen import event_loop_runner
 from agents.runner.runner import JobRunner
 from agents.runner.trial_engine import EngineOptions
+from tests.agents.test_weights import model_source
 
 LEVELS = (1, 2)
 REQUESTS = 16
@@ -46,18 +47,8 @@ def tiny_job(model: Path) -> protocol.JobSpec:
             seed=7,
         ),
         engine=protocol.EngineSpec(kind="vllm", gpu_type="cpu", gpu_count=1),
-        model=protocol.ModelSource(
-            hf_repo="benchsite/tiny-random-llama",
-            served_model_name="tiny",
-            local_path=str(model),
-            parameter_count=1000,
-            num_layers=2,
-            hidden_size=128,
-            num_attention_heads=4,
-            num_kv_heads=2,
-            head_dim=32,
-            dtype="float32",
-            max_context=512,
+        model=model_source("benchsite/tiny-random-llama").model_copy(
+            update={"served_model_name": "tiny", "local_path": str(model), "dtype": "float32"}
         ),
         deadline=datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=20),
     )
