@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from runs.models.experiments import Experiment
 from runs.models.tenancy import Organization, User
+from runs.providers.base import pod_name
 
 
 class RunState(models.TextChoices):
@@ -114,7 +115,7 @@ class Run(models.Model):
     def pod_name(self) -> str:
         """The idempotency name of this run's current pod (``runs.providers.base.pod_name``);
         looked up before any pod is rented."""
-        return f"bench-{self.id}" + (f"-r{self.resumes}" if self.resumes else "")
+        return pod_name(self.id, self.resumes)
 
 
 class TrialOutcome(models.TextChoices):
