@@ -27,6 +27,7 @@ from agents.protocol import (
 )
 from runs.errors import DomainValidationError
 from runs.models import GpuType, ModelSpec, Organization, WorkloadDataset
+from runs.models.experiments import engine_is_simulated
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 
 # Docker image tags: what `docker tag` accepts.
@@ -35,6 +36,8 @@ _VERSION_IN_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
 # Runpod network volume ids: letters, digits, '_' and '-' (they go into a GraphQL query).
 _NETWORK_VOLUME_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CONTAINER_DISK_GB = (10, 2000)
+# Images besides the experiment's own that one run measures the same grid on.
+MAX_COMPARE_IMAGE_TAGS = 3
 
 
 @dataclass(frozen=True)
@@ -44,13 +47,36 @@ class CheckedSpec:
     workload: dict
     slos: dict
     fallback_gpu_types: list[str]
+    compare_image_tags: list[str]
 
 
-def experiment_trial_configs(experiment) -> list[dict]:
-    """The serve configurations a run of ``experiment`` measures, in trial order: its grid's,
-    then vLLM's defaults when it asks for that baseline (``agents.protocol.trial_configs``).
-    The one count of an experiment's trials: the job, the estimate, the API and the pages."""
-    return trial_configs(experiment.serve_grid, defaults_trial=experiment.defaults_trial)
+@dataclass(frozen=True)
+class PlannedTrial:
+    """One trial a run of an experiment measures: a serve configuration on one image."""
+
+    image_tag: str | None  # None: the simulator, or a vLLM experiment with no tag set yet
+    serve_config: dict
+
+
+def experiment_image_tags(experiment) -> list[str | None]:
+    """The images a run of ``experiment`` measures its grid on, one pod each, in order: its
+    own tag, then the ones it compares with; ``[None]`` for the simulator (no image)."""
+    if engine_is_simulated(experiment.engine):
+        return [None]
+    return [experiment.engine_image_tag or None, *(experiment.compare_image_tags or [])]
+
+
+def experiment_trial_plan(experiment) -> list[PlannedTrial]:
+    """The trials a run of ``experiment`` measures, in trial order: for each image (tag-major,
+    so one pod runs a contiguous block), its grid's configurations, then vLLM's defaults when
+    it asks for that baseline (``agents.protocol.trial_configs``). The one count of an
+    experiment's trials: the job, the estimate, the API and the pages."""
+    configs = trial_configs(experiment.serve_grid, defaults_trial=experiment.defaults_trial)
+    return [
+        PlannedTrial(image_tag=tag, serve_config=config)
+        for tag in experiment_image_tags(experiment)
+        for config in configs
+    ]
 
 
 def vllm_version_of_tag(tag: str) -> str | None:
@@ -82,6 +108,7 @@ def experiment_spec_check(
     fallback_gpu_types: object = (),
     container_disk_gb: object = 80,
     network_volume_id: object = "",
+    compare_image_tags: object = (),
 ) -> CheckedSpec:
     """Checks the parts of an experiment that depend on each other (see module docstring)."""
     errors: dict[str, list[str]] = {}
@@ -109,6 +136,15 @@ def experiment_spec_check(
         except ServeGridError as exc:
             for error in exc.errors:
                 add(f"serve_grid.{error.field}" if error.field else "serve_grid", error.message)
+    compared = _check_compare_image_tags(
+        compare_image_tags,
+        engine=engine,
+        engine_image_tag=engine_image_tag,
+        grid=grid,
+        gpu_count=gpu_count,
+        max_context=model.max_context,
+        add=add,
+    )
 
     checked_workload = None
     try:
@@ -145,6 +181,74 @@ def experiment_spec_check(
         workload=checked_workload.model_dump(mode="json"),
         slos=checked_slos.model_dump(mode="json", exclude_none=True),
         fallback_gpu_types=fallbacks,
+        compare_image_tags=compared,
+    )
+
+
+def _check_compare_image_tags(
+    tags, *, engine, engine_image_tag, grid, gpu_count, max_context, add
+) -> list[str]:
+    """Checks the images the grid is compared on; returns them as they will be stored. Each
+    is a valid tag, distinct, not the experiment's own, and the grid must be valid on the
+    vLLM it names (a flag it does not know is that tag's error); all tags' trials together
+    stay within the grid's limit."""
+    field = "compare_image_tags"
+    if not isinstance(tags, list | tuple) or not all(isinstance(tag, str) for tag in tags):
+        add(field, "Expected a list of image tags.")
+        return []
+    if not tags:
+        return []
+    if engine != "vllm":
+        add(field, "Only a vLLM experiment runs images; the simulator has none to compare.")
+        return []
+    if len(tags) > MAX_COMPARE_IMAGE_TAGS:
+        add(field, f"At most {MAX_COMPARE_IMAGE_TAGS} image tags besides the experiment's own.")
+        return []
+    for index, tag in enumerate(tags):
+        where = f"{field}[{index}]"
+        problem = image_tag_problem(tag)
+        if problem:
+            add(where, problem)
+        elif tag == engine_image_tag:
+            add(where, f"{tag!r} is the experiment's own image tag; list other ones.")
+        elif tag in tags[:index]:
+            add(where, f"{tag!r} is listed twice.")
+        elif grid and (problem := _grid_problem(grid, tag, gpu_count, max_context)):
+            add(where, problem)
+    trials = len(trial_configs(grid)) * (1 + len(tags))
+    if trials > settings.BENCHSITE_MAX_GRID_TRIALS:
+        add(
+            field,
+            f"{1 + len(tags)} images × the grid make {trials} trials; at most "
+            f"{settings.BENCHSITE_MAX_GRID_TRIALS} per run.",
+        )
+    return list(tags)
+
+
+def _grid_problem(grid: dict, tag: str, gpu_count: int, max_context: int) -> str | None:
+    """Why ``grid`` cannot run on the vLLM ``tag`` names (every problem, flag by flag), or
+    None when it can."""
+    try:
+        validate_serve_grid(
+            grid,
+            gpu_count=gpu_count,
+            max_context=max_context,
+            vllm_version=vllm_version_of_tag(tag),
+        )
+    except ServeGridError as exc:
+        problems = [
+            f"{f'serve_grid.{error.field}' if error.field else 'the serve grid'}: {error.message}"
+            for error in exc.errors
+        ]
+        return f"On {tag}: " + "; ".join(problems)
+    return None
+
+
+def grid_problem_on_image(experiment, tag: str) -> str | None:
+    """Why ``experiment``'s grid cannot run on the vLLM ``tag`` names, or None when it can
+    (a run started on another image than the experiment's own)."""
+    return _grid_problem(
+        experiment.serve_grid, tag, experiment.gpu_count, experiment.model.max_context
     )
 
 

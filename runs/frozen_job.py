@@ -9,7 +9,8 @@ Guarantees:
   own; a placement may replace it for one attempt. A job the protocol refuses raises
   ``DomainValidationError`` naming the field, and nothing is written.
 - ``job_spec_for_attempt`` gives back exactly the frozen job, with only the per-attempt
-  parts added.
+  parts added and the trials this pod runs: the first image's with trials left (a run over
+  several image tags has one pod per tag, in order; its engine names that tag).
 - The readers below (and the ``*_PATH`` names for queries) are the only code that knows
   the stored shapes; ``run_is_simulated`` applies the one rule for "simulated"
   (``runs.models.experiments.engine_is_simulated``) to the frozen engine.
@@ -31,7 +32,12 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from agents import protocol
 from runs.errors import DomainValidationError
-from runs.experiment_spec import experiment_trial_configs, vllm_version_of_tag
+from runs.experiment_spec import (
+    PlannedTrial,
+    experiment_image_tags,
+    experiment_trial_plan,
+    vllm_version_of_tag,
+)
 from runs.models import Experiment, Run
 from runs.models.experiments import Engine, engine_is_simulated
 from runs.placement import Placement, placements
@@ -92,14 +98,20 @@ def run_traffic_seed() -> int:
 def job_spec_freeze(*, experiment: Experiment) -> dict:
     """The frozen job of a run of ``experiment`` as stored (see the module docstring);
     trials in the grid's deterministic order."""
+    # Each trial names its image only when the run has several (one pod per image).
+    several_images = len(experiment_image_tags(experiment)) > 1
     try:
-        configs = experiment_trial_configs(experiment)
+        plan = experiment_trial_plan(experiment)
         workload = protocol.Workload.model_validate(experiment.workload)
         job = protocol.JobSpec(
             run_id=_CHECK_RUN_ID,
             trials=[
-                protocol.TrialSpec(index=index, serve_config=config)
-                for index, config in enumerate(configs)
+                protocol.TrialSpec(
+                    index=index,
+                    serve_config=trial.serve_config,
+                    image_tag=trial.image_tag if several_images else None,
+                )
+                for index, trial in enumerate(plan)
             ],
             workload=workload,
             slos=protocol.Slos.model_validate(experiment.slos),
@@ -179,11 +191,22 @@ def job_spec_for_attempt(
     skip_trials: set[int] | frozenset[int] = frozenset(),
 ) -> protocol.JobSpec:
     """The frozen job of ``run`` with one attempt's parts: its deadline, where to report,
-    the GPU type its placement chose (default: the frozen one), and for a resumed run the
-    trials that ended on an earlier pod left out (``skip_trials``; their indices kept)."""
+    the GPU type its placement chose (default: the frozen one), and the trials this pod runs:
+    those not ended on an earlier pod (``skip_trials``; their indices kept) on the first image
+    that has any left, whose tag and vLLM version the engine then names."""
     frozen = run.job_spec
-    engine = dict(frozen["engine"], gpu_type=gpu_type or frozen["engine"]["gpu_type"])
-    trials = [trial for trial in frozen["trials"] if trial["index"] not in skip_trials]
+    tag = run_next_image_tag(run, skip_trials=skip_trials)
+    engine = dict(
+        frozen["engine"],
+        gpu_type=gpu_type or frozen["engine"]["gpu_type"],
+        image_tag=tag,
+        vllm_version=vllm_version_of_tag(tag) if tag else frozen["engine"]["vllm_version"],
+    )
+    trials = [
+        trial
+        for trial in frozen["trials"]
+        if trial["index"] not in skip_trials and _image_tag_of(frozen, trial) == tag
+    ]
     attempt = {
         "run_id": str(run.id),
         "deadline": deadline.isoformat(),
@@ -205,9 +228,28 @@ def run_is_simulated(run: Run) -> bool:
     return engine_is_simulated(run.job_spec["engine"]["kind"])
 
 
-def run_serve_configs(run: Run) -> list[dict]:
-    """The serve configuration of each planned trial, in trial order."""
-    return [trial["serve_config"] for trial in run.job_spec["trials"]]
+def _image_tag_of(frozen: dict, trial: dict) -> str | None:
+    return trial.get("image_tag") or frozen["engine"]["image_tag"]
+
+
+def run_planned_trials(run: Run) -> list[PlannedTrial]:
+    """Each planned trial's image and serve configuration, in trial order."""
+    frozen = run.job_spec
+    return [
+        PlannedTrial(image_tag=_image_tag_of(frozen, trial), serve_config=trial["serve_config"])
+        for trial in frozen["trials"]
+    ]
+
+
+def run_next_image_tag(
+    run: Run, *, skip_trials: set[int] | frozenset[int] = frozenset()
+) -> str | None:
+    """The image of the first planned trial not in ``skip_trials`` (the ended ones): the
+    image the run's next pod runs; the frozen engine's when none is left."""
+    frozen = run.job_spec
+    left = (trial for trial in frozen["trials"] if trial["index"] not in skip_trials)
+    first = next(left, None)
+    return frozen["engine"]["image_tag"] if first is None else _image_tag_of(frozen, first)
 
 
 def run_workload(run: Run) -> protocol.Workload:

@@ -4,8 +4,8 @@
 Guarantees: the job's deadline never lets a run outspend the budget cap it was started with
 at the GPU's price (less what its earlier pods cost, for a resumed run), and never exceeds
 twice the estimate it was started with (plus ten minutes of slack) — the agent enforces it on
-its own, so a lost site cannot keep a GPU busy. A resumed run's job holds only the trials that
-have not ended.
+its own, so a lost site cannot keep a GPU busy. A pod's job holds only the trials that have not
+ended, on the first image that has any left (``runs.frozen_job.job_spec_for_attempt``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from runs.frozen_job import (
     run_engine,
     run_estimate_seconds,
     run_is_simulated,
+    run_next_image_tag,
+    run_planned_trials,
 )
 from runs.models import GpuType, Run, Trial
 from runs.models.runs import UNFINISHED_OUTCOMES
@@ -62,13 +64,31 @@ def run_job_spec(
 ) -> protocol.JobSpec:
     """The whole job of ``run`` as it was started; ``placement`` is where its pod goes
     (default: the run's own GPU type)."""
-    ended = Trial.objects.filter(organization_id=run.organization_id, run=run).exclude(
-        outcome__in=UNFINISHED_OUTCOMES
-    )
     return job_spec_for_attempt(
         run,
         deadline=run_deadline(run, placement=placement),
         report=protocol.ReportTo(ws_url=ws_url, rest_url=rest_url),
         gpu_type=placement.gpu_type_id if placement else None,
-        skip_trials=set(ended.values_list("index", flat=True)),
+        skip_trials=_ended_trials(run),
     )
+
+
+def run_pod_image_tag(run: Run) -> str | None:
+    """The image the run's next pod runs: that of its first trial not yet ended."""
+    return run_next_image_tag(run, skip_trials=_ended_trials(run))
+
+
+def run_images_left(run: Run) -> list[str | None]:
+    """The images of the run's trials not yet ended, in trial order, each once."""
+    ended = _ended_trials(run)
+    images = [
+        trial.image_tag for index, trial in enumerate(run_planned_trials(run)) if index not in ended
+    ]
+    return list(dict.fromkeys(images))
+
+
+def _ended_trials(run: Run) -> set[int]:
+    ended = Trial.objects.filter(organization_id=run.organization_id, run=run).exclude(
+        outcome__in=UNFINISHED_OUTCOMES
+    )
+    return set(ended.values_list("index", flat=True))

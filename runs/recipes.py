@@ -33,7 +33,7 @@ def trial_recipe(*, trial: Trial) -> dict:
     run = trial.run
     engine, model = run_engine(run), run_model(run)
     container_disk_gb, network_volume_id = run_pod_storage(run)
-    tag = engine.image_tag or "latest"
+    tag = trial.image_tag or engine.image_tag or "latest"  # its pod's image
     # A deployment listens on every interface of its container (that is its job); text only.
     args = serve_command_args(
         model=model.hf_repo,

@@ -15,6 +15,7 @@ import socket
 from celery import shared_task
 
 from runs.providers.base import TransientProviderError
+from runs.services.pod_moves import left_pod_terminate
 from runs.services.price_refresh import gpu_prices_refresh as price_refresh_service
 from runs.services.provisioning import run_fail, run_release_pod
 from runs.services.provisioning import run_provision as provision_service
@@ -60,6 +61,13 @@ def run_finalize(run_id: str) -> bool:
     """Terminates an ended run's pod and records its final cost (idempotent; reconcile does
     the same for any it misses)."""
     return run_release_pod(run_id=run_id)
+
+
+@shared_task(**TASK_OPTIONS)
+def left_pod_release(run_id: str, pod_id: str) -> bool:
+    """Terminates a pod the run has left for its next one (idempotent; the orphan sweep
+    terminates any it misses)."""
+    return left_pod_terminate(run_id=run_id, pod_id=pod_id)
 
 
 @shared_task(**TASK_OPTIONS)

@@ -48,6 +48,10 @@ class EngineSpec(StrictModel):
 class TrialSpec(StrictModel):
     index: TrialIndex
     serve_config: FiniteJson
+    # The vLLM image the trial runs on, in a run that measures its grid on several (None: the
+    # engine's). A pod's job holds the trials of its own image only (``engine.image_tag``).
+    # Left out of the JSON when None, so a single-image job reads as it always did.
+    image_tag: str | None = Field(default=None, max_length=128, exclude_if=lambda tag: tag is None)
 
 
 class ReportTo(StrictModel):

@@ -68,6 +68,7 @@ _BUILDER_TEXT_FIELDS = (
     "network_volume_id",
     "engine",
     "engine_image_tag",
+    "compare_image_tags",
     "grid_mode",
     "serve_grid_json",
     "dataset_kind",
@@ -109,6 +110,7 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "network_volume_id": experiment.network_volume_id,
         "engine": experiment.engine,
         "engine_image_tag": experiment.engine_image_tag,
+        "compare_image_tags": ", ".join(experiment.compare_image_tags),
         "grid_mode": "rows",
         "serve_grid_json": json.dumps(experiment.serve_grid, indent=2),
         "dataset_kind": dataset.get("kind", "random"),
@@ -256,6 +258,10 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
         "network_volume_id": values.get("network_volume_id", ""),
         "engine": values.get("engine", ""),
         "engine_image_tag": values.get("engine_image_tag", ""),
+        # "v0.12.0, v0.13.0": the same grid on each of these images too, one pod each.
+        "compare_image_tags": [
+            tag.strip() for tag in values.get("compare_image_tags", "").split(",") if tag.strip()
+        ],
         "serve_grid": grid if grid is not None else {},
         "defaults_trial": bool(values.get("defaults_trial")),
         "workload": _workload_from_form(values),

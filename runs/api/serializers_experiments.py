@@ -12,6 +12,7 @@ class EstimateSerializer(serializers.Serializer):
     trials = serializers.IntegerField()
     levels_per_trial = serializers.IntegerField()
     gpu_count = serializers.IntegerField()
+    pods = serializers.IntegerField()
     price_usd_per_gpu_hour = serializers.DecimalField(
         max_digits=10, decimal_places=4, allow_null=True
     )

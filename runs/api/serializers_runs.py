@@ -37,6 +37,7 @@ class TrialSerializer(serializers.ModelSerializer):
         fields = [
             "index",
             "serve_config",
+            "image_tag",
             "command",
             "cold_start",
             "outcome",
@@ -64,6 +65,7 @@ class RunSerializer(serializers.ModelSerializer):
             "started_by",
             "provider",
             "pod_id",
+            "pod_image_tag",
             "price_usd_hr",
             "billed_seconds",
             "cost_usd",

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.live import Live
 
 from runs.demo.vllm_cpu import VllmSetup
-from runs.experiment_spec import experiment_trial_configs
+from runs.experiment_spec import experiment_trial_plan
 from runs.models import Experiment, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import run_id_of_pod
@@ -78,7 +78,7 @@ def print_started(
 ) -> None:
     """Where to watch ``run``: its page, its API answer and its agent's log."""
     org = run.organization
-    trials = len(experiment_trial_configs(experiment))
+    trials = len(experiment_trial_plan(experiment))
     console.print(
         f"\n[bold]Run {run.id}[/] of “{experiment.name}”: "
         f"{trials} configs × concurrency {experiment.workload['concurrency']}.\n"
@@ -97,7 +97,7 @@ def print_started(
 
 def follow_run(run: Run, experiment: Experiment, console: Console) -> Run:
     """``run`` once it has ended and its pod is released, its progress shown meanwhile."""
-    trials_total = len(experiment_trial_configs(experiment))
+    trials_total = len(experiment_trial_plan(experiment))
     levels_total = trials_total * len(experiment.workload["concurrency"])
     with Live(console=console, refresh_per_second=4, transient=True) as live:
         while True:

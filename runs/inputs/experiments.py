@@ -6,7 +6,11 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from runs.experiment_spec import CONTAINER_DISK_GB, experiment_trial_configs
+from runs.experiment_spec import (
+    CONTAINER_DISK_GB,
+    MAX_COMPARE_IMAGE_TAGS,
+    experiment_trial_plan,
+)
 from runs.inputs.json_schemas import SERVE_GRID_FIELD, SLOS_FIELD, WORKLOAD_FIELD
 from runs.inputs.strict_fields import (
     LONG_TEXT_MAX_CHARS,
@@ -64,6 +68,13 @@ class ExperimentSerializer(StrictModelSerializer):
         allow_blank=True,
         default="",
     )
+    # vLLM as an axis: more images the grid runs on, one pod each (the service checks them).
+    compare_image_tags = StrictListField(
+        child=StrictCharField(max_length=Experiment._meta.get_field("engine_image_tag").max_length),
+        max_length=MAX_COMPARE_IMAGE_TAGS,
+        required=False,
+        default=list,
+    )
     # Shapes and examples from agents.protocol (runs.inputs.json_schemas); the service checks.
     serve_grid = StrictJSONField(required=False, default=dict, **SERVE_GRID_FIELD)
     # Add a trial with vLLM's defaults (unless the grid has one): the answer's baseline.
@@ -94,7 +105,7 @@ class ExperimentSerializer(StrictModelSerializer):
         validators = []  # the service checks name uniqueness with a field-named message
 
     def get_trials(self, experiment) -> int:
-        return len(experiment_trial_configs(experiment))
+        return len(experiment_trial_plan(experiment))
 
 
 class DatasetUploadSerializer(serializers.Serializer):

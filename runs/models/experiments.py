@@ -80,6 +80,9 @@ class Experiment(models.Model):
     network_volume_id = models.CharField(max_length=64, blank=True)
     engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.VLLM)
     engine_image_tag = models.CharField(max_length=128, blank=True)
+    # More vLLM images to measure the same grid on (vLLM version as an axis): a run's trials
+    # are every tag × the grid, one pod per tag, ``engine_image_tag`` first.
+    compare_image_tags = models.JSONField(default=list, blank=True)
     serve_grid = models.JSONField(default=dict, blank=True)  # {} = one trial, vLLM defaults
     # One more trial with vLLM's defaults, the baseline every answer is compared with.
     defaults_trial = models.BooleanField(default=False)

@@ -60,6 +60,8 @@ class Run(models.Model):
     # Where the pod landed: the experiment's GPU type and cloud, or a fallback it allows.
     pod_gpu_type = models.CharField(max_length=100, blank=True)
     pod_cloud_type = models.CharField(max_length=16, blank=True)
+    # The image the current pod runs (a run over several image tags has one pod per tag).
+    pod_image_tag = models.CharField(max_length=128, blank=True)
     price_usd_hr = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
     # The rented pod's lifetime: billing runs from its creation to its termination.
     pod_started_at = models.DateTimeField(null=True, blank=True)
@@ -89,6 +91,9 @@ class Run(models.Model):
     # one; messages of epochs below ``epoch_floor`` (the lost pod's agents) are refused; the
     # earlier pods (id, where, lifetime, billed seconds and cost, why) and what they cost.
     resumes = models.PositiveSmallIntegerField(default=0)
+    # How many pods the run has left behind (resumes and moves to its next image tag): the
+    # current pod's idempotency name counts them.
+    pod_attempt = models.PositiveSmallIntegerField(default=0)
     epoch_floor = models.PositiveIntegerField(default=0)
     pod_history = models.JSONField(default=list, blank=True)
     earlier_pods_seconds = models.FloatField(default=0)
@@ -115,7 +120,7 @@ class Run(models.Model):
     def pod_name(self) -> str:
         """The idempotency name of this run's current pod (``runs.providers.base.pod_name``);
         looked up before any pod is rented."""
-        return pod_name(self.id, self.resumes)
+        return pod_name(self.id, self.pod_attempt)
 
 
 class TrialOutcome(models.TextChoices):
@@ -159,6 +164,8 @@ class Trial(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trials")
     index = models.PositiveIntegerField()
     serve_config = models.JSONField()
+    # The vLLM image it ran on ("" for the simulator): a run may measure its grid on several.
+    image_tag = models.CharField(max_length=128, blank=True)
     command = models.JSONField(default=list)  # argv, never a shell string
     cold_start = models.JSONField(default=dict)  # phase name → seconds (absent when unseen)
     outcome = models.CharField(

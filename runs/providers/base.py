@@ -24,12 +24,13 @@ from typing import Protocol
 POD_NAME_PREFIX = "bench-"
 
 
-_RESUME_SUFFIX = re.compile(r"-r([1-9][0-9]{0,2})$")
+_ATTEMPT_SUFFIX = re.compile(r"-r([1-9][0-9]{0,2})$")
 
 
-def pod_name(run_id, resume: int = 0) -> str:
-    """The idempotency name of a run's pod: its first, or its ``resume``-th replacement."""
-    return f"{POD_NAME_PREFIX}{run_id}" + (f"-r{resume}" if resume else "")
+def pod_name(run_id, attempt: int = 0) -> str:
+    """The idempotency name of a run's pod: its first, or the one after ``attempt`` earlier
+    pods (a resume after a lost pod, or the move to the run's next image tag)."""
+    return f"{POD_NAME_PREFIX}{run_id}" + (f"-r{attempt}" if attempt else "")
 
 
 def run_id_of_pod(name: str) -> str | None:
@@ -37,7 +38,7 @@ def run_id_of_pod(name: str) -> str | None:
     not ours."""
     if not name.startswith(POD_NAME_PREFIX):
         return None
-    return _RESUME_SUFFIX.sub("", name[len(POD_NAME_PREFIX) :]) or None
+    return _ATTEMPT_SUFFIX.sub("", name[len(POD_NAME_PREFIX) :]) or None
 
 
 class PodState(enum.StrEnum):

@@ -27,7 +27,7 @@ from agents.protocol import (
     level_requests,
     workload_levels,
 )
-from runs.experiment_spec import experiment_trial_configs
+from runs.experiment_spec import experiment_image_tags, experiment_trial_plan
 from runs.models import Experiment, GpuType, Run
 from runs.placement import Placement, experiment_placements
 from runs.selectors.prices import GpuPrice, gpu_price
@@ -37,8 +37,8 @@ from runs.selectors.prices import GpuPrice, gpu_price
 class Assumptions:
     """Factors the estimate rests on; vLLM's own defaults where it has one."""
 
-    pod_provision_seconds: float = 300.0  # pod scheduled, image pulled, agent up
-    weight_download_bytes_per_s: float = 500e6  # first fetch of the weights, once per run
+    pod_provision_seconds: float = 300.0  # pod scheduled, image pulled, agent up (per pod)
+    weight_download_bytes_per_s: float = 500e6  # first fetch of the weights, once per pod
     weight_load_bytes_per_s: float = 2e9  # from local disk or volume into GPU memory
     engine_init_seconds: float = 60.0  # profiling, KV-cache sizing, CUDA graph capture
     engine_init_seconds_eager: float = 20.0  # same, with --enforce-eager
@@ -54,10 +54,13 @@ class CostEstimate:
     trials: int
     levels_per_trial: int
     gpu_count: int
+    pods: int  # one per image the run measures its grid on, one after another
     price_usd_per_gpu_hour: Decimal | None
     price_source: str
-    provisioning_seconds: float  # the pod, and the weights' download within it
-    weights_download_seconds: float  # once per run; 0 when its network volume holds them
+    provisioning_seconds: float  # the pods, and the weights' downloads within them
+    # Once per pod; once per run with a network volume (the next pod finds them there), and
+    # 0 when the volume holds them already.
+    weights_download_seconds: float
     cold_start_seconds: float  # all trials
     sweep_seconds: float  # all trials, all levels
     total_seconds: float
@@ -134,18 +137,20 @@ def experiment_estimate(
     levels = workload_levels(workload)
     # A capacity search measures up to this many more levels per trial.
     probes = capacity_probe_levels(workload)
-    configs = experiment_trial_configs(experiment)
+    configs = [trial.serve_config for trial in experiment_trial_plan(experiment)]
+    pods = len(experiment_image_tags(experiment))
     input_len, output_len = _lengths(workload, a)
     gpus = experiment.gpu_count
     warnings: list[str] = []
 
     weight_bytes = model.weight_bytes
-    # The agent fetches the weights once per run (agents/weights.py), onto the network volume
-    # when there is one: a volume an earlier run filled with them downloads nothing.
-    download = (
-        0.0 if weights_on_volume(experiment) else weight_bytes / a.weight_download_bytes_per_s
-    )
-    provisioning = a.pod_provision_seconds + download
+    # Each pod fetches the weights once (agents/weights.py), onto the network volume when
+    # there is one: the run's next pods find them there, and so does a later run.
+    downloads = pods
+    if experiment.network_volume_id:
+        downloads = 0 if weights_on_volume(experiment) else 1
+    download = downloads * weight_bytes / a.weight_download_bytes_per_s
+    provisioning = pods * a.pod_provision_seconds + download
     cold_start = sweep = 0.0
     hardware = gpu.hardware
     if hardware is None:
@@ -198,6 +203,7 @@ def experiment_estimate(
         trials=len(configs),
         levels_per_trial=len(levels) * workload.repeats + len(probes),
         gpu_count=gpus,
+        pods=pods,
         price_usd_per_gpu_hour=price.usd_per_gpu_hour,
         price_source=source,
         provisioning_seconds=round(provisioning, 1),

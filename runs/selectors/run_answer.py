@@ -13,7 +13,10 @@ Guarantees:
 - The winner is the cheapest at capacity. Its margin over the runner-up is the runner-up's
   extra cost in %, with an interval from the two cost intervals; "tie" when those intervals
   overlap (the difference is within noise), and then both are named. The same margin over
-  vLLM's defaults (the trial whose configuration is ``{}``, when the run has one).
+  vLLM's defaults (the first trial whose configuration is ``{}``, when the run has one: on the
+  experiment's own image when it compares several).
+- A run over several image tags answers across them: each configuration on each image is one
+  candidate, named with its image.
 - Each configuration carries its exact ``vllm serve`` command, as promotion would ship it.
 - Simulated runs say so (``simulated``): their figures are the modelled hardware's.
 - Pure reads of the run's own rows.
@@ -39,6 +42,7 @@ class ConfigAnswer:
 
     trial: int
     serve_config: dict
+    image_tag: str  # the vLLM image it ran on ("" for the simulator)
     serve_command: str  # what promotion would ship (runs.recipes)
     axis: str | None
     capacity: float | None
@@ -214,6 +218,7 @@ def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:
     return ConfigAnswer(
         trial=trial.index,
         serve_config=trial.serve_config,
+        image_tag=trial.image_tag,
         serve_command=trial_recipe(trial=trial)["serve_command"],
         axis=capacity.get("axis"),
         capacity=found,

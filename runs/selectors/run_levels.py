@@ -173,6 +173,19 @@ def varying_flags(configs: list[dict]) -> list[str]:
     ]
 
 
+def planned_trial_labels(planned: list) -> dict[int, str]:
+    """Each planned trial's label by index (``runs.experiment_spec.PlannedTrial``): the flags
+    that tell its configuration apart, after its image when the run measures several
+    (``v0.11.0 · max_num_seqs=64``)."""
+    flags = varying_flags([trial.serve_config for trial in planned])
+    several_images = len({trial.image_tag for trial in planned}) > 1
+    return {
+        index: (f"{trial.image_tag} · " if several_images else "")
+        + config_label(trial.serve_config, flags)
+        for index, trial in enumerate(planned)
+    }
+
+
 def config_label(config: dict, flags: list[str]) -> str:
     """``max_num_seqs=64, enable_prefix_caching=true``: the flags that tell configs apart."""
     shown = [f"{name}={config_text(config.get(name, '(default)'))}" for name in flags]

@@ -24,10 +24,11 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from agents import protocol
+from runs.experiment_spec import PlannedTrial
 from runs.frozen_job import (
     run_budget_cap,
     run_is_simulated,
-    run_serve_configs,
+    run_planned_trials,
     run_workload,
 )
 from runs.models import AgentMessageRecord, Measurement, Run, Trial
@@ -35,7 +36,13 @@ from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
 from runs.selectors.cold_starts import WaterfallStep, run_cold_start
 from runs.selectors.run_answer import ConfigAnswer, RunAnswer, run_answer
 from runs.selectors.run_history import with_gpu_name
-from runs.selectors.run_levels import config_label, level_row, number, varying_flags
+from runs.selectors.run_levels import (
+    config_label,
+    level_row,
+    number,
+    planned_trial_labels,
+    varying_flags,
+)
 from runs.selectors.vllm_versions import vllm_version_mismatch
 
 # At most this many level_progress points go to the page (evenly thinned beyond it).
@@ -164,18 +171,18 @@ def answer_state(answer: RunAnswer, labels: dict[int, str]) -> dict:
 
 def run_answer_state(*, run: Run) -> dict:
     """``answer_state`` of ``run``, each configuration labelled by the flags that vary."""
-    configs = run_serve_configs(run)
-    flags = varying_flags(configs)
-    labels = {index: config_label(config, flags) for index, config in enumerate(configs)}
+    labels = planned_trial_labels(run_planned_trials(run))
     return answer_state(run_answer(run=run), labels)
 
 
-def _trial_state(trial: Trial, flags: list[str], planned: dict | None) -> dict:
-    config = trial.serve_config or planned or {}
+def _trial_state(trial: Trial, label: str, planned: PlannedTrial | None) -> dict:
+    # A trial's row may exist before its start names its configuration: the plan's meanwhile.
+    config = trial.serve_config or (planned.serve_config if planned else {})
     levels = [level_row(m) for m in trial.measurements.all()]
     return {
         "index": trial.index,
-        "label": config_label(config, flags),
+        "label": label,
+        "image_tag": trial.image_tag,
         "capacity": capacity_text(trial.capacity),
         "serve_config": config,
         "command": trial.command,
@@ -260,13 +267,26 @@ def run_timeline(run: Run, trials: list[dict], hello_at: datetime | None) -> lis
                 "status": "done",
             }
         )
-    for resume, lost in enumerate(run.pod_history or [], start=1):
+    resumes = 0
+    for left in run.pod_history or []:
+        if left.get("kind") == "next_image":
+            entries.append(
+                {
+                    "stage": "next_image",
+                    "label": f"Pod {left.get('pod_id')} done ({left.get('reason')}); the next "
+                    "image's trials go to a new pod",
+                    "at": left.get("ended_at"),
+                    "status": "done",
+                }
+            )
+            continue
+        resumes += 1
         entries.append(
             {
                 "stage": "resume",
-                "label": f"Pod {lost.get('pod_id')} lost ({lost.get('reason')}); resumed on a "
-                f"new pod for the trials not yet ended (resume {resume})",
-                "at": lost.get("ended_at"),
+                "label": f"Pod {left.get('pod_id')} lost ({left.get('reason')}); resumed on a "
+                f"new pod for the trials not yet ended (resume {resumes})",
+                "at": left.get("ended_at"),
                 "status": "failed",
             }
         )
@@ -373,11 +393,15 @@ def run_live_state(*, run: Run) -> dict:
     this_run = Run.objects.filter(organization_id=run.organization_id, pk=run.pk)
     gpu_name = with_gpu_name(this_run).values_list("gpu_name", flat=True)
     trial_rows = run_trials(run)
-    planned = run_serve_configs(run)
-    configs = planned or [trial.serve_config or {} for trial in trial_rows]
-    flags = varying_flags(configs)
+    planned = run_planned_trials(run)
+    labels = planned_trial_labels(planned)
+    flags = varying_flags([trial.serve_config for trial in planned])
     trials = [
-        _trial_state(trial, flags, planned[trial.index] if trial.index < len(planned) else None)
+        _trial_state(
+            trial,
+            labels.get(trial.index, ""),
+            planned[trial.index] if trial.index < len(planned) else None,
+        )
         for trial in trial_rows
     ]
     # In the order agents sent them: a restarted agent's epoch follows its predecessor's.

@@ -34,6 +34,7 @@ EXPERIMENT_FIELDS = (
     "network_volume_id",
     "engine",
     "engine_image_tag",
+    "compare_image_tags",
     "serve_grid",
     "defaults_trial",
     "workload",
@@ -56,8 +57,10 @@ def _checked_fields(org: Organization, fields: dict) -> dict:
         fallback_gpu_types=fields["fallback_gpu_types"],
         container_disk_gb=fields["container_disk_gb"],
         network_volume_id=fields["network_volume_id"],
+        compare_image_tags=fields["compare_image_tags"],
     )
     return fields | {
+        "compare_image_tags": spec.compare_image_tags,
         "fallback_gpu_types": spec.fallback_gpu_types,
         "serve_grid": spec.serve_grid,
         "serve_flags_schema_version": spec.serve_flags_schema_version,
@@ -89,6 +92,7 @@ _CREATE_DEFAULTS = {
     "network_volume_id": "",
     "engine": "vllm",
     "engine_image_tag": "",
+    "compare_image_tags": [],
     "serve_grid": {},
     "defaults_trial": False,
     "slos": {},

@@ -14,7 +14,9 @@ Guarantees of ``agent_messages_ingest``:
   never change. After the grace it accepts nothing new (a resend of a stored message is
   still acked);
 - the run reaches its final state once ``run_finished`` and every message before it in its
-  epoch have arrived (resends after a reconnect may fill gaps in any order), its trials
+  epoch have arrived (resends after a reconnect may fill gaps in any order) — unless trials
+  of a later image are left: then it moves to that image's pod (``runs.services.pod_moves``)
+  —, its trials
   settled in the same transaction (``runs.services.trial_settling``); an agent that stopped
   as cancelled when nobody asked (its pod was stopped from outside) leaves the run ``failed``.
 """
@@ -33,10 +35,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents import protocol
+from runs.frozen_job import run_planned_trials
 from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelFigures
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
 from runs.selectors.delivery import run_delivery_open
 from runs.services.level_figures import trial_level_figures_record
+from runs.services.pod_moves import run_next_image
 from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
@@ -211,10 +215,16 @@ def _trial(run: Run, index: int, trials: dict[int, Trial]) -> Trial:
     # Messages of a trial may be replayed out of order after a reconnect: create on first
     # sight. ``trials`` caches them for the batch: most messages of a batch share a trial.
     if index not in trials:
+        planned = run_planned_trials(run)
         trials[index], _ = Trial.objects.get_or_create(
             run=run,
             index=index,
-            defaults={"organization_id": run.organization_id, "serve_config": {}},
+            defaults={
+                "organization_id": run.organization_id,
+                "serve_config": {},
+                # The image it runs on is the plan's (its pod's), known before it starts.
+                "image_tag": (planned[index].image_tag or "") if index < len(planned) else "",
+            },
         )
     return trials[index]
 
@@ -288,7 +298,10 @@ def _finish_if_complete(run: Run) -> None:
     # Each agent incarnation numbers its own epoch from 0: a run_finished counts once every
     # message before it in its epoch is here (normally there is one; after a restart without
     # the spool the earlier agent may have sent one too).
-    finishes = AgentMessageRecord.objects.filter(run=run, type="run_finished")
+    # Only the current pod's agents count: a pod the run has left said its last word.
+    finishes = AgentMessageRecord.objects.filter(
+        run=run, type="run_finished", epoch__gte=run.epoch_floor
+    )
     finished = next(
         (
             candidate
@@ -306,8 +319,16 @@ def _finish_if_complete(run: Run) -> None:
             run.save(update_fields=["state"])
         return
     outcome = finished.payload["outcome"]
+    now = timezone.now()
+    # Its pod measured every trial of its image: a run over several images goes on with the
+    # next one on a new pod.
+    next_image = run_next_image(run, now=now) if outcome == "succeeded" else None
+    if next_image is not None and next_image.moved:
+        return
     run.state = _FINAL_STATE[outcome]
-    run.finished_at = timezone.now()
+    run.finished_at = now
+    if next_image is not None and next_image.refused:
+        run.state, run.failure_reason = RunState.FAILED, next_image.refused
     if outcome == "deadline":
         run.failure_reason = "The agent stopped at the run's deadline; partial results kept."
     elif outcome == "cancelled" and run.cancel_requested_at is None:

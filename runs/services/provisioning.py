@@ -40,7 +40,7 @@ from django.utils import timezone
 from agents import protocol
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
 from runs.frozen_job import run_engine, run_is_simulated, run_placements, run_pod_storage
-from runs.jobs import run_job_spec
+from runs.jobs import run_job_spec, run_pod_image_tag
 from runs.models import CredentialProvider, GpuType, Run
 from runs.models.runs import RunState
 from runs.placement import Placement, recorded_placement
@@ -51,7 +51,6 @@ from runs.providers.base import (
     PodState,
     Provider,
     TransientProviderError,
-    pod_name,
 )
 from runs.providers.registry import provider_for, provider_name_for
 from runs.selectors.prices import gpu_price
@@ -106,7 +105,7 @@ def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
         if network_volume_id:
             env["BENCHSITE_WEIGHTS_DIR"] = NETWORK_VOLUME_WEIGHTS_DIR
     return PodSpec(
-        name=pod_name(run.id, run.resumes),
+        name=run.pod_name,
         image=image,
         gpu_type_id=placement.gpu_type_id,
         gpu_count=job.engine.gpu_count,
@@ -145,10 +144,12 @@ def _create_at_first_free_placement(
     answer)."""
     allowed = run_placements(run)
     refused: list[str] = []
+    image_tag = run_pod_image_tag(run) or ""
     for placement in allowed:
         Run.objects.filter(id=run.id, lease_owner=owner).update(
             pod_gpu_type=placement.gpu_type_id,
             pod_cloud_type=placement.cloud_type,
+            pod_image_tag=image_tag,
             # Billing starts at the create that rents the pod (a few seconds early at most).
             pod_started_at=timezone.now(),
         )
@@ -176,7 +177,7 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
     name = provider_name_for(simulated=run_is_simulated(run))
     try:
         provider = provider_for(org=run.organization, name=name)
-        pod = provider.find_by_name(pod_name(run.id, run.resumes))
+        pod = provider.find_by_name(run.pod_name)
         outcome = "adopted"
         if pod is None:
             token = run_token_issue(run=run)

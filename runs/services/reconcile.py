@@ -309,11 +309,12 @@ def runs_reconcile(
 
     # 4. Orphans: bench-* pods no active run owns. An active run owns the pod it recorded;
     #    until it records one, any pod of its name (it may be about to adopt it).
-    #    A resumed run owns only its current attempt's pod (``pod_name(run, resumes)``).
+    #    A run on its second pod or later owns only the current one
+    #    (``pod_name(run, pod_attempt)``).
     active_pods = {
-        str(run_id): (pod_id, pod_name(run_id, resumes))
-        for run_id, pod_id, resumes in Run.objects.exclude(state__in=TERMINAL_RUN_STATES)
-        .values_list("id", "pod_id", "resumes")
+        str(run_id): (pod_id, pod_name(run_id, attempt))
+        for run_id, pod_id, attempt in Run.objects.exclude(state__in=TERMINAL_RUN_STATES)
+        .values_list("id", "pod_id", "pod_attempt")
         .order_by()
     }
     released = set(report.released)

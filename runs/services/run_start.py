@@ -32,7 +32,7 @@ from runs.actors import Actor
 from runs.audit import audit_record
 from runs.costs import month_start
 from runs.errors import DomainValidationError
-from runs.experiment_spec import image_tag_problem
+from runs.experiment_spec import grid_problem_on_image, image_tag_problem
 from runs.frozen_job import run_frozen_fields
 from runs.models import Budget, Experiment, Organization, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
@@ -44,7 +44,9 @@ MAX_REASON_CHARS = Run._meta.get_field("reason").max_length
 
 
 def _on_image(experiment: Experiment, image_tag: str) -> Experiment:
-    """The experiment as this run sees it on ``image_tag`` (a copy: nothing is saved)."""
+    """The experiment as this run sees it on ``image_tag`` alone (a copy: nothing is saved);
+    refused, naming ``image_tag``, when the tag is invalid or the grid is not valid on the vLLM
+    it names."""
     if experiment.engine != "vllm":
         raise DomainValidationError.single(
             "image_tag", "Only a vLLM experiment runs an image; this one runs the simulator."
@@ -52,8 +54,12 @@ def _on_image(experiment: Experiment, image_tag: str) -> Experiment:
     problem = image_tag_problem(image_tag)
     if problem:
         raise DomainValidationError.single("image_tag", problem)
+    problem = grid_problem_on_image(experiment, image_tag)
+    if problem:
+        raise DomainValidationError.single("image_tag", problem)
     on_image = copy.copy(experiment)
-    on_image.engine_image_tag = image_tag
+    # This image only: a CI gate of a vLLM bump measures the grid on the one tag it names.
+    on_image.engine_image_tag, on_image.compare_image_tags = image_tag, []
     return on_image
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from runs.frozen_job import run_serve_configs
+from runs.frozen_job import run_planned_trials
 from runs.models import Measurement, Run, Trial
 from runs.models.runs import FailureClass, TrialOutcome
 
@@ -76,12 +76,13 @@ def run_trials_settle(*, run: Run, reason: str) -> int:
             organization_id=run.organization_id,
             run=run,
             index=index,
-            serve_config=config,
+            serve_config=planned.serve_config,
+            image_tag=planned.image_tag or "",
             outcome=TrialOutcome.SKIPPED,
             log_tail=f"not run: {reason}",
             finished_at=ended_at,
         )
-        for index, config in enumerate(run_serve_configs(run))
+        for index, planned in enumerate(run_planned_trials(run))
         if index not in seen
     ]
     # A trial's first message may be stored by another connection at this very moment.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -19,6 +21,8 @@ from runs.selectors.estimates import experiment_estimate
 from runs.services.catalogue import model_spec_create
 from runs.services.experiments import experiment_create
 from runs.services.tenancy import membership_add, org_create, token_create
+
+from .live_server import broker_queue_delete
 
 SYSTEM = Actor.system("tests")
 
@@ -59,6 +63,41 @@ def celery_tasks_run_in_process():
     app.conf.task_eager_propagates = True
     yield
     app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def own_broker_queue(monkeypatch):
+    """A Celery queue of this test's own on the shared Redis, for Daphne and the worker.
+
+    Daphne enqueues ``run_finalize`` when a run ends: on this queue, no other test's worker
+    takes it (nor ours theirs), and what no worker took is deleted with the queue instead of
+    piling up in the shared broker. Tasks of this process stay eager
+    (``celery_tasks_run_in_process``)."""
+    queue = f"benchsite-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("CELERY_TASK_DEFAULT_QUEUE", queue)  # Daphne and the worker read it
+    try:
+        yield queue
+    finally:
+        broker_queue_delete(queue)
+
+
+# A local pod's "agent" that only waits (the tests send its messages themselves).
+WAITING_AGENT = f"{sys.executable} -c 'import time; time.sleep(300)'"
+
+
+@pytest.fixture
+def waiting_local_pods(settings, tmp_path):
+    """Every run on the local provider, its 'agent' a process that only waits; every pod
+    terminated afterwards."""
+    from runs.providers.registry import local_provider
+
+    settings.BENCHSITE_PROVIDER = "local"
+    settings.BENCHSITE_LOCAL_PODS_DIR = tmp_path / "pods"
+    settings.BENCHSITE_LOCAL_AGENT_COMMAND = WAITING_AGENT
+    yield
+    provider = local_provider()
+    for pod in provider.list_bench_pods():
+        provider.terminate(pod.pod_id)
 
 
 H100 = "NVIDIA H100 80GB HBM3"

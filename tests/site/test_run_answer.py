@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from agents import protocol
-from runs.experiment_spec import experiment_trial_configs
+from runs.experiment_spec import experiment_trial_plan
 from runs.models import Trial
 from runs.selectors.run_answer import run_answer
 from runs.services.ingest import agent_messages_ingest
@@ -148,7 +148,7 @@ def test_a_defaults_trial_is_added_to_the_grid_when_asked(org_a):
     experiment = make_experiment(
         org_a, model=run.experiment.model, name="with defaults", defaults_trial=True
     )
-    assert experiment_trial_configs(experiment) == [
+    assert [trial.serve_config for trial in experiment_trial_plan(experiment)] == [
         {"max_num_seqs": 64},
         {"max_num_seqs": 128},
         {},
@@ -156,7 +156,7 @@ def test_a_defaults_trial_is_added_to_the_grid_when_asked(org_a):
     frozen_run = add_run(experiment, created_at=datetime(2026, 11, 2, tzinfo=UTC))
     assert [trial["serve_config"] for trial in frozen_run.job_spec["trials"]][-1] == {}
     experiment.defaults_trial = False
-    assert len(experiment_trial_configs(experiment)) == 2
+    assert len(experiment_trial_plan(experiment)) == 2
 
 
 def test_the_api_takes_the_defaults_trial_and_names_a_bad_value(alice):

@@ -5,7 +5,6 @@ an ended run's agent may still deliver for the grace (item 5b): the agent's own
 from __future__ import annotations
 
 import datetime
-import sys
 import uuid
 from decimal import Decimal
 
@@ -17,7 +16,6 @@ from agents import protocol
 from runs.actors import Actor
 from runs.models import ModelSpec, Run, Trial, TrialLevelFigures
 from runs.models.runs import RunState
-from runs.providers.registry import local_provider
 from runs.selectors.trial_figures import trial_figures
 from runs.services.ingest import agent_messages_ingest
 from runs.services.provisioning import run_fail, run_provision
@@ -27,9 +25,8 @@ from runs.services.run_tokens import run_token_issue
 
 from .conftest import frozen, make_experiment, make_model
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("waiting_local_pods")]
 
-WAITING_AGENT = f"{sys.executable} -c 'import time; time.sleep(300)'"
 RESULT = {"completed": 100, "failed": 0, "duration": 12.5, "output_throughput": 1024.0}
 GRID = {"max_num_seqs": [64, 128]}  # two trials
 WORKLOAD = {
@@ -37,17 +34,6 @@ WORKLOAD = {
     "concurrency": [1, 8, 64],
     "requests_per_level": 100,
 }
-
-
-@pytest.fixture(autouse=True)
-def local_pods(settings, tmp_path):
-    settings.BENCHSITE_PROVIDER = "local"
-    settings.BENCHSITE_LOCAL_PODS_DIR = tmp_path / "pods"
-    settings.BENCHSITE_LOCAL_AGENT_COMMAND = WAITING_AGENT
-    yield
-    provider = local_provider()
-    for pod in provider.list_bench_pods():
-        provider.terminate(pod.pod_id)
 
 
 def _run(org, *, pod: bool = True) -> Run:

@@ -5,7 +5,6 @@ pods; a stand-in agent that only waits, so nothing here benchmarks anything)."""
 from __future__ import annotations
 
 import datetime
-import sys
 import uuid
 from decimal import Decimal
 
@@ -13,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from agents import protocol
-from runs.frozen_job import run_serve_configs
+from runs.frozen_job import run_planned_trials
 from runs.models import AuditEvent, Budget, Run
 from runs.models.runs import RunState
 from runs.providers.base import PodSpec, TransientProviderError, pod_name
@@ -25,21 +24,7 @@ from runs.services.reconcile import runs_reconcile
 from .conftest import SYSTEM, frozen, make_experiment, make_model
 from .db_state import database_state as snapshot
 
-pytestmark = pytest.mark.django_db
-
-WAITING_AGENT = f"{sys.executable} -c 'import time; time.sleep(300)'"
-
-
-@pytest.fixture(autouse=True)
-def local_pods(settings, tmp_path):
-    """Every run on the local provider, its 'agent' a process that only waits."""
-    settings.BENCHSITE_PROVIDER = "local"
-    settings.BENCHSITE_LOCAL_PODS_DIR = tmp_path / "pods"
-    settings.BENCHSITE_LOCAL_AGENT_COMMAND = WAITING_AGENT
-    yield
-    provider = local_provider()
-    for pod in provider.list_bench_pods():
-        provider.terminate(pod.pod_id)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("waiting_local_pods")]
 
 
 def start(person, experiment, **body):
@@ -62,7 +47,9 @@ def test_a_started_run_gets_one_pod_and_an_audit_event(alice, django_capture_on_
     assert (run.state, run.provider) == ("provisioning", "local")
     assert run.pod_id == pod_name(run.id) and run.pod_started_at is not None
     assert run.price_usd_hr is None  # a local pod rents nothing
-    assert run_serve_configs(run) == protocol.expand_serve_grid(experiment.serve_grid)
+    assert [trial.serve_config for trial in run_planned_trials(run)] == protocol.expand_serve_grid(
+        experiment.serve_grid
+    )
     assert run.run_token_hash  # the pod's agent holds the matching token
     assert [pod.name for pod in local_provider().list_bench_pods()] == [run.pod_id]
     event = AuditEvent.objects.get(event="run.start")

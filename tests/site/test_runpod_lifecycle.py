@@ -20,7 +20,6 @@ import re
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_EVEN, Decimal
 
@@ -41,7 +40,7 @@ from tests.polling import wait_for
 
 from .conftest import SYSTEM, frozen, make_experiment, make_model
 from .db_state import database_state
-from .live_server import broker_queue_delete, celery_worker, daphne_server
+from .live_server import celery_worker, daphne_server
 from .runpod_setup import (
     SIM_AGENT,
     fake_runpod,
@@ -63,21 +62,6 @@ TINY_WORKLOAD = {
 }
 SLEEPING_AGENT = [sys.executable, "-c", "import time; time.sleep(600)"]
 CENT = Decimal("0.01")
-
-
-@pytest.fixture
-def own_broker_queue(monkeypatch):
-    """A Celery queue of this test's own on the shared Redis, for Daphne and the worker.
-
-    Daphne enqueues ``run_finalize`` when a run ends: on this queue, no other test's worker
-    takes it (nor ours theirs), and what no worker took is deleted with the queue instead of
-    piling up in the shared broker. Tasks of this process stay eager (tests/site/conftest)."""
-    queue = f"benchsite-test-{uuid.uuid4().hex}"
-    monkeypatch.setenv("CELERY_TASK_DEFAULT_QUEUE", queue)  # Daphne and the worker read it
-    try:
-        yield queue
-    finally:
-        broker_queue_delete(queue)
 
 
 def tiny_experiment(person, *, name: str = "lifecycle", trials: int = 1, **overrides):
