@@ -5,6 +5,13 @@ Guarantees (pure: no network, no clock; ``docs/cli.md`` documents the rules):
 - Trials are paired by their exact serve configuration, measurements by their load level
   (``concurrency=8``, ``request_rate=inf``): every metric is compared at every level both
   runs measured, so a regression at one load is not averaged away by another.
+- A run that measured its grid on several vLLM images (its trials' ``image_tag``) keys each
+  configuration by image too, labelled ``v0.12.0 · max_num_seqs=64``: one configuration on
+  two images is two configurations, never one. Runs of one image keep the plain label, so
+  their gate files and baselines read as before. Against a run of one image, every image of
+  the other run is paired with the same configuration (each version gated against that
+  baseline); two runs of several images pair image with image. Every row names the images it
+  compared (``image``: ``v0.12.0``, or ``v0.11.0 → v0.12.0`` when the baseline's differs).
 - A threshold's sign says which way is worse. ``p99_ttft_ms=10%`` fails when the new value is
   more than 10 % *higher* than the baseline's; ``output_throughput=-5%`` fails when it is more
   than 5 % *lower*. The change is ``(new − baseline) ÷ baseline``.
@@ -30,7 +37,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchsite_cli.level_results import FIGURES, OUTPUT_THROUGHPUT, level_figure, level_interval
@@ -201,6 +208,20 @@ def config_label(serve_config: dict[str, Any]) -> str:
     return " ".join(f"{key}={json.dumps(serve_config[key])}" for key in sorted(serve_config))
 
 
+def image_config_label(image: str, config: str, *, several_images: bool) -> str:
+    """``v0.12.0 · max_num_seqs=64`` when the runs gated measured several images (the site's
+    rule for a trial's label, ``runs.selectors.run_levels``), else the config's own label."""
+    return f"{image} · {config}" if several_images and image else config
+
+
+def image_text(base_image: str, new_image: str) -> str:
+    """The images a row compared: ``v0.12.0``, or ``v0.11.0 → v0.12.0`` when the baseline
+    ran another; "" when neither run names one (the simulator, or a site before image tags)."""
+    if not base_image or not new_image or base_image == new_image:
+        return new_image or base_image
+    return f"{base_image} → {new_image}"
+
+
 def level_label(level: dict[str, Any]) -> str:
     """``concurrency=8`` or ``request_rate=2.0`` / ``request_rate=inf`` (a measurement's load)."""
     if level.get("request_rate_infinite") or level.get("request_rate") == "inf":
@@ -251,15 +272,30 @@ def _interval(bounds: tuple[Any, Any] | None) -> tuple[float, float] | None:
     return None if low is None or high is None or low > high else (low, high)
 
 
+# A trial's configuration as the gate keys it: (its image tag or "", its config label).
+ConfigKey = tuple[str, str]
+
+
+def _trials(run: dict[str, Any], only_trial: int | None) -> list[dict[str, Any]]:
+    return [
+        trial
+        for trial in run.get("trials") or []
+        if only_trial is None or trial.get("index") == only_trial
+    ]
+
+
+def _config_key(trial: dict[str, Any]) -> ConfigKey:
+    return str(trial.get("image_tag") or ""), config_label(trial.get("serve_config") or {})
+
+
 def run_levels(
     run: dict[str, Any], only_trial: int | None = None
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """{config label: {level label: level result}} of a run detail's measured trials."""
-    configs: dict[str, dict[str, dict[str, Any]]] = {}
-    for trial in run.get("trials") or []:
-        if only_trial is not None and trial.get("index") != only_trial:
-            continue
-        levels = configs.setdefault(config_label(trial.get("serve_config") or {}), {})
+) -> dict[ConfigKey, dict[str, dict[str, Any]]]:
+    """{(image, config label): {level label: level result}} of a run detail's measured
+    trials."""
+    configs: dict[ConfigKey, dict[str, dict[str, Any]]] = {}
+    for trial in _trials(run, only_trial):
+        levels = configs.setdefault(_config_key(trial), {})
         for measurement in trial.get("measurements") or []:
             result = measurement.get("result") or {}
             levels[level_label(measurement)] = result
@@ -268,13 +304,59 @@ def run_levels(
 
 def run_capacities(
     run: dict[str, Any], only_trial: int | None = None
-) -> dict[str, dict[str, Any] | None]:
-    """{config label: the trial's capacity search result, None without one}."""
-    return {
-        config_label(trial.get("serve_config") or {}): trial.get("capacity") or None
-        for trial in run.get("trials") or []
-        if only_trial is None or trial.get("index") == only_trial
-    }
+) -> dict[ConfigKey, dict[str, Any] | None]:
+    """{(image, config label): the trial's capacity search result, None without one}."""
+    return {_config_key(trial): trial.get("capacity") or None for trial in _trials(run, only_trial)}
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """A baseline configuration and where the new run's should be (``new`` is its key, found
+    or not), under the label the gate shows."""
+
+    label: str
+    base: ConfigKey
+    new: ConfigKey
+
+    @property
+    def image(self) -> str:
+        return image_text(self.base[0], self.new[0])
+
+
+def _pairs(base: list[ConfigKey], new: list[ConfigKey]) -> tuple[list[_Pair], list[str]]:
+    """Each baseline configuration paired with the new run's (see the module docstring), by
+    label; and the labels of the new run's configurations no baseline one was paired with."""
+    base_images = sorted({image for image, _ in base if image})
+    new_images = sorted({image for image, _ in new if image})
+    several = len(base_images) > 1 or len(new_images) > 1
+    pairs = []
+    for image, config in base:
+        if len(new_images) > 1:
+            # Image with image when both runs measured several; else every image of the new
+            # run against this one baseline configuration.
+            wanted = [image] if len(base_images) > 1 else new_images
+        else:
+            wanted = new_images or [""]
+        for new_image in wanted:
+            label_image = image if len(base_images) > 1 else new_image
+            label = image_config_label(label_image, config, several_images=several)
+            pairs.append(_Pair(label, (image, config), (new_image, config)))
+    if len(new_images) <= 1:
+        # A run of one image names it on every trial (or on none): its configurations are
+        # found by config alone, whatever the baseline's image.
+        by_config = {config: (image, config) for image, config in new}
+        pairs = [
+            _Pair(pair.label, pair.base, by_config.get(pair.new[1], pair.new)) for pair in pairs
+        ]
+    paired = {pair.new for pair in pairs}
+    unmatched = sorted(
+        {
+            image_config_label(image, config, several_images=several)
+            for image, config in new
+            if (image, config) not in paired
+        }
+    )
+    return sorted(pairs, key=lambda pair: pair.label), unmatched
 
 
 def _answered(run: dict[str, Any]) -> bool:
@@ -295,6 +377,13 @@ class Row:
     verdict: str
     interval_pct: tuple[float, float] | None = None  # the change's 95 % interval
     higher_is_better: bool = False
+    image: str = ""  # the images compared (``image_text``); "" when neither run names one
+    flags: str = ""  # the serve configuration alone: ``config`` less its image
+
+    @property
+    def config_cell(self) -> str:
+        """What the table's config column shows: the image has a column of its own."""
+        return self.flags or self.config
 
     @property
     def failed(self) -> bool:
@@ -361,6 +450,7 @@ class GateResult:
             "rows": [
                 {
                     "config": row.config,
+                    "image": row.image,
                     "level": row.level,
                     "metric": row.metric,
                     "baseline": row.baseline,
@@ -396,11 +486,12 @@ def gate_compare(
     listed as not gated."""
     base = run_levels(baseline_run, only_trial=baseline_trial)
     new = run_levels(new_run)
+    pairs, unmatched = _pairs(list(base), list(new))
     result = GateResult(
         new_run=str(new_run.get("id")),
         baseline_run=str(baseline_run.get("id")),
         baseline_kind=baseline_kind,
-        unmatched_configs=sorted(set(new) - set(base)),
+        unmatched_configs=unmatched,
     )
     if not base:
         raise NothingToCompare(f"the baseline run {result.baseline_run} has no measurements")
@@ -411,33 +502,36 @@ def gate_compare(
     base_capacity = run_capacities(baseline_run, only_trial=baseline_trial)
     new_capacity = run_capacities(new_run)
     prices = baseline_run.get("price_usd_hr"), new_run.get("price_usd_hr")
-    for config in sorted(base):
-        for level in sorted(base[config], key=_level_order):
-            base_level = base[config][level]
-            new_level = new.get(config, {}).get(level)
+    for pair in pairs:
+        config, measured = pair.label, pair.new in new
+        rows = []
+        for level in sorted(base[pair.base], key=_level_order):
+            base_level = base[pair.base][level]
+            new_level = new.get(pair.new, {}).get(level)
             for threshold in figure_limits:
                 metric = threshold.metric
                 before = metric_value(base_level, metric, prices[0])
                 if new_level is None:
-                    row = Row(config, level, metric, before, None, None, threshold, "missing")
-                    result.rows.append(row)
+                    missing = Row(config, level, metric, before, None, None, threshold, "missing")
+                    rows.append(missing)
                     continue
                 after = metric_value(new_level, metric, prices[1])
                 intervals = (
                     metric_interval(base_level, metric, prices[0]),
                     metric_interval(new_level, metric, prices[1]),
                 )
-                result.rows.append(_row(config, level, threshold, before, after, intervals))
-        if capacities and (capacity_limit is not None or config in new):
-            result.rows.append(
+                rows.append(_row(config, level, threshold, before, after, intervals))
+        if capacities and (capacity_limit is not None or measured):
+            rows.append(
                 _capacity_row(
                     config,
-                    base_capacity.get(config),
-                    new_capacity.get(config) if config in new else None,
+                    base_capacity.get(pair.base),
+                    new_capacity.get(pair.new) if measured else None,
                     capacity_limit,
-                    missing=config not in new,
+                    missing=not measured,
                 )
             )
+        result.rows += [replace(row, image=pair.image, flags=pair.base[1]) for row in rows]
     result.not_compared = _why_not_compared(result, new_run, baseline_run)
     return result
 
@@ -561,14 +655,28 @@ def format_value(value: float | None) -> str:
     return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-# The columns every rendering of the gate's table shows before its verdict.
+# The columns every rendering of the gate's table shows before its verdict; an ``image``
+# column comes first when a row names one (``result_columns``).
 ROW_COLUMNS = ("config", "level", "metric", "baseline", "new", "change", "limit")
+IMAGE_COLUMN = "image"
 
 
-def row_cells(row: Row) -> tuple[str, ...]:
-    """``row`` as text under ``ROW_COLUMNS``: the terminal table and the Markdown file agree."""
-    return (
-        row.config,
+def shows_images(result: GateResult) -> bool:
+    """Whether the table has an image column: some row names the images it compared (a table
+    of runs that name none, the simulator's, has no empty column)."""
+    return any(row.image for row in result.rows)
+
+
+def result_columns(result: GateResult) -> tuple[str, ...]:
+    """The columns of ``result``'s table before its verdict (``row_cells`` fills them)."""
+    return (IMAGE_COLUMN, *ROW_COLUMNS) if shows_images(result) else ROW_COLUMNS
+
+
+def row_cells(row: Row, *, image: bool = False) -> tuple[str, ...]:
+    """``row`` as text under ``ROW_COLUMNS`` (``result_columns`` with ``image``): the terminal
+    table and the Markdown file agree."""
+    cells = (
+        row.config_cell,
         row.level,
         row.metric,
         format_value(row.baseline),
@@ -576,3 +684,4 @@ def row_cells(row: Row) -> tuple[str, ...]:
         row.change_text,
         row.limit_text,
     )
+    return (row.image or "—", *cells) if image else cells

@@ -4,7 +4,8 @@ Guarantees: the JUnit file is built with ``xml.etree`` (well-formed whatever the
 text), one ``<testcase>`` per configuration × metric whose ``<failure>`` lists every level
 that regressed, and a case that compared nothing (``n/a`` at every level, e.g. cost on the
 local provider) is ``<skipped>`` with the reason; the Markdown is one table with every ``|`` in
-a cell escaped, followed by what was not compared. Every row says its change in words with
+a cell escaped (with the terminal's columns: an Image column first when a row names the images
+it compared), followed by what was not compared. Every row says its change in words with
 its interval (``p99_ttft_ms worse by 12 % (CI 8–16 %)``, ``within noise (CI −3–+4 %)``, or
 "no interval"), and a failure says whether the whole interval lay beyond the threshold.
 """
@@ -16,7 +17,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchsite_cli.gate import GateResult, Row, format_value, row_cells
+from benchsite_cli.gate import (
+    GateResult,
+    Row,
+    format_value,
+    result_columns,
+    row_cells,
+    shows_images,
+)
 
 
 def _cases(result: GateResult) -> dict[tuple[str, str], list[Row]]:
@@ -79,8 +87,23 @@ def _cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+# How the Markdown table heads and aligns each column of ``result_columns`` (figures right).
+_MARKDOWN_COLUMNS = {
+    "image": ("Image", "---"),
+    "config": ("Config", "---"),
+    "level": ("Level", "---"),
+    "metric": ("Metric", "---"),
+    "baseline": ("Baseline", "---:"),
+    "new": ("New", "---:"),
+    "change": ("Change", "---:"),
+    "limit": ("Limit", "---:"),
+}
+
+
 def markdown_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> None:
     verdict = "❌ regression" if result.failed else "✅ within thresholds"
+    images = shows_images(result)
+    heads, aligns = zip(*(_MARKDOWN_COLUMNS[name] for name in result_columns(result)), strict=True)
     lines = [
         f"## Benchsite gate: {verdict}",
         "",
@@ -89,15 +112,16 @@ def markdown_write(result: GateResult, path: Path, *, run: dict[str, Any]) -> No
         f"- Baseline ({_cell(result.baseline_kind)}): `{result.baseline_run}`",
         f"- Regressions: {len(result.regressions())} of {len(result.rows)} comparisons",
         "",
-        "| Config | Level | Metric | Baseline | New | Change | Limit | Verdict |",
-        "|---|---|---|---:|---:|---:|---:|---|",
+        "| " + " | ".join((*heads, "Verdict")) + " |",
+        "|" + "|".join((*aligns, "---")) + "|",
     ]
     for row in result.rows:
         mark = "**" if row.failed else ""
         lines.append(
             "| "
             + " | ".join(
-                _cell(cell) for cell in (*row_cells(row), f"{mark}{row.verdict_text}{mark}")
+                _cell(cell)
+                for cell in (*row_cells(row, image=images), f"{mark}{row.verdict_text}{mark}")
             )
             + " |"
         )

@@ -16,7 +16,6 @@ from typing import Any
 from benchsite_cli import EXIT_OK, EXIT_REGRESSION
 from benchsite_cli.client import ApiClient, CliError
 from benchsite_cli.gate import (
-    ROW_COLUMNS,
     GateResult,
     NothingToCompare,
     Row,
@@ -25,7 +24,9 @@ from benchsite_cli.gate import (
     format_value,
     gate_compare,
     parse_thresholds,
+    result_columns,
     row_cells,
+    shows_images,
 )
 from benchsite_cli.gate_files import junit_write, markdown_write
 from benchsite_cli.level_results import OUTPUT_THROUGHPUT, SUMMARY_FIGURES, level_figure
@@ -260,9 +261,10 @@ def _print_gate(result: GateResult) -> None:
         f"gate {verdict}: run {result.new_run} vs {result.baseline_kind} "
         f"(run {result.baseline_run})"
     )
+    images = shows_images(result)
     table(
-        (*ROW_COLUMNS, "verdict"),
-        [(*row_cells(row), _verdict_cell(row)) for row in result.rows],
+        (*result_columns(result), "verdict"),
+        [(*row_cells(row, image=images), _verdict_cell(row)) for row in result.rows],
     )
     for config in result.unmatched_configs:
         out(f"not gated (no baseline): {config}")

@@ -4,6 +4,8 @@ Guarantee: a report's page and its CSV export come from the same ``ReportTable``
 holds exactly the figures the page shows (money as exact decimals to 0.0001 USD, measured
 times and rates to 0.1), cell for cell. A missing figure is an empty cell in the CSV and a
 dash on the page. Simulated figures only ever sit in tables of their own (``simulated``).
+Every row that stands for a trial names the vLLM image it ran on (``IMAGE``), beside its
+serve configuration: one configuration measured on two images is two rows, told apart.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from runs.selectors.spend import ExperimentSpend, MonthSpend
 from runs.selectors.trial_figures import TrialFigure, tenth
 
 SLO_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
+# The image tag a trial ran on (``Trial.image_tag``); empty for the simulator, which has none.
+IMAGE = "Image"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,7 @@ COST_COLUMNS = [
     CAPACITY,
     "USD / 1M output tokens",
     "USD / 1M, cold start amortized",
+    IMAGE,
     "Best config",
     "Load at SLOs",
     "Output tok/s",
@@ -182,6 +187,7 @@ def cost_table(
                 Cell(capacity_text(f.capacity)),
                 num(f.usd_per_million),
                 num(f.cost.usd_per_million_output_tokens_cold_start_amortized),
+                Cell(f.image_tag),
                 Cell(config_text(f.serve_config), wrap=True),
                 Cell(f.cost.load or ""),
                 num(_tput(f)),
@@ -211,6 +217,7 @@ MODEL_COLUMNS = [
     CAPACITY_USD,
     CAPACITY,
     "GPUs",
+    IMAGE,
     "Best config",
     "Load at SLOs",
     "Output tok/s per GPU",
@@ -240,6 +247,7 @@ def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bo
                 num(f.usd_per_million_at_capacity),
                 Cell(capacity_text(f.capacity)),
                 Cell(gpus_text(f)),
+                Cell(f.image_tag),
                 Cell(config_text(f.serve_config), wrap=True),
                 Cell(f.cost.load or ""),
                 num(f.throughput_per_gpu),
@@ -378,6 +386,7 @@ CHOICE_COLUMNS = [
     "Model",
     "Experiment",
     "GPUs",
+    IMAGE,
     "Config",
     CAPACITY_USD,
     CAPACITY,
@@ -412,6 +421,7 @@ def choice_table(
                 Cell(f.model.name),
                 Cell(f.experiment.name),
                 Cell(gpus_text(f)),
+                Cell(f.image_tag),
                 Cell(config_text(f.serve_config), wrap=True),
                 num(f.usd_per_million_at_capacity),
                 Cell(capacity_text(f.capacity)),

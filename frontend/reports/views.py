@@ -88,7 +88,16 @@ def report_costs(request, membership):
     steady, amortized = "USD / 1M output tokens", "USD / 1M, cold start amortized"
     chart = [
         {
-            "label": f"{measured.column(row, 'Model')} · {measured.column(row, 'GPUs')}",
+            # Each image of a model × GPU is a bar of its own: its tag tells them apart.
+            "label": " · ".join(
+                part
+                for part in (
+                    measured.column(row, "Model"),
+                    measured.column(row, "GPUs"),
+                    measured.column(row, tables.IMAGE),
+                )
+                if part
+            ),
             "steady": measured.column(row, steady),
             "amortized": measured.column(row, amortized),
         }

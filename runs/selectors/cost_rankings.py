@@ -1,5 +1,5 @@
-"""Rankings of priced trial figures: the cheapest configuration per model × GPU, and each
-model's cheapest against its size (the Pareto front). Pure: they read no row; callers pass
+"""Rankings of priced trial figures: the cheapest configuration per model × GPU × vLLM image,
+and each model's cheapest against its size (the Pareto front). Pure: they read no row; callers pass
 measured and simulated figures separately.
 
 Both rank by ``runs.selectors.trial_figures.cost_order``: the cost per 1M output tokens at
@@ -16,7 +16,8 @@ from runs.selectors.trial_figures import TrialFigure, cost_order
 
 @dataclass(frozen=True)
 class BestConfig:
-    """The cheapest trial of one (model, GPU type, GPU count) and how many were compared."""
+    """The cheapest trial of one (model, GPU type, GPU count, image tag) and how many were
+    compared."""
 
     best: TrialFigure
     trials_compared: int
@@ -24,14 +25,15 @@ class BestConfig:
 
 
 def best_configs(figures: Iterable[TrialFigure]) -> list[BestConfig]:
-    """Per (model, GPU type, GPU count): the trial with the lowest cost per 1M output tokens
-    at the SLOs (at capacity first, see the module docstring). Callers pass measured and
-    simulated figures separately."""
+    """Per (model, GPU type, GPU count, image tag): the trial with the lowest cost per 1M
+    output tokens at the SLOs (at capacity first, see the module docstring). The image is part
+    of the key so that a run measuring its grid on several vLLM versions shows each version's
+    cheapest, not only the cheapest of all. Callers pass measured and simulated figures
+    separately."""
     groups: dict[tuple, list[TrialFigure]] = {}
     for figure in figures:
-        groups.setdefault((figure.model.id, figure.gpu_type_id, figure.gpu_count), []).append(
-            figure
-        )
+        key = (figure.model.id, figure.gpu_type_id, figure.gpu_count, figure.image_tag)
+        groups.setdefault(key, []).append(figure)
     rows = [
         BestConfig(
             best=min(group, key=cost_order),

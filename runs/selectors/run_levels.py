@@ -186,6 +186,21 @@ def planned_trial_labels(planned: list) -> dict[int, str]:
     }
 
 
+def image_config_labels(trials: list) -> list[str]:
+    """The labels of trials of one run or several (anything with ``image_tag`` and
+    ``serve_config``: ``Trial`` rows), in order, by ``planned_trial_labels``'s rule: the flags
+    that tell their configurations apart, after the image when they ran on several
+    (``v0.12.0 · max_num_seqs=64``). A trial without an image (the simulator's) names none
+    and does not count as one, so a simulated column beside a measured one reads plainly."""
+    flags = varying_flags([trial.serve_config or {} for trial in trials])
+    several_images = len({trial.image_tag for trial in trials if trial.image_tag}) > 1
+    return [
+        (f"{trial.image_tag} · " if several_images and trial.image_tag else "")
+        + config_label(trial.serve_config or {}, flags)
+        for trial in trials
+    ]
+
+
 def config_label(config: dict, flags: list[str]) -> str:
     """``max_num_seqs=64, enable_prefix_caching=true``: the flags that tell configs apart."""
     shown = [f"{name}={config_text(config.get(name, '(default)'))}" for name in flags]

@@ -5,6 +5,9 @@ Guarantees:
   another organization is answered exactly like a missing one;
 - a bad selection raises ``CompareInputError`` naming the part that is wrong, never a 500;
 - simulated and measured figures are never ranked against each other;
+- each column names the image its trial ran on (``Trial.image_tag``), in its label too when
+  the compared trials ran on several (``v0.12.0 · max_num_seqs=64``), so one configuration
+  on two images is two columns told apart;
 - a level figure that carries a 95 % interval (``ci95``) in both columns says how it moved
   in words with the change's interval (``runs.selectors.figure_deltas``: "better by 12 %
   (CI 8–16 %)", "within noise (CI −3–+4 %)"), and a change within noise is never
@@ -32,13 +35,12 @@ from runs.selectors.run_levels import (
     HIGHER,
     LOWER,
     METRICS,
-    config_label,
     config_text,
     flags_in_order,
+    image_config_labels,
     level_key,
     level_row,
     level_sort_key,
-    varying_flags,
 )
 from runs.selectors.trial_costs import trial_costs
 
@@ -156,9 +158,9 @@ def compare_trials(*, membership: Membership, selection: list[Selection]) -> lis
             f"The selection holds {len(compared)} trials; compare at most "
             f"{MAX_COMPARED_TRIALS} at once (pick trials instead of whole runs)."
         )
-    flags = varying_flags([c.trial.serve_config or {} for c in compared])
-    for column in compared:
-        column.label = config_label(column.trial.serve_config or {}, flags)
+    labels = image_config_labels([column.trial for column in compared])
+    for column, label in zip(compared, labels, strict=True):
+        column.label = label
         column.levels = {
             level["key"]: level for level in map(level_row, column.trial.measurements.all())
         }
@@ -216,25 +218,45 @@ def _verdict(value, baseline, better: str, threshold_pct: float) -> tuple[float 
 
 
 def _baselines(compared: list[ComparedTrial]) -> list[int | None]:
-    # A column is measured against the first earlier column with the same serve config (the
-    # same config in another run: a regression check), else against the first column.
-    keys = [json.dumps(c.trial.serve_config or {}, sort_keys=True) for c in compared]
+    # A column is measured against the first earlier column with the same serve config on the
+    # same image (the same config in another run: a regression check), else with the same
+    # serve config (another image: a version check), else against the first column.
+    configs = [json.dumps(c.trial.serve_config or {}, sort_keys=True) for c in compared]
+    images = [c.trial.image_tag for c in compared]
     baselines: list[int | None] = []
-    for position, key in enumerate(keys):
-        same = next((i for i in range(position) if keys[i] == key), None)
+    for position, config in enumerate(configs):
+        earlier = [i for i in range(position) if configs[i] == config]
+        same = next((i for i in earlier if images[i] == images[position]), None)
+        if same is None:
+            same = earlier[0] if earlier else None
         baselines.append(same if same is not None else (None if position == 0 else 0))
     return baselines
 
 
+def _vllm_reported(run: Run, trial: Trial) -> str:
+    # A run over several images has one pod per tag: a trial of an image the current pod does
+    # not run was measured on a pod the run has left, whose agent's report it keeps.
+    current = run.pod_image_tag
+    if trial.image_tag and current and trial.image_tag != current:
+        left = [
+            pod
+            for pod in run.pod_history
+            if pod.get("image_tag") == trial.image_tag and pod.get("vllm_version")
+        ]
+        return str(left[-1]["vllm_version"]) if left else "—"
+    return str(run.agent_info.get("vllm_version") or "—")
+
+
 def _setup_of(column: ComparedTrial) -> dict[str, str]:
-    run, engine = column.run, run_engine(column.run)
+    run, trial, engine = column.run, column.trial, run_engine(column.run)
+    simulated = run_is_simulated(run)
     return {
         "Model": run.experiment.model.name,
         "GPU": f"{engine.gpu_count}× {run.pod_gpu_type or engine.gpu_type}",
-        "Engine": "simulator"
-        if run_is_simulated(run)
-        else f"vLLM {engine.image_tag or '(default image)'}",
-        "vLLM reported": str(run.agent_info.get("vllm_version") or "—"),
+        "Engine": "simulator" if simulated else "vLLM",
+        # The trial's own image: a run over several tags froze the first as its engine's.
+        "Image": "—" if simulated else trial.image_tag or engine.image_tag or "(default image)",
+        "vLLM reported": _vllm_reported(run, trial),
         "Outcome": column.trial.outcome
         + (f" ({column.trial.failure_class})" if column.trial.failure_class else ""),
     }

@@ -83,6 +83,7 @@ class TrialFigure:
     trial_id: int
     trial_index: int
     serve_config: dict
+    image_tag: str  # the vLLM image it ran on ("" for the simulator): reports split by it
     run_key: str  # the run's id as the database spells it (a UUID object per row costs)
     experiment: Experiment
     model: ModelSpec
@@ -126,6 +127,7 @@ class TrialFigure:
             run_id=self.run_id,
             index=row.index,
             serve_config=row.serve_config,
+            image_tag=row.image_tag,
             cold_start=row.cold_start,
             outcome=row.outcome,
         )
@@ -242,8 +244,8 @@ def trial_figures(
         )
         .order_by("run__created_at", "run_id", "index")
         .values_list(
-            "id", "index", "serve_config", "cold_start", "run_key", "experiment_key", "outcome",
-            "run__state", "run__finished_at", "run__pod_gpu_type", "run__price_usd_hr",
+            "id", "index", "serve_config", "image_tag", "cold_start", "run_key", "experiment_key",
+            "outcome", "run__state", "run__finished_at", "run__pod_gpu_type", "run__price_usd_hr",
             "frozen_engine", "frozen_gpu_type", "frozen_gpu_count", "frozen_cloud",
             "frozen_slos", "capacity", named=True,
         )
@@ -351,6 +353,7 @@ def trial_figures(
                 trial_id=row.id,
                 trial_index=row.index,
                 serve_config=row.serve_config,
+                image_tag=row.image_tag,
                 run_key=row.run_key,
                 experiment=experiment,
                 model=experiment.model,
