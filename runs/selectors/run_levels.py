@@ -174,22 +174,15 @@ def varying_flags(configs: list[dict]) -> list[str]:
 
 
 def planned_trial_labels(planned: list) -> dict[int, str]:
-    """Each planned trial's label by index (``runs.experiment_spec.PlannedTrial``): the flags
-    that tell its configuration apart, after its image when the run measures several
-    (``v0.11.0 · max_num_seqs=64``)."""
-    flags = varying_flags([trial.serve_config for trial in planned])
-    several_images = len({trial.image_tag for trial in planned}) > 1
-    return {
-        index: (f"{trial.image_tag} · " if several_images else "")
-        + config_label(trial.serve_config, flags)
-        for index, trial in enumerate(planned)
-    }
+    """Each planned trial's label by index (``runs.experiment_spec.PlannedTrial``), by
+    ``image_config_labels``'s rule."""
+    return dict(enumerate(image_config_labels(planned)))
 
 
 def image_config_labels(trials: list) -> list[str]:
     """The labels of trials of one run or several (anything with ``image_tag`` and
-    ``serve_config``: ``Trial`` rows), in order, by ``planned_trial_labels``'s rule: the flags
-    that tell their configurations apart, after the image when they ran on several
+    ``serve_config``: ``Trial`` rows, planned trials), in order: the flags that tell their
+    configurations apart, after the image when they ran on several
     (``v0.12.0 · max_num_seqs=64``). A trial without an image (the simulator's) names none
     and does not count as one, so a simulated column beside a measured one reads plainly."""
     flags = varying_flags([trial.serve_config or {} for trial in trials])
