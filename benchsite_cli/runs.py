@@ -202,8 +202,11 @@ def _print_run_summary(run: dict[str, Any]) -> None:
         f"{len(run.get('trials') or [])} trials"
         + (f" — {run['failure_reason']}" if run.get("failure_reason") else "")
     )
+    trials = run.get("trials") or []
+    # A run over several vLLM images says which image each trial ran on.
+    images = len({trial.get("image_tag") for trial in trials if trial.get("image_tag")}) > 1
     rows = []
-    for trial in run.get("trials") or []:
+    for trial in trials:
         for m in trial.get("measurements") or []:
             result = m.get("result") or {}
             load = (
@@ -214,6 +217,7 @@ def _print_run_summary(run: dict[str, Any]) -> None:
             rows.append(
                 (
                     str(trial["index"]),
+                    *((trial.get("image_tag") or "",) if images else ()),
                     trial.get("outcome", ""),
                     load,
                     *(format_value(level_figure(result, name)) for name in SUMMARY_FIGURES),
@@ -221,7 +225,7 @@ def _print_run_summary(run: dict[str, Any]) -> None:
             )
     if rows:
         headers = (_SHORT_HEADERS.get(name, name) for name in SUMMARY_FIGURES)
-        table(("trial", "outcome", "load", *headers), rows)
+        table(("trial", *(("image",) if images else ()), "outcome", "load", *headers), rows)
     _print_answer(run.get("answer"))
 
 
@@ -235,7 +239,9 @@ def _print_answer(answer: dict[str, Any] | None) -> None:
     cost = winner.get("usd_per_million_output_tokens")
     interval = winner.get("usd_per_million_ci95")
     out(
-        f"answer{label}: trial {winner['trial']} {winner['serve_config']} carries "
+        f"answer{label}: trial {winner['trial']} {winner['serve_config']}"
+        + (f" on {winner['image_tag']}" if winner.get("image_tag") else "")
+        + " carries "
         f"{winner['capacity']:g} ({winner['axis']}) within {answer['slos']}, "
         f"${cost} per 1M output tokens"
         + (f" (95 % CI {interval[0]}–{interval[1]})" if interval else "")

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from benchsite_cli.gate import gate_compare, parse_thresholds, result_columns, row_cells
 from benchsite_cli.gate_files import junit_write, markdown_write
+from benchsite_cli.runs import _print_run_summary
 from runs.models import Measurement, Run, Trial
 from tests.site.conftest import frozen, make_experiment, make_model
 from tests.site.live_server import daphne_server
@@ -200,3 +201,14 @@ def test_the_cli_gates_each_image_of_a_run_read_from_the_site(alice, tmp_path):
         (f"{OLD} · max_num_seqs=8", OLD, "ok"),
         (f"{NEW} · max_num_seqs=8", NEW, "regression"),
     ]
+
+
+def test_the_run_summary_names_each_trials_image_when_the_run_measured_several(capsys):
+    detail = run("r2", [(OLD, SEQS8, 50.0), (NEW, SEQS8, 40.0)])
+    _print_run_summary(detail | {"cost_usd": "1.00"})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:4] == ["trial", "image", "outcome", "load"]
+    assert [line.split()[:2] for line in lines[2:4]] == [["0", OLD], ["1", NEW]]
+    # One image: no column for it.
+    _print_run_summary(run("r1", [(OLD, SEQS8, 50.0)]) | {"cost_usd": "1.00"})
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["trial", "outcome", "load"]
