@@ -68,8 +68,11 @@ $(DOCKER_COMPOSE):
 
 # tests/service_env.py picks PostgreSQL and Redis on 127.0.0.1 when they answer; with CI=true
 # it fails when they don't, otherwise it falls back to SQLite and skips the Redis tests.
+# TEST_WORKERS parallel workers (pytest-xdist; tests/conftest.py keeps them apart): most tests
+# wait on servers, agents and browsers rather than compute, so more workers than cores pay.
+TEST_WORKERS ?= 3
 test: lint $(CHROMIUM) $(DOCKER_COMPOSE)
-	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest $(PYTEST_ARGS)
+	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 bench-api: $(STAMP)
 	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/python benchmarks/api_latency.py

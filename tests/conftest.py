@@ -7,10 +7,40 @@ alice owns org A ("acme"); bob is a viewer in A; mallory is a member of A; charl
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def pytest_configure(config):
+    """Parallel test workers (``pytest -n N``, pytest-xdist) share one PostgreSQL server (each
+    its own test database: pytest-django names it per worker) and one Redis: each also gets a
+    Celery queue, a channel-layer prefix and a media folder (local pods, uploads) of its own,
+    here and in every server or worker a test starts (they inherit the environment), so no
+    worker's reconcile pass sweeps another's pods nor takes its tasks."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    own = {
+        "CELERY_TASK_DEFAULT_QUEUE": f"benchsite-test-{worker}",
+        "CHANNEL_LAYER_PREFIX": f"asgi-test-{worker}",
+        "MEDIA_ROOT": tempfile.mkdtemp(prefix=f"benchsite-media-{worker}-"),
+    }
+    os.environ.update(own)
+    if not config.pluginmanager.hasplugin("django"):  # the agents' suite runs without Django
+        return
+    from django.conf import settings
+
+    settings.CELERY_TASK_DEFAULT_QUEUE = own["CELERY_TASK_DEFAULT_QUEUE"]
+    settings.CHANNEL_LAYER_PREFIX = own["CHANNEL_LAYER_PREFIX"]
+    if "prefix" in settings.CHANNEL_LAYERS["default"].get("CONFIG", {}):
+        settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = own["CHANNEL_LAYER_PREFIX"]
+    settings.MEDIA_ROOT = own["MEDIA_ROOT"]
+    from benchsite.celery import app
+
+    app.conf.task_default_queue = own["CELERY_TASK_DEFAULT_QUEUE"]
 
 
 def pytest_collection_modifyitems(config, items):
