@@ -11,12 +11,22 @@ Guarantees:
 - Bytes per element: weights take their stored dtype (``WEIGHT_BYTES``); activations and
   the KV cache take the compute dtype (``ACTIVATION_BYTES``): quantized weights still compute
   and cache in 16 bit.
+- Beyond dense GQA decoders, ``ModelFacts`` knows mixture-of-experts layers (total and
+  active parameters, expert counts), multi-head latent attention (``kv_lora_rank``) and
+  sliding-window layers; their defaults describe a dense model with full attention, for which
+  every figure is what it was before they existed. ``ModelFacts.from_hf_config`` reads them
+  from a Hugging Face config.json (``agents.hardware.hf_config``).
+- ``to_mapping`` / ``from_mapping`` round-trip every fact; a dense model's mapping carries
+  none of the newer facts, so it reads as it always did.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+
+from agents.hardware.hf_config import hf_config_facts
 
 WEIGHT_BYTES = {
     "bfloat16": 2.0,
@@ -50,11 +60,38 @@ _REGISTERED_AS = {
 }
 # The site's (and ModelSource's) names of what ``ModelFacts.from_registered`` takes.
 REGISTERED_FACTS = frozenset(_REGISTERED_AS)
+# A mapping with any of these keys is a Hugging Face config.json, not the site's JSON.
+_HF_CONFIG_KEYS = frozenset({"model_type", "architectures", "text_config"})
+# Facts beyond a dense full-attention decoder: ``to_mapping`` leaves them out at their
+# defaults, so a dense model's mapping is what it was before they existed.
+_BEYOND_DENSE = (
+    "active_parameters",
+    "num_experts",
+    "num_experts_per_token",
+    "num_shared_experts",
+    "moe_intermediate_size",
+    "num_moe_layers",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "sliding_window",
+    "sliding_window_layers",
+)
 
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """The architecture facts of a decoder-only transformer."""
+    """The architecture facts of a decoder-only transformer.
+
+    ``parameters`` counts every weight vLLM loads (all experts of a MoE model);
+    ``active_parameters`` those one token runs through (None: all of them, a dense model).
+    MoE layers: ``num_moe_layers`` of the ``num_layers`` route each token to
+    ``num_experts_per_token`` of ``num_experts`` experts of ``moe_intermediate_size``, plus
+    ``num_shared_experts`` every token uses; 0 experts is a dense model.
+    ``kv_lora_rank`` > 0 is multi-head latent attention: each layer caches one latent of
+    ``kv_lora_rank + qk_rope_head_dim`` per token instead of per-head K and V, and
+    ``head_dim`` is then the query/key head width. ``sliding_window_layers`` (indices) attend
+    only to the last ``sliding_window`` tokens; the other layers attend to the whole context.
+    """
 
     name: str
     parameters: float
@@ -67,6 +104,16 @@ class ModelFacts:
     intermediate_size: int | None = None
     max_position_embeddings: int = 4096
     dtype: str = "bfloat16"
+    active_parameters: float | None = None
+    num_experts: int = 0
+    num_experts_per_token: int = 0
+    num_shared_experts: int = 0
+    moe_intermediate_size: int | None = None
+    num_moe_layers: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    sliding_window: int | None = None
+    sliding_window_layers: tuple[int, ...] = ()
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -78,12 +125,64 @@ class ModelFacts:
             problems.append("num_kv_heads must be in 1..num_attention_heads")
         if self.dtype not in WEIGHT_BYTES:
             problems.append(f"dtype {self.dtype!r} is not one of {sorted(WEIGHT_BYTES)}")
+        problems += self._mixture_problems() + self._attention_problems()
         if problems:
             raise ValueError(f"model spec {self.name!r}: " + "; ".join(problems))
 
+    def _mixture_problems(self) -> list[str]:
+        if self.active_parameters is not None and not (
+            0 < self.active_parameters <= self.parameters
+        ):
+            return ["active_parameters must be above 0 and at most parameters"]
+        if not self.num_experts:
+            if self.num_experts_per_token or self.num_shared_experts or self.num_moe_layers:
+                return ["expert counts need num_experts (0 is a dense model)"]
+            return []
+        problems = []
+        if not 0 < self.num_experts_per_token <= self.num_experts:
+            problems.append("num_experts_per_token must be in 1..num_experts")
+        if not 0 < self.num_moe_layers <= self.num_layers:
+            problems.append("num_moe_layers must be in 1..num_layers")
+        if not (self.moe_intermediate_size or 0) > 0:
+            problems.append("a MoE model needs moe_intermediate_size above 0")
+        if self.num_shared_experts < 0:
+            problems.append("num_shared_experts must be 0 or more")
+        return problems
+
+    def _attention_problems(self) -> list[str]:
+        problems = []
+        if self.kv_lora_rank < 0 or self.qk_rope_head_dim < 0:
+            problems.append("kv_lora_rank and qk_rope_head_dim must be 0 or more")
+        elif self.qk_rope_head_dim and not self.kv_lora_rank:
+            problems.append("qk_rope_head_dim is an MLA fact: it needs kv_lora_rank")
+        layers = self.sliding_window_layers
+        if (self.sliding_window is None) != (not layers):
+            problems.append("sliding_window and sliding_window_layers go together")
+        elif self.sliding_window is not None and not self.sliding_window > 0:
+            problems.append("sliding_window must be above 0")
+        elif list(layers) != sorted(set(layers)) or not all(
+            0 <= i < self.num_layers for i in layers
+        ):
+            problems.append("sliding_window_layers must be distinct layer indices, in order")
+        return problems
+
     @property
     def weight_bytes(self) -> float:
+        """Every weight vLLM loads (all experts of a MoE model), at its stored width."""
         return self.parameters * WEIGHT_BYTES[self.dtype]
+
+    @property
+    def parameters_per_token(self) -> float:
+        """The weights one token's forward pass uses: ``active_parameters`` for a MoE model
+        (counting the embedding table and LM head, as published counts do), else all."""
+        return self.parameters if self.active_parameters is None else self.active_parameters
+
+    @property
+    def routed_expert_parameters(self) -> float:
+        """The routed experts' weights (gate, up and down of each), all MoE layers; 0 for a
+        dense model. A step reads only the experts its tokens are routed to."""
+        expert = 3 * self.hidden_size * (self.moe_intermediate_size or 0)
+        return self.num_moe_layers * self.num_experts * expert
 
     @property
     def activation_bytes(self) -> float:
@@ -92,11 +191,42 @@ class ModelFacts:
     def kv_bytes_per_token(
         self, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1
     ) -> float:
-        """K and V of every layer for one token on one GPU (KV heads are split over the
-        tensor-parallel GPUs, or replicated when there are fewer of them than GPUs)."""
+        """The KV cache one token of context takes on one GPU with every layer holding it:
+        the full-attention cost, exact while a context is within any sliding window and an
+        upper bound beyond it (``kv_bytes_for_context`` is exact at any length).
+
+        Per layer, K and V of the layer's KV heads, which vLLM splits over the
+        tensor-parallel GPUs (or replicates when there are fewer heads than GPUs). With MLA
+        (``kv_lora_rank``), one latent of ``kv_lora_rank + qk_rope_head_dim`` elements: no
+        separate K and V, no per-head copies, and vLLM keeps the whole latent on every
+        tensor-parallel GPU, so it does not shrink with more of them."""
+        if self.kv_lora_rank:
+            latent = self._kv_bytes_per_layer_token(kv_cache_dtype, tensor_parallel_size)
+            return self.num_layers * latent
         element = self.activation_bytes if kv_cache_dtype == "auto" else FP8_CACHE_BYTES
         heads = max(1, self.num_kv_heads // tensor_parallel_size)
         return 2 * self.num_layers * heads * self.head_dim * element
+
+    def kv_bytes_for_context(
+        self, context: int, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1
+    ) -> float:
+        """The KV cache one sequence of ``context`` tokens holds on one GPU: full-attention
+        layers keep all ``context`` tokens, sliding-window layers at most the last
+        ``sliding_window`` (vLLM's hybrid KV cache manager frees the blocks that fall out of
+        the window). Token-exact: vLLM allocates whole blocks of ``block_size`` tokens and a
+        sliding layer also keeps the window's edge and the current step's tokens, a block or
+        a chunk more at most. Without sliding layers: ``context * kv_bytes_per_token``."""
+        per_layer = self._kv_bytes_per_layer_token(kv_cache_dtype, tensor_parallel_size)
+        sliding = len(self.sliding_window_layers)
+        window = min(context, self.sliding_window or 0)
+        return ((self.num_layers - sliding) * context + sliding * window) * per_layer
+
+    def _kv_bytes_per_layer_token(self, kv_cache_dtype: str, tensor_parallel_size: int) -> float:
+        element = self.activation_bytes if kv_cache_dtype == "auto" else FP8_CACHE_BYTES
+        if self.kv_lora_rank:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * element
+        heads = max(1, self.num_kv_heads // tensor_parallel_size)
+        return 2 * heads * self.head_dim * element
 
     @property
     def ffn_size(self) -> int:
@@ -119,14 +249,33 @@ class ModelFacts:
         return {key: getattr(self, name) for key, name in _REGISTERED_AS.items()}
 
     def to_mapping(self) -> dict:
-        """The JSON object ``from_mapping`` reads back as these very facts."""
+        """The JSON object ``from_mapping`` reads back as these very facts; the facts beyond
+        a dense full-attention model appear only where they differ from their defaults."""
         data = asdict(self)
         data.pop("extra")
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in _BEYOND_DENSE:
+            if data[name] == defaults[name]:
+                del data[name]
+        if "sliding_window_layers" in data:
+            data["sliding_window_layers"] = list(data["sliding_window_layers"])
         return data
 
     @classmethod
+    def from_hf_config(cls, config: Mapping, *, name: str = "model") -> ModelFacts:
+        """The facts of a model from its Hugging Face config.json as published (or a
+        multimodal wrapper's ``text_config``): dense, MoE, MLA and sliding-window decoders.
+        The parameter count is derived from the architecture where the config has none;
+        what cannot be read faithfully is a ValueError naming the field
+        (``agents.hardware.hf_config`` says what is read and counted)."""
+        return cls(name=name, **hf_config_facts(config))
+
+    @classmethod
     def from_mapping(cls, data: dict) -> ModelFacts:
-        """Reads the site's ModelFacts JSON (or a Hugging Face config.json's names)."""
+        """Reads the site's ModelFacts JSON, or a Hugging Face config.json (one with a
+        ``model_type``, ``architectures`` or ``text_config``) through ``from_hf_config``."""
+        if _HF_CONFIG_KEYS & data.keys():
+            return cls.from_hf_config(data, name=data.get("name") or "model")
         aliases = {
             "num_parameters": "parameters",
             "parameter_count": "parameters",
@@ -148,6 +297,8 @@ class ModelFacts:
             values["head_dim"] = values["hidden_size"] // values.get("num_attention_heads", 1)
         values.setdefault("num_kv_heads", values.get("num_attention_heads", 1))
         values.setdefault("name", "model")
+        if "sliding_window_layers" in values:
+            values["sliding_window_layers"] = tuple(values["sliding_window_layers"])
         missing = {"parameters", "num_layers", "hidden_size", "num_attention_heads"} - set(values)
         if missing:
             raise ValueError(f"model spec: missing {', '.join(sorted(missing))}")
