@@ -70,9 +70,9 @@ $(DOCKER_COMPOSE):
 # it fails when they don't, otherwise it falls back to SQLite and skips the Redis tests.
 # TEST_WORKERS parallel workers (pytest-xdist; tests/conftest.py keeps them apart): most tests
 # wait on servers, agents and browsers rather than compute, so more workers than cores pay.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 5
 test: lint $(CHROMIUM) $(DOCKER_COMPOSE)
-	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 bench-api: $(STAMP)
 	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/python benchmarks/api_latency.py

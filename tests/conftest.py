@@ -12,6 +12,9 @@ import tempfile
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+# The settings each parallel worker sets for itself and what it starts (pytest_configure); a
+# test of the settings' own defaults starts its process without them.
+WORKER_OWN_SETTINGS = ("CELERY_TASK_DEFAULT_QUEUE", "CHANNEL_LAYER_PREFIX", "MEDIA_ROOT")
 
 
 def pytest_configure(config):
@@ -23,11 +26,17 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         return
-    own = {
-        "CELERY_TASK_DEFAULT_QUEUE": f"benchsite-test-{worker}",
-        "CHANNEL_LAYER_PREFIX": f"asgi-test-{worker}",
-        "MEDIA_ROOT": tempfile.mkdtemp(prefix=f"benchsite-media-{worker}-"),
-    }
+    own = dict(
+        zip(
+            WORKER_OWN_SETTINGS,
+            (
+                f"benchsite-test-{worker}",
+                f"asgi-test-{worker}",
+                tempfile.mkdtemp(prefix=f"benchsite-media-{worker}-"),
+            ),
+            strict=True,
+        )
+    )
     os.environ.update(own)
     if not config.pluginmanager.hasplugin("django"):  # the agents' suite runs without Django
         return

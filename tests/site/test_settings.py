@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import WORKER_OWN_SETTINGS
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = {
     "SECRET_KEY": "k" * 20 + "-production-only-7f3a9c2e41d8b6a5c0e9f2d4b7a1c3e5",
@@ -22,7 +24,8 @@ PRODUCTION = {
 
 
 def _django(env: dict, *args: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", *PRODUCTION}}
+    unset = {"DEBUG", *PRODUCTION, *WORKER_OWN_SETTINGS}
+    clean = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
