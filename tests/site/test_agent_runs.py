@@ -253,7 +253,10 @@ def test_the_deadline_stops_the_run_mid_level_and_its_partial_results_arrive(ali
     )
     site = Site(run.id, token)
     job = run_job_spec(run, ws_url="ws://testserver/", rest_url="http://testserver/api/v1/")
-    deadline = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=5)
+    # The level lasts about 25 s (400 requests, 2 at a time, at the simulator's real speed):
+    # the deadline falls inside it, also when a busy machine (parallel test workers) slows
+    # the simulator's start-up down.
+    deadline = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=12)
     job = job.model_copy(update={"deadline": deadline})
     result, journal = run_agent(run, token, tmp_path, site, job=job)
     assert result.summary.outcome == "deadline"
