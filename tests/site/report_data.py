@@ -49,12 +49,14 @@ def add_trial(
     *,
     outcome: str = TrialOutcome.SUCCEEDED,
     cold_start: dict | None = None,
+    image_tag: str = "",
 ) -> Trial:
     trial = Trial.objects.create(
         organization_id=run.organization_id,
         run=run,
         index=index,
         serve_config=serve_config,
+        image_tag=image_tag,
         outcome=outcome,
         cold_start=COLD_START if cold_start is None else cold_start,
         command=["vllm", "serve", "model", "--port", "41234"],

@@ -11,11 +11,10 @@ from html import unescape
 
 import pytest
 
-from runs.models import Measurement, Trial
-from runs.models.runs import TrialOutcome
+from runs.models import Trial
 
 from .conftest import make_experiment, make_model, signed_in
-from .report_data import COLD_START, add_run, level
+from .report_data import add_run, add_trial, level
 from .test_web_reports import as_dicts, csv_rows, page_tables
 from .test_web_runs import compare_url
 
@@ -25,25 +24,7 @@ CONFIG = {"max_num_seqs": 64}
 
 def add_image_trial(run, index: int, image_tag: str, levels: list[dict]) -> Trial:
     """A succeeded trial of ``run`` on ``image_tag`` with a measurement per level."""
-    trial = Trial.objects.create(
-        organization_id=run.organization_id,
-        run=run,
-        index=index,
-        serve_config=CONFIG,
-        image_tag=image_tag,
-        outcome=TrialOutcome.SUCCEEDED,
-        cold_start=COLD_START,
-        command=["vllm", "serve", "model"],
-    )
-    for result in levels:
-        result = dict(result)
-        Measurement.objects.create(
-            organization_id=trial.organization_id,
-            trial=trial,
-            concurrency=result.pop("concurrency"),
-            result=result,
-        )
-    return trial
+    return add_trial(run, index, CONFIG, levels, image_tag=image_tag)
 
 
 def versions_run(experiment, *, created_at=datetime(2025, 3, 1, tzinfo=UTC), old_tput=4000.0):
