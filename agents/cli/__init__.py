@@ -2,7 +2,8 @@
 console script.
 
 One module a job: ``parser`` (every subcommand's arguments), ``bench`` (load-test any
-OpenAI-compatible server on its own), ``engine`` (``serve-sim``: the simulator in the
+OpenAI-compatible server on its own), ``predict`` (the same benchmark on the simulator
+offline, in simulated time), ``engine`` (``serve-sim``: the simulator in the
 foreground; ``engine-up``: an engine from a JSON description until Ctrl-C), ``job``
 (``run``: a whole job unattended, reporting to the site or a results folder; ``flush``:
 deliver what an earlier ``run`` could not), ``usage`` (exit codes and the usage error every
@@ -15,6 +16,7 @@ from agents.cli.bench import run_bench_command
 from agents.cli.engine import run_engine_up, run_serve_sim
 from agents.cli.job import run_flush_command, run_job_command
 from agents.cli.parser import build_parser
+from agents.cli.predict import run_predict_command
 from agents.cli.usage import EXIT_USAGE
 
 __all__ = ["main"]
@@ -28,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_flush_command(args)
     if args.command == "bench":
         return run_bench_command(args)
+    if args.command == "predict":
+        return run_predict_command(args)
     if args.command == "serve-sim":
         return run_serve_sim(args)
     if args.command == "engine-up":

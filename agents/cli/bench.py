@@ -123,12 +123,9 @@ def _source(args: argparse.Namespace):
     )
 
 
-def build_config(args: argparse.Namespace) -> BenchConfig:
-    """Turns parsed arguments into a ``BenchConfig``; raises ``UsageError``."""
-    try:
-        parse_base_url(args.base_url)
-    except ValueError as exc:
-        raise UsageError(f"--base-url: {exc}") from None
+def workload_fields(args: argparse.Namespace) -> dict:
+    """The ``BenchConfig`` fields of the workload options ``bench`` and ``predict`` share
+    (``add_workload_arguments``), checked; raises ``UsageError`` naming the option."""
     levels: list[dict] = []
     if args.concurrency:
         levels += [{"concurrency": value} for value in _int_list("--concurrency", args.concurrency)]
@@ -159,9 +156,44 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         raise UsageError("--steady must be 0 or more")
     if not args.ramp_up >= 0:
         raise UsageError("--ramp-up must be 0 or more seconds")
-    for option, path in (("--json", args.json), ("--per-request", args.per_request)):
-        if path is not None and not path.parent.is_dir():
-            raise UsageError(f"{option}: the folder {str(path.parent)!r} does not exist")
+    if args.json is not None and not args.json.parent.is_dir():
+        raise UsageError(f"--json: the folder {str(args.json.parent)!r} does not exist")
+    try:
+        tokenizer = load_tokenizer(args.tokenizer)
+    except TokenizerError as exc:
+        raise UsageError(f"--tokenizer: {exc}") from None
+    source = _source(args)
+    if isinstance(source, ShareGptPrompts):
+        source.load(tokenizer)  # a bad file is a usage error now, not a crash at level 1
+    return {
+        "source": source,
+        "levels": tuple(levels),
+        "endpoint": args.endpoint,
+        "burstiness": args.burstiness,
+        "num_prompts": args.num_prompts,
+        "duration": args.duration,
+        "warmup": args.warmup,
+        "tokenizer": tokenizer,
+        "slos": slos,
+        "seed": args.seed,
+        # A capacity search compares loads: their figures are steady ones.
+        "steady_multiple": args.steady if args.steady is not None or capacity is None else 4.0,
+        "ramp_up_seconds": args.ramp_up,
+        "capacity": capacity,
+    }
+
+
+def build_config(args: argparse.Namespace) -> BenchConfig:
+    """Turns parsed arguments into a ``BenchConfig``; raises ``UsageError``."""
+    try:
+        parse_base_url(args.base_url)
+    except ValueError as exc:
+        raise UsageError(f"--base-url: {exc}") from None
+    workload = workload_fields(args)
+    if args.per_request is not None and not args.per_request.parent.is_dir():
+        raise UsageError(
+            f"--per-request: the folder {str(args.per_request.parent)!r} does not exist"
+        )
     if args.request_timeout is not None and not args.request_timeout > 0:
         raise UsageError("--request-timeout must be above 0 seconds")
     api_key = None
@@ -177,35 +209,15 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
             parse_base_url(metrics_url)
         except ValueError as exc:
             raise UsageError(f"--metrics-url: {exc}") from None
-    try:
-        tokenizer = load_tokenizer(args.tokenizer)
-    except TokenizerError as exc:
-        raise UsageError(f"--tokenizer: {exc}") from None
-    source = _source(args)
-    if isinstance(source, ShareGptPrompts):
-        source.load(tokenizer)  # a bad file is a usage error now, not a crash at level 1
     return BenchConfig(
         base_url=args.base_url,
         model=args.model,
-        source=source,
-        levels=tuple(levels),
-        endpoint=args.endpoint,
         api_key=api_key,
-        burstiness=args.burstiness,
-        num_prompts=args.num_prompts,
-        duration=args.duration,
-        warmup=args.warmup,
         max_concurrency=args.max_concurrency,
-        tokenizer=tokenizer,
-        slos=slos,
         metrics_url=metrics_url,
-        seed=args.seed,
         request_timeout=args.request_timeout,
         ignore_eos=not args.no_ignore_eos,
-        # A capacity search compares loads: their figures are steady ones.
-        steady_multiple=args.steady if args.steady is not None or capacity is None else 4.0,
-        ramp_up_seconds=args.ramp_up,
-        capacity=capacity,
+        **workload,
     )
 
 

@@ -6,6 +6,52 @@ import argparse
 from pathlib import Path
 
 
+def add_workload_arguments(command: argparse.ArgumentParser) -> None:
+    """The load a benchmark applies and what it reports: ``bench`` and ``predict`` share them."""
+    command.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    command.add_argument("--concurrency", metavar="N[,N...]", help="closed-loop levels, in order")
+    command.add_argument(
+        "--request-rate", metavar="R[,R...]", help="open-loop levels in req/s ('inf': all at once)"
+    )
+    command.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson")
+    command.add_argument("--dataset", default="random", help="random | sharegpt:PATH | prefix:LEN")
+    command.add_argument("--input-len", type=int, default=128, help="prompt (or suffix) tokens")
+    command.add_argument("--output-len", type=int, help="output tokens (default 128)")
+    command.add_argument("--range-ratio", type=float, default=0.0, help="random length spread")
+    command.add_argument("--num-prefixes", type=int, default=1, help="prefix dataset: prefixes")
+    amount = command.add_mutually_exclusive_group()
+    amount.add_argument("--num-prompts", type=int, default=200, help="requests per level")
+    amount.add_argument("--duration", type=float, metavar="SECONDS", help="seconds per level")
+    command.add_argument("--warmup", type=int, default=0, help="unmeasured requests per level")
+    command.add_argument("--tokenizer", metavar="PATH", help="local tokenizer for exact lengths")
+    command.add_argument(
+        "--slo",
+        metavar="'ttft:p95<300ms, tpot<50ms, attainment>=95%'",
+        help="objectives, each at a percentile (p99 when not named); ttft_ms=500 also reads",
+    )
+    command.add_argument(
+        "--steady",
+        type=float,
+        metavar="MULTIPLE",
+        help="steady levels: a ramp, a window of at least --num-prompts and MULTIPLE x the "
+        "concurrency requests (the headline figures), a drain; default: vllm bench serve's "
+        "whole level",
+    )
+    command.add_argument(
+        "--ramp-up", type=float, default=0.0, metavar="SECONDS", help="staggered start (--steady)"
+    )
+    command.add_argument(
+        "--capacity-search",
+        choices=("concurrency", "request_rate"),
+        help="after the levels, find the highest load meeting --slo (steady levels)",
+    )
+    command.add_argument(
+        "--max-probes", type=int, default=6, metavar="N", help="capacity search: extra levels"
+    )
+    command.add_argument("--seed", type=int, default=0)
+    command.add_argument("--json", type=Path, metavar="OUT.json", help="write the results")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchsite-agent", description="The Benchsite agent.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -17,60 +63,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000")
     bench.add_argument("--model", required=True, help="the served model name")
-    bench.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     bench.add_argument("--api-key-env", metavar="VAR", help="environment variable with the key")
-    bench.add_argument("--concurrency", metavar="N[,N...]", help="closed-loop levels, in order")
-    bench.add_argument(
-        "--request-rate", metavar="R[,R...]", help="open-loop levels in req/s ('inf': all at once)"
-    )
-    bench.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson")
     bench.add_argument(
         "--max-concurrency", type=int, metavar="N", help="cap on requests in flight (rate levels)"
     )
-    bench.add_argument("--dataset", default="random", help="random | sharegpt:PATH | prefix:LEN")
-    bench.add_argument("--input-len", type=int, default=128, help="prompt (or suffix) tokens")
-    bench.add_argument("--output-len", type=int, help="output tokens (default 128)")
-    bench.add_argument("--range-ratio", type=float, default=0.0, help="random length spread")
-    bench.add_argument("--num-prefixes", type=int, default=1, help="prefix dataset: prefixes")
-    amount = bench.add_mutually_exclusive_group()
-    amount.add_argument("--num-prompts", type=int, default=200, help="requests per level")
-    amount.add_argument("--duration", type=float, metavar="SECONDS", help="seconds per level")
-    bench.add_argument("--warmup", type=int, default=0, help="unmeasured requests per level")
-    bench.add_argument("--tokenizer", metavar="PATH", help="local tokenizer for exact lengths")
-    bench.add_argument(
-        "--slo",
-        metavar="'ttft:p95<300ms, tpot<50ms, attainment>=95%'",
-        help="objectives, each at a percentile (p99 when not named); ttft_ms=500 also reads",
-    )
-    bench.add_argument(
-        "--steady",
-        type=float,
-        metavar="MULTIPLE",
-        help="steady levels: a ramp, a window of at least --num-prompts and MULTIPLE x the "
-        "concurrency requests (the headline figures), a drain; default: vllm bench serve's "
-        "whole level",
-    )
-    bench.add_argument(
-        "--ramp-up", type=float, default=0.0, metavar="SECONDS", help="staggered start (--steady)"
-    )
-    bench.add_argument(
-        "--capacity-search",
-        choices=("concurrency", "request_rate"),
-        help="after the levels, find the highest load meeting --slo (steady levels)",
-    )
-    bench.add_argument(
-        "--max-probes", type=int, default=6, metavar="N", help="capacity search: extra levels"
-    )
+    add_workload_arguments(bench)
     bench.add_argument("--metrics-url", help="Prometheus URL (default <base-url>/metrics; none)")
-    bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
     bench.add_argument(
         "--no-ignore-eos",
         action="store_true",
         help="do not send vLLM's ignore_eos (for APIs that refuse it; lengths may then differ)",
     )
-    bench.add_argument("--json", type=Path, metavar="OUT.json", help="write the results")
     bench.add_argument("--per-request", type=Path, metavar="OUT.jsonl", help="one line a request")
+
+    predict = commands.add_parser(
+        "predict",
+        help="predict a serve configuration's benchmark on the vLLM simulator, offline",
+        description="Runs the same levels as bench against the vLLM simulator in simulated "
+        "time (seconds of CPU, no server, no GPU) and writes the same level keys, labelled "
+        "simulated. Exit 0 done; 2 bad arguments; 3 vLLM would refuse to start.",
+    )
+    predict.add_argument(
+        "--model-spec",
+        required=True,
+        help="preset (llama-3.1-8b…), a model facts JSON or a Hugging Face config.json",
+    )
+    predict.add_argument("--gpu", required=True, help="H100, H200, B200, A100, L40S, RTX 4090…")
+    predict.add_argument("--tensor-parallel-size", type=int, metavar="N", help="GPUs per server")
+    predict.add_argument("--config", type=Path, metavar="SERVE.json", help="serve flags (schema)")
+    add_workload_arguments(predict)
 
     sim = commands.add_parser(
         "serve-sim",

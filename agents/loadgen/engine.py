@@ -49,7 +49,6 @@ from time import perf_counter
 
 from agents.loadgen.arrivals import arrival_offsets
 from agents.loadgen.capacity import CapacityPlanner
-from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.events import (
     BenchFinished,
@@ -62,23 +61,20 @@ from agents.loadgen.events import (
     level_label,
 )
 from agents.loadgen.http import ConnectionPool, HttpError, Origin, fetch, parse_base_url
+from agents.loadgen.levels import (
+    finished_level_result,
+    fixed_levels,
+    is_steady,
+    level_load,
+    level_prompt_count,
+    level_rngs,
+    window_target,
+)
 from agents.loadgen.openai import encode_request, send_request
 from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
-from agents.loadgen.results import level_result
 from agents.loadgen.server_metrics import MetricsScraper
-from agents.loadgen.steady import (
-    ClosedLoopWindow,
-    OpenLoopWindow,
-    ramped_offsets,
-    split_window,
-)
-from agents.protocol import LevelFigures, steady_window_requests
-
-# In duration mode a level cycles through this many pre-built prompts at most.
-DURATION_PROMPT_POOL = 2000
-# The figures a steady level also reports over all of its requests (``whole_level``).
-WHOLE_LEVEL_KEYS = tuple(LevelFigures.model_fields)
+from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offsets
 
 
 def prompt_digest(text: str) -> str:
@@ -338,18 +334,6 @@ class _Runner:
             for task in list(pending):
                 task.cancel()
 
-    def _prompt_count(self, concurrency: int | None, rate: float | None) -> int | None:
-        """How many prompts a level builds before its clock starts (None: a timed level)."""
-        config = self.config
-        if config.duration is not None:
-            return None
-        if config.steady_multiple is None or rate == math.inf:
-            return config.num_prompts
-        target = steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
-        # The window's requests, the ramp's and the drain's: a steady level sends more than
-        # its window holds; beyond these prompts it cycles through them again.
-        return target + 2 * (concurrency or config.max_concurrency or 0) + target // 2
-
     async def run_level(self, index: int, level: dict, *, probe: bool = False) -> dict | None:
         """Runs one level; its result, or None when ``stop`` came before its clock started.
         ``probe``: a capacity search asked for it (the result says so)."""
@@ -358,24 +342,14 @@ class _Runner:
         label = level_label(level)
         repeat = self.level_runs[label]
         self.level_runs[label] += 1
-        concurrency = level.get("concurrency")
-        rate = None
-        if concurrency is None:
-            rate = math.inf if level["request_rate"] == "inf" else float(level["request_rate"])
-        # Sampling for a benchmark, not secrecy: seeded, reproducible generators, one for the
-        # prompts and one for the send times, so that neither shifts the other.
-        rng = random.Random(f"{config.seed}:{label}:{repeat}")  # noqa: S311
-        arrivals_rng = random.Random(f"{config.seed}:{label}:{repeat}:arrivals")  # noqa: S311
-        prompt_count = self._prompt_count(concurrency, rate)
-        prompts = config.source.sample(prompt_count or DURATION_PROMPT_POOL, rng, config.tokenizer)
+        concurrency, rate = level_load(level)
+        rng, arrivals_rng = level_rngs(config.seed, label, repeat)
+        prompt_count = level_prompt_count(config, concurrency, rate)
+        prompts = config.source.sample(prompt_count, rng, config.tokenizer)
         requests = self._prepare(prompts)
         digests = [prompt_digest(prompt.text) for prompt in prompts]
-        steady = config.steady_multiple is not None and rate != math.inf
-        target = (
-            steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
-            if steady and config.duration is None
-            else None
-        )
+        steady = is_steady(config, rate)
+        target = window_target(config, concurrency, rate)
         # A steady level ends when its window is full, a classic one after its count.
         count = None if config.duration is not None or steady else config.num_prompts
         try:
@@ -458,17 +432,15 @@ class _Runner:
         finished = [record for record in records if record.finished] if stopped else records
         end = max((record.finished for record in finished), default=perf_counter())
         server = await self.scraper.finish() if self.scraper is not None else None
-        shown = dict(level)
-        if "request_rate" in shown:
-            shown["burstiness"] = config.burstiness
-        result = level_result(
-            shown, finished, duration=end - start, slos=config.slos, server=server
+        result = finished_level_result(
+            config,
+            level,
+            finished,
+            start=start,
+            end=end,
+            window=closed_window or open_window,
+            server=server,
         )
-        window = closed_window or open_window
-        if window is not None:
-            result = self._steady_result(shown, result, finished, start, window, server)
-        else:
-            result["ci95"] = confidence_intervals(finished, finished, end - start, config.slos)
         if probe:
             result["probe"] = True
         if repeat:
@@ -479,63 +451,12 @@ class _Runner:
         self.emit(LevelFinished(index, result, finished))
         return result
 
-    def _steady_result(
-        self,
-        level: dict,
-        whole: dict,
-        records: list[RequestRecord],
-        start: float,
-        window: ClosedLoopWindow | OpenLoopWindow,
-        server: dict | None,
-    ) -> dict:
-        """The level's result with the window's figures as its headline and the whole
-        level's beside them; the whole level's alone when no window formed."""
-        end = window.end
-        if end is None and self.config.duration is not None:
-            # A timed level: its window closes when sending stops, before the drain.
-            end = start + self.config.duration
-        split = split_window(
-            records,
-            window.start,
-            end,
-            schedule_origin=window.origin if isinstance(window, OpenLoopWindow) else None,
-        )
-        whole_figures = {key: whole[key] for key in WHOLE_LEVEL_KEYS}
-        if split is None:
-            return whole | {
-                "whole_level": whole_figures,
-                "ci95": confidence_intervals(records, records, whole["duration"], self.config.slos),
-            }
-        result = level_result(
-            level,
-            split.measured,
-            duration=split.end - split.start,
-            slos=self.config.slos,
-            server=server,
-            throughput_records=split.ended_inside,
-        )
-        # Failures anywhere in the level count: a level that lost requests does not pass.
-        result["failed"] = whole["failed"]
-        result["errors"] = whole["errors"]
-        result["whole_level"] = whole_figures
-        result["ci95"] = confidence_intervals(
-            split.measured, split.ended_inside, split.end - split.start, self.config.slos
-        )
-        result["window"] = {
-            "start_s": split.start - start,
-            "end_s": split.end - start,
-            "requests": len(split.measured),
-            "ramp_requests": split.ramp,
-            "drain_requests": split.drain,
-        }
-        return result
-
     async def run(self) -> None:
         try:
             await self.preflight()
             results = []
             # Each fixed level `repeats` times in a row (fresh prompts each time).
-            fixed = [level for level in self.config.levels for _ in range(self.config.repeats)]
+            fixed = fixed_levels(self.config)
             for index, level in enumerate(fixed):
                 if self.stopped:
                     break

@@ -214,12 +214,14 @@ def write_json(
     *,
     interrupted: bool,
     capacity: dict | None = None,
+    extra: dict | None = None,
 ) -> None:
     """Writes the results file atomically (a reader never sees half a file); ``capacity``
-    is what a capacity search found, when one ran."""
+    is what a capacity search found, when one ran; ``extra``: more top-level keys."""
     document = {"config": config, "levels": levels, "interrupted": interrupted}
     if capacity is not None:
         document["capacity"] = capacity
+    document.update(extra or {})
     path = Path(path)
     handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
     try:

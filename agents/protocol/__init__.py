@@ -116,6 +116,7 @@ from agents.protocol.serve_flag_table import (
 )
 from agents.protocol.serve_flags import (
     MAX_GRID_TRIALS,
+    check_serve_config,
     expand_serve_grid,
     trial_configs,
     validate_serve_grid,
@@ -275,6 +276,7 @@ __all__ = [
     "agent_site_urls",
     "batch_request_body",
     "capacity_probe_levels",
+    "check_serve_config",
     "expand_serve_grid",
     "json_depth_exceeds",
     "json_loads_bounded",

@@ -1,0 +1,159 @@
+"""What one level sends and how its result is read, whatever drives it: the live engine
+(``agents.loadgen.engine``, over HTTP) or the simulator offline (``agents.predict``).
+
+Guarantees:
+
+- ``level_rngs``: a level's prompts and send times come from two generators seeded by the
+  benchmark's seed, the level's label and how many times the level ran before, never its
+  position: every driver and every trial sends the same traffic at a level.
+- ``level_prompt_count``: how many prompts a level builds before its clock starts.
+- ``fixed_levels``: each of the configuration's levels ``repeats`` times in a row.
+- ``steady_result``: a steady level's headline figures come from its window, with the whole
+  level's beside them (``whole_level``); failures anywhere in the level count.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from agents.loadgen.confidence import confidence_intervals
+from agents.loadgen.config import BenchConfig
+from agents.loadgen.records import RequestRecord
+from agents.loadgen.results import level_result
+from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, split_window
+from agents.protocol import LevelFigures, steady_window_requests
+
+# In duration mode a level cycles through this many pre-built prompts at most.
+DURATION_PROMPT_POOL = 2000
+# The figures a steady level also reports over all of its requests (``whole_level``).
+WHOLE_LEVEL_KEYS = tuple(LevelFigures.model_fields)
+
+
+def level_load(level: dict) -> tuple[int | None, float | None]:
+    """A level's (concurrency, request rate): one of them is None; rate ``"inf"`` is
+    ``math.inf``."""
+    concurrency = level.get("concurrency")
+    if concurrency is not None:
+        return concurrency, None
+    rate = level["request_rate"]
+    return None, math.inf if rate == "inf" else float(rate)
+
+
+def level_rngs(seed: int, label: str, repeat: int) -> tuple[random.Random, random.Random]:
+    """The generators of a level's prompts and of its send times (two, so that neither
+    shifts the other). Sampling for a benchmark, not secrecy: seeded and reproducible."""
+    prompts = random.Random(f"{seed}:{label}:{repeat}")  # noqa: S311
+    arrivals = random.Random(f"{seed}:{label}:{repeat}:arrivals")  # noqa: S311
+    return prompts, arrivals
+
+
+def level_prompt_count(config: BenchConfig, concurrency: int | None, rate: float | None) -> int:
+    """How many prompts a level builds before its clock starts (a timed level: a pool of
+    ``DURATION_PROMPT_POOL`` it cycles through)."""
+    if config.duration is not None:
+        return DURATION_PROMPT_POOL
+    if config.steady_multiple is None or rate == math.inf:
+        return config.num_prompts
+    target = steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
+    # The window's requests, the ramp's and the drain's: a steady level sends more than its
+    # window holds; beyond these prompts it cycles through them again.
+    return target + 2 * (concurrency or config.max_concurrency or 0) + target // 2
+
+
+def window_target(config: BenchConfig, concurrency: int | None, rate: float | None) -> int | None:
+    """How many requests a steady level's window holds (None: not a steady level, or a timed
+    one, whose window closes when sending stops)."""
+    if config.steady_multiple is None or rate == math.inf or config.duration is not None:
+        return None
+    return steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
+
+
+def is_steady(config: BenchConfig, rate: float | None) -> bool:
+    """Whether a level has a steady window (an unbounded rate has no steady state)."""
+    return config.steady_multiple is not None and rate != math.inf
+
+
+def fixed_levels(config: BenchConfig) -> list[dict]:
+    """The configuration's levels, each ``repeats`` times in a row (fresh prompts each)."""
+    return [level for level in config.levels for _ in range(config.repeats)]
+
+
+def shown_level(config: BenchConfig, level: dict) -> dict:
+    """The level as its result names it (an open-loop level with its burstiness)."""
+    shown = dict(level)
+    if "request_rate" in shown:
+        shown["burstiness"] = config.burstiness
+    return shown
+
+
+def steady_result(
+    config: BenchConfig,
+    level: dict,
+    whole: dict,
+    records: list[RequestRecord],
+    start: float,
+    window: ClosedLoopWindow | OpenLoopWindow,
+    server: dict | None,
+) -> dict:
+    """The level's result with the window's figures as its headline and the whole level's
+    beside them; the whole level's alone when no window formed."""
+    end = window.end
+    if end is None and config.duration is not None:
+        # A timed level: its window closes when sending stops, before the drain.
+        end = start + config.duration
+    split = split_window(
+        records,
+        window.start,
+        end,
+        schedule_origin=window.origin if isinstance(window, OpenLoopWindow) else None,
+    )
+    whole_figures = {key: whole[key] for key in WHOLE_LEVEL_KEYS}
+    if split is None:
+        return whole | {
+            "whole_level": whole_figures,
+            "ci95": confidence_intervals(records, records, whole["duration"], config.slos),
+        }
+    result = level_result(
+        level,
+        split.measured,
+        duration=split.end - split.start,
+        slos=config.slos,
+        server=server,
+        throughput_records=split.ended_inside,
+    )
+    # Failures anywhere in the level count: a level that lost requests does not pass.
+    result["failed"] = whole["failed"]
+    result["errors"] = whole["errors"]
+    result["whole_level"] = whole_figures
+    result["ci95"] = confidence_intervals(
+        split.measured, split.ended_inside, split.end - split.start, config.slos
+    )
+    result["window"] = {
+        "start_s": split.start - start,
+        "end_s": split.end - start,
+        "requests": len(split.measured),
+        "ramp_requests": split.ramp,
+        "drain_requests": split.drain,
+    }
+    return result
+
+
+def finished_level_result(
+    config: BenchConfig,
+    level: dict,
+    records: list[RequestRecord],
+    *,
+    start: float,
+    end: float,
+    window: ClosedLoopWindow | OpenLoopWindow | None,
+    server: dict | None,
+) -> dict:
+    """A measured level's result: the whole level's figures, or the steady window's with
+    them beside (``steady_result``)."""
+    shown = shown_level(config, level)
+    result = level_result(shown, records, duration=end - start, slos=config.slos, server=server)
+    if window is not None:
+        return steady_result(config, shown, result, records, start, window, server)
+    result["ci95"] = confidence_intervals(records, records, end - start, config.slos)
+    return result

@@ -1,0 +1,416 @@
+"""A benchmark run against the simulator offline, in simulated time: no server, no socket,
+no wall clock — seconds of CPU for what would take minutes on a GPU.
+
+Guarantees:
+
+- The same benchmark as ``agents.loadgen.engine`` runs over HTTP, driven by the same rules
+  (``agents.loadgen.levels``): each level's prompts and send times from the same seeded
+  generators, the same warm-up, closed-loop slots (a slot sends its next request the moment
+  its last one ended; ``ramp_up_seconds`` staggers them) or open-loop send times
+  (``arrival_offsets``, ramped), the same steady windows, repeats and capacity search
+  (``CapacityPlanner``). Its level results carry exactly the keys of ``bench --json``.
+- Every level of one benchmark runs on one ``Scheduler`` (one server: its prefix cache and
+  KV blocks carry over), its clock running on from level to level.
+- A request is timed as the load generator would time it against the simulator's server
+  with no network in between: it starts when sent, its first token is its TTFT, the gaps
+  between tokens its ITL. A prompt longer than the server's context is refused as vLLM
+  refuses it (``http_400``).
+- ``server`` in each level is what a scrape of the simulator's ``/metrics`` would report:
+  gauges sampled every simulated second, counters as deltas over the level, histogram means.
+- Deterministic: the same benchmark on the same scheduler gives the same results.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from agents.engines.sim.scheduler import Scheduler, SimRequest, prompt_block_hashes
+from agents.loadgen.arrivals import arrival_offsets
+from agents.loadgen.capacity import CapacityPlanner
+from agents.loadgen.config import BenchConfig
+from agents.loadgen.events import level_label
+from agents.loadgen.levels import (
+    finished_level_result,
+    fixed_levels,
+    is_steady,
+    level_load,
+    level_prompt_count,
+    level_rngs,
+    window_target,
+)
+from agents.loadgen.prompts import Prompt
+from agents.loadgen.records import RequestRecord
+from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offsets
+
+# How often the simulated /metrics is sampled during a level (simulated seconds), as the
+# load generator's scraper does by default.
+SAMPLE_PERIOD_S = 1.0
+
+
+@dataclass
+class OfflineBenchResult:
+    """What ``run_offline`` measured: every level's result (as ``bench --json`` writes
+    them, in order) and, with a capacity search, what it found."""
+
+    levels: list[dict]
+    capacity: dict | None
+    simulated_seconds: float
+
+
+@dataclass
+class _Gauges:
+    """The simulated server's gauges, sampled every ``SAMPLE_PERIOD_S`` of a level."""
+
+    origin: float
+    series: list[dict] = field(default_factory=list)
+    next_at: float = 0.0
+
+    def sample_until(self, now: float, scheduler: Scheduler) -> None:
+        while self.next_at <= now:
+            self.series.append(
+                {
+                    "t": round(self.next_at - self.origin, 3),
+                    "num_requests_running": float(len(scheduler.running)),
+                    "num_requests_waiting": float(len(scheduler.waiting)),
+                    "kv_cache_usage_perc": scheduler.pool.usage,
+                }
+            )
+            self.next_at += SAMPLE_PERIOD_S
+
+
+class _Counters:
+    """The scheduler's counters at a level's start, to report deltas over the level."""
+
+    NAMES = ("preemptions", "prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens")
+
+    def __init__(self, scheduler: Scheduler):
+        self.start = {name: getattr(scheduler, name) for name in self.NAMES}
+
+    def delta(self, scheduler: Scheduler, name: str) -> float:
+        return float(getattr(scheduler, name) - self.start[name])
+
+
+class OfflineBench:
+    """Runs one ``BenchConfig`` on a scheduler in simulated time (module docstring)."""
+
+    def __init__(self, config: BenchConfig, scheduler: Scheduler):
+        if config.max_concurrency is not None:
+            raise ValueError("max_concurrency is not simulated offline")
+        self.config = config
+        self.scheduler = scheduler
+        self.now = 0.0
+        self.level_runs: Counter[str] = Counter()
+        self._ids = 0
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _request(self, prompt: Prompt, record: RequestRecord) -> SimRequest | None:
+        """The simulator's request for ``prompt`` (None: refused, the record says why)."""
+        settings = self.scheduler.settings
+        words = prompt.text.split()
+        # The chat template adds one token for the role, as the simulator's server counts.
+        prompt_len = max(1, len(words)) + (1 if self.config.endpoint == "chat" else 0)
+        record.prompt_tokens = prompt_len
+        if prompt_len + prompt.output_len > settings.max_model_len:
+            record.fail(
+                "http_400",
+                f"This model's maximum context length is {settings.max_model_len} tokens. "
+                f"However, you requested {prompt_len + prompt.output_len} tokens.",
+            )
+            record.finished = record.start
+            return None
+        hashes = (
+            prompt_block_hashes(words, settings.block_size)
+            if settings.enable_prefix_caching
+            else ()
+        )
+        self._ids += 1
+        return SimRequest(
+            self._ids, prompt_len, prompt.output_len, arrival=record.start, block_hashes=hashes
+        )
+
+    @staticmethod
+    def _finish(record: RequestRecord, request: SimRequest) -> None:
+        times = request.token_times
+        record.ttft = times[0] - record.start
+        record.itl = [b - a for a, b in pairwise(times)]
+        record.latency = times[-1] - record.start
+        record.finished = times[-1]
+        record.chunks = record.output_tokens = request.output
+        record.success = True
+
+    def _drive(self, sender: _Sender, on_finish: Callable[[SimRequest, float], None]) -> None:
+        """Runs the scheduler until nothing is left to send or compute: ``sender`` says when
+        its next request goes out (asked afresh each time: a finish may make one ready);
+        ``on_finish`` hears each finished request."""
+        scheduler = self.scheduler
+        while True:
+            while (moment := sender.next_time()) is not None and moment <= self.now:
+                sender.send()
+            step = scheduler.schedule()
+            if step is None:
+                if moment is None:
+                    return
+                self.now = moment
+                continue
+            end = self.now + step.duration
+            # Requests sent while the step runs join the queue for the next one.
+            while (moment := sender.next_time()) is not None and moment <= end:
+                sender.send()
+            self.now = end
+            self._on_step(end)
+            for request in scheduler.finish(step, end):
+                on_finish(request, end)
+
+    def _on_step(self, now: float) -> None:
+        """Hook for the level in progress (gauge sampling)."""
+
+    # -- levels ------------------------------------------------------------------------------
+
+    def _closed_loop(
+        self,
+        concurrency: int,
+        prompts: list[Prompt],
+        count: int | None,
+        deadline: float | None,
+        records: list[RequestRecord],
+        window: ClosedLoopWindow | None,
+    ) -> None:
+        ramp = self.config.ramp_up_seconds if window is not None else 0.0
+        start = self.now
+        owners: dict[int, tuple[RequestRecord, int, bool]] = {}
+        # Slots ready to send at a time: (time, slot, first of slot); a heap by time.
+        ready: list[tuple[float, int, bool]] = [
+            (start + ramp * slot / concurrency, slot, True) for slot in range(concurrency)
+        ]
+        heapq.heapify(ready)
+
+        def may_send(moment: float) -> bool:
+            index = len(records)
+            return not (
+                (count is not None and index >= count)
+                or (deadline is not None and moment >= deadline)
+                or (window is not None and window.draining)
+            )
+
+        def send_from(moment: float, slot: int, first: bool) -> None:
+            while True:
+                if not may_send(moment):
+                    return
+                index = len(records)
+                prompt = prompts[index % len(prompts)]
+                record = RequestRecord(index, prompt.output_len, prompt.prompt_len)
+                record.start = moment
+                records.append(record)
+                request = self._request(prompt, record)
+                if request is not None:
+                    owners[request.id] = (record, slot, first)
+                    self.scheduler.add(request)
+                    return
+                # Refused at once: the slot's next request goes out at the same moment.
+                if window is not None:
+                    window.finished(record, first_of_slot=first)
+                first = False
+
+        class Slots(_Sender):
+            def next_time(self) -> float | None:
+                return ready[0][0] if ready and may_send(ready[0][0]) else None
+
+            def send(self) -> None:
+                moment, slot, first = heapq.heappop(ready)
+                send_from(moment, slot, first)
+
+        def finished(request: SimRequest, now: float) -> None:
+            record, slot, first = owners.pop(request.id)
+            self._finish(record, request)
+            if window is not None:
+                window.finished(record, first_of_slot=first)
+            heapq.heappush(ready, (now, slot, False))
+
+        self._drive(Slots(), finished)
+
+    def _open_loop(
+        self,
+        rate: float,
+        prompts: list[Prompt],
+        count: int | None,
+        duration: float | None,
+        arrivals_rng,
+        records: list[RequestRecord],
+        window: OpenLoopWindow | None,
+    ) -> None:
+        offsets = arrival_offsets(rate, self.config.burstiness, arrivals_rng)
+        if window is not None and not math.isinf(rate):
+            offsets = ramped_offsets(offsets, self.config.ramp_up_seconds)
+        start = self.now
+        if window is not None:
+            window.begin(start)
+        owners: dict[int, RequestRecord] = {}
+
+        def send_at(moment: float, index: int, offset: float) -> None:
+            prompt = prompts[index % len(prompts)]
+            record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
+            record.start = moment
+            records.append(record)
+            if window is not None:
+                window.sent(offset)
+            request = self._request(prompt, record)
+            if request is None:
+                if window is not None:
+                    window.answer()
+                return
+            owners[request.id] = record
+            self.scheduler.add(request)
+
+        schedule = enumerate(offsets)
+
+        class Schedule(_Sender):
+            def __init__(self):
+                self.upcoming = next(schedule, None)
+
+            def next_time(self) -> float | None:
+                if self.upcoming is None:
+                    return None
+                index, offset = self.upcoming
+                if (
+                    (count is not None and index >= count)
+                    or (duration is not None and offset >= duration)
+                    or (window is not None and window.draining)
+                ):
+                    return None
+                return start + offset
+
+            def send(self) -> None:
+                index, offset = self.upcoming
+                self.upcoming = next(schedule, None)
+                send_at(start + offset, index, offset)
+
+        def finished(request: SimRequest, now: float) -> None:
+            self._finish(owners.pop(request.id), request)
+            if window is not None:
+                window.answer()
+
+        self._drive(Schedule(), finished)
+
+    def run_level(self, level: dict, *, probe: bool = False) -> dict:
+        """Runs one level to its end and returns its result (``bench --json``'s keys)."""
+        config = self.config
+        label = level_label(level)
+        repeat = self.level_runs[label]
+        self.level_runs[label] += 1
+        concurrency, rate = level_load(level)
+        rng, arrivals_rng = level_rngs(config.seed, label, repeat)
+        prompts = config.source.sample(
+            level_prompt_count(config, concurrency, rate), rng, config.tokenizer
+        )
+        steady = is_steady(config, rate)
+        target = window_target(config, concurrency, rate)
+        count = None if config.duration is not None or steady else config.num_prompts
+        if config.warmup:
+            warm_prompts = config.source.sample(config.warmup, rng, config.tokenizer)
+            self._closed_loop(
+                min(config.warmup, concurrency or config.warmup),
+                warm_prompts,
+                config.warmup,
+                None,
+                [],
+                None,
+            )
+        scheduler = self.scheduler
+        counters = _Counters(scheduler)
+        start = self.now
+        gauges = _Gauges(start, next_at=start + SAMPLE_PERIOD_S)
+        self._on_step = lambda now: gauges.sample_until(now, scheduler)
+        records: list[RequestRecord] = []
+        window: ClosedLoopWindow | OpenLoopWindow | None
+        try:
+            if concurrency is not None:
+                window = ClosedLoopWindow(concurrency, target) if steady else None
+                deadline = start + config.duration if config.duration is not None else None
+                self._closed_loop(concurrency, prompts, count, deadline, records, window)
+            else:
+                window = OpenLoopWindow(config.ramp_up_seconds, target) if steady else None
+                self._open_loop(
+                    rate, prompts, count, config.duration, arrivals_rng, records, window
+                )
+        finally:
+            self._on_step = lambda now: None
+        end = max((record.finished for record in records), default=self.now)
+        server = self._server_report(scheduler, counters, gauges, records)
+        result = finished_level_result(
+            config, level, records, start=start, end=end, window=window, server=server
+        )
+        if probe:
+            result["probe"] = True
+        if repeat:
+            result["repeat"] = repeat
+        return result
+
+    @staticmethod
+    def _server_report(
+        scheduler: Scheduler, counters: _Counters, gauges: _Gauges, records: list[RequestRecord]
+    ) -> dict:
+        """The level as the simulator's /metrics would report it (``MetricsScraper``'s keys)."""
+        report: dict = {}
+        for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):
+            values = [sample[name] for sample in gauges.series]
+            report[name] = (
+                {"max": max(values), "mean": math.fsum(values) / len(values)} if values else None
+            )
+        report["num_preemptions"] = counters.delta(scheduler, "preemptions")
+        report["prefix_cache_queries"] = counters.delta(scheduler, "prefix_queries")
+        report["prefix_cache_hits"] = counters.delta(scheduler, "prefix_hits")
+        report["prompt_tokens"] = counters.delta(scheduler, "prompt_tokens")
+        report["generation_tokens"] = counters.delta(scheduler, "generation_tokens")
+        queries = report["prefix_cache_queries"]
+        report["prefix_cache_hit_rate"] = report["prefix_cache_hits"] / queries if queries else None
+        done = [r for r in records if r.success]
+
+        def mean_ms(values: list[float]) -> float | None:
+            return 1000 * math.fsum(values) / len(values) if values else None
+
+        report["server_mean_ttft_ms"] = mean_ms([r.ttft for r in done])
+        report["server_mean_itl_ms"] = mean_ms([gap for r in done for gap in r.itl])
+        report["server_mean_e2el_ms"] = mean_ms([r.latency for r in done])
+        report["server_mean_queue_time_ms"] = None
+        report["num_gpu_blocks"] = scheduler.pool.num_blocks
+        report["series"] = gauges.series
+        report["scrape_errors"] = 0
+        report["last_scrape_error"] = None
+        return report
+
+    # -- the whole benchmark -----------------------------------------------------------------
+
+    def run(self) -> OfflineBenchResult:
+        """Every fixed level (``repeats`` times), then the capacity search when there is one."""
+        config = self.config
+        results = [self.run_level(level) for level in fixed_levels(config)]
+        capacity = None
+        if config.capacity is not None and config.slos is not None and config.slos.given:
+            planner = CapacityPlanner(config.capacity)
+            for result in results:
+                planner.record(result)
+            while (load := planner.next_load()) is not None:
+                axis = planner.axis
+                level = {axis: int(load) if axis == "concurrency" else load}
+                result = self.run_level(level, probe=True)
+                results.append(result)
+                planner.record(result, probe=True)
+            capacity = planner.outcome()
+        return OfflineBenchResult(results, capacity, self.now)
+
+
+class _Sender:
+    """When a level's next request goes out, and sending it."""
+
+    def next_time(self) -> float | None:
+        """The simulated time of the next send; None while none is due (or ever will be)."""
+        raise NotImplementedError
+
+    def send(self) -> None:
+        raise NotImplementedError
