@@ -7,7 +7,8 @@ Guarantees:
   GPU, plus a fixed per-step overhead and, with tensor parallelism, two all-reduces per
   layer. FLOPs count the linear layers for every scheduled token, attention over each
   token's context, and the LM head for each sampled token; bytes count every weight once
-  per step plus each request's KV cache read and the new KV written.
+  per step plus each request's KV cache read and the new KV written; the host's
+  ``per_sequence_s`` is added for each request in the step.
 - Pure arithmetic: the same inputs always give the same numbers.
 """
 
@@ -34,6 +35,9 @@ class Efficiency:
     step_overhead_s: float = 0.0010  # scheduling, sampling, detokenizing: CUDA graphs on
     eager_overhead_s: float = 0.0040  # extra per step with --enforce-eager
     allreduce_latency_s: float = 12e-6
+    # CPU-side cost per request in the step (input preparation, sampling, detokenizing,
+    # streaming its output): the part of a step that grows with the batch on the host.
+    per_sequence_s: float = 0.0
 
 
 DEFAULT_EFFICIENCY = Efficiency()
@@ -104,5 +108,10 @@ class StepModel:
                 self.gpu.link_gbps * 1e9
             )
             comm_s = 2 * self.model.num_layers * per_reduce
-        seconds = max(compute_s, memory_s) + comm_s + self._overhead
+        seconds = (
+            max(compute_s, memory_s)
+            + comm_s
+            + self._overhead
+            + self.eff.per_sequence_s * len(batch)
+        )
         return StepCost(seconds, compute_s, memory_s, comm_s)
