@@ -80,6 +80,23 @@ GPUS = (
         ("b200",),
     ),
     GpuProfile(
+        "B300",
+        "NVIDIA B300 SXM6 AC",
+        2250.0,
+        8.0,
+        288,
+        267.69,
+        900,
+        "NVIDIA HGX B300 specifications, as copied by third parties (NVIDIA's own datasheet "
+        "was not among the stored sources): 8 GPUs FP16/BF16 36 PFLOPS with sparsity "
+        "(fibermall.com HGX B300 overview), so 2.25 PFLOPS dense per GPU; 288 GB HBM3e and "
+        "up to 8 TB/s per GPU, NVLink 5 1.8 TB/s both directions (acecloud.ai 'NVIDIA HGX "
+        "B300: Specs'; glennklockwood.com B300). memory_gib: PyTorch OOMs on B300 report a "
+        "total capacity of 267.69 GiB (nvidia-smi 275040 MiB). Runpod id as its gpuTypes "
+        "lists it (third-party snapshot)",
+        ("b300", "b300-sxm", "b300-sxm6"),
+    ),
+    GpuProfile(
         "A100 80GB",
         "NVIDIA A100-SXM4-80GB",
         312.0,

@@ -94,6 +94,17 @@ class ServeSettings:
                 f"must be divisible by tensor parallel size ({self.tensor_parallel_size}).",
                 summary="the attention heads do not divide by tensor_parallel_size",
             )
+        tp, kv_heads = self.tensor_parallel_size, model.num_kv_heads
+        # vLLM's QKVParallelLinear splits the KV heads over the GPUs, or replicates each on
+        # tp / kv_heads of them; either way one must divide the other. MLA has no KV heads to
+        # split (its latent is whole on every GPU), so this does not apply to it.
+        if not model.kv_lora_rank and (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
+            larger, smaller = max(kv_heads, tp), min(kv_heads, tp)
+            raise StartRefusal(
+                f"AssertionError: {larger} is not divisible by {smaller} (the model's "
+                f"{kv_heads} KV heads over tensor parallel size {tp})",
+                summary="the KV heads and tensor_parallel_size do not divide one another",
+            )
         if self.pipeline_parallel_size != 1:
             raise StartRefusal(
                 "error: argument --pipeline-parallel-size: the simulator does not model "

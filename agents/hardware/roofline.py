@@ -6,9 +6,13 @@ Guarantees:
 - ``StepModel.cost`` is max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) per
   GPU, plus a fixed per-step overhead and, with tensor parallelism, two all-reduces per
   layer. FLOPs count the linear layers for every scheduled token, attention over each
-  token's context, and the LM head for each sampled token; bytes count every weight once
-  per step plus each request's KV cache read and the new KV written; the host's
-  ``per_sequence_s`` is added for each request in the step.
+  token's context, and the LM head for each sampled token; bytes count the weights the step
+  reads (``weight_bytes_read``) plus each request's KV cache read and the new KV written;
+  the host's ``per_sequence_s`` is added for each request in the step.
+- A dense model's figures are exactly what they were before mixture-of-experts and MLA were
+  modelled. A MoE model computes with its *active* weights per token and reads its non-expert
+  weights plus the routed experts the step's tokens are expected to touch (uniform routing);
+  an MLA model attends over its cached latent (``_AttentionCost`` says how).
 - Pure arithmetic: the same inputs always give the same numbers.
 """
 
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 from agents.hardware.gpus import GpuProfile
 from agents.hardware.memory import MemoryPlan, ServeSettings
-from agents.hardware.models import ModelFacts
+from agents.hardware.models import WEIGHT_BYTES, ModelFacts
 
 
 @dataclass(frozen=True)
@@ -69,14 +73,39 @@ class StepModel:
         self.eff = efficiency
         tp = settings.tensor_parallel_size
         embedding = model.vocab_size * model.hidden_size
-        self._linear_params = max(model.parameters - 2 * embedding, 0.0)
+        # FLOPs follow the weights one token runs through: all of a dense model's, the
+        # active ones of a MoE model (its router picks k experts per token).
+        self._linear_params = max(_parameters_per_token(model) - 2 * embedding, 0.0)
         self._head_params = embedding
-        self._attn_unit = 4 * model.num_layers * model.num_attention_heads * model.head_dim
+        self._attention = _AttentionCost.of(model)
         self._flops_rate = gpu.bf16_tflops * 1e12 * efficiency.flops * tp
         self._bytes_rate = gpu.bandwidth_tbps * 1e12 * efficiency.bandwidth
         self._overhead = efficiency.step_overhead_s + (
             efficiency.eager_overhead_s if settings.enforce_eager else 0.0
         )
+        width = WEIGHT_BYTES[model.dtype]
+        # Per GPU: vLLM's tensor parallelism shards every expert (its intermediate
+        # dimension) over the GPUs, like the dense layers, so each GPU reads 1/tp of every
+        # touched expert. Expert parallelism (whole experts per GPU) is not modelled.
+        self._expert_bytes = 3 * model.hidden_size * (model.moe_intermediate_size or 0) * width
+        self._expert_bytes /= tp
+        self._non_expert_bytes = (model.parameters - model.routed_expert_parameters) * width / tp
+
+    def weight_bytes_read(self, tokens: int) -> float:
+        """The weight bytes one GPU reads in a step that computes ``tokens`` tokens.
+
+        Dense: every weight, once (each GPU its 1/tp). MoE: the non-expert weights (embedding,
+        attention, norms, routers, dense layers, shared experts) plus, in each MoE layer, the
+        routed experts the step touches. With uniform routing each token picks k of E experts,
+        so an expert is missed by all T tokens with probability (1 - k/E)^T and the expected
+        number touched is E·(1 - (1 - k/E)^T): k at T = 1, all E as T grows."""
+        model = self.model
+        if not model.num_experts:
+            return model.weight_bytes / self.settings.tensor_parallel_size
+        experts = model.num_experts
+        missed = (1 - model.num_experts_per_token / experts) ** max(tokens, 0)
+        touched = experts * (1 - missed)
+        return self._non_expert_bytes + model.num_moe_layers * touched * self._expert_bytes
 
     def cost(self, batch: Sequence[tuple[int, int]], sampled: int) -> StepCost:
         """``batch``: (tokens computed this step, tokens already in the request's KV);
@@ -85,18 +114,30 @@ class StepModel:
         tokens = 0
         attended = 0.0
         context = 0
+        prefill_attended = 0.0
+        prefill_context = 0
         for new, before in batch:
             tokens += new
-            # Each new token attends to everything before it and to itself.
-            attended += new * before + new * (new + 1) / 2
             context += before + new
+            # Each new token attends to everything before it and to itself.
+            pairs = new * before + new * (new + 1) / 2
+            if new > 1 and self._attention.latent:
+                prefill_attended += pairs
+                prefill_context += before
+            else:
+                attended += pairs
         flops = (
             2 * self._linear_params * tokens
             + 2 * self._head_params * sampled
-            + self._attn_unit * attended
+            + self._attention.decode_unit * attended
         )
-        # Weights are read once per step on every GPU (each holds 1/tp of them).
-        weight_bytes = self.model.weight_bytes / tp
+        if prefill_attended:
+            flops += (
+                self._attention.prefill_unit * prefill_attended
+                + self._attention.expand_unit * prefill_context
+            )
+        weight_bytes = self.weight_bytes_read(tokens)
+        # Per GPU: the plan's figure is MLA's whole latent on every GPU, GQA's share of heads.
         kv_bytes = context * self.plan.kv_bytes_per_token
         act_bytes = tokens * self.model.hidden_size * self.model.activation_bytes * 8
         compute_s = flops / self._flops_rate
@@ -115,3 +156,54 @@ class StepModel:
             + self.eff.per_sequence_s * len(batch)
         )
         return StepCost(seconds, compute_s, memory_s, comm_s)
+
+
+def _parameters_per_token(model: ModelFacts) -> float:
+    """The weights one token runs through; for a MoE model stated without its active count,
+    the total less the routed experts a token skips."""
+    if not model.num_experts or model.active_parameters is not None:
+        return model.parameters_per_token
+    skipped = 1 - model.num_experts_per_token / model.num_experts
+    return model.parameters - skipped * model.routed_expert_parameters
+
+
+@dataclass(frozen=True)
+class _AttentionCost:
+    """Attention FLOPs per (new token, context token) pair, all layers and heads.
+
+    Standard attention: QK^T and AV over ``head_dim`` per head, 4 × layers × heads × head dim.
+
+    Multi-head latent attention (``kv_lora_rank`` > 0), as vLLM runs it:
+
+    - decode (one new token): the absorbed form; each head's query meets the cached latent
+      directly, QK^T over ``kv_lora_rank + qk_rope_head_dim`` and AV over ``kv_lora_rank``:
+      layers × heads × (2 (rank + rope) + 2 rank);
+    - prefill chunks: the latent is expanded to per-head K and V (``kv_b_proj``) and attended
+      as ordinary attention with K of ``head_dim`` (nope + rope) and V of ``head_dim - rope``:
+      layers × heads × (2 head dim + 2 (head dim - rope)), plus expanding the context cached
+      before the chunk, 2 × rank × heads × (nope + v) per layer per context token.
+
+    Assumed: V's head width equals the no-rope part of the query/key head
+    (``v_head_dim == qk_nope_head_dim``, 128 in DeepSeek-V2/V3 and Kimi K2); ModelFacts does
+    not carry ``v_head_dim``.
+    """
+
+    latent: bool
+    decode_unit: float
+    prefill_unit: float
+    expand_unit: float
+
+    @classmethod
+    def of(cls, model: ModelFacts) -> _AttentionCost:
+        layer_heads = model.num_layers * model.num_attention_heads
+        rank, rope = model.kv_lora_rank, model.qk_rope_head_dim
+        if not rank:
+            unit = 4 * layer_heads * model.head_dim
+            return cls(latent=False, decode_unit=unit, prefill_unit=unit, expand_unit=0.0)
+        nope = v = model.head_dim - rope
+        return cls(
+            latent=True,
+            decode_unit=layer_heads * (2 * (rank + rope) + 2 * rank),
+            prefill_unit=layer_heads * (2 * model.head_dim + 2 * v),
+            expand_unit=layer_heads * 2 * rank * (nope + v),
+        )
