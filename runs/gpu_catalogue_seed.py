@@ -4,7 +4,9 @@ Prices: USD per GPU-hour, from third-party copies of Runpod's price page, autumn
 collected in the project's REFERENCE notes); ``None`` where no figure was found. The
 provider's API replaces them when the catalogue is refreshed. A GPU's physical facts (memory,
 bandwidth, BF16 TFLOP/s) are not stored: ``GpuType.hardware`` reads them from
-``agents.hardware``. Every catalogue id is one that module knows.
+``agents.hardware``. Every id seeded here is one that module knows (tested); a type the daily
+refresh adds from Runpod's listing may not be, and then has no hardware facts
+(``runs.services.price_refresh``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 import requests
@@ -73,6 +74,15 @@ _TRANSIENT = re.compile(
 _AUTH = re.compile(r"unauthori[sz]ed|forbidden|invalid api key|api key", re.IGNORECASE)
 _NOT_FOUND = re.compile(r"not found|does not exist|no pod", re.IGNORECASE)
 _MESSAGE_LIMIT = 300
+
+
+@dataclass(frozen=True)
+class ListedGpuType:
+    """A GPU type as Runpod lists it: its id, display name and memory (the product's GB)."""
+
+    id: str
+    display_name: str
+    memory_gb: int
 
 
 @contextmanager
@@ -321,6 +331,27 @@ class RunpodProvider:
         if not raw:
             return None
         return _money(raw.get("securePrice")), _money(raw.get("communityPrice"))
+
+    def gpu_types(self) -> list[ListedGpuType]:
+        """Every GPU type Runpod lists now, without prices (``prices`` asks for one type's).
+        Entries whose id could not be sent back safely, or without a memory size, are left
+        out. One call."""
+        raw = self._call("listing GPU types", runpod.get_gpus)
+        if not isinstance(raw, list):
+            raise TransientProviderError("Runpod answered listing GPU types in an unexpected shape")
+        listed = []
+        for entry in raw:
+            if not isinstance(entry, dict):
+                continue
+            gpu_id, memory = entry.get("id"), entry.get("memoryInGb")
+            if not (isinstance(gpu_id, str) and _GPU_TYPE.fullmatch(gpu_id)):
+                continue
+            if isinstance(memory, bool) or not isinstance(memory, int | float) or not memory > 0:
+                continue
+            name = entry.get("displayName")
+            name = name.strip()[:80] if isinstance(name, str) and name.strip() else gpu_id
+            listed.append(ListedGpuType(gpu_id, name, round(memory)))
+        return listed
 
     # -- the SDK, under the lock, with errors classified ----------------------------------
 

@@ -1,20 +1,28 @@
-"""Registered models and per-organization GPU prices."""
+"""Registered models, per-organization GPU prices, and GPU types the provider's listing adds
+to the global catalogue."""
 
 from __future__ import annotations
 
 import copy
+import datetime
 import re
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
 from runs.actors import Actor
+from runs.audit import audit_record, audit_snapshot
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
 from runs.models import GpuPriceOverride, GpuType, ModelSpec, Organization
 from runs.models.catalogue import MODEL_SPEC_FIELDS
-from runs.services.recording import create_recorded, delete_recorded, update_recorded
+from runs.services.recording import (
+    clean_instance,
+    create_recorded,
+    delete_recorded,
+    update_recorded,
+)
 
 # Hugging Face repo ids: "owner/name", letters, digits, '-', '_', '.'; at most 96 per part.
 _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -152,3 +160,39 @@ def gpu_price_clear(*, org: Organization, gpu_type: GpuType, actor: Actor) -> No
     if override is None:
         return
     delete_recorded(instance=override, actor=actor, event="gpu_price.clear")
+
+
+@transaction.atomic
+def gpu_type_add_listed(
+    *,
+    gpu_id: str,
+    display_name: str,
+    price_secure_usd_hr: Decimal | None,
+    price_community_usd_hr: Decimal | None,
+    price_source: str,
+    price_as_of: datetime.date,
+    actor: Actor,
+) -> GpuType | None:
+    """Adds a GPU type the provider lists to the global catalogue; None (and nothing written)
+    when the catalogue already has it, so two passes at once add it once; values the
+    catalogue cannot hold are a ``DomainValidationError``, nothing written. The catalogue is
+    every organization's, so each organization's audit log records ``gpu_type.create`` with
+    the new row, in the same transaction."""
+    gpu = GpuType(
+        id=gpu_id,
+        display_name=display_name,
+        price_secure_usd_hr=price_secure_usd_hr,
+        price_community_usd_hr=price_community_usd_hr,
+        price_source=price_source,
+        price_as_of=price_as_of,
+    )
+    clean_instance(gpu)  # lengths and price digits: a DomainValidationError, nothing written
+    try:
+        with transaction.atomic():
+            gpu.save(force_insert=True)
+    except IntegrityError:  # already in the catalogue (maybe added a moment ago)
+        return None
+    after = audit_snapshot(gpu)
+    for org in Organization.objects.order_by("pk"):
+        audit_record(org=org, actor=actor, event="gpu_type.create", target=gpu, after=after)
+    return gpu
