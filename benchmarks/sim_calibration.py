@@ -2,25 +2,100 @@
 
     .venv/bin/python -m benchmarks.sim_calibration
 
-Each row replays a published setup as a closed-loop level in simulated time (no server, no
-wall clock: the output is the same on every machine) and prints the published figure, the
-simulator's and the relative error. Sources are named in docs/simulator.md.
+Each row replays a published setup in simulated time (no server, no wall clock: the output
+is the same on every machine) and prints the published figure, the simulator's and the
+relative error, then the mean absolute percentage error (MAPE) per metric family, for the
+calibration rows and, apart, for the independent rows (never looked at when choosing a
+constant of ``agents.hardware.Efficiency``). Sources and what was assumed for each are in
+docs/simulator.md; every row carries its source's address.
+
+A serving row (``vllm bench serve`` with ``--max-concurrency`` and ``--request-rate inf``) is
+a closed loop of that many clients; an offline row (``vllm bench latency`` / ``throughput``)
+is one batch of all its requests submitted at once.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 
 from agents.engines.sim import SimRequest, closed_loop
 from agents.engines.sim.scheduler import make_scheduler
-from agents.hardware import MODEL_PRESETS, gpu_profile
+from agents.hardware import MODEL_PRESETS, ModelFacts, gpu_profile
+from agents.hardware.hf_config import hf_config_facts
+
+# Qwen2.5-72B-Instruct's config.json as published (the fields the facts are read from).
+QWEN25_72B_CONFIG = {
+    "model_type": "qwen2",
+    "hidden_size": 8192,
+    "intermediate_size": 29568,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 80,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_sliding_window": False,
+    "sliding_window": 131072,
+    "max_window_layers": 70,
+}
+EXTRA_MODELS = {
+    "qwen2.5-72b": ModelFacts(
+        name="Qwen/Qwen2.5-72B-Instruct", **hf_config_facts(QWEN25_72B_CONFIG)
+    )
+}
+
+MUSGRAVE = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
+INFERENCEBENCH = "https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/"
+RAHMAN = "https://mushfiqrahman.dev/?p=1668"
+VLLM_CI_H200 = "https://buildkite.com/vllm/performance-benchmark/builds/9515"
+VLLM_CI_H100 = "https://buildkite.com/elastic/enterprise-search-ruby/builds/571"
+TT_QWEN72B = "https://github.com/tenstorrent/tt-inference-server/issues/143"
+
+# vLLM's offline (LLM class) default token budget on GPUs of 70 GiB and more (not A100).
+OFFLINE = {"max_num_batched_tokens": 16384}
+LAMBDA_H100 = (
+    "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/results/prompt_10/"
+    "1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"
+)
+LAMBDA_A100 = (
+    "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/results/prompt_10/"
+    "1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"
+)
+# The ten ShareGPT requests of those two files, (prompt, output) tokens as they record them.
+_LAMBDA_PROMPTS = (13, 25, 27, 10, 329, 29, 399, 328, 4, 205)
+LAMBDA_H100_LENGTHS = tuple(
+    zip(_LAMBDA_PROMPTS, (120, 429, 233, 194, 101, 741, 9, 3, 6, 31), strict=True)
+)
+LAMBDA_A100_LENGTHS = tuple(
+    zip(_LAMBDA_PROMPTS, (120, 507, 233, 194, 101, 741, 9, 3, 6, 31), strict=True)
+)
+# 72B in BF16 on two 80 GB GPUs leaves under 1 GiB of KV cache at vLLM's default 0.9; the
+# source does not give its flags, so the row assumes 0.95 and a context just above 8k.
+QWEN_2XH100 = {"tensor_parallel_size": 2, "max_model_len": 8448, "gpu_memory_utilization": 0.95}
+
+FAMILIES = {
+    "output_tok_s": "throughput",
+    "decode_tok_s": "throughput",
+    "gain_vs_c1": "throughput",
+    "req_s": "throughput",
+    "tpot_ms": "TPOT/ITL",
+    "batch_latency_ms": "TPOT/ITL",
+    "median_ttft_ms": "TTFT",
+    "mean_ttft_ms": "TTFT",
+}
 
 
 @dataclass(frozen=True)
 class Row:
+    """One published figure: the setup, the metric and the value the source states."""
+
     source: str
+    url: str
     model: str
     gpu: str
     input_len: int
@@ -29,63 +104,172 @@ class Row:
     requests: int
     metric: str
     published: float
+    flags: dict = field(default_factory=dict)
+    independent: bool = False
+    offline: bool = False  # all requests in one batch (vllm bench latency/throughput)
+    # Per-request (prompt, output) tokens where the source lists them; then all of them are
+    # sent at once and input_len/output_len are their means, for the table only.
+    lengths: tuple = ()
 
 
 ROWS = (
-    Row("musgrave-a100", "llama-3.1-8b", "A100 40GB", 1024, 128, 1, 20, "decode_tok_s", 75),
-    Row("musgrave-a100", "llama-3.1-8b", "A100 40GB", 1024, 128, 8, 160, "gain_vs_c1", 6.6),
-    Row("inferencebench-h100", "llama-3.1-8b", "H100", 128, 128, 1, 20, "tpot_ms", 6.48),
-    Row("inferencebench-h100", "llama-3.1-8b", "H100", 128, 128, 16, 320, "tpot_ms", 10.94),
-    Row("inferencebench-h100", "llama-3.1-8b", "H100", 128, 128, 16, 320, "output_tok_s", 1384.2),
-    Row("rahman-4090", "mistral-7b", "RTX 4090", 256, 128, 4, 300, "output_tok_s", 210),
-    Row("rahman-4090", "mistral-7b", "RTX 4090", 256, 128, 8, 300, "output_tok_s", 377),
-    Row("rahman-4090", "mistral-7b", "RTX 4090", 256, 128, 16, 300, "output_tok_s", 644),
-    Row("rahman-4090", "mistral-7b", "RTX 4090", 256, 128, 32, 300, "output_tok_s", 975),
-    Row("rahman-4090", "mistral-7b", "RTX 4090", 256, 128, 4, 300, "median_ttft_ms", 53),
-    Row("rahman-4090", "mistral-7b", "RTX 4090", 256, 128, 32, 300, "median_ttft_ms", 277),
-)
+    # --- calibration set --------------------------------------------------------------
+    Row("musgrave-a100", MUSGRAVE, "llama-3.1-8b", "A100 40GB", 1024, 128, 1, 20,
+        "decode_tok_s", 75),
+    Row("musgrave-a100", MUSGRAVE, "llama-3.1-8b", "A100 40GB", 1024, 128, 8, 160,
+        "gain_vs_c1", 6.6),
+    Row("inferencebench-h100", INFERENCEBENCH, "llama-3.1-8b", "H100", 128, 128, 1, 20,
+        "tpot_ms", 6.48),
+    Row("inferencebench-h100", INFERENCEBENCH, "llama-3.1-8b", "H100", 128, 128, 16, 320,
+        "tpot_ms", 10.94),
+    Row("inferencebench-h100", INFERENCEBENCH, "llama-3.1-8b", "H100", 128, 128, 16, 320,
+        "output_tok_s", 1384.2),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 4, 300, "output_tok_s", 210),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 8, 300, "output_tok_s", 377),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 16, 300, "output_tok_s", 644),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 32, 300, "output_tok_s", 975),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 4, 300, "median_ttft_ms", 53),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 32, 300,
+        "median_ttft_ms", 277),
+    Row("vllm-ci-h200", VLLM_CI_H200, "llama-3.1-8b", "H200", 32, 128, 8, 8,
+        "batch_latency_ms", 833.421, OFFLINE, offline=True),
+    Row("vllm-ci-h200", VLLM_CI_H200, "llama-3.1-70b", "H200", 32, 128, 8, 8,
+        "batch_latency_ms", 2077.53, {**OFFLINE, "tensor_parallel_size": 4}, offline=True),
+    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 128, 128, 1, 8,
+        "tpot_ms", 30.9, QWEN_2XH100),
+    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 2048, 128, 1, 8,
+        "median_ttft_ms", 149.5, QWEN_2XH100),
+    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 4096, 128, 1, 8,
+        "median_ttft_ms", 505.1, QWEN_2XH100),
+    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 8192, 128, 1, 8,
+        "median_ttft_ms", 1063.8, QWEN_2XH100),
+    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 8192, 128, 1, 8,
+        "tpot_ms", 31.3, QWEN_2XH100),
+    Row("lambda-h100-v0.6", LAMBDA_H100, "llama-3.1-8b", "H100", 117, 187, 10, 10,
+        "output_tok_s", 347.89, lengths=LAMBDA_H100_LENGTHS),
+    Row("lambda-h100-v0.6", LAMBDA_H100, "llama-3.1-8b", "H100", 117, 187, 10, 10,
+        "mean_ttft_ms", 62.43, lengths=LAMBDA_H100_LENGTHS),
+    # --- independent set: never looked at when choosing a constant ------------------------
+    Row("vllm-ci-h100", VLLM_CI_H100, "llama-3.1-8b", "H100", 32, 128, 8, 8,
+        "batch_latency_ms", 997.542, OFFLINE, independent=True, offline=True),
+    Row("vllm-ci-h100", VLLM_CI_H100, "llama-3.1-70b", "H100", 32, 128, 8, 8,
+        "batch_latency_ms", 2444.47, {**OFFLINE, "tensor_parallel_size": 4},
+        independent=True, offline=True),
+    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 1024, 128, 1, 8,
+        "median_ttft_ms", 129.2, QWEN_2XH100,
+        independent=True),
+    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 128, 1024, 1, 4,
+        "tpot_ms", 30.9, QWEN_2XH100, independent=True),
+    Row("lambda-a100-v0.6", LAMBDA_A100, "llama-3.1-8b", "A100 80GB", 117, 195, 10, 10,
+        "output_tok_s", 226.55, lengths=LAMBDA_A100_LENGTHS, independent=True),
+    Row("lambda-a100-v0.6", LAMBDA_A100, "llama-3.1-8b", "A100 80GB", 117, 195, 10, 10,
+        "mean_ttft_ms", 126.87, lengths=LAMBDA_A100_LENGTHS, independent=True),
+)  # fmt: skip
 
 
-def measure(model: str, gpu: str, input_len: int, output_len: int, c: int, n: int) -> dict:
-    scheduler = make_scheduler(
-        MODEL_PRESETS[model].facts, gpu_profile(gpu), {"max_model_len": 4096}
-    )
-    result = closed_loop(
-        scheduler, concurrency=c, total=n, make=lambda i: SimRequest(i, input_len, output_len)
-    )
+def model_facts(key: str) -> ModelFacts:
+    return MODEL_PRESETS[key].facts if key in MODEL_PRESETS else EXTRA_MODELS[key]
+
+
+@cache
+def _measure(
+    model: str,
+    gpu: str,
+    input_len: int,
+    output_len: int,
+    c: int,
+    n: int,
+    flags: tuple,
+    lengths: tuple = (),
+) -> dict:
+    settings = {"max_model_len": 4096, **dict(flags)}
+    scheduler = make_scheduler(model_facts(model), gpu_profile(gpu), settings)
+    if lengths:
+        make = lambda i: SimRequest(i, *lengths[i])  # noqa: E731
+    else:
+        make = lambda i: SimRequest(i, input_len, output_len)  # noqa: E731
+    result = closed_loop(scheduler, concurrency=c, total=n, make=make)
     tpots = [
-        (r.token_times[-1] - r.token_times[0]) / (len(r.token_times) - 1) for r in result.requests
+        (r.token_times[-1] - r.token_times[0]) / (len(r.token_times) - 1)
+        for r in result.requests
+        if len(r.token_times) > 1
     ]
     return {
         "output_tok_s": result.output_throughput,
+        "req_s": len(result.requests) / result.duration,
         "tpot_ms": 1000 * statistics.median(tpots),
-        "decode_tok_s": 1000 / (1000 * statistics.median(tpots)),
+        "decode_tok_s": 1 / statistics.median(tpots),
         "median_ttft_ms": 1000 * statistics.median(result.ttfts()),
+        "mean_ttft_ms": 1000 * statistics.fmean(result.ttfts()),
+        "batch_latency_ms": 1000 * result.duration,
     }
 
 
 def simulated(row: Row) -> float:
-    figures = measure(
-        row.model, row.gpu, row.input_len, row.output_len, row.concurrency, row.requests
-    )
+    """The simulator's figure for ``row``'s metric."""
+    flags = tuple(sorted(row.flags.items()))
+    setup = (row.model, row.gpu, row.input_len, row.output_len)
+    figures = _measure(*setup, row.concurrency, row.requests, flags, row.lengths)
     if row.metric == "gain_vs_c1":
-        single = measure(row.model, row.gpu, row.input_len, row.output_len, 1, 20)
-        return figures["output_tok_s"] / single["output_tok_s"]
+        return figures["output_tok_s"] / _measure(*setup, 1, 20, flags)["output_tok_s"]
     return figures[row.metric]
 
 
+@dataclass(frozen=True)
+class Result:
+    row: Row
+    simulated: float
+
+    @property
+    def error(self) -> float:
+        """Signed relative error, simulator against published, in percent."""
+        return (self.simulated - self.row.published) / self.row.published * 100
+
+
+def calibration_results() -> list[Result]:
+    """Every row of ``ROWS`` with the simulator's figure (a few seconds of one core)."""
+    return [Result(row, simulated(row)) for row in ROWS]
+
+
+def mape(results: list[Result]) -> dict[str, float]:
+    """Mean absolute percentage error per metric family (``FAMILIES``), and ``all``."""
+    groups: dict[str, list[float]] = {}
+    for result in results:
+        groups.setdefault(FAMILIES[result.row.metric], []).append(abs(result.error))
+        groups.setdefault("all", []).append(abs(result.error))
+    return {family: statistics.fmean(errors) for family, errors in groups.items()}
+
+
+def _shown(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+
+
 def main() -> int:
-    print("| source | model | GPU | in/out | c | metric | published | simulator | error |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in ROWS:
-        value = simulated(row)
-        error = (value - row.published) / row.published * 100
-        shown = f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+    results = calibration_results()
+    print(
+        "| set | source | model | GPU | TP | in/out | c | metric | published | simulator | error |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for result in results:
+        row = result.row
         print(
-            f"| {row.source} | {row.model} | {row.gpu} | {row.input_len}/{row.output_len} | "
-            f"{row.concurrency} | {row.metric} | {row.published:g} | {shown} | "
-            f"{error:+.0f} % |"
+            f"| {'indep.' if row.independent else 'calib.'} | {row.source} | {row.model} | "
+            f"{row.gpu} | {row.flags.get('tensor_parallel_size', 1)} | "
+            f"{row.input_len}/{row.output_len} | {row.concurrency} | {row.metric} | "
+            f"{row.published:g} | {_shown(result.simulated)} | {result.error:+.0f} % |"
         )
+    print()
+    for label, chosen in (
+        ("calibration", [r for r in results if not r.row.independent]),
+        ("independent", [r for r in results if r.row.independent]),
+    ):
+        errors = mape(chosen)
+        assert all(math.isfinite(v) for v in errors.values())
+        order = ("throughput", "TPOT/ITL", "TTFT", "all")
+        shown = ", ".join(
+            f"{family} {errors[family]:.1f} %" for family in order if family in errors
+        )
+        print(f"MAPE {label} ({len(chosen)} rows): {shown}")
     return 0
 
 
