@@ -95,9 +95,12 @@ def steady_result(
     start: float,
     window: ClosedLoopWindow | OpenLoopWindow,
     server: dict | None,
+    *,
+    intervals: bool = True,
 ) -> dict:
     """The level's result with the window's figures as its headline and the whole level's
-    beside them; the whole level's alone when no window formed."""
+    beside them; the whole level's alone when no window formed. ``intervals``: False leaves
+    ``ci95`` None (bootstrapping is most of a simulated level's cost)."""
     end = window.end
     if end is None and config.duration is not None:
         # A timed level: its window closes when sending stops, before the drain.
@@ -112,7 +115,9 @@ def steady_result(
     if split is None:
         return whole | {
             "whole_level": whole_figures,
-            "ci95": confidence_intervals(records, records, whole["duration"], config.slos),
+            "ci95": confidence_intervals(records, records, whole["duration"], config.slos)
+            if intervals
+            else None,
         }
     result = level_result(
         level,
@@ -126,8 +131,12 @@ def steady_result(
     result["failed"] = whole["failed"]
     result["errors"] = whole["errors"]
     result["whole_level"] = whole_figures
-    result["ci95"] = confidence_intervals(
-        split.measured, split.ended_inside, split.end - split.start, config.slos
+    result["ci95"] = (
+        confidence_intervals(
+            split.measured, split.ended_inside, split.end - split.start, config.slos
+        )
+        if intervals
+        else None
     )
     result["window"] = {
         "start_s": split.start - start,
@@ -148,12 +157,17 @@ def finished_level_result(
     end: float,
     window: ClosedLoopWindow | OpenLoopWindow | None,
     server: dict | None,
+    intervals: bool = True,
 ) -> dict:
     """A measured level's result: the whole level's figures, or the steady window's with
-    them beside (``steady_result``)."""
+    them beside (``steady_result``); ``intervals``: as there."""
     shown = shown_level(config, level)
     result = level_result(shown, records, duration=end - start, slos=config.slos, server=server)
     if window is not None:
-        return steady_result(config, shown, result, records, start, window, server)
-    result["ci95"] = confidence_intervals(records, records, end - start, config.slos)
+        return steady_result(
+            config, shown, result, records, start, window, server, intervals=intervals
+        )
+    result["ci95"] = (
+        confidence_intervals(records, records, end - start, config.slos) if intervals else None
+    )
     return result

@@ -76,16 +76,17 @@ def predict_trial(
     config: BenchConfig,
     *,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    intervals: bool = True,
 ) -> TrialPrediction:
     """The simulated benchmark of ``model`` served with ``flags`` (protocol names, checked)
     on ``gpu`` under ``config``; ``efficiency``: the step model's constants (a calibration's,
-    or the defaults)."""
+    or the defaults); ``intervals``: False skips the levels' confidence intervals."""
     try:
         settings, plan = start_check(model, gpu, flags)
     except StartRefusal as refusal:
         return TrialPrediction(dict(flags), refusal=str(refusal), refusal_summary=refusal.summary)
     scheduler = Scheduler(settings, StepModel(model, gpu, settings, plan, efficiency))
-    result = OfflineBench(config, scheduler).run()
+    result = OfflineBench(config, scheduler, intervals=intervals).run()
     return TrialPrediction(
         dict(flags),
         levels=result.levels,

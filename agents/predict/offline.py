@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import pairwise
 
 from agents.engines.sim.scheduler import Scheduler, SimRequest, prompt_block_hashes
@@ -98,10 +100,11 @@ class _Counters:
 class OfflineBench:
     """Runs one ``BenchConfig`` on a scheduler in simulated time (module docstring)."""
 
-    def __init__(self, config: BenchConfig, scheduler: Scheduler):
+    def __init__(self, config: BenchConfig, scheduler: Scheduler, *, intervals: bool = True):
         if config.max_concurrency is not None:
             raise ValueError("max_concurrency is not simulated offline")
         self.config = config
+        self.intervals = intervals
         self.scheduler = scheduler
         self.now = 0.0
         self.level_runs: Counter[str] = Counter()
@@ -112,7 +115,7 @@ class OfflineBench:
     def _request(self, prompt: Prompt, record: RequestRecord) -> SimRequest | None:
         """The simulator's request for ``prompt`` (None: refused, the record says why)."""
         settings = self.scheduler.settings
-        words = prompt.text.split()
+        words = _words(prompt.text)
         # The chat template adds one token for the role, as the simulator's server counts.
         prompt_len = max(1, len(words)) + (1 if self.config.endpoint == "chat" else 0)
         record.prompt_tokens = prompt_len
@@ -304,15 +307,13 @@ class OfflineBench:
         repeat = self.level_runs[label]
         self.level_runs[label] += 1
         concurrency, rate = level_load(level)
-        rng, arrivals_rng = level_rngs(config.seed, label, repeat)
-        prompts = config.source.sample(
-            level_prompt_count(config, concurrency, rate), rng, config.tokenizer
+        prompts, warm_prompts, arrivals_rng = _level_prompts(
+            config, label, repeat, level_prompt_count(config, concurrency, rate)
         )
         steady = is_steady(config, rate)
         target = window_target(config, concurrency, rate)
         count = None if config.duration is not None or steady else config.num_prompts
-        if config.warmup:
-            warm_prompts = config.source.sample(config.warmup, rng, config.tokenizer)
+        if warm_prompts:
             self._closed_loop(
                 min(config.warmup, concurrency or config.warmup),
                 warm_prompts,
@@ -343,7 +344,14 @@ class OfflineBench:
         end = max((record.finished for record in records), default=self.now)
         server = self._server_report(scheduler, counters, gauges, records)
         result = finished_level_result(
-            config, level, records, start=start, end=end, window=window, server=server
+            config,
+            level,
+            records,
+            start=start,
+            end=end,
+            window=window,
+            server=server,
+            intervals=self.intervals,
         )
         if probe:
             result["probe"] = True
@@ -403,6 +411,40 @@ class OfflineBench:
                 planner.record(result, probe=True)
             capacity = planner.outcome()
         return OfflineBenchResult(results, capacity, self.now)
+
+
+def _level_prompts(
+    config: BenchConfig, label: str, repeat: int, count: int
+) -> tuple[list[Prompt], list[Prompt], random.Random]:
+    """A level's prompts, its warm-up's and the generator of its send times, drawn as the
+    load generator draws them (one generator for both prompt lists, in this order)."""
+    rng, arrivals_rng = level_rngs(config.seed, label, repeat)
+    if config.tokenizer is not None:
+        prompts = config.source.sample(count, rng, config.tokenizer)
+        warm = config.source.sample(config.warmup, rng, config.tokenizer) if config.warmup else []
+        return prompts, warm, arrivals_rng
+    prompts, warm = _untokenized_prompts(
+        config.source, config.seed, label, repeat, count, config.warmup
+    )
+    return list(prompts), list(warm), arrivals_rng
+
+
+# A search predicts the same levels for every configuration of a grid: the prompts (text is
+# most of a simulated level's set-up) are drawn once. Keyed by everything they depend on.
+@lru_cache(maxsize=64)
+def _untokenized_prompts(
+    source: object, seed: int, label: str, repeat: int, count: int, warmup: int
+) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
+    rng, _ = level_rngs(seed, label, repeat)
+    prompts = tuple(source.sample(count, rng, None))
+    warm = tuple(source.sample(warmup, rng, None)) if warmup else ()
+    return prompts, warm
+
+
+@lru_cache(maxsize=65536)
+def _words(text: str) -> list[str]:
+    """A prompt's tokens as the simulator's server counts them (its words)."""
+    return text.split()
 
 
 class _Sender:

@@ -177,13 +177,18 @@ class Scheduler:
         budget = self.settings.max_num_batched_tokens
         items: list[tuple[SimRequest, int]] = []
         preempted = 0
+        size = self.settings.block_size
         for request in list(self.running):
             if budget <= 0:
                 break
-            if request not in self.running:
+            if preempted and request not in self.running:
                 continue  # preempted earlier in this loop
             new = min(request.total_len - request.computed, budget)
             while True:
+                # Most steps fit in the blocks a request holds (a decode needs a new block
+                # once every block_size tokens): checked inline, it is the hot path.
+                if request.computed + new <= (len(request.cached) + request.private) * size:
+                    break
                 need = self._blocks_needed(request, new)
                 if self.pool.take(need):
                     request.private += need
@@ -254,7 +259,8 @@ class Scheduler:
             if request.scheduled_at is None:
                 request.scheduled_at = now - step.duration
             request.computed += new
-            self._register(request)
+            if request.registered < len(request.block_hashes):
+                self._register(request)
             if request.computed < request.total_len:
                 continue  # a prefill chunk: no token sampled yet
             request.output += 1
