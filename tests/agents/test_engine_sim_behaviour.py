@@ -101,7 +101,10 @@ def test_tensor_parallelism_lowers_decode_step_time():
         _, result = run(16, prompt=128, output=256, flags={"tensor_parallel_size": tp})
         return statistics.median(result.itls())
 
-    assert decode_itl(2) < 0.75 * decode_itl(1)
+    # Splitting an 8B model's weights halves their reads, but the host's cost per request
+    # and the all-reduces do not shrink: the published tensor-parallel rows of the
+    # calibration (docs/simulator.md) put a small model's gain well short of 2x.
+    assert decode_itl(2) < 0.9 * decode_itl(1)
     assert decode_itl(4) < decode_itl(2)
 
 
