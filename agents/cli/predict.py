@@ -25,11 +25,8 @@ from agents.cli.usage import (
 from agents.hardware import GpuProfile, ModelFacts, gpu_profile, load_model_facts
 from agents.loadgen import BenchConfig, DatasetError
 from agents.loadgen.report import capacity_line, level_table, write_json
-from agents.predict import TrialPrediction, predict_trial
+from agents.predict import OFFLINE_URL, TrialPrediction, predict_trial
 from agents.protocol import ServeGridError, check_serve_config
-
-# What the configuration's ``base_url`` says: nothing was sent over a network.
-OFFLINE_URL = "simulator://offline"
 
 
 def _flags(args: argparse.Namespace) -> dict:

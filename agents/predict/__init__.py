@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agents.engines.sim.scheduler import Scheduler
 from agents.engines.sim.startup import cold_start_seconds
@@ -24,9 +25,22 @@ from agents.hardware import (
 )
 from agents.hardware.roofline import DEFAULT_EFFICIENCY
 from agents.loadgen.config import BenchConfig
-from agents.predict.offline import OfflineBench, OfflineBenchResult
+from agents.loadgen.workload import config_from_workload
+from agents.predict.offline import OfflineBench, OfflineBenchResult, WorkTooLarge
+from agents.protocol import CapacitySearch, Slos, Workload
 
-__all__ = ["OfflineBench", "OfflineBenchResult", "TrialPrediction", "predict_trial"]
+__all__ = [
+    "OFFLINE_URL",
+    "OfflineBench",
+    "OfflineBenchResult",
+    "TrialPrediction",
+    "WorkTooLarge",
+    "predict_trial",
+    "predict_workload",
+]
+
+# What a prediction's configuration names as its server: nothing was sent over a network.
+OFFLINE_URL = "simulator://offline"
 
 
 @dataclass(frozen=True)
@@ -77,16 +91,18 @@ def predict_trial(
     *,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     intervals: bool = True,
+    work_budget: int | None = None,
 ) -> TrialPrediction:
     """The simulated benchmark of ``model`` served with ``flags`` (protocol names, checked)
     on ``gpu`` under ``config``; ``efficiency``: the step model's constants (a calibration's,
-    or the defaults); ``intervals``: False skips the levels' confidence intervals."""
+    or the defaults); ``intervals``: False skips the levels' confidence intervals;
+    ``work_budget``: raises ``WorkTooLarge`` past that many simulated request-steps."""
     try:
         settings, plan = start_check(model, gpu, flags)
     except StartRefusal as refusal:
         return TrialPrediction(dict(flags), refusal=str(refusal), refusal_summary=refusal.summary)
     scheduler = Scheduler(settings, StepModel(model, gpu, settings, plan, efficiency))
-    result = OfflineBench(config, scheduler, intervals=intervals).run()
+    result = OfflineBench(config, scheduler, intervals=intervals, work_budget=work_budget).run()
     return TrialPrediction(
         dict(flags),
         levels=result.levels,
@@ -94,4 +110,41 @@ def predict_trial(
         kv_cache_tokens=plan.kv_tokens,
         cold_start_seconds=sum(cold_start_seconds(model, settings).values()),
         level_seconds=result.simulated_seconds,
+    )
+
+
+def predict_workload(
+    model: ModelFacts,
+    gpu: GpuProfile,
+    flags: Mapping[str, object],
+    workload: Workload,
+    slos: Slos | None,
+    *,
+    sharegpt_path: Path | None = None,
+    efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    intervals: bool = False,
+    work_budget: int | None = None,
+) -> TrialPrediction:
+    """A trial of an experiment's ``workload`` predicted (``predict_trial``), as the site's
+    builder and search ask for it: with SLOs, a capacity search always runs (the workload's
+    own, or one with the defaults), since capacity at the SLOs is what a prediction is for;
+    intervals only when asked (a prediction ranks configurations, it declares nothing)."""
+    if slos is not None and slos.given and workload.capacity is None:
+        workload = workload.model_copy(update={"capacity": CapacitySearch()})
+    config = config_from_workload(
+        workload,
+        base_url=OFFLINE_URL,
+        model=model.name,
+        slos=slos,
+        sharegpt_path=sharegpt_path,
+        metrics_url=None,
+    )
+    return predict_trial(
+        model,
+        gpu,
+        flags,
+        config,
+        efficiency=efficiency,
+        intervals=intervals,
+        work_budget=work_budget,
     )

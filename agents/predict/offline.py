@@ -54,6 +54,10 @@ from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offse
 SAMPLE_PERIOD_S = 1.0
 
 
+class WorkTooLarge(RuntimeError):
+    """The benchmark would simulate more work than the caller allowed (``work_budget``)."""
+
+
 @dataclass
 class OfflineBenchResult:
     """What ``run_offline`` measured: every level's result (as ``bench --json`` writes
@@ -100,11 +104,23 @@ class _Counters:
 class OfflineBench:
     """Runs one ``BenchConfig`` on a scheduler in simulated time (module docstring)."""
 
-    def __init__(self, config: BenchConfig, scheduler: Scheduler, *, intervals: bool = True):
+    def __init__(
+        self,
+        config: BenchConfig,
+        scheduler: Scheduler,
+        *,
+        intervals: bool = True,
+        work_budget: int | None = None,
+    ):
+        """``work_budget``: at most this many request-steps (one request in one engine step:
+        about one output token, the unit the simulator's CPU cost follows), else
+        ``WorkTooLarge`` — a bound on the CPU a caller such as a web request may spend."""
         if config.max_concurrency is not None:
             raise ValueError("max_concurrency is not simulated offline")
         self.config = config
         self.intervals = intervals
+        self.work_budget = work_budget
+        self.work = 0
         self.scheduler = scheduler
         self.now = 0.0
         self.level_runs: Counter[str] = Counter()
@@ -162,6 +178,13 @@ class OfflineBench:
                 self.now = moment
                 continue
             end = self.now + step.duration
+            if self.work_budget is not None:
+                self.work += len(step.items)
+                if self.work > self.work_budget:
+                    raise WorkTooLarge(
+                        f"more than {self.work_budget:,} simulated request-steps: too large "
+                        "to predict here"
+                    )
             # Requests sent while the step runs join the queue for the next one.
             while (moment := sender.next_time()) is not None and moment <= end:
                 sender.send()

@@ -29,6 +29,39 @@ class EstimateSerializer(serializers.Serializer):
     assumptions = serializers.DictField()
 
 
+class ConfigPredictionSerializer(serializers.Serializer):
+    label = serializers.CharField()
+    image_tag = serializers.CharField(allow_null=True)
+    serve_config = serializers.DictField()
+    starts = serializers.BooleanField()
+    refusal = serializers.CharField(allow_null=True)
+    capacity = serializers.FloatField(allow_null=True)
+    capacity_axis = serializers.CharField(allow_null=True)
+    output_throughput = serializers.FloatField(allow_null=True)
+    cost_per_million_usd = serializers.DecimalField(
+        max_digits=14, decimal_places=2, allow_null=True
+    )
+    gpu_seconds = serializers.FloatField()
+    kv_cache_tokens = serializers.IntegerField(allow_null=True)
+
+
+class PredictionSerializer(serializers.Serializer):
+    """Every configuration predicted on the simulator (``simulated`` is always true)."""
+
+    simulated = serializers.BooleanField()
+    rows = ConfigPredictionSerializer(many=True)
+    best = serializers.IntegerField(allow_null=True)
+    exhaustive_gpu_minutes = serializers.FloatField()
+    price_usd_per_gpu_hour = serializers.DecimalField(
+        max_digits=10, decimal_places=4, allow_null=True
+    )
+    price_source = serializers.CharField()
+    with_slos = serializers.BooleanField()
+    warnings = serializers.ListField(child=serializers.CharField())
+    cpu_seconds = serializers.FloatField()
+    too_large = serializers.BooleanField()
+
+
 class DatasetSerializer(serializers.ModelSerializer):
     class Meta:
         model = WorkloadDataset

@@ -14,10 +14,15 @@ from runs.access import Need, access_budget, access_dataset, access_experiment
 from runs.api.filters import ExperimentFilter
 from runs.api.pagination import cursor_pagination
 from runs.api.scoping import OrgScopedViewSet
-from runs.api.serializers_experiments import DatasetSerializer, EstimateSerializer
+from runs.api.serializers_experiments import (
+    DatasetSerializer,
+    EstimateSerializer,
+    PredictionSerializer,
+)
 from runs.inputs.experiments import BudgetSerializer, DatasetUploadSerializer, ExperimentSerializer
 from runs.models import Budget, Experiment, WorkloadDataset
 from runs.selectors.estimates import experiment_estimate
+from runs.selectors.predictions import experiment_prediction
 from runs.services.budgets import budget_delete, budget_set
 from runs.services.experiments import (
     dataset_delete,
@@ -35,7 +40,7 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgSco
     model = Experiment
     serializer_class = ExperimentSerializer
     filterset_class = ExperimentFilter
-    read_only_actions = ("validate",)
+    read_only_actions = ("validate", "predict")
 
     def get_queryset(self):
         return super().get_queryset().select_related("created_by")
@@ -80,6 +85,27 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgSco
         draft = experiment_draft_check(org=self.org, actor=self.actor, **data.validated_data)
         estimate = experiment_estimate(experiment=draft)
         return Response(EstimateSerializer(asdict(estimate)).data)
+
+    @extend_schema(responses=PredictionSerializer)
+    @action(detail=True, methods=["get"])
+    def prediction(self, request, org, pk):
+        """Every configuration run on the vLLM simulator offline (simulated; nothing is
+        rented or stored): capacity at the SLOs, cost per 1M output tokens there, and the
+        GPU-minutes an exhaustive run would spend."""
+        experiment = access_experiment(membership=self.membership, experiment_id=pk)
+        return Response(
+            PredictionSerializer(asdict(experiment_prediction(experiment=experiment))).data
+        )
+
+    @extend_schema(request=ExperimentSerializer, responses=PredictionSerializer)
+    @action(detail=False, methods=["post"])
+    def predict(self, request, org):
+        """A draft checked exactly as create would, then predicted on the simulator; stores
+        nothing, records nothing."""
+        data = self.get_serializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        draft = experiment_draft_check(org=self.org, actor=self.actor, **data.validated_data)
+        return Response(PredictionSerializer(asdict(experiment_prediction(experiment=draft))).data)
 
 
 class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):

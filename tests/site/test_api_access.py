@@ -34,6 +34,7 @@ from .conftest import (
     H100,
     MODEL_FIELDS,
     SYSTEM,
+    WORKLOAD,
     Person,
     experiment_payload,
     frozen,
@@ -134,11 +135,11 @@ class Endpoint:
 
     @property
     def detail(self) -> bool:
-        return self.name.endswith(("-detail", "-price", "-estimate", "-cancel"))
+        return self.name.endswith(("-detail", "-price", "-estimate", "-prediction", "-cancel"))
 
     @property
     def reads_only(self) -> bool:
-        return self.method == "get" or self.name == "experiment-validate"
+        return self.method == "get" or self.name in ("experiment-validate", "experiment-predict")
 
     @property
     def tenant(self) -> bool:
@@ -203,6 +204,16 @@ ENDPOINTS = [
     Endpoint("experiment-detail", "patch", W, lambda w: {"description": "patched"}),
     Endpoint("experiment-detail", "delete", W),
     Endpoint("experiment-estimate", "get", R),
+    # A prediction runs the simulator and stores nothing: a viewer may ask for one.
+    Endpoint("experiment-prediction", "get", R),
+    Endpoint(
+        "experiment-predict",
+        "post",
+        R,
+        lambda w: experiment_payload(
+            w.model_id, workload=WORKLOAD | {"concurrency": [1], "requests_per_level": 10}
+        ),
+    ),
     Endpoint("dataset-list", "get", R),
     Endpoint("dataset-list", "post", W, lambda w: upload()),
     Endpoint("dataset-detail", "get", R),
