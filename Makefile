@@ -69,10 +69,9 @@ $(DOCKER_COMPOSE):
 # tests/service_env.py picks PostgreSQL and Redis on 127.0.0.1 when they answer; with CI=true
 # it fails when they don't, otherwise it falls back to SQLite and skips the Redis tests.
 # TEST_WORKERS parallel workers (pytest-xdist; tests/conftest.py keeps them apart); 0 runs the
-# suite in this process. Most tests wait on servers, agents and browsers rather than compute,
-# so 5 workers take about 19 min here instead of 35, but a few tests with tight timing still
-# fail now and then under that load (docs/testing.md names them): in-process until they are fixed.
-TEST_WORKERS ?= 0
+# suite in this process. Many tests wait on servers, agents and browsers, so on 2 cores 5
+# workers keep both busy: about 13 min instead of 35 (docs/testing.md has the measurements).
+TEST_WORKERS ?= 5
 test: lint $(CHROMIUM) $(DOCKER_COMPOSE)
 	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
