@@ -30,6 +30,7 @@ from runs.inputs.experiments import ExperimentSerializer
 from runs.models import Experiment, Membership
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.selectors.estimates import CostEstimate, experiment_estimate
+from runs.selectors.predictions import GridPrediction, experiment_prediction
 from runs.services.experiments import experiment_create, experiment_draft_check, experiment_update
 
 # The capacity search's inputs: its fields as typed, and the two checkboxes (search at all;
@@ -286,6 +287,7 @@ class BuilderOutcome:
     fields: dict[str, list[str]] = field(default_factory=dict)
     trials: int | None = None
     estimate: CostEstimate | None = None
+    prediction: GridPrediction | None = None
     experiment: Experiment | None = None
 
     @property
@@ -304,10 +306,13 @@ def builder_submit(
     actor: Actor,
     experiment: Experiment | None = None,
     save: bool,
+    predict: bool = False,
 ) -> BuilderOutcome:
     """Checks the form exactly as the API's create (or update, for ``experiment``) would;
     stores the result only when ``save`` and everything is valid. A check writes, records
-    and locks nothing (``experiment_draft_check``, as the API's ``experiments/validate``)."""
+    and locks nothing (``experiment_draft_check``, as the API's ``experiments/validate``);
+    with ``predict`` it also runs every configuration on the simulator (as the API's
+    ``experiments/predict``)."""
     payload, form_errors = experiment_payload(form)
     outcome = BuilderOutcome(trials=grid_trials(payload["serve_grid"]))
     serializer = ExperimentSerializer(experiment, data=payload, context={"membership": membership})
@@ -337,6 +342,8 @@ def builder_submit(
         outcome.experiment = checked
     else:
         outcome.estimate = experiment_estimate(experiment=checked)
+        if predict:
+            outcome.prediction = experiment_prediction(experiment=checked)
     return outcome
 
 

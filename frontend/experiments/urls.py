@@ -18,6 +18,7 @@ urlpatterns = [
     ),
     path("o/<slug:org>/experiments/new/", views.experiment_new, name="experiment-new"),
     path("o/<slug:org>/experiments/check/", views.experiment_check, name="experiment-check"),
+    path("o/<slug:org>/experiments/predict/", views.experiment_predict, name="experiment-predict"),
     path(
         "o/<slug:org>/experiments/<uuid:experiment_id>/",
         views.experiment_detail,
@@ -32,6 +33,11 @@ urlpatterns = [
         "o/<slug:org>/experiments/<uuid:experiment_id>/check/",
         views.experiment_check,
         name="experiment-edit-check",
+    ),
+    path(
+        "o/<slug:org>/experiments/<uuid:experiment_id>/predict/",
+        views.experiment_predict,
+        name="experiment-edit-predict",
     ),
     path(
         "o/<slug:org>/experiments/<uuid:experiment_id>/duplicate/",

@@ -20,7 +20,14 @@ from django.urls import reverse
 
 from agents.hardware import MODEL_PRESETS
 from agents.protocol import SLO_PERCENTILES, Slos
-from frontend.experiments import builder, estimate_panel, fit, form_slots, model_form
+from frontend.experiments import (
+    builder,
+    estimate_panel,
+    fit,
+    form_slots,
+    model_form,
+    prediction_panel,
+)
 from frontend.org_pages import org_context, org_page
 from runs.access import Need, access_experiment, access_model_spec, scoped
 from runs.actors import actor_from_request
@@ -145,9 +152,11 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
     if experiment is None:
         action = reverse("experiment-new", args=[org.slug])
         check = reverse("experiment-check", args=[org.slug])
+        predict = reverse("experiment-predict", args=[org.slug])
     else:
         action = reverse("experiment-edit", args=[org.slug, experiment.id])
         check = reverse("experiment-edit-check", args=[org.slug, experiment.id])
+        predict = reverse("experiment-edit-predict", args=[org.slug, experiment.id])
     flags = builder.serve_flag_choices()
     context = org_context(
         membership,
@@ -158,9 +167,11 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         invalid_flags=form_slots.invalid_grid_flags(outcome.fields),
         trials=outcome.trials,
         estimate=estimate_panel.estimate_json(outcome.estimate),
+        prediction=prediction_panel.prediction_json(outcome.prediction),
         fit=fit.builder_fit_json(form, membership),
         action_url=action,
         check_url=check,
+        predict_url=predict,
         models=scoped(membership, ModelSpec).order_by("name", "id"),
         gpu_types=GpuType.objects.order_by("display_name"),
         datasets=scoped(membership, WorkloadDataset).order_by("name"),
@@ -174,21 +185,24 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
     return render(request, "frontend/experiments/builder.html", context)
 
 
-def _submit(request, membership, form, experiment, *, save: bool):
-    """The builder's form checked as the API would; stored too when ``save``."""
+def _submit(request, membership, form, experiment, *, save: bool, predict: bool = False):
+    """The builder's form checked as the API would; stored too when ``save``; predicted on
+    the simulator too when ``predict``."""
     return builder.builder_submit(
         form=form,
         membership=membership,
         actor=actor_from_request(request),
         experiment=experiment,
         save=save,
+        predict=predict,
     )
 
 
 def _builder_post(request, membership, experiment=None):
     form = builder.builder_form_from_post(request.POST)
-    save = request.POST.get("action") != "check"
-    outcome = _submit(request, membership, form, experiment, save=save)
+    action = request.POST.get("action")
+    save = action not in ("check", "predict")
+    outcome = _submit(request, membership, form, experiment, save=save, predict=action == "predict")
     if outcome.experiment is not None:
         return redirect("experiment-detail", membership.organization.slug, outcome.experiment.id)
     return _render_builder(request, membership, form=form, outcome=outcome, experiment=experiment)
@@ -264,6 +278,25 @@ def experiment_check(request, membership, experiment_id=None):
             "slots": outcome.slots,
             "estimate": estimate_panel.estimate_json(outcome.estimate),
             "fit": fit.builder_fit_json(form, membership),
+        }
+    )
+
+
+@org_page("POST")
+def experiment_predict(request, membership, experiment_id=None):
+    """The builder's prediction: the form as it stands, checked as the API would, then every
+    configuration run on the simulator; nothing stored. 200 with the errors when the form is
+    not valid yet, as the live check answers."""
+    experiment = None
+    if experiment_id is not None:
+        experiment = access_experiment(membership=membership, experiment_id=experiment_id)
+    form = builder.builder_form_from_post(request.POST)
+    outcome = _submit(request, membership, form, experiment, save=False, predict=True)
+    return JsonResponse(
+        {
+            "ok": outcome.ok,
+            "slots": outcome.slots,
+            "prediction": prediction_panel.prediction_json(outcome.prediction),
         }
     )
 

@@ -95,6 +95,23 @@ def test_it_builds_an_experiment_live_and_runs_it_on_the_simulator(
     expect(trials).to_have_text("2")
     expect(page.locator("#live-status")).to_have_text("Valid: ready to save.")
     expect(page.locator(".field-errors li")).to_have_count(0)
+
+    # Predict before renting: each configuration on the simulator, labelled simulated.
+    page.get_by_label("TPOT", exact=True).fill("30")
+    page.get_by_role("button", name="Predict on the simulator").click()
+    prediction = page.locator("#live-prediction")
+    expect(prediction.locator("caption")).to_have_text(
+        "Predicted on the simulator (simulated figures)"
+    )
+    expect(prediction.locator("tbody tr")).to_have_count(2)
+    expect(prediction.locator("tbody tr.best")).to_have_count(1)
+    expect(prediction.locator("tbody tr").first.locator("td").first).to_have_text(
+        re.compile(r"\d+ users")
+    )
+    expect(page.locator("#prediction-exhaustive")).to_have_text(re.compile(r"[\d.]+ GPU-minutes"))
+    screenshot(page, "experiment-builder-prediction")
+    page.get_by_label("TPOT", exact=True).fill("")
+    expect(page.locator("#live-status")).to_have_text("Valid: ready to save.")
     screenshot(page, "experiment-builder")
     page.set_viewport_size({"width": 390, "height": 844})
     screenshot(page, "experiment-builder-phone")

@@ -19,7 +19,15 @@ from frontend.experiments.fit import FitCell
 from frontend.experiments.form_slots import error_slot
 from runs.models import AuditEvent, Experiment, ModelSpec, Run
 
-from .conftest import H100, experiment_payload, frozen, make_experiment, make_model, signed_in
+from .conftest import (
+    H100,
+    WORKLOAD,
+    experiment_payload,
+    frozen,
+    make_experiment,
+    make_model,
+    signed_in,
+)
 from .db_state import database_state
 from .test_web_runs import answered_run, text_of
 
@@ -408,6 +416,45 @@ def test_it_checks_and_estimates_a_draft_without_storing_it(alice):
     checked = client.post("/o/acme/experiments/check/", three).json()
     assert (checked["ok"], checked["trials"], checked["estimate"]) == (False, 3, None)
     assert "name" in checked["slots"]
+    assert database_state() == before
+
+
+def test_it_predicts_a_draft_on_the_simulator_without_storing_it(alice, bob):
+    """The builder's "Predict on the simulator": the same figures as the API's prediction,
+    labelled simulated, for a viewer too; without JavaScript the page shows the table."""
+    model = make_model(alice.org)
+    small = builder_form(model, concurrency="4", requests_per_level="20", slo_tpot_ms="25")
+    before = database_state()
+    predicted = signed_in(bob).post("/o/acme/experiments/predict/", small).json()
+    assert predicted["ok"] is True
+    table = predicted["prediction"]
+    assert table["simulated"] is True and "Simulated" in table["note"]
+    assert [row["label"] for row in table["rows"]] == ["max_num_seqs=64", "max_num_seqs=128"]
+    assert sum(row["best"] for row in table["rows"]) == 1
+    api = (
+        alice.client()
+        .post(
+            "/api/v1/orgs/acme/experiments/predict/",
+            experiment_payload(
+                model.id,
+                serve_grid={"max_num_seqs": [64, 128], "max_num_batched_tokens": [2048]},
+                workload=WORKLOAD | {"concurrency": [4], "requests_per_level": 20},
+                slos={"ttft_ms": 500, "tpot_ms": 25},
+            ),
+            format="json",
+        )
+        .json()
+    )
+    assert table["exhaustive_text"] == f"{api['exhaustive_gpu_minutes']:,.1f} GPU-minutes"
+    # Without JavaScript the button submits the form and the page shows the same table.
+    page = signed_in(alice).post("/o/acme/experiments/new/", small | {"action": "predict"})
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Predicted on the simulator (simulated figures)" in html
+    assert table["exhaustive_text"] in html
+    # A form with errors gets them, not a prediction.
+    broken = signed_in(alice).post("/o/acme/experiments/predict/", small | {"name": ""}).json()
+    assert broken["ok"] is False and broken["prediction"] is None and "name" in broken["slots"]
     assert database_state() == before
 
 

@@ -259,6 +259,87 @@
   // With the live check, "Check and estimate" is what already happens on every change.
   document.getElementById("check-button").hidden = true;
 
+  // --- the prediction: every configuration on the simulator, on request ----------------
+
+  const predictUrl = form.dataset.predictUrl;
+  const predictButton = document.getElementById("predict-button");
+  const predictionBox = document.getElementById("live-prediction");
+
+  function element(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined) node.textContent = text;
+    if (className) node.className = className;
+    return node;
+  }
+
+  // The same table as the server renders (_prediction.html), built from its JSON.
+  function showPrediction(prediction) {
+    const parts = [element("p", prediction.note, "muted prediction-note")];
+    const table = element("table", undefined, "prediction-table");
+    table.append(element("caption", "Predicted on the simulator (simulated figures)"));
+    const head = element("tr");
+    ["Configuration", "Capacity at the SLOs", "Output tok/s there",
+      "$ per 1M output tokens", "GPU-min"].forEach(function (name) {
+      const th = element("th", name);
+      th.scope = "col";
+      head.append(th);
+    });
+    const thead = element("thead");
+    thead.append(head);
+    table.append(thead);
+    const body = element("tbody");
+    prediction.rows.forEach(function (row) {
+      const tr = element("tr", undefined, (row.best ? "best" : "") + (row.starts ? "" : " refused"));
+      const name = element("th", row.label);
+      name.scope = "row";
+      if (row.best) name.append(" ", element("strong", "(best)"));
+      tr.append(name);
+      [row.capacity_text, row.throughput_text, row.cost_text, row.gpu_minutes_text]
+        .forEach(function (text) { tr.append(element("td", text)); });
+      body.append(tr);
+    });
+    table.append(body);
+    parts.push(table);
+    const total = element("p", "An exhaustive run would take ", "prediction-exhaustive");
+    const figure = element("span", prediction.exhaustive_text);
+    figure.id = "prediction-exhaustive";
+    total.append(figure, " on the GPU (simulated start-ups and levels).");
+    parts.push(total);
+    parts.push(element("p", "Price: " + prediction.price_source + " · " + prediction.cpu_text, "muted"));
+    const warnings = element("ul", undefined, "warnings");
+    prediction.warnings.forEach(function (w) { warnings.append(element("li", w)); });
+    parts.push(warnings);
+    predictionBox.replaceChildren.apply(predictionBox, parts);
+  }
+
+  predictButton.addEventListener("click", async function (event) {
+    event.preventDefault();
+    const body = new FormData(form);
+    body.set("action", "predict");
+    predictButton.disabled = true;
+    predictionBox.replaceChildren(element("p", "Predicting every configuration on the simulator…", "muted"));
+    try {
+      const response = await fetch(predictUrl, {
+        method: "POST",
+        body: body,
+        headers: { "X-CSRFToken": csrf, Accept: "application/json" },
+        credentials: "same-origin",
+      });
+      if (!response.ok) throw new Error("the server answered " + response.status);
+      const result = await response.json();
+      if (!result.ok || !result.prediction) {
+        showErrors(result.slots || {});
+        predictionBox.replaceChildren(element("p", "Fix the problems marked in the form first.", "error"));
+      } else {
+        showPrediction(result.prediction);
+      }
+    } catch (error) {
+      predictionBox.replaceChildren(element("p", "Could not predict (" + error.message + ").", "error"));
+    } finally {
+      predictButton.disabled = false;
+    }
+  });
+
   showGridEditor();
   showApplicable();
 })();
