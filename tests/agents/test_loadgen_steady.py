@@ -53,10 +53,12 @@ def test_every_trial_with_the_same_seed_sends_the_same_traffic(server):
         shared = min(len(a.records), len(b.records))  # steady levels end on their window
         assert traffic(a)[:shared] == traffic(b)[:shared]
         assert all(sha for sha, _, _ in traffic(a))
-    # Open loop: the send schedule itself is the same (offsets from the level's start).
-    assert [r.scheduled for r in first[1].records][:20] == [r.scheduled for r in second[1].records][
-        :20
-    ]
+    # Open loop: the send schedule itself is the same (offsets from the level's start), over
+    # what both runs sent: at least the steady window's 12 requests (how many more went out
+    # before it closed depends on how fast the answers came; 16 on a busy machine once).
+    ours, theirs = ([r.scheduled for r in run[1].records] for run in (first, second))
+    shared = min(len(ours), len(theirs))
+    assert shared >= 12 and ours[:shared] == theirs[:shared]
     other = bench(server, seed=12)
     assert {r.prompt_sha for r in other[0].records}.isdisjoint(
         {r.prompt_sha for r in first[0].records}
