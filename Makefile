@@ -69,9 +69,10 @@ $(DOCKER_COMPOSE):
 # tests/service_env.py picks PostgreSQL and Redis on 127.0.0.1 when they answer; with CI=true
 # it fails when they don't, otherwise it falls back to SQLite and skips the Redis tests.
 # TEST_WORKERS parallel workers (pytest-xdist; tests/conftest.py keeps them apart); 0 runs the
-# suite in this process. Many tests wait on servers, agents and browsers, so on 2 cores 5
-# workers keep both busy: about 13 min instead of 35 (docs/testing.md has the measurements).
-TEST_WORKERS ?= 5
+# suite in this process. On 2 cores 5 workers take about 13 min instead of 35, but under that
+# load a few timing-sensitive tests still fail now and then (docs/testing.md names them and
+# has the measurements): in-process until they are fixed.
+TEST_WORKERS ?= 0
 test: lint $(CHROMIUM) $(DOCKER_COMPOSE)
 	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
