@@ -18,7 +18,11 @@ urlpatterns = [
     ),
     path("o/<slug:org>/experiments/new/", views.experiment_new, name="experiment-new"),
     path("o/<slug:org>/experiments/check/", views.experiment_check, name="experiment-check"),
-    path("o/<slug:org>/experiments/predict/", views.experiment_predict, name="experiment-predict"),
+    path(
+        "o/<slug:org>/experiments/predict/",
+        views.experiment_predict,
+        name="experiment-builder-predict",
+    ),
     path(
         "o/<slug:org>/experiments/<uuid:experiment_id>/",
         views.experiment_detail,
@@ -37,7 +41,7 @@ urlpatterns = [
     path(
         "o/<slug:org>/experiments/<uuid:experiment_id>/predict/",
         views.experiment_predict,
-        name="experiment-edit-predict",
+        name="experiment-edit-builder-predict",
     ),
     path(
         "o/<slug:org>/experiments/<uuid:experiment_id>/duplicate/",

@@ -152,11 +152,11 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
     if experiment is None:
         action = reverse("experiment-new", args=[org.slug])
         check = reverse("experiment-check", args=[org.slug])
-        predict = reverse("experiment-predict", args=[org.slug])
+        predict = reverse("experiment-builder-predict", args=[org.slug])
     else:
         action = reverse("experiment-edit", args=[org.slug, experiment.id])
         check = reverse("experiment-edit-check", args=[org.slug, experiment.id])
-        predict = reverse("experiment-edit-predict", args=[org.slug, experiment.id])
+        predict = reverse("experiment-edit-builder-predict", args=[org.slug, experiment.id])
     flags = builder.serve_flag_choices()
     context = org_context(
         membership,

@@ -61,8 +61,11 @@ def keep_test_connection():
 
 
 @pytest.fixture
-def world(alice, bob, keep_test_connection):
-    """Real rows for every kind of path id, owned by alice's organization."""
+def world(alice, bob, keep_test_connection, monkeypatch):
+    """Real rows for every kind of path id, owned by alice's organization. Predictions run on
+    a small simulation budget: the same code path, 25 examples in seconds rather than minutes
+    (the budget's own effect is tested in test_predictions)."""
+    monkeypatch.setattr("runs.selectors.predictions.WORK_BUDGET", 20_000)
     experiment = make_experiment(alice.org)
     sharegpt = json.dumps(
         [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}]

@@ -127,3 +127,42 @@ def test_an_anonymous_visitor_is_sent_to_sign_in_from_every_page(acme_world):
                 wrong.append((method.__name__, url, response.status_code, location))
     assert wrong == []
     assert database_state() == before
+
+
+def _named_routes(patterns, prefix: str = "", namespace: str = "") -> list[tuple[str, str]]:
+    found = []
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            inner = f"{namespace}{pattern.namespace}:" if pattern.namespace else namespace
+            found += _named_routes(pattern.url_patterns, route, inner)
+        elif isinstance(pattern, URLPattern) and pattern.name:
+            found.append((namespace + pattern.name, route))
+    return found
+
+
+def _parameters(route: str) -> frozenset[str]:
+    names = {m.group("name") for m in _PARAM.finditer(route)}
+    names |= set(re.findall(r"\(\?P<(\w+)>", route))
+    return frozenset(names - {"format"})
+
+
+def _without_format_suffix(route: str) -> str:
+    """DRF lists each API route again with a `.json`-style suffix: the same route."""
+    route = re.sub(r"\\\.\(\?P<format>[^)]*\)|\.?<drf_format_suffix:format>", "", route)
+    return re.sub(r"/?\??\$?$", "", route)
+
+
+def test_no_two_routes_answer_one_name_with_the_same_parameters():
+    """A page and an API action may share a name only when their parameters differ (the API's
+    `pk`, the page's `experiment_id`), so that `reverse` with keywords finds one of them.
+    With the same parameters `reverse` picks whichever was listed first, and a form would
+    post to the wrong view — as the builder's predict page once did to the API's."""
+    seen: dict[tuple[str, frozenset[str]], str] = {}
+    clashes = []
+    for name, route in _named_routes(get_resolver().url_patterns):
+        key = (name, _parameters(route))
+        if key in seen and _without_format_suffix(route) != _without_format_suffix(seen[key]):
+            clashes.append((name, seen[key], route))
+        seen.setdefault(key, route)
+    assert clashes == []
