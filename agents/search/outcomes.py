@@ -30,6 +30,7 @@ class Outcome:
     high: float | None = None
     levels: Sequence[Mapping] = field(default_factory=tuple)
     simulated: bool = False
+    load: float | None = None  # the capacity itself: users or requests per second
 
     @property
     def serves(self) -> bool:
@@ -69,4 +70,5 @@ def outcome_of(
         high,
         tuple(levels),
         simulated,
+        load,
     )

@@ -14,14 +14,20 @@ Guarantees:
   measurements so far) fit in what is left, and only while fewer than ``max_trials``
   configurations were measured.
 - ``exhaustive`` measures every configuration in full. ``prune`` predicts every
-  configuration, drops those vLLM would refuse, that meet the SLOs at no load, or that lose
-  to the predicted best by more than ``margin``; measures the survivors best first, and
-  after ``calibrate_after`` measurements fits the simulator to them (``calibration``) and
-  re-ranks what is left with the calibrated model (which may also bring back a configuration
-  the first screen dropped). ``halving`` measures every candidate briefly, keeps the best
-  1/``eta``, measures those longer, and so on up to full effort; the last two are compared by
-  their 95 % intervals (``SearchResult.decided``). ``bayes`` lets Optuna's TPE sampler
-  (seeded) pick configurations over the grid's flags, each measured in full.
+  configuration, drops those vLLM would refuse, that meet the SLOs at no load, that lose
+  to the predicted best by more than ``margin``, or that are predicted exactly the same as
+  another survivor (the flags that tell them apart do not bind at this workload: one of them
+  is measured); measures the survivors best first, and after ``calibrate_after``
+  measurements fits the simulator to them (``calibration``) and re-ranks what is left with
+  the calibrated model (which may also bring back a configuration the first screen dropped)
+  — a calibration is used only when it predicts the configurations already measured better
+  than the defaults did. After each measurement, a configuration whose prediction, scaled
+  by how the measurements so far compare with their predictions, falls more than
+  ``measured_margin`` below the best value measured is dropped. ``halving`` measures every
+  candidate briefly, keeps the best 1/``eta``, measures those longer, and so on up to full
+  effort; the last two are compared by their 95 % intervals (``SearchResult.decided``).
+  ``bayes`` lets Optuna's TPE sampler (seeded) pick configurations over the grid's flags,
+  each measured in full.
   ``prune+halving`` runs halving on prune's survivors.
 """
 
@@ -68,6 +74,7 @@ class SearchSpec:
     spend_limit_s: float | None = None
     max_trials: int | None = None
     margin: float = 0.25
+    measured_margin: float = 0.10
     eta: int = 3
     min_effort: float = 0.25
     calibrate_after: int = 2
@@ -99,6 +106,8 @@ class SearchResult:
     spent_gpu_s: float = 0.0
     measurements: int = 0
     calibration: Calibration | None = None
+    # A calibration fitted but not used: it predicted the measured configurations worse.
+    calibration_rejected: Calibration | None = None
     stopped_by: str | None = None
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     # The prediction error (mean absolute %, value) of the configurations measured after a
@@ -201,9 +210,10 @@ def _screen(ledger: _Ledger, candidates: Sequence[int], efficiency: Efficiency) 
         ledger.result.fates[index].predicted = outcome.value
     serving = [i for i in candidates if predictions[i].serves]
     best = max((_value(predictions[i]) for i in serving), default=None)
-    survivors = []
+    survivors: list[int] = []
     for index in candidates:
         outcome, fate = predictions[index], ledger.result.fates[index]
+        twin = next((i for i in survivors if _same(predictions[i], outcome)), None)
         if not outcome.starts:
             fate.fate, fate.reason = "pruned", "predicted not to start"
         elif outcome.value is None:
@@ -211,9 +221,33 @@ def _screen(ledger: _Ledger, candidates: Sequence[int], efficiency: Efficiency) 
         elif best is not None and outcome.value < best * (1 - ledger.spec.margin):
             fate.fate = "pruned"
             fate.reason = f"predicted {100 * (1 - outcome.value / best):.0f} % below the best"
+        elif twin is not None:
+            fate.fate = "pruned"
+            fate.reason = f"predicted the same as configuration {twin + 1}"
         else:
             survivors.append(index)
     return sorted(survivors, key=lambda i: -_value(predictions[i]))
+
+
+def _same(a: Outcome, b: Outcome) -> bool:
+    """Two predictions the simulator cannot tell apart: the same capacity and value, and the
+    same throughput at every level they ran (a capacity that merely lands on the same load,
+    as a max_num_seqs cap can, differs in the levels beyond it)."""
+    if a.value is None or b.value is None or a.load != b.load:
+        return False
+    if not math.isclose(a.value, b.value, rel_tol=1e-3) or len(a.levels) != len(b.levels):
+        return False
+    return all(
+        _level_load(x) == _level_load(y)
+        and math.isclose(
+            x.get("output_throughput") or 0, y.get("output_throughput") or 0, rel_tol=1e-3
+        )
+        for x, y in zip(a.levels, b.levels, strict=True)
+    )
+
+
+def _level_load(level: Mapping) -> object:
+    return level.get("concurrency", level.get("request_rate"))
 
 
 def _prune(ledger: _Ledger, candidates: Sequence[int]) -> None:
@@ -235,11 +269,18 @@ def _prune(ledger: _Ledger, candidates: Sequence[int]) -> None:
                     abs(fate.calibrated / outcome.value - 1),
                 )
             )
-        if len(measured) == spec.calibrate_after and result.calibration is None:
+        if (
+            len(measured) == spec.calibrate_after
+            and result.calibration is None
+            and result.calibration_rejected is None
+        ):
             calibration = trials.calibrate(measured)
-            if calibration is not None:
+            if calibration is not None and _predicts_better(ledger, measured, calibration):
                 result.calibration = calibration
                 queue = _rerank(ledger, candidates, measured, calibration.efficiency)
+            elif calibration is not None:
+                result.calibration_rejected = calibration
+        queue = _drop_behind(ledger, queue, measured)
     if calibrated_errors:
         result.error_uncalibrated_pct = (
             100 * sum(e[0] for e in calibrated_errors) / len(calibrated_errors)
@@ -249,6 +290,59 @@ def _prune(ledger: _Ledger, candidates: Sequence[int]) -> None:
         )
 
 
+def _used_prediction(fate: Fate) -> float | None:
+    return fate.calibrated if fate.calibrated is not None else fate.predicted
+
+
+def _predicts_better(
+    ledger: _Ledger, measured: Sequence[tuple[int, Outcome]], calibration: Calibration
+) -> bool:
+    """Whether the calibrated simulator predicts the configurations measured so far closer
+    to what they measured than the defaults did (mean absolute error of the value)."""
+    before = after = 0.0
+    count = 0
+    for index, outcome in measured:
+        default = ledger.result.fates[index].predicted
+        if not outcome.serves or default is None:
+            continue
+        calibrated = ledger.trials.predict(index, calibration.efficiency).value
+        if calibrated is None:
+            return False
+        before += abs(default / outcome.value - 1)
+        after += abs(calibrated / outcome.value - 1)
+        count += 1
+    return count > 0 and after < before
+
+
+def _drop_behind(
+    ledger: _Ledger, queue: list[int], measured: Sequence[tuple[int, Outcome]]
+) -> list[int]:
+    """The queue less what cannot catch up with the best measured value: each prediction is
+    scaled by the median of measured ÷ predicted so far, then compared."""
+    fates = ledger.result.fates
+    ratios = sorted(
+        outcome.value / used
+        for index, outcome in measured
+        if outcome.serves and (used := _used_prediction(fates[index]))
+    )
+    best = max((_value(outcome) for _, outcome in measured), default=-math.inf)
+    if not ratios or best <= 0:
+        return queue
+    ratio = ratios[len(ratios) // 2]
+    kept = []
+    for index in queue:
+        used = _used_prediction(fates[index])
+        if used is not None and used * ratio < best * (1 - ledger.spec.measured_margin):
+            fates[index].fate = "pruned"
+            fates[index].reason = (
+                f"predicted {100 * (1 - used * ratio / best):.0f} % below the best measured "
+                "(its prediction scaled by the measurements so far)"
+            )
+        else:
+            kept.append(index)
+    return kept
+
+
 def _rerank(
     ledger: _Ledger,
     candidates: Sequence[int],
@@ -256,24 +350,35 @@ def _rerank(
     efficiency: Efficiency,
 ) -> list[int]:
     """After a calibration: every configuration not measured yet is predicted again with the
-    calibrated simulator and screened against the best known value (measured or predicted)."""
+    calibrated simulator and screened against the best known value (measured or predicted);
+    of configurations predicted the same, one is kept."""
     done = {index for index, _ in measured}
     left = [i for i in candidates if i not in done]
     predictions = {index: ledger.trials.predict(index, efficiency) for index in left}
     best_measured = max((_value(o) for _, o in measured), default=-math.inf)
     best = max([best_measured, *(_value(o) for o in predictions.values())])
-    queue = []
+    queue: list[int] = []
     for index in left:
         outcome, fate = predictions[index], ledger.result.fates[index]
         fate.calibrated = outcome.value
         ledger.predicted_seconds[index] = outcome.gpu_seconds
-        if outcome.serves and best > 0 and outcome.value >= best * (1 - ledger.spec.margin):
+        twin = next((i for i in queue if _same(predictions[i], outcome)), None)
+        if (
+            outcome.serves
+            and best > 0
+            and outcome.value >= best * (1 - ledger.spec.margin)
+            and twin is None
+        ):
             queue.append(index)
             if fate.fate == "pruned":
                 fate.fate, fate.reason = "not_reached", "brought back by the calibration"
         elif fate.fate != "pruned":
             fate.fate = "pruned"
-            fate.reason = "calibrated prediction below the best"
+            fate.reason = (
+                f"calibrated, predicted the same as configuration {twin + 1}"
+                if twin is not None
+                else "calibrated prediction below the best"
+            )
     return sorted(queue, key=lambda i: -_value(predictions[i]))
 
 

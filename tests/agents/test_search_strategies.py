@@ -78,14 +78,27 @@ def test_prune_drops_what_cannot_start_serves_no_load_or_loses_by_the_margin():
         starts=[True, True, True, True, True, False],
     )
     result = run_search(SearchSpec("prune", margin=0.25), CONFIGS, trials)
-    # Best predicted 50: the survivors are within 25 % of it (≥ 37.5), best predicted first.
-    assert [index for index, _ in trials.measured] == [1, 2, 0]
+    # Best predicted 50: the survivors are within 25 % of it (≥ 37.5), best predicted first:
+    # 1, 2, 0. Configuration 1 measures 52 (4 % above its prediction): 0, predicted 40, is
+    # then 40 × 1.04 = 41.6, more than 10 % below 52, and is not measured.
+    assert [index for index, _ in trials.measured] == [1, 2]
     fates = result.fates
+    assert fates[0].fate == "pruned" and "below the best measured" in fates[0].reason
     assert fates[3].fate == "pruned" and "no load" in fates[3].reason
     assert fates[4].fate == "pruned" and "40 % below the best" in fates[4].reason
     assert fates[5].fate == "pruned" and "not to start" in fates[5].reason
     assert result.winner == 1
-    assert result.spent_gpu_s == 3 * (COLD_START_S + RUN_S)
+    assert result.spent_gpu_s == 2 * (COLD_START_S + RUN_S)
+
+
+def test_prune_measures_one_of_configurations_predicted_the_same():
+    trials = Scripted(true=[40, 50, 50, 50, 30, 20], predicted=[40, 48, 48, 48, 30, 20])
+    result = run_search(SearchSpec("prune", margin=0.25), CONFIGS, trials)
+    assert [index for index, _ in trials.measured] == [1]
+    for twin in (2, 3):
+        assert result.fates[twin].fate == "pruned"
+        assert result.fates[twin].reason == "predicted the same as configuration 2"
+    assert result.winner == 1
 
 
 def test_prune_calibrates_after_two_trials_and_reranks_what_is_left():
@@ -96,15 +109,17 @@ def test_prune_calibrates_after_two_trials_and_reranks_what_is_left():
         calibrated=[10, 51, 47, 20, 60, 46],
     )
     result = run_search(SearchSpec("prune", margin=0.25, calibrate_after=2), CONFIGS, trials)
-    assert [index for index, _ in trials.measured] == [1, 2, 4, 5]
+    # 1 and 2 measured (52 and 48: the calibration predicts them closer than the defaults,
+    # 51 and 47 against 50 and 46, so it is used); with it 4 (60) comes back and is measured
+    # (58), after which 5 (46 × 1.04 ≈ 48) is more than 10 % below 58.
+    assert [index for index, _ in trials.measured] == [1, 2, 4]
     assert result.calibration is not None and result.calibration.efficiency == CALIBRATED
     assert result.fates[4].calibrated == 60 and result.fates[4].fate == "winner"
-    assert result.fates[0].fate == "pruned" and "calibrated" in result.fates[0].reason
-    # Best known after it: 60 (calibrated, configuration 4); within 25 %: 4 (60) and 5 (46).
-    # Measured after the calibration: 4 (predicted 30, calibrated 60, true 58) and 5 (44, 46,
-    # 45).
-    uncalibrated = (abs(30 / 58 - 1) + abs(44 / 45 - 1)) / 2 * 100
-    calibrated = (abs(60 / 58 - 1) + abs(46 / 45 - 1)) / 2 * 100
+    assert result.fates[0].fate == "pruned"
+    assert result.fates[5].fate == "pruned" and "best measured" in result.fates[5].reason
+    # Measured after the calibration: 4 (predicted 30, calibrated 60, true 58).
+    uncalibrated = abs(30 / 58 - 1) * 100
+    calibrated = abs(60 / 58 - 1) * 100
     assert result.error_uncalibrated_pct == pytest.approx(uncalibrated)
     assert result.error_calibrated_pct == pytest.approx(calibrated)
 
@@ -112,7 +127,8 @@ def test_prune_calibrates_after_two_trials_and_reranks_what_is_left():
 def test_a_spend_limit_is_never_knowingly_passed_and_a_prediction_never_wins():
     trials = Scripted(true=[10, 20, 30, 40, 50, 60], predicted=[60, 50, 40, 30, 20, 10])
     limit = 2.5 * (COLD_START_S + RUN_S)
-    result = run_search(SearchSpec("prune", margin=1.0, spend_limit_s=limit), CONFIGS, trials)
+    spec = SearchSpec("prune", margin=1.0, measured_margin=1.0, spend_limit_s=limit)
+    result = run_search(spec, CONFIGS, trials)
     assert result.spent_gpu_s <= limit and result.measurements == 2
     assert result.stopped_by == "spend_limit"
     # Configuration 5 is the truly best, never measured: the winner is a measured one.
@@ -148,6 +164,18 @@ def test_halving_measures_all_briefly_keeps_the_best_third_and_measures_the_last
     assert result.spent_gpu_s == pytest.approx(
         6 * (COLD_START_S + RUN_S / 3) + 2 * (COLD_START_S + RUN_S)
     )
+
+
+def test_a_calibration_that_predicts_the_measured_worse_is_not_used():
+    trials = Scripted(
+        true=[40, 52, 48, 10, 58, 45],
+        predicted=[40, 50, 46, 20, 30, 44],
+        calibrated=[10, 70, 30, 20, 60, 46],  # far off on the two it was fitted to
+    )
+    result = run_search(SearchSpec("prune", calibrate_after=2), CONFIGS, trials)
+    assert result.calibration is None and result.calibration_rejected is not None
+    assert all(fate.calibrated is None for fate in result.fates)
+    assert 4 not in [index for index, _ in trials.measured]
 
 
 def test_prune_then_halving_runs_halving_on_the_survivors_only():
