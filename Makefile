@@ -69,10 +69,8 @@ $(DOCKER_COMPOSE):
 # tests/service_env.py picks PostgreSQL and Redis on 127.0.0.1 when they answer; with CI=true
 # it fails when they don't, otherwise it falls back to SQLite and skips the Redis tests.
 # TEST_WORKERS parallel workers (pytest-xdist; tests/conftest.py keeps them apart); 0 runs the
-# suite in this process. On 2 cores 5 workers take about 13 min instead of 35, but under that
-# load a few timing-sensitive tests still fail now and then (docs/testing.md names them and
-# has the measurements): in-process until they are fixed.
-TEST_WORKERS ?= 0
+# suite in this process. On 2 cores 5 workers take about 14 min instead of 27 (docs/testing.md).
+TEST_WORKERS ?= 5
 test: lint $(CHROMIUM) $(DOCKER_COMPOSE)
 	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
