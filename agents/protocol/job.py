@@ -54,6 +54,25 @@ class TrialSpec(StrictModel):
     image_tag: str | None = Field(default=None, max_length=128, exclude_if=lambda tag: tag is None)
 
 
+MAX_SPEND_SECONDS = 30 * 86_400
+SEARCH_STRATEGIES = ("exhaustive", "prune", "halving", "bayes", "prune+halving")
+
+
+class SearchSettings(StrictModel):
+    """How a run searches its grid (``agents.search``; docs/search.md): ``exhaustive``
+    measures every trial; the others measure part of it and report what became of each
+    (``search_finished``). ``spend_limit_seconds``: the pod's seconds the search may spend
+    measuring (cold starts and levels); ``max_trials``: configurations measured; ``margin``:
+    how far below the predicted best a configuration is pruned."""
+
+    strategy: Literal[SEARCH_STRATEGIES] = "exhaustive"  # type: ignore[valid-type]
+    spend_limit_seconds: (
+        Annotated[float, Field(gt=0, le=30 * 86_400, allow_inf_nan=False)] | None
+    ) = None
+    max_trials: Annotated[int, Field(ge=1, le=MAX_JOB_TRIALS)] | None = None
+    margin: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.25
+
+
 class ReportTo(StrictModel):
     """Where results go: the site's WebSocket and REST base, or (both None) a results folder."""
 
@@ -78,6 +97,9 @@ class JobSpec(StrictModel):
     # and the level, never from the trial (the workload's own seed when it fixes one).
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     report: ReportTo = Field(default_factory=ReportTo)
+    # How to search the trials (None: measure every one). Left out of the JSON when None, so
+    # a job without a search reads as it always did.
+    search: SearchSettings | None = Field(default=None, exclude_if=lambda search: search is None)
 
     @field_validator("deadline")
     @classmethod

@@ -1,4 +1,4 @@
-"""Agent ↔ site messages: what an agent reports (``AgentMessage``, one of nine types,
+"""Agent ↔ site messages: what an agent reports (``AgentMessage``, one of ten types,
 each carrying its run, epoch and ``seq``), what the site answers (``Ack``, ``Rejected``,
 ``EpochGrant``, ``Cancel``), and how a refused message is described."""
 
@@ -38,8 +38,8 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # 3: steady windows, SLO percentiles and attainment in level results; ``capacity`` in
 # ``trial_finished``. 4: trial failure classes ``model_access_denied`` and ``disk_too_small``;
 # the ``weights_downloaded`` cold-start phase (a duration, before the engine's process starts);
-# ``engine_restarted`` (self-heal) and the failure class ``hang``.
-PROTOCOL_VERSION = 4
+# ``engine_restarted`` (self-heal) and the failure class ``hang``. 5: ``search_finished``.
+PROTOCOL_VERSION = 5
 MAX_LOG_TAIL_CHARS = 64 * 1024
 
 
@@ -65,7 +65,7 @@ class AgentMessageBase(StrictModel):
     with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
     and of agents without a site."""
 
-    protocol: Literal[1, 2, 3, 4] = PROTOCOL_VERSION
+    protocol: Literal[1, 2, 3, 4, 5] = PROTOCOL_VERSION
     run_id: RunId
     epoch: EpochNumber = 0
     seq: SeqNumber
@@ -206,6 +206,55 @@ class TrialFinished(AgentMessageBase):
     capacity: CapacityResult | None = None
 
 
+class TrialFate(StrictModel):
+    """What a search made of one trial: ``winner`` (measured in full, the best), ``measured``
+    (in full), ``eliminated`` (measured briefly in ``round``, behind the others), ``pruned``
+    (never measured: the simulator's figure and why), ``not_reached`` (a limit or a stop came
+    first). Figures are the search's value, output tokens/s at capacity under the SLOs:
+    ``predicted`` with the simulator's defaults, ``calibrated`` after a calibration,
+    ``measured`` at ``effort`` (1: the full workload)."""
+
+    trial: TrialIndex
+    fate: Literal["winner", "measured", "eliminated", "pruned", "not_reached"]
+    round: Annotated[int, Field(ge=1, le=64)] | None = None
+    predicted: FiniteFloat | None = None
+    calibrated: FiniteFloat | None = None
+    measured: FiniteFloat | None = None
+    effort: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    reason: str = Field(default="", max_length=500)
+
+
+class SearchCalibration(StrictModel):
+    """The simulator's constants fitted to the run's measurements (``agents.search
+    .calibration``); ``used``: False when it predicted the measured trials worse than the
+    defaults (kept for the record, not used); the value's prediction error, mean absolute %,
+    of the trials measured after it, with the defaults and with it."""
+
+    constants: dict[str, FiniteFloat] = Field(max_length=16)
+    used: bool
+    fit_error_pct: FiniteFloat | None = None
+    error_uncalibrated_pct: FiniteFloat | None = None
+    error_calibrated_pct: FiniteFloat | None = None
+
+
+class SearchFinished(AgentMessageBase):
+    """A run's search is over (a job with ``search``): every trial's fate, the winner (a
+    trial measured in full; None when none served), whether its lead over the runner-up is
+    beyond both 95 % intervals (``decided``), the pod seconds spent measuring against what
+    measuring every trial would take on the simulator's prediction, and the calibration."""
+
+    type: Literal["search_finished"]
+    strategy: Literal["exhaustive", "prune", "halving", "bayes", "prune+halving"]
+    fates: list[TrialFate] = Field(max_length=1024)
+    winner: TrialIndex | None = None
+    decided: bool = True
+    measurements: Count = 0
+    spent_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    exhaustive_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    stopped_by: Literal["spend_limit", "max_trials", "stop"] | None = None
+    calibration: SearchCalibration | None = None
+
+
 class RunFinished(AgentMessageBase):
     """The agent is done with the run (all trials, a cancel, or its deadline)."""
 
@@ -223,6 +272,7 @@ AgentMessage = Annotated[
     | MeasurementReport
     | EngineRestarted
     | TrialFinished
+    | SearchFinished
     | RunFinished,
     Field(discriminator="type"),
 ]

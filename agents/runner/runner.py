@@ -39,6 +39,10 @@ Guarantees:
   every log tail sent.
 - Every trial is sent the same traffic: the load generator is seeded with the job's
   ``seed``, never with the trial.
+- A job with a ``search`` measures the trials its search picks, at the effort it asks
+  (``agents.runner.search_run``; ``exhaustive``: all, in order, within its limits); every
+  other trial is reported skipped with its fate, and ``search_finished`` precedes
+  ``run_finished``.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ from agents.loadgen.activity import Activity
 from agents.protocol import JobSpec, ServeGridError
 from agents.runner.hostfacts import agent_version, host_facts, vllm_version_of
 from agents.runner.live import LiveLevel
+from agents.runner.search_run import TrialRecord, run_job_search
 from agents.runner.simulated import (
     capacity_in_simulated_time,
     progress_in_simulated_time,
@@ -84,6 +89,7 @@ from agents.runner.simulated import (
     workload_for_speed,
 )
 from agents.runner.trial_engine import EngineOptions, trial_engine
+from agents.search import at_effort
 from agents.weights import WeightsError, weights_fetch
 
 logger = logging.getLogger(__name__)
@@ -107,6 +113,15 @@ ENGINE_POLL_SECONDS = 0.5
 ENGINE_EXIT_GRACE = 5.0
 # Request failures that say the server may be gone (``agents.loadgen.http`` kinds).
 _LOST_CONNECTION = frozenset({"connection_refused", "connection_error", "stream_ended_early"})
+# The messages of one trial's measuring: a brief look of a search (effort < 1) sends none.
+_TRIAL_MESSAGES = (
+    protocol.TrialStarted,
+    protocol.ColdStartPhase,
+    protocol.LevelProgress,
+    protocol.MeasurementReport,
+    protocol.EngineRestarted,
+    protocol.TrialFinished,
+)
 LOG_TAIL_LINES = 60
 
 
@@ -220,6 +235,11 @@ class JobRunner:
         self.weights_dir = self.engine_options.weights_dir or self.workdir / "weights"
         self._weights_ready = job.engine.kind != "vllm"
         self.tokenizer = None
+        # A search's measuring (agents.runner.search_run): the effort of the trial being
+        # measured, what it found, and how each trial reported as ended did end.
+        self._effort = 1.0
+        self._record: TrialRecord | None = None
+        self._reported: dict[int, str] = {}
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -244,6 +264,10 @@ class JobRunner:
             # engine is stopped after the level, so its last metrics can still be read.
             self._loop.run_in_executor(None, engine.stop)
 
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_request is not None
+
     def seconds_to_deadline(self) -> float:
         now = datetime.datetime.now(datetime.UTC)
         return (self.job.deadline - now).total_seconds() - self.deadline_margin
@@ -251,6 +275,14 @@ class JobRunner:
     # -- messages --------------------------------------------------------------------------
 
     def emit(self, model: type[protocol.AgentMessageBase], **fields) -> None:
+        if (
+            self._effort < 1
+            and model in _TRIAL_MESSAGES
+            and fields.get("phase") != protocol.WEIGHTS_PHASE  # the run's fact, not the trial's
+        ):
+            return  # a search's brief look: not the workload's measurement (search_run)
+        if model is protocol.TrialFinished:
+            self._reported[fields["trial"]] = fields["outcome"]
         try:
             message = _message(model, self.job.run_id, **fields)
         except pydantic.ValidationError:
@@ -289,13 +321,16 @@ class JobRunner:
         heartbeat = asyncio.create_task(self._heartbeats())
         outcomes: dict[str, int] = {"succeeded": 0, "failed": 0, "skipped": 0}
         try:
-            for trial in self.job.trials:
-                if self._stop_request is not None:
-                    self._skip(trial)
-                    outcomes["skipped"] += 1
-                    continue
-                outcome = await self._run_trial(trial)
-                outcomes[outcome] += 1
+            if self.job.search is not None:
+                outcomes = await run_job_search(self)
+            else:
+                for trial in self.job.trials:
+                    if self._stop_request is not None:
+                        self._skip(trial)
+                        outcomes["skipped"] += 1
+                        continue
+                    outcome = await self._run_trial(trial)
+                    outcomes[outcome] += 1
         except Exception as exc:
             logger.exception("the run failed")
             self._set_stop("failed", f"agent error: {type(exc).__name__}: {exc}")
@@ -326,6 +361,32 @@ class JobRunner:
             await asyncio.sleep(self.heartbeat_every)
             self.emit(protocol.Heartbeat, type="heartbeat", trial=self.current_trial)
 
+    async def measure_trial(self, trial: protocol.TrialSpec, effort: float) -> TrialRecord:
+        """Measures ``trial`` for a search at ``effort`` (1: as any run does, reported; less:
+        the workload at that effort, not reported); what it found."""
+        self._effort, self._record = effort, TrialRecord()
+        try:
+            await self._run_trial(trial)
+            record = self._record
+            record.capacity = self.capacity
+            return record
+        finally:
+            self._effort, self._record = 1.0, None
+
+    def reported_outcome(self, index: int) -> str | None:
+        """How trial ``index`` ended as reported (``trial_finished``), or None: not yet."""
+        return self._reported.get(index)
+
+    def skip_trial(self, index: int, reason: str) -> None:
+        """Reports trial ``index`` skipped, with ``reason`` as its log line."""
+        self.emit(
+            protocol.TrialFinished,
+            type="trial_finished",
+            trial=index,
+            outcome="skipped",
+            log_tail=reason,
+        )
+
     def _skip(self, trial: protocol.TrialSpec) -> None:
         stop = self._stop_request
         self.emit(
@@ -345,6 +406,8 @@ class JobRunner:
         self, trial: int, outcome: str, failure_class: str | None = None, log_tail: str = ""
     ) -> str:
         log_tail = self._redacted(log_tail)
+        if self._record is not None:
+            self._record.outcome, self._record.failure_class = outcome, failure_class
         self.emit(
             protocol.TrialFinished,
             type="trial_finished",
@@ -511,6 +574,9 @@ class JobRunner:
         def on_phase(phase) -> None:  # called from the engine's log thread
             if not first:
                 return  # a restart's start-up is not the trial's cold start
+            record = self._record
+            if record is not None:
+                record.cold_start_s = max(record.cold_start_s, phase.at)
             self.emit(
                 protocol.ColdStartPhase,
                 type="cold_start_phase",
@@ -649,6 +715,8 @@ class JobRunner:
             resume_results=tuple(measured),
             activity=activity,
         )
+        if self._effort < 1:
+            config = at_effort(config, self._effort)
         relay = asyncio.create_task(self._relay_stop())
         live: LiveLevel | None = None
         level: dict = {}
@@ -714,6 +782,8 @@ class JobRunner:
     def _measurement(self, index: int, result: dict) -> None:
         if self.sim_speed:
             result = result_in_simulated_time(result, self.sim_speed)
+        if self._record is not None:
+            self._record.levels.append(dict(result))  # with its server figures
         result = dict(result)
         server = result.pop("server", None) or {}
         level = {key: result[key] for key in ("concurrency", "request_rate") if key in result}

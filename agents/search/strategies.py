@@ -49,6 +49,11 @@ FULL_EFFORT = 1.0
 FateName = Literal["winner", "measured", "eliminated", "pruned", "not_reached"]
 
 
+class SearchStopped(Exception):
+    """Raised by ``Trials.measure`` when the run is stopping (a cancel, the deadline): the
+    search ends there, with what it measured so far (``stopped_by`` "stop")."""
+
+
 class Trials(Protocol):
     """Where a search gets its figures from, for the configurations it was given (by index)."""
 
@@ -57,7 +62,8 @@ class Trials(Protocol):
 
     def measure(self, index: int, effort: float) -> Outcome:
         """Configuration ``index`` measured for real at ``effort`` (1: the experiment's full
-        workload; less: fewer requests and capacity probes): spends its ``gpu_seconds``."""
+        workload; less: fewer requests and capacity probes): spends its ``gpu_seconds``.
+        Raises ``SearchStopped`` when the run is stopping."""
 
     def calibrate(self, measured: Sequence[tuple[int, Outcome]]) -> Calibration | None:
         """The simulator fitted to these measurements, or None (too few points)."""
@@ -406,11 +412,14 @@ def _halving(ledger: _Ledger, candidates: Sequence[int]) -> None:
             return
         ranked = sorted(alive, key=lambda i: -scores[i])
         keep = max(2, math.ceil(len(alive) / spec.eta))
-        for index in ranked[keep:]:
-            fate = result.fates[index]
-            fate.fate, fate.reason = "eliminated", f"round {round_} of {rounds}"
-            fate.round = round_
-        alive = [i for i in ranked[:keep] if scores[i] > -math.inf] or ranked[:1]
+        # What met no SLO in this round goes too (unless nothing did: the best look stays).
+        kept = [i for i in ranked[:keep] if scores[i] > -math.inf] or ranked[:1]
+        for index in ranked:
+            if index not in kept:
+                fate = result.fates[index]
+                fate.fate, fate.reason = "eliminated", f"round {round_} of {rounds}"
+                fate.round = round_
+        alive = kept
 
 
 def _bayes(ledger: _Ledger, candidates: Sequence[int], flags_of: Callable[[int], Mapping]):
@@ -460,16 +469,19 @@ def run_search(
     (module docstring)."""
     ledger = _Ledger(trials, spec, len(configs))
     everything = list(range(len(configs)))
-    if spec.strategy == "exhaustive":
-        _exhaustive(ledger, everything)
-    elif spec.strategy == "prune":
-        _prune(ledger, everything)
-    elif spec.strategy == "halving":
-        _halving(ledger, everything)
-    elif spec.strategy == "prune+halving":
-        _halving(ledger, _screen(ledger, everything, DEFAULT_EFFICIENCY))
-    elif spec.strategy == "bayes":
-        _bayes(ledger, everything, lambda i: configs[i])
-    else:
-        raise ValueError(f"unknown search strategy {spec.strategy!r}")
+    try:
+        if spec.strategy == "exhaustive":
+            _exhaustive(ledger, everything)
+        elif spec.strategy == "prune":
+            _prune(ledger, everything)
+        elif spec.strategy == "halving":
+            _halving(ledger, everything)
+        elif spec.strategy == "prune+halving":
+            _halving(ledger, _screen(ledger, everything, DEFAULT_EFFICIENCY))
+        elif spec.strategy == "bayes":
+            _bayes(ledger, everything, lambda i: configs[i])
+        else:
+            raise ValueError(f"unknown search strategy {spec.strategy!r}")
+    except SearchStopped:
+        ledger.result.stopped_by = "stop"
     return _declare(ledger)
