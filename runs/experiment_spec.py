@@ -1,10 +1,10 @@
 """Validation of an experiment as a whole: the serve grid and workload against the shared
 schema in ``agents.protocol``, and against the model, GPU count and uploaded datasets.
 
-Guarantee: ``experiment_spec_check`` either returns the normalised grid, workload and SLOs
-exactly as they will be stored and sent to the agent, or raises ``DomainValidationError``
-listing every problem by field path (``serve_grid.max_num_seqs[1]``,
-``workload.dataset.input_len`` …).
+Guarantee: ``experiment_spec_check`` either returns the normalised grid, workload, SLOs and
+search (``runs.experiment_search``) exactly as they will be stored and sent to the agent, or
+raises ``DomainValidationError`` listing every problem by field path
+(``serve_grid.max_num_seqs[1]``, ``workload.dataset.input_len``, ``search.strategy`` …).
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ from agents.protocol import (
     validate_serve_grid,
 )
 from runs.errors import DomainValidationError
+from runs.experiment_search import search_check
 from runs.models import GpuType, ModelSpec, Organization, WorkloadDataset
 from runs.models.experiments import engine_is_simulated
 from runs.placement import MAX_FALLBACK_GPU_TYPES
+from runs.selectors.prices import gpu_price
 
 # Docker image tags: what `docker tag` accepts.
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -48,6 +50,7 @@ class CheckedSpec:
     slos: dict
     fallback_gpu_types: list[str]
     compare_image_tags: list[str]
+    search: dict
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def experiment_spec_check(
     container_disk_gb: object = 80,
     network_volume_id: object = "",
     compare_image_tags: object = (),
+    search: object = None,
 ) -> CheckedSpec:
     """Checks the parts of an experiment that depend on each other (see module docstring)."""
     errors: dict[str, list[str]] = {}
@@ -162,6 +166,18 @@ def experiment_spec_check(
         for error in pydantic_field_errors(exc, prefix="slos"):
             add(error.field, error.message)
 
+    checked_search = search_check(
+        search,
+        slos=checked_slos,
+        workload=checked_workload,
+        simulator_knows_gpu=gpu_type.hardware is not None,
+        gpu_has_price=any(
+            gpu_price(org=org, gpu_type=gpu_type, cloud_type=cloud).usd_per_gpu_hour
+            for cloud in ("secure", "community")
+        ),
+        add=add,
+    )
+
     fallbacks = _check_placement(
         model=model,
         gpu_type=gpu_type,
@@ -182,6 +198,7 @@ def experiment_spec_check(
         slos=checked_slos.model_dump(mode="json", exclude_none=True),
         fallback_gpu_types=fallbacks,
         compare_image_tags=compared,
+        search=checked_search,
     )
 
 

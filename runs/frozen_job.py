@@ -32,6 +32,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from agents import protocol
 from runs.errors import DomainValidationError
+from runs.experiment_search import job_search
 from runs.experiment_spec import (
     PlannedTrial,
     experiment_image_tags,
@@ -95,9 +96,12 @@ def run_traffic_seed() -> int:
     return secrets.randbelow(protocol.MAX_SEED + 1)
 
 
-def job_spec_freeze(*, experiment: Experiment) -> dict:
+def job_spec_freeze(
+    *, experiment: Experiment, price_usd_per_gpu_hour: Decimal | None = None
+) -> dict:
     """The frozen job of a run of ``experiment`` as stored (see the module docstring);
-    trials in the grid's deterministic order."""
+    trials in the grid's deterministic order; a search's limit in dollars at
+    ``price_usd_per_gpu_hour`` (the estimate's, as the run starts)."""
     # Each trial names its image only when the run has several (one pod per image).
     several_images = len(experiment_image_tags(experiment)) > 1
     try:
@@ -130,6 +134,11 @@ def job_spec_freeze(*, experiment: Experiment) -> dict:
             ),
             model=_model_source(experiment.model),
             deadline=_CHECK_DEADLINE,
+            search=job_search(
+                experiment.search,
+                gpu_count=experiment.gpu_count,
+                price_usd_per_gpu_hour=price_usd_per_gpu_hour,
+            ),
         )
     except protocol.ServeGridError as exc:
         raise _refusal(exc.errors, prefix="serve_grid.") from exc
@@ -161,6 +170,8 @@ def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
         "budget_cap_usd": str(_as_stored(experiment, "budget_cap_usd")),
         "estimate_usd": None if estimate.cost_usd is None else str(estimate.cost_usd),
         "estimate_seconds": estimate.total_seconds,
+        # Of which measuring the trials (cold starts and levels): what a search may save.
+        "estimate_trial_seconds": estimate.cold_start_seconds + estimate.sweep_seconds,
     }
 
 
@@ -169,7 +180,9 @@ def run_frozen_fields(*, experiment: Experiment, estimate: CostEstimate) -> dict
     its job and the experiment's other facts. Raises ``DomainValidationError`` for a job the
     protocol refuses."""
     return {
-        "job_spec": job_spec_freeze(experiment=experiment),
+        "job_spec": job_spec_freeze(
+            experiment=experiment, price_usd_per_gpu_hour=estimate.price_usd_per_gpu_hour
+        ),
         "experiment_snapshot": experiment_snapshot(experiment, estimate),
     }
 

@@ -18,6 +18,7 @@ from frontend.experiments.form_slots import (
     CAPACITY_FIELDS,
     DATASET_FIELDS,
     DATASET_FIELDS_BY_KIND,
+    SEARCH_FIELDS,
     SLO_NAMES,
     WORKLOAD_FIELDS,
     errors_by_slot,
@@ -77,6 +78,7 @@ _BUILDER_TEXT_FIELDS = (
     *WORKLOAD_FIELDS,
     *CAPACITY_TEXT_FIELDS,
     *(f"slo_{name}" for name in SLO_NAMES),
+    *(f"search_{name}" for name in SEARCH_FIELDS),
     "budget_cap_usd",
 )
 
@@ -127,6 +129,7 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "budget_cap_usd": str(experiment.budget_cap_usd),
     }
     values |= _capacity_values(workload.get("capacity"))
+    values |= {f"search_{name}": shown_text(experiment.search.get(name)) for name in SEARCH_FIELDS}
     for name_ in DATASET_FIELDS:
         values[name_] = shown_text(dataset.get(name_))
     for slo in SLO_NAMES:
@@ -246,6 +249,13 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
     slos: dict = {}
     for slo in SLO_NAMES:
         put_number(slos, slo, values.get(f"slo_{slo}"))
+    # Blank inputs leave the defaults (exhaustive, no limits): {} is stored for them.
+    search: dict = {}
+    if values.get("search_strategy"):
+        search["strategy"] = values["search_strategy"]
+    for name in SEARCH_FIELDS:
+        if name != "strategy":
+            put_number(search, name, values.get(f"search_{name}"))
     payload = {
         "name": values.get("name", ""),
         "description": values.get("description", ""),
@@ -267,6 +277,7 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
         "defaults_trial": bool(values.get("defaults_trial")),
         "workload": _workload_from_form(values),
         "slos": slos,
+        "search": search,
         "budget_cap_usd": values.get("budget_cap_usd", ""),
     }
     return payload, errors

@@ -17,6 +17,7 @@ from agents.protocol import (
     Slos,
     Workload,
 )
+from runs.experiment_search import ExperimentSearch
 from runs.services.catalogue import MODEL_SPEC_FIELDS
 from runs.services.experiments import EXPERIMENT_FIELDS
 
@@ -33,8 +34,10 @@ WORKLOAD_FIELDS = tuple(
 )
 CAPACITY_FIELDS = tuple(CapacitySearch.model_fields)
 SLO_NAMES = tuple(Slos.model_fields)
+# The search is a group of inputs of its own (``search_<field>``, error_slot).
+SEARCH_FIELDS = tuple(ExperimentSearch.model_fields)
 # Nested fields (the grid, fallbacks, workload, SLOs) have slots of their own (error_slot).
-_NESTED = ("serve_grid", "fallback_gpu_types", "workload", "slos")
+_NESTED = ("serve_grid", "fallback_gpu_types", "workload", "slos", "search")
 _TOP_LEVEL = (
     *(name for name in EXPERIMENT_FIELDS if name not in _NESTED),
     "budget",
@@ -54,6 +57,9 @@ def error_slot(path: str) -> str:
     if head == "slos":
         name = rest.split(".", 1)[0]
         return f"slo_{name}" if name in SLO_NAMES else "slos"
+    if head == "search":
+        name = rest.split(".", 1)[0]
+        return f"search_{name}" if name in SEARCH_FIELDS else "search"
     if head == "workload":
         first, _, tail = rest.partition(".")
         first = first.split("[", 1)[0]
@@ -78,6 +84,7 @@ def _shown(path: str, slot: str, message: str) -> str:
         f"workload.dataset.{slot}",
         f"slos.{slot.removeprefix('slo_')}",
         f"workload.capacity.{slot.removeprefix('capacity_')}",
+        f"search.{slot.removeprefix('search_')}",
     }
     return message if path in whole else f"{path}: {message}"
 

@@ -147,6 +147,15 @@ def experiments_list(request, membership):
     )
 
 
+SEARCH_STRATEGY_CHOICES = (
+    ("exhaustive", "Exhaustive: every configuration"),
+    ("prune", "Prune on the simulator, then measure the survivors"),
+    ("halving", "Successive halving: brief looks, the best measured longer"),
+    ("bayes", "Bayesian (Optuna TPE)"),
+    ("prune+halving", "Prune, then halving"),
+)
+
+
 def _render_builder(request, membership, *, form, outcome, experiment=None):
     org = membership.organization
     if experiment is None:
@@ -181,6 +190,7 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         clouds=CloudType.values,
         slo_names=form_slots.SLO_NAMES,
         slo_percentiles=SLO_PERCENTILES,
+        search_strategies=SEARCH_STRATEGY_CHOICES,
     )
     return render(request, "frontend/experiments/builder.html", context)
 

@@ -29,6 +29,7 @@ from runs.selectors.run_history import (
     with_trial_counts,
 )
 from runs.selectors.run_pages import run_live_state
+from runs.selectors.run_search import run_search_state
 from runs.selectors.trial_compare import (
     MAX_COMPARED_TRIALS,
     CompareInputError,
@@ -70,6 +71,7 @@ def run_detail(request, membership, run_id):
         experiment=run.experiment,
         state=state,
         can_cancel=Role(membership.role).can_write and not state["run"]["terminal"],
+        search=run_search_state(run=run),
         cancel_form=RunCancelForm(),
         live_url=reverse("run-live", args=[membership.organization.slug, run.id]),
         socket_path=f"/ws/runs/{run.id}/",

@@ -11,6 +11,7 @@ from runs.inputs.json_schemas import FROZEN_JOB_FIELD
 from runs.inputs.strict_fields import StrictJSONField
 from runs.models import Measurement, Run, Trial
 from runs.selectors.run_answer import run_answer
+from runs.selectors.run_search import run_search_state
 from runs.selectors.vllm_versions import vllm_version_mismatch
 
 
@@ -90,6 +91,8 @@ class RunDetailSerializer(RunSerializer):
     answer = serializers.SerializerMethodField()
     # The vLLM the pod really ran when it is not the one its image tag names, else "".
     vllm_version_mismatch = serializers.SerializerMethodField()
+    # What the run's search made of its grid (runs.selectors.run_search); null without one.
+    search = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
         fields = [
@@ -97,6 +100,7 @@ class RunDetailSerializer(RunSerializer):
             "job_spec",
             "experiment_snapshot",
             "answer",
+            "search",
             "vllm_version_mismatch",
             "trials",
         ]
@@ -104,6 +108,10 @@ class RunDetailSerializer(RunSerializer):
 
     def get_vllm_version_mismatch(self, run: Run) -> str:
         return vllm_version_mismatch(run)
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_search(self, run: Run) -> dict | None:
+        return run_search_state(run=run)
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_answer(self, run: Run) -> dict:

@@ -11,7 +11,7 @@ from runs.experiment_spec import (
     MAX_COMPARE_IMAGE_TAGS,
     experiment_trial_plan,
 )
-from runs.inputs.json_schemas import SERVE_GRID_FIELD, SLOS_FIELD, WORKLOAD_FIELD
+from runs.inputs.json_schemas import SEARCH_FIELD, SERVE_GRID_FIELD, SLOS_FIELD, WORKLOAD_FIELD
 from runs.inputs.strict_fields import (
     LONG_TEXT_MAX_CHARS,
     StrictBooleanField,
@@ -81,6 +81,8 @@ class ExperimentSerializer(StrictModelSerializer):
     defaults_trial = StrictBooleanField(required=False, default=False)
     workload = StrictJSONField(**WORKLOAD_FIELD)
     slos = StrictJSONField(required=False, default=dict, **SLOS_FIELD)
+    # How runs search the grid ({}: every trial); runs.experiment_search, the service checks.
+    search = StrictJSONField(required=False, default=dict, **SEARCH_FIELD)
     budget_cap_usd = StrictDecimalField(
         max_digits=10, decimal_places=2, min_value=Decimal("0.01"), max_value=Decimal(10_000_000)
     )

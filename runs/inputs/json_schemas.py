@@ -24,6 +24,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from agents import protocol
+from runs.experiment_search import ExperimentSearch
 from runs.frozen_job import PER_ATTEMPT
 
 COMPONENTS_REF = "#/components/schemas/"
@@ -37,6 +38,7 @@ EXAMPLE_WORKLOAD = {
     "warmup_requests": 16,
 }
 EXAMPLE_SLOS = {"ttft_ms": 500, "tpot_ms": 50}
+EXAMPLE_SEARCH = {"strategy": "prune", "spend_limit_gpu_minutes": 120, "max_trials": 12}
 
 
 def _bounds_to_openapi30(schema: dict) -> None:
@@ -137,6 +139,7 @@ def _serve_grid_json_schema() -> dict:
 SERVE_GRID_FIELD = _json_field(openapi_schema(_serve_grid_json_schema()), EXAMPLE_SERVE_GRID)
 WORKLOAD_FIELD = _json_field(model_openapi_schema(protocol.Workload), EXAMPLE_WORKLOAD)
 SLOS_FIELD = _json_field(model_openapi_schema(protocol.Slos), EXAMPLE_SLOS)
+SEARCH_FIELD = _json_field(model_openapi_schema(ExperimentSearch), EXAMPLE_SEARCH)
 
 
 class ProtocolBody(serializers.Serializer):

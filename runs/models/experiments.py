@@ -89,6 +89,8 @@ class Experiment(models.Model):
     serve_flags_schema_version = models.PositiveSmallIntegerField()
     workload = models.JSONField()
     slos = models.JSONField(default=dict, blank=True)
+    # How runs search the grid (runs.experiment_search.ExperimentSearch; {}: every trial).
+    search = models.JSONField(default=dict, blank=True)
     budget_cap_usd = models.DecimalField(max_digits=10, decimal_places=2)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

@@ -72,6 +72,11 @@ class Run(models.Model):
     # How the pod got the model's weights (the agent's ``weights_downloaded`` phase: bytes,
     # seconds, MB/s, cached); empty until reported, and for runs that fetch none.
     weights_fetch = models.JSONField(default=dict, blank=True)
+    # What the run's search made of its grid (the agent's ``search_finished``: every trial's
+    # fate, the winner, the pod seconds spent, the calibration); empty without a search.
+    # A run over several images searches each image's trials on its pod: one entry per pod,
+    # keyed by its image tag ("" for the simulator's or a single image).
+    search = models.JSONField(default=dict, blank=True)
     billed_seconds = models.FloatField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     run_token_hash = models.CharField(max_length=64, blank=True)

@@ -39,6 +39,7 @@ EXPERIMENT_FIELDS = (
     "defaults_trial",
     "workload",
     "slos",
+    "search",
     "budget_cap_usd",
 )
 
@@ -58,8 +59,10 @@ def _checked_fields(org: Organization, fields: dict) -> dict:
         container_disk_gb=fields["container_disk_gb"],
         network_volume_id=fields["network_volume_id"],
         compare_image_tags=fields["compare_image_tags"],
+        search=fields["search"],
     )
     return fields | {
+        "search": spec.search,
         "compare_image_tags": spec.compare_image_tags,
         "fallback_gpu_types": spec.fallback_gpu_types,
         "serve_grid": spec.serve_grid,
@@ -96,6 +99,7 @@ _CREATE_DEFAULTS = {
     "serve_grid": {},
     "defaults_trial": False,
     "slos": {},
+    "search": {},
 }
 
 

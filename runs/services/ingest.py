@@ -279,6 +279,13 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
         kept = [r for r in trial.restarts if r.get("attempt") != message.attempt]
         trial.restarts = sorted([*kept, restart], key=lambda r: r["attempt"])
         trial.save(update_fields=["restarts"])
+    elif isinstance(message, protocol.SearchFinished):
+        # Each pod searches its image's trials: its report is kept under that image.
+        report = message.model_dump(
+            mode="json", exclude={"protocol", "run_id", "epoch", "seq", "sent_at", "type"}
+        )
+        run.search = {**run.search, run.pod_image_tag: report}
+        fields.append("search")
     elif isinstance(message, protocol.TrialFinished):
         trial = _trial(run, message.trial, trials)
         trial.outcome = message.outcome

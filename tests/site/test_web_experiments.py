@@ -611,6 +611,10 @@ def test_it_only_starts_runs_by_post(alice):
         ("slos.ttft_percentile", "slo_ttft_percentile"),
         ("slos.min_attainment_pct", "slo_min_attainment_pct"),
         ("slos.bogus", "slos"),
+        ("search", "search"),
+        ("search.strategy", "search_strategy"),
+        ("search.spend_limit_usd", "search_spend_limit_usd"),
+        ("search.surprise", "search"),
         ("budget", "budget"),
         ("non_field_errors", "form"),
         ("something.else", "form"),
@@ -862,8 +866,11 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
         ({"slo_ttft_percentile": "42"}, "slos.ttft_percentile", "slo_ttft_percentile"),
         ({"slo_min_attainment_pct": "150"}, "slos.min_attainment_pct", "slo_min_attainment_pct"),
         ({"seed": "-1"}, "workload.seed", "seed"),
+        ({"search_strategy": "prune", "search_max_trials": "0"}, "search.max_trials",
+         "search_max_trials"),
+        ({"search_strategy": "halving"}, "search.strategy", "search_strategy"),
     ],
-    ids=["max-probes", "percentile", "attainment", "seed"],
+    ids=["max-probes", "percentile", "attainment", "seed", "max-trials", "halving-no-capacity"],
 )  # fmt: skip
 def test_it_shows_a_new_inputs_error_beside_it_and_stores_nothing(alice, change, path, slot):
     model = make_model(alice.org)
@@ -895,3 +902,34 @@ def test_the_builder_adds_vllms_defaults_as_a_trial(alice):
         "Also measure vLLM"
         in client.get(f"/o/acme/experiments/{experiment.id}/edit/").content.decode()
     )
+
+
+def test_the_builder_sets_a_search_and_shows_it_again(alice):
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    page = client.get("/o/acme/experiments/new/").content.decode()
+    for strategy in protocol.SEARCH_STRATEGIES:
+        assert f'<option value="{strategy}"' in page
+    form = builder_form(
+        model,
+        capacity_search="on",
+        search_strategy="prune",
+        search_spend_limit_gpu_minutes="90",
+        search_max_trials="6",
+    )
+    assert client.post("/o/acme/experiments/new/", form).status_code == 302
+    experiment = Experiment.objects.get(organization=alice.org, name="web-experiment")
+    assert experiment.search == {
+        "strategy": "prune",
+        "spend_limit_gpu_minutes": 90.0,
+        "max_trials": 6,
+    }
+    # The API's validation of the same payload agrees, and the edit page shows it again.
+    payload, _ = builder.experiment_payload(builder.builder_form_from_experiment(experiment))
+    assert payload["search"] == experiment.search
+    page = client.get(f"/o/acme/experiments/{experiment.id}/edit/").content.decode()
+    assert '<option value="prune" selected>' in page
+    assert 'name="search_spend_limit_gpu_minutes" inputmode="decimal" value="90"' in page
+    # Blank inputs: exhaustive, stored as nothing.
+    blank, _ = builder.experiment_payload(builder.blank_builder_form())
+    assert blank["search"] == {}
