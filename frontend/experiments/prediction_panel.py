@@ -56,4 +56,18 @@ def prediction_json(prediction: GridPrediction | None) -> dict | None:
         "price_source": prediction.price_source,
         "warnings": prediction.warnings,
         "cpu_text": f"{prediction.cpu_seconds:.1f} s of CPU",
+        "calibration_text": _calibration_text(prediction.calibration),
     }
+
+
+def _calibration_text(calibration: dict | None) -> str:
+    if calibration is None:
+        return (
+            "Not calibrated: the simulator's default constants (a vLLM run that searches with "
+            "prune calibrates them for this GPU type, model and image)."
+        )
+    when = f" on {calibration['finished_at'][:10]}" if calibration.get("finished_at") else ""
+    return (
+        f"Calibrated: the simulator's constants as run {calibration['run'][:8]} fitted them "
+        f"to its measurements{when}."
+    )

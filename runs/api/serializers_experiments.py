@@ -60,6 +60,8 @@ class PredictionSerializer(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.CharField())
     cpu_seconds = serializers.FloatField()
     too_large = serializers.BooleanField()
+    # The organization's calibration the simulator used (source run, constants), or null.
+    calibration = serializers.JSONField(allow_null=True)
 
 
 class DatasetSerializer(serializers.ModelSerializer):

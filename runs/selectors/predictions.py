@@ -20,20 +20,27 @@ Guarantees:
 - ``exhaustive_gpu_minutes``: what measuring every configuration would take on the GPU in
   simulated time — each configuration's start-up and levels; provisioning and downloads are
   the estimate's (``runs.selectors.estimates``).
+- Calibrated where the organization has measured: a vLLM experiment is predicted with the
+  simulator's constants fitted by the latest run that calibrated them for its GPU type,
+  model and image (``runs.selectors.calibrations``), and says which run (``calibration``);
+  otherwise with the defaults.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from agents.hardware import DEFAULT_EFFICIENCY, Efficiency
 from agents.predict import WorkTooLarge, predict_workload
 from agents.protocol import ShareGptDataset, Slos, Workload
 from runs.costs import level_cost_per_million_output_tokens, pod_usd_per_hr
 from runs.experiment_spec import experiment_trial_plan
 from runs.models import Experiment, WorkloadDataset
+from runs.selectors.calibrations import latest_calibration
 from runs.selectors.prices import gpu_price
 from runs.selectors.run_levels import image_config_labels
 
@@ -69,6 +76,8 @@ class GridPrediction:
     cpu_seconds: float = 0.0
     too_large: bool = False
     simulated: bool = True
+    # The calibration used (its source run, when, its constants), None: the defaults.
+    calibration: dict | None = None
 
 
 # Request-steps the simulator may compute for one prediction: about 20 s of one core
@@ -90,6 +99,30 @@ def _throughput(levels: list[dict], capacity: dict | None, with_slos: bool) -> f
     if with_slos:
         return capacity.get("output_throughput") if capacity else None
     return max((level.get("output_throughput") or 0.0 for level in levels), default=None)
+
+
+def _calibrated_efficiency(experiment: Experiment, result: GridPrediction) -> Efficiency:
+    """The organization's latest calibration for the experiment's GPU type, model and image
+    (recorded in ``result``), or the simulator's defaults."""
+    if experiment.engine != "vllm" or experiment.model_id is None:
+        return DEFAULT_EFFICIENCY
+    source = latest_calibration(
+        org_id=experiment.organization_id,
+        model_id=experiment.model_id,
+        gpu_type_id=experiment.gpu_type_id,
+        image_tag=experiment.engine_image_tag,
+    )
+    if source is None:
+        return DEFAULT_EFFICIENCY
+    known = {f.name for f in dataclasses.fields(Efficiency)}
+    result.calibration = {
+        "run": str(source.run_id),
+        "finished_at": source.finished_at.isoformat() if source.finished_at else None,
+        "image_tag": source.image_tag,
+        "fit_error_pct": source.fit_error_pct,
+        "constants": source.constants,
+    }
+    return Efficiency(**{k: v for k, v in source.constants.items() if k in known})
 
 
 def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
@@ -123,6 +156,7 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
     )
     if pod_rate is None:
         result.warnings.append("No price for this GPU type: costs per token are left out.")
+    efficiency = _calibrated_efficiency(experiment, result)
     plan = experiment_trial_plan(experiment)
     labels = image_config_labels(plan)
     distinct = {repr(sorted(p.serve_config.items())) for p in plan}
@@ -139,6 +173,7 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
                     workload,
                     slos,
                     sharegpt_path=sharegpt,
+                    efficiency=efficiency,
                     work_budget=budget,
                 )
             except WorkTooLarge:

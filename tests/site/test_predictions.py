@@ -4,18 +4,21 @@ exhaustive run would spend — through the API, labelled simulated, nothing rent
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
-from agents.hardware import MODEL_PRESETS
+from agents.hardware import DEFAULT_EFFICIENCY, MODEL_PRESETS
 from agents.predict import predict_workload
 from agents.protocol import Slos, Workload
 from runs.costs import round_usd
 from runs.models import AuditEvent, Experiment, GpuType, Run
 from runs.selectors.predictions import experiment_prediction
 
-from .conftest import H100, WORKLOAD, experiment_payload, make_experiment, make_model
+from .conftest import H100, WORKLOAD, experiment_payload, frozen, make_experiment, make_model
 
 SMALL_WORKLOAD = WORKLOAD | {"concurrency": [4], "requests_per_level": 30}
 GRID = {"max_num_seqs": [4, 64], "max_num_batched_tokens": [2048]}
@@ -110,3 +113,51 @@ def test_a_grid_too_large_to_predict_here_says_so_within_its_bound(alice, monkey
     prediction = experiment_prediction(experiment=experiment)
     assert prediction.too_large and prediction.rows == [] and prediction.best is None
     assert "benchsite-agent predict" in prediction.warnings[-1]
+
+
+def _calibrated_run(experiment, *, used=True, bandwidth=0.4, engine_kind=None, finished=None):
+    """A finished run of ``experiment`` whose search fitted the simulator's constants."""
+    fields = frozen(experiment)
+    if engine_kind is not None:
+        fields["job_spec"]["engine"]["kind"] = engine_kind
+    constants = dataclasses.asdict(DEFAULT_EFFICIENCY) | {"bandwidth": bandwidth}
+    report = {
+        "strategy": "prune",
+        "fates": [],
+        "spent_seconds": 100.0,
+        "calibration": {"constants": constants, "used": used, "fit_error_pct": 3.0},
+    }
+    return Run.objects.create(
+        organization=experiment.organization,
+        experiment=experiment,
+        state="succeeded",
+        finished_at=finished or timezone.now(),
+        search={experiment.engine_image_tag: report},
+        **fields,
+    )
+
+
+def test_a_prediction_uses_the_organizations_latest_calibration_and_names_its_run(alice, charlie):
+    experiment = make_experiment(alice.org, serve_grid=GRID, workload=SMALL_WORKLOAD, slos=SLOS)
+    default = experiment_prediction(experiment=experiment)
+    assert default.calibration is None
+    # Not calibrations: a fit the search did not use, a simulated run's, another tenant's.
+    _calibrated_run(experiment, used=False)
+    _calibrated_run(experiment, engine_kind="sim")
+    theirs = make_experiment(
+        charlie.org, serve_grid=GRID, workload=SMALL_WORKLOAD, slos=SLOS, name="theirs"
+    )
+    _calibrated_run(theirs)
+    assert experiment_prediction(experiment=experiment).calibration is None
+    old = _calibrated_run(experiment, bandwidth=0.3, finished=timezone.now() - timedelta(days=1))
+    new = _calibrated_run(experiment, bandwidth=0.4)
+    calibrated = experiment_prediction(experiment=experiment)
+    assert calibrated.calibration["run"] == str(new.id) != str(old.id)
+    assert calibrated.calibration["constants"]["bandwidth"] == 0.4
+    # Less memory bandwidth than the defaults assume: every configuration serves less.
+    for before, after in zip(default.rows, calibrated.rows, strict=True):
+        assert after.output_throughput < before.output_throughput
+    # The API says it too.
+    url = f"/api/v1/orgs/{alice.org.slug}/experiments/{experiment.id}/prediction/"
+    body = alice.client().get(url).json()
+    assert body["calibration"]["run"] == str(new.id)

@@ -452,6 +452,9 @@ def test_it_predicts_a_draft_on_the_simulator_without_storing_it(alice, bob):
     html = page.content.decode()
     assert "Predicted on the simulator (simulated figures)" in html
     assert table["exhaustive_text"] in html
+    # Nothing measured yet: the defaults, and the page says so as the panel's JSON does.
+    assert table["calibration_text"].startswith("Not calibrated")
+    assert table["calibration_text"].replace("'", "&#x27;") in html
     # A form with errors gets them, not a prediction.
     broken = signed_in(alice).post("/o/acme/experiments/predict/", small | {"name": ""}).json()
     assert broken["ok"] is False and broken["prediction"] is None and "name" in broken["slots"]

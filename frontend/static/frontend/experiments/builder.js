@@ -306,6 +306,7 @@
     total.append(figure, " on the GPU (simulated start-ups and levels).");
     parts.push(total);
     parts.push(element("p", "Price: " + prediction.price_source + " · " + prediction.cpu_text, "muted"));
+    parts.push(element("p", prediction.calibration_text, "muted prediction-calibration"));
     const warnings = element("ul", undefined, "warnings");
     prediction.warnings.forEach(function (w) { warnings.append(element("li", w)); });
     parts.push(warnings);
