@@ -57,7 +57,8 @@ class ExperimentSearch(protocol.StrictModel):
         return self != ExperimentSearch()
 
 
-_PREDICTING = frozenset({"prune", "prune+halving"})
+# The strategies that predict on the simulator before they measure.
+PREDICTING_STRATEGIES = frozenset({"prune", "prune+halving"})
 
 
 def search_check(
@@ -85,7 +86,7 @@ def search_check(
                 f"{checked.strategy} ranks configurations by their throughput at capacity "
                 "under the SLOs: set SLOs and a capacity search (workload.capacity).",
             )
-    if checked.strategy in _PREDICTING and not simulator_knows_gpu:
+    if checked.strategy in PREDICTING_STRATEGIES and not simulator_knows_gpu:
         add(
             "search.strategy",
             f"{checked.strategy} predicts on the simulator, which has no profile of this GPU "
@@ -101,9 +102,14 @@ def search_check(
 
 
 def job_search(
-    stored: dict, *, gpu_count: int, price_usd_per_gpu_hour: Decimal | None
+    stored: dict,
+    *,
+    gpu_count: int,
+    price_usd_per_gpu_hour: Decimal | None,
+    prior: protocol.SearchPrior | None = None,
 ) -> protocol.SearchSettings | None:
-    """The job's search for a stored one (module docstring); None for the default. Raises
+    """The job's search for a stored one (module docstring), its predictions starting from
+    ``prior`` (an earlier calibration); None for the default. Raises
     ``DomainValidationError`` for a limit in dollars without a price."""
     search = ExperimentSearch.model_validate(stored or {})
     if not search.searches:
@@ -127,4 +133,5 @@ def job_search(
         spend_limit_seconds=seconds,
         max_trials=search.max_trials,
         margin=search.margin,
+        prior=prior,
     )

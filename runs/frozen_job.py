@@ -97,11 +97,15 @@ def run_traffic_seed() -> int:
 
 
 def job_spec_freeze(
-    *, experiment: Experiment, price_usd_per_gpu_hour: Decimal | None = None
+    *,
+    experiment: Experiment,
+    price_usd_per_gpu_hour: Decimal | None = None,
+    search_prior: protocol.SearchPrior | None = None,
 ) -> dict:
     """The frozen job of a run of ``experiment`` as stored (see the module docstring);
     trials in the grid's deterministic order; a search's limit in dollars at
-    ``price_usd_per_gpu_hour`` (the estimate's, as the run starts)."""
+    ``price_usd_per_gpu_hour`` (the estimate's, as the run starts), its predictions from
+    ``search_prior`` (the organization's latest calibration, when there is one)."""
     # Each trial names its image only when the run has several (one pod per image).
     several_images = len(experiment_image_tags(experiment)) > 1
     try:
@@ -138,6 +142,7 @@ def job_spec_freeze(
                 experiment.search,
                 gpu_count=experiment.gpu_count,
                 price_usd_per_gpu_hour=price_usd_per_gpu_hour,
+                prior=search_prior,
             ),
         )
     except protocol.ServeGridError as exc:
@@ -175,13 +180,20 @@ def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
     }
 
 
-def run_frozen_fields(*, experiment: Experiment, estimate: CostEstimate) -> dict:
+def run_frozen_fields(
+    *,
+    experiment: Experiment,
+    estimate: CostEstimate,
+    search_prior: protocol.SearchPrior | None = None,
+) -> dict:
     """The fields that freeze a run of ``experiment`` when it starts (``Run(**fields)``):
-    its job and the experiment's other facts. Raises ``DomainValidationError`` for a job the
-    protocol refuses."""
+    its job (a search's predictions from ``search_prior``) and the experiment's other facts.
+    Raises ``DomainValidationError`` for a job the protocol refuses."""
     return {
         "job_spec": job_spec_freeze(
-            experiment=experiment, price_usd_per_gpu_hour=estimate.price_usd_per_gpu_hour
+            experiment=experiment,
+            price_usd_per_gpu_hour=estimate.price_usd_per_gpu_hour,
+            search_prior=search_prior,
         ),
         "experiment_snapshot": experiment_snapshot(experiment, estimate),
     }

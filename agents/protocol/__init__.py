@@ -51,6 +51,7 @@ from agents.protocol.job import (
     JobSpec,
     ModelSource,
     ReportTo,
+    SearchPrior,
     SearchSettings,
     TrialSpec,
 )
@@ -265,6 +266,7 @@ __all__ = [
     "RunId",
     "SearchCalibration",
     "SearchFinished",
+    "SearchPrior",
     "SearchSettings",
     "SeqNumber",
     "ServeGridError",

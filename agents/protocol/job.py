@@ -58,12 +58,21 @@ MAX_SPEND_SECONDS = 30 * 86_400
 SEARCH_STRATEGIES = ("exhaustive", "prune", "halving", "bayes", "prune+halving")
 
 
+class SearchPrior(StrictModel):
+    """The simulator's constants a run of the organization fitted to its measurements on the
+    same GPU type, model and image (``run_id``): predictions start from them."""
+
+    constants: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(max_length=16)
+    run_id: RunId
+
+
 class SearchSettings(StrictModel):
     """How a run searches its grid (``agents.search``; docs/search.md): ``exhaustive``
     measures every trial; the others measure part of it and report what became of each
     (``search_finished``). ``spend_limit_seconds``: the pod's seconds the search may spend
     measuring (cold starts and levels); ``max_trials``: configurations measured; ``margin``:
-    how far below the predicted best a configuration is pruned."""
+    how far below the predicted best a configuration is pruned; ``prior``: the calibration
+    predictions start from (None: the simulator's defaults)."""
 
     strategy: Literal[SEARCH_STRATEGIES] = "exhaustive"  # type: ignore[valid-type]
     spend_limit_seconds: (
@@ -71,6 +80,7 @@ class SearchSettings(StrictModel):
     ) = None
     max_trials: Annotated[int, Field(ge=1, le=MAX_JOB_TRIALS)] | None = None
     margin: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.25
+    prior: SearchPrior | None = Field(default=None, exclude_if=lambda prior: prior is None)
 
 
 class ReportTo(StrictModel):

@@ -253,6 +253,8 @@ class SearchFinished(AgentMessageBase):
     exhaustive_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     stopped_by: Literal["spend_limit", "max_trials", "stop"] | None = None
     calibration: SearchCalibration | None = None
+    # The run whose calibration the predictions started from (the job's ``search.prior``).
+    prior_run: RunId | None = None
 
 
 class RunFinished(AgentMessageBase):

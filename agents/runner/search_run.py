@@ -93,6 +93,7 @@ class RunnerTrials:
             runner.dataset_path(str(dataset)) if dataset and runner.dataset_path else None
         )
         self._predictions: dict[tuple[int, Efficiency], Outcome] = {}
+        self.prior = prior_efficiency(job.search) if job.search else DEFAULT_EFFICIENCY
 
     def predict(self, index: int, efficiency: Efficiency) -> Outcome:
         key = (index, efficiency)
@@ -117,11 +118,10 @@ class RunnerTrials:
         return self._predictions[key]
 
     def exhaustive_seconds(self) -> float | None:
-        """What measuring every trial would take, by the simulator's default prediction of
-        each; None unless every trial was predicted (prune does; halving and bayes do not)."""
-        predicted = [
-            self._predictions.get((i, DEFAULT_EFFICIENCY)) for i in range(len(self.configs))
-        ]
+        """What measuring every trial would take, by the search's first prediction of each
+        (``prior``); None unless every trial was predicted (prune does; halving and bayes do
+        not)."""
+        predicted = [self._predictions.get((i, self.prior)) for i in range(len(self.configs))]
         if any(outcome is None for outcome in predicted):
             return None
         return sum(outcome.gpu_seconds for outcome in predicted)
@@ -148,7 +148,16 @@ class RunnerTrials:
             for index, outcome in measured
             for point in itl_points(self.model, self.gpu, self.configs[index], outcome)
         ]
-        return calibrate(points)
+        return calibrate(points, self.prior)
+
+
+def prior_efficiency(settings: protocol.SearchSettings) -> Efficiency:
+    """The constants the job's predictions start from: its prior calibration's, else the
+    simulator's defaults (a constant this agent does not know is left out)."""
+    if settings.prior is None:
+        return DEFAULT_EFFICIENCY
+    known = {f.name for f in dataclasses.fields(Efficiency)}
+    return Efficiency(**{k: v for k, v in settings.prior.constants.items() if k in known})
 
 
 def search_spec(settings: protocol.SearchSettings, *, can_predict: bool) -> SearchSpec:
@@ -162,6 +171,7 @@ def search_spec(settings: protocol.SearchSettings, *, can_predict: bool) -> Sear
         spend_limit_s=settings.spend_limit_seconds,
         max_trials=settings.max_trials,
         margin=settings.margin,
+        prior=prior_efficiency(settings),
     )
 
 
@@ -186,6 +196,8 @@ async def run_job_search(runner) -> dict[str, int]:
             ended = "skipped"
         counts[ended] += 1
     report = search_report(result, trials, [trial.index for trial in runner.job.trials])
+    prior = runner.job.search.prior
+    report["prior_run"] = str(prior.run_id) if prior is not None else None
     runner.emit(protocol.SearchFinished, type="search_finished", **report)
     return counts
 

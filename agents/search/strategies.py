@@ -74,7 +74,8 @@ class SearchSpec:
     """How to search: the strategy and its limits (``spend_limit_s``: GPU seconds,
     ``max_trials``: configurations measured; None: no limit), prune's ``margin`` (a share of
     the predicted best), halving's ``eta`` and first-round ``min_effort``, when prune
-    calibrates, and the seed of bayes' sampler."""
+    calibrates, the seed of bayes' sampler, and the constants predictions start from
+    (``prior``: an earlier calibration's; what the fates' ``predicted`` figures use)."""
 
     strategy: Strategy = "exhaustive"
     spend_limit_s: float | None = None
@@ -85,6 +86,8 @@ class SearchSpec:
     min_effort: float = 0.25
     calibrate_after: int = 2
     seed: int = 0
+    # The constants predictions start from: an earlier calibration's, or the defaults.
+    prior: Efficiency = DEFAULT_EFFICIENCY
 
 
 @dataclass
@@ -258,7 +261,7 @@ def _level_load(level: Mapping) -> object:
 
 def _prune(ledger: _Ledger, candidates: Sequence[int]) -> None:
     spec, trials, result = ledger.spec, ledger.trials, ledger.result
-    queue = _screen(ledger, candidates, DEFAULT_EFFICIENCY)
+    queue = _screen(ledger, candidates, spec.prior)
     measured: list[tuple[int, Outcome]] = []
     calibrated_errors: list[tuple[float, float]] = []
     while queue:
@@ -477,7 +480,7 @@ def run_search(
         elif spec.strategy == "halving":
             _halving(ledger, everything)
         elif spec.strategy == "prune+halving":
-            _halving(ledger, _screen(ledger, everything, DEFAULT_EFFICIENCY))
+            _halving(ledger, _screen(ledger, everything, spec.prior))
         elif spec.strategy == "bayes":
             _bayes(ledger, everything, lambda i: configs[i])
         else:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
+from runs.experiment_search import PREDICTING_STRATEGIES
 from runs.frozen_job import GPU_TYPE_PATH, MODEL_PATH, SIMULATED_RUNS
 from runs.models import Run
 
@@ -64,3 +65,22 @@ def latest_calibration(
                 fit_error_pct=calibration.get("fit_error_pct"),
             )
     return None
+
+
+def search_prior(experiment) -> CalibrationSource | None:
+    """The calibration a run of ``experiment`` starts its search's predictions from: the
+    latest for its GPU type, model and image, when it searches with predictions on one vLLM
+    image (a calibration is an image's; the simulator's runs have none)."""
+    strategy = (experiment.search or {}).get("strategy")
+    if (
+        strategy not in PREDICTING_STRATEGIES
+        or experiment.engine != "vllm"
+        or experiment.compare_image_tags
+    ):
+        return None
+    return latest_calibration(
+        org_id=experiment.organization_id,
+        model_id=experiment.model_id,
+        gpu_type_id=experiment.gpu_type_id,
+        image_tag=experiment.engine_image_tag,
+    )

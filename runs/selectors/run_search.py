@@ -57,6 +57,10 @@ def run_search_state(*, run: Run) -> dict | None:
             {report["stopped_by"] for report in run.search.values() if report.get("stopped_by")}
         ),
         "calibrations": calibrations,
+        # The runs whose calibration the predictions started from (the job's search prior).
+        "prior_runs": sorted(
+            {report["prior_run"] for report in run.search.values() if report.get("prior_run")}
+        ),
     }
 
 

@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from agents import protocol
 from runs.actors import Actor
 from runs.audit import audit_record
 from runs.costs import month_start
@@ -36,6 +37,7 @@ from runs.experiment_spec import grid_problem_on_image, image_tag_problem
 from runs.frozen_job import run_frozen_fields
 from runs.models import Budget, Experiment, Organization, Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
+from runs.selectors.calibrations import search_prior
 from runs.selectors.estimates import CostEstimate, experiment_estimate
 from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 from runs.services.text_input import clean_short_text
@@ -152,7 +154,16 @@ def run_start(
     Organization.objects.select_for_update().filter(pk=experiment.organization_id).first()
     estimate = experiment_estimate(experiment=experiment)
     budget_check(experiment=experiment, estimate=estimate)
-    frozen = run_frozen_fields(experiment=experiment, estimate=estimate)  # may refuse the job
+    prior = search_prior(experiment)
+    frozen = run_frozen_fields(  # may refuse the job
+        experiment=experiment,
+        estimate=estimate,
+        search_prior=(
+            protocol.SearchPrior(constants=prior.constants, run_id=prior.run_id)
+            if prior is not None
+            else None
+        ),
+    )
     run = Run.objects.create(
         organization=experiment.organization,
         experiment=experiment,

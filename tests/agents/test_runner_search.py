@@ -4,7 +4,12 @@ looks are not stored as measurements, and a stop ends the search with what it me
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+
 from agents import protocol
+from agents.hardware import DEFAULT_EFFICIENCY, REGISTERED_FACTS, ModelFacts, gpu_profile
+from agents.predict import predict_workload
 from tests.agents.test_runner import make_job, run
 
 # An 8B model on an A100 at a 40 ms TPOT (10.4 ms alone: room for a busy machine), up to 8
@@ -173,3 +178,31 @@ def test_a_cancel_ends_the_search_with_what_it_measured(tmp_path):
     assert sorted(ended) == list(range(len(GRID)))
     assert len(recorder.of("trial_started")) == 1
     assert recorder.messages[-1]["type"] == "run_finished"
+
+
+def test_predictions_start_from_the_jobs_prior_calibration(tmp_path):
+    job = searching_job("prune", grid=[{"max_num_seqs": seqs} for seqs in (1, 16)])
+    _, recorder, _ = run(job, tmp_path / "defaults")
+    (defaults,) = recorder.of("search_finished")
+    prior = protocol.SearchPrior(
+        constants=dataclasses.asdict(DEFAULT_EFFICIENCY) | {"bandwidth": 0.5},
+        run_id=uuid.uuid4(),
+    )
+    primed = job.model_copy(
+        update={"search": protocol.SearchSettings(strategy="prune", prior=prior)}
+    )
+    _, recorder, _ = run(primed, tmp_path / "primed")
+    (report,) = recorder.of("search_finished")
+    assert report["prior_run"] == str(prior.run_id) and defaults["prior_run"] is None
+    # Less memory bandwidth than the defaults: each configuration is predicted to serve less,
+    # exactly as the simulator predicts it with those constants.
+    expected = predict_workload(
+        ModelFacts.from_registered(**job.model.model_dump(include=REGISTERED_FACTS)),
+        gpu_profile("A100"),
+        {"max_num_seqs": 16},
+        job.workload,
+        job.slos,
+        efficiency=dataclasses.replace(DEFAULT_EFFICIENCY, bandwidth=0.5),
+    )
+    assert report["fates"][1]["predicted"] == expected.capacity["output_throughput"]
+    assert report["fates"][1]["predicted"] < defaults["fates"][1]["predicted"]

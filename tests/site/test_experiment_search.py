@@ -15,6 +15,7 @@ from runs.experiment_search import job_search
 from runs.jobs import run_job_spec
 from runs.models import GpuType, ModelSpec, Run, Trial
 from runs.services.experiments import experiment_update
+from runs.services.run_start import run_start
 from runs.services.run_tokens import run_token_issue
 
 from .conftest import SYSTEM, experiment_payload, frozen, make_experiment, make_model, signed_in
@@ -24,6 +25,7 @@ from .test_agent_runs import (  # the fixture closes the agent's threads' connec
     close_thread_connections,  # noqa: F401
     run_agent,
 )
+from .test_predictions import calibrated_run
 
 pytestmark = pytest.mark.django_db
 
@@ -211,3 +213,31 @@ def test_a_pruning_run_measures_the_survivors_and_the_site_shows_every_fate(alic
     assert f"{search['spent_gpu_minutes']} GPU-minutes</strong> spent measuring" in html
     assert "(simulated: the simulator's prediction of each trial)" in html
     assert html.count('class="fate-pruned"') == 6 - len(measured)
+
+
+def test_a_pruning_run_starts_its_predictions_from_the_latest_calibration(alice):
+    experiment = make_experiment(
+        alice.org,
+        workload=CAPACITY_WORKLOAD,
+        slos={"tpot_ms": 40},
+        search={"strategy": "prune"},
+    )
+    first = run_start(actor=SYSTEM, experiment=experiment)
+    assert "prior" not in first.job_spec["search"]  # nothing measured yet
+    calibrated = calibrated_run(experiment, bandwidth=0.5)
+    second = run_start(actor=SYSTEM, experiment=experiment)
+    assert second.job_spec["search"]["prior"] == {
+        "constants": calibrated.search[experiment.engine_image_tag]["calibration"]["constants"],
+        "run_id": str(calibrated.id),
+    }
+    # A search that does not predict starts from nothing.
+    halving = experiment_update(experiment=experiment, actor=SYSTEM, search={"strategy": "halving"})
+    assert "prior" not in run_start(actor=SYSTEM, experiment=halving).job_spec["search"]
+    # The run page names the calibration a search's predictions started from.
+    calibrated.search[experiment.engine_image_tag]["prior_run"] = str(first.id)
+    calibrated.save(update_fields=["search"])
+    page = signed_in(alice).get(
+        reverse("run-detail", kwargs={"org": alice.org.slug, "run_id": calibrated.id})
+    )
+    assert "Predictions started from the calibration of run" in page.content.decode()
+    assert f"/runs/{first.id}/" in page.content.decode()

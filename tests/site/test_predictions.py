@@ -115,7 +115,7 @@ def test_a_grid_too_large_to_predict_here_says_so_within_its_bound(alice, monkey
     assert "benchsite-agent predict" in prediction.warnings[-1]
 
 
-def _calibrated_run(experiment, *, used=True, bandwidth=0.4, engine_kind=None, finished=None):
+def calibrated_run(experiment, *, used=True, bandwidth=0.4, engine_kind=None, finished=None):
     """A finished run of ``experiment`` whose search fitted the simulator's constants."""
     fields = frozen(experiment)
     if engine_kind is not None:
@@ -142,15 +142,15 @@ def test_a_prediction_uses_the_organizations_latest_calibration_and_names_its_ru
     default = experiment_prediction(experiment=experiment)
     assert default.calibration is None
     # Not calibrations: a fit the search did not use, a simulated run's, another tenant's.
-    _calibrated_run(experiment, used=False)
-    _calibrated_run(experiment, engine_kind="sim")
+    calibrated_run(experiment, used=False)
+    calibrated_run(experiment, engine_kind="sim")
     theirs = make_experiment(
         charlie.org, serve_grid=GRID, workload=SMALL_WORKLOAD, slos=SLOS, name="theirs"
     )
-    _calibrated_run(theirs)
+    calibrated_run(theirs)
     assert experiment_prediction(experiment=experiment).calibration is None
-    old = _calibrated_run(experiment, bandwidth=0.3, finished=timezone.now() - timedelta(days=1))
-    new = _calibrated_run(experiment, bandwidth=0.4)
+    old = calibrated_run(experiment, bandwidth=0.3, finished=timezone.now() - timedelta(days=1))
+    new = calibrated_run(experiment, bandwidth=0.4)
     calibrated = experiment_prediction(experiment=experiment)
     assert calibrated.calibration["run"] == str(new.id) != str(old.id)
     assert calibrated.calibration["constants"]["bandwidth"] == 0.4
