@@ -85,8 +85,8 @@ def run_live(request, membership, run_id):
     """The run's state as JSON: what the live page re-reads after every (re)connect."""
     run = access_run(membership=membership, run_id=run_id)
     state = run_live_state(run=run)
-    # The trial cards and the answer come rendered by the page's own templates, so the live
-    # page and the page without JavaScript show them alike.
+    # The trial cards, the answer and the search come rendered by the page's own templates,
+    # so the live page and the page without JavaScript show them alike.
     state["trials_html"] = render_to_string(
         "frontend/runs/_trials.html",
         org_context(
@@ -97,6 +97,13 @@ def run_live(request, membership, run_id):
     state["answer_html"] = render_to_string(
         "frontend/runs/_answer.html",
         org_context(membership, answer=state["answer"], terminal=state["run"]["terminal"]),
+        request=request,
+    )
+    state["search_html"] = render_to_string(
+        "frontend/runs/_search.html",
+        org_context(
+            membership, search=run_search_state(run=run), simulated=state["run"]["simulated"]
+        ),
         request=request,
     )
     return JsonResponse(state)

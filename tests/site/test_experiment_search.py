@@ -213,6 +213,14 @@ def test_a_pruning_run_measures_the_survivors_and_the_site_shows_every_fate(alic
     assert f"{search['spent_gpu_minutes']} GPU-minutes</strong> spent measuring" in html
     assert "(simulated: the simulator's prediction of each trial)" in html
     assert html.count('class="fate-pruned"') == 6 - len(measured)
+    # The live page's re-read brings the same section (it appears when the search ends).
+    live = (
+        signed_in(alice)
+        .get(reverse("run-live", kwargs={"org": alice.org.slug, "run_id": run.id}))
+        .json()
+    )
+    assert "Search: prune" in live["search_html"]
+    assert live["search_html"].count('class="fate-pruned"') == 6 - len(measured)
 
 
 def test_a_pruning_run_starts_its_predictions_from_the_latest_calibration(alice):

@@ -76,6 +76,9 @@
     if (typeof snapshot.answer_html === "string" && $("run-answer")) {
       $("run-answer").innerHTML = snapshot.answer_html; // the page's own (escaping) template
     }
+    if (typeof snapshot.search_html === "string" && $("run-search-box")) {
+      $("run-search-box").innerHTML = snapshot.search_html; // appears with search_finished
+    }
     renderAll();
   }
 
