@@ -17,11 +17,17 @@ from agents.hardware.memory import (
     plan_memory,
     start_check,
 )
-from agents.hardware.models import REGISTERED_FACTS, WEIGHT_BYTES, ModelFacts
+from agents.hardware.models import (
+    ARCHITECTURE_FACTS,
+    REGISTERED_FACTS,
+    WEIGHT_BYTES,
+    ModelFacts,
+)
 from agents.hardware.presets import MODEL_PRESETS, ModelPreset, load_model_facts
 from agents.hardware.roofline import DEFAULT_EFFICIENCY, Efficiency, StepCost, StepModel
 
 __all__ = [
+    "ARCHITECTURE_FACTS",
     "DEFAULT_EFFICIENCY",
     "GIB",
     "GPUS",

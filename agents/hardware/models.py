@@ -2,12 +2,13 @@
 
 Guarantees:
 
-- ``ModelFacts`` holds exactly the facts a registered Benchsite model carries (parameters,
-  layers, hidden size, heads, KV heads, head dim, dtype, context), plus vocabulary and FFN
-  sizes with stated defaults. ``ModelFacts.from_registered`` / ``to_registered`` are the one
+- ``ModelFacts`` holds the facts a registered Benchsite model carries: its columns
+  (parameters, layers, hidden size, heads, KV heads, head dim, dtype, context) and the
+  facts beyond them (vocabulary, FFN, experts, MLA, sliding windows) with stated defaults.
+  ``ModelFacts.from_registered`` / ``to_registered`` + ``to_architecture`` are the one
   translation from and to the site's (and the job's ``ModelSource``) field names
-  (``REGISTERED_FACTS``), used by the site and the simulator alike, so both reason about the
-  same model.
+  (``REGISTERED_FACTS``) and its architecture mapping (``ARCHITECTURE_FACTS``), used by the
+  site and the simulator alike, so both reason about the same model.
 - Bytes per element: weights take their stored dtype (``WEIGHT_BYTES``); activations and
   the KV cache take the compute dtype (``ACTIVATION_BYTES``): quantized weights still compute
   and cache in 16 bit.
@@ -234,19 +235,43 @@ class ModelFacts:
         return self.intermediate_size or math.ceil(3.5 * self.hidden_size)
 
     @classmethod
-    def from_registered(cls, **registered) -> ModelFacts:
+    def from_registered(cls, *, architecture: Mapping | None = None, **registered) -> ModelFacts:
         """The facts of a model registered on the site (or sent in a job's ``ModelSource``),
-        given as exactly the ``REGISTERED_FACTS``; any other set of names is a TypeError."""
+        given as exactly the ``REGISTERED_FACTS`` and, in ``architecture``, any of the
+        ``ARCHITECTURE_FACTS`` (``to_architecture``'s mapping; a fact left out takes its
+        default, so None or ``{}`` is a dense model of default vocabulary and FFN). Any other
+        name is a TypeError; facts that contradict each other are a ValueError."""
         if registered.keys() != REGISTERED_FACTS:
             raise TypeError(
                 f"from_registered takes {sorted(REGISTERED_FACTS)}, got {sorted(registered)}"
             )
-        return cls(**{_REGISTERED_AS[key]: value for key, value in registered.items()})
+        beyond = dict(architecture or {})
+        unknown = beyond.keys() - ARCHITECTURE_FACTS
+        if unknown:
+            raise TypeError(
+                f"architecture takes {sorted(ARCHITECTURE_FACTS)}, got {sorted(unknown)}"
+            )
+        if beyond.get("sliding_window_layers") is not None:
+            beyond["sliding_window_layers"] = tuple(beyond["sliding_window_layers"])
+        named = {_REGISTERED_AS[key]: value for key, value in registered.items()}
+        return cls(**named, **beyond)
 
     def to_registered(self) -> dict:
         """These facts in the site's field names, which ``from_registered`` reads back; the
-        sizes a registered model lacks (vocabulary, FFN) are left out."""
+        facts beyond them are ``to_architecture``'s."""
         return {key: getattr(self, name) for key, name in _REGISTERED_AS.items()}
+
+    def to_architecture(self) -> dict:
+        """The facts beyond ``to_registered``'s, as ``to_mapping`` writes them (JSON: a list
+        of sliding layers; MoE, MLA and sliding-window facts only where they differ from
+        their defaults) less those that are None: the mapping
+        ``from_registered(architecture=…)`` reads back as these very facts."""
+        mapping = self.to_mapping()
+        return {
+            name: value
+            for name, value in mapping.items()
+            if name in ARCHITECTURE_FACTS and value is not None
+        }
 
     def to_mapping(self) -> dict:
         """The JSON object ``from_mapping`` reads back as these very facts; the facts beyond
@@ -303,3 +328,10 @@ class ModelFacts:
         if missing:
             raise ValueError(f"model spec: missing {', '.join(sorted(missing))}")
         return cls(**values, extra=extra)
+
+
+# What a registered model carries beyond its columns (``to_architecture``): every fact but
+# the ``REGISTERED_FACTS`` and the free-form ``extra``.
+ARCHITECTURE_FACTS = frozenset(
+    f.name for f in fields(ModelFacts) if f.name not in {*_REGISTERED_AS.values(), "extra"}
+)

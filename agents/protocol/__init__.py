@@ -3,8 +3,9 @@ the messages both ways and the job.
 
 Guarantees:
 
-- Pure Python: stdlib and pydantic only. The site imports this package; the agent runs it in
-  a GPU pod where Django does not exist.
+- Pure Python: stdlib, pydantic and ``agents.hardware`` (itself stdlib only: a job's model
+  source gives its ``ModelFacts``). The site imports this package; the agent runs it in a GPU
+  pod where Django does not exist.
 - Every public name is importable from ``agents.protocol`` itself; the modules only say which
   job each name belongs to:
 
@@ -49,6 +50,7 @@ from agents.protocol.job import (
     SEARCH_STRATEGIES,
     EngineSpec,
     JobSpec,
+    ModelArchitecture,
     ModelSource,
     ReportTo,
     SearchPrior,
@@ -252,6 +254,7 @@ __all__ = [
     "LevelProgress",
     "LevelResult",
     "MeasurementReport",
+    "ModelArchitecture",
     "ModelSource",
     "OutputLen",
     "OutputLenMismatch",

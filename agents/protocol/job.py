@@ -8,17 +8,68 @@ from typing import Annotated, Literal
 from pydantic import (
     Field,
     field_validator,
+    model_validator,
 )
 
-from agents.protocol.fields import FiniteJson, RunId, TrialIndex
+from agents.hardware import REGISTERED_FACTS, ModelFacts
+from agents.protocol.fields import (
+    BIGINT_COLUMN_MAX,
+    INTEGER_COLUMN_MAX,
+    FiniteJson,
+    RunId,
+    TrialIndex,
+)
 from agents.protocol.strict import StrictModel
 from agents.protocol.workload import MAX_SEED, Slos, Workload
 
 MAX_JOB_TRIALS = 1024
 
 
+def _absent_when_none():
+    # A fact left out of the JSON when None, so a job carries only what it states.
+    return Field(default=None, exclude_if=lambda value: value is None)
+
+
+_Size = Annotated[int, Field(ge=1, le=INTEGER_COLUMN_MAX)]
+_Count = Annotated[int, Field(ge=0, le=INTEGER_COLUMN_MAX)]
+_LayerIndex = Annotated[int, Field(ge=0, le=INTEGER_COLUMN_MAX)]
+
+
+class ModelArchitecture(StrictModel):
+    """A model's facts beyond ``ModelSource``'s columns, exactly as ``agents.hardware`` holds
+    them (``ModelFacts.to_architecture``, the site's ``ModelSpec.architecture``): vocabulary
+    and FFN sizes, mixture-of-experts layers, multi-head latent attention, sliding-window
+    layers. A fact left out (None) takes ``ModelFacts``' default, that of a dense model with
+    full attention."""
+
+    vocab_size: _Size | None = _absent_when_none()
+    intermediate_size: _Size | None = _absent_when_none()
+    active_parameters: Annotated[int, Field(ge=1, le=BIGINT_COLUMN_MAX)] | None = (
+        _absent_when_none()
+    )
+    num_experts: _Count | None = _absent_when_none()
+    num_experts_per_token: _Count | None = _absent_when_none()
+    num_shared_experts: _Count | None = _absent_when_none()
+    moe_intermediate_size: _Size | None = _absent_when_none()
+    num_moe_layers: _Count | None = _absent_when_none()
+    kv_lora_rank: _Count | None = _absent_when_none()
+    qk_rope_head_dim: _Count | None = _absent_when_none()
+    sliding_window: _Size | None = _absent_when_none()
+    sliding_window_layers: list[_LayerIndex] | None = Field(
+        default=None, max_length=10_000, exclude_if=lambda value: value is None
+    )
+
+    def facts_mapping(self) -> dict:
+        """The facts stated, in ``ModelFacts.from_registered``'s ``architecture`` names."""
+        return self.model_dump(exclude_none=True)
+
+
 class ModelSource(StrictModel):
-    """Which weights to serve and the architecture facts the simulator and memory checks use."""
+    """Which weights to serve and the architecture facts the simulator and memory checks use.
+
+    ``facts()`` is the model as ``agents.hardware`` sees it, translated as the site
+    translates its registered model (``ModelFacts.from_registered``); a source whose
+    ``architecture`` contradicts its columns is refused when it is read."""
 
     hf_repo: str = Field(max_length=200)
     revision: str = Field(default="main", max_length=100)
@@ -32,6 +83,27 @@ class ModelSource(StrictModel):
     head_dim: Annotated[int, Field(ge=1)]
     dtype: str = Field(max_length=16)
     max_context: Annotated[int, Field(ge=16)]
+    # The facts beyond the columns above (None: a dense model of default vocabulary and FFN
+    # sizes, as every job was before they existed). Left out of the JSON when None, so such
+    # a job reads as it always did.
+    architecture: ModelArchitecture | None = Field(
+        default=None, exclude_if=lambda architecture: architecture is None
+    )
+
+    @model_validator(mode="after")
+    def _facts_agree(self) -> ModelSource:
+        # Only with an architecture: a job without one is read exactly as before it existed.
+        if self.architecture is not None:
+            self.facts()  # a ValueError naming the facts that contradict each other
+        return self
+
+    def facts(self) -> ModelFacts:
+        """The model's facts for the simulator, the memory check and predictions: the same
+        ``ModelFacts`` the site's ``ModelSpec.facts`` gives for the registered model."""
+        architecture = self.architecture.facts_mapping() if self.architecture else None
+        return ModelFacts.from_registered(
+            **self.model_dump(include=REGISTERED_FACTS), architecture=architecture
+        )
 
 
 class EngineSpec(StrictModel):

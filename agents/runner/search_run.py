@@ -31,10 +31,8 @@ from dataclasses import dataclass, field
 from agents import protocol
 from agents.hardware import (
     DEFAULT_EFFICIENCY,
-    REGISTERED_FACTS,
     Efficiency,
     GpuProfile,
-    ModelFacts,
     gpu_profile,
 )
 from agents.predict import predict_workload
@@ -82,7 +80,7 @@ class RunnerTrials:
         self.loop = loop
         job = runner.job
         self.configs = [trial.serve_config for trial in job.trials]
-        self.model = ModelFacts.from_registered(**job.model.model_dump(include=REGISTERED_FACTS))
+        self.model = job.model.facts()
         self.gpu: GpuProfile | None
         try:
             self.gpu = gpu_profile(job.engine.gpu_type)

@@ -19,7 +19,6 @@ from pathlib import Path
 from agents.engines.process import ProcessEngine
 from agents.engines.sim.engine import sim_engine
 from agents.engines.vllm import vllm_engine
-from agents.hardware import REGISTERED_FACTS, ModelFacts
 from agents.protocol import JobSpec, ModelSource
 from agents.weights import DEFAULT_DISK_RESERVE_BYTES, HUB_OFFLINE_ENV
 
@@ -126,10 +125,12 @@ def _true(value: str) -> bool:
 
 def sim_model_file(model: ModelSource, workdir: Path) -> Path:
     """Writes the job's model architecture where the simulator reads it: the facts
-    ``agents.hardware`` derives from it, as the site does from the registered model."""
+    ``agents.hardware`` derives from it (its columns and, where the job states them, the
+    facts beyond: experts, MLA, sliding windows), as the site does from the registered
+    model (``ModelSource.facts``)."""
     path = Path(workdir) / "model_spec.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    facts = ModelFacts.from_registered(**model.model_dump(include=REGISTERED_FACTS))
+    facts = model.facts()
     path.write_text(json.dumps(facts.to_mapping(), indent=1), encoding="utf-8")
     return path
 
