@@ -13,8 +13,9 @@ Guarantees:
   loads it: float32 checkpoints serve in 16 bit, and a ``quantization_config`` sets the
   stored width.
 - Anything it cannot read faithfully is a ValueError that names the field: an
-  encoder-decoder, another model type, a missing or non-positive size, a layer type or
-  quantization it does not know. The mapping it reads is never changed.
+  encoder-decoder, another model type, a missing or non-positive size, a value of another
+  JSON type than the key takes, a layer type or quantization it does not know; whatever
+  JSON it is given, it raises nothing else. The mapping it reads is never changed.
 - Pure: the standard library only.
 """
 
@@ -248,7 +249,7 @@ def _model_type(config: Mapping, text: Mapping, where: str) -> str:
     model_type = _get(text, "model_type", None) or _get(config, "model_type", None)
     if model_type is None:
         raise ValueError(f"{where}: missing model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"{where}: model_type {model_type!r} is not supported "
             f"(supported: {', '.join(sorted(SUPPORTED_MODEL_TYPES))})"
@@ -283,7 +284,7 @@ def _experts(text: Mapping, layers: int, where: str) -> dict | None:
     first_dense = _size(text, "first_k_dense_replace", where, default=0, allow_zero=True)
     frequency = _size(text, "moe_layer_freq", where, default=1)
     step = _size(text, "decoder_sparse_step", where, default=1)
-    mlp_only = set(_get(text, "mlp_only_layers", ()))
+    mlp_only = set(_indices(text, "mlp_only_layers", where))
     moe_layers = [
         i
         for i in range(layers)
@@ -322,6 +323,8 @@ def _sliding_layers(
         return None, ()
     window = _size(text, "sliding_window", where)
     layer_types = _get(text, "layer_types", None)
+    if layer_types is not None and not isinstance(layer_types, list):
+        raise ValueError(f"{where}: layer_types must be a list, one entry per layer")
     if layer_types is not None:
         unknown = sorted({str(kind) for kind in layer_types} - set(_LAYER_TYPES))
         if unknown or len(layer_types) != layers:
@@ -350,6 +353,8 @@ def _weight_dtype(config: Mapping, text: Mapping, where: str) -> str:
         config, "quantization_config", None
     )
     if quantization:
+        if not isinstance(quantization, Mapping):
+            raise ValueError(f"{where}: quantization_config must be a JSON object")
         return _quantized_dtype(quantization, where)
     dtype = (
         _get(text, "torch_dtype", None)
@@ -378,8 +383,15 @@ def _quantized_dtype(quantization: Mapping, where: str) -> str:
             return "int8"
     elif method == "compressed-tensors":
         groups = quantization.get("config_groups") or {}
-        weights = [group.get("weights") or {} for group in groups.values()]
-        widths = {(w.get("num_bits"), w.get("type")) for w in weights}
+        widths = set()
+        for group in groups.values() if isinstance(groups, Mapping) else [None]:
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            if not isinstance(weights, Mapping):
+                weights = {}  # not the shape compressed-tensors writes: refused below
+            bits, kind = weights.get("num_bits"), weights.get("type")
+            widths.add(
+                (bits if isinstance(bits, int) else None, kind if isinstance(kind, str) else None)
+            )
         if widths == {(8, "float")}:
             return "fp8"
         if widths == {(8, "int")}:
@@ -401,6 +413,16 @@ def _get(config: Mapping, key: str, default=None):
     """The config's value, with ``null`` read as absent (as transformers does)."""
     value = config.get(key)
     return default if value is None else value
+
+
+def _indices(config: Mapping, key: str, where: str) -> list[int]:
+    """A list of layer indices (absent: none)."""
+    value = _get(config, key, [])
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    ):
+        raise ValueError(f"{where}: {key} must be a list of layer indices (whole numbers)")
+    return value
 
 
 def _size(config: Mapping, key: str, where: str, *, default=None, allow_zero=False) -> int:
