@@ -57,6 +57,8 @@ _FOUR_NORMS = frozenset({"gemma2", "gemma3", "gemma3_text"})
 _DEFAULT_SLIDING_PATTERN = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6}
 # Qwen's sliding window covers layers from max_window_layers on, when use_sliding_window.
 _WINDOW_FROM_MAX_LAYERS = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+# Far above any published decoder (a few hundred layers at most).
+MAX_LAYERS = 10_000
 _STATED_PARAMETERS = ("num_parameters", "parameter_count", "parameters")
 _LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 
@@ -87,6 +89,9 @@ def hf_config_facts(config: Mapping) -> dict:
     model_type = _model_type(config, text, where)
     hidden = _size(text, "hidden_size", where)
     layers = _size(text, "num_hidden_layers", where)
+    if layers > MAX_LAYERS:
+        # The reader walks the layers (experts, windows): a bound keeps that work small.
+        raise ValueError(f"{where}: num_hidden_layers must be at most {MAX_LAYERS}, got {layers}")
     heads = _size(text, "num_attention_heads", where)
     vocab = _size(text, "vocab_size", where)
     context = _size(text, "max_position_embeddings", where)

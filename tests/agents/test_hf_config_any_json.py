@@ -87,3 +87,9 @@ def test_any_quantization_config_gives_facts_or_a_value_error():
 def test_a_document_that_is_no_config_is_a_value_error(config):
     with pytest.raises(ValueError, match=r"config\.json"):
         ModelFacts.from_hf_config(config)
+
+
+def test_it_refuses_more_layers_than_any_decoder_has_before_walking_them():
+    config = {**ALL_CONFIGS["mixtral-8x7b"], "num_hidden_layers": 2**60}
+    with pytest.raises(ValueError, match="num_hidden_layers must be at most"):
+        ModelFacts.from_hf_config(config)
