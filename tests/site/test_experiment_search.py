@@ -154,9 +154,9 @@ def test_the_job_carries_the_search_in_the_pods_seconds(alice):
     assert "search" not in frozen(plain)["job_spec"]
 
 
-# An 8B model on an H100 up to 8 users at a 40 ms TPOT: max_num_seqs 16 serves far more
-# than 4 or 1, and the batched-token budget binds only there; the simulator runs 10 times
-# faster than real time in this test.
+# An 8B model on an H100 up to 8 users at a 100 ms TPOT (room for a busy machine): max_num_seqs
+# 16 serves far more than 4 or 1, and the batched-token budget binds only there; the
+# simulator runs 10 times faster than real time in this test.
 SEARCH_GRID = {"max_num_seqs": [1, 4, 16], "max_num_batched_tokens": [256, 2048]}
 
 
@@ -169,7 +169,7 @@ def test_a_pruning_run_measures_the_survivors_and_the_site_shows_every_fate(alic
         engine_image_tag="",
         serve_grid=SEARCH_GRID,
         workload=CAPACITY_WORKLOAD,
-        slos={"tpot_ms": 40},
+        slos={"tpot_ms": 100},
         search={"strategy": "prune"},
     )
     run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
