@@ -71,7 +71,10 @@ def test_offline_levels_match_the_simulators_server_over_http(tmp_path):
     validated(predicted)
     assert predicted["completed"] == live["completed"] == 48
     assert predicted["total_output_tokens"] == live["total_output_tokens"] == 48 * 64
-    for key in ("median_tpot_ms", "median_itl_ms", "output_throughput"):
+    # The mean ITL, not the median: a busy machine delays the live server's tokens and then
+    # sends them back to back, which halves the median gap while the sum of gaps (the
+    # mean) is what the steps took (seen on a clean-clone CI run on 5 workers).
+    for key in ("median_tpot_ms", "mean_itl_ms", "output_throughput"):
         assert predicted[key] == pytest.approx(live[key], rel=0.15), key
     assert predicted["server"]["num_gpu_blocks"] == live["server"]["num_gpu_blocks"]
 
