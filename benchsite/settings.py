@@ -232,6 +232,10 @@ BENCHSITE_CANCEL_GRACE_SECONDS = env_int("BENCHSITE_CANCEL_GRACE_SECONDS", 60, m
 # How often a run that loses its pod mid-run (gone, or its agent silent) goes on on a new pod
 # for its unfinished trials; frozen into each run when it starts. 0 turns resume off.
 BENCHSITE_MAX_RESUMES = env_int("BENCHSITE_MAX_RESUMES", 1, minimum=0)
+# The Hugging Face hub the site reads models' config.json files from when a team registers a
+# model by its repo ("": huggingface_hub's own, https://huggingface.co or HF_ENDPOINT); a
+# mirror where the site cannot reach the hub itself. Each organization's token is its own.
+BENCHSITE_HF_ENDPOINT = env_str("BENCHSITE_HF_ENDPOINT", "")
 # The operator's Runpod key for reading GPU prices into the catalogue ("" = keep the seeded
 # prices); organizations' keys are only ever used for their own runs.
 BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "", secret=True)

@@ -76,6 +76,8 @@ _CHECK_DEADLINE = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 
 
 def _model_source(model) -> protocol.ModelSource:
+    """The model as its jobs carry it: the columns and, for a model read from a config.json,
+    the facts beyond them (none for one stated by its columns: its job reads as before)."""
     return protocol.ModelSource(
         hf_repo=model.hf_repo,
         revision=model.revision,
@@ -88,7 +90,14 @@ def _model_source(model) -> protocol.ModelSource:
         head_dim=model.head_dim,
         dtype=model.dtype,
         max_context=model.max_context,
+        architecture=_architecture(model),
     )
+
+
+def _architecture(model) -> protocol.ModelArchitecture | None:
+    if not model.architecture:
+        return None
+    return protocol.ModelArchitecture.model_validate(model.architecture)
 
 
 def run_traffic_seed() -> int:

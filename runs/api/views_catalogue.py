@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -23,15 +25,24 @@ from runs.services.catalogue import (
     model_spec_delete,
     model_spec_update,
 )
+from runs.services.hub_config import hf_config_fetch
 
 
 class ModelSpecViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
-    """Models registered by the organization, with their derived KV-cache bytes per token."""
+    """Models registered by the organization, with their derived KV-cache bytes per token. A
+    model is stated by its columns or by its config.json: given (``hf_config``) or read from
+    the hub with the organization's token (``hf_config_from_hub``)."""
 
     model = ModelSpec
     serializer_class = ModelSpecSerializer
     filterset_class = ModelSpecFilter
     pagination_class = cursor_pagination("created_at", "pk")
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        if context["membership"] is not None:
+            context["hf_config_fetch"] = functools.partial(hf_config_fetch, org=self.org)
+        return context
 
     def create(self, request, org):
         data = self.get_serializer(data=request.data)

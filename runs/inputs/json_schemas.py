@@ -39,6 +39,21 @@ EXAMPLE_WORKLOAD = {
 }
 EXAMPLE_SLOS = {"ttft_ms": 500, "tpot_ms": 50}
 EXAMPLE_SEARCH = {"strategy": "prune", "spend_limit_gpu_minutes": 120, "max_trials": 12}
+# A model's config.json as published (meta-llama/Llama-3.1-8B-Instruct's architecture keys).
+EXAMPLE_HF_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
 
 
 def _bounds_to_openapi30(schema: dict) -> None:
@@ -140,6 +155,12 @@ SERVE_GRID_FIELD = _json_field(openapi_schema(_serve_grid_json_schema()), EXAMPL
 WORKLOAD_FIELD = _json_field(model_openapi_schema(protocol.Workload), EXAMPLE_WORKLOAD)
 SLOS_FIELD = _json_field(model_openapi_schema(protocol.Slos), EXAMPLE_SLOS)
 SEARCH_FIELD = _json_field(model_openapi_schema(ExperimentSearch), EXAMPLE_SEARCH)
+# A registered model's facts beyond its columns: what its jobs carry (ModelSource).
+MODEL_ARCHITECTURE_FIELD = _json_field(model_openapi_schema(protocol.ModelArchitecture), None)
+# Any JSON object: agents.hardware says which of its keys it reads (runs.model_config).
+HF_CONFIG_FIELD = _json_field(
+    ({"type": "object", "additionalProperties": True}, {}), EXAMPLE_HF_CONFIG
+)
 
 
 class ProtocolBody(serializers.Serializer):

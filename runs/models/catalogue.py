@@ -21,10 +21,17 @@ class WeightDtype(models.TextChoices):
     FP8 = "fp8"
     INT8 = "int8"
     INT4 = "int4"  # AWQ / GPTQ 4-bit
+    # As a config.json's quantization_config names them (agents.hardware reads them so).
+    AWQ = "awq"
+    GPTQ = "gptq"
 
 
 class ModelSpec(models.Model):
-    """A model a team benchmarks, with the architecture facts that memory maths needs."""
+    """A model a team benchmarks, with the architecture facts that memory maths needs: the
+    dense columns, and in ``architecture`` the facts beyond them (vocabulary, FFN, experts,
+    MLA, sliding windows), exactly ``ModelFacts.to_architecture()`` of the model as
+    ``agents.hardware`` read it from its config.json; ``{}`` for a model stated by its
+    columns alone (every such fact at its default)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="models")
@@ -41,6 +48,7 @@ class ModelSpec(models.Model):
         max_length=16, choices=WeightDtype.choices, default=WeightDtype.BFLOAT16
     )
     max_context = models.PositiveIntegerField()
+    architecture = models.JSONField(default=dict, blank=True)
     licence = models.CharField(max_length=100, blank=True)
     notes = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -59,18 +67,22 @@ class ModelSpec(models.Model):
 
     @property
     def facts(self) -> ModelFacts:
-        """The model as ``agents.hardware`` (the memory maths, the simulator) sees it."""
+        """The model as ``agents.hardware`` (the memory maths, the simulator) sees it: its
+        columns and its ``architecture``, translated as a job's ``ModelSource.facts`` is."""
         return ModelFacts.from_registered(
-            **{name: getattr(self, name) for name in REGISTERED_FACTS}
+            **{name: getattr(self, name) for name in REGISTERED_FACTS},
+            architecture=self.architecture,
         )
 
     def kv_cache_bytes_per_token(self, kv_cache_dtype: str = "auto") -> int:
-        """Bytes of KV cache one token occupies: K and V, for every layer and KV head."""
+        """Bytes of KV cache one token of context occupies on one GPU, every layer holding
+        it: K and V of every KV head, or MLA's one latent per layer (``agents.hardware``)."""
         return int(self.facts.kv_bytes_per_token(kv_cache_dtype))
 
     @property
     def weight_bytes(self) -> int:
-        """Approximate size of the weights in memory (parameters × bytes per parameter)."""
+        """Approximate size of the weights in memory (parameters × bytes per parameter;
+        every expert of a MoE model)."""
         return int(self.facts.weight_bytes)
 
     def __str__(self) -> str:
@@ -78,11 +90,12 @@ class ModelSpec(models.Model):
 
 
 # What a team states about a model, in the columns' order: every column but the ones the site
-# sets itself. agents.hardware's REGISTERED_FACTS are among them (``ModelSpec.facts``).
+# sets itself (``architecture`` is read from a config.json, never typed). agents.hardware's
+# REGISTERED_FACTS are among them (``ModelSpec.facts``).
 MODEL_SPEC_FIELDS = tuple(
     column.name
     for column in ModelSpec._meta.concrete_fields
-    if column.name not in {"id", "organization", "created_at", "created_by"}
+    if column.name not in {"id", "organization", "architecture", "created_at", "created_by"}
 )
 
 

@@ -15,6 +15,7 @@ from runs.actors import Actor
 from runs.audit import audit_record, audit_snapshot
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
+from runs.model_config import model_facts_problem
 from runs.models import GpuPriceOverride, GpuType, ModelSpec, Organization
 from runs.models.catalogue import MODEL_SPEC_FIELDS
 from runs.services.recording import (
@@ -29,18 +30,34 @@ _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 
 
+def hf_repo_problem(hf_repo: str) -> str | None:
+    """Why ``hf_repo`` is not a Hugging Face repo id, or None."""
+    if not _HF_REPO.match(hf_repo):
+        return "Expected a Hugging Face repo id like 'meta-llama/Llama-3.1-8B-Instruct'."
+    if ".." in hf_repo:
+        return "A repo id cannot contain '..'."
+    return None
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why ``revision`` is not a branch, tag or commit of a repo, or None."""
+    if not _REVISION.match(revision) or ".." in revision:
+        return "Expected a branch, tag or commit hash."
+    return None
+
+
 def _check_model_spec(org: Organization, spec: dict, *, exclude_id=None) -> None:
     errors: dict[str, list[str]] = {}
 
     def add(field: str, message: str) -> None:
         errors.setdefault(field, []).append(message)
 
-    if not _HF_REPO.match(spec["hf_repo"]):
-        add("hf_repo", "Expected a Hugging Face repo id like 'meta-llama/Llama-3.1-8B-Instruct'.")
-    if ".." in spec["hf_repo"]:
-        add("hf_repo", "A repo id cannot contain '..'.")
-    if not _REVISION.match(spec["revision"]) or ".." in spec["revision"]:
-        add("revision", "Expected a branch, tag or commit hash.")
+    for field, problem in (
+        ("hf_repo", hf_repo_problem(spec["hf_repo"])),
+        ("revision", revision_problem(spec["revision"])),
+    ):
+        if problem:
+            add(field, problem)
     if spec["num_kv_heads"] > spec["num_attention_heads"]:
         add("num_kv_heads", "Cannot exceed num_attention_heads.")
     elif spec["num_attention_heads"] % spec["num_kv_heads"]:
@@ -54,12 +71,24 @@ def _check_model_spec(org: Organization, spec: dict, *, exclude_id=None) -> None
         add("hf_repo", "This repo and revision is already registered in the organization.")
     if errors:
         raise DomainValidationError(errors)
+    # The columns and the facts read from the config.json must describe one model, as
+    # ModelSpec.facts and every job of it will read them (a typed column can contradict them).
+    problem = model_facts_problem(spec)
+    if problem:
+        raise DomainValidationError.single(
+            "architecture",
+            f"These facts do not describe one model ({problem}): give the model's config.json "
+            "again (hf_config), or change the columns back.",
+        )
 
 
 @transaction.atomic
 def model_spec_create(*, org: Organization, actor: Actor, **fields) -> ModelSpec:
-    """Registers a model. Architecture facts are checked for consistency first."""
-    spec = {"revision": "main", "licence": "", "notes": "", **fields}
+    """Registers a model. Architecture facts are checked for consistency first: the columns
+    and ``architecture`` (the facts beyond them that ``runs.model_config`` read from its
+    config.json; none: ``{}``) must give ``ModelFacts``."""
+    defaults = {"revision": "main", "licence": "", "notes": "", "architecture": {}}
+    spec = {"dtype": ModelSpec._meta.get_field("dtype").default, **defaults, **fields}
     _check_model_spec(org, spec)
     model = ModelSpec(organization=org, created_by=actor.user, **spec)
     return create_recorded(instance=model, actor=actor, event="model.create")
@@ -67,9 +96,12 @@ def model_spec_create(*, org: Organization, actor: Actor, **fields) -> ModelSpec
 
 @transaction.atomic
 def model_spec_update(*, model: ModelSpec, actor: Actor, **changes) -> ModelSpec:
-    """Changes a registered model; a smaller context must still fit its experiments' grids."""
+    """Changes a registered model; a smaller context must still fit its experiments' grids.
+    Its ``architecture`` stays unless ``changes`` give one (a config.json read again), and
+    must still agree with the columns."""
     model = ModelSpec.objects.select_for_update().get(pk=model.pk)
-    merged = {field: getattr(model, field) for field in MODEL_SPEC_FIELDS} | changes
+    kept = {field: getattr(model, field) for field in (*MODEL_SPEC_FIELDS, "architecture")}
+    merged = kept | changes
     _check_model_spec(model.organization, merged, exclude_id=model.pk)
     _check_context_still_fits(model, merged["max_context"])
     return update_recorded(instance=model, changes=changes, actor=actor, event="model.update")

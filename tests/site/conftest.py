@@ -37,6 +37,13 @@ def isolated_media_and_cheap_hashing(settings, tmp_path):
 
 
 @pytest.fixture(autouse=True)
+def no_hugging_face_hub(settings):
+    """A model's config.json is read from a hub nothing listens at (port 9, discard), never
+    from huggingface.co: the tests of the hub point this at their fake one."""
+    settings.BENCHSITE_HF_ENDPOINT = "http://127.0.0.1:9"
+
+
+@pytest.fixture(autouse=True)
 def nothing_priced_in_memory():
     """The priced figures of ended runs live as long as the process
     (``runs.selectors.trial_figures``): each test starts, and leaves, with none."""
