@@ -22,6 +22,8 @@ from runs.services.catalogue import MODEL_SPEC_FIELDS
 from runs.services.experiments import EXPERIMENT_FIELDS
 
 GENERAL_SLOT = "form"
+# The model form's config.json inputs, and the facts read from one (``architecture``).
+MODEL_CONFIG_FIELDS = ("hf_config", "hf_config_from_hub", "architecture")
 
 DATASET_FIELDS_BY_KIND = {
     model.model_fields["kind"].default: tuple(name for name in model.model_fields if name != "kind")
@@ -43,6 +45,7 @@ _TOP_LEVEL = (
     "budget",
     "reason",
     *MODEL_SPEC_FIELDS,
+    *MODEL_CONFIG_FIELDS,
 )
 
 

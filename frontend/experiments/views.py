@@ -86,7 +86,11 @@ def model_new(request, membership):
     if request.method == "POST":
         values = model_form.model_form_from_post(request.POST)
         model, fields = model_form.model_submit(
-            values=values, membership=membership, actor=actor_from_request(request), model=None
+            values=values,
+            membership=membership,
+            actor=actor_from_request(request),
+            model=None,
+            upload=request.FILES.get("hf_config_file"),
         )
         if model is not None:
             return redirect("model-edit", membership.organization.slug, model.id)
@@ -104,7 +108,11 @@ def model_edit(request, membership, model_id):
     if request.method == "POST":
         values = model_form.model_form_from_post(request.POST)
         saved, fields = model_form.model_submit(
-            values=values, membership=membership, actor=actor_from_request(request), model=model
+            values=values,
+            membership=membership,
+            actor=actor_from_request(request),
+            model=model,
+            upload=request.FILES.get("hf_config_file"),
         )
         if saved is not None:
             return redirect("models", membership.organization.slug)
