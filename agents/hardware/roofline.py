@@ -18,7 +18,8 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agents.hardware.gpus import GpuProfile
@@ -44,6 +45,13 @@ class Efficiency:
     # CPU-side cost per request in the step (input preparation, sampling, detokenizing,
     # streaming its output): the part of a step that grows with the batch on the host.
     per_sequence_s: float = 0.0002
+
+    @classmethod
+    def from_constants(cls, constants: Mapping[str, float]) -> Efficiency:
+        """The constants a calibration recorded (``dataclasses.asdict`` of one), read by
+        this version: one it does not know is left out, one it lacks keeps its default."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{name: float(v) for name, v in constants.items() if name in known})
 
 
 DEFAULT_EFFICIENCY = Efficiency()

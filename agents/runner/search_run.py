@@ -16,7 +16,8 @@ Guarantees:
   included) and, where every trial was predicted, what measuring all of them would take.
 - Predictions use the job's model facts and the simulator's profile of the job's GPU; a job
   whose GPU the simulator does not know cannot be pruned and is measured as the strategy
-  goes without predictions (``prune``: every trial; the site refuses to start such a run).
+  goes without predictions (``prune``: every trial; the site refuses such a search for a
+  GPU type the simulator lacks, so only a fallback placement can land here).
 - A stop (cancel, deadline) ends the search at once: what was measured stands.
 """
 
@@ -154,8 +155,7 @@ def prior_efficiency(settings: protocol.SearchSettings) -> Efficiency:
     simulator's defaults (a constant this agent does not know is left out)."""
     if settings.prior is None:
         return DEFAULT_EFFICIENCY
-    known = {f.name for f in dataclasses.fields(Efficiency)}
-    return Efficiency(**{k: v for k, v in settings.prior.constants.items() if k in known})
+    return Efficiency.from_constants(settings.prior.constants)
 
 
 def search_spec(settings: protocol.SearchSettings, *, can_predict: bool) -> SearchSpec:

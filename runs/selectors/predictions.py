@@ -28,7 +28,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -114,7 +113,6 @@ def _calibrated_efficiency(experiment: Experiment, result: GridPrediction) -> Ef
     )
     if source is None:
         return DEFAULT_EFFICIENCY
-    known = {f.name for f in dataclasses.fields(Efficiency)}
     result.calibration = {
         "run": str(source.run_id),
         "finished_at": source.finished_at.isoformat() if source.finished_at else None,
@@ -122,7 +120,7 @@ def _calibrated_efficiency(experiment: Experiment, result: GridPrediction) -> Ef
         "fit_error_pct": source.fit_error_pct,
         "constants": source.constants,
     }
-    return Efficiency(**{k: v for k, v in source.constants.items() if k in known})
+    return Efficiency.from_constants(source.constants)
 
 
 def experiment_prediction(*, experiment: Experiment) -> GridPrediction:

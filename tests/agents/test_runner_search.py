@@ -185,7 +185,8 @@ def test_predictions_start_from_the_jobs_prior_calibration(tmp_path):
     _, recorder, _ = run(job, tmp_path / "defaults")
     (defaults,) = recorder.of("search_finished")
     prior = protocol.SearchPrior(
-        constants=dataclasses.asdict(DEFAULT_EFFICIENCY) | {"bandwidth": 0.5},
+        # A constant a later agent might record is left out by this one.
+        constants=dataclasses.asdict(DEFAULT_EFFICIENCY) | {"bandwidth": 0.5, "future_s": 1.0},
         run_id=uuid.uuid4(),
     )
     primed = job.model_copy(
