@@ -14,6 +14,7 @@ from runs.errors import DomainValidationError
 from runs.experiment_search import job_search
 from runs.jobs import run_job_spec
 from runs.models import GpuType, ModelSpec, Run, Trial
+from runs.selectors.run_search import run_search_state
 from runs.services.experiments import experiment_update
 from runs.services.run_start import run_start
 from runs.services.run_tokens import run_token_issue
@@ -249,3 +250,45 @@ def test_a_pruning_run_starts_its_predictions_from_the_latest_calibration(alice)
     )
     assert "Predictions started from the calibration of run" in page.content.decode()
     assert f"/runs/{first.id}/" in page.content.decode()
+
+
+def test_a_search_without_predictions_is_held_against_the_runs_own_estimate(alice):
+    experiment = make_experiment(
+        alice.org,
+        gpu_count=2,
+        serve_grid={"tensor_parallel_size": [2]},
+        workload=CAPACITY_WORKLOAD,
+        search={"strategy": "halving"},
+    )
+    fields = frozen(experiment)
+    halving = {
+        "strategy": "halving",
+        "fates": [{"trial": 0, "fate": "winner", "measured": 900.0, "effort": 1.0}],
+        "winner": 0,
+        "decided": False,
+        "measurements": 2,
+        "spent_seconds": 600.0,
+        "exhaustive_seconds": None,
+        "stopped_by": None,
+        "calibration": None,
+    }
+    run = Run.objects.create(
+        organization=alice.org,
+        experiment=experiment,
+        search={experiment.engine_image_tag: halving},
+        **fields,
+    )
+    state = run_search_state(run=run)
+    trial_seconds = fields["experiment_snapshot"]["estimate_trial_seconds"]
+    # Pod seconds × 2 GPUs: 600 s spent is 20 GPU-minutes.
+    assert state["spent_gpu_minutes"] == 20.0
+    assert state["exhaustive_source"] == "estimate"
+    assert state["exhaustive_gpu_minutes"] == round(trial_seconds * 2 / 60, 1)
+    assert state["winners"] == [{"trial": 0, "decided": False}]
+    page = (
+        signed_in(alice)
+        .get(reverse("run-detail", kwargs={"org": alice.org.slug, "run_id": run.id}))
+        .content.decode()
+    )
+    assert "(the run's estimate)" in page
+    assert "won within noise" in page
