@@ -27,7 +27,7 @@ from pydantic import Field
 from agents import protocol
 from runs.errors import DomainValidationError
 
-# A month of one GPU: a limit beyond it is a typing error, not a plan.
+# A month of an 8-GPU pod: a limit beyond it is a typing error, not a plan.
 MAX_GPU_MINUTES = 30 * 24 * 60 * 8
 MAX_SPEND_USD = 10_000_000
 
