@@ -184,7 +184,8 @@ async def run_job_search(runner) -> dict[str, int]:
             runner.job.engine.gpu_type,
         )
     spec = search_spec(runner.job.search, can_predict=trials.gpu is not None)
-    result = await asyncio.to_thread(run_search, spec, trials.configs, trials)
+    names = [f"trial {trial.index}" for trial in runner.job.trials]
+    result = await asyncio.to_thread(run_search, spec, trials.configs, trials, names)
     counts = {"succeeded": 0, "failed": 0, "skipped": 0}
     # The search numbers the job's trials by position; messages name them by their index.
     for position, trial in enumerate(runner.job.trials):

@@ -128,9 +128,15 @@ class SearchResult:
 class _Ledger:
     """What a search spent and may still spend."""
 
-    def __init__(self, trials: Trials, spec: SearchSpec, count: int):
+    def __init__(
+        self, trials: Trials, spec: SearchSpec, count: int, names: Sequence[str] | None = None
+    ):
         self.trials = trials
         self.spec = spec
+        # How reasons name a configuration (a run names its trials).
+        self.names = (
+            list(names) if names is not None else [f"configuration {i + 1}" for i in range(count)]
+        )
         self.result = SearchResult(spec.strategy, [Fate() for _ in range(count)])
         self.measured_configs: set[int] = set()
         # GPU seconds per unit of effort: each configuration's prediction, and what the
@@ -232,7 +238,7 @@ def _screen(ledger: _Ledger, candidates: Sequence[int], efficiency: Efficiency) 
             fate.reason = f"predicted {100 * (1 - outcome.value / best):.0f} % below the best"
         elif twin is not None:
             fate.fate = "pruned"
-            fate.reason = f"predicted the same as configuration {twin + 1}"
+            fate.reason = f"predicted the same as {ledger.names[twin]}"
         else:
             survivors.append(index)
     return sorted(survivors, key=lambda i: -_value(predictions[i]))
@@ -384,7 +390,7 @@ def _rerank(
         elif fate.fate != "pruned":
             fate.fate = "pruned"
             fate.reason = (
-                f"calibrated, predicted the same as configuration {twin + 1}"
+                f"calibrated, predicted the same as {ledger.names[twin]}"
                 if twin is not None
                 else "calibrated prediction below the best"
             )
@@ -466,11 +472,15 @@ def _key(flags: Mapping, choices: Mapping[str, list]) -> tuple:
 
 
 def run_search(
-    spec: SearchSpec, configs: Sequence[Mapping[str, object]], trials: Trials
+    spec: SearchSpec,
+    configs: Sequence[Mapping[str, object]],
+    trials: Trials,
+    names: Sequence[str] | None = None,
 ) -> SearchResult:
     """Searches ``configs`` (serve flags, one per configuration) with ``spec``'s strategy
-    (module docstring)."""
-    ledger = _Ledger(trials, spec, len(configs))
+    (module docstring); ``names``: how the fates' reasons name each configuration (default
+    "configuration 1", "configuration 2" …)."""
+    ledger = _Ledger(trials, spec, len(configs), names)
     everything = list(range(len(configs)))
     try:
         if spec.strategy == "exhaustive":

@@ -207,3 +207,13 @@ def test_predictions_start_from_the_jobs_prior_calibration(tmp_path):
     )
     assert report["fates"][1]["predicted"] == expected.capacity["output_throughput"]
     assert report["fates"][1]["predicted"] < defaults["fates"][1]["predicted"]
+
+
+def test_configurations_predicted_alike_are_measured_once_and_named_by_trial(tmp_path):
+    # At 64-token prompts a budget of 2,048 or 4,096 batched tokens never binds.
+    grid = [{"max_num_seqs": 16, "max_num_batched_tokens": tokens} for tokens in (2048, 4096)]
+    _, recorder, _ = run(searching_job("prune", grid=grid), tmp_path)
+    (report,) = recorder.of("search_finished")
+    assert [fate["fate"] for fate in report["fates"]] == ["winner", "pruned"]
+    assert report["fates"][1]["reason"] == "predicted the same as trial 0"
+    assert _ended(recorder)[1]["log_tail"] == "pruned by the search: predicted the same as trial 0"
