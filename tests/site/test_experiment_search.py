@@ -125,13 +125,20 @@ def test_a_search_is_stored_as_given_and_the_default_as_nothing(alice):
     assert plain.json()["search"] == {}
 
 
-def test_the_job_carries_the_search_in_the_pods_seconds(alice):
-    experiment = make_experiment(
-        alice.org,
+def on_two_gpus(org, search: dict):
+    """An experiment on a 2-GPU pod (tensor parallelism 2) that searches with ``search``."""
+    return make_experiment(
+        org,
         gpu_count=2,
         serve_grid={"tensor_parallel_size": [2]},
         workload=CAPACITY_WORKLOAD,
-        search={"strategy": "prune", "spend_limit_gpu_minutes": 120, "max_trials": 3},
+        search=search,
+    )
+
+
+def test_the_job_carries_the_search_in_the_pods_seconds(alice):
+    experiment = on_two_gpus(
+        alice.org, {"strategy": "prune", "spend_limit_gpu_minutes": 120, "max_trials": 3}
     )
     job = frozen(experiment)["job_spec"]
     # 120 GPU-minutes on a 2-GPU pod: an hour of the pod.
@@ -253,13 +260,7 @@ def test_a_pruning_run_starts_its_predictions_from_the_latest_calibration(alice)
 
 
 def test_a_search_without_predictions_is_held_against_the_runs_own_estimate(alice):
-    experiment = make_experiment(
-        alice.org,
-        gpu_count=2,
-        serve_grid={"tensor_parallel_size": [2]},
-        workload=CAPACITY_WORKLOAD,
-        search={"strategy": "halving"},
-    )
+    experiment = on_two_gpus(alice.org, {"strategy": "halving"})
     fields = frozen(experiment)
     halving = {
         "strategy": "halving",
