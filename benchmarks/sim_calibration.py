@@ -17,6 +17,7 @@ is one batch of all its requests submitted at once.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -74,6 +75,14 @@ LAMBDA_H100_LENGTHS = tuple(
 LAMBDA_A100_LENGTHS = tuple(
     zip(_LAMBDA_PROMPTS, (120, 507, 233, 194, 101, 741, 9, 3, 6, 31), strict=True)
 )
+# Rahman's requests ended at EOS, not at max_tokens: output tok/s over req/s is 100.5 tokens
+# per request at every concurrency (210/2.09, 377/3.78, 644/6.44, 975/9.73), under the 128
+# asked. The page does not give the spread; the rows assume lengths uniform over 73..128
+# (mean 100.5), drawn with a fixed seed. With 128 every time the closed loop's clients
+# finish in the same step and prefill together again (lockstep), which the source's median
+# TTFT at c=4 (53 ms, p99 157 ms) says did not happen.
+_RAHMAN_DRAW = random.Random(1668)
+RAHMAN_LENGTHS = tuple((256, _RAHMAN_DRAW.randint(73, 128)) for _ in range(300))
 # 72B in BF16 on two 80 GB GPUs leaves under 1 GiB of KV cache at vLLM's default 0.9; the
 # source does not give its flags, so the row assumes 0.95 and a context just above 8k.
 QWEN_2XH100 = {"tensor_parallel_size": 2, "max_model_len": 8448, "gpu_memory_utilization": 0.95}
@@ -107,8 +116,9 @@ class Row:
     flags: dict = field(default_factory=dict)
     independent: bool = False
     offline: bool = False  # all requests in one batch (vllm bench latency/throughput)
-    # Per-request (prompt, output) tokens where the source lists them; then all of them are
-    # sent at once and input_len/output_len are their means, for the table only.
+    # Per-request (prompt, output) tokens, request i the i-th sent, where the source lists
+    # them or says how they vary; then input_len/output_len are their means, for the table
+    # only.
     lengths: tuple = ()
 
 
@@ -124,13 +134,18 @@ ROWS = (
         "tpot_ms", 10.94),
     Row("inferencebench-h100", INFERENCEBENCH, "llama-3.1-8b", "H100", 128, 128, 16, 320,
         "output_tok_s", 1384.2),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 4, 300, "output_tok_s", 210),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 8, 300, "output_tok_s", 377),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 16, 300, "output_tok_s", 644),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 32, 300, "output_tok_s", 975),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 4, 300, "median_ttft_ms", 53),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 128, 32, 300,
-        "median_ttft_ms", 277),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 4, 300,
+        "output_tok_s", 210, lengths=RAHMAN_LENGTHS),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 8, 300,
+        "output_tok_s", 377, lengths=RAHMAN_LENGTHS),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 16, 300,
+        "output_tok_s", 644, lengths=RAHMAN_LENGTHS),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 32, 300,
+        "output_tok_s", 975, lengths=RAHMAN_LENGTHS),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 4, 300,
+        "median_ttft_ms", 53, lengths=RAHMAN_LENGTHS),
+    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 32, 300,
+        "median_ttft_ms", 277, lengths=RAHMAN_LENGTHS),
     Row("vllm-ci-h200", VLLM_CI_H200, "llama-3.1-8b", "H200", 32, 128, 8, 8,
         "batch_latency_ms", 833.421, OFFLINE, offline=True),
     Row("vllm-ci-h200", VLLM_CI_H200, "llama-3.1-70b", "H200", 32, 128, 8, 8,
