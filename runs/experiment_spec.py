@@ -18,6 +18,7 @@ from django.conf import settings
 from agents.hardware import GIB
 from agents.protocol import (
     SERVE_FLAGS_SCHEMA_VERSION,
+    TRACE_FORMATS,
     ServeGridError,
     Slos,
     Workload,
@@ -320,6 +321,10 @@ def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, 
     if dataset.kind == "sharegpt":
         if not WorkloadDataset.objects.filter(organization=org, id=dataset.dataset_id).exists():
             add("workload.dataset.dataset_id", "No such dataset in this organization.")
+        return
+    if dataset.kind in TRACE_FORMATS:
+        # The agent reads traces (agents.workloads); uploading one to the site comes next.
+        add("workload.dataset.kind", f"A {dataset.kind} trace cannot be uploaded yet.")
         return
     if dataset.kind == "random":
         longest_prompt = int(dataset.input_len * (1 + dataset.range_ratio))

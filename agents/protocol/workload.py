@@ -94,7 +94,56 @@ class PrefixDataset(StrictModel):
     num_prefixes: int = Field(default=1, ge=1, le=1024)
 
 
-Dataset = Annotated[RandomDataset | ShareGptDataset | PrefixDataset, Field(discriminator="kind")]
+# A trace's window starts at most a year into it.
+MAX_TRACE_OFFSET_SECONDS = 366 * 86_400.0
+# The published trace formats a dataset may hold (``agents.workloads.traces`` reads them).
+TraceFormat = Literal["mooncake", "burstgpt", "azure"]
+TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
+BurstGptLogType = Literal["Conversation log", "API log"]
+# Mooncake's published traces hash blocks of 512 tokens.
+MOONCAKE_BLOCK_SIZE = 512
+MAX_BLOCK_SIZE = 65_536
+
+
+class TraceDataset(StrictModel):
+    """A request trace uploaded to the site, replayed as recorded: ``kind`` names its
+    format (``mooncake`` JSONL, ``burstgpt`` CSV, ``azure`` CSV; ``agents.workloads``).
+
+    Open-loop levels send its requests at the trace's own times, scaled so that the window's
+    mean rate is the level's request rate (the trace's shape at that rate; ``"inf"`` sends
+    them all at once); closed-loop levels send its requests in order, as fast as their
+    clients allow. ``start_seconds`` and ``duration_seconds`` choose the window of the trace
+    replayed (all of it by default). ``block_size``: the tokens each Mooncake hash id stands
+    for. ``model`` and ``log_type`` keep only those BurstGPT rows.
+    """
+
+    kind: TraceFormat
+    dataset_id: UUID = Field(strict=False)
+    start_seconds: float = Field(
+        default=0.0, ge=0, le=MAX_TRACE_OFFSET_SECONDS, allow_inf_nan=False
+    )
+    duration_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_TRACE_OFFSET_SECONDS, allow_inf_nan=False
+    )
+    block_size: int = Field(default=MOONCAKE_BLOCK_SIZE, ge=1, le=MAX_BLOCK_SIZE)
+    model: str | None = Field(default=None, min_length=1, max_length=100)
+    log_type: BurstGptLogType | None = None
+
+    @field_validator("model", "log_type")
+    @classmethod
+    def _burstgpt_only(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("kind") not in (None, "burstgpt"):
+            raise PydanticCustomError(
+                "burstgpt_only",
+                "{field} filters BurstGPT rows; {kind} traces have none",
+                {"field": info.field_name, "kind": info.data.get("kind")},
+            )
+        return value
+
+
+Dataset = Annotated[
+    RandomDataset | ShareGptDataset | PrefixDataset | TraceDataset, Field(discriminator="kind")
+]
 
 
 def _request_rate(value: object, handler: ValidatorFunctionWrapHandler) -> float | str:
