@@ -29,9 +29,10 @@ from agents.protocol import (
 from runs.errors import DomainValidationError
 from runs.experiment_search import search_check
 from runs.models import GpuType, ModelSpec, Organization, WorkloadDataset
-from runs.models.experiments import engine_is_simulated
+from runs.models.experiments import DATASET_FORMAT_CHOICES, engine_is_simulated
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.selectors.prices import gpu_price
+from runs.selectors.trace_windows import TraceWindowError, trace_window
 
 # Docker image tags: what `docker tag` accepts.
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -318,13 +319,11 @@ def _check_placement(
 
 def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, add) -> None:
     dataset = workload.dataset
-    if dataset.kind == "sharegpt":
-        if not WorkloadDataset.objects.filter(organization=org, id=dataset.dataset_id).exists():
-            add("workload.dataset.dataset_id", "No such dataset in this organization.")
-        return
-    if dataset.kind in TRACE_FORMATS:
-        # The agent reads traces (agents.workloads); uploading one to the site comes next.
-        add("workload.dataset.kind", f"A {dataset.kind} trace cannot be uploaded yet.")
+    # Every request must fit the smallest context any trial will serve, or it fails for a
+    # reason that has nothing to do with the configuration being measured.
+    smallest_context = min(grid.get("max_model_len", [model.max_context]))
+    if dataset.kind == "sharegpt" or dataset.kind in TRACE_FORMATS:
+        _check_uploaded_dataset(dataset, smallest_context, org, add)
         return
     if dataset.kind == "random":
         longest_prompt = int(dataset.input_len * (1 + dataset.range_ratio))
@@ -334,12 +333,43 @@ def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, 
         longest_prompt = dataset.shared_len + dataset.suffix_len
         longest_output = dataset.output_len
         prompt_field = "workload.dataset.shared_len"
-    # Every request must fit the smallest context any trial will serve, or it fails for a
-    # reason that has nothing to do with the configuration being measured.
-    smallest_context = min(grid.get("max_model_len", [model.max_context]))
     if longest_prompt + longest_output > smallest_context:
         add(
             prompt_field,
             f"Prompt ({longest_prompt}) plus output ({longest_output}) tokens exceed the "
             f"smallest context served ({smallest_context}).",
+        )
+
+
+def _check_uploaded_dataset(dataset, smallest_context: int, org, add) -> None:
+    """An uploaded dataset: this organization's, of the format the kind names; a trace's
+    window holds requests (filters, block size and window checked against the stored file)
+    and each of them fits ``smallest_context``."""
+    field = "workload.dataset.dataset_id"
+    row = WorkloadDataset.objects.filter(organization=org, id=dataset.dataset_id).first()
+    if row is None:
+        add(field, "No such dataset in this organization.")
+        return
+    if row.format != dataset.kind:
+        formats = dict(DATASET_FORMAT_CHOICES)
+        add(
+            field,
+            f"{row.name!r} holds {formats[row.format]}; a {dataset.kind} workload needs "
+            f"{formats[dataset.kind]}.",
+        )
+        return
+    if dataset.kind == "sharegpt":
+        return  # text: its token counts are the model tokenizer's, known only on the pod
+    try:
+        window = trace_window(row, dataset)
+    except TraceWindowError as error:
+        add(f"workload.dataset.{error.field}", error.message)
+        return
+    over = window.over(smallest_context)
+    if over:
+        add(
+            field,
+            f"{over} of the window's {window.requests} requests have more prompt plus output "
+            f"tokens than the smallest context served ({smallest_context}); the longest has "
+            f"{window.longest_tokens}.",
         )

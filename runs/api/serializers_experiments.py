@@ -65,9 +65,21 @@ class PredictionSerializer(serializers.Serializer):
 
 
 class DatasetSerializer(serializers.ModelSerializer):
+    """An uploaded dataset: ``format`` says what its file holds; ``num_conversations`` is a
+    ShareGPT file's (null for a trace)."""
+
     class Meta:
         model = WorkloadDataset
-        fields = ["id", "name", "sha256", "size_bytes", "num_conversations", "created_at"]
+        fields = ["id", "name", "format", "sha256", "size_bytes", "num_conversations", "created_at"]
+        read_only_fields = fields
+
+
+class DatasetDetailSerializer(DatasetSerializer):
+    """One dataset with a trace's ``summary`` (docs/datasets.md: counts, length statistics
+    and histograms, arrivals per bucket, shared-prefix share); ``{}`` for ShareGPT."""
+
+    class Meta(DatasetSerializer.Meta):
+        fields = [*DatasetSerializer.Meta.fields, "summary"]
         read_only_fields = fields
 
 

@@ -159,7 +159,8 @@ def _dataset_of_run(run: Run, dataset_id) -> WorkloadDataset:
     """The dataset ``dataset_id`` when the run's workload names it; else ``Http404`` (the same
     for a dataset that exists but is not the run's as for one that does not exist)."""
     named = run_workload(run).dataset  # as the run was started, whatever was edited since
-    if not isinstance(named, protocol.ShareGptDataset) or str(named.dataset_id) != str(dataset_id):
+    uploaded = isinstance(named, protocol.ShareGptDataset | protocol.TraceDataset)
+    if not uploaded or str(named.dataset_id) != str(dataset_id):
         raise Http404
     dataset = WorkloadDataset.objects.filter(
         organization_id=run.organization_id, pk=dataset_id
@@ -169,12 +170,25 @@ def _dataset_of_run(run: Run, dataset_id) -> WorkloadDataset:
     return dataset
 
 
+# What each format's file is served as (its bytes are the upload's, whatever the type).
+_CONTENT_TYPES = {"sharegpt": "application/json", "mooncake": "application/jsonl"}
+
+
 class AgentDatasetView(APIView):
-    """The ShareGPT file the run's workload names, exactly as uploaded; no other dataset."""
+    """The uploaded file (ShareGPT conversations or a trace) the run's workload names,
+    exactly as uploaded; no other dataset."""
 
     authentication_classes = [RunTokenAuthentication]
 
-    @extend_schema(responses={(200, "application/json"): OpenApiTypes.BINARY})
+    @extend_schema(
+        responses={
+            (200, "application/json"): OpenApiTypes.BINARY,
+            (200, "application/jsonl"): OpenApiTypes.BINARY,
+            (200, "text/csv"): OpenApiTypes.BINARY,
+        }
+    )
     def get(self, request, run_id, dataset_id):
         dataset = _dataset_of_run(request.auth, dataset_id)
-        return FileResponse(dataset.file.open("rb"), content_type="application/json")
+        return FileResponse(
+            dataset.file.open("rb"), content_type=_CONTENT_TYPES.get(dataset.format, "text/csv")
+        )

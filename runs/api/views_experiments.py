@@ -15,6 +15,7 @@ from runs.api.filters import ExperimentFilter
 from runs.api.pagination import cursor_pagination
 from runs.api.scoping import OrgScopedViewSet
 from runs.api.serializers_experiments import (
+    DatasetDetailSerializer,
     DatasetSerializer,
     EstimateSerializer,
     PredictionSerializer,
@@ -109,21 +110,28 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgSco
 
 
 class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
-    """ShareGPT-format conversation files for workloads (multipart upload: name, file)."""
+    """Files for workloads: ShareGPT conversations or request traces (multipart upload:
+    name, format, file). One dataset's detail carries a trace's summary."""
 
     model = WorkloadDataset
     serializer_class = DatasetSerializer
     parser_classes = [MultiPartParser, FormParser]
 
-    @extend_schema(request=DatasetUploadSerializer, responses={201: DatasetSerializer})
+    def get_serializer_class(self):
+        return DatasetDetailSerializer if self.action == "retrieve" else DatasetSerializer
+
+    @extend_schema(request=DatasetUploadSerializer, responses={201: DatasetDetailSerializer})
     def create(self, request, org):
         data = DatasetUploadSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        upload = data.validated_data["file"]
         dataset = dataset_upload(
-            org=self.org, actor=self.actor, name=data.validated_data["name"], raw=upload.read()
+            org=self.org,
+            actor=self.actor,
+            name=data.validated_data["name"],
+            raw=data.validated_data["file"].read(),
+            dataset_format=data.validated_data["format"],
         )
-        return Response(DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+        return Response(DatasetDetailSerializer(dataset).data, status=status.HTTP_201_CREATED)
 
     def destroy(self, request, org, pk):
         dataset_delete(

@@ -16,6 +16,7 @@ from runs.inputs.strict_fields import (
     LONG_TEXT_MAX_CHARS,
     StrictBooleanField,
     StrictCharField,
+    StrictChoiceField,
     StrictDateField,
     StrictDecimalField,
     StrictIntegerField,
@@ -25,6 +26,7 @@ from runs.inputs.strict_fields import (
     StrictUUIDField,
 )
 from runs.models import Budget, Experiment, GpuType, ModelSpec, WorkloadDataset
+from runs.models.experiments import DATASET_FORMAT_CHOICES, SHAREGPT
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.services.experiments import EXPERIMENT_FIELDS
 
@@ -112,6 +114,8 @@ class ExperimentSerializer(StrictModelSerializer):
 
 class DatasetUploadSerializer(serializers.Serializer):
     name = StrictCharField(max_length=WorkloadDataset._meta.get_field("name").max_length)
+    # What the file holds: ShareGPT conversations (the default) or a trace of that format.
+    format = StrictChoiceField(choices=DATASET_FORMAT_CHOICES, default=SHAREGPT)
     # Its size is bounded by DATASET_MAX_BYTES and its content checked by the service.
     file = serializers.FileField()
 

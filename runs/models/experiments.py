@@ -7,6 +7,7 @@ import uuid
 from django.db import models
 from django.utils import timezone
 
+from agents.protocol import TRACE_FORMATS
 from runs.models.catalogue import GpuType, ModelSpec
 from runs.models.tenancy import Organization, User
 
@@ -27,8 +28,24 @@ class CloudType(models.TextChoices):
     COMMUNITY = "community"
 
 
+# What an uploaded file holds: ShareGPT conversations, or a request trace in one of the
+# published formats the protocol names (a workload's dataset kind is its format).
+SHAREGPT = "sharegpt"
+_TRACE_LABELS = {
+    "mooncake": "Mooncake trace (JSONL)",
+    "burstgpt": "BurstGPT trace (CSV)",
+    "azure": "Azure LLM inference trace (CSV)",
+}
+DATASET_FORMAT_CHOICES = [
+    (SHAREGPT, "ShareGPT conversations (JSON)"),
+    *((name, _TRACE_LABELS[name]) for name in TRACE_FORMATS),  # a new format needs a label
+]
+
+
 class WorkloadDataset(models.Model):
-    """A ShareGPT-format conversation file uploaded by a tenant, checked on upload."""
+    """A file uploaded by a tenant for workloads, checked on upload and kept exactly as
+    uploaded: ShareGPT conversations (``num_conversations`` usable) or a request trace
+    (``summary``: ``agents.workloads.summary.summarize_trace`` of it as uploaded)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organization = models.ForeignKey(
@@ -38,7 +55,9 @@ class WorkloadDataset(models.Model):
     file = models.FileField(upload_to="datasets/")
     sha256 = models.CharField(max_length=64)
     size_bytes = models.BigIntegerField()
-    num_conversations = models.PositiveIntegerField()
+    format = models.CharField(max_length=16, choices=DATASET_FORMAT_CHOICES, default=SHAREGPT)
+    num_conversations = models.PositiveIntegerField(null=True, blank=True)  # ShareGPT only
+    summary = models.JSONField(default=dict, blank=True)  # traces only
     created_at = models.DateTimeField(default=timezone.now)
     created_by = models.ForeignKey(
         User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -46,9 +65,24 @@ class WorkloadDataset(models.Model):
 
     class Meta:
         ordering = ["-created_at", "id"]
+        constraints = [
+            # A ShareGPT file has its conversation count, a trace its summary instead.
+            models.CheckConstraint(
+                condition=(
+                    models.Q(format="sharegpt", num_conversations__isnull=False)
+                    | (~models.Q(format="sharegpt") & models.Q(num_conversations__isnull=True))
+                ),
+                name="dataset_count_by_format",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_trace(self) -> bool:
+        """Whether the file is a request trace (not ShareGPT conversations)."""
+        return self.format != SHAREGPT
 
 
 class Experiment(models.Model):

@@ -6,6 +6,9 @@ allocate, the time of a prefill and of a decode step), with the efficiency facto
 ``Assumptions``, plus cold-start allowances. A configuration the start check refuses is
 warned about and left out. Every assumption is returned with the estimate so a reader can see
 what it rests on. Measured runs replace it; the run's budget check uses it only as a gate.
+
+A trace workload is timed on the window it replays (``runs.selectors.trace_windows``): its
+mean prompt and output lengths, and at a request rate its requests sent once.
 """
 
 from __future__ import annotations
@@ -22,15 +25,17 @@ from agents.hardware import (
     start_check,
 )
 from agents.protocol import (
+    TRACE_FORMATS,
     Workload,
     capacity_probe_levels,
     level_requests,
     workload_levels,
 )
 from runs.experiment_spec import experiment_image_tags, experiment_trial_plan
-from runs.models import Experiment, GpuType, Run
+from runs.models import Experiment, GpuType, Run, WorkloadDataset
 from runs.placement import Placement, experiment_placements
 from runs.selectors.prices import GpuPrice, gpu_price
+from runs.selectors.trace_windows import TraceWindow, TraceWindowError, trace_window
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,35 @@ class CostEstimate:
     assumptions: dict = field(default_factory=dict)
 
 
-def _lengths(workload: Workload, a: Assumptions) -> tuple[int, int]:
+def _trace_window(
+    experiment: Experiment, workload: Workload, warnings: list[str]
+) -> TraceWindow | None:
+    """The window a trace workload replays (``runs.selectors.trace_windows``), None for
+    another dataset kind, or None with a warning when it cannot be read."""
     dataset = workload.dataset
+    if dataset.kind not in TRACE_FORMATS:
+        return None
+    row = WorkloadDataset.objects.filter(
+        organization_id=experiment.organization_id, id=dataset.dataset_id
+    ).first()
+    if row is None:
+        warnings.append("The workload's trace is gone: the sweep time is left out.")
+        return None
+    try:
+        return trace_window(row, dataset)
+    except TraceWindowError as error:
+        warnings.append(
+            f"The workload's trace cannot be replayed ({error}): the sweep time is left out."
+        )
+        return None
+
+
+def _lengths(workload: Workload, a: Assumptions, window: TraceWindow | None) -> tuple[int, int]:
+    dataset = workload.dataset
+    if window is not None:
+        return max(1, round(window.mean_input_len)), max(1, round(window.mean_output_len))
+    if dataset.kind in TRACE_FORMATS:  # unreadable: no sweep is timed (the warning says so)
+        return a.sharegpt_input_len, a.sharegpt_output_len
     if dataset.kind == "random":
         return dataset.input_len, dataset.output_len
     if dataset.kind == "prefix":
@@ -139,9 +171,10 @@ def experiment_estimate(
     probes = capacity_probe_levels(workload)
     configs = [trial.serve_config for trial in experiment_trial_plan(experiment)]
     pods = len(experiment_image_tags(experiment))
-    input_len, output_len = _lengths(workload, a)
     gpus = experiment.gpu_count
     warnings: list[str] = []
+    window = _trace_window(experiment, workload, warnings)
+    input_len, output_len = _lengths(workload, a, window)
 
     weight_bytes = model.weight_bytes
     # Each pod fetches the weights once (agents/weights.py), onto the network volume when
@@ -155,6 +188,8 @@ def experiment_estimate(
     hardware = gpu.hardware
     if hardware is None:
         warnings.append(f"No hardware facts for {gpu.id}: the sweep time is left out.")
+    elif window is None and workload.dataset.kind in TRACE_FORMATS:
+        hardware = None  # an unreadable trace (warned about) leaves no sweep to time
     efficiency = Efficiency(flops=a.compute_efficiency, bandwidth=a.bandwidth_efficiency)
     for index, config in enumerate(configs):
         eager = bool(config.get("enforce_eager", False))
@@ -181,8 +216,7 @@ def experiment_estimate(
                     level, drain, input_len, output_len, max_batch, steps
                 )
                 continue
-            # Steady levels: the window, the ramp and the drain, and each level's warm-up.
-            requests = level_requests(workload, level)
+            requests = _level_sends(workload, level, window)
             sweep += _level_seconds(level, requests, input_len, output_len, max_batch, steps)
 
     total = provisioning + cold_start + sweep
@@ -217,6 +251,16 @@ def experiment_estimate(
         warnings=warnings,
         assumptions=asdict(a),
     )
+
+
+def _level_sends(workload: Workload, level: dict, window: TraceWindow | None) -> int:
+    """What one level's time is counted in: a trace's open-loop level sends its window once
+    at the level's mean rate, its last request (requests - 1) gaps after the first, so that
+    many; any other level is steady: the window, the ramp and the drain, and its warm-up
+    (``level_requests``), as many arrivals."""
+    if window is not None and "request_rate" in level:
+        return window.requests - 1
+    return level_requests(workload, level)
 
 
 def _level_seconds(

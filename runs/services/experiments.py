@@ -10,10 +10,13 @@ from django.core.files.base import ContentFile
 from django.db import transaction
 
 from agents import protocol
+from agents.workloads import TraceError, parse_trace
+from agents.workloads.summary import summarize_trace
 from runs.actors import Actor
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
 from runs.models import Experiment, Organization, WorkloadDataset
+from runs.models.experiments import SHAREGPT
 from runs.services.recording import (
     clean_instance,
     create_recorded,
@@ -191,26 +194,54 @@ def _sharegpt_conversations(raw: bytes) -> int:
     return usable
 
 
+# A stored file keeps its format's usual extension (the agent reads it as uploaded).
+_EXTENSIONS = {SHAREGPT: "json", "mooncake": "jsonl", "burstgpt": "csv", "azure": "csv"}
+
+
+def _trace_summary(raw: bytes, dataset_format: str) -> dict:
+    """The summary of the trace in ``raw`` read at the reader's defaults (every row, blocks
+    of 512 tokens); refused under ``file`` with the reader's line and field."""
+    try:
+        trace = parse_trace(raw, dataset_format)
+    except TraceError as error:
+        raise DomainValidationError.single("file", str(error)) from None
+    return summarize_trace(trace)
+
+
 @transaction.atomic
-def dataset_upload(*, org: Organization, actor: Actor, name: str, raw: bytes) -> WorkloadDataset:
-    """Stores a ShareGPT-format file after checking its size and shape."""
+def dataset_upload(
+    *, org: Organization, actor: Actor, name: str, raw: bytes, dataset_format: str = SHAREGPT
+) -> WorkloadDataset:
+    """Stores an uploaded file after checking its name, size and content: ShareGPT
+    conversations (counted), or a request trace of ``dataset_format`` (read by
+    ``agents.workloads.parse_trace``, summarized by ``summarize_trace``). A refusal names its
+    field (a trace's, the line and column too) and stores nothing: no row, no file."""
     if not name.strip():
         raise DomainValidationError.single("name", "A dataset needs a name.")
+    if dataset_format not in _EXTENSIONS:
+        raise DomainValidationError.single(
+            "format", f"Expected one of {', '.join(_EXTENSIONS)}; got {dataset_format!r}."
+        )
     if len(raw) > settings.DATASET_MAX_BYTES:
         raise DomainValidationError.single(
             "file", f"File is larger than the limit of {settings.DATASET_MAX_BYTES} bytes."
         )
-    conversations = _sharegpt_conversations(raw)
-    digest = hashlib.sha256(raw).hexdigest()
+    if dataset_format == SHAREGPT:
+        counts = {"num_conversations": _sharegpt_conversations(raw)}
+    else:
+        counts = {"summary": _trace_summary(raw, dataset_format)}
     dataset = WorkloadDataset(
         organization=org,
         name=name.strip(),
-        sha256=digest,
+        format=dataset_format,
+        sha256=hashlib.sha256(raw).hexdigest(),
         size_bytes=len(raw),
-        num_conversations=conversations,
         created_by=actor.user,
+        **counts,
     )
-    dataset.file.save(f"{org.id}/{dataset.id}.json", ContentFile(raw), save=False)
+    dataset.file.save(
+        f"{org.id}/{dataset.id}.{_EXTENSIONS[dataset_format]}", ContentFile(raw), save=False
+    )
     try:
         return create_recorded(instance=dataset, actor=actor, event="dataset.upload")
     except Exception:
