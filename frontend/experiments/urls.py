@@ -12,6 +12,11 @@ urlpatterns = [
     path("o/<slug:org>/experiments/", views.experiments_list, name="experiments"),
     path("o/<slug:org>/experiments/datasets/", views_datasets.datasets, name="datasets"),
     path(
+        "o/<slug:org>/experiments/datasets/<uuid:dataset_id>/",
+        views_datasets.dataset_detail,
+        name="dataset-preview",
+    ),
+    path(
         "o/<slug:org>/experiments/datasets/<uuid:dataset_id>/delete/",
         views_datasets.dataset_remove,
         name="dataset-delete",

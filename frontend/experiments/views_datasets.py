@@ -1,4 +1,5 @@
-"""Pages for workload datasets: the organization's uploaded ShareGPT files, upload and delete.
+"""Pages for workload datasets: the organization's uploaded files (ShareGPT conversations or
+request traces), upload, a preview of each, and delete.
 
 As everywhere in the UI, rows are reached only through ``runs.access`` (another
 organization's dataset is a 404, a viewer's upload a 403), the form is checked by the API's
@@ -13,6 +14,7 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
 
+from frontend.experiments.dataset_preview import trace_preview
 from frontend.org_pages import org_context, org_page
 from frontend.validation import error_summary, parse_as_api
 from runs.access import Need, access_dataset, scoped
@@ -20,9 +22,19 @@ from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
 from runs.inputs.experiments import DatasetUploadSerializer
 from runs.models import Experiment, WorkloadDataset
+from runs.models.experiments import DATASET_FORMAT_CHOICES
 from runs.services.experiments import dataset_delete, dataset_upload
 
-_LABELS = {"name": "Name", "file": "ShareGPT file"}
+_LABELS = {"name": "Name", "format": "Format", "file": "File"}
+
+
+def _contents(dataset: WorkloadDataset) -> str:
+    """What the file holds, counted: '12 usable conversations', '24 requests'."""
+    if not dataset.is_trace:
+        return f"{dataset.num_conversations} usable conversations"
+    summary = dataset.summary if isinstance(dataset.summary, dict) else {}
+    requests = summary.get("requests")
+    return f"{requests} requests" if isinstance(requests, int) else "a trace without a summary"
 
 
 def _users_of(membership, datasets) -> dict[str, list[Experiment]]:
@@ -48,25 +60,29 @@ def datasets(request, membership):
                 actor=actor_from_request(request),
                 name=data["name"],
                 raw=data["file"].read(),
+                dataset_format=data["format"],
             )
         except DomainValidationError as exc:
             errors = exc.fields
         else:
             messages.success(
                 request,
-                f"Uploaded {dataset.name}: {dataset.num_conversations} usable conversations, "
+                f"Uploaded {dataset.name}: {_contents(dataset)}, "
                 f"{filesizeformat(dataset.size_bytes)}.",
             )
+            if dataset.is_trace:
+                return redirect("dataset-preview", membership.organization.slug, dataset.id)
             return redirect("datasets", membership.organization.slug)
     rows = list(scoped(membership, WorkloadDataset).select_related("created_by").order_by("name"))
     users = _users_of(membership, rows)
     context = org_context(
         membership,
-        rows=[(dataset, users.get(str(dataset.id), [])) for dataset in rows],
+        rows=[(dataset, users.get(str(dataset.id), []), _contents(dataset)) for dataset in rows],
         errors=errors,
         summary=error_summary(errors, _LABELS),
         values=request.POST if writing else {},
         max_bytes=settings.DATASET_MAX_BYTES,
+        formats=DATASET_FORMAT_CHOICES,
     )
     return render(
         request, "frontend/experiments/datasets.html", context, status=400 if errors else 200
@@ -84,3 +100,20 @@ def dataset_remove(request, membership, dataset_id):
     else:
         messages.success(request, f"Deleted {dataset.name}.")
     return redirect("datasets", membership.organization.slug)
+
+
+@org_page("GET")
+def dataset_detail(request, membership, dataset_id):
+    """One dataset: what it is, who uses it, and a trace's preview (its stored summary: the
+    lengths' histograms, arrivals over time, the shared-prefix share, counts)."""
+    dataset = access_dataset(membership=membership, dataset_id=dataset_id)
+    users = _users_of(membership, [dataset]).get(str(dataset.id), [])
+    context = org_context(
+        membership,
+        dataset=dataset,
+        format_label=dict(DATASET_FORMAT_CHOICES)[dataset.format],
+        contents=_contents(dataset),
+        users=users,
+        preview=trace_preview(dataset.summary) if dataset.is_trace else None,
+    )
+    return render(request, "frontend/experiments/dataset_detail.html", context)
