@@ -354,8 +354,8 @@ def _check_uploaded_dataset(dataset, smallest_context: int, org, add) -> None:
         formats = dict(DATASET_FORMAT_CHOICES)
         add(
             field,
-            f"{row.name!r} holds {formats[row.format]}; a {dataset.kind} workload needs "
-            f"{formats[dataset.kind]}.",
+            f"{row.name!r} holds {formats[row.format]}; the dataset kind {dataset.kind!r} "
+            f"needs {formats[dataset.kind]}.",
         )
         return
     if dataset.kind == "sharegpt":

@@ -18,9 +18,12 @@ from frontend.experiments.form_slots import (
     CAPACITY_FIELDS,
     DATASET_FIELDS,
     DATASET_FIELDS_BY_KIND,
+    DATASET_INPUTS,
+    DATASET_TEXT_FIELDS,
     SEARCH_FIELDS,
     SLO_NAMES,
     WORKLOAD_FIELDS,
+    dataset_input,
     errors_by_slot,
 )
 from frontend.experiments.form_text import items, list_text, literal, put_number, shown_text
@@ -74,7 +77,7 @@ _BUILDER_TEXT_FIELDS = (
     "grid_mode",
     "serve_grid_json",
     "dataset_kind",
-    *DATASET_FIELDS,
+    *DATASET_INPUTS,
     *WORKLOAD_FIELDS,
     *CAPACITY_TEXT_FIELDS,
     *(f"slo_{name}" for name in SLO_NAMES),
@@ -131,7 +134,7 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
     values |= _capacity_values(workload.get("capacity"))
     values |= {f"search_{name}": shown_text(experiment.search.get(name)) for name in SEARCH_FIELDS}
     for name_ in DATASET_FIELDS:
-        values[name_] = shown_text(dataset.get(name_))
+        values[dataset_input(name_)] = shown_text(dataset.get(name_))
     for slo in SLO_NAMES:
         values[f"slo_{slo}"] = shown_text(experiment.slos.get(slo))
     rows = [(flag, list_text(values_)) for flag, values_ in experiment.serve_grid.items()]
@@ -217,11 +220,12 @@ def _workload_from_form(values: dict[str, str]) -> dict:
     kind = values.get("dataset_kind", "")
     dataset: dict = {"kind": kind}
     for name in DATASET_FIELDS_BY_KIND.get(kind, ()):
-        if name == "dataset_id":  # an uploaded dataset's id, picked from a list
-            if values.get(name):
-                dataset[name] = values[name]
+        typed = values.get(dataset_input(name), "")
+        if name in DATASET_TEXT_FIELDS:  # an id picked from a list, a model's name …
+            if typed.strip():
+                dataset[name] = typed.strip()
         else:
-            put_number(dataset, name, values.get(name))
+            put_number(dataset, name, typed)
     workload: dict = {"dataset": dataset}
     if values.get("endpoint"):
         workload["endpoint"] = values["endpoint"]

@@ -10,11 +10,13 @@ The form's field lists come from the API's own models, so a field added there ge
 from __future__ import annotations
 
 from agents.protocol import (
+    TRACE_FORMATS,
     CapacitySearch,
     PrefixDataset,
     RandomDataset,
     ShareGptDataset,
     Slos,
+    TraceDataset,
     Workload,
 )
 from runs.experiment_search import ExperimentSearch
@@ -29,7 +31,29 @@ DATASET_FIELDS_BY_KIND = {
     model.model_fields["kind"].default: tuple(name for name in model.model_fields if name != "kind")
     for model in (RandomDataset, ShareGptDataset, PrefixDataset)
 }
+# A trace option that means something to one format only: the tokens a Mooncake hash id
+# stands for, and BurstGPT's row filters (which the protocol refuses on other formats).
+TRACE_FORMAT_ONLY = {"block_size": "mooncake", "model": "burstgpt", "log_type": "burstgpt"}
+DATASET_FIELDS_BY_KIND |= {
+    kind: tuple(
+        name
+        for name in TraceDataset.model_fields
+        if name != "kind" and TRACE_FORMAT_ONLY.get(name, kind) == kind
+    )
+    for kind in TRACE_FORMATS
+}
+# Dataset options typed as text, not read as numbers (a model may be named "4").
+DATASET_TEXT_FIELDS = ("dataset_id", "model", "log_type")
 DATASET_FIELDS = tuple(dict.fromkeys(n for names in DATASET_FIELDS_BY_KIND.values() for n in names))
+
+
+def dataset_input(name: str) -> str:
+    """The form input (and error slot) of the workload dataset's field ``name``: the name
+    itself, but for BurstGPT's ``model`` filter, since ``model`` is the experiment's model."""
+    return "trace_model" if name == "model" else name
+
+
+DATASET_INPUTS = tuple(dataset_input(name) for name in DATASET_FIELDS)
 # The capacity search is a group of inputs of its own (``capacity_<field>``, error_slot).
 WORKLOAD_FIELDS = tuple(
     name for name in Workload.model_fields if name not in ("dataset", "capacity")
@@ -68,7 +92,7 @@ def error_slot(path: str) -> str:
         first = first.split("[", 1)[0]
         if first == "dataset":
             name = tail.split(".", 1)[0]
-            return name if name in DATASET_FIELDS else "dataset_kind"
+            return dataset_input(name) if name in DATASET_FIELDS else "dataset_kind"
         if first == "capacity":
             name = tail.split(".", 1)[0]
             return f"capacity_{name}" if name in CAPACITY_FIELDS else "capacity"
@@ -84,7 +108,7 @@ def _shown(path: str, slot: str, message: str) -> str:
     whole = {
         slot,
         f"workload.{slot}",
-        f"workload.dataset.{slot}",
+        f"workload.dataset.{'model' if slot == dataset_input('model') else slot}",
         f"slos.{slot.removeprefix('slo_')}",
         f"workload.capacity.{slot.removeprefix('capacity_')}",
         f"search.{slot.removeprefix('search_')}",

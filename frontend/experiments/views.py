@@ -19,7 +19,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from agents.hardware import MODEL_PRESETS
-from agents.protocol import SLO_PERCENTILES, Slos
+from agents.protocol import SLO_PERCENTILES, TRACE_FORMATS, Slos
+from agents.workloads import BURSTGPT_LOG_TYPES
 from frontend.experiments import (
     builder,
     estimate_panel,
@@ -34,7 +35,7 @@ from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
 from runs.models import Experiment, GpuType, ModelSpec, WorkloadDataset
 from runs.models.catalogue import WeightDtype
-from runs.models.experiments import CloudType, Engine
+from runs.models.experiments import DATASET_FORMAT_CHOICES, CloudType, Engine
 from runs.models.runs import RunState, RunTrigger
 from runs.selectors.estimates import experiment_estimate
 from runs.selectors.run_history import with_simulated
@@ -164,8 +165,19 @@ SEARCH_STRATEGY_CHOICES = (
 )
 
 
+def _dataset_groups(membership) -> list[tuple[str, list[WorkloadDataset]]]:
+    """The organization's datasets by format (label, datasets by name), for the builder's
+    choice: the script shows only the group the dataset kind names."""
+    labels = dict(DATASET_FORMAT_CHOICES)
+    groups: dict[str, list[WorkloadDataset]] = {}
+    for dataset in scoped(membership, WorkloadDataset).order_by("name", "id"):
+        groups.setdefault(dataset.format, []).append(dataset)
+    return [(labels[name], groups[name]) for name in labels if name in groups]
+
+
 def _render_builder(request, membership, *, form, outcome, experiment=None):
     org = membership.organization
+    labels = dict(DATASET_FORMAT_CHOICES)
     if experiment is None:
         action = reverse("experiment-new", args=[org.slug])
         check = reverse("experiment-check", args=[org.slug])
@@ -191,7 +203,10 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         predict_url=predict,
         models=scoped(membership, ModelSpec).order_by("name", "id"),
         gpu_types=GpuType.objects.order_by("display_name"),
-        datasets=scoped(membership, WorkloadDataset).order_by("name"),
+        dataset_groups=_dataset_groups(membership),
+        trace_kinds=[(kind, labels[kind]) for kind in TRACE_FORMATS],
+        trace_kinds_text=" ".join(TRACE_FORMATS),
+        burstgpt_log_types=BURSTGPT_LOG_TYPES,
         flags=flags,
         flag_names={flag["name"] for flag in flags},
         engines=Engine.values,

@@ -211,7 +211,7 @@ def test_a_workload_names_a_dataset_of_its_own_format(alice):
     as_trace = {"dataset": {"kind": "mooncake", "dataset_id": str(chats.id)}, "concurrency": [1]}
     (message,) = refused_fields(check(alice, model, as_trace))["workload.dataset.dataset_id"]
     assert message == (
-        "'chats' holds ShareGPT conversations (JSON); a mooncake workload needs "
+        "'chats' holds ShareGPT conversations (JSON); the dataset kind 'mooncake' needs "
         "Mooncake trace (JSONL)."
     )
     as_chats = {"dataset": {"kind": "sharegpt", "dataset_id": str(azure.id)}, "concurrency": [1]}

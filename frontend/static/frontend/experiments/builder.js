@@ -121,10 +121,22 @@
   const kindSelect = document.getElementById("f-dataset_kind");
   const engineSelect = document.getElementById("f-engine");
 
+  const datasetSelect = document.getElementById("f-dataset_id");
+
   function showApplicable() {
     form.querySelectorAll("[data-kinds]").forEach(function (field) {
       field.hidden = !field.dataset.kinds.split(" ").includes(kindSelect.value);
     });
+    // An uploaded dataset of the format the kind names; another one's choice is cleared.
+    datasetSelect.querySelectorAll("optgroup").forEach(function (group) {
+      const fits = group.dataset.format === kindSelect.value;
+      group.hidden = !fits;
+      group.disabled = !fits;
+    });
+    const chosen = datasetSelect.selectedOptions[0];
+    if (chosen && chosen.dataset.format && chosen.dataset.format !== kindSelect.value) {
+      datasetSelect.value = "";
+    }
     document.querySelectorAll("[data-engine-only]").forEach(function (element) {
       element.hidden = element.dataset.engineOnly !== engineSelect.value;
     });
