@@ -35,7 +35,7 @@ from pathlib import Path
 
 from agents.hardware import DEFAULT_EFFICIENCY, Efficiency
 from agents.predict import WorkTooLarge, predict_workload
-from agents.protocol import ShareGptDataset, Slos, Workload
+from agents.protocol import ShareGptDataset, Slos, TraceDataset, Workload
 from runs.costs import level_cost_per_million_output_tokens, pod_usd_per_hr
 from runs.experiment_spec import experiment_trial_plan
 from runs.models import Experiment, WorkloadDataset
@@ -137,6 +137,14 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
     workload = Workload.model_validate(experiment.workload)
     slos = Slos.model_validate(experiment.slos or {})
     result.with_slos = slos.given
+    if isinstance(workload.dataset, TraceDataset):
+        # The offline simulator does not replay traces yet; a warning, like a GPU it has no
+        # profile of, rather than a prediction of some other traffic.
+        result.warnings.append(
+            f"A {workload.dataset.kind} trace workload cannot be predicted on the simulator "
+            "yet: nothing is predicted for it."
+        )
+        return result
     sharegpt = _sharegpt_path(experiment, workload)
     if isinstance(workload.dataset, ShareGptDataset) and sharegpt is None:
         result.warnings.append("The workload's dataset is gone: nothing can be predicted.")

@@ -389,3 +389,18 @@ def test_the_agent_downloads_its_runs_trace_as_uploaded(alice, kind, content_typ
     for missing in (other.id, uuid.uuid4()):
         refused = agent.get(f"/api/v1/agent/runs/{run.id}/datasets/{missing}/")
         assert refused.status_code == 404 and refused.json() == NOT_FOUND
+
+
+def test_a_trace_workload_is_not_predicted_and_says_why(alice):
+    dataset = stored(alice.org, "burstgpt")
+    experiment = make_experiment(alice.org, workload=trace_workload(dataset))
+    response = alice.client().get(
+        reverse("experiment-prediction", kwargs={"org": "acme", "pk": experiment.pk})
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert body["rows"] == [] and body["simulated"] is True
+    assert body["warnings"] == [
+        "A burstgpt trace workload cannot be predicted on the simulator yet: nothing is "
+        "predicted for it."
+    ]
