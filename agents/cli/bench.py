@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import math
 import os
+import uuid
 from pathlib import Path
 
 import pydantic
@@ -28,6 +29,7 @@ from agents.loadgen import (
     ServerUnreachable,
     ShareGptPrompts,
     TokenizerError,
+    TracePrompts,
     event_loop_runner,
     load_tokenizer,
     run_bench,
@@ -40,10 +42,13 @@ from agents.loadgen.report import (
     level_table,
     write_json,
 )
+from agents.loadgen.workload import trace_prompts
 from agents.protocol import (
     MAX_CONCURRENCY,
+    TRACE_FORMATS,
     CapacitySearch,
     Slos,
+    TraceDataset,
     parse_slos,
     pydantic_field_errors,
 )
@@ -118,9 +123,47 @@ def _source(args: argparse.Namespace):
         if shared < 1:
             raise UsageError("--dataset prefix:N: the shared length must be at least 1")
         return PrefixPrompts(shared, args.input_len, output_len or 128, args.num_prefixes)
+    if kind in TRACE_FORMATS and value:
+        return _trace_source(args, kind, Path(value))
     raise UsageError(
-        f"--dataset: expected random, sharegpt:PATH or prefix:SHARED_LEN, got {args.dataset!r}"
+        "--dataset: expected random, sharegpt:PATH, prefix:SHARED_LEN or a trace "
+        f"({':PATH, '.join(TRACE_FORMATS)}:PATH), got {args.dataset!r}"
     )
+
+
+def _trace_source(args: argparse.Namespace, kind: str, path: Path) -> TracePrompts:
+    """The trace's window as prompts, its options checked as the protocol checks them."""
+    try:
+        options = TraceDataset(
+            kind=kind,
+            dataset_id=uuid.UUID(int=0),  # a local file: the site's id does not apply
+            start_seconds=args.trace_start,
+            duration_seconds=args.trace_duration,
+            block_size=args.block_size,
+            model=args.trace_model,
+            log_type=args.trace_log_type,
+        )
+    except pydantic.ValidationError as exc:
+        options_of = {"start_seconds": "--trace-start", "duration_seconds": "--trace-duration",
+                      "block_size": "--block-size", "model": "--trace-model",
+                      "log_type": "--trace-log-type"}  # fmt: skip
+        problems = "; ".join(
+            f"{options_of.get(e.field.rsplit('.', 1)[-1], e.field)}: {e.message}"
+            for e in pydantic_field_errors(exc)
+        )
+        raise UsageError(problems) from None
+    try:
+        return trace_prompts(
+            path,
+            kind,
+            block_size=options.block_size,
+            model=options.model,
+            log_type=options.log_type,
+            start_seconds=options.start_seconds,
+            duration_seconds=options.duration_seconds,
+        )
+    except DatasetError as exc:
+        raise UsageError(f"--dataset {kind}:{path}: {exc}") from None
 
 
 def workload_fields(args: argparse.Namespace) -> dict:

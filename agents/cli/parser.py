@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from agents.workloads import BURSTGPT_LOG_TYPES
+
 
 def add_workload_arguments(command: argparse.ArgumentParser) -> None:
     """The load a benchmark applies and what it reports: ``bench`` and ``predict`` share them."""
@@ -14,7 +16,24 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
         "--request-rate", metavar="R[,R...]", help="open-loop levels in req/s ('inf': all at once)"
     )
     command.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson")
-    command.add_argument("--dataset", default="random", help="random | sharegpt:PATH | prefix:LEN")
+    command.add_argument(
+        "--dataset",
+        default="random",
+        help="random | sharegpt:PATH | prefix:LEN | mooncake:PATH | burstgpt:PATH | azure:PATH",
+    )
+    command.add_argument(
+        "--trace-start", type=float, default=0.0, metavar="SECONDS", help="trace: window start"
+    )
+    command.add_argument(
+        "--trace-duration", type=float, metavar="SECONDS", help="trace: window length (all)"
+    )
+    command.add_argument(
+        "--block-size", type=int, default=512, metavar="TOKENS", help="mooncake: tokens per hash id"
+    )
+    command.add_argument("--trace-model", metavar="NAME", help="burstgpt: keep this Model only")
+    command.add_argument(
+        "--trace-log-type", choices=BURSTGPT_LOG_TYPES, help="burstgpt: keep this Log Type only"
+    )
     command.add_argument("--input-len", type=int, default=128, help="prompt (or suffix) tokens")
     command.add_argument("--output-len", type=int, help="output tokens (default 128)")
     command.add_argument("--range-ratio", type=float, default=0.0, help="random length spread")

@@ -22,7 +22,13 @@ from agents.loadgen.events import (
     ServerSample,
     level_label,
 )
-from agents.loadgen.prompts import DatasetError, PrefixPrompts, RandomPrompts, ShareGptPrompts
+from agents.loadgen.prompts import (
+    DatasetError,
+    PrefixPrompts,
+    RandomPrompts,
+    ShareGptPrompts,
+    TracePrompts,
+)
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.tokenizer import TokenizerError, load_tokenizer
 from agents.loadgen.workload import config_from_workload
@@ -43,6 +49,7 @@ __all__ = [
     "ServerUnreachable",
     "ShareGptPrompts",
     "TokenizerError",
+    "TracePrompts",
     "config_from_workload",
     "event_loop_runner",
     "level_label",

@@ -6,7 +6,10 @@ Guarantees:
   ``LevelFinished``, ``BenchFinished``); closing it early cancels the run cleanly.
 - Closed-loop levels keep exactly ``concurrency`` requests in flight (each slot sends its next
   request as soon as the last one ends); open-loop levels send at gamma-distributed times
-  (``agents.loadgen.arrivals``), optionally capped by ``max_concurrency``.
+  (``agents.loadgen.arrivals``) or a trace's times scaled to their rate
+  (``agents.loadgen.levels.send_offsets``), optionally capped by ``max_concurrency``; no
+  request leaves before its time, and the level reports how late they left
+  (``send_lateness``).
 - Everything costly happens before a level's clock starts: prompts are sampled, every
   request's bytes are encoded, connections are opened and garbage is collected and frozen.
 - Traffic is fair: a level's prompts, lengths and send times derive from ``seed``, the level
@@ -40,14 +43,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
-import math
-import random
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import suppress
 from time import perf_counter
 
-from agents.loadgen.arrivals import arrival_offsets
 from agents.loadgen.capacity import CapacityPlanner
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.events import (
@@ -68,13 +68,15 @@ from agents.loadgen.levels import (
     level_load,
     level_prompt_count,
     level_rngs,
+    level_send_limit,
+    send_offsets,
     window_target,
 )
 from agents.loadgen.openai import encode_request, send_request
 from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.server_metrics import MetricsScraper
-from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offsets
+from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow
 
 
 def prompt_digest(text: str) -> str:
@@ -270,12 +272,12 @@ class _Runner:
 
     async def _open_loop(
         self,
-        rate: float,
+        offsets: Iterable[float],
+        start: float,
         prompts: list[Prompt],
         requests: list[bytes],
         count: int | None,
         duration: float | None,
-        rng: random.Random,
         progress: _Progress,
         records: list[RequestRecord],
         window: OpenLoopWindow | None = None,
@@ -300,10 +302,6 @@ class _Runner:
                 window.answer()
             progress.done(record)
 
-        offsets = arrival_offsets(rate, self.config.burstiness, rng)
-        if window is not None and not math.isinf(rate):
-            offsets = ramped_offsets(offsets, self.config.ramp_up_seconds)
-        start = perf_counter()
         if window is not None:
             window.begin(start)
         try:
@@ -314,8 +312,9 @@ class _Runner:
                     or (window is not None and window.draining)
                 ):
                     break
-                delay = start + offset - perf_counter()
-                if delay > 0:
+                # A timer may fire early (uvloop's are in whole milliseconds): sleep again
+                # for what is left, so that no request leaves before its time.
+                while (delay := start + offset - perf_counter()) > 0:
                     await asyncio.sleep(delay)
                 prompt = prompts[index % len(prompts)]
                 record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
@@ -351,7 +350,7 @@ class _Runner:
         steady = is_steady(config, rate)
         target = window_target(config, concurrency, rate)
         # A steady level ends when its window is full, a classic one after its count.
-        count = None if config.duration is not None or steady else config.num_prompts
+        count = level_send_limit(config, rate)
         try:
             # An uncapped open-loop level opens one: every level starts only on a server that
             # takes connections.
@@ -413,12 +412,12 @@ class _Runner:
             else:
                 open_window = OpenLoopWindow(config.ramp_up_seconds, target) if steady else None
                 work = self._open_loop(
-                    rate,
+                    send_offsets(config, rate, arrivals_rng, steady=steady),
+                    start,
                     prompts,
                     requests,
                     count,
                     config.duration,
-                    arrivals_rng,
                     progress,
                     records,
                     open_window,

@@ -7,6 +7,10 @@ Guarantees:
   benchmark's seed, the level's label and how many times the level ran before, never its
   position: every driver and every trial sends the same traffic at a level.
 - ``level_prompt_count``: how many prompts a level builds before its clock starts.
+- ``replays``/``send_offsets``: an open-loop level of a trace sends the trace's requests,
+  each once, at the trace's times scaled to the level's mean rate (no steady window: the
+  trace's own shape is what is measured); any other open-loop level sends at gamma gaps,
+  ramped when it is steady.
 - ``fixed_levels``: each of the configuration's levels ``repeats`` times in a row.
 - ``steady_result``: a steady level's headline figures come from its window, with the whole
   level's beside them (``whole_level``); failures anywhere in the level count.
@@ -16,12 +20,16 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 
+from agents.loadgen.arrivals import arrival_offsets
 from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.config import BenchConfig
+from agents.loadgen.prompts import TracePrompts
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.results import level_result
-from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, split_window
+from agents.loadgen.stats import percentile
+from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offsets, split_window
 from agents.protocol import LevelFigures, steady_window_requests
 
 # In duration mode a level cycles through this many pre-built prompts at most.
@@ -48,9 +56,41 @@ def level_rngs(seed: int, label: str, repeat: int) -> tuple[random.Random, rando
     return prompts, arrivals
 
 
+def replays(config: BenchConfig, rate: float | None) -> bool:
+    """Whether a level replays a trace at its times: an open-loop level of a trace."""
+    return rate is not None and isinstance(config.source, TracePrompts)
+
+
+def send_offsets(
+    config: BenchConfig, rate: float, arrivals_rng: random.Random, *, steady: bool
+) -> Iterable[float]:
+    """When an open-loop level sends its requests, in seconds from its start: a trace's
+    times scaled to ``rate`` (all of them, once), else endless gamma gaps (ramped up over
+    ``ramp_up_seconds`` when the level is steady and the rate finite)."""
+    if isinstance(config.source, TracePrompts):
+        return config.source.offsets(rate)
+    offsets = arrival_offsets(rate, config.burstiness, arrivals_rng)
+    if steady and not math.isinf(rate):
+        offsets = ramped_offsets(offsets, config.ramp_up_seconds)
+    return offsets
+
+
+def level_send_limit(config: BenchConfig, rate: float | None) -> int | None:
+    """How many requests a level sends before it ends: a replayed trace all of its requests
+    (a timed level stops it earlier), a classic level ``num_prompts``; None when its steady
+    window or its duration ends it."""
+    if replays(config, rate):
+        return len(config.source)
+    if config.duration is not None or is_steady(config, rate):
+        return None
+    return config.num_prompts
+
+
 def level_prompt_count(config: BenchConfig, concurrency: int | None, rate: float | None) -> int:
     """How many prompts a level builds before its clock starts (a timed level: a pool of
-    ``DURATION_PROMPT_POOL`` it cycles through)."""
+    ``DURATION_PROMPT_POOL`` it cycles through; a replayed trace: its requests)."""
+    if replays(config, rate):
+        return len(config.source)
     if config.duration is not None:
         return DURATION_PROMPT_POOL
     if config.steady_multiple is None or rate == math.inf:
@@ -64,14 +104,15 @@ def level_prompt_count(config: BenchConfig, concurrency: int | None, rate: float
 def window_target(config: BenchConfig, concurrency: int | None, rate: float | None) -> int | None:
     """How many requests a steady level's window holds (None: not a steady level, or a timed
     one, whose window closes when sending stops)."""
-    if config.steady_multiple is None or rate == math.inf or config.duration is not None:
+    if not is_steady(config, rate) or config.duration is not None:
         return None
     return steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
 
 
 def is_steady(config: BenchConfig, rate: float | None) -> bool:
-    """Whether a level has a steady window (an unbounded rate has no steady state)."""
-    return config.steady_multiple is not None and rate != math.inf
+    """Whether a level has a steady window (an unbounded rate has no steady state; a
+    replayed trace is measured whole)."""
+    return config.steady_multiple is not None and rate != math.inf and not replays(config, rate)
 
 
 def fixed_levels(config: BenchConfig) -> list[dict]:
@@ -164,10 +205,40 @@ def finished_level_result(
     shown = shown_level(config, level)
     result = level_result(shown, records, duration=end - start, slos=config.slos, server=server)
     if window is not None:
-        return steady_result(
+        result = steady_result(
             config, shown, result, records, start, window, server, intervals=intervals
         )
-    result["ci95"] = (
-        confidence_intervals(records, records, end - start, config.slos) if intervals else None
+    else:
+        result["ci95"] = (
+            confidence_intervals(records, records, end - start, config.slos) if intervals else None
+        )
+    return result | _schedule_figures(config, level, records, start)
+
+
+def _schedule_figures(
+    config: BenchConfig, level: dict, records: list[RequestRecord], start: float
+) -> dict:
+    """An open-loop level's ``send_lateness`` (actual send minus scheduled, over the requests
+    that were sent) and a trace level's ``replay``; neither for what has none."""
+    figures: dict = {}
+    lateness = sorted(
+        (record.start - start - record.scheduled) * 1000
+        for record in records
+        if record.scheduled is not None and record.start >= start  # sent, not cut off
     )
-    return result
+    if lateness:
+        figures["send_lateness"] = {
+            "p50_ms": percentile(lateness, 50),
+            "p99_ms": percentile(lateness, 99),
+            "max_ms": lateness[-1],
+        }
+    source = config.source
+    if isinstance(source, TracePrompts):
+        _, rate = level_load(level)
+        trace_rate = source.trace.mean_rate
+        figures["replay"] = {
+            "requests": len(source),
+            "trace_rate": None if math.isinf(trace_rate) else trace_rate,
+            "time_scale": None if rate is None else source.time_scale(rate),
+        }
+    return figures

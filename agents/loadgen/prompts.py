@@ -1,4 +1,5 @@
-"""Prompts for a load level: random, ShareGPT conversations, or a shared prefix + suffix.
+"""Prompts for a load level: random, ShareGPT conversations, a shared prefix + suffix, or
+the requests of a trace.
 
 Guarantees:
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.loadgen.tokenizer import Tokenizer
+from agents.workloads import Trace
 
 # Common words that byte-level BPE vocabularies hold as one token (with their leading space).
 _WORD_TEXT = (
@@ -259,4 +261,71 @@ class ShareGptPrompts:
         return [prompts[order[index % len(order)]] for index in range(count)]
 
 
-PromptSource = RandomPrompts | PrefixPrompts | ShareGptPrompts
+@dataclass(frozen=True)
+class TracePrompts:
+    """The requests of a trace (``agents.workloads``; already windowed) as prompts, in the
+    trace's order, with its input and output lengths.
+
+    A request's first ``len(hash_ids)`` blocks of ``trace.block_size`` tokens are the text
+    of those hash ids (the last one cut to the request's length), the rest unique text: two
+    requests sharing a hash-id prefix share exactly that text, so a server's prefix cache
+    sees what the trace shares. Blocks are words joined by spaces (about one token each):
+    byte-level BPE never merges across a space, so shared blocks are shared tokens whatever
+    the tokenizer; with a tokenizer given, ``prompt_len`` is its count, not forced exact.
+    Each call draws the blocks' text afresh from ``rng``: one level's prefix-cache hits never
+    come from an earlier level.
+    """
+
+    trace: Trace
+
+    def __len__(self) -> int:
+        return len(self.trace.requests)
+
+    def offsets(self, rate: float) -> list[float]:
+        """When each request is sent at a mean ``rate`` (requests/s): the trace's times
+        scaled by ``time_scale(rate)``; all at 0 for ``math.inf``."""
+        scale = self.time_scale(rate)
+        if scale is None:
+            return [0.0] * len(self)
+        return [request.offset * scale for request in self.trace.requests]
+
+    def time_scale(self, rate: float) -> float | None:
+        """The factor the trace's times are multiplied by for a mean ``rate``; None when
+        every request is sent at once (an ``inf`` rate, or a trace of one instant)."""
+        trace_rate = self.trace.mean_rate
+        if rate == float("inf") or trace_rate == float("inf"):
+            return None
+        return trace_rate / rate
+
+    def sample(
+        self, count: int, rng: random.Random, tokenizer: Tokenizer | None = None
+    ) -> list[Prompt]:
+        """``count`` prompts: the trace's requests in order, from the first again when
+        ``count`` is larger."""
+        salt = rng.getrandbits(64)
+        blocks: dict[int, list[str]] = {}
+        block_size = self.trace.block_size
+
+        def block(hash_id: int) -> list[str]:
+            if hash_id not in blocks:
+                draw = random.Random(f"{salt}:{hash_id}")  # noqa: S311 - reproducible text
+                blocks[hash_id] = draw.choices(_WORDS, k=block_size)
+            return blocks[hash_id]
+
+        special = _special_tokens(tokenizer)
+        prompts = []
+        requests = self.trace.requests
+        for index in range(count):
+            request = requests[index % len(requests)]
+            length = max(1, request.input_len - special)
+            words: list[str] = []
+            for hash_id in request.hash_ids:
+                words.extend(block(hash_id)[: length - len(words)])
+            words.extend(rng.choices(_WORDS, k=length - len(words)))
+            text = " ".join(words)
+            prompt_len = len(tokenizer.encode(text)) if tokenizer is not None else length
+            prompts.append(Prompt(text, prompt_len + special, request.output_len))
+        return prompts
+
+
+PromptSource = RandomPrompts | PrefixPrompts | ShareGptPrompts | TracePrompts

@@ -2,27 +2,42 @@
 
 Guarantees: the levels, dataset, endpoint, burstiness, requests per level, warm-up, steady
 window, ramp and capacity search of the workload are carried over unchanged (its levels are
-always steady); a ShareGPT workload needs the local path its uploaded file was saved to.
+steady, except a trace's open-loop levels, which replay it whole); a ShareGPT or trace
+workload needs the local path its uploaded file was saved to. A trace is read once per
+file and options (``agents.workloads.parse_trace``, then its window); a file that cannot be
+used raises ``DatasetError`` naming the line and field.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from agents.loadgen.config import BenchConfig
-from agents.loadgen.prompts import PrefixPrompts, PromptSource, RandomPrompts, ShareGptPrompts
+from agents.loadgen.prompts import (
+    DatasetError,
+    PrefixPrompts,
+    PromptSource,
+    RandomPrompts,
+    ShareGptPrompts,
+    TracePrompts,
+)
 from agents.protocol import (
+    MOONCAKE_BLOCK_SIZE,
     PrefixDataset,
     RandomDataset,
     ShareGptDataset,
     Slos,
+    TraceDataset,
     Workload,
     workload_levels,
 )
+from agents.workloads import TraceError, parse_trace
 
 
-def prompt_source(workload: Workload, *, sharegpt_path: Path | None = None) -> PromptSource:
-    """The prompt source of the workload's dataset."""
+def prompt_source(workload: Workload, *, dataset_path: Path | None = None) -> PromptSource:
+    """The prompt source of the workload's dataset (an uploaded one read from
+    ``dataset_path``)."""
     dataset = workload.dataset
     if isinstance(dataset, RandomDataset):
         return RandomPrompts(dataset.input_len, dataset.output_len, dataset.range_ratio)
@@ -30,11 +45,48 @@ def prompt_source(workload: Workload, *, sharegpt_path: Path | None = None) -> P
         return PrefixPrompts(
             dataset.shared_len, dataset.suffix_len, dataset.output_len, dataset.num_prefixes
         )
+    if isinstance(dataset, ShareGptDataset | TraceDataset) and dataset_path is None:
+        raise ValueError(f"{dataset.kind} dataset {dataset.dataset_id} needs its local file path")
     if isinstance(dataset, ShareGptDataset):
-        if sharegpt_path is None:
-            raise ValueError(f"ShareGPT dataset {dataset.dataset_id} needs its local file path")
-        return ShareGptPrompts(Path(sharegpt_path), dataset.output_len)
+        return ShareGptPrompts(Path(dataset_path), dataset.output_len)
+    if isinstance(dataset, TraceDataset):
+        return trace_prompts(
+            Path(dataset_path),
+            dataset.kind,
+            block_size=dataset.block_size,
+            model=dataset.model,
+            log_type=dataset.log_type,
+            start_seconds=dataset.start_seconds,
+            duration_seconds=dataset.duration_seconds,
+        )
     raise TypeError(f"unknown dataset {type(dataset).__name__}")
+
+
+@lru_cache(maxsize=4)
+def trace_prompts(
+    path: Path,
+    trace_format: str,
+    *,
+    block_size: int = MOONCAKE_BLOCK_SIZE,
+    model: str | None = None,
+    log_type: str | None = None,
+    start_seconds: float = 0.0,
+    duration_seconds: float | None = None,
+) -> TracePrompts:
+    """The trace at ``path`` (``agents.workloads.parse_trace`` with these options), cut to
+    its window, as prompts; ``DatasetError`` naming the line and field when it cannot be
+    used. Cached: a search builds a configuration per prediction, each reading the trace."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DatasetError(f"cannot read the {trace_format} trace {str(path)!r}: {error}") from None
+    try:
+        trace = parse_trace(
+            data, trace_format, block_size=block_size, model=model, log_type=log_type
+        ).window(start_seconds, duration_seconds)
+    except TraceError as error:
+        raise DatasetError(f"{trace_format} trace {path.name}: {error}") from None
+    return TracePrompts(trace)
 
 
 def config_from_workload(
@@ -43,7 +95,7 @@ def config_from_workload(
     base_url: str,
     model: str,
     slos: Slos | None = None,
-    sharegpt_path: Path | None = None,
+    dataset_path: Path | None = None,
     **options,
 ) -> BenchConfig:
     """A ``BenchConfig`` running ``workload``; ``options`` are other ``BenchConfig`` fields
@@ -52,7 +104,7 @@ def config_from_workload(
     return BenchConfig(
         base_url=base_url,
         model=model,
-        source=prompt_source(workload, sharegpt_path=sharegpt_path),
+        source=prompt_source(workload, dataset_path=dataset_path),
         levels=tuple(workload_levels(workload)),
         endpoint=workload.endpoint,
         burstiness=workload.burstiness,

@@ -120,7 +120,7 @@ def predict_workload(
     workload: Workload,
     slos: Slos | None,
     *,
-    sharegpt_path: Path | None = None,
+    dataset_path: Path | None = None,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
     intervals: bool = False,
     work_budget: int | None = None,
@@ -136,7 +136,7 @@ def predict_workload(
         base_url=OFFLINE_URL,
         model=model.name,
         slos=slos,
-        sharegpt_path=sharegpt_path,
+        dataset_path=dataset_path,
         metrics_url=None,
     )
     return predict_trial(

@@ -7,8 +7,9 @@ Guarantees:
   (``agents.loadgen.levels``): each level's prompts and send times from the same seeded
   generators, the same warm-up, closed-loop slots (a slot sends its next request the moment
   its last one ended; ``ramp_up_seconds`` staggers them) or open-loop send times
-  (``arrival_offsets``, ramped), the same steady windows, repeats and capacity search
-  (``CapacityPlanner``). Its level results carry exactly the keys of ``bench --json``.
+  (``send_offsets``: gamma gaps, ramped, or a trace's times), the same steady windows,
+  repeats and capacity search (``CapacityPlanner``). Its level results carry exactly the
+  keys of ``bench --json``.
 - Every level of one benchmark runs on one ``Scheduler`` (one server: its prefix cache and
   KV blocks carry over), its clock running on from level to level.
 - A request is timed as the load generator would time it against the simulator's server
@@ -26,13 +27,12 @@ import heapq
 import math
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 
 from agents.engines.sim.scheduler import Scheduler, SimRequest, prompt_block_hashes
-from agents.loadgen.arrivals import arrival_offsets
 from agents.loadgen.capacity import CapacityPlanner
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.events import level_label
@@ -43,11 +43,13 @@ from agents.loadgen.levels import (
     level_load,
     level_prompt_count,
     level_rngs,
+    level_send_limit,
+    send_offsets,
     window_target,
 )
 from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
-from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offsets
+from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow
 
 # How often the simulated /metrics is sampled during a level (simulated seconds), as the
 # load generator's scraper does by default.
@@ -262,17 +264,13 @@ class OfflineBench:
 
     def _open_loop(
         self,
-        rate: float,
+        offsets: Iterable[float],
         prompts: list[Prompt],
         count: int | None,
         duration: float | None,
-        arrivals_rng,
         records: list[RequestRecord],
         window: OpenLoopWindow | None,
     ) -> None:
-        offsets = arrival_offsets(rate, self.config.burstiness, arrivals_rng)
-        if window is not None and not math.isinf(rate):
-            offsets = ramped_offsets(offsets, self.config.ramp_up_seconds)
         start = self.now
         if window is not None:
             window.begin(start)
@@ -335,7 +333,7 @@ class OfflineBench:
         )
         steady = is_steady(config, rate)
         target = window_target(config, concurrency, rate)
-        count = None if config.duration is not None or steady else config.num_prompts
+        count = level_send_limit(config, rate)
         if warm_prompts:
             self._closed_loop(
                 min(config.warmup, concurrency or config.warmup),
@@ -360,7 +358,12 @@ class OfflineBench:
             else:
                 window = OpenLoopWindow(config.ramp_up_seconds, target) if steady else None
                 self._open_loop(
-                    rate, prompts, count, config.duration, arrivals_rng, records, window
+                    send_offsets(config, rate, arrivals_rng, steady=steady),
+                    prompts,
+                    count,
+                    config.duration,
+                    records,
+                    window,
                 )
         finally:
             self._on_step = lambda now: None

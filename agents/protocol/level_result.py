@@ -83,6 +83,28 @@ class SteadyWindow(AsSent):
     drain_requests: Integer
 
 
+class SendLateness(AsSent):
+    """How late an open-loop level's requests left against their schedule: the actual send
+    minus the scheduled one, in milliseconds (the load generator's own accuracy; a late send
+    delays the request but not its measured TTFT, which starts at the actual send)."""
+
+    p50_ms: FiniteFloat
+    p99_ms: FiniteFloat
+    max_ms: FiniteFloat
+
+
+class TraceReplay(AsSent):
+    """What a trace level sent: the window's ``requests`` (each once, at the trace's times
+    for a request rate; in order for a concurrency), the window's own mean rate
+    (``trace_rate``, requests/s; None when they all arrive at once) and ``time_scale``, the
+    factor the trace's times were multiplied by to reach the level's rate (None for a
+    concurrency or an ``inf`` rate)."""
+
+    requests: Integer
+    trace_rate: FiniteFloat | None = None
+    time_scale: FiniteFloat | None = None
+
+
 class Interval(AsSent):
     """A 95 % confidence interval."""
 
@@ -163,6 +185,9 @@ class LevelResult(LevelFigures):
     partial: bool | None = None
     aborted: Integer | None = None
     simulated: SimulatedTime | None = None
+    # Protocol 6: an open-loop level's send accuracy and a trace level's replay.
+    send_lateness: SendLateness | None = None
+    replay: TraceReplay | None = None
 
 
 def percentile_statistic(percentile: int) -> str:

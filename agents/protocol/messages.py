@@ -39,7 +39,8 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # ``trial_finished``. 4: trial failure classes ``model_access_denied`` and ``disk_too_small``;
 # the ``weights_downloaded`` cold-start phase (a duration, before the engine's process starts);
 # ``engine_restarted`` (self-heal) and the failure class ``hang``. 5: ``search_finished``.
-PROTOCOL_VERSION = 5
+# 6: level results carry ``send_lateness`` and ``replay``; trace datasets in the job.
+PROTOCOL_VERSION = 6
 MAX_LOG_TAIL_CHARS = 64 * 1024
 
 
@@ -65,7 +66,7 @@ class AgentMessageBase(StrictModel):
     with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
     and of agents without a site."""
 
-    protocol: Literal[1, 2, 3, 4, 5] = PROTOCOL_VERSION
+    protocol: Literal[1, 2, 3, 4, 5, 6] = PROTOCOL_VERSION
     run_id: RunId
     epoch: EpochNumber = 0
     seq: SeqNumber

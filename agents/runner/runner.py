@@ -698,14 +698,14 @@ class JobRunner:
         Returns whether a request or a metrics scrape lost its connection (refused, reset or
         closed early: what a dying server does)."""
         job = self.job
-        sharegpt = getattr(job.workload.dataset, "dataset_id", None)
+        uploaded = getattr(job.workload.dataset, "dataset_id", None)
         config = config_from_workload(
             workload_for_speed(job.workload, self.sim_speed) if self.sim_speed else job.workload,
             base_url=engine.base_url,
             model=job.model.served_model_name,
             slos=slos_for_speed(job.slos, self.sim_speed) if self.sim_speed else job.slos,
-            sharegpt_path=(
-                self.dataset_path(str(sharegpt)) if sharegpt and self.dataset_path else None
+            dataset_path=(
+                self.dataset_path(str(uploaded)) if uploaded and self.dataset_path else None
             ),
             metrics_url="auto",
             metrics_period=self.metrics_period,

@@ -88,7 +88,7 @@ class RunnerTrials:
         except ValueError:
             self.gpu = None
         dataset = getattr(job.workload.dataset, "dataset_id", None)
-        self.sharegpt_path = (
+        self.dataset_path = (
             runner.dataset_path(str(dataset)) if dataset and runner.dataset_path else None
         )
         self._predictions: dict[tuple[int, Efficiency], Outcome] = {}
@@ -104,7 +104,7 @@ class RunnerTrials:
                 self.configs[index],
                 self.runner.job.workload,
                 self.runner.job.slos,
-                sharegpt_path=self.sharegpt_path,
+                dataset_path=self.dataset_path,
                 efficiency=efficiency,
             )
             self._predictions[key] = outcome_of(

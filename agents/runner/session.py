@@ -82,8 +82,9 @@ def site_endpoints(job: JobSpec, token: str | None) -> SiteEndpoints | None:
 def dataset_fetcher(
     site: SiteEndpoints | None, workdir: Path, local_dir: Path | None
 ) -> Callable[[str], Path]:
-    """Finds a ShareGPT dataset: ``<local_dir>/<id>.json`` when given, else downloaded once
-    from the site into ``<workdir>/datasets``."""
+    """Finds an uploaded dataset's file (ShareGPT or a trace, kept as uploaded):
+    ``<local_dir>/<id>.json`` when given, else downloaded once from the site into
+    ``<workdir>/datasets``."""
 
     def path_of(dataset_id: str) -> Path:
         if local_dir is not None:

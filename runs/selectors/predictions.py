@@ -178,7 +178,7 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
                     planned.serve_config,
                     workload,
                     slos,
-                    sharegpt_path=sharegpt,
+                    dataset_path=sharegpt,
                     efficiency=efficiency,
                     work_budget=budget,
                 )

@@ -222,7 +222,8 @@ def test_it_names_the_expected_dataset_kinds():
     assert errors == [
         FieldError(
             "dataset.kind",
-            "unknown value 'bogus'; expected one of 'random', 'sharegpt', 'prefix'",
+            "unknown value 'bogus'; expected one of 'random', 'sharegpt', 'prefix', "
+            "'mooncake', 'burstgpt', 'azure'",
         )
     ]
     assert errors_of(workload(dataset={"input_len": 1})) == [
