@@ -325,6 +325,16 @@ def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, 
     if dataset.kind == "sharegpt" or dataset.kind in TRACE_FORMATS:
         _check_uploaded_dataset(dataset, smallest_context, org, add)
         return
+    if dataset.kind == "chat_sessions":
+        # A session's last turn carries the whole conversation: it must fit too.
+        if (longest := dataset.longest_context()) > smallest_context:
+            add(
+                "workload.dataset.max_turns",
+                f"A session's last turn carries up to {longest} tokens (system prompt, then "
+                f"{dataset.max_turns} messages and replies at their longest), more than the "
+                f"smallest context served ({smallest_context}).",
+            )
+        return
     if dataset.kind == "random":
         longest_prompt = int(dataset.input_len * (1 + dataset.range_ratio))
         longest_output = int(dataset.output_len * (1 + dataset.range_ratio))

@@ -27,6 +27,7 @@ from agents.loadgen import (
     PrefixPrompts,
     RandomPrompts,
     ServerUnreachable,
+    SessionPrompts,
     ShareGptPrompts,
     TokenizerError,
     TracePrompts,
@@ -42,13 +43,15 @@ from agents.loadgen.report import (
     level_table,
     write_json,
 )
-from agents.loadgen.workload import trace_prompts
+from agents.loadgen.workload import prompt_source, trace_prompts
 from agents.protocol import (
     MAX_CONCURRENCY,
     TRACE_FORMATS,
     CapacitySearch,
+    ChatSessionsDataset,
     Slos,
     TraceDataset,
+    Workload,
     parse_slos,
     pydantic_field_errors,
 )
@@ -125,9 +128,47 @@ def _source(args: argparse.Namespace):
         return PrefixPrompts(shared, args.input_len, output_len or 128, args.num_prefixes)
     if kind in TRACE_FORMATS and value:
         return _trace_source(args, kind, Path(value))
+    if kind == "chat_sessions" and not value:
+        return _sessions_source(args)
     raise UsageError(
-        "--dataset: expected random, sharegpt:PATH, prefix:SHARED_LEN or a trace "
-        f"({':PATH, '.join(TRACE_FORMATS)}:PATH), got {args.dataset!r}"
+        "--dataset: expected random, sharegpt:PATH, prefix:SHARED_LEN, chat_sessions or a "
+        f"trace ({':PATH, '.join(TRACE_FORMATS)}:PATH), got {args.dataset!r}"
+    )
+
+
+def _sessions_source(args: argparse.Namespace) -> SessionPrompts:
+    """Chat sessions, their options checked as the protocol checks them."""
+    if args.endpoint != "chat":
+        raise UsageError("--dataset chat_sessions: sessions are sent to the chat endpoint; "
+                         "add --endpoint chat")  # fmt: skip
+    low, _, high = args.turns.partition("-")
+    try:
+        turns = (int(low), int(high or low))
+    except ValueError:
+        raise UsageError(f"--turns: expected MIN or MIN-MAX, got {args.turns!r}") from None
+    try:
+        dataset = ChatSessionsDataset(
+            min_turns=turns[0],
+            max_turns=turns[1],
+            system_len=args.system_len,
+            user_len=args.input_len,
+            output_len=args.output_len or 128,
+            range_ratio=args.range_ratio,
+            think_seconds=args.think_time,
+        )
+    except pydantic.ValidationError as exc:
+        options_of = {"min_turns": "--turns", "max_turns": "--turns", "system_len": "--system-len",
+                      "user_len": "--input-len", "output_len": "--output-len",
+                      "range_ratio": "--range-ratio", "think_seconds": "--think-time"}  # fmt: skip
+        raise UsageError(_option_problems(exc, options_of)) from None
+    return prompt_source(Workload(dataset=dataset, endpoint="chat", concurrency=[1]))
+
+
+def _option_problems(exc: pydantic.ValidationError, options_of: dict[str, str]) -> str:
+    """A protocol model's refusal, each problem named by the command-line option."""
+    return "; ".join(
+        f"{options_of.get(e.field.rsplit('.', 1)[-1], e.field)}: {e.message}"
+        for e in pydantic_field_errors(exc)
     )
 
 
@@ -147,11 +188,7 @@ def _trace_source(args: argparse.Namespace, kind: str, path: Path) -> TracePromp
         options_of = {"start_seconds": "--trace-start", "duration_seconds": "--trace-duration",
                       "block_size": "--block-size", "model": "--trace-model",
                       "log_type": "--trace-log-type"}  # fmt: skip
-        problems = "; ".join(
-            f"{options_of.get(e.field.rsplit('.', 1)[-1], e.field)}: {e.message}"
-            for e in pydantic_field_errors(exc)
-        )
-        raise UsageError(problems) from None
+        raise UsageError(_option_problems(exc, options_of)) from None
     try:
         return trace_prompts(
             path,

@@ -19,8 +19,19 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--dataset",
         default="random",
-        help="random | sharegpt:PATH | prefix:LEN | mooncake:PATH | burstgpt:PATH | azure:PATH",
+        help="random | sharegpt:PATH | prefix:LEN | mooncake:PATH | burstgpt:PATH | azure:PATH"
+        " | chat_sessions (multi-turn, --endpoint chat; --input-len is each user message)",
     )
+    command.add_argument(
+        "--turns", default="2-6", metavar="MIN[-MAX]", help="chat_sessions: turns per session"
+    )
+    command.add_argument(
+        "--system-len", type=int, default=0, metavar="TOKENS", help="chat_sessions: system prompt"
+    )
+    command.add_argument(
+        "--think-time", type=float, default=0.0, metavar="SECONDS",
+        help="chat_sessions: mean pause before each later turn",
+    )  # fmt: skip
     command.add_argument(
         "--trace-start", type=float, default=0.0, metavar="SECONDS", help="trace: window start"
     )

@@ -30,6 +30,7 @@ from agents.loadgen.prompts import (
     TracePrompts,
 )
 from agents.loadgen.records import RequestRecord
+from agents.loadgen.session_prompts import SessionPrompts
 from agents.loadgen.tokenizer import TokenizerError, load_tokenizer
 from agents.loadgen.workload import config_from_workload
 
@@ -47,6 +48,7 @@ __all__ = [
     "RequestRecord",
     "ServerSample",
     "ServerUnreachable",
+    "SessionPrompts",
     "ShareGptPrompts",
     "TokenizerError",
     "TracePrompts",

@@ -11,9 +11,13 @@ from dataclasses import dataclass, field
 
 from agents.loadgen.activity import Activity
 from agents.loadgen.openai import Endpoint
-from agents.loadgen.prompts import PromptSource
+from agents.loadgen.prompts import PrefixPrompts, RandomPrompts, ShareGptPrompts, TracePrompts
+from agents.loadgen.session_prompts import SessionPrompts
 from agents.loadgen.tokenizer import Tokenizer
 from agents.protocol import CapacitySearch, Slos
+
+# What a level's requests are drawn from.
+PromptSource = RandomPrompts | PrefixPrompts | ShareGptPrompts | TracePrompts | SessionPrompts
 
 
 @dataclass(frozen=True)

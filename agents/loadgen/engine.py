@@ -75,7 +75,10 @@ from agents.loadgen.levels import (
 from agents.loadgen.openai import encode_request, send_request
 from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
+from agents.loadgen.schedule import run_on_schedule
 from agents.loadgen.server_metrics import MetricsScraper
+from agents.loadgen.session_prompts import SessionPrompts
+from agents.loadgen.sessions import SessionDriver
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow
 
 
@@ -286,7 +289,6 @@ class _Runner:
         timeout = self.config.request_timeout
         limit = self.config.max_concurrency
         gate = asyncio.Semaphore(limit) if limit else None
-        pending: set[asyncio.Task] = set()
 
         async def send(record: RequestRecord, request: bytes) -> None:
             if gate is None:
@@ -304,34 +306,25 @@ class _Runner:
 
         if window is not None:
             window.begin(start)
-        try:
-            for index, offset in enumerate(offsets):
-                if (
-                    (count is not None and index >= count)
-                    or (duration is not None and offset >= duration)
-                    or (window is not None and window.draining)
-                ):
-                    break
-                # A timer may fire early (uvloop's are in whole milliseconds): sleep again
-                # for what is left, so that no request leaves before its time.
-                while (delay := start + offset - perf_counter()) > 0:
-                    await asyncio.sleep(delay)
-                prompt = prompts[index % len(prompts)]
-                record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
-                if digests is not None:
-                    record.prompt_sha = digests[index % len(digests)]
-                records.append(record)
-                if window is not None:
-                    window.sent(offset)
-                task = asyncio.create_task(send(record, requests[index % len(requests)]))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            if pending:
-                await asyncio.gather(*pending)
-        finally:
-            # Stopped (cancelled) while sending: the requests in flight go too.
-            for task in list(pending):
-                task.cancel()
+
+        def ended(index: int, offset: float) -> bool:
+            return (
+                (count is not None and index >= count)
+                or (duration is not None and offset >= duration)
+                or (window is not None and window.draining)
+            )
+
+        def launch(index: int, offset: float) -> Awaitable[None]:
+            prompt = prompts[index % len(prompts)]
+            record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
+            if digests is not None:
+                record.prompt_sha = digests[index % len(digests)]
+            records.append(record)
+            if window is not None:
+                window.sent(offset)
+            return send(record, requests[index % len(requests)])
+
+        await run_on_schedule(offsets, start, ended=ended, launch=launch)
 
     async def run_level(self, index: int, level: dict, *, probe: bool = False) -> dict | None:
         """Runs one level; its result, or None when ``stop`` came before its clock started.
@@ -344,9 +337,15 @@ class _Runner:
         concurrency, rate = level_load(level)
         rng, arrivals_rng = level_rngs(config.seed, label, repeat)
         prompt_count = level_prompt_count(config, concurrency, rate)
-        prompts = config.source.sample(prompt_count, rng, config.tokenizer)
-        requests = self._prepare(prompts)
-        digests = [prompt_digest(prompt.text) for prompt in prompts]
+        source = config.source
+        if isinstance(source, SessionPrompts):
+            plans = source.sessions(
+                source.sessions_for(prompt_count, concurrency), rng, config.tokenizer
+            )
+        else:
+            prompts = source.sample(prompt_count, rng, config.tokenizer)
+            requests = self._prepare(prompts)
+            digests = [prompt_digest(prompt.text) for prompt in prompts]
         steady = is_steady(config, rate)
         target = window_target(config, concurrency, rate)
         # A steady level ends when its window is full, a classic one after its count.
@@ -394,10 +393,26 @@ class _Runner:
         records: list[RequestRecord] = []
         closed_window = open_window = None
         start = progress.started = perf_counter()
+        deadline = start + config.duration if config.duration is not None else None
         try:
-            if concurrency is not None:
+            if isinstance(source, SessionPrompts):
+                driver = SessionDriver(
+                    config, self.pool, self.origin, plans, records, progress.done
+                )
+                if concurrency is not None:
+                    closed_window = ClosedLoopWindow(concurrency, target) if steady else None
+                    work = driver.closed_loop(
+                        concurrency,
+                        count,
+                        deadline,
+                        closed_window,
+                        config.ramp_up_seconds if steady else 0.0,
+                    )
+                else:
+                    offsets = send_offsets(config, rate, arrivals_rng, steady=steady)
+                    work = driver.open_loop(offsets, start, count, config.duration)
+            elif concurrency is not None:
                 closed_window = ClosedLoopWindow(concurrency, target) if steady else None
-                deadline = start + config.duration if config.duration is not None else None
                 work = self._closed_loop(
                     concurrency,
                     prompts,

@@ -28,6 +28,7 @@ from agents.loadgen.config import BenchConfig
 from agents.loadgen.prompts import TracePrompts
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.results import level_result
+from agents.loadgen.session_prompts import SessionPrompts
 from agents.loadgen.stats import percentile
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offsets, split_window
 from agents.protocol import LevelFigures, steady_window_requests
@@ -111,8 +112,9 @@ def window_target(config: BenchConfig, concurrency: int | None, rate: float | No
 
 def is_steady(config: BenchConfig, rate: float | None) -> bool:
     """Whether a level has a steady window (an unbounded rate has no steady state; a
-    replayed trace is measured whole)."""
-    return config.steady_multiple is not None and rate != math.inf and not replays(config, rate)
+    replayed trace and sessions arriving open loop are measured whole)."""
+    whole = rate is not None and isinstance(config.source, TracePrompts | SessionPrompts)
+    return config.steady_multiple is not None and rate != math.inf and not whole
 
 
 def fixed_levels(config: BenchConfig) -> list[dict]:
@@ -219,7 +221,8 @@ def _schedule_figures(
     config: BenchConfig, level: dict, records: list[RequestRecord], start: float
 ) -> dict:
     """An open-loop level's ``send_lateness`` (actual send minus scheduled, over the requests
-    that were sent) and a trace level's ``replay``; neither for what has none."""
+    that were sent), a trace level's ``replay`` and a session level's ``turns``; none of
+    them for what has none."""
     figures: dict = {}
     lateness = sorted(
         (record.start - start - record.scheduled) * 1000
@@ -232,6 +235,9 @@ def _schedule_figures(
             "p99_ms": percentile(lateness, 99),
             "max_ms": lateness[-1],
         }
+    turns = _turn_figures(records)
+    if turns:
+        figures["turns"] = turns
     source = config.source
     if isinstance(source, TracePrompts):
         _, rate = level_load(level)
@@ -241,4 +247,32 @@ def _schedule_figures(
             "trace_rate": None if math.isinf(trace_rate) else trace_rate,
             "time_scale": None if rate is None else source.time_scale(rate),
         }
+    return figures
+
+
+def _turn_figures(records: list[RequestRecord]) -> list[dict]:
+    """Per turn index of a chat-session level (its requests carry one), over every request
+    of the level: counts, mean prompt tokens, TTFT median/p99, TPOT median."""
+    by_turn: dict[int, list[RequestRecord]] = {}
+    for record in records:
+        if record.turn is not None:
+            by_turn.setdefault(record.turn, []).append(record)
+    figures = []
+    for turn in sorted(by_turn):
+        done = [record for record in by_turn[turn] if record.success]
+        ttfts = sorted(record.ttft * 1000 for record in done)
+        tpots = sorted(record.tpot * 1000 for record in done if record.tpot is not None)
+        figures.append(
+            {
+                "turn": turn,
+                "requests": len(by_turn[turn]),
+                "completed": len(done),
+                "mean_prompt_tokens": math.fsum(r.input_tokens for r in done) / len(done)
+                if done
+                else None,
+                "median_ttft_ms": percentile(ttfts, 50) if ttfts else None,
+                "p99_ttft_ms": percentile(ttfts, 99) if ttfts else None,
+                "median_tpot_ms": percentile(tpots, 50) if tpots else None,
+            }
+        )
     return figures

@@ -50,11 +50,18 @@ def _stdlib_loads(payload: bytes) -> object:
     return message
 
 
+def _stdlib_dumps(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 try:
-    # orjson parses a streamed chunk several times faster: it is most of a token's cost.
+    # orjson parses a streamed chunk several times faster: it is most of a token's cost;
+    # and encodes a session's growing history while its requests are in flight.
+    from orjson import dumps as _dumps
     from orjson import loads as _loads
 except ImportError:  # a platform without its wheels
     _loads = _stdlib_loads
+    _dumps = _stdlib_dumps
 
 
 def _parse_object(payload: bytes) -> dict:
@@ -69,12 +76,21 @@ def _parse_object(payload: bytes) -> dict:
 
 
 def request_body(
-    *, endpoint: Endpoint, model: str, prompt: str, output_len: int, ignore_eos: bool = True
+    *,
+    endpoint: Endpoint,
+    model: str,
+    prompt: str,
+    output_len: int,
+    ignore_eos: bool = True,
+    messages: list[dict] | None = None,
 ) -> dict:
-    """The JSON body ``vllm bench serve`` sends, for the given endpoint."""
+    """The JSON body ``vllm bench serve`` sends, for the given endpoint; ``messages`` (chat
+    only) replaces the single user message of ``prompt`` with a whole conversation."""
     body: dict = {"model": model, "temperature": 0.0, "stream": True}
     if endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = (
+            messages if messages is not None else [{"role": "user", "content": prompt}]
+        )
         body["max_completion_tokens"] = output_len
     else:
         body["prompt"] = prompt
@@ -94,18 +110,19 @@ def encode_request(
     output_len: int,
     api_key: str | None = None,
     ignore_eos: bool = True,
+    messages: list[dict] | None = None,
 ) -> bytes:
-    """The exact HTTP bytes of one streaming request."""
-    body = json.dumps(
+    """The exact HTTP bytes of one streaming request (``messages``: as ``request_body``)."""
+    body = _dumps(
         request_body(
             endpoint=endpoint,
             model=model,
             prompt=prompt,
             output_len=output_len,
             ignore_eos=ignore_eos,
-        ),
-        separators=(",", ":"),
-    ).encode()
+            messages=messages,
+        )
+    )
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -119,10 +136,25 @@ class StreamConsumer:
     message (one JSON parse each), and raises ``HttpError`` to abort a broken stream.
     """
 
-    __slots__ = ("_activity", "_error_body", "_last", "_parser", "_record", "done", "status")
+    __slots__ = (
+        "_activity",
+        "_error_body",
+        "_last",
+        "_parser",
+        "_record",
+        "_reply",
+        "done",
+        "status",
+    )
 
-    def __init__(self, record: RequestRecord, activity: Activity | None = None):
+    def __init__(
+        self,
+        record: RequestRecord,
+        activity: Activity | None = None,
+        reply: list[str] | None = None,
+    ):
         self._record = record
+        self._reply = reply
         self._activity = activity
         self._parser = SseParser()
         self._last = 0.0
@@ -164,6 +196,8 @@ class StreamConsumer:
                     record.itl.append(now - self._last)
                 self._last = now
                 record.chunks += 1
+                if self._reply is not None:
+                    self._reply.append(_content(choices[0]))
             usage = message.get("usage")
             if usage:
                 record.output_tokens = usage.get("completion_tokens")
@@ -193,6 +227,15 @@ class StreamConsumer:
         record.fail(error.kind, str(error))
 
 
+def _content(choice: object) -> str:
+    """The text one streamed choice adds: a chat delta's content or a completion's text."""
+    if not isinstance(choice, dict):
+        return ""
+    delta = choice.get("delta")
+    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+    return text if isinstance(text, str) else ""
+
+
 def _error_text(body: bytes) -> str:
     """The message of an OpenAI-style error body, else the body itself (shortened)."""
     text = body.decode("utf-8", "replace").strip()
@@ -216,10 +259,12 @@ async def send_request(
     *,
     timeout: float | None,
     activity: Activity | None = None,
+    reply: list[str] | None = None,
 ) -> RequestRecord:
     """Sends one prepared request and fills ``record``; failures end up in the record.
-    ``activity`` counts it in flight and hears every read of its response."""
-    consumer = StreamConsumer(record, activity)
+    ``activity`` counts it in flight and hears every read of its response; ``reply``, when
+    given, receives the text of every content message (a session's history needs it)."""
+    consumer = StreamConsumer(record, activity, reply)
     record.start = perf_counter()
     if activity is not None:
         if activity.in_flight == 0:

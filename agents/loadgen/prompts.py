@@ -326,6 +326,3 @@ class TracePrompts:
             prompt_len = len(tokenizer.encode(text)) if tokenizer is not None else length
             prompts.append(Prompt(text, prompt_len + special, request.output_len))
         return prompts
-
-
-PromptSource = RandomPrompts | PrefixPrompts | ShareGptPrompts | TracePrompts

@@ -27,6 +27,9 @@ class RequestRecord:
     scheduled: float | None = None
     # A digest of the prompt text: every trial of a run sends the same traffic.
     prompt_sha: str | None = None
+    # A chat session's request: which session (in the level) and which turn (1 the first).
+    session: int | None = None
+    turn: int | None = None
     start: float = 0.0
     finished: float = 0.0
     ttft: float | None = None
@@ -74,6 +77,8 @@ class RequestRecord:
             "error": self.error,
             "scheduled_s": self.scheduled,
             "prompt_sha": self.prompt_sha,
+            "session": self.session,
+            "turn": self.turn,
             "start_s": self.start,
             "ttft_ms": None if self.ttft is None else self.ttft * 1000,
             "tpot_ms": None if self.tpot is None else self.tpot * 1000,

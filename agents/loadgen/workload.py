@@ -13,17 +13,18 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from agents.loadgen.config import BenchConfig
+from agents.loadgen.config import BenchConfig, PromptSource
 from agents.loadgen.prompts import (
     DatasetError,
     PrefixPrompts,
-    PromptSource,
     RandomPrompts,
     ShareGptPrompts,
     TracePrompts,
 )
+from agents.loadgen.session_prompts import SessionPrompts
 from agents.protocol import (
     MOONCAKE_BLOCK_SIZE,
+    ChatSessionsDataset,
     PrefixDataset,
     RandomDataset,
     ShareGptDataset,
@@ -44,6 +45,16 @@ def prompt_source(workload: Workload, *, dataset_path: Path | None = None) -> Pr
     if isinstance(dataset, PrefixDataset):
         return PrefixPrompts(
             dataset.shared_len, dataset.suffix_len, dataset.output_len, dataset.num_prefixes
+        )
+    if isinstance(dataset, ChatSessionsDataset):
+        return SessionPrompts(
+            dataset.min_turns,
+            dataset.max_turns,
+            dataset.system_len,
+            dataset.user_len,
+            dataset.output_len,
+            dataset.range_ratio,
+            dataset.think_seconds,
         )
     if isinstance(dataset, ShareGptDataset | TraceDataset) and dataset_path is None:
         raise ValueError(f"{dataset.kind} dataset {dataset.dataset_id} needs its local file path")

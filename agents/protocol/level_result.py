@@ -105,6 +105,21 @@ class TraceReplay(AsSent):
     time_scale: FiniteFloat | None = None
 
 
+class TurnFigures(AsSent):
+    """One turn index of a chat-session level, over every request of the level at that turn
+    (1 is a session's first): how many, how long their prompts were (the server's count),
+    and their TTFT and TPOT. A later turn carries more history, so its prompt is longer and
+    more of it can come from the prefix cache."""
+
+    turn: Integer
+    requests: Integer
+    completed: Integer
+    mean_prompt_tokens: FiniteFloat | None = None
+    median_ttft_ms: FiniteFloat | None = None
+    p99_ttft_ms: FiniteFloat | None = None
+    median_tpot_ms: FiniteFloat | None = None
+
+
 class Interval(AsSent):
     """A 95 % confidence interval."""
 
@@ -185,9 +200,11 @@ class LevelResult(LevelFigures):
     partial: bool | None = None
     aborted: Integer | None = None
     simulated: SimulatedTime | None = None
-    # Protocol 6: an open-loop level's send accuracy and a trace level's replay.
+    # Protocol 6: an open-loop level's send accuracy, a trace level's replay and a chat
+    # session level's figures by turn.
     send_lateness: SendLateness | None = None
     replay: TraceReplay | None = None
+    turns: list[TurnFigures] | None = None
 
 
 def percentile_statistic(percentile: int) -> str:

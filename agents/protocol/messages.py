@@ -39,7 +39,8 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # ``trial_finished``. 4: trial failure classes ``model_access_denied`` and ``disk_too_small``;
 # the ``weights_downloaded`` cold-start phase (a duration, before the engine's process starts);
 # ``engine_restarted`` (self-heal) and the failure class ``hang``. 5: ``search_finished``.
-# 6: level results carry ``send_lateness`` and ``replay``; trace datasets in the job.
+# 6: level results carry ``send_lateness``, ``replay`` and ``turns``; trace and chat-session
+# datasets in the job.
 PROTOCOL_VERSION = 6
 MAX_LOG_TAIL_CHARS = 64 * 1024
 

@@ -141,8 +141,54 @@ class TraceDataset(StrictModel):
         return value
 
 
+MAX_SESSION_TURNS = 1000
+# A user who thinks longer than an hour between turns has left.
+MAX_THINK_SECONDS = 3600.0
+
+
+class ChatSessionsDataset(StrictModel):
+    """Multi-turn chat sessions, sent through the chat endpoint.
+
+    A session has from ``min_turns`` to ``max_turns`` turns (uniform). Each turn sends the
+    session's whole history — a system prompt of ``system_len`` tokens shared by every
+    session (none when 0), each earlier user message and the model's replies as the server
+    gave them — plus a new user message of ``user_len`` tokens, asking for ``output_len``
+    tokens (both within ``± range_ratio``). After a reply the user thinks for an exponential
+    time of mean ``think_seconds`` (0: none) before the next turn. A level's
+    ``concurrency`` is concurrent sessions (a session that ends is followed by a new one);
+    its ``request_rates`` are new sessions per second.
+    """
+
+    kind: Literal["chat_sessions"] = "chat_sessions"
+    min_turns: int = Field(default=2, ge=1, le=MAX_SESSION_TURNS)
+    max_turns: int = Field(default=6, ge=1, le=MAX_SESSION_TURNS)
+    system_len: int = Field(default=0, ge=0, le=MAX_INPUT_LEN)
+    user_len: InputLen
+    output_len: OutputLen
+    range_ratio: float = Field(default=0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
+    think_seconds: float = Field(default=0.0, ge=0, le=MAX_THINK_SECONDS, allow_inf_nan=False)
+
+    @field_validator("max_turns")
+    @classmethod
+    def _at_least_min_turns(cls, max_turns: int, info: ValidationInfo) -> int:
+        min_turns = info.data.get("min_turns")
+        if min_turns is not None and max_turns < min_turns:
+            raise PydanticCustomError(
+                "turns_order", "must be at least min_turns ({min_turns})", {"min_turns": min_turns}
+            )
+        return max_turns
+
+    def longest_context(self) -> int:
+        """The most tokens one request of a session carries in and out: the system prompt,
+        every turn's message and reply at their longest."""
+        longest_user = int(self.user_len * (1 + self.range_ratio))
+        longest_output = int(self.output_len * (1 + self.range_ratio))
+        return self.system_len + self.max_turns * (longest_user + longest_output)
+
+
 Dataset = Annotated[
-    RandomDataset | ShareGptDataset | PrefixDataset | TraceDataset, Field(discriminator="kind")
+    RandomDataset | ShareGptDataset | PrefixDataset | TraceDataset | ChatSessionsDataset,
+    Field(discriminator="kind"),
 ]
 
 
@@ -231,7 +277,8 @@ class Workload(StrictModel):
     """
 
     dataset: Dataset
-    endpoint: Literal["completions", "chat"] = "completions"
+    # Validated when absent too: chat sessions need the chat endpoint.
+    endpoint: Literal["completions", "chat"] = Field(default="completions", validate_default=True)
     # Declared before `concurrency` because the concurrency validator reads them.
     capacity: CapacitySearch | None = None
     request_rates: list[RequestRate] = Field(default_factory=list, max_length=MAX_LOAD_LEVELS)
@@ -250,6 +297,16 @@ class Workload(StrictModel):
     level_seconds: float | None = Field(
         default=None, gt=0, le=MAX_LEVEL_SECONDS, allow_inf_nan=False
     )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _sessions_chat(cls, endpoint: str, info: ValidationInfo) -> str:
+        dataset = info.data.get("dataset")
+        if isinstance(dataset, ChatSessionsDataset) and endpoint != "chat":
+            raise PydanticCustomError(
+                "sessions_need_chat", "chat sessions are sent to the chat endpoint: use 'chat'"
+            )
+        return endpoint
 
     @field_validator("request_rates")
     @classmethod

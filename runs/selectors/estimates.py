@@ -109,6 +109,16 @@ def _lengths(workload: Workload, a: Assumptions, window: TraceWindow | None) -> 
         return dataset.input_len, dataset.output_len
     if dataset.kind == "prefix":
         return dataset.shared_len + dataset.suffix_len, dataset.output_len
+    if dataset.kind == "chat_sessions":
+        # A turn's prompt is the history so far: over turns 1..T, on average the system
+        # prompt, (T + 1) / 2 messages and (T - 1) / 2 replies, T the mean turn count.
+        turns = (dataset.min_turns + dataset.max_turns) / 2
+        mean_input = (
+            dataset.system_len
+            + dataset.user_len * (turns + 1) / 2
+            + dataset.output_len * (turns - 1) / 2
+        )
+        return round(mean_input), dataset.output_len
     return a.sharegpt_input_len, dataset.output_len or a.sharegpt_output_len
 
 
@@ -175,6 +185,11 @@ def experiment_estimate(
     warnings: list[str] = []
     window = _trace_window(experiment, workload, warnings)
     input_len, output_len = _lengths(workload, a, window)
+    if workload.dataset.kind == "chat_sessions" and workload.dataset.think_seconds:
+        warnings.append(
+            "The sessions' think time is not in the sweep time: levels with long pauses "
+            "between turns take longer than estimated."
+        )
 
     weight_bytes = model.weight_bytes
     # Each pod fetches the weights once (agents/weights.py), onto the network volume when

@@ -12,7 +12,9 @@ Guarantees:
   ``fake?ttft_ms=50&itl_ms=10`` and ``mode=`` one of ``ok`` (default), ``http500``,
   ``drop`` (the connection closes after ``drop_after`` tokens), ``no_usage``,
   ``malformed`` (a data line that is not JSON), ``stream_error`` (an error object in the
-  stream); ``serve_len=N`` serves N tokens whatever ``max_tokens`` asked for.
+  stream); ``serve_len=N`` serves N tokens whatever ``max_tokens`` asked for; ``keep=messages``
+  keeps each chat request's messages in its ground truth. Token ``i`` of a reply is the text
+  `` t<i>``.
 - Ground truth: for every response id, ``GET /truth`` returns when the request's last byte
   arrived (``t_recv``), when each content chunk was handed to the socket (``writes``, stamped
   just before the write), and the token counts; ``POST /truth/reset`` clears it. Times are
@@ -134,6 +136,8 @@ async def _stream(
         "requested": requested,
         "prompt_tokens": prompt_tokens,
     }
+    if options.get("keep") == "messages" and chat:
+        truth["messages"] = request.get("messages")  # a session's history, checked by tests
     state.truth[response_id] = truth
     state.running += 1
     try:

@@ -54,6 +54,9 @@ def workload(**changes) -> dict:
     return WORKLOAD | changes
 
 
+SESSIONS = {"kind": "chat_sessions", "system_len": 200, "user_len": 100, "output_len": 50}
+
+
 def random_dataset(**changes) -> dict:
     return {"kind": "random", "input_len": 512, "output_len": 128} | changes
 
@@ -211,6 +214,23 @@ EXPERIMENT_CASES = {
     "unknown model": ({"model": str(uuid.UUID(int=7))}, "model"),
     "malformed model id": ({"model": "llama"}, "model"),
     "blank name": ({"name": ""}, "name"),
+    # chat sessions (issue 19): the chat endpoint, and the last turn's history fits
+    "chat sessions on the completions endpoint": (
+        {"workload": workload(dataset=SESSIONS)},
+        "workload.endpoint",
+    ),
+    "chat sessions whose last turn exceeds the context": (
+        {"workload": workload(dataset=SESSIONS | {"max_turns": 1000}, endpoint="chat")},
+        "workload.dataset.max_turns",
+    ),
+    "chat sessions with fewer max than min turns": (
+        {
+            "workload": workload(
+                dataset=SESSIONS | {"min_turns": 5, "max_turns": 4}, endpoint="chat"
+            )
+        },
+        "workload.dataset.max_turns",
+    ),
 }
 
 
@@ -271,6 +291,16 @@ def test_it_refuses_another_tenants_sharegpt_dataset(alice, charlie, experiment,
         assert_refused(response, "workload.dataset.dataset_id", before)
         answers.append(response.json())
     assert answers[0] == answers[1]  # "theirs" reads exactly like "none"
+
+
+def test_it_accepts_chat_sessions_that_fit_and_estimates_them(alice, model):
+    sessions = workload(dataset=SESSIONS | {"max_turns": 8, "think_seconds": 2}, endpoint="chat")
+    payload = experiment_payload(model.id, workload=sessions)
+    response = alice.client().post(url("experiment-list"), payload, format="json")
+    assert response.status_code == 201, response.json()
+    estimate = alice.client().get(url("experiment-estimate", pk=response.json()["id"]))
+    assert estimate.status_code == 200, estimate.content
+    assert any("think time" in warning for warning in estimate.json()["warnings"])
 
 
 def test_it_accepts_an_own_sharegpt_dataset(alice, model):
