@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 
+from agents.engines.sim.completions import role_marker
 from agents.engines.sim.scheduler import Scheduler, SimRequest, prompt_block_hashes
 from agents.loadgen.capacity import CapacityPlanner
 from agents.loadgen.config import BenchConfig
@@ -49,7 +50,11 @@ from agents.loadgen.levels import (
 )
 from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
+from agents.loadgen.session_prompts import SessionPlan, SessionPrompts
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow
+from agents.predict.offline_sessions import run_sessions
+from agents.predict.senders import Sender
+from agents.predict.senders import words as _words
 
 # How often the simulated /metrics is sampled during a level (simulated seconds), as the
 # load generator's scraper does by default.
@@ -132,16 +137,25 @@ class OfflineBench:
 
     def _request(self, prompt: Prompt, record: RequestRecord) -> SimRequest | None:
         """The simulator's request for ``prompt`` (None: refused, the record says why)."""
-        settings = self.scheduler.settings
         words = _words(prompt.text)
-        # The chat template adds one token for the role, as the simulator's server counts.
-        prompt_len = max(1, len(words)) + (1 if self.config.endpoint == "chat" else 0)
+        if self.config.endpoint == "chat":
+            # The chat template's role marker, one token, as the simulator's server counts.
+            words = [role_marker("user"), *words]
+        return self.request_for(words, prompt.output_len, record)
+
+    def request_for(
+        self, words: list[str], output_len: int, record: RequestRecord
+    ) -> SimRequest | None:
+        """The simulator's request for a prompt of these tokens (its words, chat role
+        markers included) sent at ``record.start``; None: refused, the record says why."""
+        settings = self.scheduler.settings
+        prompt_len = max(1, len(words))
         record.prompt_tokens = prompt_len
-        if prompt_len + prompt.output_len > settings.max_model_len:
+        if prompt_len + output_len > settings.max_model_len:
             record.fail(
                 "http_400",
                 f"This model's maximum context length is {settings.max_model_len} tokens. "
-                f"However, you requested {prompt_len + prompt.output_len} tokens.",
+                f"However, you requested {prompt_len + output_len} tokens.",
             )
             record.finished = record.start
             return None
@@ -152,11 +166,12 @@ class OfflineBench:
         )
         self._ids += 1
         return SimRequest(
-            self._ids, prompt_len, prompt.output_len, arrival=record.start, block_hashes=hashes
+            self._ids, prompt_len, output_len, arrival=record.start, block_hashes=hashes
         )
 
     @staticmethod
-    def _finish(record: RequestRecord, request: SimRequest) -> None:
+    def finish(record: RequestRecord, request: SimRequest) -> None:
+        """Times ``record`` from the simulator's finished ``request``."""
         times = request.token_times
         record.ttft = times[0] - record.start
         record.itl = [b - a for a, b in pairwise(times)]
@@ -165,7 +180,7 @@ class OfflineBench:
         record.chunks = record.output_tokens = request.output
         record.success = True
 
-    def _drive(self, sender: _Sender, on_finish: Callable[[SimRequest, float], None]) -> None:
+    def drive(self, sender: Sender, on_finish: Callable[[SimRequest, float], None]) -> None:
         """Runs the scheduler until nothing is left to send or compute: ``sender`` says when
         its next request goes out (asked afresh each time: a finish may make one ready);
         ``on_finish`` hears each finished request."""
@@ -245,7 +260,7 @@ class OfflineBench:
                     window.finished(record, first_of_slot=first)
                 first = False
 
-        class Slots(_Sender):
+        class Slots(Sender):
             def next_time(self) -> float | None:
                 return ready[0][0] if ready and may_send(ready[0][0]) else None
 
@@ -255,12 +270,12 @@ class OfflineBench:
 
         def finished(request: SimRequest, now: float) -> None:
             record, slot, first = owners.pop(request.id)
-            self._finish(record, request)
+            self.finish(record, request)
             if window is not None:
                 window.finished(record, first_of_slot=first)
             heapq.heappush(ready, (now, slot, False))
 
-        self._drive(Slots(), finished)
+        self.drive(Slots(), finished)
 
     def _open_loop(
         self,
@@ -293,7 +308,7 @@ class OfflineBench:
 
         schedule = enumerate(offsets)
 
-        class Schedule(_Sender):
+        class Schedule(Sender):
             def __init__(self):
                 self.upcoming = next(schedule, None)
 
@@ -315,11 +330,11 @@ class OfflineBench:
                 send_at(start + offset, index, offset)
 
         def finished(request: SimRequest, now: float) -> None:
-            self._finish(owners.pop(request.id), request)
+            self.finish(owners.pop(request.id), request)
             if window is not None:
                 window.answer()
 
-        self._drive(Schedule(), finished)
+        self.drive(Schedule(), finished)
 
     def run_level(self, level: dict, *, probe: bool = False) -> dict:
         """Runs one level to its end and returns its result (``bench --json``'s keys)."""
@@ -329,7 +344,7 @@ class OfflineBench:
         self.level_runs[label] += 1
         concurrency, rate = level_load(level)
         prompts, warm_prompts, arrivals_rng = _level_prompts(
-            config, label, repeat, level_prompt_count(config, concurrency, rate)
+            config, label, repeat, level_prompt_count(config, concurrency, rate), concurrency
         )
         steady = is_steady(config, rate)
         target = window_target(config, concurrency, rate)
@@ -350,10 +365,25 @@ class OfflineBench:
         self._on_step = lambda now: gauges.sample_until(now, scheduler)
         records: list[RequestRecord] = []
         window: ClosedLoopWindow | OpenLoopWindow | None
+        deadline = start + config.duration if config.duration is not None else None
         try:
-            if concurrency is not None:
+            if isinstance(prompts, SessionPlans):
+                window = ClosedLoopWindow(concurrency, target) if steady and concurrency else None
+                run_sessions(
+                    self,
+                    prompts.plans,
+                    records,
+                    concurrency=concurrency,
+                    offsets=()
+                    if concurrency is not None
+                    else send_offsets(config, rate, arrivals_rng, steady=steady),
+                    count=count,
+                    deadline=deadline,
+                    window=window,
+                    ramp_seconds=config.ramp_up_seconds if window is not None else 0.0,
+                )
+            elif concurrency is not None:
                 window = ClosedLoopWindow(concurrency, target) if steady else None
-                deadline = start + config.duration if config.duration is not None else None
                 self._closed_loop(concurrency, prompts, count, deadline, records, window)
             else:
                 window = OpenLoopWindow(config.ramp_up_seconds, target) if steady else None
@@ -440,11 +470,17 @@ class OfflineBench:
 
 
 def _level_prompts(
-    config: BenchConfig, label: str, repeat: int, count: int
-) -> tuple[list[Prompt], list[Prompt], random.Random]:
-    """A level's prompts, its warm-up's and the generator of its send times, drawn as the
-    load generator draws them (one generator for both prompt lists, in this order)."""
+    config: BenchConfig, label: str, repeat: int, count: int, concurrency: int | None
+) -> tuple[list[Prompt] | SessionPlans, list[Prompt], random.Random]:
+    """A level's prompts (a session level's sessions), its warm-up's and the generator of
+    its send times, drawn as the load generator draws them (one generator for both, in this
+    order)."""
     rng, arrivals_rng = level_rngs(config.seed, label, repeat)
+    source = config.source
+    if isinstance(source, SessionPrompts):
+        plans = source.sessions(source.sessions_for(count, concurrency), rng, config.tokenizer)
+        warm = source.sample(config.warmup, rng, config.tokenizer) if config.warmup else []
+        return SessionPlans(plans), warm, arrivals_rng
     if config.tokenizer is not None:
         prompts = config.source.sample(count, rng, config.tokenizer)
         warm = config.source.sample(config.warmup, rng, config.tokenizer) if config.warmup else []
@@ -467,18 +503,8 @@ def _untokenized_prompts(
     return prompts, warm
 
 
-@lru_cache(maxsize=65536)
-def _words(text: str) -> list[str]:
-    """A prompt's tokens as the simulator's server counts them (its words)."""
-    return text.split()
+@dataclass(frozen=True)
+class SessionPlans:
+    """A session level's sessions, where another level has its prompts."""
 
-
-class _Sender:
-    """When a level's next request goes out, and sending it."""
-
-    def next_time(self) -> float | None:
-        """The simulated time of the next send; None while none is due (or ever will be)."""
-        raise NotImplementedError
-
-    def send(self) -> None:
-        raise NotImplementedError
+    plans: list[SessionPlan]

@@ -10,11 +10,15 @@ import random
 import pytest
 
 from agents.cli import main
-from agents.loadgen import SessionPrompts
+from agents.engines.sim.scheduler import make_scheduler
+from agents.hardware import MODEL_PRESETS, gpu_profile
+from agents.loadgen import BenchConfig, SessionPrompts
 from agents.loadgen.workload import prompt_source
+from agents.predict import OfflineBench
 from agents.protocol import LevelResult, Workload
 from tests.agents.fake_openai_server import FakeServer
 from tests.agents.test_loadgen_steady import bench as steady_bench
+from tests.agents.test_predict import live_on_the_simulator
 
 REPLY = " t{}"  # the fake server's token i
 
@@ -161,3 +165,74 @@ def test_bench_runs_chat_sessions_and_names_a_bad_option(server, tmp_path, capsy
     assert "--turns: must be at least min_turns (3)" in capsys.readouterr().err
     assert main([*arguments[:7], "--concurrency", "1"]) == 2  # no --endpoint chat
     assert "add --endpoint chat" in capsys.readouterr().err
+
+
+def offline_sessions(source: SessionPrompts, levels, **fields):
+    config = BenchConfig(
+        base_url="simulator://offline",
+        model="m",
+        source=source,
+        levels=levels,
+        endpoint="chat",
+        metrics_url=None,
+        **({"num_prompts": 40} | fields),
+    )
+    scheduler = make_scheduler(MODEL_PRESETS["llama-3.1-8b"].facts, gpu_profile("H100"), {})
+    return OfflineBench(config, scheduler).run().levels
+
+
+def test_the_simulator_offline_runs_sessions_and_caches_their_history():
+    source = sessions_source(min_turns=4, max_turns=4, system_len=300, user_len=50, output_len=20)
+    (level,) = offline_sessions(source, ({"concurrency": 2},))
+    assert level["completed"] == 40
+    turns = level["turns"]
+    assert [t["requests"] for t in turns] == [10, 10, 10, 10]
+    # Turn k's prompt: a role marker and 300 words of system prompt, k user messages of 51
+    # tokens (marker and words) and k - 1 replies of 21 (marker and the 20 tokens).
+    assert [t["mean_prompt_tokens"] for t in turns] == [
+        301 + 51 * k + 21 * (k - 1) for k in (1, 2, 3, 4)
+    ]
+    server = level["server"]
+    # Everything but the newest message can come from the cache; the first turn of each of
+    # the 10 sessions shares only the system prompt (from the second session on).
+    assert 0.5 < server["prefix_cache_hit_rate"] < 1
+    cached_history = sum(
+        16 * ((t["mean_prompt_tokens"] - 51) // 16) * t["requests"] for t in turns[1:]
+    )
+    assert server["prefix_cache_hits"] >= cached_history
+    # Later turns carry more history but most of it is cached: TTFT grows far less than
+    # the prompt does.
+    assert turns[3]["median_ttft_ms"] < 2 * turns[0]["median_ttft_ms"]
+
+
+def test_the_simulator_offline_starts_sessions_at_a_rate_with_think_time():
+    source = sessions_source(min_turns=2, max_turns=2, think_seconds=0.5)
+    (level,) = offline_sessions(source, ({"request_rate": 4.0},), num_prompts=20)
+    assert level["completed"] == 20 and [t["requests"] for t in level["turns"]] == [10, 10]
+    assert level["send_lateness"]["max_ms"] == 0.0
+    # Ten sessions at 4/s with a think time of 0.5 s on average before their second turn.
+    assert 2.0 < level["duration"] < 6.0
+
+
+def test_offline_and_live_sessions_on_the_simulator_agree(tmp_path):
+    source = sessions_source(min_turns=3, max_turns=3, system_len=200, user_len=40, output_len=16)
+    config = BenchConfig(
+        base_url="http://replaced",
+        model="m",
+        source=source,
+        levels=({"concurrency": 4},),
+        endpoint="chat",
+        num_prompts=36,
+        metrics_url="auto",
+    )
+    (live,) = live_on_the_simulator(config, tmp_path)
+    (predicted,) = offline_sessions(source, ({"concurrency": 4},), num_prompts=36)
+    assert predicted["completed"] == live["completed"] == 36
+    assert [t["mean_prompt_tokens"] for t in predicted["turns"]] == [
+        t["mean_prompt_tokens"] for t in live["turns"]
+    ]
+    assert predicted["server"]["prefix_cache_hits"] == pytest.approx(
+        live["server"]["prefix_cache_hits"], rel=0.1
+    )
+    for key in ("median_tpot_ms", "output_throughput"):
+        assert predicted[key] == pytest.approx(live[key], rel=0.15), key

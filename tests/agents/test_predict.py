@@ -4,6 +4,7 @@ simulated; ``benchsite-agent predict`` is its command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -32,6 +33,27 @@ def offline(config: BenchConfig, flags: dict | None = None):
     return OfflineBench(config, make_scheduler(LLAMA_8B, H100, flags or {})).run()
 
 
+def live_on_the_simulator(config: BenchConfig, workdir) -> list[dict]:
+    """``config``'s levels measured by the load generator against serve-sim (Llama 3.1 8B
+    on an H100, a context of 4,096, speed 1, served as ``m``)."""
+    engine = sim_engine(
+        model_spec="llama-3.1-8b",
+        gpu="H100",
+        config={"max_model_len": 4096},
+        workdir=workdir,
+        served_model_name="m",
+        speed=1.0,
+        startup_speed=1000.0,
+        startup_timeout=60,
+    )
+    engine.start()
+    try:
+        with event_loop_runner() as runner:
+            return runner.run(run_levels(dataclasses.replace(config, base_url=engine.base_url)))
+    finally:
+        engine.stop()
+
+
 def closed_loop_config(**fields) -> BenchConfig:
     """A small closed-loop benchmark: 48 requests of 128 tokens in, 64 out, at 8 users."""
     defaults = {
@@ -48,23 +70,8 @@ def closed_loop_config(**fields) -> BenchConfig:
 def test_offline_levels_match_the_simulators_server_over_http(tmp_path):
     """The same closed-loop level measured by the load generator against serve-sim at
     speed 1 and predicted offline: the same keys, and the same figures within 15 %."""
-    engine = sim_engine(
-        model_spec="llama-3.1-8b",
-        gpu="H100",
-        config={"max_model_len": 4096},
-        workdir=tmp_path,
-        served_model_name="m",
-        speed=1.0,
-        startup_speed=1000.0,
-        startup_timeout=60,
-    )
-    engine.start()
-    try:
-        live_config = closed_loop_config(base_url=engine.base_url, metrics_url="auto")
-        with event_loop_runner() as runner:
-            (live,) = runner.run(run_levels(live_config))
-    finally:
-        engine.stop()
+    live_config = closed_loop_config(metrics_url="auto")
+    (live,) = live_on_the_simulator(live_config, tmp_path)
     (predicted,) = offline(closed_loop_config(), {"max_model_len": 4096}).levels
     assert set(predicted) == set(live)
     assert set(predicted["server"]) == set(live["server"])

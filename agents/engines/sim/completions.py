@@ -108,6 +108,11 @@ def read_request(
     )
 
 
+def role_marker(role: str) -> str:
+    """The token a chat template puts before a message of ``role``, as one word."""
+    return f"<|{role}|>"
+
+
 def _prompt_words(request: dict, chat: bool) -> list[str] | None:
     if chat:
         messages = request.get("messages")
@@ -121,7 +126,7 @@ def _prompt_words(request: dict, chat: bool) -> list[str] | None:
                     part.get("text", "") for part in content if isinstance(part, dict)
                 )
             # One token for the role marker of the chat template.
-            words.append(f"<|{message.get('role', 'user')}|>")
+            words.append(role_marker(str(message.get("role", "user"))))
             words.extend(str(content or "").split())
         return words
     prompt = request.get("prompt")

@@ -1,0 +1,159 @@
+"""Chat sessions on the simulator offline: the rules of ``agents.loadgen.sessions`` in
+simulated time.
+
+Guarantees:
+
+- A turn's prompt is the history as the simulator's server tokenizes a chat request: a role
+  marker and the words of each message — the shared system prompt, every earlier user
+  message and reply, the new message. A reply is ``output_len`` tokens unique to its turn,
+  so what two turns share is exactly their common history (the prefix cache sees that).
+- A closed-loop level keeps ``concurrency`` sessions open (a slot starts a new session when
+  its last one ended; the steady window opens when every slot's first session ended); an
+  open-loop level starts sessions at its send times, each run to its end. A turn is sent
+  when the last reply arrived plus its think time; a refused turn ends its session. Turns
+  are counted as the live driver counts them (``count``, deadline, window).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agents.engines.sim.completions import role_marker
+from agents.engines.sim.scheduler import SimRequest
+from agents.loadgen.records import RequestRecord
+from agents.loadgen.session_prompts import SessionPlan
+from agents.loadgen.steady import ClosedLoopWindow
+from agents.predict.senders import Sender
+from agents.predict.senders import words as _words
+
+if TYPE_CHECKING:
+    from agents.predict.offline import OfflineBench
+
+
+@dataclass
+class _Session:
+    number: int
+    plan: SessionPlan
+    slot: int | None  # closed loop: the slot it occupies
+    first: bool  # the slot's first session (its end closes the ramp)
+    scheduled: float | None = None  # open loop: when it was due to start
+    turn: int = 0  # turns sent so far
+    history: list[str] = field(default_factory=list)
+
+
+def run_sessions(
+    bench: OfflineBench,
+    plans: list[SessionPlan],
+    records: list[RequestRecord],
+    *,
+    concurrency: int | None,
+    offsets: Iterable[float] = (),
+    count: int | None,
+    deadline: float | None,
+    window: ClosedLoopWindow | None,
+    ramp_seconds: float = 0.0,
+) -> None:
+    """One session level on ``bench``'s scheduler from ``bench.now``: closed loop with
+    ``concurrency``, else open loop at ``offsets`` (seconds from the level's start)."""
+    start = bench.now
+    order = itertools.count()
+    started = itertools.count()
+    # Turns ready to send: (time, order, session); None for "a slot starts a new session".
+    ready: list[tuple[float, int, _Session | int]] = []
+    owners: dict[int, tuple[RequestRecord, _Session]] = {}
+    arrivals = iter(offsets)
+    upcoming = next(arrivals, None) if concurrency is None else None
+    planned = 0
+
+    def may_send(moment: float) -> bool:
+        return not (
+            (count is not None and len(records) >= count)
+            or (deadline is not None and moment >= deadline)
+            or (window is not None and window.draining)
+        )
+
+    def new_session(slot: int | None, first: bool, scheduled: float | None) -> _Session:
+        number = next(started)
+        plan = plans[number % len(plans)]  # more than were built: they come round again
+        history = [role_marker("system"), *_words(plan.system)] if plan.system else []
+        return _Session(number, plan, slot, first, scheduled, history=history)
+
+    def ended(session: _Session, moment: float) -> None:
+        if session.slot is not None:
+            heapq.heappush(ready, (moment, next(order), session.slot))
+
+    def send_turn(moment: float, session: _Session) -> None:
+        turn = session.plan.turns[session.turn]
+        session.turn += 1
+        user = [role_marker("user"), *_words(turn.message)]
+        record = RequestRecord(
+            len(records),
+            turn.output_len,
+            len(session.history) + len(user),
+            session.scheduled if session.turn == 1 else None,
+        )
+        record.session, record.turn, record.start = session.number, session.turn, moment
+        records.append(record)
+        request = bench.request_for([*session.history, *user], turn.output_len, record)
+        if request is None:  # refused (too long): the session cannot go on
+            turn_done(record, session, moment, ends=True)
+            return
+        session.history.extend(user)
+        owners[request.id] = (record, session)
+        bench.scheduler.add(request)
+
+    def turn_done(record: RequestRecord, session: _Session, now: float, *, ends: bool) -> None:
+        if window is not None:
+            window.finished(record, first_of_slot=session.first and ends)
+        if ends:
+            ended(session, now)
+            return
+        think = session.plan.turns[session.turn].think
+        heapq.heappush(ready, (now + think, next(order), session))
+
+    class Turns(Sender):
+        def next_time(self) -> float | None:
+            due = ready[0][0] if ready else None
+            if upcoming is not None and (count is None or planned < count):
+                arrival = start + upcoming
+                due = arrival if due is None else min(due, arrival)
+            return due
+
+        def send(self) -> None:
+            nonlocal upcoming, planned
+            if upcoming is not None and (not ready or start + upcoming <= ready[0][0]):
+                if count is None or planned < count:
+                    session = new_session(None, False, upcoming)
+                    planned += len(session.plan.turns)
+                    send_turn(start + upcoming, session)
+                upcoming = next(arrivals, None)
+                return
+            moment, _, item = heapq.heappop(ready)
+            if isinstance(item, int):  # a closed-loop slot is free
+                if may_send(moment):
+                    first = item in fresh_slots
+                    fresh_slots.discard(item)
+                    send_turn(moment, new_session(item, first, None))
+                return
+            if item.slot is None or may_send(moment):
+                send_turn(moment, item)
+
+    fresh_slots: set[int] = set()
+    if concurrency is not None:
+        for slot in range(concurrency):
+            fresh_slots.add(slot)
+            heapq.heappush(ready, (start + ramp_seconds * slot / concurrency, next(order), slot))
+
+    def finished(request: SimRequest, now: float) -> None:
+        record, session = owners.pop(request.id)
+        bench.finish(record, request)
+        # The reply joins the history: tokens of its own, unique to this turn.
+        reply = f"s{session.number}t{session.turn}"
+        session.history.extend([role_marker("assistant"), *([reply] * request.output)])
+        turn_done(record, session, now, ends=session.turn == len(session.plan.turns))
+
+    bench.drive(Turns(), finished)
