@@ -12,10 +12,17 @@ import uuid
 from dataclasses import dataclass
 
 from agents.hardware import GIB, ServeSettings, StartRefusal, plan_memory, start_check
-from agents.protocol import ServeGridError, expand_serve_grid, validate_serve_grid
+from agents.protocol import (
+    TRACE_FORMATS,
+    ServeGridError,
+    Workload,
+    expand_serve_grid,
+    validate_serve_grid,
+)
 from frontend.experiments.builder import BuilderForm, experiment_payload
 from runs.access import scoped
 from runs.models import GpuType, Membership, ModelSpec
+from runs.selectors.estimates import kv_shortfall, workload_lengths
 
 FIT_GPU_COUNTS = (1, 2, 4, 8)
 FIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default, the figure the KV-cache column assumes
@@ -101,6 +108,7 @@ def builder_fit_json(form: BuilderForm, membership: Membership) -> dict | None:
         first = first or started
     settings, plan = first
     kv_text = FitCell(count, True, plan.kv_tokens).kv_text
+    short = _kv_shortfall(payload.get("workload"), plan.kv_tokens)
     full = plan.kv_tokens // settings.max_model_len
     every = f"; all {len(configs)} configurations start" if len(configs) > 1 else ""
     text = (
@@ -109,7 +117,21 @@ def builder_fit_json(form: BuilderForm, membership: Membership) -> dict | None:
         f"sequence{'' if full == 1 else 's'} at the full {settings.max_model_len:,}-token "
         f"context{every}."
     )
-    return {"fits": True, "kv_tokens": plan.kv_tokens, "text": text}
+    if short is not None:
+        text += f" The first configuration's {short}"
+    return {"fits": True, "kv_tokens": plan.kv_tokens, "text": text, "kv_short": short}
+
+
+def _kv_shortfall(workload: object, kv_tokens: int) -> str | None:
+    """The estimate's KV-cache check (``kv_shortfall``) on the builder's workload, when it
+    is a valid one whose lengths are known without its file (not a trace's)."""
+    try:
+        parsed = Workload.model_validate(workload)
+    except ValueError:
+        return None
+    if parsed.dataset.kind in TRACE_FORMATS:
+        return None  # its lengths are the uploaded file's: the estimate checks them
+    return kv_shortfall(kv_tokens, parsed, *workload_lengths(parsed))
 
 
 def _uuid_or_none(text: str | None):

@@ -99,7 +99,12 @@ def _trace_window(
         return None
 
 
-def _lengths(workload: Workload, a: Assumptions, window: TraceWindow | None) -> tuple[int, int]:
+def workload_lengths(
+    workload: Workload, a: Assumptions | None = None, window: TraceWindow | None = None
+) -> tuple[int, int]:
+    """The mean prompt and output tokens of a request of ``workload`` (a trace's from its
+    replayed ``window``; a chat session's turn, its mean history)."""
+    a = a or Assumptions()
     dataset = workload.dataset
     if window is not None:
         return max(1, round(window.mean_input_len)), max(1, round(window.mean_output_len))
@@ -184,7 +189,7 @@ def experiment_estimate(
     gpus = experiment.gpu_count
     warnings: list[str] = []
     window = _trace_window(experiment, workload, warnings)
-    input_len, output_len = _lengths(workload, a, window)
+    input_len, output_len = workload_lengths(workload, a, window)
     if workload.dataset.kind == "chat_sessions" and workload.dataset.think_seconds:
         warnings.append(
             "The sessions' think time is not in the sweep time: levels with long pauses "
@@ -223,6 +228,8 @@ def experiment_estimate(
             continue
         steps = StepModel(model.facts, hardware, settings, plan, efficiency)
         max_batch = min(settings.max_num_seqs, max(1, plan.kv_tokens // (input_len + output_len)))
+        if (short := kv_shortfall(plan.kv_tokens, workload, input_len, output_len)) is not None:
+            warnings.append(f"Trial {index + 1}: {short}")
         for level in levels * workload.repeats + probes:
             if workload.level_seconds is not None:
                 # A timed level: its seconds, then the drain of what is in flight.
@@ -265,6 +272,29 @@ def experiment_estimate(
         within_budget=None if cost is None else cost <= experiment.budget_cap_usd,
         warnings=warnings,
         assumptions=asdict(a),
+    )
+
+
+def kv_shortfall(kv_tokens: int, workload: Workload, input_len: int, output_len: int) -> str | None:
+    """What is wrong when the KV cache cannot hold the workload's heaviest closed-loop level
+    (its concurrency, or a concurrency search's upper bound) of requests ``input_len`` +
+    ``output_len`` tokens long (the mean in flight); None when it can. Such a level queues
+    or preempts in vLLM: it measures the cache's size, not the configuration's compute."""
+    loads = list(workload.concurrency)
+    search = workload.capacity
+    if search is not None and search.axis == "concurrency" and search.max_load:
+        loads.append(int(search.max_load))
+    if not loads:
+        return None
+    heaviest, context = max(loads), input_len + output_len
+    if heaviest * context <= kv_tokens:
+        return None
+    holds = kv_tokens // context
+    return (
+        f"the KV cache holds about {kv_tokens:,} tokens, {holds:,} requests of "
+        f"{context:,} tokens; concurrency {heaviest:,} needs {heaviest * context:,}: vLLM "
+        "will queue or preempt the rest, and such levels measure the cache, not the "
+        "configuration."
     )
 
 

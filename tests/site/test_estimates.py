@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import pytest
 
+from agents.hardware import gpu_profile, start_check
 from runs.models import GpuType, Run
 from runs.selectors.estimates import experiment_estimate
 from runs.services.catalogue import gpu_price_set
@@ -174,3 +175,33 @@ def test_it_accepts_an_empty_grid_as_one_trial_on_vllm_defaults(alice):
     )
     assert response.status_code == 201, response.json()
     assert response.json()["serve_grid"] == {} and response.json()["trials"] == 1
+
+
+def test_it_warns_when_the_kv_cache_cannot_hold_the_heaviest_level(alice):
+    # Long context (issue 19): 64 requests of 100k + 1k tokens in flight need 6.5M tokens of
+    # KV cache; one H100 holds about 0.4M for Llama 3.1 8B.
+    model = make_model(alice.org)
+    long_context = {
+        "dataset": {"kind": "random", "input_len": 100_000, "output_len": 1_000},
+        "concurrency": [1, 64],
+        "requests_per_level": 10,
+    }
+    experiment = make_experiment(
+        alice.org, model=model, name="long", workload=long_context, serve_grid={}
+    )
+    (warning,) = [w for w in experiment_estimate(experiment=experiment).warnings if "KV" in w]
+    _, plan = start_check(model.facts, gpu_profile(H100), {})
+    assert warning.startswith("Trial 1: the KV cache holds about ")
+    assert (
+        f"{plan.kv_tokens:,} tokens, {plan.kv_tokens // 101_000:,} requests of 101,000" in warning
+    )
+    assert "concurrency 64 needs 6,464,000" in warning
+    # The same workload at a concurrency the cache holds: no warning.
+    fits = make_experiment(
+        alice.org,
+        model=model,
+        name="fits",
+        workload=long_context | {"concurrency": [1, plan.kv_tokens // 101_000]},
+        serve_grid={},
+    )
+    assert not [w for w in experiment_estimate(experiment=fits).warnings if "KV" in w]

@@ -725,6 +725,17 @@ def test_it_tells_in_the_builder_whether_the_model_fits_the_chosen_gpus(alice, c
         assert client.post("/o/acme/experiments/check/", draft).json()["fit"] is None
 
 
+def test_the_builder_says_when_the_kv_cache_cannot_hold_the_heaviest_level(alice):
+    model = make_model(alice.org)
+    long_prompts = builder_form(model, input_len="100000", output_len="1000", concurrency="1, 64")
+    fit = signed_in(alice).post("/o/acme/experiments/check/", long_prompts).json()["fit"]
+    assert fit["fits"] is True
+    assert "The first configuration's the KV cache holds about" in fit["text"]
+    assert "concurrency 64 needs 6,464,000" in fit["kv_short"]
+    short = signed_in(alice).post("/o/acme/experiments/check/", builder_form(model)).json()
+    assert short["fit"]["kv_short"] is None
+
+
 # ---------------------------------------------------------------------------------------------
 # The experiment page's answer and SLOs (issue 16)
 # ---------------------------------------------------------------------------------------------
