@@ -1,8 +1,10 @@
 """Sending on a schedule, open loop: what the load generator's open-loop levels share.
 
 Guarantees: ``launch(index, offset)`` is called at ``start + offset`` for each offset in
-order — never earlier (a timer that fires early is slept again), as soon as possible when
-late — until ``ended(index, offset)`` says no more; its synchronous part runs at that moment
+order — never earlier; a timer brings the loop within ``SPIN_SECONDS`` of it and the loop's
+own turns (each reading whatever responses are ready) wait out the rest, since uvloop's
+timers are whole milliseconds; as soon as possible when late — until ``ended(index,
+offset)`` says no more; its synchronous part runs at that moment
 (a record is made and counted before the next send is considered) and the awaitable it
 returns runs as a task. Returns when every task has ended; cancelled, it cancels them.
 """
