@@ -77,7 +77,7 @@ def replay(server: FakeServer, path: Path, rate: float) -> dict:
         levels=({"request_rate": rate},),
         metrics_url=None,
     )
-    result, records, cpu = timed_level(config, len(config.source))
+    result, records, cpu = timed_level(config)
     truth = server.truth()
     errors = sorted(
         true_ttft_error_ms(record, truth[record.response_id])
