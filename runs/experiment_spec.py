@@ -325,14 +325,18 @@ def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, 
     if dataset.kind == "sharegpt" or dataset.kind in TRACE_FORMATS:
         _check_uploaded_dataset(dataset, smallest_context, org, add)
         return
-    if dataset.kind == "chat_sessions":
+    if dataset.kind == "agentic_trace":
+        # The agent replays session files (agents.workloads.agentic); uploading one comes next.
+        add("workload.dataset.kind", "A session file cannot be uploaded yet.")
+        return
+    if dataset.kind in ("chat_sessions", "agentic"):
         # A session's last turn carries the whole conversation: it must fit too.
         if (longest := dataset.longest_context()) > smallest_context:
             add(
                 "workload.dataset.max_turns",
-                f"A session's last turn carries up to {longest} tokens (system prompt, then "
-                f"{dataset.max_turns} messages and replies at their longest), more than the "
-                f"smallest context served ({smallest_context}).",
+                f"A session's last turn carries up to {longest} tokens (its whole context "
+                f"after {dataset.max_turns} turns at their longest), more than the smallest "
+                f"context served ({smallest_context}).",
             )
         return
     if dataset.kind == "random":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import uuid
@@ -19,6 +20,7 @@ from rich.console import Console
 
 from agents.cli.usage import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, print_error
 from agents.loadgen import (
+    AgenticPrompts,
     BenchConfig,
     BenchFinished,
     CapacityFound,
@@ -43,10 +45,11 @@ from agents.loadgen.report import (
     level_table,
     write_json,
 )
-from agents.loadgen.workload import prompt_source, trace_prompts
+from agents.loadgen.workload import agentic_prompts, prompt_source, trace_prompts
 from agents.protocol import (
     MAX_CONCURRENCY,
     TRACE_FORMATS,
+    AgenticDataset,
     CapacitySearch,
     ChatSessionsDataset,
     Slos,
@@ -130,10 +133,36 @@ def _source(args: argparse.Namespace):
         return _trace_source(args, kind, Path(value))
     if kind == "chat_sessions" and not value:
         return _sessions_source(args)
+    if kind == "agentic":
+        return _agentic_source(value)
+    if kind == "agentic_trace" and value:
+        try:
+            return agentic_prompts(Path(value), block_size=args.block_size)
+        except DatasetError as exc:
+            raise UsageError(f"--dataset agentic_trace:{value}: {exc}") from None
     raise UsageError(
-        "--dataset: expected random, sharegpt:PATH, prefix:SHARED_LEN, chat_sessions or a "
-        f"trace ({':PATH, '.join(TRACE_FORMATS)}:PATH), got {args.dataset!r}"
+        "--dataset: expected random, sharegpt:PATH, prefix:SHARED_LEN, chat_sessions, "
+        "agentic[:JSON], agentic_trace:PATH or a trace "
+        f"({':PATH, '.join(TRACE_FORMATS)}:PATH), got {args.dataset!r}"
     )
+
+
+def _agentic_source(text: str) -> AgenticPrompts:
+    """Synthesized agentic sessions; ``text``: the dataset's fields as a JSON object."""
+    try:
+        fields = json.loads(text) if text else {}
+    except ValueError as exc:
+        raise UsageError(f"--dataset agentic:JSON: not JSON ({exc})") from None
+    if not isinstance(fields, dict):
+        raise UsageError("--dataset agentic:JSON: give an object of the dataset's fields")
+    try:
+        dataset = AgenticDataset.model_validate({**fields, "kind": "agentic"})
+    except pydantic.ValidationError as exc:
+        raise UsageError(
+            "--dataset agentic: "
+            + "; ".join(f"{e.field}: {e.message}" for e in pydantic_field_errors(exc))
+        ) from None
+    return prompt_source(Workload(dataset=dataset, concurrency=[1]))
 
 
 def _sessions_source(args: argparse.Namespace) -> SessionPrompts:

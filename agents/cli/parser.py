@@ -20,7 +20,8 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
         "--dataset",
         default="random",
         help="random | sharegpt:PATH | prefix:LEN | mooncake:PATH | burstgpt:PATH | azure:PATH"
-        " | chat_sessions (multi-turn, --endpoint chat; --input-len is each user message)",
+        " | chat_sessions (multi-turn, --endpoint chat; --input-len is each user message)"
+        " | agentic[:JSON of its fields] | agentic_trace:PATH (a session JSONL file)",
     )
     command.add_argument(
         "--turns", default="2-6", metavar="MIN[-MAX]", help="chat_sessions: turns per session"
@@ -39,7 +40,11 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
         "--trace-duration", type=float, metavar="SECONDS", help="trace: window length (all)"
     )
     command.add_argument(
-        "--block-size", type=int, default=512, metavar="TOKENS", help="mooncake: tokens per hash id"
+        "--block-size",
+        type=int,
+        default=512,
+        metavar="TOKENS",
+        help="mooncake, agentic_trace: tokens per hash id",
     )
     command.add_argument("--trace-model", metavar="NAME", help="burstgpt: keep this Model only")
     command.add_argument(

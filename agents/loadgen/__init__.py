@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.engine import ServerUnreachable, run_bench, run_levels
 from agents.loadgen.events import (
@@ -35,6 +36,7 @@ from agents.loadgen.tokenizer import TokenizerError, load_tokenizer
 from agents.loadgen.workload import config_from_workload
 
 __all__ = [
+    "AgenticPrompts",
     "BenchConfig",
     "BenchFinished",
     "CapacityFound",

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from agents.loadgen.activity import Activity
+from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.openai import Endpoint
 from agents.loadgen.prompts import PrefixPrompts, RandomPrompts, ShareGptPrompts, TracePrompts
 from agents.loadgen.session_prompts import SessionPrompts
@@ -17,7 +18,9 @@ from agents.loadgen.tokenizer import Tokenizer
 from agents.protocol import CapacitySearch, Slos
 
 # What a level's requests are drawn from.
-PromptSource = RandomPrompts | PrefixPrompts | ShareGptPrompts | TracePrompts | SessionPrompts
+PromptSource = (
+    RandomPrompts | PrefixPrompts | ShareGptPrompts | TracePrompts | SessionPrompts | AgenticPrompts
+)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import suppress
 from time import perf_counter
 
+from agents.loadgen.agentic import AgenticDriver
+from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.capacity import CapacityPlanner
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.events import (
@@ -69,6 +71,7 @@ from agents.loadgen.levels import (
     level_prompt_count,
     level_rngs,
     level_send_limit,
+    level_wants_more,
     send_offsets,
     window_target,
 )
@@ -247,11 +250,7 @@ class _Runner:
             first = True
             while True:
                 index = len(records)
-                if (
-                    (count is not None and index >= count)
-                    or (deadline is not None and perf_counter() >= deadline)
-                    or (window is not None and window.draining)
-                ):
+                if not level_wants_more(index, perf_counter(), count, deadline, window):
                     return
                 prompt = prompts[index % len(prompts)]
                 record = RequestRecord(index, prompt.output_len, prompt.prompt_len)
@@ -342,6 +341,9 @@ class _Runner:
             plans = source.sessions(
                 source.sessions_for(prompt_count, concurrency), rng, config.tokenizer
             )
+        elif isinstance(source, AgenticPrompts):
+            plans = source.sessions(source.sessions_for(prompt_count, concurrency), rng)
+            salt = rng.getrandbits(64)
         else:
             prompts = source.sample(prompt_count, rng, config.tokenizer)
             requests = self._prepare(prompts)
@@ -395,9 +397,15 @@ class _Runner:
         start = progress.started = perf_counter()
         deadline = start + config.duration if config.duration is not None else None
         try:
-            if isinstance(source, SessionPrompts):
-                driver = SessionDriver(
-                    config, self.pool, self.origin, plans, records, progress.done
+            if isinstance(source, SessionPrompts | AgenticPrompts):
+                driver = (
+                    AgenticDriver(
+                        config, self.pool, self.origin, plans, records, progress.done, salt
+                    )
+                    if isinstance(source, AgenticPrompts)
+                    else SessionDriver(
+                        config, self.pool, self.origin, plans, records, progress.done
+                    )
                 )
                 if concurrency is not None:
                     closed_window = ClosedLoopWindow(concurrency, target) if steady else None

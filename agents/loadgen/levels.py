@@ -22,6 +22,7 @@ import math
 import random
 from collections.abc import Iterable
 
+from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.arrivals import arrival_offsets
 from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.config import BenchConfig
@@ -65,15 +66,34 @@ def replays(config: BenchConfig, rate: float | None) -> bool:
 def send_offsets(
     config: BenchConfig, rate: float, arrivals_rng: random.Random, *, steady: bool
 ) -> Iterable[float]:
-    """When an open-loop level sends its requests, in seconds from its start: a trace's
-    times scaled to ``rate`` (all of them, once), else endless gamma gaps (ramped up over
-    ``ramp_up_seconds`` when the level is steady and the rate finite)."""
+    """When an open-loop level sends its requests (a session level: starts its sessions),
+    in seconds from its start: a trace's or a session file's times scaled to ``rate`` (all
+    of them, once), else endless gamma gaps (ramped up over ``ramp_up_seconds`` when the
+    level is steady and the rate finite)."""
     if isinstance(config.source, TracePrompts):
         return config.source.offsets(rate)
+    if isinstance(config.source, AgenticPrompts) and config.source.trace is not None:
+        return config.source.session_offsets(rate)
     offsets = arrival_offsets(rate, config.burstiness, arrivals_rng)
     if steady and not math.isinf(rate):
         offsets = ramped_offsets(offsets, config.ramp_up_seconds)
     return offsets
+
+
+def level_wants_more(
+    sent: int,
+    moment: float,
+    count: int | None,
+    deadline: float | None,
+    window: ClosedLoopWindow | OpenLoopWindow | None,
+) -> bool:
+    """Whether a level sends another request at ``moment``: fewer than ``count`` sent, its
+    ``deadline`` not reached and its window not draining (each None when it has none)."""
+    return not (
+        (count is not None and sent >= count)
+        or (deadline is not None and moment >= deadline)
+        or (window is not None and window.draining)
+    )
 
 
 def level_send_limit(config: BenchConfig, rate: float | None) -> int | None:
@@ -113,7 +133,9 @@ def window_target(config: BenchConfig, concurrency: int | None, rate: float | No
 def is_steady(config: BenchConfig, rate: float | None) -> bool:
     """Whether a level has a steady window (an unbounded rate has no steady state; a
     replayed trace and sessions arriving open loop are measured whole)."""
-    whole = rate is not None and isinstance(config.source, TracePrompts | SessionPrompts)
+    whole = rate is not None and isinstance(
+        config.source, TracePrompts | SessionPrompts | AgenticPrompts
+    )
     return config.steady_multiple is not None and rate != math.inf and not whole
 
 

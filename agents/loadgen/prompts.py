@@ -261,6 +261,30 @@ class ShareGptPrompts:
         return [prompts[order[index % len(order)]] for index in range(count)]
 
 
+class BlockText:
+    """The words of hash-id blocks (``block_size`` each): the same words for the same id
+    wherever it appears, drawn from ``salt`` (a level draws a salt of its own)."""
+
+    def __init__(self, block_size: int, salt: int):
+        self.block_size, self.salt = block_size, salt
+        self._blocks: dict[int, list[str]] = {}
+
+    def block(self, hash_id: int) -> list[str]:
+        if hash_id not in self._blocks:
+            draw = random.Random(f"{self.salt}:{hash_id}")  # noqa: S311 - reproducible text
+            self._blocks[hash_id] = draw.choices(_WORDS, k=self.block_size)
+        return self._blocks[hash_id]
+
+    def words(self, hash_ids: tuple[int, ...], length: int, fill: random.Random) -> list[str]:
+        """``length`` words: the blocks of ``hash_ids`` in order (the last cut to fit), then
+        words from ``fill`` for what no id names."""
+        words: list[str] = []
+        for hash_id in hash_ids:
+            words.extend(self.block(hash_id)[: length - len(words)])
+        words.extend(fill.choices(_WORDS, k=length - len(words)))
+        return words
+
+
 @dataclass(frozen=True)
 class TracePrompts:
     """The requests of a trace (``agents.workloads``; already windowed) as prompts, in the
@@ -302,27 +326,14 @@ class TracePrompts:
     ) -> list[Prompt]:
         """``count`` prompts: the trace's requests in order, from the first again when
         ``count`` is larger."""
-        salt = rng.getrandbits(64)
-        blocks: dict[int, list[str]] = {}
-        block_size = self.trace.block_size
-
-        def block(hash_id: int) -> list[str]:
-            if hash_id not in blocks:
-                draw = random.Random(f"{salt}:{hash_id}")  # noqa: S311 - reproducible text
-                blocks[hash_id] = draw.choices(_WORDS, k=block_size)
-            return blocks[hash_id]
-
+        blocks = BlockText(self.trace.block_size, rng.getrandbits(64))
         special = _special_tokens(tokenizer)
         prompts = []
         requests = self.trace.requests
         for index in range(count):
             request = requests[index % len(requests)]
             length = max(1, request.input_len - special)
-            words: list[str] = []
-            for hash_id in request.hash_ids:
-                words.extend(block(hash_id)[: length - len(words)])
-            words.extend(rng.choices(_WORDS, k=length - len(words)))
-            text = " ".join(words)
+            text = " ".join(blocks.words(request.hash_ids, length, rng))
             prompt_len = len(tokenizer.encode(text)) if tokenizer is not None else length
             prompts.append(Prompt(text, prompt_len + special, request.output_len))
         return prompts

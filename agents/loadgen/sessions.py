@@ -27,6 +27,7 @@ from time import perf_counter
 from agents.loadgen.activity import Activity
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.http import ConnectionPool, Origin
+from agents.loadgen.levels import level_wants_more
 from agents.loadgen.openai import encode_request, send_request
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.schedule import run_on_schedule
@@ -61,6 +62,11 @@ class SessionDriver:
         self.started += 1
         # More sessions than were built: they come round again (their text repeats).
         return number, self.plans[number % len(self.plans)]
+
+    @staticmethod
+    def requests_of(plan: SessionPlan) -> int:
+        """How many requests a session sends (when it runs to its end)."""
+        return len(plan.turns)
 
     async def run_session(
         self,
@@ -134,11 +140,7 @@ class SessionDriver:
         start = perf_counter()
 
         def go_on() -> bool:
-            return not (
-                (count is not None and len(self.records) >= count)
-                or (deadline is not None and perf_counter() >= deadline)
-                or (window is not None and window.draining)
-            )
+            return level_wants_more(len(self.records), perf_counter(), count, deadline, window)
 
         async def slot(index: int) -> None:
             if ramp_seconds > 0:
@@ -168,7 +170,7 @@ class SessionDriver:
         def launch(index: int, offset: float) -> Awaitable[None]:
             nonlocal planned
             number, plan = self._next_plan()
-            planned += len(plan.turns)
+            planned += self.requests_of(plan)
             return self.run_session(number, plan, lambda: True, scheduled=offset)
 
         await run_on_schedule(offsets, start, ended=ended, launch=launch)

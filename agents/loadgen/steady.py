@@ -77,9 +77,16 @@ class ClosedLoopWindow(_Window):
         if self.start is not None and record.start >= self.start:
             self._count(record.finished)
         if first_of_slot:
-            self.first_wave_left -= 1
-            if self.first_wave_left == 0:
-                self.start = record.finished
+            self.ramp_done(record.finished)
+
+    def ramp_done(self, moment: float) -> None:
+        """One slot's part of the ramp ended at ``moment`` (a ``perf_counter`` time): its
+        first request, or (sessions) its first session."""
+        if self.end is not None:
+            return
+        self.first_wave_left -= 1
+        if self.first_wave_left == 0:
+            self.start = moment
 
 
 class OpenLoopWindow(_Window):

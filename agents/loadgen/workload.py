@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.config import BenchConfig, PromptSource
 from agents.loadgen.prompts import (
     DatasetError,
@@ -24,6 +25,8 @@ from agents.loadgen.prompts import (
 from agents.loadgen.session_prompts import SessionPrompts
 from agents.protocol import (
     MOONCAKE_BLOCK_SIZE,
+    AgenticDataset,
+    AgenticTraceDataset,
     ChatSessionsDataset,
     PrefixDataset,
     RandomDataset,
@@ -34,6 +37,7 @@ from agents.protocol import (
     workload_levels,
 )
 from agents.workloads import TraceError, parse_trace
+from agents.workloads.agentic import SessionShape, parse_agentic
 
 
 def prompt_source(workload: Workload, *, dataset_path: Path | None = None) -> PromptSource:
@@ -56,10 +60,17 @@ def prompt_source(workload: Workload, *, dataset_path: Path | None = None) -> Pr
             dataset.range_ratio,
             dataset.think_seconds,
         )
-    if isinstance(dataset, ShareGptDataset | TraceDataset) and dataset_path is None:
+    if isinstance(dataset, AgenticDataset):
+        shape = dataset.model_dump(exclude={"kind"})
+        return AgenticPrompts(shape=SessionShape(**shape))
+    if isinstance(dataset, ShareGptDataset | TraceDataset | AgenticTraceDataset) and (
+        dataset_path is None
+    ):
         raise ValueError(f"{dataset.kind} dataset {dataset.dataset_id} needs its local file path")
     if isinstance(dataset, ShareGptDataset):
         return ShareGptPrompts(Path(dataset_path), dataset.output_len)
+    if isinstance(dataset, AgenticTraceDataset):
+        return agentic_prompts(Path(dataset_path), block_size=dataset.block_size)
     if isinstance(dataset, TraceDataset):
         return trace_prompts(
             Path(dataset_path),
@@ -71,6 +82,20 @@ def prompt_source(workload: Workload, *, dataset_path: Path | None = None) -> Pr
             duration_seconds=dataset.duration_seconds,
         )
     raise TypeError(f"unknown dataset {type(dataset).__name__}")
+
+
+@lru_cache(maxsize=4)
+def agentic_prompts(path: Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) -> AgenticPrompts:
+    """The sessions of the session JSONL file at ``path`` (``agents.workloads.agentic``);
+    ``DatasetError`` naming the line and field when it cannot be used. Cached."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DatasetError(f"cannot read the session file {str(path)!r}: {error}") from None
+    try:
+        return AgenticPrompts(trace=parse_agentic(data, block_size=block_size))
+    except TraceError as error:
+        raise DatasetError(f"session file {path.name}: {error}") from None
 
 
 @lru_cache(maxsize=4)

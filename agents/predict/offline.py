@@ -29,11 +29,12 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import pairwise
 
 from agents.engines.sim.completions import role_marker
 from agents.engines.sim.scheduler import Scheduler, SimRequest, prompt_block_hashes
+from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.capacity import CapacityPlanner
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.events import level_label
@@ -45,6 +46,7 @@ from agents.loadgen.levels import (
     level_prompt_count,
     level_rngs,
     level_send_limit,
+    level_wants_more,
     send_offsets,
     window_target,
 )
@@ -52,9 +54,11 @@ from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.session_prompts import SessionPlan, SessionPrompts
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow
+from agents.predict.offline_agentic import run_agentic
 from agents.predict.offline_sessions import run_sessions
 from agents.predict.senders import Sender
 from agents.predict.senders import words as _words
+from agents.workloads.agentic import AgenticSession
 
 # How often the simulated /metrics is sampled during a level (simulated seconds), as the
 # load generator's scraper does by default.
@@ -234,12 +238,7 @@ class OfflineBench:
         heapq.heapify(ready)
 
         def may_send(moment: float) -> bool:
-            index = len(records)
-            return not (
-                (count is not None and index >= count)
-                or (deadline is not None and moment >= deadline)
-                or (window is not None and window.draining)
-            )
+            return level_wants_more(len(records), moment, count, deadline, window)
 
         def send_from(moment: float, slot: int, first: bool) -> None:
             while True:
@@ -369,9 +368,13 @@ class OfflineBench:
         try:
             if isinstance(prompts, SessionPlans):
                 window = ClosedLoopWindow(concurrency, target) if steady and concurrency else None
-                run_sessions(
-                    self,
-                    prompts.plans,
+                agentic = isinstance(config.source, AgenticPrompts)
+                run = (
+                    partial(run_agentic, self, prompts.plans, prompts.salt)
+                    if agentic
+                    else partial(run_sessions, self, prompts.plans)
+                )
+                run(
                     records,
                     concurrency=concurrency,
                     offsets=()
@@ -477,6 +480,11 @@ def _level_prompts(
     order)."""
     rng, arrivals_rng = level_rngs(config.seed, label, repeat)
     source = config.source
+    if isinstance(source, AgenticPrompts):
+        plans = source.sessions(source.sessions_for(count, concurrency), rng)
+        salt = rng.getrandbits(64)
+        warm = source.sample(config.warmup, rng, config.tokenizer) if config.warmup else []
+        return SessionPlans(plans, salt), warm, arrivals_rng
     if isinstance(source, SessionPrompts):
         plans = source.sessions(source.sessions_for(count, concurrency), rng, config.tokenizer)
         warm = source.sample(config.warmup, rng, config.tokenizer) if config.warmup else []
@@ -505,6 +513,8 @@ def _untokenized_prompts(
 
 @dataclass(frozen=True)
 class SessionPlans:
-    """A session level's sessions, where another level has its prompts."""
+    """A session level's sessions, where another level has its prompts (an agentic level's
+    with the salt of its blocks' text)."""
 
-    plans: list[SessionPlan]
+    plans: list[SessionPlan] | list[AgenticSession]
+    salt: int = 0

@@ -16,7 +16,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,10 +23,11 @@ from typing import TYPE_CHECKING
 
 from agents.engines.sim.completions import role_marker
 from agents.engines.sim.scheduler import SimRequest
+from agents.loadgen.levels import level_wants_more
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.session_prompts import SessionPlan
 from agents.loadgen.steady import ClosedLoopWindow
-from agents.predict.senders import Sender
+from agents.predict.senders import SessionClock
 from agents.predict.senders import words as _words
 
 if TYPE_CHECKING:
@@ -59,34 +59,23 @@ def run_sessions(
 ) -> None:
     """One session level on ``bench``'s scheduler from ``bench.now``: closed loop with
     ``concurrency``, else open loop at ``offsets`` (seconds from the level's start)."""
-    start = bench.now
-    order = itertools.count()
     started = itertools.count()
-    # Turns ready to send: (time, order, session); None for "a slot starts a new session".
-    ready: list[tuple[float, int, _Session | int]] = []
     owners: dict[int, tuple[RequestRecord, _Session]] = {}
-    arrivals = iter(offsets)
-    upcoming = next(arrivals, None) if concurrency is None else None
-    planned = 0
 
     def may_send(moment: float) -> bool:
-        return not (
-            (count is not None and len(records) >= count)
-            or (deadline is not None and moment >= deadline)
-            or (window is not None and window.draining)
-        )
+        return level_wants_more(len(records), moment, count, deadline, window)
 
-    def new_session(slot: int | None, first: bool, scheduled: float | None) -> _Session:
+    def start_session(moment: float, slot: int | None, first: bool, scheduled: float | None):
         number = next(started)
         plan = plans[number % len(plans)]  # more than were built: they come round again
         history = [role_marker("system"), *_words(plan.system)] if plan.system else []
-        return _Session(number, plan, slot, first, scheduled, history=history)
+        session = _Session(number, plan, slot, first, scheduled, history=history)
+        send_turn(moment, session, -1)
+        return len(plan.turns)
 
-    def ended(session: _Session, moment: float) -> None:
-        if session.slot is not None:
-            heapq.heappush(ready, (moment, next(order), session.slot))
-
-    def send_turn(moment: float, session: _Session) -> None:
+    def send_turn(moment: float, session: _Session, _: int) -> None:
+        if session.slot is not None and session.turn and not may_send(moment):
+            return  # the level wants no more: the slot ends with its session
         turn = session.plan.turns[session.turn]
         session.turn += 1
         user = [role_marker("user"), *_words(turn.message)]
@@ -110,43 +99,21 @@ def run_sessions(
         if window is not None:
             window.finished(record, first_of_slot=session.first and ends)
         if ends:
-            ended(session, now)
+            if session.slot is not None:
+                clock.slot_free(now, session.slot)
             return
-        think = session.plan.turns[session.turn].think
-        heapq.heappush(ready, (now + think, next(order), session))
+        clock.due(now + session.plan.turns[session.turn].think, session)
 
-    class Turns(Sender):
-        def next_time(self) -> float | None:
-            due = ready[0][0] if ready else None
-            if upcoming is not None and (count is None or planned < count):
-                arrival = start + upcoming
-                due = arrival if due is None else min(due, arrival)
-            return due
-
-        def send(self) -> None:
-            nonlocal upcoming, planned
-            if upcoming is not None and (not ready or start + upcoming <= ready[0][0]):
-                if count is None or planned < count:
-                    session = new_session(None, False, upcoming)
-                    planned += len(session.plan.turns)
-                    send_turn(start + upcoming, session)
-                upcoming = next(arrivals, None)
-                return
-            moment, _, item = heapq.heappop(ready)
-            if isinstance(item, int):  # a closed-loop slot is free
-                if may_send(moment):
-                    first = item in fresh_slots
-                    fresh_slots.discard(item)
-                    send_turn(moment, new_session(item, first, None))
-                return
-            if item.slot is None or may_send(moment):
-                send_turn(moment, item)
-
-    fresh_slots: set[int] = set()
-    if concurrency is not None:
-        for slot in range(concurrency):
-            fresh_slots.add(slot)
-            heapq.heappush(ready, (start + ramp_seconds * slot / concurrency, next(order), slot))
+    clock = SessionClock(
+        bench.now,
+        concurrency=concurrency,
+        offsets=offsets,
+        ramp_seconds=ramp_seconds,
+        count=count,
+        may_send=may_send,
+        start_session=start_session,
+        send_item=send_turn,
+    )
 
     def finished(request: SimRequest, now: float) -> None:
         record, session = owners.pop(request.id)
@@ -156,4 +123,4 @@ def run_sessions(
         session.history.extend([role_marker("assistant"), *([reply] * request.output)])
         turn_done(record, session, now, ends=session.turn == len(session.plan.turns))
 
-    bench.drive(Turns(), finished)
+    bench.drive(clock, finished)

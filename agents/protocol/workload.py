@@ -186,8 +186,65 @@ class ChatSessionsDataset(StrictModel):
         return self.system_len + self.max_turns * (longest_user + longest_output)
 
 
+class AgenticDataset(StrictModel):
+    """Agentic coding sessions, synthesized (``agents.workloads.agentic``).
+
+    Every agent's context starts with a system prompt and tool definitions of
+    ``system_len`` tokens shared by every session, then its task (``task_len``). A session's
+    main agent runs ``min_turns``–``max_turns`` turns: each sends the whole context and asks
+    for ``output_len`` tokens; the output and a tool's result (``tool_output_len``) join the
+    context, and the next turn follows ``tool_seconds`` later (exponential mean). With
+    probability ``subagent_probability`` a turn also starts ``subagents`` sub-agents (each
+    its own task on the same system prompt, ``subagent_turns`` turns in a chain); the next
+    main turn waits for them. Shared context is shared text in blocks of ``block_size``
+    tokens, so a server's prefix cache sees it. A level's ``concurrency`` is concurrent
+    sessions, its ``request_rates`` new sessions per second.
+    """
+
+    kind: Literal["agentic"] = "agentic"
+    min_turns: int = Field(default=4, ge=1, le=MAX_SESSION_TURNS)
+    max_turns: int = Field(default=12, ge=1, le=MAX_SESSION_TURNS)
+    system_len: int = Field(default=8000, ge=0, le=MAX_INPUT_LEN)
+    task_len: InputLen = 500
+    output_len: OutputLen = 300
+    tool_output_len: int = Field(default=1500, ge=0, le=MAX_INPUT_LEN)
+    tool_seconds: float = Field(default=1.0, ge=0, le=MAX_THINK_SECONDS, allow_inf_nan=False)
+    subagent_probability: float = Field(default=0.1, ge=0, le=1, allow_inf_nan=False)
+    subagents: int = Field(default=2, ge=0, le=64)
+    subagent_turns: int = Field(default=3, ge=1, le=MAX_SESSION_TURNS)
+    block_size: int = Field(default=64, ge=1, le=MAX_BLOCK_SIZE)
+
+    @field_validator("max_turns")
+    @classmethod
+    def _at_least_min_turns(cls, max_turns: int, info: ValidationInfo) -> int:
+        return ChatSessionsDataset._at_least_min_turns(max_turns, info)
+
+    def longest_context(self) -> int:
+        """The most tokens one request carries in and out: the main agent's last turn."""
+        grows = self.output_len + self.tool_output_len
+        return self.system_len + self.task_len + (self.max_turns - 1) * grows + self.output_len
+
+
+class AgenticTraceDataset(StrictModel):
+    """Agentic sessions uploaded as a session JSONL file (``agents.workloads.agentic``: one
+    request a line with its session, parents, delay, lengths and hash ids), replayed with
+    their dependencies: a request starts its delay after its parents finished. Open-loop
+    levels start the sessions at the file's times scaled to the level's rate (sessions per
+    second); closed-loop levels keep that many sessions open, in the file's order."""
+
+    kind: Literal["agentic_trace"] = "agentic_trace"
+    dataset_id: UUID = Field(strict=False)
+    block_size: int = Field(default=MOONCAKE_BLOCK_SIZE, ge=1, le=MAX_BLOCK_SIZE)
+
+
 Dataset = Annotated[
-    RandomDataset | ShareGptDataset | PrefixDataset | TraceDataset | ChatSessionsDataset,
+    RandomDataset
+    | ShareGptDataset
+    | PrefixDataset
+    | TraceDataset
+    | ChatSessionsDataset
+    | AgenticDataset
+    | AgenticTraceDataset,
     Field(discriminator="kind"),
 ]
 

@@ -118,11 +118,7 @@ def parse_trace(
         raise TraceError(f"format {trace_format!r} is not one of {', '.join(TRACE_FORMATS)}")
     if not 1 <= block_size <= MAX_BLOCK_SIZE:
         raise TraceError(f"block_size must be 1 to {MAX_BLOCK_SIZE}, got {block_size}")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise TraceError("the file is not UTF-8 text", line=line) from None
+    text = _text(data)
     if trace_format == "mooncake":
         rows, skipped = _mooncake(text, block_size), 0
     elif trace_format == "burstgpt":
@@ -194,8 +190,18 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
-def _mooncake(text: str, block_size: int) -> list[TraceRequest]:
-    rows = []
+def _text(data: bytes) -> str:
+    """A file's text (UTF-8, a byte-order mark allowed)."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise TraceError("the file is not UTF-8 text", line=line) from None
+
+
+def _json_lines(text: str, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
+    """Each non-blank line of a JSONL file as an object holding ``required``, with its
+    line number."""
     for number, line in _lines(text):
         try:
             item = json.loads(line)
@@ -203,30 +209,44 @@ def _mooncake(text: str, block_size: int) -> list[TraceRequest]:
             raise TraceError(f"not JSON ({error.args[0]})", line=number) from None
         if not isinstance(item, dict):
             raise TraceError("each line is a JSON object", line=number)
-        for key in ("timestamp", "input_length", "output_length"):
+        for key in required:
             if key not in item:
                 raise TraceError("missing", line=number, field=key)
-        offset = _seconds(item["timestamp"], number, "timestamp", scale=0.001)
-        input_len = _whole(item["input_length"], number, "input_length", 1, MAX_INPUT_LEN)
-        output_len = _whole(item["output_length"], number, "output_length", 1, MAX_OUTPUT_LEN)
-        raw_ids = item.get("hash_ids", [])
-        if not isinstance(raw_ids, list):
-            raise TraceError(
-                f"must be a list of block ids, got {_shown(raw_ids)}", line=number, field="hash_ids"
-            )
-        hash_ids = tuple(
-            _whole(value, number, f"hash_ids[{index}]", 0, 2**63 - 1)
-            for index, value in enumerate(raw_ids)
+        yield number, item
+
+
+def _lengths_and_blocks(
+    item: dict, number: int, block_size: int
+) -> tuple[int, int, tuple[int, ...]]:
+    """A JSONL request's ``input_length``, ``output_length`` and ``hash_ids`` (at most one
+    per block of its input)."""
+    input_len = _whole(item["input_length"], number, "input_length", 1, MAX_INPUT_LEN)
+    output_len = _whole(item["output_length"], number, "output_length", 1, MAX_OUTPUT_LEN)
+    raw_ids = item.get("hash_ids", [])
+    if not isinstance(raw_ids, list):
+        raise TraceError(
+            f"must be a list of block ids, got {_shown(raw_ids)}", line=number, field="hash_ids"
         )
-        blocks = math.ceil(input_len / block_size)
-        if len(hash_ids) > blocks:
-            raise TraceError(
-                f"lists {len(hash_ids)} blocks, but {input_len} input tokens fill only "
-                f"{blocks} of {block_size} tokens",
-                line=number,
-                field="hash_ids",
-            )
-        rows.append(TraceRequest(offset, input_len, output_len, hash_ids))
+    hash_ids = tuple(
+        _whole(value, number, f"hash_ids[{index}]", 0, 2**63 - 1)
+        for index, value in enumerate(raw_ids)
+    )
+    blocks = math.ceil(input_len / block_size)
+    if len(hash_ids) > blocks:
+        raise TraceError(
+            f"lists {len(hash_ids)} blocks, but {input_len} input tokens fill only "
+            f"{blocks} of {block_size} tokens",
+            line=number,
+            field="hash_ids",
+        )
+    return input_len, output_len, hash_ids
+
+
+def _mooncake(text: str, block_size: int) -> list[TraceRequest]:
+    rows = []
+    for number, item in _json_lines(text, ("timestamp", "input_length", "output_length")):
+        offset = _seconds(item["timestamp"], number, "timestamp", scale=0.001)
+        rows.append(TraceRequest(offset, *_lengths_and_blocks(item, number, block_size)))
     return rows
 
 

@@ -124,6 +124,16 @@ def workload_lengths(
             + dataset.output_len * (turns - 1) / 2
         )
         return round(mean_input), dataset.output_len
+    if dataset.kind == "agentic":
+        # The main agent's turns: the context grows by an output and a tool result a turn
+        # (sub-agents' shorter contexts are counted as main turns: an overestimate).
+        turns = (dataset.min_turns + dataset.max_turns) / 2
+        grows = dataset.output_len + dataset.tool_output_len
+        return round(dataset.system_len + dataset.task_len + grows * (turns - 1) / 2), (
+            dataset.output_len
+        )
+    if dataset.kind == "agentic_trace":  # refused until session files can be uploaded
+        return a.sharegpt_input_len, a.sharegpt_output_len
     return a.sharegpt_input_len, dataset.output_len or a.sharegpt_output_len
 
 
@@ -190,10 +200,12 @@ def experiment_estimate(
     warnings: list[str] = []
     window = _trace_window(experiment, workload, warnings)
     input_len, output_len = workload_lengths(workload, a, window)
-    if workload.dataset.kind == "chat_sessions" and workload.dataset.think_seconds:
+    if getattr(workload.dataset, "think_seconds", 0) or getattr(
+        workload.dataset, "tool_seconds", 0
+    ):
         warnings.append(
-            "The sessions' think time is not in the sweep time: levels with long pauses "
-            "between turns take longer than estimated."
+            "The sessions' think or tool time is not in the sweep time: levels with long "
+            "pauses between turns take longer than estimated."
         )
 
     weight_bytes = model.weight_bytes

@@ -223,7 +223,7 @@ def test_it_names_the_expected_dataset_kinds():
         FieldError(
             "dataset.kind",
             "unknown value 'bogus'; expected one of 'random', 'sharegpt', 'prefix', "
-            "'mooncake', 'burstgpt', 'azure', 'chat_sessions'",
+            "'mooncake', 'burstgpt', 'azure', 'chat_sessions', 'agentic', 'agentic_trace'",
         )
     ]
     assert errors_of(workload(dataset={"input_len": 1})) == [

@@ -223,6 +223,14 @@ EXPERIMENT_CASES = {
         {"workload": workload(dataset=SESSIONS | {"max_turns": 1000}, endpoint="chat")},
         "workload.dataset.max_turns",
     ),
+    "agentic sessions whose last turn exceeds the context": (
+        {"workload": workload(dataset={"kind": "agentic", "max_turns": 200})},
+        "workload.dataset.max_turns",
+    ),
+    "an agentic session file, not uploadable yet": (
+        {"workload": workload(dataset={"kind": "agentic_trace", "dataset_id": str(uuid.uuid4())})},
+        "workload.dataset.kind",
+    ),
     "chat sessions with fewer max than min turns": (
         {
             "workload": workload(
@@ -300,7 +308,17 @@ def test_it_accepts_chat_sessions_that_fit_and_estimates_them(alice, model):
     assert response.status_code == 201, response.json()
     estimate = alice.client().get(url("experiment-estimate", pk=response.json()["id"]))
     assert estimate.status_code == 200, estimate.content
-    assert any("think time" in warning for warning in estimate.json()["warnings"])
+    assert any("think or tool time" in warning for warning in estimate.json()["warnings"])
+
+
+def test_it_accepts_agentic_sessions_and_estimates_their_mean_context(alice, model):
+    agentic = workload(dataset={"kind": "agentic", "min_turns": 2, "max_turns": 4})
+    response = alice.client().post(
+        url("experiment-list"), experiment_payload(model.id, workload=agentic), format="json"
+    )
+    assert response.status_code == 201, response.json()
+    estimate = alice.client().get(url("experiment-estimate", pk=response.json()["id"])).json()
+    assert any("think or tool time" in warning for warning in estimate["warnings"])
 
 
 def test_it_accepts_an_own_sharegpt_dataset(alice, model):
