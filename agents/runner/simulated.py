@@ -63,6 +63,14 @@ def _figures_in_simulated_time(figures: dict, speed: float) -> dict:
     return scaled
 
 
+def _milliseconds_in_simulated_time(figures: dict, speed: float) -> dict:
+    """A nested figure set (by turn, send lateness) with its ``_ms`` values S times."""
+    return {
+        key: value * speed if key.endswith("_ms") and isinstance(value, int | float) else value
+        for key, value in figures.items()
+    }
+
+
 def _interval_in_simulated_time(key: str, interval: dict, speed: float) -> dict:
     if key.endswith("_ms"):
         return {bound: value * speed for bound, value in interval.items()}
@@ -92,6 +100,17 @@ def result_in_simulated_time(result: dict, speed: float) -> dict:
         scaled["request_rate"] = rate_in_simulated_time(result["request_rate"], speed)
     if result.get("whole_level"):
         scaled["whole_level"] = _figures_in_simulated_time(result["whole_level"], speed)
+    if result.get("turns"):
+        scaled["turns"] = [_milliseconds_in_simulated_time(t, speed) for t in result["turns"]]
+    if result.get("send_lateness"):
+        scaled["send_lateness"] = _milliseconds_in_simulated_time(result["send_lateness"], speed)
+    if result.get("replay") and result["replay"].get("time_scale") is not None:
+        # The trace's own rate is in its own time; the factor its times were played at is
+        # what the sped-up client used, so in the modelled hardware's time it is S times.
+        scaled["replay"] = {
+            **result["replay"],
+            "time_scale": result["replay"]["time_scale"] * speed,
+        }
     if result.get("window"):
         window = result["window"]
         scaled["window"] = {
