@@ -7,9 +7,10 @@ Guarantees:
 - Everything here is simulated and says so (``GridPrediction.simulated``); it is never
   stored as a measurement.
 - Each configuration of the run's plan is predicted under the experiment's own workload and
-  SLOs; with SLOs, its capacity at them (a capacity search runs even when the workload asks
-  for none: capacity is what the prediction is for). The same serve configuration on several
-  images is predicted once (the simulator models no vLLM version).
+  SLOs (an uploaded dataset, ShareGPT or a trace's window, read from its stored file as the
+  agent replays it); with SLOs, its capacity at them (a capacity search runs even when the
+  workload asks for none: capacity is what the prediction is for). The same serve
+  configuration on several images is predicted once (the simulator models no vLLM version).
 - Cost per 1M output tokens at capacity is the pod's price (``runs.costs``: the
   organization's price of the experiment's GPU type and cloud × its GPU count) over the
   predicted throughput at capacity; ``best`` is the configuration with the lowest one.
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from agents.hardware import DEFAULT_EFFICIENCY, Efficiency
 from agents.predict import WorkTooLarge, predict_workload
-from agents.protocol import ShareGptDataset, Slos, TraceDataset, Workload
+from agents.protocol import Slos, Workload
 from runs.costs import level_cost_per_million_output_tokens, pod_usd_per_hr
 from runs.experiment_spec import experiment_trial_plan
 from runs.models import Experiment, WorkloadDataset
@@ -84,11 +85,14 @@ class GridPrediction:
 WORK_BUDGET = 3_000_000
 
 
-def _sharegpt_path(experiment: Experiment, workload: Workload) -> Path | None:
-    if not isinstance(workload.dataset, ShareGptDataset):
+def _uploaded_file(experiment: Experiment, workload: Workload) -> Path | None:
+    """The local file of the uploaded dataset the workload names (ShareGPT or a trace: every
+    kind that names one has a ``dataset_id``); None when it names none or it is gone."""
+    dataset_id = getattr(workload.dataset, "dataset_id", None)
+    if dataset_id is None:
         return None
     dataset = WorkloadDataset.objects.filter(
-        organization=experiment.organization_id, id=workload.dataset.dataset_id
+        organization=experiment.organization_id, id=dataset_id
     ).first()
     return Path(dataset.file.path) if dataset is not None else None
 
@@ -137,16 +141,8 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
     workload = Workload.model_validate(experiment.workload)
     slos = Slos.model_validate(experiment.slos or {})
     result.with_slos = slos.given
-    if isinstance(workload.dataset, TraceDataset):
-        # The offline simulator does not replay traces yet; a warning, like a GPU it has no
-        # profile of, rather than a prediction of some other traffic.
-        result.warnings.append(
-            f"A {workload.dataset.kind} trace workload cannot be predicted on the simulator "
-            "yet: nothing is predicted for it."
-        )
-        return result
-    sharegpt = _sharegpt_path(experiment, workload)
-    if isinstance(workload.dataset, ShareGptDataset) and sharegpt is None:
+    uploaded = _uploaded_file(experiment, workload)
+    if uploaded is None and getattr(workload.dataset, "dataset_id", None) is not None:
         result.warnings.append("The workload's dataset is gone: nothing can be predicted.")
         return result
     price = gpu_price(
@@ -178,7 +174,7 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
                     planned.serve_config,
                     workload,
                     slos,
-                    dataset_path=sharegpt,
+                    dataset_path=uploaded,
                     efficiency=efficiency,
                     work_budget=budget,
                 )

@@ -6,14 +6,18 @@ GPU-minutes it spent against measuring everything."""
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.urls import reverse
 
+from agents.hardware import DEFAULT_EFFICIENCY
+from agents.runner.search_run import RunnerTrials
 from runs.errors import DomainValidationError
 from runs.experiment_search import job_search
 from runs.jobs import run_job_spec
-from runs.models import GpuType, ModelSpec, Run, Trial
+from runs.models import Experiment, GpuType, ModelSpec, Run, Trial
 from runs.selectors.run_search import run_search_state
 from runs.services.experiments import experiment_update
 from runs.services.run_start import run_start
@@ -26,7 +30,8 @@ from .test_agent_runs import (  # the fixture closes the agent's threads' connec
     close_thread_connections,  # noqa: F401
     run_agent,
 )
-from .test_predictions import calibrated_run
+from .test_predictions import SESSIONS, calibrated_run
+from .test_trace_datasets import stored
 
 pytestmark = pytest.mark.django_db
 
@@ -257,6 +262,33 @@ def test_a_pruning_run_starts_its_predictions_from_the_latest_calibration(alice)
     )
     assert "Predictions started from the calibration of run" in page.content.decode()
     assert f"/runs/{first.id}/" in page.content.decode()
+
+
+@pytest.mark.parametrize("kind", ["chat_sessions", "mooncake"])
+def test_a_pruning_search_predicts_sessions_and_traces(alice, kind):
+    capacity = {"capacity": {"max_probes": 2, "max_load": 8}, "requests_per_level": 16}
+    if kind == "mooncake":
+        dataset = stored(alice.org, "mooncake")
+        workload = {"dataset": {"kind": "mooncake", "dataset_id": str(dataset.id)}}
+        path = Path(dataset.file.path)
+    else:
+        workload, path = {"dataset": SESSIONS["dataset"], "endpoint": "chat"}, None
+    created = _create(
+        alice,
+        workload=workload | {"concurrency": [1]} | capacity,
+        slos={"tpot_ms": 100},
+        search={"strategy": "prune"},
+    )
+    assert created.status_code == 201, created.content
+    experiment = Experiment.objects.get(pk=created.json()["id"])
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
+    job = run_job_spec(run, ws_url="ws://testserver/", rest_url="http://testserver/api/v1/")
+    # The agent's search predicts each trial as below, with the file the site serves it.
+    runner = SimpleNamespace(job=job, dataset_path=lambda dataset_id: path)
+    outcome = RunnerTrials(runner, loop=None).predict(0, DEFAULT_EFFICIENCY)
+    assert outcome.simulated and outcome.starts and outcome.value > 0
+    figures = "turns" if kind == "chat_sessions" else "replay"
+    assert all(figures in level for level in outcome.levels)
 
 
 def test_a_search_without_predictions_is_held_against_the_runs_own_estimate(alice):

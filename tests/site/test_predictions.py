@@ -5,6 +5,7 @@ exhaustive run would spend — through the API, labelled simulated, nothing rent
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from datetime import timedelta
 from decimal import Decimal
 
@@ -105,6 +106,45 @@ def test_without_slos_it_ranks_by_the_best_levels_throughput(alice):
     prediction = experiment_prediction(experiment=experiment)
     assert not prediction.with_slos
     assert all(row.capacity is None and row.output_throughput for row in prediction.rows)
+
+
+SESSIONS = {
+    "dataset": {
+        "kind": "chat_sessions",
+        "min_turns": 2,
+        "max_turns": 4,
+        "system_len": 200,
+        "user_len": 100,
+        "output_len": 50,
+    },
+    "endpoint": "chat",
+    "concurrency": [4],
+    "requests_per_level": 40,
+}
+
+
+def test_a_chat_session_workload_is_predicted_turn_by_turn(alice):
+    experiment = make_experiment(alice.org, serve_grid=GRID, workload=SESSIONS, slos=SLOS)
+    prediction = experiment_prediction(experiment=experiment)
+    assert prediction.warnings == [] and len(prediction.rows) == 2
+    many = prediction.rows[1]
+    assert many.starts and many.capacity is not None
+    # The site's figures are the simulator's sessions: each turn carries the history.
+    direct = predict_workload(
+        experiment.model.facts,
+        GpuType.objects.get(id=H100).hardware,
+        {"max_num_seqs": 64, "max_num_batched_tokens": 2048},
+        Workload.model_validate(SESSIONS),
+        Slos.model_validate(SLOS),
+    )
+    assert many.capacity == direct.capacity["capacity"]
+    turns = direct.levels[0]["turns"]
+    assert [turn["turn"] for turn in turns] == [1, 2, 3, 4]
+    prompts = [turn["mean_prompt_tokens"] for turn in turns]
+    assert prompts[0] >= 300  # the system prompt and the first message
+    # Each turn adds the last message and reply (150 tokens, and their role markers).
+    growth = {later - earlier for earlier, later in itertools.pairwise(prompts)}
+    assert len(growth) == 1 and 150 <= growth.pop() < 160
 
 
 def test_a_grid_too_large_to_predict_here_says_so_within_its_bound(alice, monkeypatch):

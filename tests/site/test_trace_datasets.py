@@ -15,14 +15,16 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from agents.predict import predict_workload
+from agents.protocol import Slos, Workload
 from agents.workloads import parse_trace
 from agents.workloads.summary import summarize_trace
-from runs.models import AuditEvent, Run, WorkloadDataset
+from runs.models import AuditEvent, GpuType, Run, WorkloadDataset
 from runs.selectors.estimates import experiment_estimate
 from runs.services.experiments import dataset_upload
 from runs.services.run_tokens import run_token_issue
 
-from .conftest import SYSTEM, experiment_payload, frozen, make_experiment, make_model
+from .conftest import H100, SYSTEM, experiment_payload, frozen, make_experiment, make_model
 from .db_state import database_state
 
 pytestmark = pytest.mark.django_db
@@ -391,16 +393,43 @@ def test_the_agent_downloads_its_runs_trace_as_uploaded(alice, kind, content_typ
         assert refused.status_code == 404 and refused.json() == NOT_FOUND
 
 
-def test_a_trace_workload_is_not_predicted_and_says_why(alice):
-    dataset = stored(alice.org, "burstgpt")
-    experiment = make_experiment(alice.org, workload=trace_workload(dataset))
+# ------------------------------------------------------------------------------------------
+# Predictions
+# ------------------------------------------------------------------------------------------
+
+
+def test_a_trace_workload_is_predicted_on_its_window(alice):
+    dataset = stored(alice.org, "mooncake")
+    window = {"start_seconds": 4, "duration_seconds": 3}  # 7 of the 24 requests (above)
+    workload = trace_workload(dataset, **window) | {"request_rates": [1]}
+    experiment = make_experiment(alice.org, workload=workload, slos={})
     response = alice.client().get(
         reverse("experiment-prediction", kwargs={"org": "acme", "pk": experiment.pk})
     )
-    assert response.status_code == 200
+    assert response.status_code == 200, response.content
     body = response.json()
-    assert body["rows"] == [] and body["simulated"] is True
-    assert body["warnings"] == [
-        "A burstgpt trace workload cannot be predicted on the simulator yet: nothing is "
-        "predicted for it."
-    ]
+    assert body["simulated"] is True and body["warnings"] == []
+    few, many = body["rows"]
+    assert few["starts"] and many["starts"]
+
+    # The site's figures are the simulator's replay of that window of the uploaded file.
+    direct = predict_workload(
+        experiment.model.facts,
+        GpuType.objects.get(id=H100).hardware,
+        {"max_num_seqs": 64},
+        Workload.model_validate(workload),
+        Slos(),
+        dataset_path=Path(dataset.file.path),
+    )
+    closed, rate = direct.levels
+    # A closed-loop level sends the window's requests in order; the open-loop level sends
+    # each once at the trace's times scaled to its rate, and says how late its sends were.
+    assert closed["replay"] == rate["replay"] | {"time_scale": None}
+    assert "send_lateness" not in closed
+    replay = rate["replay"]
+    assert (rate["request_rate"], rate["completed"], replay["requests"]) == (1, 7, 7)
+    assert replay["time_scale"] == pytest.approx(replay["trace_rate"])  # to 1 request/s
+    assert rate["send_lateness"]["max_ms"] < 1  # simulated time: no send is late
+    assert few["output_throughput"] == pytest.approx(
+        max(level["output_throughput"] for level in direct.levels)
+    )
