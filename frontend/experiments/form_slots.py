@@ -12,6 +12,7 @@ from __future__ import annotations
 from agents.protocol import (
     TRACE_FORMATS,
     CapacitySearch,
+    ChatSessionsDataset,
     PrefixDataset,
     RandomDataset,
     ShareGptDataset,
@@ -29,7 +30,7 @@ MODEL_CONFIG_FIELDS = ("hf_config", "hf_config_from_hub", "architecture")
 
 DATASET_FIELDS_BY_KIND = {
     model.model_fields["kind"].default: tuple(name for name in model.model_fields if name != "kind")
-    for model in (RandomDataset, ShareGptDataset, PrefixDataset)
+    for model in (RandomDataset, ShareGptDataset, PrefixDataset, ChatSessionsDataset)
 }
 # A trace option that means something to one format only: the tokens a Mooncake hash id
 # stands for, and BurstGPT's row filters (which the protocol refuses on other formats).

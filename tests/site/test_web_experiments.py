@@ -71,6 +71,21 @@ def builder_form(model, **overrides) -> dict:
     return form | overrides
 
 
+def assert_refused_beside(person, form: dict, path: str, slot: str, message: str) -> None:
+    """Saving ``form`` in the builder stores nothing and shows ``message`` beside the input
+    ``slot``; the live check names ``path`` alone."""
+    client = signed_in(person)
+    before = database_state()
+    page = client.post(f"/o/{person.org.slug}/experiments/new/", form)
+    assert page.status_code == 200
+    assert database_state() == before
+    checked = client.post(f"/o/{person.org.slug}/experiments/check/", form).json()
+    assert list(checked["fields"]) == [path]
+    html = page.content.decode()
+    errors = html[html.index(f'data-slot="{slot}"') :]
+    assert message in errors[: errors.index("</ul>")]
+
+
 def api_fields(person, payload) -> dict:
     """The field errors the API's validate endpoint gives for ``payload`` (or {})."""
     response = person.client().post(

@@ -15,8 +15,7 @@ from runs.models import Experiment
 from runs.services.experiments import dataset_upload
 
 from .conftest import SYSTEM, make_model, signed_in
-from .db_state import database_state
-from .test_web_experiments import builder_form
+from .test_web_experiments import assert_refused_beside, builder_form
 
 pytestmark = pytest.mark.django_db
 
@@ -119,16 +118,7 @@ def test_a_refused_trace_option_is_shown_beside_its_input(alice, change, path, s
     model = make_model(alice.org)
     dataset = trace(alice.org, "burstgpt", "burst")
     form = builder_form(model, dataset_kind="burstgpt", dataset_id=str(dataset.id)) | change
-    client = signed_in(alice)
-    before = database_state()
-    page = client.post("/o/acme/experiments/new/", form)
-    assert page.status_code == 200
-    assert database_state() == before
-    checked = client.post("/o/acme/experiments/check/", form).json()
-    assert list(checked["fields"]) == [path]
-    html = page.content.decode()
-    errors = html[html.index(f'data-slot="{slot}"') :]
-    assert message in errors[: errors.index("</ul>")]
+    assert_refused_beside(alice, form, path, slot, message)
 
 
 def test_every_trace_option_has_its_slot():

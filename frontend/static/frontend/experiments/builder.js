@@ -264,8 +264,14 @@
   }
 
   form.addEventListener("input", scheduleCheck);
+  const endpointSelect = document.getElementById("f-endpoint");
   form.addEventListener("change", function (event) {
     if (event.target === kindSelect || event.target === engineSelect) showApplicable();
+    // Chat sessions go only to the chat endpoint: choosing them chooses it (without the
+    // script, the check's refusal shows beside the endpoint instead).
+    if (event.target === kindSelect && kindSelect.value === "chat_sessions") {
+      endpointSelect.value = "chat";
+    }
     scheduleCheck();
   });
   // With the live check, "Check and estimate" is what already happens on every change.
