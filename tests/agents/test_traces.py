@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.loadgen.prompts import ShareGptPrompts
 from agents.workloads import Trace, TraceError, TraceRequest, parse_trace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "workloads"
@@ -192,3 +193,8 @@ def test_any_json_values_give_a_trace_or_a_trace_error(values):
     line = json.dumps(dict(zip(keys, values, strict=True))).encode()
     with contextlib.suppress(TraceError):
         parse_trace(line, "mooncake")
+
+
+def test_the_shipped_sharegpt_example_gives_its_conversations():
+    prompts = ShareGptPrompts(EXAMPLES / "sharegpt.json").load()
+    assert [p.text.split()[0] for p in prompts] == ["Write", "What", "Give"]
