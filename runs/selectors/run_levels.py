@@ -11,7 +11,10 @@ Guarantees:
 - a level's headline figures are its steady window's (``window``: where it lay, how many
   requests it held); the figures over every request of the level (``whole_level``, as
   ``vllm bench serve`` computes them) come beside them, never in their place; a capacity
-  search's levels say so (``probe``, ``repeat``).
+  search's levels say so (``probe``, ``repeat``);
+- protocol 6's figures come as sent, None where a level has none (an older agent's, a
+  closed-loop level's, a level of another dataset): an open-loop level's ``send_lateness``,
+  a trace level's ``replay`` and a chat-session level's ``turns``.
 """
 
 from __future__ import annotations
@@ -141,10 +144,19 @@ def level_row(measurement: Measurement) -> dict:
         "output_throughput_ci95": _interval(result, "output_throughput"),
         "slo": checks,
         "slo_met": all(check["met"] for check in checks) if checks else None,
+        "send_lateness": _every_field(result.send_lateness),
+        "replay": _every_field(result.replay),
+        "turns": [_every_field(turn) for turn in result.turns or ()] or None,
     }
     for metric in METRICS:
         row[metric.key] = number(metric.read(result))
     return row
+
+
+def _every_field(part: protocol.StrictModel | None) -> dict | None:
+    """A part of a result with every field it has, None where it was not sent: a page reads
+    each figure by name, present or not."""
+    return None if part is None else {name: getattr(part, name) for name in type(part).model_fields}
 
 
 def _interval(result: protocol.LevelResult, name: str) -> list[float] | None:

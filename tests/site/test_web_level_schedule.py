@@ -1,0 +1,103 @@
+"""Protocol 6's level figures on the site (issue 19): an open-loop level's send lateness, a
+trace level's replay and a chat-session level's figures by turn are stored as the agent sent
+them, carried by the API, and shown on the run page and its live re-read; results without
+them (older agents) or with them malformed show the rest, never a 500."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from runs.models import Measurement, Run
+from runs.services.run_tokens import run_token_issue
+
+from .conftest import frozen, make_experiment, signed_in
+from .report_data import add_trial, level
+from .test_agent_ingest import RESULT, messages
+from .test_web_runs import text_of
+
+pytestmark = pytest.mark.django_db
+
+REPLAYED = RESULT | {
+    "request_rate": 2.0,
+    "send_lateness": {"p50_ms": 0.12, "p99_ms": 0.51, "max_ms": 1.7},
+    "replay": {"requests": 24, "trace_rate": 2.4, "time_scale": 1.2},
+}
+SESSIONS = RESULT | {
+    "concurrency": 8,
+    "turns": [
+        {"turn": 1, "requests": 40, "completed": 40, "mean_prompt_tokens": 302.0,
+         "median_ttft_ms": 17.8, "p99_ttft_ms": 36.5, "median_tpot_ms": 7.52},
+        {"turn": 2, "requests": 31, "completed": 30, "mean_prompt_tokens": 454.0,
+         "median_ttft_ms": 20.4, "p99_ttft_ms": 21.0},  # no TPOT: sent without
+    ],
+}  # fmt: skip
+
+
+def _run(org) -> tuple[Run, str]:
+    experiment = make_experiment(org, name=f"e-{uuid.uuid4()}")
+    run = Run.objects.create(organization=org, experiment=experiment, **frozen(experiment))
+    return run, run_token_issue(run=run)
+
+
+def _fed(run, token) -> None:
+    """The agent's messages of one trial with a replayed rate level and a session level."""
+    hello, started, phase, _, measurement, finished, _ = messages(run.id)
+    replayed = measurement | {"level": {"request_rate": 2.0}, "result": REPLAYED}
+    sessions = measurement | {"seq": 5, "result": SESSIONS}
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    batch = [hello, started, phase, replayed, sessions, finished | {"seq": 6}]
+    response = agent.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
+                          format="json")  # fmt: skip
+    assert response.status_code == 200 and response.json()["rejected"] == []
+
+
+def test_it_stores_and_serves_the_figures_as_the_agent_sent_them(alice):
+    run, token = _run(alice.org)
+    _fed(run, token)
+    stored = {m.concurrency or 0: m.result for m in Measurement.objects.filter(trial__run=run)}
+    assert stored == {0: REPLAYED, 8: SESSIONS}
+    api = reverse("run-detail", kwargs={"org": "acme", "pk": run.id})
+    (trial,) = alice.client().get(api).json()["trials"]
+    assert sorted((m["result"] for m in trial["measurements"]), key=lambda r: "turns" in r) == [
+        REPLAYED,
+        SESSIONS,
+    ]
+
+
+def test_the_run_page_and_its_re_read_show_them(alice):
+    run, token = _run(alice.org)
+    _fed(run, token)
+    client = signed_in(alice)
+    page = text_of(client.get(f"/o/acme/runs/{run.id}/").content.decode())
+    live = client.get(reverse("run-live", kwargs={"org": "acme", "run_id": run.id})).json()
+    for text in (page, text_of(live["trials_html"])):
+        assert (
+            "Trace replay: 24 requests of the window (its rate 2.40 req/s), sent at its "
+            "times × 1.20" in text
+        )
+        assert "Sends late by p50 / p99 / max 0.12 / 0.51 / 1.70 ms" in text
+        # The session level's turns: turn, requests (OK), prompt, TTFT p50 / p99, TPOT p50.
+        assert "By turn c=8" in text
+        assert "1 40 (40) 302 17.8 / 36.5 7.52" in text
+        assert "2 31 (30) 454 20.4 / 21.0 —" in text
+    # Each figure on its own level's row: the session level has no replay or lateness.
+    assert text.count("Trace replay") == 1 and text.count("Sends late") == 1
+
+
+def test_results_without_the_figures_or_with_them_malformed_show_the_rest(alice):
+    run, _ = _run(alice.org)
+    old = level(1, 1111.0, 40.0)  # before protocol 6: none of them
+    malformed = level(2, 2222.0, 40.0, send_lateness="soon", replay={"requests": "many"},
+                      turns=[{"turn": "first"}])  # fmt: skip
+    add_trial(run, 0, {"max_num_seqs": 64}, [old, malformed])
+    response = signed_in(alice).get(f"/o/acme/runs/{run.id}/")
+    assert response.status_code == 200
+    text = text_of(response.content.decode())
+    assert "c=1 100 / 0" in text and "2222.0" in text
+    for absent in ("Trace replay", "Sends late", "By turn"):
+        assert absent not in text
