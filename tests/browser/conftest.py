@@ -128,7 +128,10 @@ def _daphne(django_db_setup, django_db_blocker) -> Iterator[str]:
     # One server for the whole folder: it reads the test database, whose rows each test's
     # transactional_db flushes afterwards. Its log is kept for a failing test's reader.
     OUTPUT.mkdir(exist_ok=True)
-    log_path = OUTPUT / "browser-live-site.log"
+    # One log per xdist worker: each worker has its own server, and a shared file would be
+    # unlinked under a running one by the next worker to start.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    log_path = OUTPUT / (f"browser-live-site-{worker}.log" if worker else "browser-live-site.log")
     log_path.unlink(missing_ok=True)
     with django_db_blocker.unblock(), contextlib.ExitStack() as running:
         names = _own_redis_names(running)  # deleted after the server has stopped
@@ -151,9 +154,13 @@ def _browser():
     if not CHROMIUM.exists():
         _unavailable(f"{CHROMIUM} is missing (apt-get install chromium; `make test` does)")
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError:
         _unavailable("Playwright is not installed (the dev dependencies have it)")
+    # The same patience for assertions (Playwright's own default is 5 s): on 5 test workers
+    # over two cores a server-side step, such as predicting a grid, can take longer. A
+    # passing assertion returns as soon as it holds; only a failing one waits this long.
+    expect.set_options(timeout=TIMEOUT_MS)
     # Playwright's sync API keeps an asyncio loop running on this thread, which Django takes
     # for an async context and refuses the ORM in. Nothing here is async: the tests are plain
     # sync code, so the check is relaxed, only while the browser lives (the folder's tests).

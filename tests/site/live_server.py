@@ -54,7 +54,8 @@ def daphne_server(
     port = port or free_port()
     env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "true", **(env or {})}
     log_path = log_path or os.environ.get("BENCHSITE_LIVE_LOG")
-    log = tempfile.TemporaryFile() if not log_path else open(log_path, "ab")  # noqa: SIM115
+    # Readable too: a server that does not start is reported with the end of its log.
+    log = tempfile.TemporaryFile() if not log_path else open(log_path, "a+b")  # noqa: SIM115
     process = subprocess.Popen(
         [
             sys.executable,
