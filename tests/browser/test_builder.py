@@ -151,3 +151,26 @@ def test_it_builds_an_experiment_live_and_runs_it_on_the_simulator(
         "href", f"/o/acme/runs/{run.id}/"
     )
     screenshot(page, "experiment-detail")
+
+
+def test_choosing_chat_sessions_shows_their_inputs_and_chooses_the_chat_endpoint(
+    page, sign_in, alice
+):
+    make_model(alice.org)
+    sign_in(page, alice)
+    page.goto("/o/acme/experiments/new/")
+    page.get_by_label("Name", exact=True).fill("Llama 8B: chat sessions")
+    expect(page.get_by_label("Message tokens")).to_be_hidden()
+    expect(page.get_by_label("Endpoint")).to_have_value("completions")
+
+    page.get_by_label("Dataset", exact=True).select_option("chat_sessions")
+    expect(page.get_by_label("Endpoint")).to_have_value("chat")
+    expect(page.get_by_label("Input tokens")).to_be_hidden()
+    for label in ("Turns per session, at most", "System prompt tokens", "Think time (s)"):
+        expect(page.get_by_label(label)).to_be_visible()
+    page.get_by_label("Message tokens").fill("100")
+    expect(page.locator("#live-status")).to_have_text("Valid: ready to save.")
+    # The check refuses sessions on the completions endpoint, beside the endpoint.
+    page.get_by_label("Endpoint").select_option("completions")
+    expect(page.locator("#err-endpoint")).to_contain_text("chat sessions are sent to the chat")
+    expect(page.locator("#live-status")).to_have_text("1 problem marked in the form.")
