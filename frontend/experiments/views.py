@@ -269,8 +269,22 @@ def experiment_edit(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     if request.method == "POST":
         return _builder_post(request, membership, experiment)
-    form = builder.builder_form_from_experiment(experiment)
+    try:
+        form = builder.builder_form_from_experiment(experiment)
+    except builder.NotInBuilder as exc:
+        return _not_in_builder(request, membership, experiment, exc)
     return _checked_on_open(request, membership, form, experiment)
+
+
+def _not_in_builder(request, membership, experiment, exc: builder.NotInBuilder):
+    """Back to the experiment, saying why the builder did not open (nothing changed)."""
+    messages.error(
+        request,
+        f"The builder has no inputs for {exc.kind} workloads yet: change this experiment "
+        f"through the API (PATCH /api/v1/orgs/{membership.organization.slug}/experiments/"
+        f"{experiment.id}/). Nothing was changed.",
+    )
+    return redirect("experiment-detail", membership.organization.slug, experiment.id)
 
 
 def _copy_name(membership, name: str) -> str:
@@ -288,9 +302,12 @@ def _copy_name(membership, name: str) -> str:
 @org_page(need=Need.WRITE)
 def experiment_duplicate(request, membership, experiment_id):
     original = access_experiment(membership=membership, experiment_id=experiment_id)
-    form = builder.builder_form_from_experiment(
-        original, name=_copy_name(membership, original.name)
-    )
+    try:
+        form = builder.builder_form_from_experiment(
+            original, name=_copy_name(membership, original.name)
+        )
+    except builder.NotInBuilder as exc:
+        return _not_in_builder(request, membership, original, exc)
     return _checked_on_open(request, membership, form)
 
 
