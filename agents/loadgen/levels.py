@@ -9,8 +9,11 @@ Guarantees:
 - ``level_prompt_count``: how many prompts a level builds before its clock starts.
 - ``replays``/``send_offsets``: an open-loop level of a trace sends the trace's requests,
   each once, at the trace's times scaled to the level's mean rate (no steady window: the
-  trace's own shape is what is measured); any other open-loop level sends at gamma gaps,
-  ramped when it is steady.
+  trace's own shape is what is measured); an open-loop session level (chat or agentic)
+  starts its sessions at gamma gaps or a session file's scaled start times, measured whole;
+  any other open-loop level sends at gamma gaps, ramped when it is steady.
+- ``level_wants_more``: the one rule for whether a level sends another request (its count,
+  deadline and window), live and offline.
 - ``fixed_levels``: each of the configuration's levels ``repeats`` times in a row.
 - ``steady_result``: a steady level's headline figures come from its window, with the whole
   level's beside them (``whole_level``); failures anywhere in the level count.
