@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import pydantic
 from django.conf import settings
@@ -26,10 +27,12 @@ from agents.protocol import (
     trial_configs,
     validate_serve_grid,
 )
+from agents.workloads import TraceError
+from agents.workloads.agentic import parse_agentic
 from runs.errors import DomainValidationError
 from runs.experiment_search import search_check
 from runs.models import GpuType, ModelSpec, Organization, WorkloadDataset
-from runs.models.experiments import DATASET_FORMAT_CHOICES, engine_is_simulated
+from runs.models.experiments import AGENTIC_TRACE, DATASET_FORMAT_CHOICES, engine_is_simulated
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.selectors.prices import gpu_price
 from runs.selectors.trace_windows import TraceWindowError, trace_window
@@ -322,12 +325,8 @@ def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, 
     # Every request must fit the smallest context any trial will serve, or it fails for a
     # reason that has nothing to do with the configuration being measured.
     smallest_context = min(grid.get("max_model_len", [model.max_context]))
-    if dataset.kind == "sharegpt" or dataset.kind in TRACE_FORMATS:
+    if dataset.kind in ("sharegpt", AGENTIC_TRACE) or dataset.kind in TRACE_FORMATS:
         _check_uploaded_dataset(dataset, smallest_context, org, add)
-        return
-    if dataset.kind == "agentic_trace":
-        # The agent replays session files (agents.workloads.agentic); uploading one comes next.
-        add("workload.dataset.kind", "A session file cannot be uploaded yet.")
         return
     if dataset.kind in ("chat_sessions", "agentic"):
         # A session's last turn carries the whole conversation: it must fit too.
@@ -355,6 +354,36 @@ def _check_workload_fits(workload: Workload, grid: dict, model: ModelSpec, org, 
         )
 
 
+def _check_session_file(row: WorkloadDataset, dataset, smallest_context: int, add) -> None:
+    """An agentic session file read with the workload's block size as the agent reads it:
+    its hash ids must fit blocks of that size (``workload.dataset.block_size``) and every
+    request must fit ``smallest_context``."""
+    problem = session_file_problem(row.file.storage, row.file.name, row.sha256, dataset.block_size)
+    if problem is not None:
+        add("workload.dataset.block_size", problem)
+        return
+    longest = row.summary.get("longest_request_tokens") or 0
+    if longest > smallest_context:
+        add(
+            "workload.dataset.dataset_id",
+            f"Its longest request has {longest} prompt plus output tokens, more than the "
+            f"smallest context served ({smallest_context}).",
+        )
+
+
+@lru_cache(maxsize=4)
+def session_file_problem(storage, name: str, sha256: str, block_size: int) -> str | None:
+    """What the agent's reader says of a stored session file at ``block_size`` (None: it
+    reads); kept per file, content and size, since a stored file never changes."""
+    with storage.open(name, "rb") as file:
+        data = file.read()
+    try:
+        parse_agentic(data, block_size=block_size)
+    except TraceError as error:
+        return f"{error} (blocks of {block_size} tokens)"
+    return None
+
+
 def _check_uploaded_dataset(dataset, smallest_context: int, org, add) -> None:
     """An uploaded dataset: this organization's, of the format the kind names; a trace's
     window holds requests (filters, block size and window checked against the stored file)
@@ -374,6 +403,9 @@ def _check_uploaded_dataset(dataset, smallest_context: int, org, add) -> None:
         return
     if dataset.kind == "sharegpt":
         return  # text: its token counts are the model tokenizer's, known only on the pod
+    if dataset.kind == AGENTIC_TRACE:
+        _check_session_file(row, dataset, smallest_context, add)
+        return
     try:
         window = trace_window(row, dataset)
     except TraceWindowError as error:

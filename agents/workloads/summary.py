@@ -1,5 +1,6 @@
 """What a trace holds, in numbers a page can draw: ``summarize_trace`` (the site stores it at
-upload and previews it; pure, no I/O).
+upload and previews it; pure, no I/O), and ``summarize_sessions`` for an agentic session
+file.
 
 Guarantees, for any ``Trace`` (``agents.workloads.traces``, so at least one request):
 
@@ -24,7 +25,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from agents.workloads.traces import Trace
+from agents.workloads.agentic import AgenticTrace
+from agents.workloads.traces import Trace, TraceRequest
 
 HISTOGRAM_BINS = 20
 MAX_ARRIVAL_BUCKETS = 120
@@ -113,3 +115,23 @@ def _shared_share(trace: Trace) -> float:
                 shared += min(trace.block_size, request.input_len - index * trace.block_size)
         seen.update(request.hash_ids)
     return shared / total if total else 0.0
+
+
+def summarize_sessions(trace: AgenticTrace) -> dict:
+    """A session file's figures: ``summarize_trace``'s over all its requests, each counted at
+    its session's start (when the later ones arrive depends on the server), with ``sessions``,
+    the most requests in one session and ``session_rate`` (sessions started per second;
+    None when they all start at once) — ``mean_rate`` is None: requests have no rate of
+    their own here."""
+    requests = tuple(
+        TraceRequest(session.start, r.input_len, r.output_len, r.hash_ids)
+        for session in trace.sessions
+        for r in session.requests
+    )
+    rate = trace.mean_rate
+    return summarize_trace(Trace("agentic_trace", requests, trace.block_size)) | {
+        "mean_rate": None,
+        "sessions": len(trace.sessions),
+        "max_session_requests": max(len(session.requests) for session in trace.sessions),
+        "session_rate": rate if math.isfinite(rate) else None,
+    }

@@ -159,7 +159,9 @@ def _dataset_of_run(run: Run, dataset_id) -> WorkloadDataset:
     """The dataset ``dataset_id`` when the run's workload names it; else ``Http404`` (the same
     for a dataset that exists but is not the run's as for one that does not exist)."""
     named = run_workload(run).dataset  # as the run was started, whatever was edited since
-    uploaded = isinstance(named, protocol.ShareGptDataset | protocol.TraceDataset)
+    uploaded = isinstance(
+        named, protocol.ShareGptDataset | protocol.TraceDataset | protocol.AgenticTraceDataset
+    )
     if not uploaded or str(named.dataset_id) != str(dataset_id):
         raise Http404
     dataset = WorkloadDataset.objects.filter(
@@ -171,11 +173,16 @@ def _dataset_of_run(run: Run, dataset_id) -> WorkloadDataset:
 
 
 # What each format's file is served as (its bytes are the upload's, whatever the type).
-_CONTENT_TYPES = {"sharegpt": "application/json", "mooncake": "application/jsonl"}
+_CONTENT_TYPES = {
+    "sharegpt": "application/json",
+    "mooncake": "application/jsonl",
+    "agentic_trace": "application/jsonl",
+}
 
 
 class AgentDatasetView(APIView):
-    """The uploaded file (ShareGPT conversations or a trace) the run's workload names,
+    """The uploaded file (ShareGPT conversations, a trace or a session file) the run's
+    workload names,
     exactly as uploaded; no other dataset."""
 
     authentication_classes = [RunTokenAuthentication]

@@ -36,9 +36,12 @@ _TRACE_LABELS = {
     "burstgpt": "BurstGPT trace (CSV)",
     "azure": "Azure LLM inference trace (CSV)",
 }
+# Agentic sessions with their dependencies (agents.workloads.agentic): one request a line.
+AGENTIC_TRACE = "agentic_trace"
 DATASET_FORMAT_CHOICES = [
     (SHAREGPT, "ShareGPT conversations (JSON)"),
     *((name, _TRACE_LABELS[name]) for name in TRACE_FORMATS),  # a new format needs a label
+    (AGENTIC_TRACE, "Agentic session file (JSONL)"),
 ]
 
 

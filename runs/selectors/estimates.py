@@ -132,7 +132,7 @@ def workload_lengths(
         return round(dataset.system_len + dataset.task_len + grows * (turns - 1) / 2), (
             dataset.output_len
         )
-    if dataset.kind == "agentic_trace":  # refused until session files can be uploaded
+    if dataset.kind == "agentic_trace":  # the file's means: session_file_lengths
         return a.sharegpt_input_len, a.sharegpt_output_len
     return a.sharegpt_input_len, dataset.output_len or a.sharegpt_output_len
 
@@ -200,6 +200,11 @@ def experiment_estimate(
     warnings: list[str] = []
     window = _trace_window(experiment, workload, warnings)
     input_len, output_len = workload_lengths(workload, a, window)
+    if workload.dataset.kind == "agentic_trace":
+        input_len, output_len = session_file_lengths(experiment, workload) or (
+            input_len,
+            output_len,
+        )
     if getattr(workload.dataset, "think_seconds", 0) or getattr(
         workload.dataset, "tool_seconds", 0
     ):
@@ -284,6 +289,22 @@ def experiment_estimate(
         within_budget=None if cost is None else cost <= experiment.budget_cap_usd,
         warnings=warnings,
         assumptions=asdict(a),
+    )
+
+
+def session_file_lengths(experiment: Experiment, workload: Workload) -> tuple[int, int] | None:
+    """The mean prompt and output tokens of an uploaded session file's requests, from the
+    summary stored at upload; None when the dataset is gone."""
+    row = WorkloadDataset.objects.filter(
+        organization_id=experiment.organization_id, id=workload.dataset.dataset_id
+    ).first()
+    requests = (row.summary or {}).get("requests") if row is not None else None
+    if not requests:
+        return None
+    summary = row.summary
+    return (
+        max(1, round(summary["input_tokens"] / requests)),
+        max(1, round(summary["output_tokens"] / requests)),
     )
 
 

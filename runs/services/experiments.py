@@ -11,12 +11,13 @@ from django.db import transaction
 
 from agents import protocol
 from agents.workloads import TraceError, parse_trace
-from agents.workloads.summary import summarize_trace
+from agents.workloads.agentic import parse_agentic
+from agents.workloads.summary import summarize_sessions, summarize_trace
 from runs.actors import Actor
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
 from runs.models import Experiment, Organization, WorkloadDataset
-from runs.models.experiments import SHAREGPT
+from runs.models.experiments import AGENTIC_TRACE, SHAREGPT
 from runs.services.recording import (
     clean_instance,
     create_recorded,
@@ -195,17 +196,24 @@ def _sharegpt_conversations(raw: bytes) -> int:
 
 
 # A stored file keeps its format's usual extension (the agent reads it as uploaded).
-_EXTENSIONS = {SHAREGPT: "json", "mooncake": "jsonl", "burstgpt": "csv", "azure": "csv"}
+_EXTENSIONS = {
+    SHAREGPT: "json",
+    "mooncake": "jsonl",
+    "burstgpt": "csv",
+    "azure": "csv",
+    AGENTIC_TRACE: "jsonl",
+}
 
 
 def _trace_summary(raw: bytes, dataset_format: str) -> dict:
     """The summary of the trace in ``raw`` read at the reader's defaults (every row, blocks
     of 512 tokens); refused under ``file`` with the reader's line and field."""
     try:
-        trace = parse_trace(raw, dataset_format)
+        if dataset_format == AGENTIC_TRACE:
+            return summarize_sessions(parse_agentic(raw))
+        return summarize_trace(parse_trace(raw, dataset_format))
     except TraceError as error:
         raise DomainValidationError.single("file", str(error)) from None
-    return summarize_trace(trace)
 
 
 @transaction.atomic
@@ -213,8 +221,9 @@ def dataset_upload(
     *, org: Organization, actor: Actor, name: str, raw: bytes, dataset_format: str = SHAREGPT
 ) -> WorkloadDataset:
     """Stores an uploaded file after checking its name, size and content: ShareGPT
-    conversations (counted), or a request trace of ``dataset_format`` (read by
-    ``agents.workloads.parse_trace``, summarized by ``summarize_trace``). A refusal names its
+    conversations (counted), a request trace of ``dataset_format`` (read by
+    ``agents.workloads.parse_trace``, summarized by ``summarize_trace``) or an agentic
+    session file (``parse_agentic``, ``summarize_sessions``). A refusal names its
     field (a trace's, the line and column too) and stores nothing: no row, no file."""
     if not name.strip():
         raise DomainValidationError.single("name", "A dataset needs a name.")

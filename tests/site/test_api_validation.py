@@ -227,9 +227,9 @@ EXPERIMENT_CASES = {
         {"workload": workload(dataset={"kind": "agentic", "max_turns": 200})},
         "workload.dataset.max_turns",
     ),
-    "an agentic session file, not uploadable yet": (
+    "an agentic session file that was never uploaded": (
         {"workload": workload(dataset={"kind": "agentic_trace", "dataset_id": str(uuid.uuid4())})},
-        "workload.dataset.kind",
+        "workload.dataset.dataset_id",
     ),
     "chat sessions with fewer max than min turns": (
         {
