@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from agents.engines.sim.completions import role_marker
 from agents.engines.sim.scheduler import SimRequest
 from agents.loadgen.agentic_prompts import fill_words
-from agents.loadgen.levels import level_wants_more
 from agents.loadgen.prompts import BlockText
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.steady import ClosedLoopWindow
@@ -66,9 +65,6 @@ def run_agentic(
     owners: dict[int, tuple[RequestRecord, _Open, int]] = {}
     children: dict[int, dict[int, list[int]]] = {}  # session number -> parent -> children
 
-    def may_send(moment: float) -> bool:
-        return level_wants_more(len(records), moment, count, deadline, window)
-
     def start_session(moment: float, slot: int | None, first: bool, scheduled: float | None):
         number = next(started)
         session = plans[number % len(plans)]  # more than were built: they come round again
@@ -105,7 +101,7 @@ def run_agentic(
 
     def send(moment: float, state: _Open, index: int) -> None:
         request = state.session.requests[index]
-        if not may_send(moment):
+        if not clock.may_send(moment):
             drop(state, index, moment)
             return
         words = blocks.words(
@@ -148,7 +144,9 @@ def run_agentic(
         offsets=offsets,
         ramp_seconds=ramp_seconds,
         count=count,
-        may_send=may_send,
+        records=records,
+        deadline=deadline,
+        window=window,
         start_session=start_session,
         send_item=send,
     )

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from agents.engines.sim.completions import role_marker
 from agents.engines.sim.scheduler import SimRequest
-from agents.loadgen.levels import level_wants_more
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.session_prompts import SessionPlan
 from agents.loadgen.steady import ClosedLoopWindow
@@ -62,9 +61,6 @@ def run_sessions(
     started = itertools.count()
     owners: dict[int, tuple[RequestRecord, _Session]] = {}
 
-    def may_send(moment: float) -> bool:
-        return level_wants_more(len(records), moment, count, deadline, window)
-
     def start_session(moment: float, slot: int | None, first: bool, scheduled: float | None):
         number = next(started)
         plan = plans[number % len(plans)]  # more than were built: they come round again
@@ -74,7 +70,7 @@ def run_sessions(
         return len(plan.turns)
 
     def send_turn(moment: float, session: _Session, _: int) -> None:
-        if session.slot is not None and session.turn and not may_send(moment):
+        if session.slot is not None and session.turn and not clock.may_send(moment):
             return  # the level wants no more: the slot ends with its session
         turn = session.plan.turns[session.turn]
         session.turn += 1
@@ -110,7 +106,9 @@ def run_sessions(
         offsets=offsets,
         ramp_seconds=ramp_seconds,
         count=count,
-        may_send=may_send,
+        records=records,
+        deadline=deadline,
+        window=window,
         start_session=start_session,
         send_item=send_turn,
     )

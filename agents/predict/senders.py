@@ -9,6 +9,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from agents.loadgen.levels import level_wants_more
+from agents.loadgen.steady import ClosedLoopWindow
+
 
 class Sender:
     """When a level's next request goes out, and sending it."""
@@ -37,7 +40,8 @@ class SessionClock(Sender):
     ``start_session(moment, slot, first, scheduled)`` starts one (``slot`` None in open
     loop; ``first``: the slot's first session; ``scheduled``: its arrival offset) and
     returns how many requests it will send; ``send_item(moment, item, index)`` sends what
-    ``due`` queued. ``may_send(moment)`` says whether the level still wants requests.
+    ``due`` queued. ``may_send(moment)`` says whether the level still wants requests: fewer
+    than ``count`` in ``records``, its ``deadline`` not reached, its ``window`` not draining.
     """
 
     def __init__(
@@ -48,12 +52,15 @@ class SessionClock(Sender):
         offsets: Iterable[float],
         ramp_seconds: float,
         count: int | None,
-        may_send: Callable[[float], bool],
+        records: list,
+        deadline: float | None,
+        window: ClosedLoopWindow | None,
         start_session: Callable[[float, int | None, bool, float | None], int],
         send_item: Callable[[float, object, int], None],
     ):
         self.start, self.count = start, count
-        self.may_send, self.start_session, self.send_item = may_send, start_session, send_item
+        self.records, self.deadline, self.window = records, deadline, window
+        self.start_session, self.send_item = start_session, send_item
         self.ready: list[tuple[float, int, object, int]] = []
         self.order = itertools.count()
         self.arrivals = iter(offsets)
@@ -62,6 +69,10 @@ class SessionClock(Sender):
         self.fresh: set[int] = set(range(concurrency or 0))
         for slot in range(concurrency or 0):
             self.slot_free(start + ramp_seconds * slot / concurrency, slot)
+
+    def may_send(self, moment: float) -> bool:
+        """Whether the level sends another request at ``moment``."""
+        return level_wants_more(len(self.records), moment, self.count, self.deadline, self.window)
 
     def due(self, moment: float, item: object, index: int = -1) -> None:
         """``item`` (its request ``index``) goes out at ``moment``."""
