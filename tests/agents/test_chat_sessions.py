@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
+from itertools import pairwise
 
 import pytest
 
@@ -95,9 +97,24 @@ def test_closed_loop_keeps_n_sessions_open_and_counts_turns(server):
     assert len(records) == 12
     # Three slots: sessions 0-2 start together, each slot's next session follows its last.
     assert sorted(r.session for r in records if r.turn == 1)[:3] == [0, 1, 2]
+    # Never more than three sessions open at once: a slot's next session starts only after
+    # its last turn finished (which slot frees first is the server's timing, not fixed).
+    spans = {}
+    for r in records:
+        first, last = spans.get(r.session, (r.start, r.finished))
+        spans[r.session] = (min(first, r.start), max(last, r.finished))
+    for start, _ in spans.values():
+        assert sum(1 for s, f in spans.values() if s <= start < f) <= 3
+    assert 3 < len(spans) <= 6
+    # The 12-turn count cuts the next sessions short; the figures count what was sent.
     turns = validated(finished.result).turns
-    # 3 sessions of 3 turns (9), then the 12-turn count cuts the next 3 after their first.
-    assert [(t.turn, t.requests) for t in turns] == [(1, 6), (2, 3), (3, 3)]
+    by_turn = Counter(r.turn for r in records)
+    assert [(t.turn, t.requests) for t in turns] == sorted(by_turn.items())
+    assert by_turn[1] == len(spans)
+    for session in spans:
+        ordered = sorted((r for r in records if r.session == session), key=lambda r: r.turn)
+        assert [r.turn for r in ordered] == list(range(1, len(ordered) + 1))
+        assert all(a.finished <= b.start for a, b in pairwise(ordered))
     assert turns[0].mean_prompt_tokens < turns[1].mean_prompt_tokens < turns[2].mean_prompt_tokens
     assert all(t.completed == t.requests and t.median_ttft_ms > 0 for t in turns)
 
