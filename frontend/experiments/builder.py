@@ -99,21 +99,10 @@ def builder_form_from_post(data) -> BuilderForm:
     return BuilderForm(values=values, grid_rows=rows, fallbacks=fallbacks)
 
 
-class NotInBuilder(Exception):
-    """A stored experiment whose dataset kind the builder has no inputs for: opened there,
-    its workload would be shown (and saved) as another kind."""
-
-    def __init__(self, kind: str):
-        super().__init__(kind)
-        self.kind = kind
-
-
 def builder_form_from_experiment(experiment: Experiment, *, name: str | None = None) -> BuilderForm:
     """The builder's inputs showing a stored experiment (under another ``name`` for a copy)."""
     workload = experiment.workload
     dataset = workload.get("dataset", {})
-    if dataset.get("kind", "random") not in DATASET_FIELDS_BY_KIND:
-        raise NotInBuilder(dataset["kind"])
     values = {
         "name": experiment.name if name is None else name,
         "description": experiment.description,

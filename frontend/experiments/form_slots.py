@@ -9,13 +9,12 @@ The form's field lists come from the API's own models, so a field added there ge
 
 from __future__ import annotations
 
+from typing import get_args
+
 from agents.protocol import (
     TRACE_FORMATS,
     CapacitySearch,
-    ChatSessionsDataset,
-    PrefixDataset,
-    RandomDataset,
-    ShareGptDataset,
+    Dataset,
     Slos,
     TraceDataset,
     Workload,
@@ -28,9 +27,16 @@ GENERAL_SLOT = "form"
 # The model form's config.json inputs, and the facts read from one (``architecture``).
 MODEL_CONFIG_FIELDS = ("hf_config", "hf_config_from_hub", "architecture")
 
+# Every dataset kind the protocol knows has inputs here (a trace format's are below).
+_DATASET_MODELS = {
+    model.model_fields["kind"].default: model
+    for model in get_args(get_args(Dataset)[0])
+    if model is not TraceDataset
+} | dict.fromkeys(TRACE_FORMATS, TraceDataset)
 DATASET_FIELDS_BY_KIND = {
-    model.model_fields["kind"].default: tuple(name for name in model.model_fields if name != "kind")
-    for model in (RandomDataset, ShareGptDataset, PrefixDataset, ChatSessionsDataset)
+    kind: tuple(name for name in model.model_fields if name != "kind")
+    for kind, model in _DATASET_MODELS.items()
+    if model is not TraceDataset
 }
 # A trace option that means something to one format only: the tokens a Mooncake hash id
 # stands for, and BurstGPT's row filters (which the protocol refuses on other formats).
@@ -42,6 +48,15 @@ DATASET_FIELDS_BY_KIND |= {
         if name != "kind" and TRACE_FORMAT_ONLY.get(name, kind) == kind
     )
     for kind in TRACE_FORMATS
+}
+# What a blank dataset input means, by kind: the protocol's defaults, shown in the help.
+DATASET_DEFAULTS = {
+    kind: {
+        name: field.default
+        for name, field in model.model_fields.items()
+        if name in DATASET_FIELDS_BY_KIND[kind] and not field.is_required()
+    }
+    for kind, model in _DATASET_MODELS.items()
 }
 # Dataset options typed as text, not read as numbers (a model may be named "4").
 DATASET_TEXT_FIELDS = ("dataset_id", "model", "log_type")

@@ -206,6 +206,7 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         dataset_groups=_dataset_groups(membership),
         trace_kinds=[(kind, labels[kind]) for kind in TRACE_FORMATS],
         trace_kinds_text=" ".join(TRACE_FORMATS),
+        dataset_defaults=form_slots.DATASET_DEFAULTS,
         burstgpt_log_types=BURSTGPT_LOG_TYPES,
         flags=flags,
         flag_names={flag["name"] for flag in flags},
@@ -269,22 +270,8 @@ def experiment_edit(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     if request.method == "POST":
         return _builder_post(request, membership, experiment)
-    try:
-        form = builder.builder_form_from_experiment(experiment)
-    except builder.NotInBuilder as exc:
-        return _not_in_builder(request, membership, experiment, exc)
+    form = builder.builder_form_from_experiment(experiment)
     return _checked_on_open(request, membership, form, experiment)
-
-
-def _not_in_builder(request, membership, experiment, exc: builder.NotInBuilder):
-    """Back to the experiment, saying why the builder did not open (nothing changed)."""
-    messages.error(
-        request,
-        f"The builder has no inputs for {exc.kind} workloads yet: change this experiment "
-        f"through the API (PATCH /api/v1/orgs/{membership.organization.slug}/experiments/"
-        f"{experiment.id}/). Nothing was changed.",
-    )
-    return redirect("experiment-detail", membership.organization.slug, experiment.id)
 
 
 def _copy_name(membership, name: str) -> str:
@@ -302,12 +289,8 @@ def _copy_name(membership, name: str) -> str:
 @org_page(need=Need.WRITE)
 def experiment_duplicate(request, membership, experiment_id):
     original = access_experiment(membership=membership, experiment_id=experiment_id)
-    try:
-        form = builder.builder_form_from_experiment(
-            original, name=_copy_name(membership, original.name)
-        )
-    except builder.NotInBuilder as exc:
-        return _not_in_builder(request, membership, original, exc)
+    copy_name = _copy_name(membership, original.name)
+    form = builder.builder_form_from_experiment(original, name=copy_name)
     return _checked_on_open(request, membership, form)
 
 

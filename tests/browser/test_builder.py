@@ -174,3 +174,26 @@ def test_choosing_chat_sessions_shows_their_inputs_and_chooses_the_chat_endpoint
     page.get_by_label("Endpoint").select_option("completions")
     expect(page.locator("#err-endpoint")).to_contain_text("chat sessions are sent to the chat")
     expect(page.locator("#live-status")).to_have_text("1 problem marked in the form.")
+
+
+def test_choosing_agentic_sessions_shows_their_inputs_and_their_own_help(page, sign_in, alice):
+    make_model(alice.org)
+    sign_in(page, alice)
+    page.goto("/o/acme/experiments/new/")
+    page.get_by_label("Name", exact=True).fill("Llama 8B: agentic sessions")
+    expect(page.get_by_label("Tool output tokens")).to_be_hidden()
+
+    page.get_by_label("Dataset", exact=True).select_option("agentic")
+    expect(page.get_by_label("Input tokens")).to_be_hidden()
+    expect(page.get_by_label("Message tokens")).to_be_hidden()
+    for label in ("Tool output tokens", "Sub-agent chance per turn", "Block size (tokens)"):
+        expect(page.get_by_label(label)).to_be_visible()
+    # Inputs shared with chat sessions say what blank means for the kind chosen, only.
+    help_text = page.locator("#help-system_len")
+    expect(help_text).to_contain_text("Agentic: the system prompt and tool definitions")
+    expect(help_text.get_by_text("Chat: blank = none.")).to_be_hidden()
+    expect(page.locator("#live-status")).to_have_text("Valid: ready to save.")
+    # A refusal shows beside its input.
+    page.get_by_label("Sub-agent chance per turn").fill("2")
+    expect(page.locator("#err-subagent_probability")).to_contain_text("less than or equal to 1")
+    expect(page.locator("#live-status")).to_have_text("1 problem marked in the form.")
