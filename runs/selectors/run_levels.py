@@ -123,7 +123,8 @@ def _slo_checks(result: protocol.LevelResult) -> list[dict]:
 def level_row(measurement: Measurement) -> dict:
     """One measurement as the pages show it: the level, every ``METRICS`` figure (of its
     steady window), how many requests completed or failed, the server's KV-cache and queue
-    peaks, the labels, the window and the whole level's figures, the SLO checks."""
+    peaks and prefix-cache hit rate, the labels, the window and the whole level's figures,
+    the SLO checks."""
     result, server = stored_level_result(measurement.result), measurement.server_metrics or {}
     checks = _slo_checks(result)
     row = {
@@ -137,6 +138,9 @@ def level_row(measurement: Measurement) -> dict:
         "kv_cache_max": _gauge(server, "kv_cache_usage_perc"),
         "waiting_max": _gauge(server, "num_requests_waiting"),
         "preemptions": number(server.get("num_preemptions")),
+        # Share of the prompt tokens looked up in the server's prefix cache that it held,
+        # over the whole level (None: the server reported no lookups, or no such counter).
+        "prefix_cache_hit_rate": number(server.get("prefix_cache_hit_rate")),
         "probe": bool(result.probe),
         "repeat": result.repeat or 0,
         "window": _window(result.window),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,6 +263,49 @@ def _setup_of(column: ComparedTrial) -> dict[str, str]:
     }
 
 
+def _traffic_rows(key: str, compared: list[ComparedTrial], cells: Callable) -> list[dict]:
+    """A level's rows beyond ``METRICS``, each only where a column has it: the server's
+    prefix-cache hit rate and a session level's TTFT by turn (compared like the metrics:
+    ``cells(values, better)``), and, shown but never ranked since they describe the load
+    sent rather than the server, a trace level's replay and the send lateness."""
+    levels = [c.levels.get(key, {}) for c in compared]
+    rows = []
+    rates = [level.get("prefix_cache_hit_rate") for level in levels]
+    if any(rate is not None for rate in rates):
+        percents = [None if rate is None else rate * 100 for rate in rates]
+        rows.append(
+            {"label": "Prefix-cache hit rate", "unit": "%", "cells": cells(percents, HIGHER)}
+        )
+    turns = [{t["turn"]: t for t in level.get("turns") or ()} for level in levels]
+    for turn in sorted({n for by_turn in turns for n in by_turn}):
+        ttft = [by_turn.get(turn, {}).get("median_ttft_ms") for by_turn in turns]
+        rows.append({"label": f"Turn {turn}: TTFT p50", "unit": "ms", "cells": cells(ttft, LOWER)})
+    replays = [_replay_text(level) for level in levels]
+    if any(replays):
+        rows.append({"label": "Trace replay", "unit": "", "cells": _text_cells(replays)})
+    lateness = [level.get("send_lateness") for level in levels]
+    if any(lateness):
+        shown = [late and f"{late['p99_ms']:.2f} / {late['max_ms']:.2f}" for late in lateness]
+        rows.append({"label": "Sends late p99 / max", "unit": "ms", "cells": _text_cells(shown)})
+    return rows
+
+
+def _replay_text(level: dict) -> str | None:
+    """A trace level's replay in words (``240 requests at the trace's times × 0.50``), as
+    the run page says it; None for a level that replayed no trace."""
+    replay = level.get("replay")
+    if replay is None:
+        return None
+    sent = f"{replay['requests']} requests"
+    if replay.get("time_scale") is not None:
+        return f"{sent} at the trace's times × {replay['time_scale']:.2f}"
+    return f"{sent} in order" if level.get("concurrency") is not None else f"{sent} all at once"
+
+
+def _text_cells(values: list[str | None]) -> list[Cell]:
+    return [Cell(value or None, kind="text") for value in values]
+
+
 def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> dict:
     """The comparison page's content: setup and serve-flag rows (``differs`` marks a
     difference), per level the ``METRICS`` with each column's change against its baseline,
@@ -317,10 +361,9 @@ def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> 
         for metric in METRICS:
             values = [c.levels.get(key, {}).get(metric.key) for c in compared]
             intervals = [c.intervals.get(key, {}).get(metric.key) for c in compared]
-            rows.append(
-                {"metric": metric, "cells": cells(values, metric.better, "number", intervals)}
-            )
-        levels.append({"key": key, "rows": rows})
+            cells_ = cells(values, metric.better, "number", intervals)
+            rows.append({"label": metric.label, "unit": metric.unit, "cells": cells_})
+        levels.append({"key": key, "rows": rows + _traffic_rows(key, compared, cells)})
     steady = [c.cost.usd_per_million_output_tokens for c in compared]
     amortized = [c.cost.usd_per_million_output_tokens_cold_start_amortized for c in compared]
     cost_rows = [

@@ -1,7 +1,8 @@
 """The live run page and the comparison in headless Chromium, against Daphne and the real
 channels-redis layer: a simulated run streamed by the real agent fills the charts in, a
 dropped socket loses nothing, a restarted agent's notices (a new epoch, seqs from 0 again)
-are drawn and a conflict is warned of, two runs compare side by side."""
+are drawn and a conflict is warned of, two runs compare side by side, a session level opens
+its figures by turn."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from websockets.sync.client import connect
 from runs.jobs import run_job_spec
 from runs.models import Measurement, Run
 from runs.services.agent_epochs import agent_epoch_issue
+from tests.site.conftest import make_experiment
 from tests.site.test_agent_ingest import RESULT, _new_run
 from tests.site.test_agent_runs import new_sim_run
 from tests.site.test_live_agent import start_agent
+from tests.site.test_web_level_schedule import session_run
 from tests.site.test_web_runs import seed_run
 
 pytestmark = pytest.mark.needs_redis
@@ -278,3 +281,23 @@ def test_it_works_on_a_phone(page, sign_in, alice, screenshot):
     assert overflow <= 0
     path = screenshot(page, "run-page-phone")
     page.screenshot(path=str(path.with_name("run-page-phone-top.png")))  # the first screen
+
+
+def test_it_opens_a_session_levels_figures_by_turn(page, sign_in, alice, screenshot):
+    run = session_run(make_experiment(alice.org), (17.8, 20.4), hit_rate=0.625)
+    sign_in(page, alice)
+    run_page(page, run)
+    trial = page.locator("#trial-0")
+    expect(trial.get_by_text("Server prefix-cache hits: 62 %")).to_be_visible()
+    by_turn = trial.locator("details.turns")
+    table = by_turn.get_by_role("table")
+    expect(table).to_be_hidden()
+    by_turn.get_by_text("By turn").click()
+    expect(table).to_be_visible()
+    headers = table.get_by_role("columnheader")
+    expect(headers).to_have_text(
+        ["Turn", "Requests (OK)", "Mean prompt tokens", "TTFT p50 / p99 ms", "TPOT p50 ms"]
+    )
+    second = table.get_by_role("row").filter(has=page.get_by_role("rowheader", name="2"))
+    expect(second.get_by_role("cell")).to_have_text(["31 (30)", "454", "20.4 / 21.0", "—"])
+    screenshot(page, "run-page-by-turn")

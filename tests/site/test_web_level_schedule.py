@@ -1,7 +1,9 @@
 """Protocol 6's level figures on the site (issue 19): an open-loop level's send lateness, a
 trace level's replay and a chat-session level's figures by turn are stored as the agent sent
-them, carried by the API, and shown on the run page and its live re-read; results without
-them (older agents) or with them malformed show the rest, never a 500."""
+them, carried by the API, and shown on the run page and its live re-read beside the server's
+prefix-cache hit rate, and on the compare page (by-turn TTFT and the hit rate compared, the
+replay and lateness shown unranked); results without them (older agents) or with them
+malformed show the rest, never a 500."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from runs.services.run_tokens import run_token_issue
 from .conftest import frozen, make_experiment, signed_in
 from .report_data import add_trial, level
 from .test_agent_ingest import RESULT, messages
-from .test_web_runs import text_of
+from .test_web_runs import compare_url, text_of
 
 pytestmark = pytest.mark.django_db
 
@@ -37,8 +39,8 @@ SESSIONS = RESULT | {
 }  # fmt: skip
 
 
-def _run(org) -> tuple[Run, str]:
-    experiment = make_experiment(org, name=f"e-{uuid.uuid4()}")
+def _run(org, experiment=None) -> tuple[Run, str]:
+    experiment = experiment or make_experiment(org, name=f"e-{uuid.uuid4()}")
     run = Run.objects.create(organization=org, experiment=experiment, **frozen(experiment))
     return run, run_token_issue(run=run)
 
@@ -101,3 +103,51 @@ def test_results_without_the_figures_or_with_them_malformed_show_the_rest(alice)
     assert "c=1 100 / 0" in text and "2222.0" in text
     for absent in ("Trace replay", "Sends late", "By turn"):
         assert absent not in text
+
+
+def session_run(experiment, ttft_by_turn: tuple[float, float], hit_rate: float) -> Run:
+    """A run of one trial with a session level (its turns' TTFT p50) and a replayed rate
+    level, the server's prefix-cache hit rate on the session level."""
+    run, _ = _run(experiment.organization, experiment)
+    turns = [turn | {"median_ttft_ms": ttft} for turn, ttft in zip(SESSIONS["turns"], ttft_by_turn,
+                                                                    strict=True)]  # fmt: skip
+    trial = add_trial(run, 0, {"max_num_seqs": 64}, [SESSIONS | {"turns": turns}])
+    sessions = trial.measurements.get()
+    sessions.server_metrics = {"prefix_cache_hit_rate": hit_rate, "prefix_cache_hits": 1}
+    sessions.save(update_fields=["server_metrics"])
+    Measurement.objects.create(
+        organization_id=trial.organization_id,
+        trial=trial,
+        concurrency=None,
+        request_rate=2.0,
+        result=REPLAYED,
+    )
+    return run
+
+
+def test_the_run_page_shows_the_servers_prefix_cache_hit_rate(alice):
+    run = session_run(make_experiment(alice.org), (17.8, 20.4), hit_rate=0.625)
+    text = text_of(signed_in(alice).get(f"/o/acme/runs/{run.id}/").content.decode())
+    assert text.count("Server prefix-cache hits: 62 % of the prompt tokens looked up") == 1
+
+
+def test_the_compare_page_compares_ttft_by_turn_and_the_hit_rate(alice):
+    experiment = make_experiment(alice.org)
+    before = session_run(experiment, (17.8, 20.4), hit_rate=0.25)
+    after = session_run(experiment, (18.0, 10.2), hit_rate=0.75)  # caching: turn 2 halves
+    page = signed_in(alice).get(compare_url(), {"runs": [str(before.id), str(after.id)]})
+    assert page.status_code == 200
+    html = page.content.decode()
+    text = text_of(html[html.index('id="compare-table"') :])
+    assert "Prefix-cache hit rate % 25.00 75.00 (+200.0% ▲ better" in text
+    assert "Turn 1: TTFT p50 ms 17.80 18.00 (+1.1%)" in text
+    assert "Turn 2: TTFT p50 ms 20.40 10.20 (-50.0% ▲ better" in text
+    # The load sent is shown, never ranked: the replay and the lateness have no delta.
+    replay = "Trace replay 24 requests at the trace's times × 1.20"
+    assert f"{replay} 24 requests at the trace's times × 1.20 Sends late" in text
+    late = text[text.index("Sends late p99") :][:60]
+    assert late.startswith("Sends late p99 / max ms 0.51 / 1.70 0.51 / 1.70") and "%" not in late
+    # Only the session level has turns and a hit rate; only the rate level a replay.
+    c8 = text[text.index("Level c=8") : text.index("Level rate=2")]
+    assert "Turn 2" in c8 and "Trace replay" not in c8
+    assert "Turn" not in text[text.index("Level rate=2") :]
