@@ -90,6 +90,33 @@ def _rate_list(text: str) -> list[float | str]:
     return rates
 
 
+def _time_scale_levels(text: str, source) -> list[dict]:
+    """``--time-scale``: a request-rate level per factor S, at the trace window's own mean
+    rate divided by S, so that the replay sends at the trace's times × S (the level reports
+    S back as ``replay.time_scale``)."""
+    if not isinstance(source, TracePrompts):
+        raise UsageError(
+            f"--time-scale: only a trace ({':PATH, '.join(TRACE_FORMATS)}:PATH) has times to "
+            "scale; use --request-rate"
+        )
+    trace_rate = source.trace.mean_rate
+    if math.isinf(trace_rate):
+        raise UsageError(
+            "--time-scale: the trace's window sends every request at one instant; "
+            "use --request-rate inf"
+        )
+    levels = []
+    for part in text.split(","):
+        try:
+            scale = float(part)
+        except ValueError:
+            raise UsageError(f"--time-scale: {part.strip()!r} is not a number") from None
+        if not 0 < scale < math.inf:
+            raise UsageError(f"--time-scale: {part.strip()!r} must be above 0")
+        levels.append({"request_rate": trace_rate / scale})
+    return levels
+
+
 def _slos(text: str | None) -> Slos | None:
     if not text:
         return None
@@ -240,11 +267,14 @@ def workload_fields(args: argparse.Namespace) -> dict:
         levels += [{"concurrency": value} for value in _int_list("--concurrency", args.concurrency)]
     if args.request_rate:
         levels += [{"request_rate": rate} for rate in _rate_list(args.request_rate)]
+    source = _source(args)
+    if args.time_scale:
+        levels += _time_scale_levels(args.time_scale, source)
     slos = _slos(args.slo)
     capacity = _capacity(args, slos)
     if not levels and capacity is None:
         raise UsageError(
-            "give at least one load level: --concurrency and/or --request-rate "
+            "give at least one load level: --concurrency, --request-rate or --time-scale "
             "(or --capacity-search)"
         )
     if len({str(level) for level in levels}) != len(levels):
@@ -271,7 +301,6 @@ def workload_fields(args: argparse.Namespace) -> dict:
         tokenizer = load_tokenizer(args.tokenizer)
     except TokenizerError as exc:
         raise UsageError(f"--tokenizer: {exc}") from None
-    source = _source(args)
     if isinstance(source, ShareGptPrompts):
         source.load(tokenizer)  # a bad file is a usage error now, not a crash at level 1
     return {

@@ -34,6 +34,12 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
         help="chat_sessions: mean pause before each later turn",
     )  # fmt: skip
     command.add_argument(
+        "--time-scale",
+        metavar="S[,S...]",
+        help="trace: open-loop levels at the window's own times x S (1: as recorded, 0.5: twice "
+        "as fast), each the request rate of the window's rate / S",
+    )
+    command.add_argument(
         "--trace-start", type=float, default=0.0, metavar="SECONDS", help="trace: window start"
     )
     command.add_argument(

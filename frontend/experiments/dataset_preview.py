@@ -70,7 +70,12 @@ def _facts(summary: dict) -> list[tuple[str, str]]:
         ("Requests", f"{summary['requests']:,}"),
         ("Rows left out", f"{summary['skipped']:,} (nothing to send or to generate)"),
         ("Span", f"{_number(summary['span_seconds'])} s"),
-        ("Mean rate", "all at once" if rate is None else f"{rate:.3g} requests/s"),
+        (
+            "Mean rate",
+            "all at once"
+            if rate is None
+            else f"{rate:.3g} requests/s (a request-rate level of this replays it as recorded)",
+        ),
         ("Input tokens", f"{summary['input_tokens']:,}"),
         ("Output tokens", f"{summary['output_tokens']:,}"),
         ("Longest request", f"{summary['longest_request_tokens']:,} tokens (prompt + output)"),

@@ -201,3 +201,32 @@ def test_bench_takes_a_trace_file_and_names_what_is_wrong(server, tmp_path, caps
                  "--dataset", f"azure:{EXAMPLES / 'azure.csv'}", "--trace-model", "x",
                  "--request-rate", "1"]) == 2  # fmt: skip
     assert "--trace-model" in capsys.readouterr().err
+
+
+def test_bench_replays_at_a_time_scale_of_the_traces_own_times(server, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    code = main(
+        ["bench", "--base-url", server.base_url, "--model", "fake?ttft_ms=1&itl_ms=1",
+         "--dataset", f"mooncake:{EXAMPLES / 'mooncake.jsonl'}", "--output-len", "2",
+         "--time-scale", "0.05,0.1", "--json", str(out)]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    levels = json.loads(out.read_text())["levels"]
+    trace_rate = trace_prompts(EXAMPLES / "mooncake.jsonl", "mooncake").trace.mean_rate
+    # Each factor is a level at the trace's rate / S, replaying its times × S.
+    assert [level["request_rate"] for level in levels] == pytest.approx(
+        [trace_rate / 0.05, trace_rate / 0.1]
+    )
+    assert [level["replay"]["time_scale"] for level in levels] == pytest.approx([0.05, 0.1])
+    for level, scale in zip(levels, (0.05, 0.1), strict=True):
+        assert level["replay"]["requests"] == level["completed"] == 24
+        # The last request goes out at the trace's span × S, not before.
+        assert level["duration"] >= 9.875 * scale
+    for argv, problem in (
+        (["--dataset", "random", "--time-scale", "1"], "only a trace"),
+        (["--dataset", f"azure:{EXAMPLES / 'azure.csv'}", "--time-scale", "0"], "above 0"),
+        (["--dataset", f"azure:{EXAMPLES / 'azure.csv'}", "--time-scale", "fast"], "'fast'"),
+    ):
+        assert main(["bench", "--base-url", server.base_url, "--model", "m", *argv]) == 2
+        err = capsys.readouterr().err.replace("\n", " ")
+        assert "--time-scale: " in err and problem in err

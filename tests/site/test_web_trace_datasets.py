@@ -95,7 +95,7 @@ def test_the_preview_shows_the_figures_of_the_file(alice):
     span = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000
     assert f"<dt>Requests</dt><dd>{len(rows)}</dd>" in page
     assert f"<dt>Span</dt><dd>{span:,.1f} s</dd>" in page
-    assert f"{(len(rows) - 1) / span:.3g} requests/s" in page
+    assert f"{(len(rows) - 1) / span:.3g} requests/s (a request-rate level of this replays" in page
     # Blocks 0, 1 and 2 open all 24 requests: 23 × 1536 tokens, and 10 later blocks repeat.
     assert "of input tokens in blocks of 512 an earlier request sent" in page
     inputs = [row["input_length"] for row in rows]
