@@ -45,5 +45,3 @@ def test_prompts_of_127k_tokens_are_sent_counted_and_their_shared_prefix_cached(
     # blocks) in the cache, and nothing of its own suffix.
     shared_blocks = SHARED // BLOCK * BLOCK
     assert 3 * shared_blocks <= server["prefix_cache_hits"] < 3 * (SHARED + BLOCK)
-    # The first request's TTFT is the whole prefill; the others' only their suffix's.
-    assert level["p99_ttft_ms"] > 5 * level["median_ttft_ms"]

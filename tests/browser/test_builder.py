@@ -181,12 +181,12 @@ def test_choosing_agentic_sessions_shows_their_inputs_and_their_own_help(page, s
     sign_in(page, alice)
     page.goto("/o/acme/experiments/new/")
     page.get_by_label("Name", exact=True).fill("Llama 8B: agentic sessions")
-    expect(page.get_by_label("Tool output tokens")).to_be_hidden()
+    expect(page.get_by_label("Tokens per tool result")).to_be_hidden()
 
     page.get_by_label("Dataset", exact=True).select_option("agentic")
     expect(page.get_by_label("Input tokens")).to_be_hidden()
     expect(page.get_by_label("Message tokens")).to_be_hidden()
-    for label in ("Tool output tokens", "Sub-agent chance per turn", "Block size (tokens)"):
+    for label in ("Tokens per tool result", "Sub-agent chance per turn", "Block size (tokens)"):
         expect(page.get_by_label(label)).to_be_visible()
     # Inputs shared with chat sessions say what blank means for the kind chosen, only.
     help_text = page.locator("#help-system_len")
