@@ -44,6 +44,13 @@ from agents.protocol.fields import (
     SeqNumber,
     TrialIndex,
 )
+from agents.protocol.gpu import (
+    GPU_READINGS,
+    MAX_GPUS,
+    GpuLevelFigures,
+    GpuReading,
+    MeanMax,
+)
 from agents.protocol.job import (
     MAX_JOB_TRIALS,
     MAX_SPEND_SECONDS,
@@ -201,6 +208,7 @@ __all__ = [
     "BIGINT_COLUMN_MAX",
     "BURSTINESS_RANGE",
     "CAPACITY_STOP_REASONS",
+    "GPU_READINGS",
     "INTEGER_COLUMN_MAX",
     "LATENCY_METRICS",
     "LATENCY_STATISTICS",
@@ -210,6 +218,7 @@ __all__ = [
     "MAX_BLOCK_SIZE",
     "MAX_CONCURRENCY",
     "MAX_EPOCH",
+    "MAX_GPUS",
     "MAX_GRID_TRIALS",
     "MAX_INPUT_LEN",
     "MAX_JOB_TRIALS",
@@ -261,6 +270,8 @@ __all__ = [
     "FlagKind",
     "FlagSpec",
     "GpuInfo",
+    "GpuLevelFigures",
+    "GpuReading",
     "Heartbeat",
     "Hello",
     "HostFacts",
@@ -272,6 +283,7 @@ __all__ = [
     "LevelFigures",
     "LevelProgress",
     "LevelResult",
+    "MeanMax",
     "MeasurementReport",
     "ModelArchitecture",
     "ModelSource",

@@ -27,6 +27,7 @@ from agents.protocol.fields import (
     SeqNumber,
     TrialIndex,
 )
+from agents.protocol.gpu import GpuLevel, GpuReadings
 from agents.protocol.level_result import LevelResult
 from agents.protocol.pydantic_errors import join_path, readable_message
 from agents.protocol.strict import StrictModel
@@ -40,8 +41,9 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # the ``weights_downloaded`` cold-start phase (a duration, before the engine's process starts);
 # ``engine_restarted`` (self-heal) and the failure class ``hang``. 5: ``search_finished``.
 # 6: level results carry ``send_lateness``, ``replay`` and ``turns``; trace and chat-session
-# datasets in the job.
-PROTOCOL_VERSION = 6
+# datasets in the job. 7: GPU telemetry: ``gpus`` in ``level_progress`` (each GPU's latest
+# reading) and in ``measurement`` (each GPU's mean and max over the level).
+PROTOCOL_VERSION = 7
 MAX_LOG_TAIL_CHARS = 64 * 1024
 
 
@@ -67,7 +69,7 @@ class AgentMessageBase(StrictModel):
     with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
     and of agents without a site."""
 
-    protocol: Literal[1, 2, 3, 4, 5, 6] = PROTOCOL_VERSION
+    protocol: Literal[1, 2, 3, 4, 5, 6, 7] = PROTOCOL_VERSION
     run_id: RunId
     epoch: EpochNumber = 0
     seq: SeqNumber
@@ -153,17 +155,21 @@ class LevelProgress(AgentMessageBase):
     output_tokens_per_s: FiniteFloat | None = None
     kv_cache_usage: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     num_requests_waiting: Count | None = None
+    # Each GPU's latest NVML reading (None: no GPU telemetry on this host, or a simulator).
+    gpus: GpuReadings | None = None
 
 
 class MeasurementReport(AgentMessageBase):
     """One finished load level of one trial: the load generator's result (``LevelResult``:
-    the ``vllm bench serve`` keys and ours) and the server's metrics."""
+    the ``vllm bench serve`` keys and ours), the server's metrics and each GPU's telemetry
+    over the level (``gpus``; None where the host has none)."""
 
     type: Literal["measurement"]
     trial: TrialIndex
     level: Level
     result: LevelResult
     server: FiniteJson = Field(default_factory=dict)
+    gpus: GpuLevel | None = None
 
 
 TRIAL_FAILURE_CLASSES = (

@@ -12,6 +12,7 @@ from collections import deque
 
 from agents.loadgen import RequestRecord
 from agents.loadgen.stats import percentile
+from agents.protocol import GpuReading
 
 WINDOW_REQUESTS = 512
 WINDOW_GAPS = 4096
@@ -32,6 +33,7 @@ class LiveLevel:
         self._gaps: deque[float] = deque(maxlen=WINDOW_GAPS)
         self.kv_cache_usage: float | None = None
         self.num_requests_waiting: int | None = None
+        self.gpus: list[GpuReading] | None = None
 
     def add(self, record: RequestRecord) -> None:
         self.done += 1
@@ -46,6 +48,10 @@ class LiveLevel:
             self.kv_cache_usage = min(max(kv_cache_usage, 0.0), 1.0)
         if waiting is not None:
             self.num_requests_waiting = max(int(waiting), 0)
+
+    def gpu(self, readings: list[GpuReading]) -> None:
+        """The GPUs' latest sample (``agents.telemetry.GpuSampler``)."""
+        self.gpus = readings
 
     def due(self) -> bool:
         """Whether a progress message is due now (and, if so, counts it as sent)."""
@@ -69,4 +75,5 @@ class LiveLevel:
             "output_tokens_per_s": self.output_tokens / elapsed if elapsed > 0 else None,
             "kv_cache_usage": self.kv_cache_usage,
             "num_requests_waiting": self.num_requests_waiting,
+            "gpus": None if self.gpus is None else [g.model_dump(mode="json") for g in self.gpus],
         }

@@ -34,6 +34,10 @@ Guarantees:
   measurement), the engine is stopped, the remaining trials are reported as skipped and the
   run finishes with outcome ``deadline``. ``request_stop`` (cancel from the site, a signal)
   does the same at once with its own outcome; it is safe to call from any thread.
+- Beside real vLLM, each GPU of the host is sampled through NVML about every
+  ``gpu_period`` seconds while a level runs (``agents.telemetry``): the latest readings go
+  out with ``level_progress``, each GPU's mean and max with the level's ``measurement``; a
+  host without NVML reports none, and the run goes on as before.
 - The engine is always stopped before ``run`` returns, whatever happened.
 - The Hugging Face token reaches vLLM's environment and the download only; it is cut out of
   every log tail sent.
@@ -90,6 +94,7 @@ from agents.runner.simulated import (
 )
 from agents.runner.trial_engine import EngineOptions, trial_engine
 from agents.search import at_effort
+from agents.telemetry import GpuSampler, NvmlGpus, open_gpus
 from agents.weights import WeightsError, weights_fetch
 
 logger = logging.getLogger(__name__)
@@ -209,6 +214,8 @@ class JobRunner:
         progress_every: float = 0.5,
         metrics_period: float = 1.0,
         engine_exit_grace: float = ENGINE_EXIT_GRACE,
+        gpu_telemetry: bool | None = None,
+        gpu_period: float = 1.0,
     ):
         self.job = job
         self._emit = emit
@@ -240,6 +247,11 @@ class JobRunner:
         self._effort = 1.0
         self._record: TrialRecord | None = None
         self._reported: dict[int, str] = {}
+        # This host's GPUs are sampled during levels only beside an engine that runs on them
+        # (a simulator's GPU is not this host's); ``gpu_telemetry`` says otherwise in tests.
+        self.gpu_telemetry = job.engine.kind == "vllm" if gpu_telemetry is None else gpu_telemetry
+        self.gpu_period = gpu_period
+        self._gpus: NvmlGpus | None = None  # NVML's handles while the run runs (None: none)
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -320,6 +332,7 @@ class JobRunner:
         )
         heartbeat = asyncio.create_task(self._heartbeats())
         outcomes: dict[str, int] = {"succeeded": 0, "failed": 0, "skipped": 0}
+        self._gpus = await asyncio.to_thread(open_gpus) if self.gpu_telemetry else None
         try:
             if self.job.search is not None:
                 outcomes = await run_job_search(self)
@@ -340,6 +353,8 @@ class JobRunner:
             engine = self._engine
             if engine is not None:
                 await asyncio.to_thread(engine.stop)
+            if self._gpus is not None:
+                self._gpus.close()
         stop = self._stop_request
         summary = RunSummary(
             outcome=stop.outcome if stop else "succeeded",
@@ -719,6 +734,7 @@ class JobRunner:
             config = at_effort(config, self._effort)
         relay = asyncio.create_task(self._relay_stop())
         live: LiveLevel | None = None
+        sampler: GpuSampler | None = None
         level: dict = {}
         lost_connections = False
         try:
@@ -729,6 +745,9 @@ class JobRunner:
                         self._keep(index, measured, held.pop()[0])
                     level = event.level
                     live = LiveLevel(event.total, every=self.progress_every)
+                    if self._gpus is not None:
+                        sampler = GpuSampler(self._gpus, period=self.gpu_period, on_sample=live.gpu)
+                        sampler.start()
                     level_lost = False
                 elif isinstance(event, RequestDone) and live is not None:
                     live.add(event.record)
@@ -745,6 +764,10 @@ class JobRunner:
                         capacity = capacity_in_simulated_time(capacity, self.sim_speed)
                     self.capacity = capacity
                 elif isinstance(event, LevelFinished):
+                    if sampler is not None:
+                        gpus = await sampler.finish()
+                        event.result["gpus"] = [gpu.model_dump(mode="json") for gpu in gpus]
+                        sampler = None
                     # "<kind>: <message>" (``agents.loadgen.server_metrics``).
                     scrape_error = (event.result.get("server") or {}).get("last_scrape_error")
                     kind = (scrape_error or "").partition(":")[0]
@@ -753,6 +776,8 @@ class JobRunner:
                     held[:] = [(event.result, bool(event.result.get("partial")) or level_lost)]
         finally:
             relay.cancel()
+            if sampler is not None:  # a level the engine's failure cut short: not reported
+                await sampler.finish()
         return lost_connections
 
     async def _relay_stop(self) -> None:
@@ -786,6 +811,7 @@ class JobRunner:
             self._record.levels.append(dict(result))  # with its server figures
         result = dict(result)
         server = result.pop("server", None) or {}
+        gpus = result.pop("gpus", None)
         level = {key: result[key] for key in ("concurrency", "request_rate") if key in result}
         self.emit(
             protocol.MeasurementReport,
@@ -794,4 +820,5 @@ class JobRunner:
             level=protocol.Level(**level),
             result=result,
             server=server,
+            gpus=gpus,
         )

@@ -25,6 +25,7 @@ class MeasurementSerializer(serializers.ModelSerializer):
             "request_rate_infinite",
             "result",
             "server_metrics",
+            "gpus",
             "created_at",
         ]
         read_only_fields = fields

@@ -205,6 +205,9 @@ class Measurement(models.Model):
     request_rate_infinite = models.BooleanField(default=False)
     result = models.JSONField()  # the `vllm bench serve` result keys, see agents.protocol
     server_metrics = models.JSONField(default=dict)
+    # Each GPU's NVML telemetry over the level (agents.protocol.GpuLevelFigures, in NVML
+    # order); empty when the agent had none (a simulator, a host without NVML, protocol < 7).
+    gpus = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -14,7 +14,8 @@ Guarantees:
   search's levels say so (``probe``, ``repeat``);
 - protocol 6's figures come as sent, None where a level has none (an older agent's, a
   closed-loop level's, a level of another dataset): an open-loop level's ``send_lateness``,
-  a trace level's ``replay`` and a chat-session level's ``turns``.
+  a trace level's ``replay`` and a chat-session level's ``turns``; protocol 7's ``gpus``
+  (each GPU's NVML mean and max over the level) likewise.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import pydantic
 
 from agents import protocol
 from runs.models import Measurement
@@ -151,10 +154,23 @@ def level_row(measurement: Measurement) -> dict:
         "send_lateness": _every_field(result.send_lateness),
         "replay": _every_field(result.replay),
         "turns": [_every_field(turn) for turn in result.turns or ()] or None,
+        "gpus": _gpus(measurement.gpus),
     }
     for metric in METRICS:
         row[metric.key] = number(metric.read(result))
     return row
+
+
+def _gpus(stored: object) -> list[dict] | None:
+    """Each GPU's telemetry over the level (None: none was sent); a stored entry the protocol
+    no longer reads is left out, never fails the page."""
+    gpus = []
+    for entry in stored if isinstance(stored, list) else ():
+        try:
+            gpus.append(protocol.GpuLevelFigures.model_validate(entry))
+        except pydantic.ValidationError:
+            continue
+    return [gpu.model_dump(mode="json") for gpu in gpus] or None
 
 
 def _every_field(part: protocol.StrictModel | None) -> dict | None:

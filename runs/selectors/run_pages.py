@@ -223,9 +223,21 @@ def _progress_point(epoch: int, seq: int, payload: dict, received_at: datetime) 
         "level": load,
         "kv_cache_usage": payload.get("kv_cache_usage"),
         "num_requests_waiting": payload.get("num_requests_waiting"),
+        "gpus": _gpu_points(payload.get("gpus")),
         "requests_done": payload.get("requests_done"),
         "requests_total": payload.get("requests_total"),
     }
+
+
+_GPU_CHART_FIELDS = ("index", "utilization_pct", "memory_used_mib", "memory_total_mib")
+
+
+def _gpu_points(gpus: object) -> list[dict] | None:
+    """A progress point's GPUs with what the chart draws (utilization, memory used of total),
+    as the live notice carries them."""
+    if not isinstance(gpus, list):
+        return None
+    return [{name: gpu.get(name) for name in _GPU_CHART_FIELDS} for gpu in gpus]
 
 
 def _thin(points: list, limit: int) -> list:

@@ -269,6 +269,7 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
             request_rate_infinite=rate == "inf",
             result=message.result.model_dump(mode="json"),  # as the agent sent it
             server_metrics=message.server,
+            gpus=[gpu.model_dump(mode="json") for gpu in message.gpus or ()],
         )
     elif isinstance(message, protocol.EngineRestarted):
         trial = _trial(run, message.trial, trials)

@@ -2,7 +2,7 @@
 channels-redis layer: a simulated run streamed by the real agent fills the charts in, a
 dropped socket loses nothing, a restarted agent's notices (a new epoch, seqs from 0 again)
 are drawn and a conflict is warned of, two runs compare side by side, a session level opens
-its figures by turn."""
+its figures by turn, and each GPU's telemetry is drawn beside the KV cache."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from playwright.sync_api import expect
 from websockets.sync.client import connect
 
 from runs.jobs import run_job_spec
-from runs.models import Measurement, Run
+from runs.models import AgentMessageRecord, Measurement, Run
 from runs.services.agent_epochs import agent_epoch_issue
 from tests.site.conftest import make_experiment
 from tests.site.test_agent_ingest import RESULT, _new_run
 from tests.site.test_agent_runs import new_sim_run
+from tests.site.test_gpu_telemetry_site import READINGS
 from tests.site.test_live_agent import start_agent
 from tests.site.test_web_level_schedule import session_run
 from tests.site.test_web_runs import seed_run
@@ -301,3 +302,26 @@ def test_it_opens_a_session_levels_figures_by_turn(page, sign_in, alice, screens
     second = table.get_by_role("row").filter(has=page.get_by_role("rowheader", name="2"))
     expect(second.get_by_role("cell")).to_have_text(["31 (30)", "454", "20.4 / 21.0", "—"])
     screenshot(page, "run-page-by-turn")
+
+
+def test_it_draws_each_gpus_utilization_and_memory_beside_the_kv_cache(page, sign_in, alice):
+    run = seed_run(alice.org, configs=({"max_num_seqs": 64},))
+    AgentMessageRecord.objects.create(
+        organization_id=run.organization_id,
+        run=run,
+        seq=100,
+        type="level_progress",
+        payload={"type": "level_progress", "trial": 0, "level": {"concurrency": 8},
+                 "requests_done": 40, "gpus": READINGS, "sent_at": 1e9},
+    )  # fmt: skip
+    sign_in(page, alice)
+    page.goto(f"/o/acme/runs/{run.id}/")  # an ended run: drawn from its stored notices
+    expect(page.locator("#gpu-figure")).to_be_visible()
+    labels = page.evaluate(
+        "() => benchsiteRunPage.charts['chart-gpu'].data.datasets.map(d => d.label)"
+    )
+    assert labels == [
+        "GPU 0 utilization %", "GPU 0 memory used %", "GPU 1 utilization %", "GPU 1 memory used %"
+    ]  # fmt: skip
+    memory = page.evaluate("() => benchsiteRunPage.charts['chart-gpu'].data.datasets[1].data")
+    assert [point["y"] for point in memory] == [50.0]  # 40,779.5 of 81,559 MiB

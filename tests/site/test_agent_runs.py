@@ -137,7 +137,9 @@ def epoch_requester(run_id, token: str):
     return database_sync_to_async(request, thread_sensitive=False)
 
 
-def run_agent(run: Run, token: str, tmp_path, site: Site, *, job=None, **options):
+def run_agent(
+    run: Run, token: str, tmp_path, site: Site, *, job=None, runner_options=None, **options
+):
     job = job or run_job_spec(
         run, ws_url=f"ws://testserver{site.path}", rest_url="http://testserver/api/v1/"
     )
@@ -151,7 +153,7 @@ def run_agent(run: Run, token: str, tmp_path, site: Site, *, job=None, **options
         handle_signals=False,
         drain_timeout=60,
         deadline_margin=0,
-        runner_options={"metrics_period": 0.2},
+        runner_options={"metrics_period": 0.2} | (runner_options or {}),
         **options,
     )
     connections.close_all()
@@ -171,6 +173,7 @@ def assert_site_holds_the_journal(run: Run, journal: list[dict]) -> None:
         (m["trial"], m["result"]) for m in sent
     ]
     assert [row.server_metrics for row in rows] == [m["server"] for m in sent]
+    assert [row.gpus for row in rows] == [m.get("gpus") or [] for m in sent]
 
 
 def test_a_two_trial_simulated_run_streams_into_the_site(alice, tmp_path):

@@ -134,9 +134,11 @@
           epoch: epoch, seq: notice.seq, t: notice.sent_at || Date.now() / 1000,
           trial: notice.trial, level: levelKey(notice.level),
           kv_cache_usage: notice.kv_cache_usage, num_requests_waiting: notice.num_requests_waiting,
+          gpus: notice.gpus || null,
           requests_done: notice.requests_done, requests_total: notice.requests_total
         });
         renderServerChart();
+        renderGpuChart();
         renderProgress(notice);
         return;
       case "measurement":
@@ -212,6 +214,7 @@
     renderTimeline();
     renderCurves();
     renderServerChart();
+    renderGpuChart();
     renderProgress(null);
     tickSpend();
   }
@@ -352,26 +355,33 @@
     throughput.update("none");
   }
 
-  function renderServerChart() {
-    var chart = page.charts["chart-server"];
-    if (!chart) {
-      chart = new window.Chart($("chart-server"), {
+  // A chart over the live progress's time (seconds since the first level), made once: a
+  // percentage axis titled ``percentTitle`` and any ``moreScales`` beside it.
+  function timeChart(id, percentTitle, moreScales) {
+    if (!page.charts[id]) {
+      var scales = {
+        x: { type: "linear", title: { display: true, text: "seconds since the first level" } },
+        y: { min: 0, max: 100, title: { display: true, text: percentTitle } }
+      };
+      Object.keys(moreScales || {}).forEach(function (name) { scales[name] = moreScales[name]; });
+      page.charts[id] = new window.Chart($(id), {
         type: "line",
         data: { datasets: [] },
         options: {
           animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
-          spanGaps: true,
-          scales: {
-            x: { type: "linear", title: { display: true, text: "seconds since the first level" } },
-            y: { min: 0, max: 100, title: { display: true, text: "KV-cache usage %" } },
-            waiting: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false },
-              title: { display: true, text: "waiting requests" } }
-          },
+          spanGaps: true, scales: scales,
           plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } } }
         }
       });
-      page.charts["chart-server"] = chart;
     }
+    return page.charts[id];
+  }
+
+  function renderServerChart() {
+    var chart = timeChart("chart-server", "KV-cache usage %", {
+      waiting: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false },
+        title: { display: true, text: "waiting requests" } }
+    });
     var points = page.state.progress;
     var t0 = points.length ? points[0].t : 0;
     var kv = [];
@@ -389,6 +399,38 @@
       { label: "waiting requests", data: waiting, borderColor: COLORS[1],
         backgroundColor: COLORS[1], pointRadius: 0, yAxisID: "waiting" }
     ];
+    chart.update("none");
+  }
+
+  // Each GPU's utilization (solid) and memory used as % of its total (dashed), over the same
+  // time axis as the KV-cache chart; the figure stays hidden (its chart drawn, empty) until a
+  // point has GPUs (a simulator or a host without NVML sends none).
+  function renderGpuChart() {
+    var points = page.state.progress;
+    var t0 = points.length ? points[0].t : 0;
+    var byGpu = {};
+    points.forEach(function (p) {
+      (p.gpus || []).forEach(function (gpu) {
+        var lines = byGpu[gpu.index] || (byGpu[gpu.index] = { util: [], memory: [] });
+        var x = Math.round((p.t - t0) * 10) / 10;
+        if (typeof gpu.utilization_pct === "number") { lines.util.push({ x: x, y: gpu.utilization_pct }); }
+        if (typeof gpu.memory_used_mib === "number" && gpu.memory_total_mib) {
+          lines.memory.push({ x: x, y: gpu.memory_used_mib / gpu.memory_total_mib * 100 });
+        }
+      });
+    });
+    var indexes = Object.keys(byGpu);
+    $("gpu-figure").hidden = indexes.length === 0;
+    var chart = timeChart("chart-gpu", "%");
+    chart.data.datasets = [];
+    indexes.forEach(function (index) {
+      var shade = COLORS[Number(index) % COLORS.length];
+      chart.data.datasets.push(
+        { label: "GPU " + index + " utilization %", data: byGpu[index].util, borderColor: shade,
+          backgroundColor: shade, pointRadius: 0 },
+        { label: "GPU " + index + " memory used %", data: byGpu[index].memory, borderColor: shade,
+          backgroundColor: shade, pointRadius: 0, borderDash: [6, 4] });
+    });
     chart.update("none");
   }
 
