@@ -101,10 +101,13 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
-    """A comma-separated list; blanks around items are dropped, empty items rejected."""
+    """A comma-separated list; blanks around items are dropped, empty items rejected (an
+    empty value is the empty list)."""
     raw = _environ(name)
     if raw is None:
         return default
+    if not raw.strip():
+        return []
     items = [item.strip() for item in raw.split(",")]
     if any(not item for item in items):
         raise ImproperlyConfigured(f"{name} must be a comma-separated list without empty items")

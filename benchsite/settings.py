@@ -239,6 +239,20 @@ BENCHSITE_HF_ENDPOINT = env_str("BENCHSITE_HF_ENDPOINT", "")
 # The operator's Runpod key for reading GPU prices into the catalogue ("" = keep the seeded
 # prices); organizations' keys are only ever used for their own runs.
 BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "", secret=True)
+# Outbound calls a tenant chooses the address of (notification webhooks): hosts that resolve
+# to private, loopback or link-local addresses are refused unless they match one of these
+# patterns (fnmatch: "10.1.2.*", "*.corp.example"), so a tenant cannot make the workers
+# probe the operator's own network.
+BENCHSITE_OUTBOUND_PRIVATE_HOSTS = env_list("BENCHSITE_OUTBOUND_PRIVATE_HOSTS", [])
+# Notifications: e-mail goes through Django's e-mail backend (EMAIL_* settings), from here.
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "benchsite@localhost")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "", secret=True)
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+_NOTIFICATIONS_SWEEP_SECONDS = env_int("BENCHSITE_NOTIFICATIONS_SWEEP_SECONDS", 60, minimum=5)
 _RECONCILE_SECONDS = env_int("BENCHSITE_RECONCILE_SECONDS", 30, minimum=5)
 _PRICE_REFRESH_SECONDS = env_int("BENCHSITE_PRICE_REFRESH_SECONDS", 86400, minimum=60)
 # The audit page checks only events newer than its checkpoint; this walks every chain whole.
@@ -259,6 +273,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tasks.audit_chains_verify",
         "schedule": _AUDIT_VERIFY_SECONDS,
         "options": {"expires": _AUDIT_VERIFY_SECONDS},
+    },
+    # Deliveries whose retry is due (their own countdown is lost when a worker dies).
+    "notifications-sweep": {
+        "task": "runs.tasks.notifications_sweep",
+        "schedule": _NOTIFICATIONS_SWEEP_SECONDS,
+        "options": {"expires": _NOTIFICATIONS_SWEEP_SECONDS},
     },
 }
 
@@ -287,6 +307,12 @@ LOGGING = {
     "root": {
         "handlers": ["console"],
         "level": env_choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}),
+    },
+    # The HTTP clients log each request's whole URL at INFO, and a URL can be a credential (a
+    # Slack webhook's path is one): only their warnings and errors are kept.
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
     },
 }
 

@@ -23,6 +23,7 @@ from runs.models import (
     Experiment,
     Membership,
     ModelSpec,
+    NotificationHook,
     Promotion,
     Role,
     Run,
@@ -123,6 +124,11 @@ def access_token(*, membership: Membership, token_id) -> ApiToken:
 def access_budget(*, membership: Membership, budget_id) -> Budget:
     """One of the organization's budgets."""
     return _get_scoped(membership, Budget, budget_id)
+
+
+def access_notification_hook(*, membership: Membership, hook_id) -> NotificationHook:
+    """One of the organization's notification hooks."""
+    return _get_scoped(membership, NotificationHook, hook_id)
 
 
 def access_member(*, membership: Membership, member_id) -> Membership:

@@ -15,6 +15,7 @@ import socket
 from celery import shared_task
 
 from runs.providers.base import TransientProviderError
+from runs.services.notifications import deliveries_due, delivery_attempt
 from runs.services.pod_moves import left_pod_terminate
 from runs.services.price_refresh import gpu_prices_refresh as price_refresh_service
 from runs.services.provisioning import run_fail, run_release_pod
@@ -103,3 +104,23 @@ def audit_chains_verify() -> dict:
         if audit_chain_verify_full(org=org) is not None
     ]
     return {"broken": broken}
+
+
+@shared_task(**TASK_OPTIONS)
+def notification_deliver(delivery_id: str) -> str:
+    """One attempt at a notification's delivery; a failed one is sent again after its
+    backoff (``runs.services.notifications``), and the sweep catches a lost retry."""
+    retry_in = delivery_attempt(delivery_id)
+    if retry_in is None:
+        return "done"
+    notification_deliver.apply_async((delivery_id,), countdown=retry_in)
+    return "retry"
+
+
+@shared_task(**TASK_OPTIONS)
+def notifications_sweep() -> int:
+    """Sends the deliveries whose retry is overdue (their task was lost with a worker)."""
+    due = deliveries_due()
+    for delivery_id in due:
+        notification_deliver.delay(str(delivery_id))
+    return len(due)

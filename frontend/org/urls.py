@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend.org import views
+from frontend.org import notifications, views
 
 urlpatterns = [
     path("o/<slug:org>/settings/", views.org_settings, name="org-settings"),
@@ -34,6 +34,21 @@ urlpatterns = [
         "o/<slug:org>/settings/runpod-key/remove/",
         views.org_runpod_key_remove,
         name="org-runpod-key-remove",
+    ),
+    path(
+        "o/<slug:org>/settings/notifications/",
+        notifications.org_notifications,
+        name="org-notifications",
+    ),
+    path(
+        "o/<slug:org>/settings/notifications/<uuid:hook_id>/test/",
+        notifications.org_notification_test,
+        name="org-notification-test",
+    ),
+    path(
+        "o/<slug:org>/settings/notifications/<uuid:hook_id>/delete/",
+        notifications.org_notification_delete,
+        name="org-notification-delete",
     ),
     path("o/<slug:org>/settings/hf-token/", views.org_hf_token, name="org-hf-token"),
     path(

@@ -8,6 +8,14 @@ from runs.models.credentials import CredentialProvider, ProviderCredential
 from runs.models.experiments import Experiment, WorkloadDataset
 from runs.models.figures import TrialLevelFigures
 from runs.models.ingest import IngestProbe
+from runs.models.notifications import (
+    DeliveryStatus,
+    HookKind,
+    Notification,
+    NotificationDelivery,
+    NotificationEvent,
+    NotificationHook,
+)
 from runs.models.promotions import Promotion, PromotionState
 from runs.models.runs import Measurement, Run, Trial
 from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
@@ -19,13 +27,19 @@ __all__ = [
     "AuditEvent",
     "Budget",
     "CredentialProvider",
+    "DeliveryStatus",
     "Experiment",
     "GpuPriceOverride",
     "GpuType",
+    "HookKind",
     "IngestProbe",
     "Measurement",
     "Membership",
     "ModelSpec",
+    "Notification",
+    "NotificationDelivery",
+    "NotificationEvent",
+    "NotificationHook",
     "Organization",
     "Promotion",
     "PromotionState",

@@ -41,6 +41,7 @@ from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
 from runs.selectors.delivery import run_delivery_open
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.pod_moves import run_next_image
+from runs.services.run_end import run_end_settle
 from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
@@ -348,7 +349,7 @@ def _finish_if_complete(run: Run) -> None:
     elif finished.payload.get("reason"):
         run.failure_reason = finished.payload["reason"]
     run.save(update_fields=["state", "finished_at", "failure_reason"])
-    run_trials_settle(run=run, reason=run.failure_reason)
+    run_end_settle(run=run, reason=run.failure_reason)
     # The pod is given back as soon as the run is over (reconcile catches a lost task).
     transaction.on_commit(functools.partial(_enqueue_finalize, run.id))
 

@@ -22,10 +22,19 @@ from agents.protocol import ServeGridError
 from runs.actors import Actor
 from runs.audit import audit_record, audit_snapshot
 from runs.errors import Conflict, DomainValidationError
-from runs.models import Experiment, Membership, Promotion, PromotionState, Role, Trial
+from runs.models import (
+    Experiment,
+    Membership,
+    NotificationEvent,
+    Promotion,
+    PromotionState,
+    Role,
+    Trial,
+)
 from runs.models.runs import TrialOutcome
 from runs.recipes import trial_recipe
 from runs.selectors.trial_figures import trial_is_simulated
+from runs.services.notifications import notify_promotion
 from runs.services.text_input import clean_short_text
 
 MAX_TEXT_CHARS = 2000
@@ -82,6 +91,7 @@ def promotion_propose(
         target=promotion,
         after=audit_snapshot(promotion),
     )
+    notify_promotion(promotion, NotificationEvent.PROMOTION_PROPOSED)
     return promotion
 
 
@@ -163,6 +173,8 @@ def _decide(
             "decision_comment": comment,
         },
     )
+    if state == PromotionState.APPROVED:
+        notify_promotion(promotion, NotificationEvent.PROMOTION_APPROVED)
     return promotion
 
 

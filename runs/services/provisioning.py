@@ -56,8 +56,8 @@ from runs.providers.registry import provider_for, provider_name_for
 from runs.selectors.prices import gpu_price
 from runs.services.credentials import provider_key_for_run
 from runs.services.level_figures import trial_level_figures_record
+from runs.services.run_end import run_end_settle
 from runs.services.run_tokens import run_token_issue
-from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def run_fail(*, run_id, reason: str, state: str = RunState.FAILED) -> bool:
         .update(state=state, failure_reason=reason[:2000], finished_at=timezone.now())
     )
     if ended:
-        run_trials_settle(run=Run.objects.get(id=run_id), reason=reason[:2000])
+        run_end_settle(run=Run.objects.get(id=run_id), reason=reason[:2000])
     return bool(ended)
 
 

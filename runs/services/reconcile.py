@@ -43,6 +43,7 @@ from django.db.models import Q
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
+from runs.costs import month_start
 from runs.frozen_job import BUDGET_CAP_PATH, ENGINE_KIND_PATH
 from runs.models import Organization, ProviderCredential, Run
 from runs.models.experiments import engine_is_simulated
@@ -57,6 +58,7 @@ from runs.providers.base import (
 )
 from runs.providers.registry import local_provider, provider_for
 from runs.services.ingest_watch import IngestHearing, ingest_hearing
+from runs.services.notifications import notify_budget_use
 from runs.services.provisioning import run_accrued_cost, run_fail, run_release_pod
 from runs.services.run_resume import run_resume
 
@@ -242,6 +244,8 @@ def runs_reconcile(
     pods, providers = _pods_by_account(report)
     active = _active_with_pods()
     _record_costs(active, now)
+    for org in Organization.objects.filter(id__in={run.organization_id for run in active}):
+        notify_budget_use(org=org, month=month_start(now))
     # Whether agents could have been heard at all: asked only when some run could be judged.
     hearing = ingest_hearing(now=now, window=AGENT_SILENCE) if active else IngestHearing(False)
     seen_running: list = []

@@ -27,8 +27,8 @@ from runs.audit import audit_diff, audit_record, audit_snapshot
 from runs.errors import Conflict
 from runs.models import Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
+from runs.services.run_end import run_end_settle
 from runs.services.text_input import clean_short_text
-from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def run_cancel(*, actor: Actor, run: Run, reason: str = "") -> Run:
         _tell_agent_on_commit(run)
     run.save(update_fields=fields)
     if run.state == RunState.CANCELLED:
-        run_trials_settle(run=run, reason=reason or "cancelled")
+        run_end_settle(run=run, reason=reason or "cancelled")
     old, new = audit_diff(before, audit_snapshot(run))
     audit_record(
         org=run.organization, actor=actor, event="run.cancel", target=run, before=old, after=new

@@ -1,8 +1,9 @@
 """Settling a run's trials when the run ends, whichever way it ends.
 
-Guarantees of ``run_trials_settle`` (called by every path that ends a run, in the same
-transaction as the run's end: ``run_fail`` — reconcile's verdicts, the budget stop, a failed
-provisioning —, ``run_cancel`` and the agent's own ``run_finished`` in ingest):
+Guarantees of ``run_trials_settle`` (called through ``run_end.run_end_settle`` by every path
+that ends a run, in the same transaction as the run's end: ``run_fail`` — reconcile's
+verdicts, the budget stop, a failed provisioning —, ``run_cancel`` and the agent's own
+``run_finished`` in ingest):
 - no trial of an ended run is left ``pending`` or ``running``;
 - a trial that measured at least one level and did not finish on its own is ``partial``
   (its levels stay and count as measured); one that measured nothing is ``skipped``;

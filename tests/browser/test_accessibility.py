@@ -79,6 +79,7 @@ AREAS: dict[str, list[Page]] = {
         ("budgets", "alice", lambda s: f"/o/{s.org}/settings/budgets/"),
         ("runpod-key", "alice", lambda s: f"/o/{s.org}/settings/runpod-key/"),
         ("hf-token", "alice", lambda s: f"/o/{s.org}/settings/hf-token/"),
+        ("notifications", "alice", lambda s: f"/o/{s.org}/settings/notifications/"),
     ],
     "experiments": [
         ("models", "alice", lambda s: f"/o/{s.org}/models/"),

@@ -1,0 +1,78 @@
+"""Organization settings: notification hooks (webhooks, Slack, e-mail), their delivery log and
+a "send test" per hook. Owners and admins only, as the API tokens: a hook decides where the
+organization's news goes. Nothing secret is rendered but a new webhook's signing secret,
+once, in the answer to the request that made it."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+
+from frontend.org_pages import org_context, org_page
+from frontend.validation import error_summary
+from runs.access import Need, access_notification_hook, scoped
+from runs.actors import actor_from_request
+from runs.errors import DomainValidationError
+from runs.models import HookKind, NotificationDelivery, NotificationEvent, NotificationHook
+from runs.services.notifications import hook_create, hook_delete, hook_send_test
+
+_LABELS = {"name": "Name", "kind": "Kind", "url": "URL", "email_to": "E-mail to",
+           "events": "Events"}  # fmt: skip
+DELIVERY_LOG_ROWS = 50
+EVENT_CHOICES = [(value, label) for value, label in NotificationEvent.choices if value != "test"]
+
+
+@never_cache  # the answer that holds a new secret is never kept by a cache
+@org_page("GET", "POST", need=Need.MANAGE)
+def org_notifications(request, membership):
+    errors: dict[str, list[str]] = {}
+    created = None
+    if request.method == "POST":
+        try:
+            created = hook_create(
+                org=membership.organization,
+                actor=actor_from_request(request),
+                name=request.POST.get("name", ""),
+                kind=request.POST.get("kind", ""),
+                events=request.POST.getlist("events"),
+                url=request.POST.get("url", ""),
+                email_to=request.POST.get("email_to", ""),
+            )
+        except DomainValidationError as exc:
+            errors = exc.fields
+    deliveries = (
+        scoped(membership, NotificationDelivery)
+        .select_related("hook", "notification")
+        .order_by("-created_at")[:DELIVERY_LOG_ROWS]
+    )
+    context = org_context(
+        membership,
+        section="notifications",
+        hooks=scoped(membership, NotificationHook).order_by("name"),
+        deliveries=deliveries,
+        created=created,
+        errors=errors,
+        summary=error_summary(errors, _LABELS),
+        values=request.POST if errors else {},
+        chosen_events=request.POST.getlist("events") if errors else [],
+        kinds=HookKind.choices,
+        events=EVENT_CHOICES,
+    )
+    return render(request, "frontend/org/notifications.html", context)
+
+
+@org_page("POST", need=Need.MANAGE)
+def org_notification_test(request, membership, hook_id):
+    hook = access_notification_hook(membership=membership, hook_id=hook_id)
+    hook_send_test(hook=hook, actor=actor_from_request(request))
+    messages.success(request, f"Sent a test to “{hook.name}”: see the delivery log below.")
+    return redirect("org-notifications", membership.organization.slug)
+
+
+@org_page("POST", need=Need.MANAGE)
+def org_notification_delete(request, membership, hook_id):
+    hook = access_notification_hook(membership=membership, hook_id=hook_id)
+    hook_delete(hook=hook, actor=actor_from_request(request))
+    messages.success(request, f"Deleted the hook “{hook.name}”.")
+    return redirect("org-notifications", membership.organization.slug)

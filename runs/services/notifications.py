@@ -1,0 +1,412 @@
+"""Telling an organization's hooks what happened: webhooks, Slack-compatible incoming
+webhooks and e-mail.
+
+Guarantees:
+
+- ``notify`` runs inside the transaction of the change it reports, so a notification exists
+  if and only if its fact was committed; a fact (``key``) is notified once per organization
+  however often it is reported (a late agent message, a retried task); every enabled hook
+  that asked for the event gets one delivery, sent by a worker after the commit.
+- A delivery is tried up to ``MAX_ATTEMPTS`` times, each retry ``BACKOFF_SECONDS`` × 2^(n−1)
+  after the n-th failure (a timeout, a refused connection, any status but 2xx), then it is
+  ``failed``; every attempt leaves its status code or error in the delivery log. A retry
+  whose task was lost (a worker died) is sent by the sweep (``notifications_sweep``).
+- A webhook's body is JSON: ``id`` (the delivery, the same on every retry), ``event``,
+  ``created_at``, ``organization`` (its slug), ``summary`` and ``data``; it is signed with the
+  hook's own secret: ``X-Benchsite-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
+  "<t>.<body>">`` (``signature``, which receivers can use to check it), beside
+  ``X-Benchsite-Event`` and ``X-Benchsite-Delivery``. A Slack hook gets ``{"text": …}``; an
+  e-mail hook a plain-text mail through Django's e-mail backend.
+- Secrets never leave: the URL (its path may be a credential, as Slack's is) and the signing
+  secret are stored encrypted; the delivery log and every error keep the receiver's status
+  or the failure's kind only, never the URL's path, a header or a secret; the audit log
+  records a hook by its name, kind and host.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+
+import httpx
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from runs.actors import Actor
+from runs.audit import audit_record
+from runs.errors import DomainValidationError
+from runs.models import (
+    DeliveryStatus,
+    HookKind,
+    Notification,
+    NotificationDelivery,
+    NotificationEvent,
+    NotificationHook,
+    Organization,
+)
+from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
+from runs.services.outbound import outbound_url_problem, url_host
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 6
+BACKOFF_SECONDS = 30
+TIMEOUT_SECONDS = 10
+USER_AGENT = "Benchsite-Notifications/1"
+MAX_RECIPIENTS = 10
+
+
+@dataclass(frozen=True)
+class HookCreated:
+    """A new hook, and its signing secret in clear: shown once, never again."""
+
+    hook: NotificationHook
+    secret: str | None
+
+
+def _events_problem(events: list) -> str | None:
+    known = set(NotificationEvent.values) - {NotificationEvent.TEST}
+    if not events:
+        return "Choose at least one event."
+    unknown = [event for event in events if event not in known]
+    if unknown:
+        return f"Unknown event {unknown[0]!r}; choose from {', '.join(sorted(known))}."
+    return None
+
+
+def _recipients(text: str) -> tuple[list[str], str | None]:
+    addresses = [part.strip() for part in text.split(",") if part.strip()]
+    if not addresses:
+        return [], "Give at least one e-mail address."
+    if len(addresses) > MAX_RECIPIENTS:
+        return [], f"At most {MAX_RECIPIENTS} addresses."
+    for address in addresses:
+        local, _, domain = address.partition("@")
+        if not local or "." not in domain or any(c.isspace() for c in address):
+            return [], f"{address!r} is not an e-mail address."
+    return addresses, None
+
+
+def hook_create(
+    *, org: Organization, actor: Actor, name: str, kind: str, events: list, url: str = "",
+    email_to: str = "",
+) -> HookCreated:  # fmt: skip
+    """A new hook (checked field by field: ``DomainValidationError`` names each); a webhook
+    gets a signing secret, returned once."""
+    errors: dict[str, list[str]] = {}
+    name = name.strip()
+    if not name or len(name) > 100:
+        errors["name"] = ["Give a name of 1 to 100 characters."]
+    elif NotificationHook.objects.filter(organization=org, name=name).exists():
+        errors["name"] = ["A hook of this organization has this name already."]
+    if kind not in HookKind.values:
+        errors["kind"] = [f"Choose one of {', '.join(HookKind.values)}."]
+    problem = _events_problem(list(events))
+    if problem:
+        errors["events"] = [problem]
+    recipients: list[str] = []
+    if kind == HookKind.EMAIL:
+        recipients, problem = _recipients(email_to)
+        if problem:
+            errors["email_to"] = [problem]
+    elif kind in HookKind.values:
+        problem = outbound_url_problem(url.strip())
+        if problem:
+            errors["url"] = [problem]
+    if errors:
+        raise DomainValidationError(errors)
+    secret = secrets.token_urlsafe(32) if kind == HookKind.WEBHOOK else None
+    hook = NotificationHook(
+        organization=org,
+        name=name,
+        kind=kind,
+        events=sorted(set(events)),
+        email_to=", ".join(recipients),
+        created_by=actor.user,
+    )
+    if kind != HookKind.EMAIL:
+        hook.encrypted_url, hook.url_host = encrypt_secret(url.strip()), url_host(url.strip())
+    if secret is not None:
+        hook.encrypted_secret, hook.secret_fingerprint = encrypt_secret(secret), secret[-6:]
+    with transaction.atomic():
+        hook.save()
+        audit_record(org=org, actor=actor, event="notification_hook.create", target=hook,
+                     after=_audited(hook))  # fmt: skip
+    return HookCreated(hook, secret)
+
+
+def _audited(hook: NotificationHook) -> dict:
+    return {"name": hook.name, "kind": hook.kind, "host": hook.url_host,
+            "email_to": hook.email_to, "events": hook.events, "enabled": hook.enabled}  # fmt: skip
+
+
+def hook_delete(*, hook: NotificationHook, actor: Actor) -> None:
+    with transaction.atomic():
+        audit_record(org=hook.organization, actor=actor, event="notification_hook.delete",
+                     target=hook, before=_audited(hook))  # fmt: skip
+        hook.delete()
+
+
+def notify(*, org_id, event: str, key: str, summary: str, data: dict) -> Notification | None:
+    """Records ``event`` for the organization (once per ``key``) and a delivery to each hook
+    that asked for it; sent after the caller's transaction commits. Returns the new
+    notification; None when this fact was notified before, or no hook asked for it (then
+    nothing is stored)."""
+    hooks = [
+        hook
+        for hook in NotificationHook.objects.filter(organization_id=org_id, enabled=True)
+        if event in hook.events
+    ]
+    if not hooks:
+        return None
+    try:
+        with transaction.atomic():  # a savepoint: a duplicate leaves the caller's work whole
+            notification = Notification.objects.create(
+                organization_id=org_id, event=event, key=key[:200], summary=summary[:500],
+                data=data,
+            )  # fmt: skip
+    except IntegrityError:
+        return None
+    deliveries = NotificationDelivery.objects.bulk_create(
+        NotificationDelivery(organization_id=org_id, notification=notification, hook=hook)
+        for hook in hooks
+    )
+    _send_on_commit([delivery.id for delivery in deliveries])
+    return notification
+
+
+def hook_send_test(*, hook: NotificationHook, actor: Actor) -> NotificationDelivery:
+    """A ``test`` notification to this hook alone, sent after the commit."""
+    with transaction.atomic():
+        notification = Notification.objects.create(
+            organization_id=hook.organization_id,
+            event=NotificationEvent.TEST,
+            key=f"test:{hook.id}:{time.time_ns()}",
+            summary=f"Test of the hook “{hook.name}”, sent by {actor.label}.",
+            data={"hook": hook.name},
+        )
+        delivery = NotificationDelivery.objects.create(
+            organization_id=hook.organization_id, notification=notification, hook=hook
+        )
+        _send_on_commit([delivery.id])
+    return delivery
+
+
+def _send_on_commit(delivery_ids: list) -> None:
+    if not delivery_ids:
+        return
+    from runs.tasks import notification_deliver  # the task module imports this one
+
+    def send() -> None:
+        for delivery_id in delivery_ids:
+            notification_deliver.delay(str(delivery_id))
+
+    transaction.on_commit(send)
+
+
+def signature(secret: str, timestamp: int, body: bytes) -> str:
+    """The ``X-Benchsite-Signature`` header's value for ``body`` sent at ``timestamp``."""
+    signed = f"{timestamp}.".encode() + body
+    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def _webhook_body(delivery: NotificationDelivery) -> bytes:
+    notification = delivery.notification
+    body = {
+        "id": str(delivery.id),
+        "event": notification.event,
+        "created_at": notification.created_at.astimezone(datetime.UTC).isoformat(),
+        "organization": delivery.hook.organization.slug,
+        "summary": notification.summary,
+        "data": notification.data,
+    }
+    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _post(url: str, body: bytes, headers: dict) -> tuple[int | None, str]:
+    """POSTs ``body``; (status code, error) with an error that names no part of the URL."""
+    problem = outbound_url_problem(url)
+    if problem:
+        return None, f"refused: {problem}"
+    try:
+        response = httpx.post(url, content=body, headers=headers, timeout=TIMEOUT_SECONDS)
+    except httpx.TimeoutException:
+        return None, "timed out"
+    except httpx.HTTPError as error:
+        return None, f"connection failed ({type(error).__name__})"
+    if 200 <= response.status_code < 300:
+        return response.status_code, ""
+    return response.status_code, f"HTTP {response.status_code}"
+
+
+def _attempt(delivery: NotificationDelivery) -> tuple[int | None, str]:
+    try:
+        return _send(delivery)
+    except SecretUnreadable:
+        return None, "the hook's URL or secret cannot be decrypted (CREDENTIALS_ENCRYPTION_KEY)"
+
+
+def _send(delivery: NotificationDelivery) -> tuple[int | None, str]:
+    hook, notification = delivery.hook, delivery.notification
+    if hook.kind == HookKind.EMAIL:
+        subject = f"[Benchsite · {hook.organization.name}] {notification.summary}"[:200]
+        text = f"{notification.summary}\n\nEvent: {notification.event}\n\n" + json.dumps(
+            notification.data, indent=2, sort_keys=True
+        )
+        try:
+            send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, hook.email_to.split(", "))
+        except OSError as error:
+            return None, f"e-mail not sent ({type(error).__name__})"
+        return None, ""
+    url = decrypt_secret(hook.encrypted_url)
+    if hook.kind == HookKind.SLACK:
+        text = f"[Benchsite · {hook.organization.name}] {notification.summary}"
+        body = json.dumps({"text": text}).encode()
+        return _post(url, body, {"Content-Type": "application/json", "User-Agent": USER_AGENT})
+    body = _webhook_body(delivery)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Benchsite-Event": notification.event,
+        "X-Benchsite-Delivery": str(delivery.id),
+        "X-Benchsite-Signature": signature(
+            decrypt_secret(hook.encrypted_secret), int(time.time()), body
+        ),
+    }
+    return _post(url, body, headers)
+
+
+def delivery_attempt(delivery_id) -> float | None:
+    """Tries a pending delivery once and records how it went; returns the seconds until its
+    retry is due, None when it needs none (delivered, failed for good, or not pending)."""
+    # The row stays locked through the call, so two workers never send one delivery at once.
+    with transaction.atomic():
+        delivery = (
+            NotificationDelivery.objects.select_for_update(skip_locked=True)
+            .select_related("hook__organization", "notification")
+            .filter(id=delivery_id, status=DeliveryStatus.PENDING)
+            .first()
+        )
+        if delivery is None:
+            return None  # sent already, or another worker has it now
+        status_code, error = _attempt(delivery)
+        now = timezone.now()
+        delivery.attempts += 1
+        delivery.last_attempt_at = now
+        delivery.last_status_code = status_code
+        delivery.last_error = error[:500]
+        retry_in = None
+        if not error:
+            delivery.status, delivery.delivered_at = DeliveryStatus.DELIVERED, now
+        elif delivery.attempts >= MAX_ATTEMPTS:
+            delivery.status = DeliveryStatus.FAILED
+        else:
+            retry_in = BACKOFF_SECONDS * 2 ** (delivery.attempts - 1)
+            delivery.next_attempt_at = now + datetime.timedelta(seconds=retry_in)
+        delivery.save()
+    if error:
+        logger.warning(
+            "notification %s to hook %s: attempt %d %s",
+            delivery.id, delivery.hook_id, delivery.attempts, error,
+        )  # fmt: skip
+    return retry_in
+
+
+def deliveries_due(*, now: datetime.datetime | None = None) -> list:
+    """Pending deliveries whose retry is overdue by a sweep period: their task was lost."""
+    now = now or timezone.now()
+    late = now - datetime.timedelta(seconds=BACKOFF_SECONDS)
+    return list(
+        NotificationDelivery.objects.filter(
+            status=DeliveryStatus.PENDING, next_attempt_at__lte=late
+        ).values_list("id", flat=True)[:500]
+    )
+
+
+# ---- the events ------------------------------------------------------------------------
+
+_RUN_END_EVENTS = {
+    "succeeded": NotificationEvent.RUN_FINISHED,
+    "cancelled": NotificationEvent.RUN_FINISHED,
+    "failed": NotificationEvent.RUN_FAILED,
+    "over_budget": NotificationEvent.RUN_OVER_BUDGET,
+}
+
+
+def _page(path: str) -> str:
+    return settings.BENCHSITE_PUBLIC_URL.rstrip("/") + path
+
+
+def notify_run_ended(run) -> None:
+    """A run's end (in the transaction that ended it): finished, failed or over budget."""
+    event = _RUN_END_EVENTS.get(str(run.state))
+    if event is None:
+        return
+    name = run.experiment.name
+    reason = f": {run.failure_reason}" if run.failure_reason else ""
+    notify(
+        org_id=run.organization_id,
+        event=event,
+        key=f"run.end:{run.id}",
+        summary=f"Run {str(run.id)[:8]} of “{name}” {run.state}{reason}",
+        data={
+            "run": str(run.id),
+            "experiment": str(run.experiment_id),
+            "experiment_name": name,
+            "state": str(run.state),
+            "reason": run.failure_reason,
+            "cost_usd": str(run.cost_usd),
+            "url": _page(f"/o/{run.organization.slug}/runs/{run.id}/"),
+        },
+    )
+
+
+def notify_promotion(promotion, event: str) -> None:
+    """A promotion proposed or approved (in the transaction that changed it)."""
+    verb = "proposed" if event == NotificationEvent.PROMOTION_PROPOSED else "approved"
+    notify(
+        org_id=promotion.organization_id,
+        event=event,
+        key=f"{event}:{promotion.id}",
+        summary=f"Promotion {verb} for “{promotion.experiment.name}”: {promotion}",
+        data={
+            "promotion": str(promotion.id),
+            "experiment": str(promotion.experiment_id),
+            "state": str(promotion.state),
+            "url": _page(f"/o/{promotion.organization.slug}/promotions/{promotion.id}/"),
+        },
+    )
+
+
+def notify_budget_use(*, org: Organization, month: datetime.date) -> None:
+    """The month's budget 80 % and 100 % used, each once per budget, month and limit (a
+    changed limit is crossed anew), as the spend crosses it: checked by each reconcile pass
+    after it records the active runs' costs, and at each run's end."""
+    from runs.selectors.spend import budget_capping_month, org_month_spend_usd
+
+    budget = budget_capping_month(org.budgets.all(), month)
+    if budget is None or not budget.limit_usd:
+        return
+    spend = org_month_spend_usd(org=org, month=month)
+    for share, event in ((80, NotificationEvent.BUDGET_80), (100, NotificationEvent.BUDGET_100)):
+        if spend * 100 >= budget.limit_usd * share:
+            notify(
+                org_id=org.id,
+                event=event,
+                key=f"{event}:{budget.id}:{month.isoformat()}:{budget.limit_usd}",
+                summary=(
+                    f"{share} % of the {month:%B %Y} budget used: ${spend} of "
+                    f"${budget.limit_usd}"
+                ),
+                data={"month": month.isoformat(), "spend_usd": str(spend),
+                      "budget_usd": str(budget.limit_usd), "share": share},
+            )  # fmt: skip
