@@ -199,6 +199,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "StateEnum": "runs.models.runs.RunState",  # the name it had before promotions came
         "PromotionStateEnum": "runs.models.promotions.PromotionState",
+        "NotificationHookKindEnum": "runs.models.notifications.HookKind",
         # Every agent message's "protocol" (the job has its own, one version).
         "AgentProtocolVersionEnum": "runs.inputs.json_schemas.agent_protocol_choices",
         # Every SLO's percentile (ttft_percentile, tpot_percentile, ...).

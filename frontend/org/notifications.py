@@ -14,13 +14,13 @@ from frontend.validation import error_summary
 from runs.access import Need, access_notification_hook, scoped
 from runs.actors import actor_from_request
 from runs.errors import DomainValidationError
-from runs.models import HookKind, NotificationDelivery, NotificationEvent, NotificationHook
+from runs.inputs.notifications import HOOK_EVENTS
+from runs.models import HookKind, NotificationDelivery, NotificationHook
 from runs.services.notifications import hook_create, hook_delete, hook_send_test
 
 _LABELS = {"name": "Name", "kind": "Kind", "url": "URL", "email_to": "E-mail to",
            "events": "Events"}  # fmt: skip
 DELIVERY_LOG_ROWS = 50
-EVENT_CHOICES = [(value, label) for value, label in NotificationEvent.choices if value != "test"]
 
 
 @never_cache  # the answer that holds a new secret is never kept by a cache
@@ -57,7 +57,7 @@ def org_notifications(request, membership):
         values=request.POST if errors else {},
         chosen_events=request.POST.getlist("events") if errors else [],
         kinds=HookKind.choices,
-        events=EVENT_CHOICES,
+        events=HOOK_EVENTS,
     )
     return render(request, "frontend/org/notifications.html", context)
 

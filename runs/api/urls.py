@@ -17,6 +17,7 @@ from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
 from runs.api.views_credentials import ProviderKeyViewSet
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
+from runs.api.views_notifications import NotificationHookViewSet
 from runs.api.views_promotions import PromotionViewSet
 from runs.api.views_runs import RunViewSet
 from runs.api.views_tenancy import MemberViewSet, OrganizationViewSet, TokenViewSet
@@ -37,6 +38,7 @@ tenant.register("runs", RunViewSet, basename="run")
 tenant.register("audit", AuditEventViewSet, basename="audit")
 tenant.register("promotions", PromotionViewSet, basename="promotion")
 tenant.register("provider-keys", ProviderKeyViewSet, basename="provider-key")
+tenant.register("notification-hooks", NotificationHookViewSet, basename="notification-hook")
 
 
 def _agent(route: str) -> str:

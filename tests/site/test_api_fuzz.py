@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
 
-from runs.models import GpuType, Membership, Promotion, Run, Trial
+from runs.models import GpuType, Membership, NotificationHook, Promotion, Run, Trial
 from runs.services.budgets import budget_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
@@ -80,6 +80,10 @@ def world(alice, bob, keep_test_connection, monkeypatch):
     promotion = Promotion.objects.create(
         organization=alice.org, experiment=experiment, trial=trial, proposed_by=bob.user
     )
+    hook = NotificationHook.objects.create(
+        organization=alice.org, name="mail", kind="email", email_to="ops@acme.example",
+        events=["run.failed"],
+    )  # fmt: skip
     ids = {
         "experiments": str(experiment.id),
         "models": str(experiment.model_id),
@@ -90,6 +94,7 @@ def world(alice, bob, keep_test_connection, monkeypatch):
         "members": str(Membership.objects.get(organization=alice.org, user=bob.user).id),
         "gpu-types": GpuType.objects.first().id,
         "promotions": str(promotion.id),
+        "notification-hooks": str(hook.id),
     }
     return alice, ids
 

@@ -304,3 +304,36 @@ def test_promotions_and_budget_use_are_told(alice, receiver, sent):
     sent(lambda: notify_budget_use(org=alice.org, month=month))
     events = [receiver.verified(r)["event"] for r in receiver.requests[3:]]
     assert events == ["budget.80_percent", "budget.100_percent"]
+
+
+def test_hooks_over_the_api_for_pipelines(alice, mallory, charlie, receiver, sent):
+    api = "/api/v1/orgs/acme/notification-hooks/"
+    client = alice.client()
+    body = {"name": "ci", "kind": "webhook", "url": receiver.url, "events": ["run.failed"]}
+    response = client.post(api, body, format="json")
+    assert response.status_code == 201, response.content
+    created = response.json()
+    receiver.secret = created["secret"]
+    assert created["url_host"].startswith("127.0.0.1:") and created["events"] == ["run.failed"]
+    listed = client.get(api).json()["results"]
+    assert [hook["id"] for hook in listed] == [created["id"]]
+    assert "secret" not in listed[0] and "s3cr3t-path" not in json.dumps(listed)
+    test = sent(lambda: client.post(f"{api}{created['id']}/test/"))
+    assert test.status_code == 202
+    (delivery,) = client.get(f"{api}{created['id']}/deliveries/").json()
+    assert (delivery["event"], delivery["status"], delivery["last_status_code"]) == (
+        "test", "delivered", 200,
+    )  # fmt: skip
+    assert receiver.verified(receiver.requests[0])["event"] == "test"
+    # Refused by field, nothing stored; members may not; other organizations do not see it.
+    before = database_state()
+    bad = client.post(api, body | {"url": "http://10.0.0.1/x", "name": "other"}, format="json")
+    assert bad.status_code == 400 and "url" in bad.json()["error"]["fields"]
+    assert database_state() == before
+    assert mallory.client().get(api).status_code == 403
+    assert (
+        charlie.client().get(f"/api/v1/orgs/acme/notification-hooks/{created['id']}/").status_code
+        == 404
+    )
+    assert client.delete(f"{api}{created['id']}/").status_code == 204
+    assert not NotificationHook.objects.exists()
