@@ -58,6 +58,7 @@ from agents.protocol import (
     parse_slos,
     pydantic_field_errors,
 )
+from agents.telemetry import GpuLevels, open_gpus
 
 
 def _int_list(option: str, text: str) -> list[int]:
@@ -359,13 +360,23 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     )
 
 
-async def _bench(config: BenchConfig, args: argparse.Namespace, console: Console, done: list):
+async def _bench(
+    config: BenchConfig,
+    args: argparse.Namespace,
+    console: Console,
+    done: list,
+    gpu_levels: GpuLevels | None = None,
+):
     with ProgressView(console) as view:
         async for event in run_bench(config):
+            if gpu_levels is not None:
+                await gpu_levels.observe(event)  # the level's GPUs join its result first
             view.handle(event)
             if isinstance(event, LevelFinished):
                 done.append(event.result)
                 view.progress.console.print(level_table(event.result))
+                for line in gpu_lines(event.result.get("gpus") or ()):
+                    view.progress.console.print(line)
                 if args.per_request:
                     append_records(args.per_request, {"level": event.index}, event.records)
                 if args.json:
@@ -380,6 +391,22 @@ async def _bench(config: BenchConfig, args: argparse.Namespace, console: Console
                     interrupted=False,
                     capacity=event.capacity,
                 )
+
+
+def gpu_lines(gpus) -> list[str]:
+    """A level's GPUs as the summary prints them: one line each, mean / max."""
+
+    def stat(figure: dict | None, unit: str, scale: float = 1.0) -> str:
+        if figure is None:
+            return "—"
+        return f"{figure['mean'] / scale:.0f} / {figure['max'] / scale:.0f} {unit}"
+
+    return [
+        f"  GPU {gpu['index']} {gpu['name']}: utilization {stat(gpu['utilization_pct'], '%')}, "
+        f"memory {stat(gpu['memory_used_mib'], 'GiB', 1024)}, power {stat(gpu['power_w'], 'W')}, "
+        f"{gpu['samples']} samples"
+        for gpu in gpus
+    ]
 
 
 def allow_many_connections() -> None:
@@ -406,9 +433,13 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if args.per_request:
         args.per_request.write_text("")  # one file per run, not appended across runs
     done: list[dict] = []
+    gpus = open_gpus() if args.gpu_telemetry else None
+    if args.gpu_telemetry and gpus is None:
+        errors.print("--gpu-telemetry: NVML finds no GPU on this host; measuring without it")
     try:
         with event_loop_runner() as runner:
-            runner.run(_bench(config, args, console, done))
+            gpu_levels = GpuLevels(gpus) if gpus is not None else None
+            runner.run(_bench(config, args, console, done, gpu_levels))
     except (ServerUnreachable, DatasetError) as exc:
         print_error(errors, exc)
         return EXIT_USAGE
@@ -417,4 +448,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
             write_json(args.json, config.describe(), done, interrupted=True)
         errors.print(f"interrupted: {len(done)} level(s) finished and written")
         return EXIT_INTERRUPTED
+    finally:
+        if gpus is not None:
+            gpus.close()
     return 0

@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not send vLLM's ignore_eos (for APIs that refuse it; lengths may then differ)",
     )
     bench.add_argument("--per-request", type=Path, metavar="OUT.jsonl", help="one line a request")
+    bench.add_argument(
+        "--gpu-telemetry",
+        action="store_true",
+        help="sample this host's GPUs through NVML every second during each level (when the "
+        "server runs here): each GPU's mean and max in the results as 'gpus'",
+    )
 
     predict = commands.add_parser(
         "predict",

@@ -94,7 +94,7 @@ from agents.runner.simulated import (
 )
 from agents.runner.trial_engine import EngineOptions, trial_engine
 from agents.search import at_effort
-from agents.telemetry import GpuSampler, NvmlGpus, open_gpus
+from agents.telemetry import GpuLevels, NvmlGpus, open_gpus
 from agents.weights import WeightsError, weights_fetch
 
 logger = logging.getLogger(__name__)
@@ -734,20 +734,24 @@ class JobRunner:
             config = at_effort(config, self._effort)
         relay = asyncio.create_task(self._relay_stop())
         live: LiveLevel | None = None
-        sampler: GpuSampler | None = None
+        # ``live`` is read when a sample comes: the level in progress's.
+        gpu_levels = (
+            None
+            if self._gpus is None
+            else GpuLevels(self._gpus, period=self.gpu_period, on_sample=lambda r: live.gpu(r))
+        )
         level: dict = {}
         lost_connections = False
         try:
             level_lost = False
             async for event in run_bench(config, stop=self._level_stop):
+                if gpu_levels is not None:
+                    await gpu_levels.observe(event)
                 if isinstance(event, LevelStarted):
                     if held:  # the server took the next level: the last one stands
                         self._keep(index, measured, held.pop()[0])
                     level = event.level
                     live = LiveLevel(event.total, every=self.progress_every)
-                    if self._gpus is not None:
-                        sampler = GpuSampler(self._gpus, period=self.gpu_period, on_sample=live.gpu)
-                        sampler.start()
                     level_lost = False
                 elif isinstance(event, RequestDone) and live is not None:
                     live.add(event.record)
@@ -764,10 +768,6 @@ class JobRunner:
                         capacity = capacity_in_simulated_time(capacity, self.sim_speed)
                     self.capacity = capacity
                 elif isinstance(event, LevelFinished):
-                    if sampler is not None:
-                        gpus = await sampler.finish()
-                        event.result["gpus"] = [gpu.model_dump(mode="json") for gpu in gpus]
-                        sampler = None
                     # "<kind>: <message>" (``agents.loadgen.server_metrics``).
                     scrape_error = (event.result.get("server") or {}).get("last_scrape_error")
                     kind = (scrape_error or "").partition(":")[0]
@@ -776,8 +776,8 @@ class JobRunner:
                     held[:] = [(event.result, bool(event.result.get("partial")) or level_lost)]
         finally:
             relay.cancel()
-            if sampler is not None:  # a level the engine's failure cut short: not reported
-                await sampler.finish()
+            if gpu_levels is not None:  # a level the engine's failure cut short: not reported
+                await gpu_levels.close()
         return lost_connections
 
     async def _relay_stop(self) -> None:

@@ -1,7 +1,9 @@
-"""The pod's own telemetry, sampled by the agent beside the engine it runs: GPU readings
-from NVML (``nvml``) taken about every second while a level runs (``sampler``)."""
+"""The host's own telemetry, sampled beside the engine it runs: GPU readings from NVML
+(``nvml``) taken about every second while a level runs (``sampler``), level by level of a
+benchmark's events (``levels``)."""
 
+from agents.telemetry.levels import GpuLevels
 from agents.telemetry.nvml import NvmlGpus, open_gpus
 from agents.telemetry.sampler import GpuSampler
 
-__all__ = ["GpuSampler", "NvmlGpus", "open_gpus"]
+__all__ = ["GpuLevels", "GpuSampler", "NvmlGpus", "open_gpus"]

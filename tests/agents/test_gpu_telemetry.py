@@ -1,18 +1,22 @@
 """GPU telemetry (issue 20): the agent reads each GPU through the real NVML binding
 (``nvidia-ml-py``) from a stand-in NVML library built for the tests; a host without NVML or
 without a driver reports none, without error; a level's samples become each GPU's mean and
-max; a run's measurements and live progress carry them."""
+max; a run's measurements and live progress carry them, and so does ``bench
+--gpu-telemetry``."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 
 import pytest
 
 from agents import protocol
+from agents.cli import main
 from agents.telemetry import GpuSampler, open_gpus
+from tests.agents.fake_openai_server import FakeServer
 from tests.fakes import nvml
 from tests.fakes.nvml import FakeGpu, write_gpus
 
@@ -121,3 +125,24 @@ def test_a_simulated_engine_reports_no_gpus_of_this_host(gpus_file, tmp_path):
     assert summary.outcome == "succeeded"
     assert all(m.get("gpus") is None for m in recorder.of("measurement"))
     assert all(m.get("gpus") is None for m in recorder.of("level_progress"))
+
+
+def test_bench_reports_this_hosts_gpus_when_asked(gpus_file, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out.json"
+    with FakeServer() as server:
+        argv = ["bench", "--base-url", server.base_url, "--model", "fake?ttft_ms=5&itl_ms=5",
+                "--concurrency", "2", "--num-prompts", "8", "--output-len", "16",
+                "--gpu-telemetry", "--json", str(out)]  # fmt: skip
+        assert main(argv) == 0
+        (level,) = json.loads(out.read_text())["levels"]
+        first, second = level["gpus"]
+        assert first["utilization_pct"] == {"mean": 57.0, "max": 57.0} and first["samples"] >= 1
+        assert second["power_w"] is None
+        shown = capsys.readouterr().out
+        assert "GPU 0 NVIDIA H100 80GB HBM3: utilization 57 / 57 %" in shown
+        assert "power —," in shown  # the second board reports none
+        # No driver: measured without, and said so.
+        monkeypatch.delenv(nvml.ENV)
+        assert main(argv) == 0
+        assert "gpus" not in json.loads(out.read_text())["levels"][0]
+        assert "NVML finds no GPU" in capsys.readouterr().err

@@ -1,0 +1,48 @@
+"""GPU telemetry over each level of a benchmark's event stream (``agents.loadgen`` events):
+the one wiring the agent's runner and ``benchsite-agent bench --gpu-telemetry`` share.
+
+Guarantees: ``observe`` starts sampling at each ``LevelStarted`` (after the level's warm-up)
+and, at its ``LevelFinished``, stops and puts each GPU's figures in the level's result under
+``gpus`` (``agents.protocol.GpuLevelFigures`` as JSON) before anyone else reads the result;
+``close`` stops a level that never finished (its figures are dropped, as its result is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agents.loadgen import LevelFinished, LevelStarted
+from agents.protocol import GpuReading
+from agents.telemetry.nvml import NvmlGpus
+from agents.telemetry.sampler import GpuSampler
+
+
+class GpuLevels:
+    """Samples ``gpus`` level by level; ``on_sample`` gets every sample (live figures)."""
+
+    def __init__(
+        self,
+        gpus: NvmlGpus,
+        *,
+        period: float = 1.0,
+        on_sample: Callable[[list[GpuReading]], None] | None = None,
+    ):
+        self.gpus = gpus
+        self.period = period
+        self.on_sample = on_sample
+        self._sampler: GpuSampler | None = None
+
+    async def observe(self, event: object) -> None:
+        if isinstance(event, LevelStarted):
+            await self.close()
+            self._sampler = GpuSampler(self.gpus, period=self.period, on_sample=self.on_sample)
+            self._sampler.start()
+        elif isinstance(event, LevelFinished) and self._sampler is not None:
+            figures = await self._sampler.finish()
+            self._sampler = None
+            event.result["gpus"] = [gpu.model_dump(mode="json") for gpu in figures]
+
+    async def close(self) -> None:
+        if self._sampler is not None:
+            await self._sampler.finish()
+            self._sampler = None
