@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from runs.models import Membership
+from runs.models import Membership, NotificationHook
 from runs.services.budgets import budget_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
@@ -68,6 +68,13 @@ def acme_world(alice, mallory):
         "budget_id": budget_set(org=alice.org, actor=SYSTEM, limit_usd=Decimal(100)).id,
         "member_id": Membership.objects.get(organization=alice.org, user=mallory.user).id,
         "token_id": token_create(org=alice.org, user=alice.user, name="ci", actor=SYSTEM).token.id,
+        "hook_id": NotificationHook.objects.create(
+            organization=alice.org,
+            name="mail",
+            kind="email",
+            email_to="ops@acme.example",
+            events=["run.failed"],
+        ).id,
     }
 
 
