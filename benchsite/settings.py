@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "mozilla_django_oidc",
     "runs",
     "frontend",
 ]
@@ -80,6 +81,30 @@ AUTH_USER_MODEL = "runs.User"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Single sign-on through an OpenID Connect issuer (runs/sso.py), on when a client id is set:
+# the issuer's endpoints, this site's client, and which organizations a first sign-in joins
+# by the verified e-mail's domain ("acme.example=acme:member,corp.example=corp:viewer"; the
+# owner role is never granted this way). Password sign-in can be turned off.
+OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", "", secret=True)
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = "openid email"
+OIDC_USE_PKCE = True
+# Back to the sign-in page, saying so, when the issuer's answer does not sign anyone in.
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+OIDC_AUTHENTICATE_CLASS = "frontend.sign_in.SsoStartView"
+OIDC_CALLBACK_CLASS = "frontend.sign_in.SsoCallbackView"
+BENCHSITE_SSO_DOMAIN_ORGS = env_list("BENCHSITE_SSO_DOMAIN_ORGS", [])
+BENCHSITE_PASSWORD_LOGIN = env_bool("BENCHSITE_PASSWORD_LOGIN", True)
+AUTHENTICATION_BACKENDS = [
+    "runs.sso.SsoBackend",
+    "runs.sso.PasswordBackend",
+]
 
 TEMPLATES = [
     {

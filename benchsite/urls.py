@@ -15,6 +15,8 @@ def healthz(request):
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    # Single sign-on's redirect to the issuer and its callback (runs/sso.py).
+    path("oidc/", include("mozilla_django_oidc.urls")),
     # The agent reaches the API at the base the protocol names (agents.protocol.agent_site_urls).
     path(protocol.API_BASE_ROUTE, include("runs.api.urls")),
     path("", include("frontend.urls")),

@@ -2,9 +2,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from frontend import views
+from frontend.sign_in import SignInView
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="home"),
     path("o/<slug:org>/", views.org_overview, name="org-overview"),

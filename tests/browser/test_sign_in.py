@@ -1,10 +1,12 @@
-"""Signing in and out through the real pages."""
+"""Signing in and out through the real pages, with a password and through single sign-on."""
 
 from __future__ import annotations
 
 from playwright.sync_api import expect
 
 from runs.models import Membership
+from tests.fakes.oidc_issuer import OidcIssuer
+from tests.site.live_server import daphne_server
 
 
 def test_it_signs_in_and_out(page, sign_in, alice):
@@ -14,3 +16,23 @@ def test_it_signs_in_and_out(page, sign_in, alice):
     assert Membership.objects.filter(user=alice.user).count() == 1
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+
+
+def test_it_signs_in_through_single_sign_on(page, alice):
+    """The whole OpenID Connect round trip in Chromium: a site configured for the test's
+    issuer on 127.0.0.1, its button, the issuer, the callback, signed in as a member of the
+    organization the e-mail's domain maps to."""
+    issuer = OidcIssuer()
+    environment = issuer.settings() | {"BENCHSITE_SSO_DOMAIN_ORGS": "acme.example=acme:viewer"}
+    try:
+        with daphne_server(timeout=120, env=environment) as address:
+            page.goto(f"http://{address}/login/")
+            page.get_by_role("link", name="Sign in with single sign-on").click()
+            expect(page.get_by_role("heading", name="Your organizations")).to_be_visible()
+            expect(page.get_by_role("link", name="Acme")).to_be_visible()
+            assert page.url == f"http://{address}/"
+    finally:
+        issuer.close()
+    membership = Membership.objects.get(user__email="dana@acme.example")
+    assert (membership.organization.slug, membership.role) == ("acme", "viewer")
+    assert issuer.refused == []
