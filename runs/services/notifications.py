@@ -347,18 +347,31 @@ def _page(path: str) -> str:
 
 
 def notify_run_ended(run) -> None:
-    """A run's end (in the transaction that ended it): finished, failed or over budget."""
+    """A run's end (in the transaction that ended it): finished, failed or over budget, with
+    its answer as the run page gives it (the recommended configuration, its capacity at the
+    SLOs and cost per 1M output tokens, its serve command), named in the summary."""
+    from runs.selectors.run_pages import run_answer_state  # pages' reads; only at a run's end
+
     event = _RUN_END_EVENTS.get(str(run.state))
     if event is None:
         return
     name = run.experiment.name
     reason = f": {run.failure_reason}" if run.failure_reason else ""
+    answer = run_answer_state(run=run)
+    winner = answer["winner"]
+    best = (
+        f" — best: {winner['label'] or 'defaults'} ({winner['capacity_text']} at the SLOs, "
+        f"{winner['usd_per_million']} per 1M output tokens)"
+        if winner
+        else ""
+    )
     notify(
         org_id=run.organization_id,
         event=event,
         key=f"run.end:{run.id}",
-        summary=f"Run {str(run.id)[:8]} of “{name}” {run.state}{reason}",
+        summary=f"Run {str(run.id)[:8]} of “{name}” {run.state}{reason}{best}",
         data={
+            "answer": answer,
             "run": str(run.id),
             "experiment": str(run.experiment_id),
             "experiment_name": name,

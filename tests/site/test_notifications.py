@@ -36,6 +36,7 @@ from runs.services.notifications import (
     delivery_attempt,
     hook_create,
     notify_budget_use,
+    notify_run_ended,
 )
 from runs.services.run_tokens import run_token_issue
 
@@ -44,6 +45,7 @@ from .db_state import database_state
 from .report_data import build_history
 from .test_agent_ingest import messages
 from .test_promotions import approve, propose
+from .test_web_runs import answered_run
 
 pytestmark = pytest.mark.django_db
 
@@ -337,3 +339,19 @@ def test_hooks_over_the_api_for_pipelines(alice, mallory, charlie, receiver, sen
     )
     assert client.delete(f"{api}{created['id']}/").status_code == 204
     assert not NotificationHook.objects.exists()
+
+
+def test_a_finished_run_tells_its_answer(alice, receiver, sent):
+    webhook(alice.org, receiver, events=("run.finished",))
+    run = answered_run(alice.org)
+    run.state = "succeeded"
+    sent(lambda: notify_run_ended(run))
+    body = receiver.verified(receiver.requests[0])
+    winner = body["data"]["answer"]["winner"]
+    assert winner["trial"] == 1 and winner["capacity"] == 31
+    assert winner["serve_command"].startswith("vllm serve ")
+    label, price = winner["label"], winner["usd_per_million"]
+    assert (
+        f"— best: {label} (concurrency 31 at the SLOs, {price} per 1M output tokens)"
+        in (body["summary"])
+    )
