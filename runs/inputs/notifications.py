@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from runs.inputs.strict_fields import StrictCharField, StrictChoiceField
+from runs.inputs.strict_fields import StrictCharField, StrictChoiceField, StrictListField
 from runs.models import HookKind, NotificationEvent, NotificationHook
 
 HOOK_EVENTS = [(value, label) for value, label in NotificationEvent.choices if value != "test"]
@@ -14,7 +14,7 @@ HOOK_EVENTS = [(value, label) for value, label in NotificationEvent.choices if v
 class HookCreateSerializer(serializers.Serializer):
     name = StrictCharField(max_length=NotificationHook._meta.get_field("name").max_length)
     kind = StrictChoiceField(choices=HookKind.choices)
-    events = serializers.ListField(child=StrictChoiceField(choices=HOOK_EVENTS), max_length=16)
+    events = StrictListField(child=StrictChoiceField(choices=HOOK_EVENTS), max_length=16)
     url = StrictCharField(
         max_length=2000, required=False, default="",
         help_text="Webhook and Slack kinds; stored encrypted, only its host is shown again.",

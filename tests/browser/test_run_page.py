@@ -286,8 +286,10 @@ def test_it_works_on_a_phone(page, sign_in, alice, screenshot):
 
 def test_it_opens_a_session_levels_figures_by_turn(page, sign_in, alice, screenshot):
     run = session_run(make_experiment(alice.org), (17.8, 20.4), hit_rate=0.625)
+    # Ended: the page is drawn once, so no live re-read replaces (and closes) the details.
+    Run.objects.filter(pk=run.pk).update(state="succeeded")
     sign_in(page, alice)
-    run_page(page, run)
+    page.goto(f"/o/acme/runs/{run.id}/")
     trial = page.locator("#trial-0")
     expect(trial.get_by_text("Server prefix-cache hits: 62 %")).to_be_visible()
     by_turn = trial.locator("details.turns")
@@ -325,3 +327,16 @@ def test_it_draws_each_gpus_utilization_and_memory_beside_the_kv_cache(page, sig
     ]  # fmt: skip
     memory = page.evaluate("() => benchsiteRunPage.charts['chart-gpu'].data.datasets[1].data")
     assert [point["y"] for point in memory] == [50.0]  # 40,779.5 of 81,559 MiB
+
+
+def test_an_opened_level_detail_stays_open_across_a_re_read(page, sign_in, alice):
+    run = session_run(make_experiment(alice.org), (17.8, 20.4), hit_rate=0.625)  # still live
+    sign_in(page, alice)
+    run_page(page, run)
+    by_turn = page.locator("#trial-0 details.turns")
+    by_turn.get_by_text("By turn").click()
+    expect(by_turn.get_by_role("table")).to_be_visible()
+    read = page.evaluate("() => benchsiteRunPage.resyncs")
+    page.evaluate("() => benchsiteRunPage.dropSocket(0)")  # reconnects, then re-reads
+    page.wait_for_function(f"() => benchsiteRunPage.resyncs > {read}")
+    expect(page.locator("#trial-0 details.turns").get_by_role("table")).to_be_visible()

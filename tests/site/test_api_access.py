@@ -23,7 +23,17 @@ from rest_framework.test import APIClient
 import runs.api.urls
 from agents.hardware import MODEL_PRESETS
 from runs.access import Need
-from runs.models import ApiToken, AuditEvent, GpuType, Membership, Promotion, Run, Trial, User
+from runs.models import (
+    ApiToken,
+    AuditEvent,
+    GpuType,
+    Membership,
+    NotificationHook,
+    Promotion,
+    Run,
+    Trial,
+    User,
+)
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
 from runs.services.credentials import provider_key_set
@@ -87,6 +97,10 @@ def world(alice, bob, mallory, charlie) -> World:
     promotion = Promotion.objects.create(
         organization=org, experiment=run.experiment, trial=trial, proposed_by=mallory.user
     )
+    hook = NotificationHook.objects.create(
+        organization=org, name="mail", kind="email", email_to="ops@acme.example",
+        events=["run.failed"],
+    )  # fmt: skip
     return World(
         alice=alice,
         bob=bob,
@@ -104,6 +118,7 @@ def world(alice, bob, mallory, charlie) -> World:
             "run": run.pk,
             "provider-key": "runpod",
             "promotion": promotion.pk,
+            "notification-hook": hook.pk,
         },
     )
 
@@ -135,7 +150,9 @@ class Endpoint:
 
     @property
     def detail(self) -> bool:
-        return self.name.endswith(("-detail", "-price", "-estimate", "-prediction", "-cancel"))
+        return self.name.endswith(
+            ("-detail", "-price", "-estimate", "-prediction", "-cancel", "-test", "-deliveries")
+        )
 
     @property
     def reads_only(self) -> bool:
@@ -236,6 +253,23 @@ ENDPOINTS = [
     Endpoint("provider-key-detail", "get", M),
     Endpoint("provider-key-detail", "put", M, lambda w: {"api_key": "rpa_replaced_" + "1" * 30}),
     Endpoint("provider-key-detail", "delete", M),
+    # Where the organization's news goes (and the hooks' hosts): owners and admins.
+    Endpoint("notification-hook-list", "get", M),
+    Endpoint(
+        "notification-hook-list",
+        "post",
+        M,
+        lambda w: {
+            "name": "pager",
+            "kind": "email",
+            "email_to": "oncall@acme.example",
+            "events": ["run.failed"],
+        },
+    ),
+    Endpoint("notification-hook-detail", "get", M),
+    Endpoint("notification-hook-detail", "delete", M),
+    Endpoint("notification-hook-test", "post", M),
+    Endpoint("notification-hook-deliveries", "get", M),
 ]
 TENANT_ENDPOINTS = [e for e in ENDPOINTS if e.tenant]
 ORG_DETAIL = next(e for e in ENDPOINTS if e.name == "org-detail")

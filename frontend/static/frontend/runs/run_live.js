@@ -272,15 +272,29 @@
     if (atEnd) { list.scrollTop = list.scrollHeight; } // follow the run unless scrolled back
   }
 
+  // A details box by its trial, kind and summary ("trial-0|turns|By turn c=8"): what the
+  // reader opened stays open across a re-read.
+  function detailsKey(box) {
+    var trial = box.closest("article");
+    var summary = box.querySelector("summary");
+    return (trial ? trial.id : "") + "|" + box.className + "|" +
+      (summary ? summary.textContent.replace(/\s+/g, " ").trim() : "");
+  }
+
   function replaceTrials(html) {
     var holder = $("trials");
     var checked = new Set();
     holder.querySelectorAll("input[type=checkbox]:checked").forEach(function (box) {
       checked.add(box.value);
     });
+    var open = new Set();
+    holder.querySelectorAll("details[open]").forEach(function (box) { open.add(detailsKey(box)); });
     holder.innerHTML = html; // rendered by the page's own (escaping) template
     holder.querySelectorAll("input[type=checkbox]").forEach(function (box) {
       box.checked = checked.has(box.value);
+    });
+    holder.querySelectorAll("details").forEach(function (box) {
+      if (open.has(detailsKey(box))) { box.open = true; }
     });
   }
 
