@@ -136,10 +136,15 @@ def hook_create(
         hook.encrypted_url, hook.url_host = encrypt_secret(url.strip()), url_host(url.strip())
     if secret is not None:
         hook.encrypted_secret, hook.secret_fingerprint = encrypt_secret(secret), secret[-6:]
-    with transaction.atomic():
-        hook.save()
-        audit_record(org=org, actor=actor, event="notification_hook.create", target=hook,
-                     after=_audited(hook))  # fmt: skip
+    try:
+        with transaction.atomic():
+            hook.save()
+            audit_record(org=org, actor=actor, event="notification_hook.create", target=hook,
+                         after=_audited(hook))  # fmt: skip
+    except IntegrityError:  # another request took the name a moment ago
+        raise DomainValidationError.single(
+            "name", "A hook of this organization has this name already."
+        ) from None
     return HookCreated(hook, secret)
 
 
@@ -160,11 +165,7 @@ def notify(*, org_id, event: str, key: str, summary: str, data: dict) -> Notific
     that asked for it; sent after the caller's transaction commits. Returns the new
     notification; None when this fact was notified before, or no hook asked for it (then
     nothing is stored)."""
-    hooks = [
-        hook
-        for hook in NotificationHook.objects.filter(organization_id=org_id, enabled=True)
-        if event in hook.events
-    ]
+    hooks = _hooks_for(org_id, event)
     if not hooks:
         return None
     try:
@@ -181,6 +182,12 @@ def notify(*, org_id, event: str, key: str, summary: str, data: dict) -> Notific
     )
     _send_on_commit([delivery.id for delivery in deliveries])
     return notification
+
+
+def _hooks_for(org_id, event: str) -> list[NotificationHook]:
+    """The organization's enabled hooks that asked for ``event``."""
+    hooks = NotificationHook.objects.filter(organization_id=org_id, enabled=True)
+    return [hook for hook in hooks if event in hook.events]
 
 
 def hook_send_test(*, hook: NotificationHook, actor: Actor) -> NotificationDelivery:
@@ -353,8 +360,8 @@ def notify_run_ended(run) -> None:
     from runs.selectors.run_pages import run_answer_state  # pages' reads; only at a run's end
 
     event = _RUN_END_EVENTS.get(str(run.state))
-    if event is None:
-        return
+    if event is None or not _hooks_for(run.organization_id, event):
+        return  # nobody to tell: the answer is not even read
     name = run.experiment.name
     reason = f": {run.failure_reason}" if run.failure_reason else ""
     answer = run_answer_state(run=run)
@@ -406,6 +413,9 @@ def notify_budget_use(*, org: Organization, month: datetime.date) -> None:
     after it records the active runs' costs, and at each run's end."""
     from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 
+    if not any(_hooks_for(org.id, event) for event in (NotificationEvent.BUDGET_80,
+                                                        NotificationEvent.BUDGET_100)):  # fmt: skip
+        return
     budget = budget_capping_month(org.budgets.all(), month)
     if budget is None or not budget.limit_usd:
         return
