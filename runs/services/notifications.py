@@ -36,7 +36,9 @@ from dataclasses import dataclass
 
 import httpx
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -89,8 +91,9 @@ def _recipients(text: str) -> tuple[list[str], str | None]:
     if len(addresses) > MAX_RECIPIENTS:
         return [], f"At most {MAX_RECIPIENTS} addresses."
     for address in addresses:
-        local, _, domain = address.partition("@")
-        if not local or "." not in domain or any(c.isspace() for c in address):
+        try:
+            validate_email(address)  # Django's own rule, as every e-mail field of the site
+        except ValidationError:
             return [], f"{address!r} is not an e-mail address."
     return addresses, None
 
