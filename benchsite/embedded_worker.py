@@ -4,8 +4,9 @@ Guarantees:
 - the worker takes the app's tasks from the app's broker and queue, with the app's settings
   (acks late, retries), exactly the tasks a ``celery worker`` process takes; it runs them in
   a pool of threads, where Celery enforces no time limits (they need a prefork pool);
-- beat sends the app's ``CELERY_BEAT_SCHEDULE`` (reconcile, price refresh, audit walk) as
-  ``celery beat`` does, keeping its schedule in ``schedule_path``;
+- beat sends the app's ``CELERY_BEAT_SCHEDULE`` (reconcile, price refresh, audit walk) and
+  the experiments' schedules as ``celery beat`` does, with the scheduler the settings name
+  (django-celery-beat's: the schedule is kept in the site's database);
 - ``start`` returns once the worker consumes, or raises ``RuntimeError``;
 - ``stop`` ends beat, then the worker after the tasks it is running (a warm shutdown), and
   waits at most ``timeout`` seconds for both; it is idempotent and raises nothing.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from pathlib import Path
 
 from celery import Celery
 from celery.beat import EmbeddedService
@@ -27,9 +27,8 @@ from celery.worker import state as worker_state
 class EmbeddedWorker:
     """One worker and one beat, started and stopped together (see the module docstring)."""
 
-    def __init__(self, app: Celery, *, schedule_path: Path, concurrency: int = 2):
+    def __init__(self, app: Celery, *, concurrency: int = 2):
         self.app = app
-        self.schedule_path = Path(schedule_path)
         self.concurrency = concurrency
         self._ready = threading.Event()
         self._worker = None
@@ -55,10 +54,7 @@ class EmbeddedWorker:
         if not self._ready.wait(timeout):
             self.stop()
             raise RuntimeError(f"the embedded Celery worker did not start within {timeout:g} s")
-        self.schedule_path.parent.mkdir(parents=True, exist_ok=True)
-        self._beat = EmbeddedService(
-            self.app, thread=True, schedule_filename=str(self.schedule_path)
-        )
+        self._beat = EmbeddedService(self.app, thread=True)
         self._beat.start()
 
     def stop(self, timeout: float = 15) -> None:

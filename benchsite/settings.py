@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "mozilla_django_oidc",
+    "django_celery_beat",
     "runs",
     "frontend",
 ]
@@ -283,6 +284,11 @@ _RECONCILE_SECONDS = env_int("BENCHSITE_RECONCILE_SECONDS", 30, minimum=5)
 _PRICE_REFRESH_SECONDS = env_int("BENCHSITE_PRICE_REFRESH_SECONDS", 86400, minimum=60)
 # The audit page checks only events newer than its checkpoint; this walks every chain whole.
 _AUDIT_VERIFY_SECONDS = env_int("BENCHSITE_AUDIT_VERIFY_SECONDS", 86400, minimum=60)
+# Beat keeps its schedule in the database (django-celery-beat): the entries below are written
+# there when it starts, and each experiment's schedule is a row of its own that beat reads
+# again when it changes (runs.services.schedules). Times are aware; crontabs carry their zone.
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
 # Each entry expires when the next is due: passes that fall behind are dropped, not queued up.
 CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {

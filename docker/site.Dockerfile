@@ -30,6 +30,8 @@ COPY benchsite ./benchsite
 COPY runs ./runs
 COPY agents ./agents
 COPY frontend ./frontend
+# The site runs the CLI's regression gate on scheduled runs (runs/services/schedule_gate.py).
+COPY benchsite_cli ./benchsite_cli
 COPY docker/healthcheck.py /usr/local/bin/benchsite-healthcheck
 # collectstatic imports the production settings, which refuse to start without their
 # secrets: these values are dummies that live only in this RUN's environment, so they never
@@ -40,7 +42,7 @@ RUN SECRET_KEY=build-only-not-a-secret \
     REDIS_URL=redis://build.invalid:6379/0 \
     CREDENTIALS_ENCRYPTION_KEY=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= \
     python manage.py collectstatic --noinput -v0 \
-    && python -m compileall -q benchsite runs agents frontend \
+    && python -m compileall -q benchsite runs agents frontend benchsite_cli \
     && install -d -o benchsite -g benchsite /data/media
 USER 10001:10001
 VOLUME ["/data/media"]

@@ -21,6 +21,7 @@ from runs.services.price_refresh import gpu_prices_refresh as price_refresh_serv
 from runs.services.provisioning import run_fail, run_release_pod
 from runs.services.provisioning import run_provision as provision_service
 from runs.services.reconcile import runs_reconcile as reconcile_service
+from runs.services.schedules import schedule_fire as schedule_fire_service
 
 logger = logging.getLogger(__name__)
 
@@ -124,3 +125,13 @@ def notifications_sweep() -> int:
     for delivery_id in due:
         notification_deliver.delay(str(delivery_id))
     return len(due)
+
+
+@shared_task(**TASK_OPTIONS)
+def schedule_fire(schedule_id: str) -> str:
+    """Beat's tick of an experiment's schedule: its run, or why none started
+    (``runs.services.schedules``)."""
+    firing = schedule_fire_service(schedule_id=schedule_id)
+    if firing is None:
+        return "paused or gone"
+    return f"run {firing.run_id}" if firing.run_id else f"refused: {firing.refused}"

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
@@ -20,10 +21,14 @@ from runs.api.serializers_experiments import (
     EstimateSerializer,
     PredictionSerializer,
 )
+from runs.api.serializers_schedules import ScheduleSerializer
 from runs.inputs.experiments import BudgetSerializer, DatasetUploadSerializer, ExperimentSerializer
+from runs.inputs.schedules import SchedulePauseSerializer, ScheduleSetSerializer
 from runs.models import Budget, Experiment, WorkloadDataset
+from runs.schedule_spec import schedule_spec
 from runs.selectors.estimates import experiment_estimate
 from runs.selectors.predictions import experiment_prediction
+from runs.selectors.schedules import experiment_schedule, schedule_state
 from runs.services.budgets import budget_delete, budget_set
 from runs.services.experiments import (
     dataset_delete,
@@ -33,6 +38,7 @@ from runs.services.experiments import (
     experiment_draft_check,
     experiment_update,
 )
+from runs.services.schedules import schedule_delete, schedule_pause, schedule_set
 
 
 class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
@@ -107,6 +113,39 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgSco
         data.is_valid(raise_exception=True)
         draft = experiment_draft_check(org=self.org, actor=self.actor, **data.validated_data)
         return Response(PredictionSerializer(asdict(experiment_prediction(experiment=draft))).data)
+
+    @extend_schema(methods=["PUT"], request=ScheduleSetSerializer, responses=ScheduleSerializer)
+    @extend_schema(methods=["PATCH"], request=SchedulePauseSerializer, responses=ScheduleSerializer)
+    @extend_schema(methods=["GET"], responses=ScheduleSerializer)
+    @extend_schema(methods=["DELETE"], responses={204: None})
+    @action(detail=True, methods=["get", "put", "patch", "delete"])
+    def schedule(self, request, org, pk):
+        """The experiment's schedule (docs/operating.md, "Schedules"): GET it with its
+        firings, PUT to set it (you become its owner: its runs start as you), PATCH
+        ``{"paused": true|false}`` to pause or resume it, DELETE to remove it."""
+        experiment = access_experiment(membership=self.membership, experiment_id=pk)
+        schedule = experiment_schedule(experiment)
+        if request.method == "PUT":
+            data = ScheduleSetSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            fields = dict(data.validated_data)
+            paused = fields.pop("paused")
+            schedule = schedule_set(
+                actor=self.actor, experiment=experiment, spec=schedule_spec(**fields),
+                paused=paused,
+            )  # fmt: skip
+        elif schedule is None:
+            raise NotFound("This experiment has no schedule.")
+        elif request.method == "PATCH":
+            data = SchedulePauseSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            schedule_pause(
+                actor=self.actor, schedule=schedule, paused=data.validated_data["paused"]
+            )
+        elif request.method == "DELETE":
+            schedule_delete(actor=self.actor, schedule=schedule)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(ScheduleSerializer(schedule_state(experiment_schedule(experiment))).data)
 
 
 class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):

@@ -18,6 +18,7 @@ from runs.models.notifications import (
 )
 from runs.models.promotions import Promotion, PromotionState
 from runs.models.runs import Measurement, Run, Trial
+from runs.models.schedules import ExperimentSchedule, GateVerdict, ScheduleFiring
 from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "CredentialProvider",
     "DeliveryStatus",
     "Experiment",
+    "ExperimentSchedule",
+    "GateVerdict",
     "GpuPriceOverride",
     "GpuType",
     "HookKind",
@@ -46,6 +49,7 @@ __all__ = [
     "ProviderCredential",
     "Role",
     "Run",
+    "ScheduleFiring",
     "Trial",
     "TrialLevelFigures",
     "User",

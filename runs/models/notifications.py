@@ -27,6 +27,10 @@ class NotificationEvent(models.TextChoices):
     RUN_FINISHED = "run.finished", "Run finished (succeeded or cancelled)"
     RUN_FAILED = "run.failed", "Run failed"
     RUN_OVER_BUDGET = "run.over_budget", "Run stopped at its budget cap"
+    REGRESSION_DETECTED = (
+        "regression.detected",
+        "Scheduled run regressed against the promoted baseline",
+    )
     PROMOTION_PROPOSED = "promotion.proposed", "Promotion proposed"
     PROMOTION_APPROVED = "promotion.approved", "Promotion approved"
     BUDGET_80 = "budget.80_percent", "Budget 80 % used"

@@ -35,6 +35,7 @@ class RunTrigger(models.TextChoices):
     UI = "ui"
     API = "api"
     CI = "ci"
+    SCHEDULE = "schedule"  # started as the schedule's owner (runs.services.schedules)
 
 
 class Run(models.Model):

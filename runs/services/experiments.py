@@ -16,7 +16,7 @@ from agents.workloads.summary import summarize_sessions, summarize_trace
 from runs.actors import Actor
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
-from runs.models import Experiment, Organization, WorkloadDataset
+from runs.models import Experiment, ExperimentSchedule, Organization, WorkloadDataset
 from runs.models.experiments import AGENTIC_TRACE, SHAREGPT
 from runs.services.recording import (
     clean_instance,
@@ -24,6 +24,7 @@ from runs.services.recording import (
     delete_recorded,
     update_recorded,
 )
+from runs.services.schedules import schedule_delete
 
 EXPERIMENT_FIELDS = (
     "name",
@@ -157,7 +158,11 @@ def experiment_delete(*, experiment: Experiment, actor: Actor) -> None:
     """Deletes an experiment that has never run; one with runs keeps its history."""
     if experiment.runs.exists():
         raise Conflict("This experiment has runs; its history is kept, so it cannot be deleted.")
-    # Its budgets go with it, each recorded, so the log never loses a cap silently.
+    # Its schedule and budgets go with it, each recorded, so the log never loses one silently
+    # (and beat's row of the schedule with it: beat would fire a schedule that is gone).
+    schedule = ExperimentSchedule.objects.filter(experiment=experiment).first()
+    if schedule is not None:
+        schedule_delete(actor=actor, schedule=schedule)
     for budget in experiment.budgets.all():
         delete_recorded(instance=budget, actor=actor, event="budget.delete")
     delete_recorded(instance=experiment, actor=actor, event="experiment.delete")

@@ -393,6 +393,30 @@ def notify_run_ended(run) -> None:
     )
 
 
+def notify_regression(firing) -> None:
+    """A scheduled run that regressed against the promoted baseline (in the transaction that
+    ended it), with the failing rows in words."""
+    run, gate = firing.run, firing.gate
+    name = firing.schedule.experiment.name
+    worst = gate["regressions"][0] if gate.get("regressions") else None
+    detail = f": {worst['metric']} at {worst['config']} {worst['level']}, {worst['change']}" \
+        if worst else ""  # fmt: skip
+    notify(
+        org_id=run.organization_id,
+        event=NotificationEvent.REGRESSION_DETECTED,
+        key=f"regression:{run.id}",
+        summary=f"Scheduled run {str(run.id)[:8]} of “{name}” regressed against the "
+        f"promoted baseline{detail}",
+        data={
+            "run": str(run.id),
+            "experiment": str(run.experiment_id),
+            "experiment_name": name,
+            "gate": gate,
+            "url": _page(f"/o/{run.organization.slug}/runs/{run.id}/"),
+        },
+    )
+
+
 def notify_promotion(promotion, event: str) -> None:
     """A promotion proposed or approved (in the transaction that changed it)."""
     verb = "proposed" if event == NotificationEvent.PROMOTION_PROPOSED else "approved"

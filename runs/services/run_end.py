@@ -1,14 +1,16 @@
 """What follows every run's end, whichever path ends it (``run_fail``: reconcile's verdicts,
 the budget stop, a failed provisioning; ``run_cancel`` of a queued run; the agent's own
 ``run_finished`` in ingest), in the transaction that ended it: its trials settled
-(``trial_settling``), and its end and the month's budget use told to the organization's
-notification hooks (``notifications``)."""
+(``trial_settling``), its end and the month's budget use told to the organization's
+notification hooks (``notifications``), and a scheduled run gated against the promoted
+baseline (``schedules``)."""
 
 from __future__ import annotations
 
 from runs.costs import month_start
 from runs.models import Run
 from runs.services.notifications import notify_budget_use, notify_run_ended
+from runs.services.schedules import schedule_run_ended
 from runs.services.trial_settling import run_trials_settle
 
 
@@ -16,4 +18,5 @@ def run_end_settle(*, run: Run, reason: str) -> None:
     """Settles the ended ``run``'s trials and notifies its end (see the module docstring)."""
     run_trials_settle(run=run, reason=reason)
     notify_run_ended(run)
+    schedule_run_ended(run)
     notify_budget_use(org=run.organization, month=month_start(run.created_at))

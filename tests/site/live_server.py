@@ -94,27 +94,15 @@ def daphne_server(
 
 
 @contextlib.contextmanager
-def celery_worker(
-    log_path: Path,
-    *,
-    app: str = "benchsite",
-    env: dict[str, str] | None = None,
-    timeout: float = 90,
+def _celery_process(
+    args: list[str], log_path: Path, *, env: dict[str, str] | None, ready: bytes, timeout: float
 ) -> Iterator[subprocess.Popen]:
-    """A real ``celery worker`` of ``app`` (prefork, one child) on the test database, taking
-    tasks from the queue ``CELERY_TASK_DEFAULT_QUEUE`` names in the environment; yields its
-    process once it consumes. The worker and its child are one process group, stopped on the
-    way out whatever happened (SIGTERM, then SIGKILL); a test may SIGKILL it sooner."""
+    """``celery ARGS`` on the test database in its own process group, yielded once its log
+    shows ``ready``; stopped on the way out whatever happened (SIGTERM, then SIGKILL)."""
     env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "true", **(env or {})}
-    hostname = f"test-{uuid.uuid4().hex[:12]}@%h"
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "celery", "-A", app, "worker"),
-                *("--hostname", hostname, "--concurrency", "1", "--loglevel", "INFO"),
-                # Alone on a shared Redis: no syncing or chatter with other tests' workers.
-                *("--without-mingle", "--without-gossip", "--without-heartbeat"),
-            ],
+            [sys.executable, "-m", "celery", *args],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -123,13 +111,46 @@ def celery_worker(
         )
     try:
         deadline = time.monotonic() + timeout
-        while b" ready." not in log_path.read_bytes():
+        while ready not in log_path.read_bytes():
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker did not start: {log_path.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"celery {args[2]} did not start: {log_path.read_text()[-3000:]}"
+                )
             time.sleep(0.1)
         yield process
     finally:
         stop_process_group(process)
+
+
+def celery_worker(
+    log_path: Path,
+    *,
+    app: str = "benchsite",
+    env: dict[str, str] | None = None,
+    timeout: float = 90,
+) -> contextlib.AbstractContextManager[subprocess.Popen]:
+    """A real ``celery worker`` of ``app`` (prefork, one child) on the test database, taking
+    tasks from the queue ``CELERY_TASK_DEFAULT_QUEUE`` names in the environment; yields its
+    process once it consumes. The worker and its child are one process group, stopped on the
+    way out whatever happened (SIGTERM, then SIGKILL); a test may SIGKILL it sooner."""
+    hostname = f"test-{uuid.uuid4().hex[:12]}@%h"
+    args = [
+        *("-A", app, "worker"),
+        *("--hostname", hostname, "--concurrency", "1", "--loglevel", "INFO"),
+        # Alone on a shared Redis: no syncing or chatter with other tests' workers.
+        *("--without-mingle", "--without-gossip", "--without-heartbeat"),
+    ]
+    return _celery_process(args, log_path, env=env, ready=b" ready.", timeout=timeout)
+
+
+def celery_beat(
+    log_path: Path, *, env: dict[str, str] | None = None, timeout: float = 60
+) -> contextlib.AbstractContextManager[subprocess.Popen]:
+    """A real ``celery beat`` of the site on the test database, with the scheduler the
+    settings name (django-celery-beat's, reading its schedule from the database); yields its
+    process once it has started, and stops it on the way out."""
+    args = ["-A", "benchsite", "beat", "--loglevel", "DEBUG"]
+    return _celery_process(args, log_path, env=env, ready=b"beat: Starting...", timeout=timeout)
 
 
 def stop_process_group(process: subprocess.Popen, grace: float = 20) -> None:

@@ -34,10 +34,12 @@ from runs.models import (
     Trial,
     User,
 )
+from runs.schedule_spec import schedule_spec
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
 from runs.services.credentials import provider_key_set
 from runs.services.experiments import dataset_upload
+from runs.services.schedules import schedule_set
 from runs.services.tenancy import membership_add, token_create
 
 from .conftest import (
@@ -101,6 +103,10 @@ def world(alice, bob, mallory, charlie) -> World:
         organization=org, name="mail", kind="email", email_to="ops@acme.example",
         events=["run.failed"],
     )  # fmt: skip
+    schedule_set(
+        actor=SYSTEM, experiment=experiment,
+        spec=schedule_spec(cron="0 6 * * *", thresholds="p99_ttft_ms=10%"),
+    )  # fmt: skip
     return World(
         alice=alice,
         bob=bob,
@@ -151,7 +157,16 @@ class Endpoint:
     @property
     def detail(self) -> bool:
         return self.name.endswith(
-            ("-detail", "-price", "-estimate", "-prediction", "-cancel", "-test", "-deliveries")
+            (
+                "-detail",
+                "-price",
+                "-estimate",
+                "-prediction",
+                "-cancel",
+                "-test",
+                "-deliveries",
+                "-schedule",
+            )
         )
 
     @property
@@ -231,6 +246,11 @@ ENDPOINTS = [
             w.model_id, workload=WORKLOAD | {"concurrency": [1], "requests_per_level": 10}
         ),
     ),
+    # A schedule starts runs as whoever sets it: writing; reading its history is reading.
+    Endpoint("experiment-schedule", "get", R),
+    Endpoint("experiment-schedule", "put", W, lambda w: {"daily_at": "06:30"}),
+    Endpoint("experiment-schedule", "patch", W, lambda w: {"paused": True}),
+    Endpoint("experiment-schedule", "delete", W),
     Endpoint("dataset-list", "get", R),
     Endpoint("dataset-list", "post", W, lambda w: upload()),
     Endpoint("dataset-detail", "get", R),

@@ -1,0 +1,340 @@
+"""Experiment schedules (issue 20): what a schedule accepts, beat's own rows, each firing
+started as the owner under the budget check and audited, the gate of a scheduled run against
+the promoted baseline with the regression notified, and a real beat firing one."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import zoneinfo
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
+
+from runs.actors import Actor
+from runs.errors import DomainValidationError
+from runs.models import (
+    AuditEvent,
+    ExperimentSchedule,
+    GateVerdict,
+    Membership,
+    Notification,
+    Run,
+    ScheduleFiring,
+)
+from runs.models.runs import RunState, RunTrigger
+from runs.schedule_spec import schedule_spec
+from runs.services.notifications import hook_create
+from runs.services.run_end import run_end_settle
+from runs.services.schedules import (
+    schedule_delete,
+    schedule_fire,
+    schedule_pause,
+    schedule_set,
+)
+from tests.polling import wait_for
+
+from .conftest import SYSTEM, WAITING_AGENT, make_experiment, make_model
+from .report_data import add_trial, build_history, level
+from .test_promotions import approve, propose
+
+THRESHOLDS = "p99_ttft_ms=10%,output_throughput=-5%"
+SIM = {"engine": "sim", "engine_image_tag": "", "serve_grid": {"max_num_seqs": [8]}}
+
+
+def spec(**fields):
+    return schedule_spec(**({"thresholds": THRESHOLDS} | fields))
+
+
+def actor(person) -> Actor:
+    return Actor(user=person.user, via="web", ip="127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"cron": "0 6 * *"}, "cron", "five fields"),
+        ({"cron": "61 6 * * *"}, "cron", "cron expression"),
+        ({"cron": "0 6 * * 1-9"}, "cron", "cron expression"),
+        ({"cron": "0 6 * * *", "daily_at": "06:00"}, "cron", "not both"),
+        ({}, "cron", "either"),
+        ({"daily_at": "25:00"}, "daily_at", "HH:MM"),
+        ({"daily_at": "6pm"}, "daily_at", "HH:MM"),
+        ({"cron": "0 6 * * *", "timezone": "Mars/Olympus"}, "timezone", "Mars/Olympus"),
+        ({"cron": "0 6 * * *", "thresholds": "p99_ttft_ms=10"}, "thresholds", "%"),
+        ({"cron": "0 6 * * *", "thresholds": "speed=10%"}, "thresholds", "not a metric"),
+        ({"cron": "0 6 * * *", "thresholds": ""}, "thresholds", "no thresholds"),
+    ],
+)
+def test_a_bad_schedule_is_refused_by_field(fields, field, words):
+    with pytest.raises(DomainValidationError) as refused:
+        spec(**fields)
+    assert field in refused.value.fields
+    assert words in " ".join(refused.value.fields[field])
+
+
+def test_daily_at_is_cron_in_the_zone():
+    daily = spec(daily_at="06:30", timezone="Europe/Berlin")
+    assert (daily.cron_text, daily.timezone) == ("30 6 * * *", "Europe/Berlin")
+    assert spec(cron=" 0  */4 * * 1-5 ").cron_text == "0 */4 * * 1-5"
+
+
+@pytest.mark.django_db
+def test_setting_pausing_and_removing_write_beats_own_row_and_the_audit(alice, mallory):
+    experiment = make_experiment(alice.org)
+    schedule = schedule_set(
+        actor=actor(alice), experiment=experiment, spec=spec(cron="0 6 * * 1-5",
+                                                             timezone="Europe/Berlin"),
+    )  # fmt: skip
+    task = PeriodicTask.objects.get(pk=schedule.periodic_task_id)
+    assert task.task == "runs.tasks.schedule_fire" and task.enabled
+    assert json.loads(task.kwargs) == {"schedule_id": str(schedule.id)}
+    crontab = task.crontab
+    assert (crontab.minute, crontab.hour, crontab.day_of_week) == ("0", "6", "1-5")
+    assert str(crontab.timezone) == "Europe/Berlin"
+    assert schedule.owner == alice.user
+    # Set again by another member: one schedule, one beat row, the new owner.
+    again = schedule_set(actor=actor(mallory), experiment=experiment, spec=spec(daily_at="07:15"))
+    assert again.id == schedule.id and again.owner == mallory.user
+    assert PeriodicTask.objects.filter(task="runs.tasks.schedule_fire").count() == 1
+    assert PeriodicTask.objects.get(pk=task.pk).crontab.hour == "7"
+    schedule_pause(actor=actor(alice), schedule=again, paused=True)
+    assert not PeriodicTask.objects.get(pk=task.pk).enabled
+    schedule_pause(actor=actor(alice), schedule=again, paused=False)
+    assert PeriodicTask.objects.get(pk=task.pk).enabled
+    schedule_delete(actor=actor(alice), schedule=again)
+    assert not PeriodicTask.objects.filter(pk=task.pk).exists()
+    assert not ExperimentSchedule.objects.exists()
+    events = AuditEvent.objects.filter(organization=alice.org, event__startswith="schedule.")
+    assert [e.event for e in events.order_by("seq")] == [
+        "schedule.set", "schedule.set", "schedule.pause", "schedule.resume", "schedule.delete",
+    ]  # fmt: skip
+    second = events.order_by("seq")[1]
+    assert second.before["owner"] == "alice@acme.example"
+    assert second.after == {
+        "cron": "15 7 * * *", "timezone": "UTC", "thresholds": THRESHOLDS, "paused": False,
+        "owner": "mallory@acme.example",
+    }  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_a_firing_starts_one_run_as_the_owner_and_a_second_delivery_adds_nothing(
+    alice, mallory, waiting_local_pods
+):
+    experiment = make_experiment(alice.org, **SIM)
+    schedule = schedule_set(
+        actor=actor(mallory), experiment=experiment, spec=spec(cron="* * * * *")
+    )
+    now = timezone.now()
+    firing = schedule_fire(schedule_id=str(schedule.id), now=now)
+    assert firing.run is not None and not firing.refused
+    assert firing.verdict == GateVerdict.PENDING
+    run = firing.run
+    assert (run.started_by, run.trigger) == (mallory.user, RunTrigger.SCHEDULE)
+    assert run.reason == "scheduled: * * * * * (UTC)"
+    start = AuditEvent.objects.get(organization=alice.org, event="run.start", target_id=str(run.id))
+    assert (start.actor_label, start.actor_via) == ("mallory@acme.example", "schedule")
+    # The same minute again (beat's tick delivered twice): nothing more.
+    assert schedule_fire(schedule_id=str(schedule.id), now=now + datetime.timedelta(seconds=20))
+    assert Run.objects.filter(experiment=experiment).count() == 1
+    # The next minute, with that run still under way: refused, and said why.
+    later = schedule_fire(schedule_id=str(schedule.id), now=now + datetime.timedelta(minutes=1))
+    assert later.run is None and "still under way" in later.refused
+    refused = AuditEvent.objects.get(organization=alice.org, event="schedule.refused")
+    assert refused.actor_via == "schedule" and "still under way" in refused.after["why"]
+    # Paused: beat would not send it; a tick already in flight starts nothing.
+    schedule_pause(actor=actor(alice), schedule=schedule, paused=True)
+    assert (
+        schedule_fire(schedule_id=str(schedule.id), now=now + datetime.timedelta(minutes=2)) is None
+    )
+    assert ScheduleFiring.objects.filter(schedule=schedule).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_firing_is_refused_when_the_owner_may_no_longer_start_runs(alice, mallory):
+    experiment = make_experiment(alice.org, **SIM)
+    schedule = schedule_set(
+        actor=actor(mallory), experiment=experiment, spec=spec(cron="* * * * *")
+    )
+    Membership.objects.filter(user=mallory.user).update(role="viewer")
+    firing = schedule_fire(schedule_id=str(schedule.id))
+    assert firing.run is None
+    assert firing.refused == "mallory@acme.example's role (viewer) may not start runs."
+    Membership.objects.filter(user=mallory.user).delete()
+    gone = schedule_fire(
+        schedule_id=str(schedule.id), now=timezone.now() + datetime.timedelta(minutes=1)
+    )
+    assert gone.refused == "mallory@acme.example is no longer a member; set the schedule again."
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_firing_is_held_to_the_budget_like_any_start(alice):
+    experiment = make_experiment(alice.org, budget_cap_usd=Decimal("0.01"))
+    schedule = schedule_set(actor=actor(alice), experiment=experiment, spec=spec(cron="0 * * * *"))
+    firing = schedule_fire(schedule_id=str(schedule.id))
+    assert firing.run is None and "exceeds the experiment's cap $0.01" in firing.refused
+    assert not Run.objects.exists()
+    assert AuditEvent.objects.filter(event="schedule.refused").count() == 1
+
+
+@pytest.fixture
+def history(alice):
+    return build_history(alice.org)
+
+
+@pytest.fixture
+def scheduled(history, alice, mallory, settings):
+    """The small experiment scheduled, its max_num_seqs=128 trial promoted, and a webhook hook
+    for regressions (its notification is recorded in the transaction; never sent here)."""
+    settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
+    approve(alice, propose(mallory, history.t128))
+    schedule = schedule_set(
+        actor=actor(alice), experiment=history.small, spec=spec(cron="0 6 * * *")
+    )
+    hook_create(
+        org=alice.org, actor=SYSTEM, name="alerts", kind="webhook",
+        events=["regression.detected"], url="http://127.0.0.1:9/benchsite",
+    )  # fmt: skip
+    return schedule
+
+
+def scheduled_run(schedule, levels, *, state=RunState.SUCCEEDED, minute=0) -> ScheduleFiring:
+    """A run the schedule started (``minute`` minutes on), measured with ``levels`` at
+    max_num_seqs=128, then ended."""
+    now = timezone.now() + datetime.timedelta(minutes=minute)
+    firing = schedule_fire(schedule_id=str(schedule.id), now=now)
+    run = firing.run
+    add_trial(run, 1, {"max_num_seqs": 128}, levels)
+    Run.objects.filter(pk=run.pk).update(state=state)
+    run.refresh_from_db()
+    run_end_settle(run=run, reason="")
+    firing.refresh_from_db()
+    return firing
+
+
+SAME = [level(8, 2100.0, 140.0), level(64, 5000.0, 400.0), level(192, 7000.0, 900.0)]
+
+
+@pytest.mark.django_db
+def test_a_scheduled_run_like_the_baseline_passes(scheduled, waiting_local_pods):
+    firing = scheduled_run(scheduled, SAME)
+    assert firing.verdict == GateVerdict.PASSED
+    assert firing.gate["regressions"] == [] and firing.gate["rows"] == 6
+    assert firing.gate["baseline_trial"] == 1
+    assert not Notification.objects.filter(event="regression.detected").exists()
+
+
+@pytest.mark.django_db
+def test_a_regressed_scheduled_run_is_notified_once(scheduled, waiting_local_pods):
+    slower = [level(8, 2100.0, 140.0), level(64, 5000.0, 600.0), level(192, 7000.0, 900.0)]
+    firing = scheduled_run(scheduled, slower)
+    assert firing.verdict == GateVerdict.REGRESSION
+    [row] = firing.gate["regressions"]
+    assert (row["metric"], row["level"]) == ("p99_ttft_ms", "concurrency=64")
+    assert row["change"] == "worse by 50 % (no interval)"
+    [notice] = Notification.objects.filter(event="regression.detected")
+    assert "regressed against the promoted baseline: p99_ttft_ms at max_num_seqs=128 " \
+        "concurrency=64, worse by 50 % (no interval)" in notice.summary  # fmt: skip
+    assert notice.data["gate"]["baseline_run"] == str(
+        scheduled.experiment.runs.earliest("created_at").id
+    )
+    # The same end reported again gates nothing twice.
+    run_end_settle(run=firing.run, reason="")
+    assert Notification.objects.filter(event="regression.detected").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_stopped_configuration_is_a_regression(scheduled, waiting_local_pods):
+    firing = scheduled_run(scheduled, [level(8, 2100.0, 140.0)])
+    assert firing.verdict == GateVerdict.REGRESSION
+    assert {row["level"] for row in firing.gate["regressions"]} == {
+        "concurrency=64",
+        "concurrency=192",
+    }
+
+
+@pytest.mark.django_db
+def test_a_failed_or_unpromoted_run_is_not_called_passed(history, alice, waiting_local_pods):
+    schedule = schedule_set(
+        actor=actor(alice), experiment=history.small, spec=spec(cron="0 6 * * *")
+    )
+    firing = scheduled_run(schedule, SAME)
+    assert firing.verdict == GateVerdict.NO_BASELINE
+    assert firing.gate == {"why": "the experiment has no approved promotion"}
+    failed = scheduled_run(schedule, [], state=RunState.FAILED, minute=1)
+    assert failed.verdict == GateVerdict.NOT_GATED
+    assert failed.gate == {"why": "the run ended failed"}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.needs_redis
+def test_a_real_beat_fires_the_schedule_and_a_worker_starts_the_run(
+    alice, own_broker_queue, waiting_local_pods, tmp_path
+):
+    """django-celery-beat's scheduler in a real ``celery beat`` reads the schedule from the
+    database and sends its tick at the minute; a real worker starts the run."""
+    from .live_server import celery_beat, celery_worker
+
+    experiment = make_experiment(alice.org, model=make_model(alice.org), **SIM)
+    env = {
+        "BENCHSITE_PROVIDER": "local",
+        "BENCHSITE_LOCAL_PODS_DIR": str(tmp_path / "pods"),
+        "BENCHSITE_LOCAL_AGENT_COMMAND": WAITING_AGENT,
+    }
+    with (
+        celery_worker(tmp_path / "worker.log", env=env),
+        celery_beat(tmp_path / "beat.log", env=env),
+    ):
+        # Beat reads a new schedule within its 5 s loop: set it for the next minute that is
+        # at least 10 s away, in a zone that is not UTC (the crontab carries its zone).
+        zone = zoneinfo.ZoneInfo("Asia/Kolkata")
+        due = (timezone.now() + datetime.timedelta(seconds=70)).astimezone(zone)
+        schedule = schedule_set(
+            actor=actor(alice), experiment=experiment,
+            spec=spec(cron=f"{due.minute} {due.hour} * * *", timezone="Asia/Kolkata"),
+        )  # fmt: skip
+        firing = wait_for(
+            lambda: ScheduleFiring.objects.filter(schedule=schedule).first(), 150, "the firing"
+        )
+        fired = firing.fired_at.astimezone(zone)
+        assert (fired.hour, fired.minute) == (due.hour, due.minute)
+        assert firing.run is not None, firing.refused
+        assert firing.run.trigger == RunTrigger.SCHEDULE
+
+
+@pytest.mark.django_db
+def test_the_api_sets_shows_pauses_and_removes_a_schedule(alice, bob):
+    experiment = make_experiment(alice.org)
+    url = f"/api/v1/orgs/acme/experiments/{experiment.id}/schedule/"
+    client = alice.client()
+    assert client.get(url).status_code == 404
+    bad = client.put(url, {"cron": "0 6 * * 1-5", "timezone": "Mars/Olympus",
+                           "thresholds": "speed=10%"}, format="json")  # fmt: skip
+    assert bad.status_code == 400
+    assert set(bad.json()["error"]["fields"]) == {"timezone", "thresholds"}
+    assert (
+        not ExperimentSchedule.objects.exists()
+        and not AuditEvent.objects.filter(event__startswith="schedule.").exists()
+    )
+    assert bob.client().put(url, {"daily_at": "06:30"}, format="json").status_code == 403
+    now = timezone.now()
+    set_ = client.put(url, {"daily_at": "06:30", "timezone": "Europe/Berlin"}, format="json")
+    assert set_.status_code == 200, set_.json()
+    body = set_.json()
+    assert (body["cron"], body["timezone"], body["owner"]) == (
+        "30 6 * * *", "Europe/Berlin", "alice@acme.example",
+    )  # fmt: skip
+    assert body["thresholds"] == "p99_ttft_ms=10%,output_throughput=-5%"
+    assert "06:30" in body["description"] and body["firings"] == []
+    due = datetime.datetime.fromisoformat(body["next_fire_at"])
+    berlin = due.astimezone(zoneinfo.ZoneInfo("Europe/Berlin"))
+    assert (berlin.hour, berlin.minute) == (6, 30)
+    assert now < due <= now + datetime.timedelta(days=1)
+    assert bob.client().get(url).json() == client.get(url).json()  # a viewer reads it
+    paused = client.patch(url, {"paused": True}, format="json").json()
+    assert paused["paused"] is True and paused["next_fire_at"] is None
+    assert client.delete(url).status_code == 204
+    assert client.get(url).status_code == 404
