@@ -21,7 +21,7 @@ from runs.services.price_refresh import gpu_prices_refresh as price_refresh_serv
 from runs.services.provisioning import run_fail, run_release_pod
 from runs.services.provisioning import run_provision as provision_service
 from runs.services.reconcile import runs_reconcile as reconcile_service
-from runs.services.schedules import schedule_fire as schedule_fire_service
+from runs.services.schedule_firing import schedule_fire as schedule_fire_service
 
 logger = logging.getLogger(__name__)
 

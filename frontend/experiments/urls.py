@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from frontend.experiments import views, views_datasets
+from frontend.experiments import views, views_datasets, views_schedule
 
 urlpatterns = [
     path("o/<slug:org>/models/", views.models_list, name="models"),
@@ -57,5 +57,15 @@ urlpatterns = [
         "o/<slug:org>/experiments/<uuid:experiment_id>/start/",
         views.experiment_start,
         name="experiment-start",
+    ),
+    path(
+        "o/<slug:org>/experiments/<uuid:experiment_id>/schedule/",
+        views_schedule.experiment_schedule_set,
+        name="experiment-schedule-set",
+    ),
+    path(
+        "o/<slug:org>/experiments/<uuid:experiment_id>/schedule/state/",
+        views_schedule.experiment_schedule_state,
+        name="experiment-schedule-state",
     ),
 ]

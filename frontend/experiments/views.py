@@ -29,6 +29,7 @@ from frontend.experiments import (
     model_form,
     prediction_panel,
 )
+from frontend.experiments.schedule_form import schedule_form_values
 from frontend.org_pages import org_context, org_page
 from runs.access import Need, access_experiment, access_model_spec, scoped
 from runs.actors import actor_from_request
@@ -40,6 +41,7 @@ from runs.models.runs import RunState, RunTrigger
 from runs.selectors.estimates import experiment_estimate
 from runs.selectors.run_history import with_simulated
 from runs.selectors.run_pages import run_answer_state
+from runs.selectors.schedules import experiment_schedule, schedule_state
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_delete
 from runs.services.run_start import MAX_REASON_CHARS, run_start
 
@@ -342,12 +344,18 @@ def _slo_text(slos: dict) -> str:
         return json.dumps(slos)
 
 
-def _render_detail(request, membership, experiment, *, start_errors=None, reason=""):
+def render_detail(
+    request, membership, experiment, *, start_errors=None, reason="", schedule_errors=None,
+    schedule_values=None,
+):  # fmt: skip
+    """The experiment's page; a refused start or schedule shows its errors and what was typed."""
     runs = experiment.runs.select_related("started_by").order_by("-created_at", "-id")[:100]
     runs = with_simulated(list(runs))
     estimate = experiment_estimate(experiment=experiment)
     # The answer at the top is the latest succeeded run's: a failed one answers nothing.
     latest = experiment.runs.filter(state=RunState.SUCCEEDED).order_by("-created_at", "-id").first()
+    found = experiment_schedule(experiment)
+    schedule = schedule_state(found) if found is not None else None
     context = org_context(
         membership,
         experiment=experiment,
@@ -362,6 +370,9 @@ def _render_detail(request, membership, experiment, *, start_errors=None, reason
         start_slots=form_slots.errors_by_slot(start_errors or {}),
         reason=reason,
         reason_max=MAX_REASON_CHARS,
+        schedule=schedule,
+        schedule_slots=schedule_errors or {},
+        schedule_values=schedule_values or schedule_form_values(schedule),
     )
     return render(request, "frontend/experiments/detail.html", context)
 
@@ -369,7 +380,7 @@ def _render_detail(request, membership, experiment, *, start_errors=None, reason
 @org_page()
 def experiment_detail(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
-    return _render_detail(request, membership, experiment)
+    return render_detail(request, membership, experiment)
 
 
 @org_page("POST", need=Need.WRITE)
@@ -384,7 +395,7 @@ def experiment_start(request, membership, experiment_id):
             trigger=RunTrigger.UI,
         )
     except DomainValidationError as exc:
-        return _render_detail(
+        return render_detail(
             request, membership, experiment, start_errors=exc.fields, reason=reason
         )
     return redirect(reverse("run-detail", args=[membership.organization.slug, run.id]))

@@ -3,14 +3,14 @@ the budget stop, a failed provisioning; ``run_cancel`` of a queued run; the agen
 ``run_finished`` in ingest), in the transaction that ended it: its trials settled
 (``trial_settling``), its end and the month's budget use told to the organization's
 notification hooks (``notifications``), and a scheduled run gated against the promoted
-baseline (``schedules``)."""
+baseline (``schedule_firing``)."""
 
 from __future__ import annotations
 
 from runs.costs import month_start
 from runs.models import Run
 from runs.services.notifications import notify_budget_use, notify_run_ended
-from runs.services.schedules import schedule_run_ended
+from runs.services.schedule_firing import schedule_run_ended
 from runs.services.trial_settling import run_trials_settle
 
 

@@ -26,17 +26,14 @@ from runs.models import (
 )
 from runs.models.runs import RunState, RunTrigger
 from runs.schedule_spec import schedule_spec
+from runs.selectors.schedules import schedule_settings
 from runs.services.notifications import hook_create
 from runs.services.run_end import run_end_settle
-from runs.services.schedules import (
-    schedule_delete,
-    schedule_fire,
-    schedule_pause,
-    schedule_set,
-)
+from runs.services.schedule_firing import schedule_fire
+from runs.services.schedules import schedule_delete, schedule_pause, schedule_set
 from tests.polling import wait_for
 
-from .conftest import SYSTEM, WAITING_AGENT, make_experiment, make_model
+from .conftest import SYSTEM, WAITING_AGENT, make_experiment, make_model, signed_in
 from .report_data import add_trial, build_history, level
 from .test_promotions import approve, propose
 
@@ -338,3 +335,63 @@ def test_the_api_sets_shows_pauses_and_removes_a_schedule(alice, bob):
     assert paused["paused"] is True and paused["next_fire_at"] is None
     assert client.delete(url).status_code == 204
     assert client.get(url).status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_experiment_page_sets_pauses_and_shows_the_history(
+    scheduled, alice, bob, waiting_local_pods
+):
+    experiment = scheduled.experiment
+    page = f"/o/acme/experiments/{experiment.id}/"
+    web = signed_in(alice)
+    refused = web.post(page + "schedule/", {"cron": "0 25 * * *", "timezone": "UTC",
+                                            "thresholds": THRESHOLDS})  # fmt: skip
+    assert refused.status_code == 200
+    assert 'data-slot="cron"><li>Not a cron expression beat can read' in refused.content.decode()
+    assert schedule_settings(ExperimentSchedule.objects.get())["cron"] == "0 6 * * *"
+    saved = web.post(page + "schedule/", {"daily_at": "07:45", "timezone": "Asia/Tokyo",
+                                          "thresholds": "p99_ttft_ms=20%"})  # fmt: skip
+    assert saved.status_code == 302 and saved["Location"].endswith("#schedule")
+    shown = web.get(page).content.decode()
+    assert "<code>45 7 * * *</code> in Asia/Tokyo" in shown and "next run" in shown
+    assert "<code>p99_ttft_ms=20%</code> against the promoted configuration" in shown
+    web.post(page + "schedule/state/", {"action": "pause"})
+    assert '<span class="badge">paused</span>' in web.get(page).content.decode()
+    # A paused schedule changed stays paused.
+    web.post(page + "schedule/", {"cron": "0 5 * * 1", "timezone": "UTC", "thresholds": THRESHOLDS})
+    assert schedule_settings(ExperimentSchedule.objects.get())["paused"] is True
+    schedule_pause(actor=actor(alice), schedule=ExperimentSchedule.objects.get(), paused=False)
+    slower = [level(8, 2100.0, 140.0), level(64, 5000.0, 600.0), level(192, 7000.0, 900.0)]
+    firing = scheduled_run(ExperimentSchedule.objects.get(), slower)
+    history = web.get(page).content.decode()
+    assert f'href="/o/acme/runs/{firing.run_id}/"' in history
+    assert "Regression" in history
+    assert "p99_ttft_ms at max_num_seqs=128 concurrency=64: worse by 50 % (no interval)" in history
+    # A viewer sees the schedule and its history, not the forms, and cannot post them.
+    viewer = signed_in(bob)
+    seen = viewer.get(page).content.decode()
+    assert "45 7 * * *" not in seen and "0 5 * * 1" in seen and "Save the schedule" not in seen
+    assert viewer.post(page + "schedule/state/", {"action": "delete"}).status_code == 403
+    web.post(page + "schedule/state/", {"action": "delete"})
+    assert "Not scheduled" in web.get(page).content.decode()
+    assert not PeriodicTask.objects.filter(task="runs.tasks.schedule_fire").exists()
+
+
+@pytest.mark.django_db
+def test_beat_alive_is_healthy_only_while_beat_writes_back_its_reconcile_pass():
+    from django.core.management import CommandError, call_command
+    from django_celery_beat.models import IntervalSchedule
+
+    with pytest.raises(CommandError, match="has not sent runs-reconcile yet"):
+        call_command("beat_alive")
+    every = IntervalSchedule.objects.create(every=30, period=IntervalSchedule.SECONDS)
+    task = PeriodicTask.objects.create(
+        name="runs-reconcile", task="runs.tasks.runs_reconcile", interval=every,
+        last_run_at=timezone.now() - datetime.timedelta(seconds=100),
+    )  # fmt: skip
+    call_command("beat_alive", within=600)
+    PeriodicTask.objects.filter(pk=task.pk).update(
+        last_run_at=timezone.now() - datetime.timedelta(seconds=700)
+    )
+    with pytest.raises(CommandError, match=r"beat last sent runs-reconcile 70[0-9] s ago"):
+        call_command("beat_alive", within=600)

@@ -1,0 +1,123 @@
+"""What happens when beat fires an experiment's schedule, and when the run it started ends.
+
+Guarantees:
+- A firing is recorded once per schedule and minute (``ScheduleFiring``'s constraint): a beat
+  tick delivered twice starts one run; a paused or removed schedule starts nothing.
+- A run is started only through ``run_start`` as the owner (actor via ``schedule``, trigger
+  ``schedule``): the owner's role, the experiment's cap and every budget are checked as for a
+  run they started by hand, and the start is audited under their name. When the owner left,
+  lost write access, or the previous scheduled run is still under way, no run starts and the
+  firing says why (audited as ``schedule.refused``).
+- When a scheduled run ends, in the transaction that ended it, its firing gets the gate's
+  verdict (``schedule_gate``); a regression is notified (``regression.detected``) once.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs.actors import Actor
+from runs.audit import audit_record
+from runs.errors import DomainValidationError
+from runs.models import ExperimentSchedule, GateVerdict, Membership, Role, Run, ScheduleFiring
+from runs.models.runs import TERMINAL_RUN_STATES, RunState, RunTrigger
+from runs.selectors.schedules import schedule_settings
+from runs.services.notifications import notify_regression
+from runs.services.run_start import run_start
+from runs.services.schedule_gate import promoted_gate
+
+SCHEDULE_ACTOR_VIA = "schedule"
+
+
+def _why_not_start(schedule: ExperimentSchedule) -> str:
+    owner = schedule.owner
+    if owner is None or not owner.is_active:
+        return "The schedule's owner no longer has an account; set the schedule again."
+    membership = Membership.objects.filter(
+        user=owner, organization_id=schedule.organization_id
+    ).first()
+    if membership is None:
+        return f"{owner.email} is no longer a member; set the schedule again."
+    if not Role(membership.role).can_write:
+        return f"{owner.email}'s role ({membership.role}) may not start runs."
+    under_way = (
+        ScheduleFiring.objects.filter(schedule=schedule, run__isnull=False)
+        .exclude(run__state__in=TERMINAL_RUN_STATES)
+        .select_related("run")
+        .first()
+    )
+    if under_way is not None:
+        return f"The run {str(under_way.run_id)[:8]} it started earlier is still under way."
+    return ""
+
+
+def schedule_fire(
+    *, schedule_id: str, now: datetime.datetime | None = None
+) -> ScheduleFiring | None:
+    """One beat tick of the schedule: starts its run, or records why not (see the module
+    docstring). None when the schedule is gone or paused."""
+    now = now or timezone.now()
+    slot = now.replace(second=0, microsecond=0)
+    with transaction.atomic():
+        schedule = (
+            ExperimentSchedule.objects.select_for_update(of=("self",))
+            .select_related("periodic_task__crontab", "owner", "experiment__organization")
+            .filter(id=schedule_id)
+            .first()
+        )
+        if schedule is None or not schedule.periodic_task.enabled:
+            return None
+        firing, created = ScheduleFiring.objects.get_or_create(
+            schedule=schedule, slot=slot, defaults={"fired_at": now}
+        )
+        if not created:
+            return firing  # the same tick, delivered again
+        refused = _why_not_start(schedule)
+        if not refused:
+            owner = Actor(user=schedule.owner, via=SCHEDULE_ACTOR_VIA)
+            try:
+                with transaction.atomic():
+                    firing.run = run_start(
+                        actor=owner,
+                        experiment=schedule.experiment,
+                        reason=f"scheduled: {schedule_settings(schedule)['cron']} "
+                        f"({schedule.periodic_task.crontab.timezone})",
+                        trigger=RunTrigger.SCHEDULE,
+                    )
+                firing.verdict = GateVerdict.PENDING
+            except DomainValidationError as exc:
+                refused = " ".join(message for messages in exc.fields.values()
+                                   for message in messages)  # fmt: skip
+        if refused:
+            firing.refused = refused[:2000]
+            audit_record(
+                org=schedule.organization, actor=Actor.system(SCHEDULE_ACTOR_VIA),
+                event="schedule.refused", target=schedule, after={"why": firing.refused},
+            )  # fmt: skip
+        firing.save()
+    return firing
+
+
+def schedule_run_ended(run: Run) -> None:
+    """Gates a scheduled ``run`` that just ended (in the transaction that ended it)."""
+    if run.trigger != RunTrigger.SCHEDULE:
+        return
+    firing = (
+        ScheduleFiring.objects.select_for_update(of=("self",))
+        .select_related("schedule__experiment")
+        .filter(run=run, verdict=GateVerdict.PENDING)
+        .first()
+    )
+    if firing is None:
+        return  # gated already (a late second report of the same end)
+    if run.state != RunState.SUCCEEDED:
+        firing.verdict = GateVerdict.NOT_GATED
+        firing.gate = {"why": f"the run ended {run.state}"}
+    else:
+        firing.verdict, firing.gate = promoted_gate(run=run, thresholds=firing.schedule.thresholds)
+    firing.save(update_fields=["verdict", "gate"])
+    if firing.verdict == GateVerdict.REGRESSION:
+        notify_regression(firing)
