@@ -30,6 +30,7 @@ from runs.selectors.run_history import (
 )
 from runs.selectors.run_pages import run_live_state
 from runs.selectors.run_search import run_search_state
+from runs.selectors.schedules import run_firing
 from runs.selectors.trial_compare import (
     MAX_COMPARED_TRIALS,
     CompareInputError,
@@ -72,6 +73,7 @@ def run_detail(request, membership, run_id):
         state=state,
         can_cancel=Role(membership.role).can_write and not state["run"]["terminal"],
         search=run_search_state(run=run),
+        firing=run_firing(run),
         cancel_form=RunCancelForm(),
         live_url=reverse("run-live", args=[membership.organization.slug, run.id]),
         socket_path=f"/ws/runs/{run.id}/",

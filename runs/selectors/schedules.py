@@ -7,7 +7,7 @@ import datetime
 
 from django.utils import timezone
 
-from runs.models import Experiment, ExperimentSchedule
+from runs.models import Experiment, ExperimentSchedule, Run, ScheduleFiring
 from runs.schedule_spec import CRON_FIELDS
 
 HISTORY_SHOWN = 50
@@ -50,16 +50,24 @@ def schedule_state(schedule: ExperimentSchedule, *, now: datetime.datetime | Non
         **schedule_settings(schedule),
         "description": schedule.periodic_task.crontab.human_readable,
         "next_fire_at": _next_fire(schedule, now or timezone.now()),
-        "firings": [
-            {
-                "fired_at": firing.fired_at,
-                "run": firing.run_id,
-                "run_state": firing.run.state if firing.run else None,
-                "refused": firing.refused,
-                "verdict": firing.verdict,
-                "verdict_text": firing.get_verdict_display() if firing.verdict else "",
-                "gate": firing.gate,
-            }
-            for firing in firings
-        ],
+        "firings": [_firing(firing) for firing in firings],
     }
+
+
+def _firing(firing: ScheduleFiring) -> dict:
+    return {
+        "fired_at": firing.fired_at,
+        "run": firing.run_id,
+        "run_state": firing.run.state if firing.run else None,
+        "refused": firing.refused,
+        "verdict": firing.verdict,
+        "verdict_text": firing.get_verdict_display() if firing.verdict else "",
+        "gate": firing.gate,
+    }
+
+
+def run_firing(run: Run) -> dict | None:
+    """The firing that started ``run`` (as in ``schedule_state``), None for a run started by
+    hand."""
+    firing = ScheduleFiring.objects.select_related("run").filter(run=run).first()
+    return _firing(firing) if firing is not None else None

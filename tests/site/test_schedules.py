@@ -367,6 +367,11 @@ def test_the_experiment_page_sets_pauses_and_shows_the_history(
     assert f'href="/o/acme/runs/{firing.run_id}/"' in history
     assert "Regression" in history
     assert "p99_ttft_ms at max_num_seqs=128 concurrency=64: worse by 50 % (no interval)" in history
+    run_page = web.get(f"/o/acme/runs/{firing.run_id}/").content.decode()
+    assert "Started by <a href=" in run_page and ">Regression</span> — p99_ttft_ms at " \
+        "max_num_seqs=128 concurrency=64: worse by 50 % (no interval)</p>" in run_page  # fmt: skip
+    by_hand = web.get(f"/o/acme/runs/{scheduled.experiment.runs.earliest('created_at').id}/")
+    assert 'id="schedule-gate"' not in by_hand.content.decode()
     # A viewer sees the schedule and its history, not the forms, and cannot post them.
     viewer = signed_in(bob)
     seen = viewer.get(page).content.decode()
