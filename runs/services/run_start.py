@@ -53,7 +53,8 @@ def _on_image(experiment: Experiment, image_tag: str) -> Experiment:
     it names."""
     if experiment.engine != "vllm":
         raise DomainValidationError.single(
-            "image_tag", "Only a vLLM experiment runs an image; this one runs the simulator."
+            "image_tag",
+            f"Only a vLLM experiment runs an image; this one's engine is {experiment.engine!r}.",
         )
     problem = image_tag_problem(image_tag)
     if problem:
