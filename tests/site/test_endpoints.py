@@ -135,7 +135,7 @@ def test_it_hides_other_tenants_endpoints_and_only_managers_add_them(
     assert charlie.client().get(f"/api/v1/orgs/{alice.org.slug}/endpoints/").status_code == 404
     own = charlie.client().get(f"/api/v1/orgs/{charlie.org.slug}/endpoints/{created['id']}/")
     assert own.status_code == 404
-    assert add_endpoint(bob, server.base_url, name="bob's").status_code == 403  # a member
+    assert add_endpoint(bob, server.base_url, name="bob's").status_code == 403  # a viewer
     assert bob.client().get(f"/api/v1/orgs/{alice.org.slug}/endpoints/").status_code == 200
 
 
@@ -240,3 +240,28 @@ def test_an_endpoint_experiment_runs_end_to_end_and_is_priced_at_the_endpoint(
         assert run.billed_seconds >= 1
     answer = alice.client().get(f"/api/v1/orgs/{alice.org.slug}/runs/{run.id}/").json()
     assert Decimal(answer["cost_usd"]) == run.cost_usd
+
+
+@pytest.mark.django_db
+def test_the_settings_page_adds_an_endpoint_and_never_renders_the_key(
+    alice, mallory, server, allowed
+):
+    url = f"/o/{alice.org.slug}/settings/endpoints/"
+    form = {"name": "prod vLLM", "base_url": server.base_url, "served_model_name": "llama",
+            "api_key": KEY, "price_usd_per_hour": "2.5"}  # fmt: skip
+    refused = signed_in(alice).post(url, form)
+    assert refused.status_code == 200
+    page = refused.content.decode()
+    assert "does not serve &#x27;llama&#x27;" in page and KEY not in page
+    assert not Endpoint.objects.exists()
+    added = signed_in(alice).post(url, form | {"served_model_name": "fake"}, follow=True)
+    page = added.content.decode()
+    assert "Added the endpoint" in page and f"…{KEY[-4:]}" in page and KEY not in page
+    assert "$2.50/h" in page
+    # A member sees the list, not the form, and cannot add one.
+    listed = signed_in(mallory).get(url).content.decode()
+    assert "prod vLLM" in listed and "Add an endpoint" not in listed
+    assert signed_in(mallory).post(url, form | {"name": "other"}).status_code == 403
+    endpoint = Endpoint.objects.get()
+    deleted = signed_in(alice).post(f"{url}{endpoint.id}/delete/", follow=True)
+    assert "Deleted the endpoint" in deleted.content.decode() and not Endpoint.objects.exists()
