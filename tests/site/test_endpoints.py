@@ -180,6 +180,9 @@ def test_a_run_of_an_endpoint_without_a_price_has_an_unknown_cost(alice, server,
         **answer["job_spec"]["engine"], "kind": "endpoint", "base_url": server.base_url,
     }  # fmt: skip
     assert KEY not in json.dumps(answer)
+    page = signed_in(alice).get(f"/o/{alice.org.slug}/runs/{run.id}/").content.decode()
+    assert '<output id="spend">unknown</output>' in page and "its cost is unknown" in page
+    assert KEY not in page
 
 
 @pytest.mark.django_db(transaction=True)
