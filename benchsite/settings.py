@@ -271,6 +271,10 @@ BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "", secret=Tr
 # patterns (fnmatch: "10.1.2.*", "*.corp.example"), so a tenant cannot make the workers
 # probe the operator's own network.
 BENCHSITE_OUTBOUND_PRIVATE_HOSTS = env_list("BENCHSITE_OUTBOUND_PRIVATE_HOSTS", [])
+# The hosts an existing endpoint (runs.models.endpoints) may name, fnmatch patterns ("*": any
+# public host); empty, the default: none, so no tenant can point the workers anywhere until
+# the operator says where. A private address also needs BENCHSITE_OUTBOUND_PRIVATE_HOSTS.
+BENCHSITE_ENDPOINT_HOSTS = env_list("BENCHSITE_ENDPOINT_HOSTS", [])
 # Notifications: e-mail goes through Django's e-mail backend (EMAIL_* settings), from here.
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "benchsite@localhost")
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

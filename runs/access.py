@@ -20,6 +20,7 @@ from django.http import Http404
 from runs.models import (
     ApiToken,
     Budget,
+    Endpoint,
     Experiment,
     Membership,
     ModelSpec,
@@ -124,6 +125,11 @@ def access_token(*, membership: Membership, token_id) -> ApiToken:
 def access_budget(*, membership: Membership, budget_id) -> Budget:
     """One of the organization's budgets."""
     return _get_scoped(membership, Budget, budget_id)
+
+
+def access_endpoint(*, membership: Membership, endpoint_id) -> Endpoint:
+    """One of the organization's existing endpoints."""
+    return _get_scoped(membership, Endpoint, endpoint_id)
 
 
 def access_notification_hook(*, membership: Membership, hook_id) -> NotificationHook:

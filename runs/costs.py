@@ -129,6 +129,28 @@ def run_cost_usd(*, seconds: Decimal, pod_usd_per_hr: Decimal) -> Decimal:
         return round_usd(seconds * _exact(pod_usd_per_hr, "pod_usd_per_hr") / SECONDS_PER_HOUR)
 
 
+def token_cost_usd(
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    usd_per_1m_input_tokens: Decimal,
+    usd_per_1m_output_tokens: Decimal,
+) -> Decimal:
+    """What tokens cost at an existing endpoint's price per 1M input and output tokens:
+    input × its price ÷ 1e6 + output × its price ÷ 1e6."""
+    with localcontext(_ARITHMETIC):
+        counts = (_exact(input_tokens, "input_tokens"), _exact(output_tokens, "output_tokens"))
+        if min(counts) < 0:
+            raise ValueError("token counts must not be negative")
+        return round_usd(
+            (
+                counts[0] * _exact(usd_per_1m_input_tokens, "usd_per_1m_input_tokens")
+                + counts[1] * _exact(usd_per_1m_output_tokens, "usd_per_1m_output_tokens")
+            )
+            / ONE_MILLION
+        )
+
+
 def _throughput(value: Any) -> Decimal | None:
     # No tokens served means no cost per token (None), not a division by zero.
     throughput = _measured(value, "output throughput")

@@ -31,8 +31,8 @@ from agents.workloads import TraceError
 from agents.workloads.agentic import parse_agentic
 from runs.errors import DomainValidationError
 from runs.experiment_search import search_check
-from runs.models import GpuType, ModelSpec, Organization, WorkloadDataset
-from runs.models.experiments import AGENTIC_TRACE, DATASET_FORMAT_CHOICES, engine_is_simulated
+from runs.models import Endpoint, GpuType, ModelSpec, Organization, WorkloadDataset
+from runs.models.experiments import AGENTIC_TRACE, DATASET_FORMAT_CHOICES, Engine
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.selectors.prices import gpu_price
 from runs.selectors.trace_windows import TraceWindowError, trace_window
@@ -68,8 +68,9 @@ class PlannedTrial:
 
 def experiment_image_tags(experiment) -> list[str | None]:
     """The images a run of ``experiment`` measures its grid on, one pod each, in order: its
-    own tag, then the ones it compares with; ``[None]`` for the simulator (no image)."""
-    if engine_is_simulated(experiment.engine):
+    own tag, then the ones it compares with; ``[None]`` for the simulator and for an existing
+    endpoint (no image)."""
+    if experiment.engine != Engine.VLLM:
         return [None]
     return [experiment.engine_image_tag or None, *(experiment.compare_image_tags or [])]
 
@@ -118,12 +119,25 @@ def experiment_spec_check(
     network_volume_id: object = "",
     compare_image_tags: object = (),
     search: object = None,
+    endpoint: Endpoint | None = None,
+    defaults_trial: bool = False,
 ) -> CheckedSpec:
     """Checks the parts of an experiment that depend on each other (see module docstring)."""
     errors: dict[str, list[str]] = {}
 
     def add(field: str, message: str) -> None:
         errors.setdefault(field, []).append(message)
+
+    if engine == Engine.ENDPOINT:
+        _check_endpoint_experiment(
+            org=org, endpoint=endpoint, engine_image_tag=engine_image_tag,
+            serve_grid=serve_grid, defaults_trial=defaults_trial, search=search,
+            fallback_gpu_types=fallback_gpu_types, network_volume_id=network_volume_id, add=add,
+        )  # fmt: skip
+        if errors:  # what it refuses is not the grid's or the search's to explain further
+            raise DomainValidationError(errors)
+    elif endpoint is not None:
+        add("endpoint", "Only an experiment with engine 'endpoint' names an endpoint.")
 
     if engine == "vllm":
         problem = image_tag_problem(engine_image_tag)
@@ -205,6 +219,33 @@ def experiment_spec_check(
         compare_image_tags=compared,
         search=checked_search,
     )
+
+
+def _check_endpoint_experiment(
+    *, org, endpoint, engine_image_tag, serve_grid, defaults_trial, search, fallback_gpu_types,
+    network_volume_id, add,
+) -> None:  # fmt: skip
+    """An existing endpoint is measured as it is: it names one endpoint of the organization,
+    and nothing that would start, configure or place a server (one trial, vLLM's own words
+    for what it serves are the endpoint's business)."""
+    if endpoint is None:
+        add("endpoint", "An experiment with engine 'endpoint' names one of the organization's "
+                        "endpoints.")  # fmt: skip
+    elif endpoint.organization_id != org.id:
+        add("endpoint", "No such endpoint in this organization.")
+    why = "An existing endpoint's configuration is not ours to change: one trial measures it as "
+    if serve_grid:
+        add("serve_grid", why + "it is; leave the serve grid empty.")
+    if defaults_trial:
+        add("defaults_trial", why + "it is; there is no defaults trial.")
+    if engine_image_tag:
+        add("engine_image_tag", "An existing endpoint runs no image of ours; leave it empty.")
+    if search:
+        add("search", "One trial has nothing to search; leave it empty.")
+    if fallback_gpu_types:
+        add("fallback_gpu_types", "Nothing is rented for an existing endpoint.")
+    if network_volume_id:
+        add("network_volume_id", "Nothing is rented for an existing endpoint.")
 
 
 def _check_compare_image_tags(

@@ -22,6 +22,7 @@ import datetime
 import json
 import secrets
 import uuid
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -75,13 +76,14 @@ _CHECK_RUN_ID = uuid.UUID(int=0)
 _CHECK_DEADLINE = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 
 
-def _model_source(model) -> protocol.ModelSource:
+def _model_source(model, *, endpoint=None) -> protocol.ModelSource:
     """The model as its jobs carry it: the columns and, for a model read from a config.json,
-    the facts beyond them (none for one stated by its columns: its job reads as before)."""
+    the facts beyond them (none for one stated by its columns: its job reads as before). An
+    existing endpoint is asked for its own served model name."""
     return protocol.ModelSource(
         hf_repo=model.hf_repo,
         revision=model.revision,
-        served_model_name=model.hf_repo,
+        served_model_name=endpoint.served_model_name if endpoint else model.hf_repo,
         parameter_count=model.parameter_count,
         num_layers=model.num_layers,
         hidden_size=model.hidden_size,
@@ -144,8 +146,9 @@ def job_spec_freeze(
                 # How much faster than the modelled GPU the simulator runs (its figures are
                 # reported in the GPU's time whatever this is); no effect on real vLLM.
                 sim_speed=float(getattr(settings, "BENCHSITE_SIM_SPEED", 1.0)),
+                base_url=experiment.endpoint.base_url if experiment.endpoint else None,
             ),
-            model=_model_source(experiment.model),
+            model=_model_source(experiment.model, endpoint=experiment.endpoint),
             deadline=_CHECK_DEADLINE,
             search=job_search(
                 experiment.search,
@@ -186,6 +189,16 @@ def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
         "estimate_seconds": estimate.total_seconds,
         # Of which measuring the trials (cold starts and levels): what a search may save.
         "estimate_trial_seconds": estimate.cold_start_seconds + estimate.sweep_seconds,
+        # An existing endpoint's id, name and price as the run started (None: no endpoint).
+        "endpoint": (
+            None
+            if experiment.endpoint is None
+            else {
+                "id": str(experiment.endpoint.id),
+                "name": experiment.endpoint.name,
+                **experiment.endpoint.price_snapshot(),
+            }
+        ),
     }
 
 
@@ -260,6 +273,43 @@ def run_is_simulated(run: Run) -> bool:
     """Whether the run's frozen engine is the simulator: its figures are not measurements
     and it rents no GPU."""
     return engine_is_simulated(run.job_spec["engine"]["kind"])
+
+
+@dataclass(frozen=True)
+class EndpointPrice:
+    """An existing endpoint's price as a run froze it (each None: not priced that way)."""
+
+    usd_per_hour: Decimal | None
+    usd_per_1m_input_tokens: Decimal | None
+    usd_per_1m_output_tokens: Decimal | None
+
+    @property
+    def per_token(self) -> bool:
+        return self.usd_per_1m_input_tokens is not None
+
+
+def run_endpoint(run: Run) -> dict | None:
+    """The existing endpoint the run measured (id, name, price), or None for other engines."""
+    return run.experiment_snapshot.get("endpoint")
+
+
+def run_endpoint_price(run: Run) -> EndpointPrice | None:
+    """The endpoint's price as the run started; None for a run of another engine and for an
+    endpoint without a price (its cost is unknown, never zero)."""
+    frozen = run_endpoint(run)
+    if frozen is None:
+        return None
+    values = [
+        None if frozen.get(key) is None else Decimal(frozen[key])
+        for key in ("usd_per_hour", "usd_per_1m_input_tokens", "usd_per_1m_output_tokens")
+    ]
+    return None if all(value is None for value in values) else EndpointPrice(*values)
+
+
+def run_cost_is_known(run: Run) -> bool:
+    """Whether the run's ``cost_usd`` is what it cost: always, except for an existing endpoint
+    without a price (then unknown, not zero)."""
+    return run_endpoint(run) is None or run_endpoint_price(run) is not None
 
 
 def _image_tag_of(frozen: dict, trial: dict) -> str | None:

@@ -2,7 +2,8 @@
 (``runs.frozen_job``) with this attempt's deadline, report URLs and GPU type.
 
 Guarantees: the job's deadline never lets a run outspend the budget cap it was started with
-at the GPU's price (less what its earlier pods cost, for a resumed run), and never exceeds
+at the GPU's price, or an existing endpoint's price per hour (less what its earlier pods cost,
+for a resumed run), and never exceeds
 twice the estimate it was started with (plus ten minutes of slack) — the agent enforces it on
 its own, so a lost site cannot keep a GPU busy. A pod's job holds only the trials that have not
 ended, on the first image that has any left (``runs.frozen_job.job_spec_for_attempt``).
@@ -20,6 +21,7 @@ from runs.frozen_job import (
     job_spec_for_attempt,
     run_budget_cap,
     run_cloud_type,
+    run_endpoint_price,
     run_engine,
     run_estimate_seconds,
     run_is_simulated,
@@ -44,8 +46,16 @@ def run_deadline(
     estimate_seconds = run_estimate_seconds(run)
     deadline = now + datetime.timedelta(seconds=estimate_seconds * ESTIMATE_FACTOR)
     deadline += DEADLINE_SLACK
-    if not run_is_simulated(run):
-        engine = run_engine(run)
+    engine = run_engine(run)
+    if engine.kind == "endpoint":
+        # Nothing rented: the time box alone, and the cap at the endpoint's price per hour.
+        endpoint_price = run_endpoint_price(run)
+        hourly = endpoint_price.usd_per_hour if endpoint_price else None
+        if hourly:
+            left = run_budget_cap(run) - Decimal(run.earlier_pods_cost_usd)
+            affordable = float(max(left, Decimal(0)) / (hourly / Decimal(3600)))
+            deadline = min(deadline, now + datetime.timedelta(seconds=affordable))
+    elif not run_is_simulated(run):
         gpu_id, cloud = engine.gpu_type, run_cloud_type(run)
         if placement is not None:
             gpu_id, cloud = placement.gpu_type_id, placement.cloud_type

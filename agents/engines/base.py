@@ -41,6 +41,9 @@ class FailureKind(enum.StrEnum):
     STARTUP_TIMEOUT = "startup_timeout"
     CRASH = "crash"  # exited on its own: at start-up without a known cause, or mid-run
     HANG = "hang"  # alive, but sent nothing for too long while requests waited
+    # An existing endpoint (agents.engines.endpoint): not reachable, or it refused the key.
+    ENDPOINT_UNREACHABLE = "endpoint_unreachable"
+    ACCESS_DENIED = "access_denied"
 
 
 @dataclass(frozen=True)

@@ -107,14 +107,27 @@ class ModelSource(StrictModel):
 
 
 class EngineSpec(StrictModel):
-    """What serves each trial: real vLLM (of this version) or the simulator (of these GPUs)."""
+    """What serves each trial: real vLLM (of this version), the simulator (of these GPUs), or
+    an existing OpenAI-compatible endpoint at ``base_url`` that the agent starts nothing for
+    (its API key travels apart from the job, in ``BENCHSITE_ENDPOINT_API_KEY``)."""
 
-    kind: Literal["vllm", "sim"]
+    kind: Literal["vllm", "sim", "endpoint"]
     image_tag: str | None = Field(default=None, max_length=128)
     vllm_version: str | None = Field(default=None, max_length=64)
     gpu_type: str = Field(max_length=100)
     gpu_count: Annotated[int, Field(ge=1, le=64)]
     sim_speed: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] = 1.0
+    # The endpoint's API base, before /v1 (kind "endpoint" only). Left out of the JSON when
+    # None, so a job of the other kinds reads as it always did.
+    base_url: str | None = Field(default=None, max_length=500, exclude_if=lambda url: url is None)
+
+    @model_validator(mode="after")
+    def _base_url_for_endpoints(self) -> EngineSpec:
+        if (self.kind == "endpoint") != (self.base_url is not None):
+            raise ValueError("base_url is given for, and only for, an engine of kind 'endpoint'")
+        if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must be an http:// or https:// URL")
+        return self
 
 
 class TrialSpec(StrictModel):

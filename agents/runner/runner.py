@@ -110,6 +110,8 @@ _FAILURE_CLASS = {
     FailureKind.STARTUP_TIMEOUT: "startup_timeout",
     FailureKind.CRASH: "crash",
     FailureKind.HANG: "hang",
+    FailureKind.ACCESS_DENIED: "model_access_denied",
+    FailureKind.ENDPOINT_UNREACHABLE: "other",
 }
 ENGINE_POLL_SECONDS = 0.5
 # A killed engine's port refuses connections a moment before its process can be reaped, and
@@ -414,8 +416,12 @@ class JobRunner:
         )
 
     def _redacted(self, text: str) -> str:
-        token = self.engine_options.hf_token
-        return text.replace(token, "[HF_TOKEN]") if token else text
+        for secret, name in (
+            (self.engine_options.hf_token, "[HF_TOKEN]"),
+            (self.engine_options.endpoint_api_key, "[ENDPOINT_API_KEY]"),
+        ):
+            text = text.replace(secret, name) if secret else text
+        return text
 
     def _finish_trial(
         self, trial: int, outcome: str, failure_class: str | None = None, log_tail: str = ""
@@ -727,6 +733,8 @@ class JobRunner:
             tokenizer=self.tokenizer,
             # The run's seed, not the trial's: every configuration sees the same traffic.
             seed=job.seed,
+            # An existing endpoint's key, as a bearer token (None: none is sent).
+            api_key=self.engine_options.endpoint_api_key if job.engine.kind == "endpoint" else None,
             resume_results=tuple(measured),
             activity=activity,
         )

@@ -1,4 +1,5 @@
-"""The engine that serves one trial of a job: real vLLM or the simulator.
+"""The engine that serves one trial of a job: real vLLM, the simulator, or an existing
+endpoint (only checked, never started; its key from ``BENCHSITE_ENDPOINT_API_KEY``).
 
 Guarantees: the serve configuration goes through ``agents.protocol.serve_args`` (an argv, never
 a shell string); a configuration the schema refuses raises ``ServeGridError`` before anything
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.engines.endpoint import EndpointEngine
 from agents.engines.process import ProcessEngine
 from agents.engines.sim.engine import sim_engine
 from agents.engines.vllm import vllm_engine
@@ -30,6 +32,7 @@ DISK_RESERVE_ENV = "BENCHSITE_DISK_RESERVE_GB"
 ENGINE_RESTARTS_ENV = "BENCHSITE_ENGINE_RESTARTS"
 HANG_SECONDS_ENV = "BENCHSITE_HANG_SECONDS"
 HF_TOKEN_ENV = "HF_TOKEN"
+ENDPOINT_API_KEY_ENV = "BENCHSITE_ENDPOINT_API_KEY"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -54,6 +57,8 @@ class EngineOptions:
     # and how long it may send nothing while requests wait before it counts as hung.
     engine_restarts: int = 1
     hang_seconds: float = 300.0
+    # An existing endpoint's API key (a secret: never shown, cut out of every log tail).
+    endpoint_api_key: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> EngineOptions:
@@ -63,7 +68,8 @@ class EngineOptions:
         ``BENCHSITE_WEIGHTS_DIR`` (the weights cache), ``BENCHSITE_DISK_RESERVE_GB`` (kept free
         beside the weights, default 2), ``BENCHSITE_ENGINE_RESTARTS`` (default 1) and
         ``BENCHSITE_HANG_SECONDS`` (default 300), and the hub's own ``HF_TOKEN``,
-        ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` (weights this machine has cached already).
+        ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` (weights this machine has cached already), and
+        ``BENCHSITE_ENDPOINT_API_KEY``, an existing endpoint's API key.
         Raises ``ValueError`` naming the variable for a value it cannot use."""
         environ = os.environ if environ is None else environ
         command = tuple(shlex.split(environ.get(VLLM_COMMAND_ENV, ""))) or cls.vllm_command
@@ -101,6 +107,7 @@ class EngineOptions:
             disk_reserve_bytes=reserve_bytes,
             engine_restarts=restarts,
             hang_seconds=hang,
+            endpoint_api_key=environ.get(ENDPOINT_API_KEY_ENV) or None,
         )
 
 
@@ -143,14 +150,21 @@ def trial_engine(
     options: EngineOptions,
     weights_dir: Path | None = None,
     startup_timeout: float | None = None,
-) -> ProcessEngine:
+) -> ProcessEngine | EndpointEngine:
     """A fresh (not yet started) engine for one trial; ``startup_timeout`` caps start-up.
+    An existing endpoint is one that is only checked (``agents.engines.endpoint``).
 
     Real vLLM serves the job's ``local_path`` when it has one, else the repository at its
     revision from the weights cache ``weights_dir`` with the hub offline (the runner has
     fetched the snapshot there before the first trial): the command a deployment runs."""
     timeout = min(startup_timeout or options.startup_timeout, options.startup_timeout)
     timeout = max(timeout, 1.0)
+    if job.engine.kind == "endpoint":
+        return EndpointEngine(
+            base_url=job.engine.base_url or "",
+            model=job.model.served_model_name,
+            api_key=options.endpoint_api_key,
+        )
     if job.engine.kind == "sim":
         return sim_engine(
             model_spec=str(sim_model_file(job.model, workdir)),

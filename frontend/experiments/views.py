@@ -212,7 +212,8 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         burstgpt_log_types=BURSTGPT_LOG_TYPES,
         flags=flags,
         flag_names={flag["name"] for flag in flags},
-        engines=Engine.values,
+        # An existing endpoint's experiment is made over the API for now (no picker here).
+        engines=[engine for engine in Engine.values if engine != Engine.ENDPOINT],
         clouds=CloudType.values,
         slo_names=form_slots.SLO_NAMES,
         slo_percentiles=SLO_PERCENTILES,

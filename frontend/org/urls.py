@@ -1,8 +1,9 @@
-"""Organization settings: members and roles, API tokens, budgets, the Runpod key."""
+"""Organization settings: members and roles, API tokens, budgets, the Runpod key,
+notifications, existing endpoints."""
 
 from django.urls import path
 
-from frontend.org import notifications, views
+from frontend.org import endpoints, notifications, views
 
 urlpatterns = [
     path("o/<slug:org>/settings/", views.org_settings, name="org-settings"),
@@ -49,6 +50,12 @@ urlpatterns = [
         "o/<slug:org>/settings/notifications/<uuid:hook_id>/delete/",
         notifications.org_notification_delete,
         name="org-notification-delete",
+    ),
+    path("o/<slug:org>/settings/endpoints/", endpoints.org_endpoints, name="org-endpoints"),
+    path(
+        "o/<slug:org>/settings/endpoints/<uuid:endpoint_id>/delete/",
+        endpoints.org_endpoint_delete,
+        name="org-endpoint-delete",
     ),
     path("o/<slug:org>/settings/hf-token/", views.org_hf_token, name="org-hf-token"),
     path(

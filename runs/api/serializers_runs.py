@@ -7,6 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from runs.frozen_job import run_cost_is_known
 from runs.inputs.json_schemas import FROZEN_JOB_FIELD
 from runs.inputs.strict_fields import StrictJSONField
 from runs.models import Measurement, Run, Trial
@@ -55,6 +56,16 @@ class TrialSerializer(serializers.ModelSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     started_by = serializers.EmailField(source="started_by.email", read_only=True, default=None)
+    # Null when unknown (an existing endpoint without a price), never a made-up zero.
+    cost_usd = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.DecimalField(max_digits=12, decimal_places=4, allow_null=True))
+    def get_cost_usd(self, run: Run) -> str | None:
+        if not run_cost_is_known(run):
+            return None
+        return serializers.DecimalField(max_digits=12, decimal_places=4).to_representation(
+            run.cost_usd
+        )
 
     class Meta:
         model = Run

@@ -16,6 +16,7 @@ from runs.api.views_agent import (
 from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
 from runs.api.views_credentials import ProviderKeyViewSet
+from runs.api.views_endpoints import EndpointViewSet
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
 from runs.api.views_notifications import NotificationHookViewSet
 from runs.api.views_promotions import PromotionViewSet
@@ -38,6 +39,7 @@ tenant.register("runs", RunViewSet, basename="run")
 tenant.register("audit", AuditEventViewSet, basename="audit")
 tenant.register("promotions", PromotionViewSet, basename="promotion")
 tenant.register("provider-keys", ProviderKeyViewSet, basename="provider-key")
+tenant.register("endpoints", EndpointViewSet, basename="endpoint")
 tenant.register("notification-hooks", NotificationHookViewSet, basename="notification-hook")
 
 

@@ -25,7 +25,7 @@ from runs.inputs.strict_fields import (
     StrictModelSerializer,
     StrictUUIDField,
 )
-from runs.models import Budget, Experiment, GpuType, ModelSpec, WorkloadDataset
+from runs.models import Budget, Endpoint, Experiment, GpuType, ModelSpec, WorkloadDataset
 from runs.models.experiments import DATASET_FORMAT_CHOICES, SHAREGPT
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.services.experiments import EXPERIMENT_FIELDS
@@ -53,6 +53,10 @@ class ExperimentSerializer(StrictModelSerializer):
         queryset=GpuType.objects.all(), pk_field=StrictCharField(max_length=_GPU_TYPE_ID_MAX)
     )
     gpu_count = StrictIntegerField(min_value=1, max_value=8, default=1)
+    # Engine "endpoint" only: the existing deployment measured (runs.models.endpoints).
+    endpoint = OrgScopedPrimaryKeyField(
+        Endpoint, pk_field=StrictUUIDField(), required=False, allow_null=True, default=None
+    )
     # Checked against the catalogue and the model by the service (field-named errors).
     fallback_gpu_types = StrictListField(
         child=StrictCharField(max_length=_GPU_TYPE_ID_MAX),

@@ -5,6 +5,7 @@ from runs.models.audit import AuditChainCheckpoint, AuditEvent
 from runs.models.budgets import Budget
 from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
 from runs.models.credentials import CredentialProvider, ProviderCredential
+from runs.models.endpoints import Endpoint
 from runs.models.experiments import Experiment, WorkloadDataset
 from runs.models.figures import TrialLevelFigures
 from runs.models.ingest import IngestProbe
@@ -29,6 +30,7 @@ __all__ = [
     "Budget",
     "CredentialProvider",
     "DeliveryStatus",
+    "Endpoint",
     "Experiment",
     "ExperimentSchedule",
     "GateVerdict",

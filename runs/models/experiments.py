@@ -9,12 +9,16 @@ from django.utils import timezone
 
 from agents.protocol import TRACE_FORMATS
 from runs.models.catalogue import GpuType, ModelSpec
+from runs.models.endpoints import Endpoint
 from runs.models.tenancy import Organization, User
 
 
 class Engine(models.TextChoices):
     VLLM = "vllm"
     SIM = "sim"
+    # An existing OpenAI-compatible deployment (``Experiment.endpoint``): nothing is started
+    # or rented, one trial measures it as it is configured.
+    ENDPOINT = "endpoint"
 
 
 def engine_is_simulated(engine: str) -> bool:
@@ -116,6 +120,10 @@ class Experiment(models.Model):
     # pins the pod to the volume's data centre.
     network_volume_id = models.CharField(max_length=64, blank=True)
     engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.VLLM)
+    # The deployment measured, for engine ``endpoint`` only (None otherwise).
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.PROTECT, null=True, blank=True, related_name="experiments"
+    )
     engine_image_tag = models.CharField(max_length=128, blank=True)
     # More vLLM images to measure the same grid on (vLLM version as an axis): a run's trials
     # are every tag × the grid, one pod per tag, ``engine_image_tag`` first.

@@ -1,8 +1,9 @@
 """Which provider serves a run, holding which organization's key.
 
-Guarantees: a simulated experiment always runs on the local provider (it needs no GPU); a
-vLLM experiment runs where ``BENCHSITE_PROVIDER`` says (``runpod`` unless configured
-otherwise); a Runpod provider is built with the run's own organization's key and no other.
+Guarantees: a simulated experiment and one of an existing endpoint always run on the local
+provider (they need no GPU: the agent runs on a worker host); a vLLM experiment runs where
+``BENCHSITE_PROVIDER`` says (``runpod`` unless configured otherwise); a Runpod provider is
+built with the run's own organization's key and no other.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def local_provider() -> LocalProvider:
     )
 
 
-def provider_name_for(*, simulated: bool) -> str:
-    if simulated:
+def provider_name_for(*, engine: str) -> str:
+    """The provider of a run whose frozen engine is of kind ``engine``."""
+    if engine != "vllm":
         return "local"
     return getattr(settings, "BENCHSITE_PROVIDER", "runpod")
 

@@ -33,6 +33,7 @@ from agents.protocol import (
 )
 from runs.experiment_spec import experiment_image_tags, experiment_trial_plan
 from runs.models import Experiment, GpuType, Run, WorkloadDataset
+from runs.models.experiments import Engine
 from runs.placement import Placement, experiment_placements
 from runs.selectors.prices import GpuPrice, gpu_price
 from runs.selectors.trace_windows import TraceWindow, TraceWindowError, trace_window
@@ -219,8 +220,9 @@ def experiment_estimate(
     downloads = pods
     if experiment.network_volume_id:
         downloads = 0 if weights_on_volume(experiment) else 1
-    download = downloads * weight_bytes / a.weight_download_bytes_per_s
-    provisioning = pods * a.pod_provision_seconds + download
+    endpoint = experiment.engine == Engine.ENDPOINT  # nothing rented, fetched or started
+    download = 0 if endpoint else downloads * weight_bytes / a.weight_download_bytes_per_s
+    provisioning = 0 if endpoint else pods * a.pod_provision_seconds + download
     cold_start = sweep = 0.0
     hardware = gpu.hardware
     if hardware is None:
@@ -230,8 +232,11 @@ def experiment_estimate(
     efficiency = Efficiency(flops=a.compute_efficiency, bandwidth=a.bandwidth_efficiency)
     for index, config in enumerate(configs):
         eager = bool(config.get("enforce_eager", False))
-        cold_start += weight_bytes / a.weight_load_bytes_per_s + (
-            a.engine_init_seconds_eager if eager else a.engine_init_seconds
+        cold_start += (
+            0
+            if endpoint
+            else weight_bytes / a.weight_load_bytes_per_s
+            + (a.engine_init_seconds_eager if eager else a.engine_init_seconds)
         )
         if hardware is None:
             continue
@@ -263,6 +268,9 @@ def experiment_estimate(
     cost: Decimal | None
     if experiment.simulated:
         cost, source = Decimal(0), "the simulator rents no GPU"
+    elif endpoint:
+        cost, source = _endpoint_cost(experiment, total, workload, levels, window, input_len,
+                                      output_len, warnings)  # fmt: skip
     elif price.usd_per_gpu_hour is None:
         cost, source = None, price.source
         warnings.append(f"No price for {placement}; set one to get a cost.")
@@ -290,6 +298,32 @@ def experiment_estimate(
         warnings=warnings,
         assumptions=asdict(a),
     )
+
+
+def _endpoint_cost(experiment, seconds, workload, levels, window, input_len, output_len,
+                   warnings) -> tuple[Decimal | None, str]:  # fmt: skip
+    """An existing endpoint's run at its price: per hour over the estimated time (the sweep
+    timed on the experiment's GPU type by the simulator), or per token over the requests'
+    estimated lengths; unknown without a price or for timed levels priced per token."""
+    endpoint = experiment.endpoint
+    if endpoint.price_usd_per_hour is not None:
+        cost = endpoint.price_usd_per_hour * Decimal(str(round(seconds, 3))) / Decimal(3600)
+        return cost.quantize(Decimal("0.01")), f"endpoint {endpoint.name}'s price per hour"
+    if endpoint.price_usd_per_1m_input_tokens is None:
+        warnings.append(f"Endpoint {endpoint.name} has no price: the run's cost is unknown.")
+        return None, f"endpoint {endpoint.name} has no price"
+    if workload.level_seconds is not None:
+        warnings.append("Timed levels send as many requests as the endpoint takes: no estimate.")
+        return None, f"endpoint {endpoint.name}'s price per token, timed levels"
+    requests = sum(
+        _level_sends(workload, level, window) + workload.warmup_requests
+        for level in levels * workload.repeats
+    )
+    cost = (
+        int(requests * input_len) * endpoint.price_usd_per_1m_input_tokens
+        + int(requests * output_len) * endpoint.price_usd_per_1m_output_tokens
+    ) / Decimal(1_000_000)
+    return cost.quantize(Decimal("0.01")), f"endpoint {endpoint.name}'s price per token"
 
 
 def session_file_lengths(experiment: Experiment, workload: Workload) -> tuple[int, int] | None:

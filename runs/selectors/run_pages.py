@@ -27,6 +27,7 @@ from agents import protocol
 from runs.experiment_spec import PlannedTrial
 from runs.frozen_job import (
     run_budget_cap,
+    run_cost_is_known,
     run_is_simulated,
     run_planned_trials,
     run_workload,
@@ -441,7 +442,8 @@ def run_live_state(*, run: Run) -> dict:
             "pod_started_at": _iso(run.pod_started_at),
             "pod_terminated_at": _iso(run.pod_terminated_at),
             "price_usd_hr": None if run.price_usd_hr is None else str(run.price_usd_hr),
-            "cost_usd": str(run.cost_usd),
+            # None: unknown (an existing endpoint without a price), never a made-up zero.
+            "cost_usd": str(run.cost_usd) if run_cost_is_known(run) else None,
             "billed_seconds": run.billed_seconds,
             "budget_cap_usd": str(run_budget_cap(run)),
             "cancel_requested_at": _iso(run.cancel_requested_at),

@@ -9,7 +9,13 @@ from runs.costs import (
     TrialCost,
     trial_cost_per_million_output_tokens,
 )
-from runs.frozen_job import run_cloud_type, run_engine, run_is_simulated
+from runs.frozen_job import (
+    run_cloud_type,
+    run_endpoint,
+    run_endpoint_price,
+    run_engine,
+    run_is_simulated,
+)
 from runs.models import GpuType, Measurement, Trial
 from runs.selectors.prices import gpu_price, pod_rate_from_price
 
@@ -35,12 +41,26 @@ def trial_costs(
     cold start amortized (``runs.costs.trial_cost_per_million_output_tokens``).
 
     Priced at the pod's billed rate when the provider gave one (``Run.price_usd_hr``), else
-    at the organization's price for the GPUs × their count the run was started with. Reads
+    at the organization's price for the GPUs × their count the run was started with; an
+    existing endpoint's run at the endpoint's price per hour (none when it is priced per
+    token or not at all). Reads
     only rows of the trial's own organization.
     """
     run = trial.run
     rate: Decimal | None
-    if run.price_usd_hr is not None:
+    endpoint = run_endpoint(run)
+    if endpoint is not None:
+        # Its own price, never a GPU's: per hour as a pod's rate; per token or none, no rate.
+        price = run_endpoint_price(run)
+        rate = price.usd_per_hour if price else None
+        source = (
+            f"endpoint {endpoint['name']}'s price per hour"
+            if rate is not None
+            else f"endpoint {endpoint['name']} is priced per token (see the run's cost)"
+            if price
+            else f"endpoint {endpoint['name']} has no price"
+        )
+    elif run.price_usd_hr is not None:
         rate, source = run.price_usd_hr, "the pod's billed rate"
     else:
         engine = run_engine(run)

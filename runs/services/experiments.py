@@ -38,6 +38,7 @@ EXPERIMENT_FIELDS = (
     "container_disk_gb",
     "network_volume_id",
     "engine",
+    "endpoint",
     "engine_image_tag",
     "compare_image_tags",
     "serve_grid",
@@ -65,6 +66,8 @@ def _checked_fields(org: Organization, fields: dict) -> dict:
         network_volume_id=fields["network_volume_id"],
         compare_image_tags=fields["compare_image_tags"],
         search=fields["search"],
+        endpoint=fields["endpoint"],
+        defaults_trial=fields["defaults_trial"],
     )
     return fields | {
         "search": spec.search,
@@ -99,6 +102,7 @@ _CREATE_DEFAULTS = {
     "container_disk_gb": 80,
     "network_volume_id": "",
     "engine": "vllm",
+    "endpoint": None,
     "engine_image_tag": "",
     "compare_image_tags": [],
     "serve_grid": {},

@@ -1,11 +1,13 @@
-"""Addresses a tenant chooses that the site's workers then call (notification webhooks).
+"""Addresses a tenant chooses that the site's workers then call (notification webhooks, the
+existing endpoints an experiment benchmarks).
 
 Guarantee: ``outbound_url_problem`` refuses any URL that is not plain http(s) to a named host,
-and any whose host resolves to a private, loopback, link-local, multicast, reserved or
-unspecified address unless the operator allows that host (``BENCHSITE_OUTBOUND_PRIVATE_HOSTS``,
-fnmatch patterns). It is checked when the address is saved and again before every call, so a
-name that later resolves inward is refused then too: a tenant cannot turn the workers into a
-scanner of the operator's network.
+any whose host does not match the patterns a kind of address is limited to (``allowed_hosts``,
+e.g. ``BENCHSITE_ENDPOINT_HOSTS``; None: any host), and any whose host resolves to a private,
+loopback, link-local, multicast, reserved or unspecified address unless the operator allows
+that host (``BENCHSITE_OUTBOUND_PRIVATE_HOSTS``, fnmatch patterns). It is checked when the
+address is saved and again before every use, so a name that later resolves inward is refused
+then too: a tenant cannot turn the workers into a scanner of the operator's network.
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import socket
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
 
+def _matches(host: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatch(host.lower(), pattern.lower()) for pattern in patterns)
+
+
 def _allowed_private(host: str) -> bool:
-    return any(
-        fnmatch.fnmatch(host.lower(), pattern.lower())
-        for pattern in settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS
-    )
+    return _matches(host, settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS)
 
 
 def _inward(address: str) -> bool:
@@ -30,8 +34,11 @@ def _inward(address: str) -> bool:
     return not ip.is_global or ip.is_multicast
 
 
-def outbound_url_problem(url: str) -> str | None:
-    """Why the workers may not call ``url`` (None: they may); never raises."""
+def outbound_url_problem(
+    url: str, *, allowed_hosts: Sequence[str] | None = None, allowed_setting: str = ""
+) -> str | None:
+    """Why the workers may not call ``url`` (None: they may); never raises. ``allowed_hosts``
+    (fnmatch patterns, named by the setting ``allowed_setting``) limits the hosts further."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -42,6 +49,10 @@ def outbound_url_problem(url: str) -> str | None:
     if parts.username or parts.password:
         return "Put no user name or password in the URL."
     host = parts.hostname
+    if allowed_hosts is not None and not _matches(host, allowed_hosts):
+        return (
+            f"The host {host!r} is not one the operator allows here ({allowed_setting or 'none'})."
+        )
     if _allowed_private(host):
         return None
     try:

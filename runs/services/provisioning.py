@@ -13,7 +13,12 @@ Guarantees:
 - The run token (the same for every attempt, ``runs.services.run_tokens``) has its hash
   committed before the pod is created, so an adopted pod's agent holds a token the site
   accepts; the job and token travel only in the pod's env, and so does the organization's
-  Hugging Face token (``HF_TOKEN``, for real vLLM only: never in the job).
+  Hugging Face token (``HF_TOKEN``, for real vLLM only: never in the job), and an existing
+  endpoint's API key (``BENCHSITE_ENDPOINT_API_KEY``). An endpoint's address is checked again
+  against the operator's rule before its agent starts (a name may resolve elsewhere now).
+- An existing endpoint's run is billed at the endpoint's price per hour (its frozen one) for
+  the agent's lifetime; one priced per token gets the cost of the tokens it measured when it
+  ends; one without a price costs nothing we know (``runs.frozen_job.run_cost_is_known``).
 - A pod with a network volume keeps the model's weights on it
   (``BENCHSITE_WEIGHTS_DIR``), so a later run with the same volume finds them there.
 - Billing starts when the create that rented the pod was sent (``pod_started_at`` is written
@@ -39,9 +44,15 @@ from django.utils import timezone
 
 from agents import protocol
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
-from runs.frozen_job import run_engine, run_is_simulated, run_placements, run_pod_storage
+from runs.frozen_job import (
+    run_endpoint,
+    run_endpoint_price,
+    run_engine,
+    run_placements,
+    run_pod_storage,
+)
 from runs.jobs import run_job_spec, run_pod_image_tag
-from runs.models import CredentialProvider, GpuType, Run
+from runs.models import CredentialProvider, Endpoint, GpuType, Run
 from runs.models.runs import RunState
 from runs.placement import Placement, recorded_placement
 from runs.providers.base import (
@@ -53,8 +64,10 @@ from runs.providers.base import (
     TransientProviderError,
 )
 from runs.providers.registry import provider_for, provider_name_for
+from runs.selectors.endpoint_costs import run_endpoint_token_cost
 from runs.selectors.prices import gpu_price
 from runs.services.credentials import provider_key_for_run
+from runs.services.endpoints import endpoint_api_key_for_run, endpoint_url_problem
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.run_end import run_end_settle
 from runs.services.run_tokens import run_token_issue
@@ -98,6 +111,8 @@ def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
         "BENCHSITE_JOB": base64.b64encode(job.model_dump_json().encode()).decode("ascii"),
         "BENCHSITE_TOKEN": token,
     }
+    if job.engine.kind == "endpoint":
+        env.update(_endpoint_env(run, job.engine.base_url or ""))
     if job.engine.kind == "vllm":
         hf_token = provider_key_for_run(run.organization, CredentialProvider.HUGGINGFACE)
         if hf_token:
@@ -114,6 +129,29 @@ def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
         container_disk_gb=container_disk_gb,
         network_volume_id=network_volume_id,
     )
+
+
+def _endpoint_env(run: Run, base_url: str) -> dict[str, str]:
+    """The agent's environment for an existing endpoint: its API key, once the address is
+    still one the operator allows (else the run fails, naming why)."""
+    problem = endpoint_url_problem(base_url)
+    if problem:
+        raise PermanentProviderError(f"the endpoint's address is refused: {problem}")
+    frozen = run_endpoint(run)
+    endpoint = Endpoint.objects.filter(organization_id=run.organization_id, id=frozen["id"]).first()
+    if endpoint is None:
+        raise PermanentProviderError("the run's endpoint has been deleted")
+    key = endpoint_api_key_for_run(endpoint)
+    return {"BENCHSITE_ENDPOINT_API_KEY": key} if key else {}
+
+
+def _pod_rate(run: Run, provider: str, placement: Placement, pod: PodInfo) -> Decimal | None:
+    """What the run is billed per hour: an existing endpoint's price per hour, nothing for
+    any other local pod (it rents nothing), else the pod's rate."""
+    price = run_endpoint_price(run)
+    if run_endpoint(run) is not None:
+        return None if price is None else price.usd_per_hour
+    return None if provider == "local" else _billed_rate(run, placement, pod.cost_per_hr)
 
 
 def _billed_rate(run: Run, placement: Placement, pod_cost_per_hr: Decimal | None) -> Decimal | None:
@@ -174,7 +212,7 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
     run = run_claim_for_provisioning(run_id=run_id, owner=owner, task_id=task_id)
     if run is None:
         return "skipped"
-    name = provider_name_for(simulated=run_is_simulated(run))
+    name = provider_name_for(engine=run_engine(run).kind)
     try:
         provider = provider_for(org=run.organization, name=name)
         pod = provider.find_by_name(run.pod_name)
@@ -203,8 +241,8 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
         pod_gpu_type=placement.gpu_type_id,
         pod_cloud_type=placement.cloud_type,
         # A local "pod" rents nothing: no billed rate, so no spend (reports price its tokens
-        # from the catalogue, labelled).
-        price_usd_hr=None if name == "local" else _billed_rate(run, placement, pod.cost_per_hr),
+        # from the catalogue, labelled); an existing endpoint's is its price per hour.
+        price_usd_hr=_pod_rate(run, name, placement, pod),
         # Written before the create that rented it (for an adopted pod: before the last
         # attempt's create, which is normally the one that left it).
         pod_started_at=Coalesce(F("pod_started_at"), Value(now)),
@@ -259,6 +297,7 @@ def run_release_pod(*, run_id) -> bool:
     provider.terminate(run.pod_id)
     now = timezone.now()
     seconds, cost = run_accrued_cost(run, until=now)
+    cost += run_endpoint_token_cost(run)
     Run.objects.filter(id=run.id, pod_terminated_at__isnull=True).update(
         pod_terminated_at=now, billed_seconds=float(seconds), cost_usd=cost
     )

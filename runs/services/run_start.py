@@ -3,7 +3,8 @@
 Guarantees of ``run_start``:
 - Nothing is written and nothing is rented when a cap would be broken: the error names the
   cap and the numbers (``BudgetExceeded``, a ``DomainValidationError`` on field ``budget``).
-- Caps checked (real money only: a simulated experiment rents nothing and costs nothing):
+- Caps checked (real money only: a simulated experiment rents nothing and costs nothing; an
+  existing endpoint without a price has an unknown cost, so it runs time-boxed, unchecked):
   the experiment's own ``budget_cap_usd`` against the run's estimate; an experiment budget
   (``Budget`` with ``experiment``) against what the experiment's runs spent plus this
   estimate; the organization's budget for this month (or its standing monthly budget)
@@ -36,6 +37,7 @@ from runs.errors import DomainValidationError
 from runs.experiment_spec import grid_problem_on_image, image_tag_problem
 from runs.frozen_job import run_frozen_fields
 from runs.models import Budget, Experiment, Organization, Run
+from runs.models.experiments import Engine
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
 from runs.selectors.calibrations import search_prior
 from runs.selectors.estimates import CostEstimate, experiment_estimate
@@ -51,7 +53,8 @@ def _on_image(experiment: Experiment, image_tag: str) -> Experiment:
     it names."""
     if experiment.engine != "vllm":
         raise DomainValidationError.single(
-            "image_tag", "Only a vLLM experiment runs an image; this one runs the simulator."
+            "image_tag",
+            f"Only a vLLM experiment runs an image; this one's engine is {experiment.engine!r}.",
         )
     problem = image_tag_problem(image_tag)
     if problem:
@@ -89,6 +92,10 @@ def budget_check(*, experiment: Experiment, estimate: CostEstimate) -> None:
     if experiment.simulated:
         return  # the simulator rents no GPU
     org = experiment.organization
+    if estimate.cost_usd is None and experiment.engine == Engine.ENDPOINT:
+        # An endpoint we rent nothing on, of unknown price: its run is time-boxed (its
+        # deadline) and its cost stays unknown; no cap can be checked against nothing.
+        return
     if estimate.cost_usd is None:
         raise BudgetExceeded.single(
             "budget",

@@ -20,6 +20,8 @@ Guarantees:
   just before the write), and the token counts; ``POST /truth/reset`` clears it. Times are
   ``time.perf_counter``, the system-wide monotonic clock on Linux, comparable across
   processes.
+- With ``--api-key KEY`` every ``/v1/`` request must carry ``Authorization: Bearer KEY``, or
+  it is answered 401; ``GET /auth`` counts the requests it let in and those it refused.
 - ``GET /metrics`` serves Prometheus text with vLLM's metric names: requests running, KV-cache
   usage (running / 256), counters for tokens, prefix-cache queries (every prompt token) and
   hits (half of them), and TTFT histogram sum/count.
@@ -56,6 +58,8 @@ class State:
         }
         self.ttft_sum = 0.0
         self.ttft_count = 0
+        self.api_key: str | None = None
+        self.auth = {"accepted": 0, "refused": 0}
 
     def metrics(self) -> bytes:
         label = '{model_name="fake"}'
@@ -202,6 +206,7 @@ class _Connection(asyncio.Protocol):
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
         self.busy = False
+        self.authorization: str | None = None  # the request's Authorization header
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -228,13 +233,20 @@ class _Connection(asyncio.Protocol):
         self.buffer = self.buffer[end + 4 + length :]
         method, target, _ = lines[0].split(" ", 2)
         self.busy = True
+        self.authorization = headers.get("authorization")
         asyncio.get_running_loop().create_task(self._answer(method, target, body, now))
 
     async def _answer(self, method: str, target: str, body: bytes, t_recv: float) -> None:
         state, transport = self.state, self.transport
         path = urlsplit(target).path
         keep = True
-        if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+        refused = False
+        if state.api_key is not None and path.startswith("/v1/"):
+            refused = self.authorization != f"Bearer {state.api_key}"
+            state.auth["refused" if refused else "accepted"] += 1
+        if refused:
+            _respond(transport, "401 Unauthorized", b'{"error": "bad key"}', "application/json")
+        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             keep = await _stream(
                 state, transport, json.loads(body), path.endswith("chat/completions"), t_recv
             )
@@ -243,6 +255,8 @@ class _Connection(asyncio.Protocol):
             _respond(transport, "200 OK", json.dumps(data).encode(), "application/json")
         elif method == "GET" and path == "/metrics":
             _respond(transport, "200 OK", state.metrics(), "text/plain; version=0.0.4")
+        elif method == "GET" and path == "/auth":
+            _respond(transport, "200 OK", json.dumps(state.auth).encode(), "application/json")
         elif method == "GET" and path == "/truth":
             _respond(transport, "200 OK", json.dumps(state.truth).encode(), "application/json")
         elif method == "POST" and path == "/truth/reset":
@@ -257,8 +271,9 @@ class _Connection(asyncio.Protocol):
             self._next(perf_counter())
 
 
-async def serve(port: int) -> None:
+async def serve(port: int, api_key: str | None = None) -> None:
     state = State()
+    state.api_key = api_key
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _Connection(state), "127.0.0.1", port, backlog=1024)
     bound = server.sockets[0].getsockname()[1]
@@ -270,6 +285,7 @@ async def serve(port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--api-key", default=None)
     args = parser.parse_args()
     try:
         import uvloop
@@ -278,7 +294,7 @@ def main() -> None:
     except ImportError:
         runner = asyncio.Runner()
     with runner, contextlib.suppress(KeyboardInterrupt):
-        runner.run(serve(args.port))
+        runner.run(serve(args.port, args.api_key))
     sys.exit(0)
 
 
@@ -288,8 +304,9 @@ class FakeServer:
     ``cpu`` pins the child to one core (benchmarks keep client and server apart).
     """
 
-    def __init__(self, cpu: int | None = None):
+    def __init__(self, cpu: int | None = None, api_key: str | None = None):
         self.cpu = cpu
+        self.api_key = api_key
         self.process: subprocess.Popen | None = None
         self.port = 0
 
@@ -299,6 +316,8 @@ class FakeServer:
 
     def __enter__(self) -> FakeServer:
         command = [sys.executable, "-m", "tests.agents.fake_openai_server"]
+        if self.api_key is not None:
+            command += ["--api-key", self.api_key]
         if self.cpu is not None:
             command = ["taskset", "-c", str(self.cpu), *command]
         root = Path(__file__).resolve().parents[2]
@@ -326,6 +345,10 @@ class FakeServer:
     def truth(self) -> dict[str, dict]:
         """What the server did, per response id (see the module docstring)."""
         return self._call("GET", "/truth")
+
+    def auth(self) -> dict[str, int]:
+        """How many ``/v1/`` requests carried the key, and how many did not."""
+        return self._call("GET", "/auth")
 
     def reset(self) -> None:
         self._call("POST", "/truth/reset")

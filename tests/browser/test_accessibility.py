@@ -80,6 +80,7 @@ AREAS: dict[str, list[Page]] = {
         ("runpod-key", "alice", lambda s: f"/o/{s.org}/settings/runpod-key/"),
         ("hf-token", "alice", lambda s: f"/o/{s.org}/settings/hf-token/"),
         ("notifications", "alice", lambda s: f"/o/{s.org}/settings/notifications/"),
+        ("endpoints", "alice", lambda s: f"/o/{s.org}/settings/endpoints/"),
     ],
     "experiments": [
         ("models", "alice", lambda s: f"/o/{s.org}/models/"),

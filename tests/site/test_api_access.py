@@ -34,6 +34,7 @@ from runs.models import (
     Trial,
     User,
 )
+from runs.models import Endpoint as ExistingEndpoint  # ``Endpoint`` here is a route case
 from runs.schedule_spec import schedule_spec
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
@@ -74,7 +75,18 @@ class World:
 
 
 @pytest.fixture
-def world(alice, bob, mallory, charlie) -> World:
+def endpoints_answer(monkeypatch, settings):
+    """Endpoints on 127.0.0.1 are allowed and every one serves "fake" (the check itself is
+    test_endpoints.py's, against a real server): adding one succeeds without a server."""
+    settings.BENCHSITE_ENDPOINT_HOSTS = ["127.0.0.1"]
+    settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
+    monkeypatch.setattr(
+        "runs.services.endpoints._served_models", lambda base_url, api_key: (["fake"], "", "")
+    )
+
+
+@pytest.fixture
+def world(alice, bob, mallory, charlie, endpoints_answer) -> World:
     org = alice.org
     model = make_model_spec(org)
     experiment = make_experiment(org, model=model)
@@ -107,6 +119,9 @@ def world(alice, bob, mallory, charlie) -> World:
         actor=SYSTEM, experiment=experiment,
         spec=schedule_spec(cron="0 6 * * *", thresholds="p99_ttft_ms=10%"),
     )  # fmt: skip
+    endpoint = ExistingEndpoint.objects.create(
+        organization=org, name="prod", base_url="http://127.0.0.1:9", served_model_name="fake"
+    )
     return World(
         alice=alice,
         bob=bob,
@@ -125,6 +140,7 @@ def world(alice, bob, mallory, charlie) -> World:
             "provider-key": "runpod",
             "promotion": promotion.pk,
             "notification-hook": hook.pk,
+            "endpoint": endpoint.pk,
         },
     )
 
@@ -290,6 +306,22 @@ ENDPOINTS = [
     Endpoint("notification-hook-detail", "delete", M),
     Endpoint("notification-hook-test", "post", M),
     Endpoint("notification-hook-deliveries", "get", M),
+    # Existing endpoints: everyone reads them (the builder names one); adding one stores an
+    # API key, so owners and admins add and delete them.
+    Endpoint("endpoint-list", "get", R),
+    Endpoint(
+        "endpoint-list",
+        "post",
+        M,
+        lambda w: {
+            "name": "staging",
+            "base_url": "http://127.0.0.1:9",
+            "served_model_name": "fake",
+            "api_key": "sk-world-key",
+        },
+    ),
+    Endpoint("endpoint-detail", "get", R),
+    Endpoint("endpoint-detail", "delete", M),
 ]
 TENANT_ENDPOINTS = [e for e in ENDPOINTS if e.tenant]
 ORG_DETAIL = next(e for e in ENDPOINTS if e.name == "org-detail")

@@ -19,7 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
 
-from runs.models import GpuType, Membership, NotificationHook, Promotion, Run, Trial
+from runs.models import (
+    Endpoint,
+    GpuType,
+    Membership,
+    NotificationHook,
+    Promotion,
+    Run,
+    Trial,
+)
 from runs.services.budgets import budget_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
@@ -84,7 +92,12 @@ def world(alice, bob, keep_test_connection, monkeypatch):
         organization=alice.org, name="mail", kind="email", email_to="ops@acme.example",
         events=["run.failed"],
     )  # fmt: skip
+    endpoint = Endpoint.objects.create(
+        organization=alice.org, name="prod", base_url="http://127.0.0.1:9",
+        served_model_name="fake",
+    )  # fmt: skip
     ids = {
+        "endpoints": str(endpoint.id),
         "experiments": str(experiment.id),
         "models": str(experiment.model_id),
         "datasets": str(dataset.id),

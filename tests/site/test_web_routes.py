@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from runs.models import Membership, NotificationHook
+from runs.models import Endpoint, Membership, NotificationHook
 from runs.services.budgets import budget_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
@@ -68,6 +68,12 @@ def acme_world(alice, mallory):
         "budget_id": budget_set(org=alice.org, actor=SYSTEM, limit_usd=Decimal(100)).id,
         "member_id": Membership.objects.get(organization=alice.org, user=mallory.user).id,
         "token_id": token_create(org=alice.org, user=alice.user, name="ci", actor=SYSTEM).token.id,
+        "endpoint_id": Endpoint.objects.create(
+            organization=alice.org,
+            name="prod",
+            base_url="http://127.0.0.1:9",
+            served_model_name="fake",
+        ).id,
         "hook_id": NotificationHook.objects.create(
             organization=alice.org,
             name="mail",

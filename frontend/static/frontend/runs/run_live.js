@@ -465,6 +465,10 @@
 
   function tickSpend() {
     var run = page.state.run;
+    if (run.cost_usd === null) {  // an endpoint without a price: unknown, not zero
+      $("spend").textContent = "unknown";
+      return;
+    }
     var spend = parseFloat(run.cost_usd);
     var live = !run.terminal && run.price_usd_hr && run.pod_started_at && !run.pod_terminated_at;
     if (live) {

@@ -1,0 +1,118 @@
+"""An existing OpenAI-compatible endpoint as a trial's engine: nothing is started or stopped.
+
+Guarantees:
+
+- ``start`` is a check, not a start: ``GET <base>/v1/models`` (with the API key as a bearer
+  token when there is one) must answer 200 with an OpenAI model list naming the served model.
+  Otherwise it raises ``EngineFailed``: ``endpoint_unreachable`` (no connection, a timeout, an
+  unexpected status or body, a redirect — never followed), ``access_denied`` (401 or 403) or
+  ``model_not_found`` (the list lacks the model, with what it lists). No cold-start phase is
+  reported: there is none.
+- The API key is never in an error, a log line or a report (``repr`` hides it).
+- ``stop`` and ``kill`` do nothing (the endpoint is not ours); ``exit_status`` is always None,
+  so an endpoint that stops answering mid-level is reported as unreachable, never as a crash.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+from collections import deque
+from urllib.parse import urlsplit
+
+from agents.engines.base import EngineFailed, FailureKind, PhaseCallback, StartReport
+
+CHECK_TIMEOUT_SECONDS = 15.0
+
+
+class EndpointEngine:
+    """The endpoint at ``base_url`` (its API base, before ``/v1``) serving ``model``."""
+
+    name = "endpoint"
+
+    def __init__(self, *, base_url: str, model: str, api_key: str | None = None,
+                 timeout: float = CHECK_TIMEOUT_SECONDS):  # fmt: skip
+        self._base_url = base_url.rstrip("/")
+        self.model = model
+        self._api_key = api_key
+        self.timeout = timeout
+        self.argv: list[str] = []  # nothing is started
+        self.tail: deque[str] = deque(maxlen=20)  # what the check saw, for reports
+
+    def __repr__(self) -> str:
+        return f"EndpointEngine({self._base_url!r}, model={self.model!r})"
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def start(self, on_phase: PhaseCallback | None = None) -> StartReport:
+        """Checks the endpoint answers and serves the model (see the module docstring)."""
+        served = self._served_models()
+        if self.model not in served:
+            listed = ", ".join(served[:10]) or "nothing"
+            raise self._failed(
+                FailureKind.MODEL_NOT_FOUND,
+                f"the endpoint does not serve {self.model!r}; it lists {listed}",
+            )
+        self.tail.append(f"GET {self._base_url}/v1/models: serves {self.model!r}")
+        return StartReport(
+            engine=self.name, argv=[], base_url=self._base_url, phases=[], simulated=False
+        )
+
+    def _failed(self, kind: FailureKind, message: str) -> EngineFailed:
+        self.tail.append(message)
+        return EngineFailed(kind, message, log_tail=list(self.tail))
+
+    def _served_models(self) -> list[str]:
+        parts = urlsplit(self._base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise self._failed(FailureKind.ENDPOINT_UNREACHABLE, "not an http(s) base URL")
+        connection_class = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
+        extra = {"context": ssl.create_default_context()} if parts.scheme == "https" else {}
+        connection = connection_class(parts.hostname, parts.port, timeout=self.timeout, **extra)
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        started = time.monotonic()
+        try:
+            connection.request("GET", f"{parts.path.rstrip('/')}/v1/models", headers=headers)
+            response = connection.getresponse()
+            body = response.read(1_000_000)
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._failed(
+                FailureKind.ENDPOINT_UNREACHABLE,
+                f"cannot reach {self._base_url} ({type(exc).__name__}) after "
+                f"{time.monotonic() - started:.1f} s",
+            ) from None
+        finally:
+            connection.close()
+        if response.status in (401, 403):
+            raise self._failed(
+                FailureKind.ACCESS_DENIED,
+                f"the endpoint refused the API key (HTTP {response.status})",
+            )
+        if response.status != 200:
+            raise self._failed(
+                FailureKind.ENDPOINT_UNREACHABLE,
+                f"GET {self._base_url}/v1/models answered HTTP {response.status}",
+            )
+        try:
+            return [str(model["id"]) for model in json.loads(body)["data"]]
+        except (ValueError, KeyError, TypeError):
+            raise self._failed(
+                FailureKind.ENDPOINT_UNREACHABLE, "GET /v1/models did not answer a model list"
+            ) from None
+
+    def stop(self) -> None:
+        """Nothing to stop: the endpoint is not ours."""
+
+    def kill(self) -> None:
+        """Nothing to kill: the endpoint is not ours."""
+
+    def exit_status(self) -> EngineFailed | None:
+        return None  # never "exited": an endpoint that stops answering is unreachable

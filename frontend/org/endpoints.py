@@ -1,0 +1,87 @@
+"""Organization settings: existing endpoints (OpenAI-compatible deployments benchmarked
+without renting). Everyone sees them; owners and admins add and delete them, as they hold an
+API key. The key is never rendered: only its last four characters."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+
+from frontend.org_pages import org_context, org_page
+from frontend.validation import error_summary
+from runs.access import Need, access_endpoint, scoped
+from runs.actors import actor_from_request
+from runs.errors import Conflict, DomainValidationError
+from runs.models import Endpoint
+from runs.services.endpoints import endpoint_create, endpoint_delete
+
+_LABELS = {"name": "Name", "base_url": "Base URL", "served_model_name": "Served model name",
+           "api_key": "API key", "price_usd_per_hour": "$ per hour",
+           "price_usd_per_1m_input_tokens": "$ per 1M input tokens",
+           "price_usd_per_1m_output_tokens": "$ per 1M output tokens"}  # fmt: skip
+_PRICES = ("price_usd_per_hour", "price_usd_per_1m_input_tokens", "price_usd_per_1m_output_tokens")
+
+
+def _prices(form) -> tuple[dict[str, Decimal | None], dict[str, list[str]]]:
+    """The form's prices ("": none), and a field-named error for each that is no price."""
+    prices: dict[str, Decimal | None] = {}
+    errors: dict[str, list[str]] = {}
+    for field in _PRICES:
+        text = form.get(field, "").strip()
+        try:
+            value = Decimal(text) if text else None
+        except InvalidOperation:
+            value = None
+            errors[field] = ["Give a number of dollars, e.g. 2.50, or leave it empty."]
+        if value is not None and not (value.is_finite() and 0 <= value <= 100_000):
+            errors[field] = ["Give a price from 0 to 100000 dollars."]
+        prices[field] = value
+    return prices, errors
+
+
+@org_page("GET", "POST", post=Need.MANAGE)
+def org_endpoints(request, membership):
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        prices, errors = _prices(request.POST)
+        if not errors:
+            try:
+                endpoint = endpoint_create(
+                    org=membership.organization,
+                    actor=actor_from_request(request),
+                    name=request.POST.get("name", ""),
+                    base_url=request.POST.get("base_url", ""),
+                    served_model_name=request.POST.get("served_model_name", ""),
+                    api_key=request.POST.get("api_key", "").strip(),
+                    **prices,
+                )
+            except DomainValidationError as exc:
+                errors = exc.fields
+            else:
+                messages.success(request, f"Added the endpoint “{endpoint.name}”.")
+                return redirect("org-endpoints", membership.organization.slug)
+    # The key is never sent back into the form, not even after a refusal.
+    values = {key: value for key, value in request.POST.items() if key != "api_key"}
+    context = org_context(
+        membership,
+        section="endpoints",
+        endpoints=scoped(membership, Endpoint).order_by("name"),
+        errors=errors,
+        summary=error_summary(errors, _LABELS),
+        values=values if errors else {},
+    )
+    return render(request, "frontend/org/endpoints.html", context)
+
+
+@org_page("POST", need=Need.MANAGE)
+def org_endpoint_delete(request, membership, endpoint_id):
+    endpoint = access_endpoint(membership=membership, endpoint_id=endpoint_id)
+    try:
+        endpoint_delete(endpoint=endpoint, actor=actor_from_request(request))
+    except Conflict as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Deleted the endpoint “{endpoint.name}”.")
+    return redirect("org-endpoints", membership.organization.slug)

@@ -1,0 +1,186 @@
+"""An organization's existing endpoints: adding one (checked against the operator's allowed
+hosts and then asked whether it serves the model), removing one, and its key for a run.
+
+Guarantees:
+
+- ``endpoint_create`` saves nothing until every field is right: the base URL is plain http(s)
+  to a host the operator allows (``BENCHSITE_ENDPOINT_HOSTS``; an inward address also needs
+  ``BENCHSITE_OUTBOUND_PRIVATE_HOSTS``, ``runs.services.outbound``), the endpoint answers
+  ``GET <base>/v1/models`` with the API key as a bearer token, accepts the key, and lists the
+  served model name. Each failure is a ``DomainValidationError`` on the field at fault
+  (``base_url``, ``api_key``, ``served_model_name``, a price), in words a person can act on.
+- The API key is stored encrypted (``runs.secrets``); it is never returned, logged, audited or
+  put in an error: only its last four characters (``api_key_fingerprint``) are shown. The
+  check does not follow redirects, so an allowed host cannot send the worker elsewhere.
+- Creating and deleting are audited (``endpoint.create``, ``endpoint.delete``) with the name,
+  base URL, model and price; an endpoint that experiments still name is not deleted
+  (``Conflict``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from decimal import Decimal
+
+import httpx
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from runs.actors import Actor
+from runs.audit import audit_record
+from runs.errors import Conflict, DomainValidationError
+from runs.models import Endpoint, Organization
+from runs.secrets import decrypt_secret, encrypt_secret
+from runs.services.outbound import outbound_url_problem
+
+logger = logging.getLogger(__name__)
+
+CHECK_TIMEOUT_SECONDS = 10
+USER_AGENT = "Benchsite-Endpoint-Check/1"
+# Printable ASCII without spaces: a key goes into an HTTP header and must not break out of it.
+_API_KEY = re.compile(r"[\x21-\x7e]{1,500}")
+_NAME_TAKEN = "An endpoint of this organization has this name already."
+
+
+def endpoint_base_url(url: str) -> str:
+    """The base URL as stored: without a trailing ``/`` or ``/v1`` (the OpenAI paths are
+    added to it, as ``vllm serve``'s root takes ``/v1/models``)."""
+    url = url.strip().rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def endpoint_url_problem(base_url: str) -> str | None:
+    """Why the workers may not send an endpoint's traffic to ``base_url`` (None: they may);
+    the same rule when it is saved and before each run."""
+    return outbound_url_problem(
+        base_url,
+        allowed_hosts=settings.BENCHSITE_ENDPOINT_HOSTS,
+        allowed_setting="BENCHSITE_ENDPOINT_HOSTS",
+    )
+
+
+def _served_models(base_url: str, api_key: str) -> tuple[list[str] | None, str, str]:
+    """The model ids ``<base>/v1/models`` lists, or None with the field at fault and why."""
+    headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    try:
+        response = httpx.get(
+            f"{base_url}/v1/models",
+            headers=headers,
+            timeout=CHECK_TIMEOUT_SECONDS,
+            follow_redirects=False,
+        )
+    except httpx.TimeoutException:
+        return None, "base_url", f"The endpoint did not answer within {CHECK_TIMEOUT_SECONDS} s."
+    except httpx.HTTPError as exc:
+        return None, "base_url", f"Could not connect to the endpoint ({type(exc).__name__})."
+    if response.status_code in (401, 403):
+        return None, "api_key", f"The endpoint refused the API key (HTTP {response.status_code})."
+    if response.status_code != 200:
+        return (
+            None,
+            "base_url",
+            (
+                f"GET {base_url}/v1/models answered HTTP {response.status_code}; give the base URL "
+                "of an OpenAI-compatible API (the part before /v1)."
+            ),
+        )
+    try:
+        listed = response.json()["data"]
+        ids = [str(model["id"]) for model in listed]
+    except (ValueError, KeyError, TypeError):
+        return None, "base_url", "GET /v1/models did not answer an OpenAI model list."
+    return ids, "", ""
+
+
+def _price_problems(prices: dict[str, Decimal | None]) -> dict[str, list[str]]:
+    hourly = prices["price_usd_per_hour"] is not None
+    per_input = prices["price_usd_per_1m_input_tokens"] is not None
+    per_output = prices["price_usd_per_1m_output_tokens"] is not None
+    if hourly and (per_input or per_output):
+        return {"price_usd_per_hour": [
+            "Price the endpoint per hour or per token, not both."
+        ]}  # fmt: skip
+    if per_input != per_output:
+        missing = "price_usd_per_1m_output_tokens" if per_input else "price_usd_per_1m_input_tokens"
+        return {missing: ["A per-token price needs both the input and the output price."]}
+    return {}
+
+
+def _audited(endpoint: Endpoint) -> dict:
+    # Never the key, not even its fingerprint's ciphertext: the name, where, and the price.
+    return {"name": endpoint.name, "base_url": endpoint.base_url,
+            "served_model_name": endpoint.served_model_name,
+            "api_key": bool(endpoint.encrypted_api_key), **endpoint.price_snapshot()}  # fmt: skip
+
+
+def endpoint_create(
+    *, org: Organization, actor: Actor, name: str, base_url: str, served_model_name: str,
+    api_key: str = "", price_usd_per_hour: Decimal | None = None,
+    price_usd_per_1m_input_tokens: Decimal | None = None,
+    price_usd_per_1m_output_tokens: Decimal | None = None,
+) -> Endpoint:  # fmt: skip
+    """A new endpoint, checked (see the module docstring); nothing is saved when it fails."""
+    errors: dict[str, list[str]] = {}
+    name, served_model_name = name.strip(), served_model_name.strip()
+    base_url = endpoint_base_url(base_url)
+    if not name or len(name) > 100:
+        errors["name"] = ["Give a name of 1 to 100 characters."]
+    elif Endpoint.objects.filter(organization=org, name=name).exists():
+        errors["name"] = [_NAME_TAKEN]
+    if not served_model_name:
+        errors["served_model_name"] = ["Give the model name the endpoint serves."]
+    if api_key and not _API_KEY.fullmatch(api_key):
+        errors["api_key"] = ["An API key is 1 to 500 printable characters without spaces."]
+    prices = {
+        "price_usd_per_hour": price_usd_per_hour,
+        "price_usd_per_1m_input_tokens": price_usd_per_1m_input_tokens,
+        "price_usd_per_1m_output_tokens": price_usd_per_1m_output_tokens,
+    }
+    errors.update(_price_problems(prices))
+    problem = endpoint_url_problem(base_url)
+    if problem:
+        errors["base_url"] = [problem]
+    if errors:
+        raise DomainValidationError(errors)
+    # Only an address the operator allows is ever asked; then, whether it serves the model.
+    served, field, problem = _served_models(base_url, api_key)
+    if served is None:
+        raise DomainValidationError.single(field, problem)
+    if served_model_name not in served:
+        listed = ", ".join(served[:10]) or "nothing"
+        raise DomainValidationError.single(
+            "served_model_name",
+            f"The endpoint does not serve {served_model_name!r}; it lists {listed}.",
+        )
+    endpoint = Endpoint(
+        organization=org, name=name, base_url=base_url, served_model_name=served_model_name,
+        encrypted_api_key=encrypt_secret(api_key) if api_key else "",
+        api_key_fingerprint=api_key[-4:] if api_key else "", created_by=actor.user, **prices,
+    )  # fmt: skip
+    try:
+        with transaction.atomic():
+            endpoint.save()
+            audit_record(org=org, actor=actor, event="endpoint.create", target=endpoint,
+                         after=_audited(endpoint))  # fmt: skip
+    except IntegrityError:  # another request took the name a moment ago
+        raise DomainValidationError.single("name", _NAME_TAKEN) from None
+    logger.info("endpoint %s added for %s", endpoint.id, org.slug)
+    return endpoint
+
+
+def endpoint_delete(*, endpoint: Endpoint, actor: Actor) -> None:
+    """Removes the endpoint; ``Conflict`` while an experiment names it."""
+    if endpoint.experiments.exists():
+        raise Conflict("Experiments name this endpoint; delete them or change their engine first.")
+    with transaction.atomic():
+        audit_record(org=endpoint.organization, actor=actor, event="endpoint.delete",
+                     target=endpoint, before=_audited(endpoint))  # fmt: skip
+        endpoint.delete()
+
+
+def endpoint_api_key_for_run(endpoint: Endpoint) -> str | None:
+    """The endpoint's key in clear, for the agent's environment only (None: it takes none)."""
+    return decrypt_secret(endpoint.encrypted_api_key) if endpoint.encrypted_api_key else None

@@ -1,0 +1,270 @@
+"""Existing endpoints (issue 20): an organization's OpenAI-compatible deployment benchmarked
+without renting. Saving one asks it (a real server on 127.0.0.1 that checks the bearer key)
+whether it serves the model, within the hosts the operator allows; the key is never shown
+back; an experiment of it runs end to end through the local provider and is priced at the
+endpoint's price."""
+
+from __future__ import annotations
+
+import json
+import logging
+from decimal import Decimal
+
+import pytest
+
+from agents.engines.process import free_port
+from runs.models import AuditEvent, Endpoint, Experiment, Measurement, ModelSpec, Run
+from runs.providers.base import pod_name
+from runs.services.provisioning import run_release_pod
+from tests.agents.fake_openai_server import FakeServer
+from tests.polling import wait_for
+
+from .conftest import frozen, make_model, signed_in
+from .live_server import daphne_server
+
+KEY = "sk-endpoint-7f3e9c21"
+WORKLOAD = {
+    "dataset": {"kind": "random", "input_len": 64, "output_len": 16},
+    "concurrency": [1, 2],
+    "requests_per_level": 6,
+}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeServer(api_key=KEY) as running:
+        yield running
+
+
+@pytest.fixture
+def allowed(settings):
+    """The operator allows endpoints on 127.0.0.1 (a private address: allowed by name too)."""
+    settings.BENCHSITE_ENDPOINT_HOSTS = ["127.0.0.1"]
+    settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
+    return settings
+
+
+def add_endpoint(person, base_url: str, **fields):
+    body = {"name": "prod vLLM", "base_url": base_url, "served_model_name": "fake",
+            "api_key": KEY} | fields  # fmt: skip
+    return person.client().post(f"/api/v1/orgs/{person.org.slug}/endpoints/", body, format="json")
+
+
+def endpoint_experiment(person, endpoint_id, **fields):
+    model = ModelSpec.objects.filter(organization=person.org).first() or make_model(person.org)
+    body = {"name": "prod as it is", "model": str(model.id), "gpu_type": "NVIDIA H100 80GB HBM3",
+            "engine": "endpoint", "endpoint": str(endpoint_id), "workload": WORKLOAD,
+            "slos": {"ttft_ms": 2000}, "budget_cap_usd": "5.00"} | fields  # fmt: skip
+    return person.client().post(f"/api/v1/orgs/{person.org.slug}/experiments/", body, format="json")
+
+
+@pytest.mark.django_db
+def test_it_adds_an_endpoint_it_asked_and_never_shows_the_key_back(alice, server, allowed, caplog):
+    caplog.set_level(logging.DEBUG)
+    response = add_endpoint(alice, server.base_url + "/v1/", price_usd_per_hour="2.50")
+    assert response.status_code == 201, response.json()
+    created = response.json()
+    assert created["base_url"] == server.base_url  # stored without /v1
+    assert created["api_key_fingerprint"] == KEY[-4:]
+    assert created["price_usd_per_hour"] == "2.5000"
+    listed = alice.client().get(f"/api/v1/orgs/{alice.org.slug}/endpoints/").content.decode()
+    detail = alice.client().get(f"/api/v1/orgs/{alice.org.slug}/endpoints/{created['id']}/")
+    event = AuditEvent.objects.get(organization=alice.org, event="endpoint.create")
+    stored = Endpoint.objects.get(id=created["id"])
+    assert stored.encrypted_api_key and KEY not in stored.encrypted_api_key
+    page = signed_in(alice).get(f"/orgs/{alice.org.slug}/audit/").content.decode()
+    for text in (json.dumps(created), listed, detail.content.decode(), caplog.text, page,
+                 json.dumps([event.before, event.after, event.target_repr])):  # fmt: skip
+        assert KEY not in text
+    assert event.after["name"] == "prod vLLM" and event.after["api_key"] is True
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("case", "field", "words"),
+    [
+        ("unreachable", "base_url", "Could not connect to the endpoint"),
+        ("wrong model", "served_model_name", "does not serve 'llama'; it lists fake"),
+        ("bad key", "api_key", "refused the API key (HTTP 401)"),
+        ("no key", "api_key", "refused the API key (HTTP 401)"),
+        ("private address", "base_url", "private, loopback or link-local"),
+        ("host not allowed", "base_url", "not one the operator allows here"),
+        ("no host allowed", "base_url", "BENCHSITE_ENDPOINT_HOSTS"),
+        ("two prices", "price_usd_per_hour", "per hour or per token, not both"),
+        ("half a price", "price_usd_per_1m_output_tokens", "both the input and the output"),
+    ],
+)
+def test_saving_an_endpoint_names_the_field_at_fault_and_stores_nothing(
+    alice, server, allowed, case, field, words
+):
+    url, fields = server.base_url, {}
+    if case == "unreachable":
+        url = f"http://127.0.0.1:{free_port()}"
+    elif case == "wrong model":
+        fields = {"served_model_name": "llama"}
+    elif case == "bad key":
+        fields = {"api_key": "sk-not-the-key"}
+    elif case == "no key":
+        fields = {"api_key": ""}
+    elif case == "private address":
+        allowed.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = []
+    elif case == "host not allowed":
+        allowed.BENCHSITE_ENDPOINT_HOSTS = ["*.example.com"]
+    elif case == "no host allowed":
+        allowed.BENCHSITE_ENDPOINT_HOSTS = []
+    elif case == "two prices":
+        fields = {"price_usd_per_hour": "1", "price_usd_per_1m_input_tokens": "0.1",
+                  "price_usd_per_1m_output_tokens": "0.2"}  # fmt: skip
+    elif case == "half a price":
+        fields = {"price_usd_per_1m_input_tokens": "0.1"}
+    before = server.auth()
+    response = add_endpoint(alice, url, **fields)
+    assert response.status_code == 400, response.json()
+    assert words in " ".join(response.json()["error"]["fields"][field]), response.json()
+    assert not Endpoint.objects.exists()
+    assert not AuditEvent.objects.filter(event="endpoint.create").exists()
+    if case in ("private address", "host not allowed", "no host allowed"):
+        assert server.auth() == before  # a refused address is never asked
+
+
+@pytest.mark.django_db
+def test_it_hides_other_tenants_endpoints_and_only_managers_add_them(
+    alice, bob, charlie, server, allowed
+):
+    created = add_endpoint(alice, server.base_url).json()
+    assert charlie.client().get(f"/api/v1/orgs/{alice.org.slug}/endpoints/").status_code == 404
+    own = charlie.client().get(f"/api/v1/orgs/{charlie.org.slug}/endpoints/{created['id']}/")
+    assert own.status_code == 404
+    assert add_endpoint(bob, server.base_url, name="bob's").status_code == 403  # a viewer
+    assert bob.client().get(f"/api/v1/orgs/{alice.org.slug}/endpoints/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_an_endpoint_experiment_refuses_a_serve_grid_by_field(alice, server, allowed):
+    endpoint = add_endpoint(alice, server.base_url).json()
+    response = endpoint_experiment(
+        alice, endpoint["id"], serve_grid={"max_num_seqs": [8, 16]}, defaults_trial=True,
+        engine_image_tag="v0.11.0",
+    )  # fmt: skip
+    assert response.status_code == 400
+    errors = response.json()["error"]["fields"]
+    assert "not ours to change" in errors["serve_grid"][0]
+    assert set(errors) == {"serve_grid", "defaults_trial", "engine_image_tag"}
+    missing = endpoint_experiment(alice, endpoint["id"], endpoint=None)
+    assert (
+        "names one of the organization's endpoints"
+        in missing.json()["error"]["fields"]["endpoint"][0]
+    )
+    other = endpoint_experiment(alice, endpoint["id"], engine="vllm", engine_image_tag="v0.11.0")
+    assert (
+        "Only an experiment with engine 'endpoint'"
+        in other.json()["error"]["fields"]["endpoint"][0]
+    )
+    assert not Experiment.objects.exists()
+    ok = endpoint_experiment(alice, endpoint["id"])
+    assert ok.status_code == 201, ok.json()
+    assert ok.json()["trials"] == 1
+    # An endpoint an experiment names stays.
+    gone = alice.client().delete(f"/api/v1/orgs/{alice.org.slug}/endpoints/{endpoint['id']}/")
+    assert gone.status_code == 409 and Endpoint.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_run_of_an_endpoint_without_a_price_has_an_unknown_cost(alice, server, allowed):
+    endpoint = add_endpoint(alice, server.base_url).json()
+    experiment = Experiment.objects.get(id=endpoint_experiment(alice, endpoint["id"]).json()["id"])
+    run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
+    answer = alice.client().get(f"/api/v1/orgs/{alice.org.slug}/runs/{run.id}/").json()
+    assert answer["cost_usd"] is None
+    assert answer["job_spec"]["engine"] == {
+        **answer["job_spec"]["engine"], "kind": "endpoint", "base_url": server.base_url,
+    }  # fmt: skip
+    assert KEY not in json.dumps(answer)
+    page = signed_in(alice).get(f"/o/{alice.org.slug}/runs/{run.id}/").content.decode()
+    assert '<output id="spend">unknown</output>' in page and "its cost is unknown" in page
+    assert KEY not in page
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.needs_redis
+@pytest.mark.parametrize("pricing", ["per_token", "per_hour"])
+def test_an_endpoint_experiment_runs_end_to_end_and_is_priced_at_the_endpoint(
+    alice, server, allowed, own_broker_queue, tmp_path, pricing
+):
+    allowed.BENCHSITE_PROVIDER = "runpod"  # an endpoint runs on the local provider anyway
+    allowed.BENCHSITE_LOCAL_PODS_DIR = tmp_path / "pods"
+    prices = (
+        {"price_usd_per_1m_input_tokens": "3", "price_usd_per_1m_output_tokens": "15"}
+        if pricing == "per_token"
+        else {"price_usd_per_hour": "36"}
+    )
+    endpoint = add_endpoint(alice, server.base_url, **prices).json()
+    experiment_id = endpoint_experiment(alice, endpoint["id"]).json()["id"]
+    before = server.auth()
+    with daphne_server() as address:
+        allowed.BENCHSITE_PUBLIC_URL = f"http://{address}"
+        started = alice.client().post(
+            f"/api/v1/orgs/{alice.org.slug}/runs/", {"experiment": experiment_id}, format="json"
+        )
+        assert started.status_code == 201, started.json()
+        run = Run.objects.get(id=started.json()["id"])
+
+        def ended():
+            run.refresh_from_db()
+            return run.state in ("succeeded", "failed", "cancelled", "over_budget")
+
+        wait_for(ended, 120, "the run to end", every=0.2)
+        agent_log = tmp_path / "pods" / pod_name(run.id) / "agent.log"
+        assert run.state == "succeeded", (run.failure_reason, agent_log.read_text()[-3000:])
+        assert run.provider == "local"
+        run_release_pod(run_id=run.id)
+    run.refresh_from_db()
+    trial = run.trials.get()
+    assert (trial.outcome, trial.command, trial.cold_start) == ("succeeded", [], {})
+    levels = list(Measurement.objects.filter(trial=trial).order_by("concurrency"))
+    assert [level.concurrency for level in levels] == [1, 2]
+    # The agent sent the key as a bearer token on every request; none went without it.
+    after = server.auth()
+    assert after["refused"] == before["refused"] and after["accepted"] - before["accepted"] >= 12
+    assert KEY not in agent_log.read_text()
+    if pricing == "per_token":
+        tokens_in = sum(level.result["total_input_tokens"] for level in levels)
+        tokens_out = sum(level.result["total_output_tokens"] for level in levels)
+        assert tokens_in > 0 and tokens_out > 0
+        expected = (Decimal(tokens_in) * 3 + Decimal(tokens_out) * 15) / Decimal(1_000_000)
+        assert run.price_usd_hr is None
+        assert run.cost_usd == expected.quantize(Decimal("0.0001"))
+    else:
+        # $36/h is $0.01/s over the agent's whole run (its wall time, seconds rounded up).
+        assert run.price_usd_hr == Decimal("36")
+        assert run.cost_usd == (Decimal(str(run.billed_seconds)) * Decimal("0.01")).quantize(
+            Decimal("0.0001")
+        )
+        assert run.billed_seconds >= 1
+    answer = alice.client().get(f"/api/v1/orgs/{alice.org.slug}/runs/{run.id}/").json()
+    assert Decimal(answer["cost_usd"]) == run.cost_usd
+
+
+@pytest.mark.django_db
+def test_the_settings_page_adds_an_endpoint_and_never_renders_the_key(
+    alice, mallory, server, allowed
+):
+    url = f"/o/{alice.org.slug}/settings/endpoints/"
+    form = {"name": "prod vLLM", "base_url": server.base_url, "served_model_name": "llama",
+            "api_key": KEY, "price_usd_per_hour": "2.5"}  # fmt: skip
+    refused = signed_in(alice).post(url, form)
+    assert refused.status_code == 200
+    page = refused.content.decode()
+    assert "does not serve &#x27;llama&#x27;" in page and KEY not in page
+    assert not Endpoint.objects.exists()
+    added = signed_in(alice).post(url, form | {"served_model_name": "fake"}, follow=True)
+    page = added.content.decode()
+    assert "Added the endpoint" in page and f"…{KEY[-4:]}" in page and KEY not in page
+    assert "$2.50/h" in page
+    # A member sees the list, not the form, and cannot add one.
+    listed = signed_in(mallory).get(url).content.decode()
+    assert "prod vLLM" in listed and "Add an endpoint" not in listed
+    assert signed_in(mallory).post(url, form | {"name": "other"}).status_code == 403
+    endpoint = Endpoint.objects.get()
+    deleted = signed_in(alice).post(f"{url}{endpoint.id}/delete/", follow=True)
+    assert "Deleted the endpoint" in deleted.content.decode() and not Endpoint.objects.exists()
