@@ -7,6 +7,7 @@ constraint) is raised as Django's (``IntegrityError``), so the caller's transact
 back as with ``save()``. A reader that must see the batch's own rows flushes first. Rows are
 plain model instances whose primary key the database assigns and nobody reads back:
 ``save()`` and its signals do not run, field defaults and ``pre_save`` (``auto_now``) do.
+Models without a parent model (multi-table inheritance), as ``bulk_create`` requires.
 
 On PostgreSQL the statement is a ``COPY … FROM STDIN`` (logged like a query where queries
 are logged): Django's ``bulk_create`` sends a batch through ``UNNEST`` arrays whose JSON
@@ -43,7 +44,11 @@ class PendingRows:
 
 def _copy_rows(model: type[models.Model], instances: list[models.Model]) -> None:
     meta = model._meta
-    fields = [field for field in meta.local_concrete_fields if field is not meta.auto_field]
+    fields = [
+        field
+        for field in meta.local_concrete_fields
+        if field is not meta.auto_field and not field.generated  # the database writes those
+    ]
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
     sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN"
