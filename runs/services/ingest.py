@@ -6,9 +6,9 @@ Guarantees of ``agent_messages_ingest``:
   acknowledged as stored), logged and counted on the run (``Run.agent_conflicts``); a message
   of an epoch the site never issued for the run is refused;
 - a batch is stored together with everything it implies (trials, measurements, run state)
-  in one transaction, its ledger rows and measurements each in one INSERT (a batch costs a
-  handful of queries, not two per message); callers acknowledge it and notify the run's
-  browsers only after it has committed;
+  in one transaction, its ledger rows and its measurements one statement each
+  (``PendingRows``: a batch costs a handful of statements, not two per message); callers
+  acknowledge it and notify the run's browsers only after it has committed;
 - a run that has ended accepts, for ``BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS`` after its
   end, what its agent still delivers (a spool it could not send while the site was down):
   levels, cold-start phases and trial outcomes are stored, its trials settled again and its
