@@ -1,11 +1,15 @@
-"""How many agent messages per second the ingest socket stores into the database, and the
-delay from a measurement leaving an agent to a browser socket receiving its notice (a bare
-socket client, then the agent's real outbox with its fsync'd spool).
+"""How many agent messages per second the ingest socket stores into the database per web
+process, with many agents at once, and the delay from a measurement leaving an agent to a
+browser socket receiving its notice (a bare socket client, then the agent's real outbox with
+its fsync'd spool).
 
-A real Daphne server (own process) on a throw-away test database from DATABASE_URL, the
-channel layer from REDIS_URL; agents are `websockets` clients that pipeline their messages
-(as the agent's spool does) and count acknowledgements. Every message is a full
-measurement (the load generator's result shape).
+Real Daphne servers (each its own process; ``--web``) on a throw-away test database from
+DATABASE_URL, sharing the channel layer from REDIS_URL; agents (``--agents`` at once, spread
+over the servers in turn) are `websockets` clients that pipeline their messages (as the
+agent's spool does) and count acknowledgements. Every message is a full measurement (the load
+generator's result shape). The browser watching the first agent's run is served by the last
+server, so with several its notices cross the channel layer. Each figure is printed with the
+load average before it (the machine may be shared).
 
     eval "$(.venv/bin/python tests/service_env.py)" && .venv/bin/python benchmarks/ingest_rate.py
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -36,6 +41,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
 from agents.hardware import MODEL_PRESETS  # noqa: E402
+from agents.protocol import agent_site_urls  # noqa: E402
 from agents.runner.outbox import Outbox, SiteEndpoints  # noqa: E402
 from runs.actors import Actor  # noqa: E402
 from runs.frozen_job import run_frozen_fields  # noqa: E402
@@ -125,6 +131,7 @@ async def paced_agent(address: str, run, token: str, count: int, gap: float) -> 
 
 async def outbox_agent(address: str, run, token: str, count: int, gap: float) -> None:
     """The same pace through the agent's real outbox: spool (fsync), journal and socket."""
+    ws_url, rest_url = agent_site_urls(f"http://{address}", run_id=run.id)
     with tempfile.TemporaryDirectory() as folder:
         outbox = Outbox(
             run_id=str(run.id),
@@ -133,8 +140,8 @@ async def outbox_agent(address: str, run, token: str, count: int, gap: float) ->
             site=SiteEndpoints(
                 run_id=str(run.id),
                 token=token,
-                ws_url=f"ws://{address}/ws/agent/runs/{run.id}/",
-                rest_url=None,
+                ws_url=ws_url,
+                rest_url=rest_url,  # the agent's epoch is issued there
             ),
         )
         outbox.start()
@@ -184,62 +191,96 @@ async def watch(address: str, run, cookie: str, count: int, delays: list[float])
             delays.append((time.time() - notice["sent_at"]) * 1000)
 
 
-async def round_of(address, pairs, cookie, count) -> tuple[float, list[float]]:
+async def timed(coroutine) -> float:
+    """When ``coroutine`` finished, in ``time.perf_counter`` seconds."""
+    await coroutine
+    return time.perf_counter()
+
+
+async def round_of(addresses, pairs, cookie, count) -> tuple[float, list[float], list[float]]:
+    """Every agent of ``pairs`` at once, agent i on server i mod len(addresses). Returns the
+    whole round's seconds, each server's seconds (until its last agent had every ack) and
+    the browser's notice delays."""
     delays: list[float] = []
-    watchers = [asyncio.create_task(watch(address, pairs[0][0], cookie, count, delays))]
+    watcher = asyncio.create_task(watch(addresses[-1], pairs[0][0], cookie, count, delays))
     await asyncio.sleep(0.5)  # the browser is subscribed before the first message
     start = time.perf_counter()
-    await asyncio.gather(*(agent(address, run, token, count) for run, token in pairs))
-    elapsed = time.perf_counter() - start
+    ends = await asyncio.gather(
+        *(
+            timed(agent(addresses[i % len(addresses)], run, token, count))
+            for i, (run, token) in enumerate(pairs)
+        )
+    )
+    elapsed = max(ends) - start
+    per_server = [
+        max(ends[i :: len(addresses)]) - start for i in range(min(len(addresses), len(pairs)))
+    ]
     try:
-        await asyncio.wait_for(watchers[0], 30)
+        await asyncio.wait_for(watcher, 30)
     except TimeoutError:
         # A flood can overflow the browser's channel (notices are best effort: the page
         # re-reads REST); the delays of those that arrived are still measured.
         print(f"(browser got {len(delays)} of {count} notices in the flood)")
-    return elapsed, delays
+    return elapsed, per_server, delays
+
+
+def load_average() -> str:
+    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=1000, help="per agent")
-    parser.add_argument("--server-log", help="write the server's output to this file")
+    parser.add_argument("--agents", type=int, default=100, help="agents at once (default 100)")
+    parser.add_argument("--messages", type=int, default=200, help="per agent (default 200)")
+    parser.add_argument("--web", type=int, default=1, help="web processes (default 1)")
+    parser.add_argument("--server-log", help="write the servers' output to this file")
     args = parser.parse_args()
     setup_test_environment()
     old_name = connection.settings_dict["NAME"]
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        owner, pairs = seed(13)
+        owner, pairs = seed(args.agents + 2)
+        flood, paced = pairs[: args.agents], pairs[args.agents :]
         web = Client()
         web.force_login(owner)
         cookie = f"sessionid={web.cookies['sessionid'].value}"
         layer = "channels-redis" if os.environ.get("REDIS_URL") else "in-memory"
         print(
-            f"database: {connection.vendor}, channel layer: {layer}, "
-            f"{args.messages} measurement messages per agent"
+            f"database: {connection.vendor}, channel layer: {layer}, {args.web} web "
+            f"process(es), {args.messages} measurement messages per agent"
         )
-        print(
-            f"{'agents':>6} {'messages':>9} {'seconds':>8} {'stored/s':>9} "
-            f"{'notice p50 ms':>14} {'notice p99 ms':>14}"
-        )
-        with daphne_server(log_path=args.server_log) as address:
-            for agents, chosen in ((1, pairs[:1]), (10, pairs[1:11])):
-                elapsed, delays = asyncio.run(round_of(address, chosen, cookie, args.messages))
-                total = agents * args.messages
-                runs = [run for run, _ in chosen]
-                stored = AgentMessageRecord.objects.filter(run__in=runs).count()
-                assert stored == total, (stored, total)
+        with contextlib.ExitStack() as servers:
+            addresses = [
+                servers.enter_context(daphne_server(log_path=args.server_log))
+                for _ in range(args.web)
+            ]
+            loaded = load_average()
+            elapsed, per_server, delays = asyncio.run(
+                round_of(addresses, flood, cookie, args.messages)
+            )
+            total = args.agents * args.messages
+            runs = [run for run, _ in flood]
+            stored = AgentMessageRecord.objects.filter(run__in=runs).count()
+            assert stored == total, (stored, total)
+            print(
+                f"{args.agents} agents at once: {total} messages stored in {elapsed:.2f} s, "
+                f"{total / elapsed:.0f}/s in all, {total / elapsed / args.web:.0f}/s per web "
+                f"process (load average before: {loaded}); notice delay in the flood "
+                f"p50 {statistics.median(delays):.1f} ms, p99 {percentile(delays, 0.99):.1f} ms"
+            )
+            for index, seconds in enumerate(per_server):
+                share = len(flood[index :: args.web]) * args.messages
                 print(
-                    f"{agents:6d} {total:9d} {elapsed:8.2f} {total / elapsed:9.0f} "
-                    f"{statistics.median(delays):14.1f} {percentile(delays, 0.99):14.1f}"
+                    f"  web process {index + 1}: {share} messages of its agents in "
+                    f"{seconds:.2f} s, {share / seconds:.0f}/s"
                 )
             # Delay from a measurement leaving the agent to a browser receiving its notice,
-            # at a live run's pace (the flood rounds above measure queueing, not delay).
+            # at a live run's pace (the flood above measures queueing, not delay).
             for (run, token), sender, label in (
-                (pairs[11], paced_agent, "paced: 1 agent, 20 messages/s"),
-                (pairs[12], outbox_agent, "paced through the agent's outbox (spool, socket), 20/s"),
+                (paced[0], paced_agent, "paced: 1 agent, 20 messages/s"),
+                (paced[1], outbox_agent, "paced through the agent's outbox (spool, socket), 20/s"),
             ):
-                delays = asyncio.run(paced_round(address, run, token, cookie, sender))
+                delays = asyncio.run(paced_round(addresses[0], run, token, cookie, sender))
                 print(
                     f"{label}: notice delay p50 {statistics.median(delays):.1f} ms, "
                     f"p99 {percentile(delays, 0.99):.1f} ms"

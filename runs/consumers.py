@@ -90,6 +90,16 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         logger.info("run %s: telling the agent to cancel", self.run.id)
         await self.send_json(protocol.Cancel(reason=reason).model_dump())
 
+    async def dispatch(self, message):
+        # A frame is only parsed and queued here; the writer's database calls close stale
+        # connections in their own threads. Channels' dispatch would first hop through the
+        # process's one thread-sensitive thread for every frame to close them, so every
+        # socket's frames would wait on that one thread in turn.
+        if message["type"] == "websocket.receive":
+            await self.websocket_receive(message)
+        else:
+            await super().dispatch(message)
+
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         parsed = agent_frame_parse(
             text_data if text_data is not None else (bytes_data or b""), run_id=self.run.id

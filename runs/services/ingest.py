@@ -6,7 +6,9 @@ Guarantees of ``agent_messages_ingest``:
   acknowledged as stored), logged and counted on the run (``Run.agent_conflicts``); a message
   of an epoch the site never issued for the run is refused;
 - a batch is stored together with everything it implies (trials, measurements, run state)
-  in one transaction; callers notify the run's browsers after it has committed;
+  in one transaction, its ledger rows and its measurements one statement each
+  (``PendingRows``: a batch costs a handful of statements, not two per message); callers
+  acknowledge it and notify the run's browsers only after it has committed;
 - a run that has ended accepts, for ``BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS`` after its
   end, what its agent still delivers (a spool it could not send while the site was down):
   levels, cold-start phases and trial outcomes are stored, its trials settled again and its
@@ -40,6 +42,7 @@ from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelF
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
 from runs.selectors.delivery import run_delivery_open
 from runs.services.level_figures import trial_level_figures_record
+from runs.services.pending_rows import PendingRows
 from runs.services.pod_moves import run_next_image
 from runs.services.run_end import run_end_settle
 from runs.services.trial_settling import run_trials_settle
@@ -108,12 +111,15 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
     # (epoch, seq) → (digest, type) of what is stored under it.
     seen = {(e, s): (digest, kind) for e, s, digest, kind in stored if (e, s) in keys}
     outcomes, changed, trials = [], set(), {}
+    rows = PendingRows()  # this batch's ledger rows and measurements, inserted together
     late = False  # whether a message was stored for a run that had ended
     for message in messages:
         payload = message.model_dump(mode="json")
         digest = message_digest(payload)
         key = (message.epoch, message.seq)
         if key in seen:
+            if seen[key][0] not in ("", digest):
+                rows.flush()  # the stored copy to compare with may be this batch's own
             # A resend: ack again. A row stored before digests were kept ("") is taken at
             # its word, as it always was.
             if seen[key][0] in ("", digest) or _same_as_stored(run, key, payload):
@@ -142,25 +148,29 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
                 IngestOutcome(seq=message.seq, stored=False, refused=reason, run_ended=True)
             )
             continue
-        AgentMessageRecord.objects.create(
-            organization_id=run.organization_id,
-            run=run,
-            epoch=message.epoch,
-            seq=message.seq,
-            type=message.type,
-            payload=payload,
-            digest=digest,
+        rows.add(
+            AgentMessageRecord(
+                organization_id=run.organization_id,
+                run=run,
+                epoch=message.epoch,
+                seq=message.seq,
+                type=message.type,
+                payload=payload,
+                digest=digest,
+            )
         )
         seen[key] = (digest, message.type)
         late = late or ended
-        changed.update(_apply(run, message, trials))
+        changed.update(_apply(run, message, payload, trials, rows))
         # An ended run's end stands: a late run_finished is kept in the ledger, nothing more.
         if not ended and (message.type == "run_finished" or run.state == RunState.FINALIZING):
+            rows.flush()  # whether the run is complete is counted on the stored rows
             run.save(update_fields=changed)
             _finish_if_complete(run)
         outcomes.append(
-            IngestOutcome(seq=message.seq, stored=True, update=_browser_update(message))
+            IngestOutcome(seq=message.seq, stored=True, update=_browser_update(message, payload))
         )
+    rows.flush()
     if changed:
         run.save(update_fields=changed)
     if late and trials:
@@ -230,8 +240,11 @@ def _trial(run: Run, index: int, trials: dict[int, Trial]) -> Trial:
     return trials[index]
 
 
-def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
-    """Applies one message to its rows; returns the run's fields it changed (saved once per
+def _apply(
+    run: Run, message, payload: dict, trials: dict[int, Trial], rows: PendingRows
+) -> list[str]:
+    """Applies one message (``payload``: its JSON form) to its rows (new measurements go to
+    ``rows``, inserted by the caller); returns the run's fields it changed (saved once per
     batch by the caller)."""
     now = timezone.now()
     run.last_heartbeat_at = now
@@ -262,15 +275,17 @@ def _apply(run: Run, message, trials: dict[int, Trial]) -> list[str]:
         trial.save(update_fields=["cold_start"])
     elif isinstance(message, protocol.MeasurementReport):
         rate = message.level.request_rate
-        Measurement.objects.create(
-            organization_id=run.organization_id,
-            trial=_trial(run, message.trial, trials),
-            concurrency=message.level.concurrency,
-            request_rate=None if rate in (None, "inf") else rate,
-            request_rate_infinite=rate == "inf",
-            result=message.result.model_dump(mode="json"),  # as the agent sent it
-            server_metrics=message.server,
-            gpus=[gpu.model_dump(mode="json") for gpu in message.gpus or ()],
+        rows.add(
+            Measurement(
+                organization_id=run.organization_id,
+                trial=_trial(run, message.trial, trials),
+                concurrency=message.level.concurrency,
+                request_rate=None if rate in (None, "inf") else rate,
+                request_rate_infinite=rate == "inf",
+                result=payload["result"],  # as the agent sent it
+                server_metrics=message.server,
+                gpus=payload.get("gpus") or [],
+            )
         )
     elif isinstance(message, protocol.EngineRestarted):
         trial = _trial(run, message.trial, trials)
@@ -378,7 +393,7 @@ _NOTICE_RESULT_FIELDS = {
 }
 
 
-def _browser_update(message) -> dict:
+def _browser_update(message, payload: dict) -> dict:
     """A compact notice for the live page; the page re-reads REST for the full picture.
     (epoch, seq) names the stored message: a restarted agent's seqs start at 0 again."""
     update = {"kind": message.type, "epoch": message.epoch, "seq": message.seq}
@@ -406,7 +421,8 @@ def _browser_update(message) -> dict:
     if isinstance(message, protocol.MeasurementReport):
         # Every figure the page charts (p50 and p99, throughput) and the simulator's label:
         # a level's point is drawn from its notice, without re-reading the run.
-        update["result"] = message.result.model_dump(mode="json", include=_NOTICE_RESULT_FIELDS)
+        result = payload["result"]
+        update["result"] = {key: result[key] for key in _NOTICE_RESULT_FIELDS if key in result}
     return update
 
 
