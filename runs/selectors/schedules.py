@@ -16,7 +16,7 @@ HISTORY_SHOWN = 50
 def experiment_schedule(experiment: Experiment) -> ExperimentSchedule | None:
     return (
         ExperimentSchedule.objects.select_related("periodic_task__crontab", "owner")
-        .filter(experiment=experiment)
+        .filter(organization_id=experiment.organization_id, experiment=experiment)
         .first()
     )
 

@@ -264,7 +264,12 @@ def test_progress_is_throttled_and_heartbeats_keep_coming(tmp_path):
     assert progress[-1]["requests_total"] == 48 + 2 * 4
     assert progress[-1]["requests_done"] <= 48 + 4 * 4
     assert progress[-1]["ttft_ms_p50"] is not None
-    assert len(recorder.of("heartbeat")) >= int(elapsed / 0.5) - 3
+    # Heartbeats keep coming through the level: no long silence. (Their count is not fixed:
+    # each waits its period after the last was sent, so a starved loop sends fewer — CI's
+    # 5 workers on 2 cores once saw 41 in 25.5 s.)
+    beats = [recorder.times[i] for i, m in enumerate(recorder.messages) if m["type"] == "heartbeat"]
+    assert len(beats) >= elapsed / 0.5 / 2
+    assert max(b - a for a, b in itertools.pairwise(beats)) < 2.0
 
 
 @pytest.mark.parametrize("outcome", ["cancelled"])

@@ -349,5 +349,5 @@ def test_it_runs_one_run_on_another_image_tag_and_leaves_the_experiment_alone(al
     on_sim = benchsite(
         *("runs", "start", str(simulated.id), "--image-tag", "v0.12.0"), url=site, token=alice.token
     )
-    assert on_sim.code == 2 and "runs the simulator" in on_sim.err
+    assert on_sim.code == 2 and "Only a vLLM experiment runs an image" in on_sim.err
     assert Run.objects.filter(organization=alice.org).count() == 1
