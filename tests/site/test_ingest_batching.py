@@ -132,7 +132,7 @@ async def test_it_writes_what_queued_up_meanwhile_in_one_transaction_and_acks_af
     monkeypatch.setattr(consumers.AgentIngestConsumer, "_ingest", staticmethod(held_ingest))
     run, token = await sync_to_async(_new_run)(alice.org)
     socket = await _agent_socket(run.id, token)
-    assert (await socket.connect())[0]
+    assert (await socket.connect(timeout=10))[0]
     sent = messages(run.id)
     for message in sent[:6]:
         await socket.send_json_to(message)
@@ -159,7 +159,7 @@ async def test_it_acks_nothing_of_a_batch_whose_transaction_rolled_back(alice, m
     run, token = await sync_to_async(_new_run)(alice.org)
     sent = messages(run.id)[:5]
     socket = await _agent_socket(run.id, token)
-    await socket.connect()
+    await socket.connect(timeout=10)
     for message in sent:
         await socket.send_json_to(message)
     # The first frame out is the close: no ack of anything the failed batch held.
@@ -169,7 +169,7 @@ async def test_it_acks_nothing_of_a_batch_whose_transaction_rolled_back(alice, m
     assert await _stored_counts(run) == (0, 0, 0)
     monkeypatch.undo()
     again = await _agent_socket(run.id, token)  # the agent reconnects and resends
-    await again.connect()
+    await again.connect(timeout=10)
     for message in sent:
         await again.send_json_to(message)
     acks = [await again.receive_json_from(timeout=10) for _ in sent]
@@ -184,7 +184,7 @@ async def test_it_refuses_a_bad_message_of_a_pipelined_batch_by_name_and_stores_
     (level,) = _measurements(run.id, [3])
     broken = level | {"seq": 2, "result": {"completed": 1}}
     socket = await _agent_socket(run.id, token)
-    await socket.connect()
+    await socket.connect(timeout=10)
     for message in (hello, started, broken, level):
         await socket.send_json_to(message)
     replies = [await socket.receive_json_from(timeout=10) for _ in range(4)]
