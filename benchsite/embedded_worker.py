@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from pathlib import Path
 
 from celery import Celery
 from celery.beat import EmbeddedService
@@ -27,8 +28,11 @@ from celery.worker import state as worker_state
 class EmbeddedWorker:
     """One worker and one beat, started and stopped together (see the module docstring)."""
 
-    def __init__(self, app: Celery, *, concurrency: int = 2):
+    def __init__(self, app: Celery, *, state_path: Path, concurrency: int = 2):
         self.app = app
+        # Beat's local state file (the schedule itself is in the database): kept out of the
+        # working directory.
+        self.state_path = Path(state_path)
         self.concurrency = concurrency
         self._ready = threading.Event()
         self._worker = None
@@ -54,7 +58,13 @@ class EmbeddedWorker:
         if not self._ready.wait(timeout):
             self.stop()
             raise RuntimeError(f"the embedded Celery worker did not start within {timeout:g} s")
-        self._beat = EmbeddedService(self.app, thread=True)
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        # Celery's embedded service defaults to its file scheduler; the app names the
+        # database's (django-celery-beat), which also fires the experiments' schedules.
+        self._beat = EmbeddedService(
+            self.app, thread=True, schedule_filename=str(self.state_path),
+            scheduler_cls=self.app.conf.beat_scheduler,
+        )  # fmt: skip
         self._beat.start()
 
     def stop(self, timeout: float = 15) -> None:

@@ -149,7 +149,9 @@ def celery_beat(
     """A real ``celery beat`` of the site on the test database, with the scheduler the
     settings name (django-celery-beat's, reading its schedule from the database); yields its
     process once it has started, and stops it on the way out."""
-    args = ["-A", "benchsite", "beat", "--loglevel", "DEBUG"]
+    # Its local state file goes beside its log, not into the checkout.
+    args = ["-A", "benchsite", "beat", "--loglevel", "DEBUG",
+            "--schedule", str(log_path.with_suffix(".schedule"))]  # fmt: skip
     return _celery_process(args, log_path, env=env, ready=b"beat: Starting...", timeout=timeout)
 
 

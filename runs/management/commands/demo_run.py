@@ -116,7 +116,7 @@ class Command(BaseCommand):
         # pass) would break up the progress line; their warnings show.
         for chatty in ("celery", "httpx"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
-        worker = EmbeddedWorker(celery_app)
+        worker = EmbeddedWorker(celery_app, state_path=Path(settings.MEDIA_ROOT) / "beat")
         server = None
         try:
             worker.start()
