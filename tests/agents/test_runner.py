@@ -170,8 +170,10 @@ def test_a_config_the_schema_refuses_fails_its_trial_only(tmp_path):
 
 def test_the_deadline_ends_the_level_in_progress_and_skips_the_rest(tmp_path):
     # Each request lasts seconds at speed 1 (the first level minutes): the deadline falls
-    # inside it, also when a busy machine (parallel test workers) slows the start-up down.
-    deadline_in = 15
+    # inside it, also when a busy machine (parallel test workers) slows the start-up down —
+    # 30 s, as every deadline test (docs/testing.md): at 15 s a loaded CI machine once had
+    # not started the level yet.
+    deadline_in = 30
     job = make_job(
         [{"max_num_seqs": 8}, {"max_num_seqs": 4}],
         concurrency=(2, 4),
@@ -269,7 +271,7 @@ def test_progress_is_throttled_and_heartbeats_keep_coming(tmp_path):
     # 5 workers on 2 cores once saw 41 in 25.5 s.)
     beats = [recorder.times[i] for i, m in enumerate(recorder.messages) if m["type"] == "heartbeat"]
     assert len(beats) >= elapsed / 0.5 / 2
-    assert max(b - a for a, b in itertools.pairwise(beats)) < 2.0
+    assert max(b - a for a, b in itertools.pairwise(beats)) < 5.0  # 2.26 s seen on CI
 
 
 @pytest.mark.parametrize("outcome", ["cancelled"])
