@@ -45,6 +45,12 @@ def err(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def dollars(amount: Any) -> str:
+    """An API amount (a decimal string) as ``$1.23``; ``unknown`` where the API sends null (a
+    run of an existing endpoint without a price: nothing was priced, so never ``$0``)."""
+    return "unknown" if amount is None else f"${amount}"
+
+
 def print_list(api: ApiClient, path: str, columns: dict[str, Callable[[dict], Any]]) -> None:
     """Every row of a list endpoint as a table, one column per ``{header: value of a row}``."""
     rows = [tuple(str(value(row)) for value in columns.values()) for row in api.list_all(path)]

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.spinner import Spinner
 
+from benchsite_cli.output import dollars
+
 
 def _trials_done(run: dict[str, Any]) -> int:
     return sum(1 for trial in run.get("trials") or [] if trial.get("finished_at"))
@@ -26,7 +28,7 @@ def _status(run: dict[str, Any], total_trials: Any) -> str:
     measured = sum(len(trial.get("measurements") or []) for trial in run.get("trials") or [])
     line = (
         f"{run['state']} · trials {_trials_done(run)}/{total} · levels measured {measured} · "
-        f"spend ${run.get('cost_usd') or '0'}"
+        f"spend {dollars(run.get('cost_usd'))}"
     )
     if run.get("cancel_requested_at") and run["state"] != "cancelled":
         line += " · cancel requested"

@@ -31,7 +31,7 @@ from benchsite_cli.gate import (
 from benchsite_cli.gate_files import junit_write, markdown_write
 from benchsite_cli.level_results import OUTPUT_THROUGHPUT, SUMMARY_FIGURES, level_figure
 from benchsite_cli.lookup import find_row, looks_like_uuid
-from benchsite_cli.output import err, out, table
+from benchsite_cli.output import dollars, err, out, table
 from benchsite_cli.progress import progress_for
 
 TERMINAL_STATES = {"succeeded", "failed", "cancelled", "over_budget"}
@@ -198,7 +198,7 @@ def runs_compare(api: ApiClient, args) -> int:
 
 def _print_run_summary(run: dict[str, Any]) -> None:
     out(
-        f"run {run['id']}: {run['state']}, cost ${run.get('cost_usd')}, "
+        f"run {run['id']}: {run['state']}, cost {dollars(run.get('cost_usd'))}, "
         f"{len(run.get('trials') or [])} trials"
         + (f" — {run['failure_reason']}" if run.get("failure_reason") else "")
     )

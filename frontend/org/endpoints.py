@@ -4,16 +4,15 @@ API key. The key is never rendered: only its last four characters."""
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
-
 from django.contrib import messages
 from django.shortcuts import redirect, render
 
 from frontend.org_pages import org_context, org_page
-from frontend.validation import error_summary
+from frontend.validation import error_summary, parse_as_api
 from runs.access import Need, access_endpoint, scoped
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
+from runs.inputs.endpoints import EndpointCreateSerializer
 from runs.models import Endpoint
 from runs.services.endpoints import endpoint_create, endpoint_delete
 
@@ -21,47 +20,28 @@ _LABELS = {"name": "Name", "base_url": "Base URL", "served_model_name": "Served 
            "api_key": "API key", "price_usd_per_hour": "$ per hour",
            "price_usd_per_1m_input_tokens": "$ per 1M input tokens",
            "price_usd_per_1m_output_tokens": "$ per 1M output tokens"}  # fmt: skip
-_PRICES = ("price_usd_per_hour", "price_usd_per_1m_input_tokens", "price_usd_per_1m_output_tokens")
 
 
-def _prices(form) -> tuple[dict[str, Decimal | None], dict[str, list[str]]]:
-    """The form's prices ("": none), and a field-named error for each that is no price."""
-    prices: dict[str, Decimal | None] = {}
-    errors: dict[str, list[str]] = {}
-    for field in _PRICES:
-        text = form.get(field, "").strip()
-        try:
-            value = Decimal(text) if text else None
-        except InvalidOperation:
-            value = None
-            errors[field] = ["Give a number of dollars, e.g. 2.50, or leave it empty."]
-        if value is not None and not (value.is_finite() and 0 <= value <= 100_000):
-            errors[field] = ["Give a price from 0 to 100000 dollars."]
-        prices[field] = value
-    return prices, errors
+def _form_data(form) -> dict[str, str]:
+    """The form as the API's input: an empty price box means no price, as leaving the field
+    out does in the API."""
+    return {key: value for key, value in form.items() if key in _LABELS and value.strip() != ""}
 
 
 @org_page("GET", "POST", post=Need.MANAGE)
 def org_endpoints(request, membership):
     errors: dict[str, list[str]] = {}
     if request.method == "POST":
-        prices, errors = _prices(request.POST)
-        if not errors:
-            try:
-                endpoint = endpoint_create(
-                    org=membership.organization,
-                    actor=actor_from_request(request),
-                    name=request.POST.get("name", ""),
-                    base_url=request.POST.get("base_url", ""),
-                    served_model_name=request.POST.get("served_model_name", ""),
-                    api_key=request.POST.get("api_key", "").strip(),
-                    **prices,
-                )
-            except DomainValidationError as exc:
-                errors = exc.fields
-            else:
-                messages.success(request, f"Added the endpoint “{endpoint.name}”.")
-                return redirect("org-endpoints", membership.organization.slug)
+        try:
+            data = parse_as_api(EndpointCreateSerializer, _form_data(request.POST))
+            endpoint = endpoint_create(
+                org=membership.organization, actor=actor_from_request(request), **data
+            )
+        except DomainValidationError as exc:
+            errors = exc.fields
+        else:
+            messages.success(request, f"Added the endpoint “{endpoint.name}”.")
+            return redirect("org-endpoints", membership.organization.slug)
     # The key is never sent back into the form, not even after a refusal.
     values = {key: value for key, value in request.POST.items() if key != "api_key"}
     context = org_context(

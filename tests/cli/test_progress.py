@@ -101,3 +101,10 @@ def test_it_chooses_the_live_line_only_on_a_terminal(monkeypatch):
     with progress_for(log, run_id=RUN_ID, total_trials=2) as progress:
         progress.update(detail("queued"))
     assert not ANSI.search(log.getvalue())
+
+
+def test_a_run_of_unknown_cost_says_so_not_zero():
+    log = NotATerminal()
+    with progress_for(log, run_id=RUN_ID, total_trials=2) as progress:
+        progress.update(detail("benchmarking") | {"cost_usd": None})
+    assert "spend unknown" in log.getvalue() and "$" not in log.getvalue()

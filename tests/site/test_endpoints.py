@@ -6,6 +6,7 @@ endpoint's price."""
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from decimal import Decimal
@@ -183,6 +184,12 @@ def test_a_run_of_an_endpoint_without_a_price_has_an_unknown_cost(alice, server,
     page = signed_in(alice).get(f"/o/{alice.org.slug}/runs/{run.id}/").content.decode()
     assert '<output id="spend">unknown</output>' in page and "its cost is unknown" in page
     assert KEY not in page
+    # The tables that list runs say so too, never $0.00.
+    for listing in ("runs/", f"experiments/{experiment.id}/"):
+        listing = f"/o/{alice.org.slug}/{listing}"
+        page = signed_in(alice).get(listing).content.decode()
+        row = page[page.index(str(run.id)[:8]) :].split("</tr>")[0]
+        assert '<td class="num">unknown</td>' in row and "$0.00" not in row, listing
 
 
 @pytest.mark.django_db(transaction=True)
@@ -252,6 +259,13 @@ def test_the_settings_page_adds_an_endpoint_and_never_renders_the_key(
     url = f"/o/{alice.org.slug}/settings/endpoints/"
     form = {"name": "prod vLLM", "base_url": server.base_url, "served_model_name": "llama",
             "api_key": KEY, "price_usd_per_hour": "2.5"}  # fmt: skip
+    # A price the API refuses is refused on the page by the same rule, under its field.
+    for price in ("two", "-1", "100001", "0.00001"):
+        api_error = add_endpoint(alice, server.base_url, price_usd_per_hour=price).json()
+        page = signed_in(alice).post(url, form | {"price_usd_per_hour": price}).content.decode()
+        (message,) = api_error["error"]["fields"]["price_usd_per_hour"]
+        assert html.escape(message) in page, (price, message)
+        assert 'aria-invalid="true" aria-describedby="id_price-help' in page
     refused = signed_in(alice).post(url, form)
     assert refused.status_code == 200
     page = refused.content.decode()
