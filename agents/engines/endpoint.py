@@ -8,6 +8,12 @@ Guarantees:
   unexpected status or body, a redirect — never followed), ``access_denied`` (401 or 403) or
   ``model_not_found`` (the list lacks the model, with what it lists). No cold-start phase is
   reported: there is none.
+- The check also asks the endpoint for one token on the workload's route with vLLM's
+  ``ignore_eos``, the way every measured request asks: an endpoint that refuses it (a 400 or
+  422 that a request without it does not get, as hosted APIs answer unknown fields) is
+  measured without it (``accepts_ignore_eos`` False; the load generator's report then says
+  when replies came back shorter than asked). Any other answer leaves it on: the levels
+  report what the endpoint does with the requests.
 - The API key is never in an error, a log line or a report (``repr`` hides it).
 - ``stop`` and ``kill`` do nothing (the endpoint is not ours); ``exit_status`` is always None,
   so an endpoint that stops answering mid-level is reported as unreachable, never as a crash.
@@ -25,6 +31,8 @@ from urllib.parse import urlsplit
 from agents.engines.base import EngineFailed, FailureKind, PhaseCallback, StartReport
 
 CHECK_TIMEOUT_SECONDS = 15.0
+# An answer that refuses a request's fields (OpenAI: 400 "Unrecognized request argument").
+_REFUSED_FIELDS = (400, 422)
 
 
 class EndpointEngine:
@@ -33,11 +41,14 @@ class EndpointEngine:
     name = "endpoint"
 
     def __init__(self, *, base_url: str, model: str, api_key: str | None = None,
-                 timeout: float = CHECK_TIMEOUT_SECONDS):  # fmt: skip
+                 route: str = "completions", timeout: float = CHECK_TIMEOUT_SECONDS):  # fmt: skip
         self._base_url = base_url.rstrip("/")
         self.model = model
         self._api_key = api_key
+        self._route = route  # the workload's: "completions" or "chat"
         self.timeout = timeout
+        # Whether measured requests send vLLM's ignore_eos (known after ``start``).
+        self.accepts_ignore_eos = True
         self.argv: list[str] = []  # nothing is started
         self.tail: deque[str] = deque(maxlen=20)  # what the check saw, for reports
 
@@ -58,6 +69,12 @@ class EndpointEngine:
                 f"the endpoint does not serve {self.model!r}; it lists {listed}",
             )
         self.tail.append(f"GET {self._base_url}/v1/models: serves {self.model!r}")
+        self.accepts_ignore_eos = not self._refuses_ignore_eos()
+        if not self.accepts_ignore_eos:
+            self.tail.append(
+                "the endpoint refuses vLLM's ignore_eos: measured without it (replies may end "
+                "before the workload's output length)"
+            )
         return StartReport(
             engine=self.name, argv=[], base_url=self._base_url, phases=[], simulated=False
         )
@@ -66,7 +83,25 @@ class EndpointEngine:
         self.tail.append(message)
         return EngineFailed(kind, message, log_tail=list(self.tail))
 
-    def _served_models(self) -> list[str]:
+    def _refuses_ignore_eos(self) -> bool:
+        """Whether a one-token request is refused with ``ignore_eos`` and taken without."""
+        path = "/v1/chat/completions" if self._route == "chat" else "/v1/completions"
+        body: dict = {"model": self.model, "max_tokens": 1, "stream": False}
+        if self._route == "chat":
+            body["messages"] = [{"role": "user", "content": "Hello"}]
+        else:
+            body["prompt"] = "Hello"
+        try:
+            with_it, _ = self._call("POST", path, body | {"ignore_eos": True})
+            if with_it not in _REFUSED_FIELDS:
+                return False
+            without_it, _ = self._call("POST", path, body)
+        except EngineFailed:
+            return False  # unreachable now: the levels will say so
+        return without_it not in _REFUSED_FIELDS
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+        """``method`` on ``<base><path>`` with the key: the status and the body's first MB."""
         parts = urlsplit(self._base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise self._failed(FailureKind.ENDPOINT_UNREACHABLE, "not an http(s) base URL")
@@ -78,11 +113,17 @@ class EndpointEngine:
         headers = {"Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
         started = time.monotonic()
         try:
-            connection.request("GET", f"{parts.path.rstrip('/')}/v1/models", headers=headers)
+            connection.request(
+                method, f"{parts.path.rstrip('/')}{path}", body=payload, headers=headers
+            )
             response = connection.getresponse()
-            body = response.read(1_000_000)
+            return response.status, response.read(1_000_000)
         except (OSError, http.client.HTTPException) as exc:
             raise self._failed(
                 FailureKind.ENDPOINT_UNREACHABLE,
@@ -91,15 +132,18 @@ class EndpointEngine:
             ) from None
         finally:
             connection.close()
-        if response.status in (401, 403):
+
+    def _served_models(self) -> list[str]:
+        status, body = self._call("GET", "/v1/models")
+        if status in (401, 403):
             raise self._failed(
                 FailureKind.ACCESS_DENIED,
-                f"the endpoint refused the API key (HTTP {response.status})",
+                f"the endpoint refused the API key (HTTP {status})",
             )
-        if response.status != 200:
+        if status != 200:
             raise self._failed(
                 FailureKind.ENDPOINT_UNREACHABLE,
-                f"GET {self._base_url}/v1/models answered HTTP {response.status}",
+                f"GET {self._base_url}/v1/models answered HTTP {status}",
             )
         try:
             return [str(model["id"]) for model in json.loads(body)["data"]]

@@ -81,6 +81,8 @@ class ProcessEngine:
     """One server process for one serve configuration. Not reusable across configs: make a
     new one per trial (``restart`` brings the same config back)."""
 
+    accepts_ignore_eos = True  # vLLM's extension; the simulator takes it too
+
     def __init__(
         self,
         *,

@@ -164,6 +164,7 @@ def trial_engine(
             base_url=job.engine.base_url or "",
             model=job.model.served_model_name,
             api_key=options.endpoint_api_key,
+            route=job.workload.endpoint,
         )
     if job.engine.kind == "sim":
         return sim_engine(

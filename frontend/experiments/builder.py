@@ -32,6 +32,7 @@ from runs.errors import DomainValidationError
 from runs.inputs.errors import flatten_errors
 from runs.inputs.experiments import ExperimentSerializer
 from runs.models import Experiment, Membership
+from runs.models.experiments import Engine
 from runs.placement import MAX_FALLBACK_GPU_TYPES
 from runs.selectors.estimates import CostEstimate, experiment_estimate
 from runs.selectors.predictions import GridPrediction, experiment_prediction
@@ -72,6 +73,7 @@ _BUILDER_TEXT_FIELDS = (
     "container_disk_gb",
     "network_volume_id",
     "engine",
+    "existing_endpoint",
     "engine_image_tag",
     "compare_image_tags",
     "grid_mode",
@@ -115,6 +117,7 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "container_disk_gb": str(experiment.container_disk_gb),
         "network_volume_id": experiment.network_volume_id,
         "engine": experiment.engine,
+        "existing_endpoint": str(experiment.endpoint_id or ""),
         "engine_image_tag": experiment.engine_image_tag,
         "compare_image_tags": ", ".join(experiment.compare_image_tags),
         "grid_mode": "rows",
@@ -284,7 +287,22 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
         "search": search,
         "budget_cap_usd": values.get("budget_cap_usd", ""),
     }
+    if payload["engine"] == Engine.ENDPOINT:
+        payload |= _ENDPOINT_LEAVES_OUT | {"endpoint": values.get("existing_endpoint") or None}
     return payload, errors
+
+
+# What the builder hides for an existing endpoint (nothing rented, started or searched): not
+# sent, so what the page does not show cannot refuse the experiment.
+_ENDPOINT_LEAVES_OUT = {
+    "fallback_gpu_types": [],
+    "network_volume_id": "",
+    "engine_image_tag": "",
+    "compare_image_tags": [],
+    "serve_grid": {},
+    "defaults_trial": False,
+    "search": {},
+}
 
 
 def grid_trials(grid: object) -> int | None:

@@ -113,6 +113,9 @@ def error_slot(path: str) -> str:
             name = tail.split(".", 1)[0]
             return f"capacity_{name}" if name in CAPACITY_FIELDS else "capacity"
         return first if first in WORKLOAD_FIELDS else "workload"
+    if head == "endpoint" and not rest:
+        # The existing endpoint's picker: "endpoint" alone is the workload's API route's slot.
+        return "existing_endpoint"
     if head in _TOP_LEVEL and not rest:
         return head
     return GENERAL_SLOT

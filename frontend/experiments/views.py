@@ -34,7 +34,7 @@ from frontend.org_pages import org_context, org_page
 from runs.access import Need, access_experiment, access_model_spec, scoped
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
-from runs.models import Experiment, GpuType, ModelSpec, WorkloadDataset
+from runs.models import Endpoint, Experiment, GpuType, ModelSpec, WorkloadDataset
 from runs.models.catalogue import WeightDtype
 from runs.models.experiments import DATASET_FORMAT_CHOICES, CloudType, Engine
 from runs.models.runs import RunState, RunTrigger
@@ -212,8 +212,8 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         burstgpt_log_types=BURSTGPT_LOG_TYPES,
         flags=flags,
         flag_names={flag["name"] for flag in flags},
-        # An existing endpoint's experiment is made over the API for now (no picker here).
-        engines=[engine for engine in Engine.values if engine != Engine.ENDPOINT],
+        engines=Engine.values,
+        existing_endpoints=scoped(membership, Endpoint).order_by("name"),
         clouds=CloudType.values,
         slo_names=form_slots.SLO_NAMES,
         slo_percentiles=SLO_PERCENTILES,

@@ -22,6 +22,9 @@ Guarantees:
   processes.
 - With ``--api-key KEY`` every ``/v1/`` request must carry ``Authorization: Bearer KEY``, or
   it is answered 401; ``GET /auth`` counts the requests it let in and those it refused.
+- With ``--refuse-field NAME`` (repeatable) a completion request carrying that field is
+  answered 400 as OpenAI's API answers an unknown one ("Unrecognized request argument
+  supplied: NAME"), before any token.
 - ``GET /metrics`` serves Prometheus text with vLLM's metric names: requests running, KV-cache
   usage (running / 256), counters for tokens, prefix-cache queries (every prompt token) and
   hits (half of them), and TTFT histogram sum/count.
@@ -59,6 +62,7 @@ class State:
         self.ttft_sum = 0.0
         self.ttft_count = 0
         self.api_key: str | None = None
+        self.refused_fields: tuple[str, ...] = ()
         self.auth = {"accepted": 0, "refused": 0}
 
     def metrics(self) -> bytes:
@@ -247,9 +251,16 @@ class _Connection(asyncio.Protocol):
         if refused:
             _respond(transport, "401 Unauthorized", b'{"error": "bad key"}', "application/json")
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            keep = await _stream(
-                state, transport, json.loads(body), path.endswith("chat/completions"), t_recv
-            )
+            request = json.loads(body)
+            unknown = [name for name in state.refused_fields if name in request]
+            if unknown:
+                message = f"Unrecognized request argument supplied: {unknown[0]}"
+                error = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+                _respond(transport, "400 Bad Request", error.encode(), "application/json")
+            else:
+                keep = await _stream(
+                    state, transport, request, path.endswith("chat/completions"), t_recv
+                )
         elif method == "GET" and path == "/v1/models":
             data = {"object": "list", "data": [{"id": "fake", "object": "model"}]}
             _respond(transport, "200 OK", json.dumps(data).encode(), "application/json")
@@ -271,9 +282,10 @@ class _Connection(asyncio.Protocol):
             self._next(perf_counter())
 
 
-async def serve(port: int, api_key: str | None = None) -> None:
+async def serve(port: int, api_key: str | None = None, refused_fields=()) -> None:
     state = State()
     state.api_key = api_key
+    state.refused_fields = tuple(refused_fields)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _Connection(state), "127.0.0.1", port, backlog=1024)
     bound = server.sockets[0].getsockname()[1]
@@ -286,6 +298,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--api-key", default=None)
+    parser.add_argument("--refuse-field", action="append", default=[])
     args = parser.parse_args()
     try:
         import uvloop
@@ -294,7 +307,7 @@ def main() -> None:
     except ImportError:
         runner = asyncio.Runner()
     with runner, contextlib.suppress(KeyboardInterrupt):
-        runner.run(serve(args.port, args.api_key))
+        runner.run(serve(args.port, args.api_key, args.refuse_field))
     sys.exit(0)
 
 
@@ -304,9 +317,12 @@ class FakeServer:
     ``cpu`` pins the child to one core (benchmarks keep client and server apart).
     """
 
-    def __init__(self, cpu: int | None = None, api_key: str | None = None):
+    def __init__(
+        self, cpu: int | None = None, api_key: str | None = None, refuse_fields: tuple = ()
+    ):
         self.cpu = cpu
         self.api_key = api_key
+        self.refuse_fields = refuse_fields
         self.process: subprocess.Popen | None = None
         self.port = 0
 
@@ -318,6 +334,8 @@ class FakeServer:
         command = [sys.executable, "-m", "tests.agents.fake_openai_server"]
         if self.api_key is not None:
             command += ["--api-key", self.api_key]
+        for name in self.refuse_fields:
+            command += ["--refuse-field", name]
         if self.cpu is not None:
             command = ["taskset", "-c", str(self.cpu), *command]
         root = Path(__file__).resolve().parents[2]

@@ -97,6 +97,31 @@ def test_a_run_measures_the_endpoint_sending_the_key_as_a_bearer_token(server, t
     assert KEY not in json.dumps(recorder.messages)
 
 
+@pytest.mark.parametrize("route", ["completions", "chat"])
+def test_an_endpoint_that_refuses_ignore_eos_is_measured_without_it(tmp_path, route):
+    with FakeServer(api_key=KEY, refuse_fields=("ignore_eos",)) as strict:
+        engine = EndpointEngine(base_url=strict.base_url, model="fake", api_key=KEY, route=route)
+        engine.start()
+        assert engine.accepts_ignore_eos is False
+        assert "refuses vLLM's ignore_eos" in " ".join(engine.tail)
+        job = endpoint_job(strict.base_url)
+        job = job.model_copy(
+            update={"workload": job.workload.model_copy(update={"endpoint": route})}
+        )
+        summary, recorder, _ = run(
+            job, tmp_path, engine_options=EngineOptions(endpoint_api_key=KEY)
+        )
+    assert (summary.outcome, summary.trials_succeeded) == ("succeeded", 1)
+    measured = recorder.of("measurement")
+    assert measured and all(m["result"]["failed"] == 0 for m in measured)
+
+
+def test_an_endpoint_that_takes_ignore_eos_gets_it(server):
+    engine = EndpointEngine(base_url=server.base_url, model="fake", api_key=KEY)
+    engine.start()
+    assert engine.accepts_ignore_eos is True
+
+
 def test_a_run_with_a_wrong_key_fails_its_trial_as_access_denied(server, tmp_path):
     options = EngineOptions(endpoint_api_key="sk-wrong-key-9999")
     _, recorder, _ = run(endpoint_job(server.base_url), tmp_path, engine_options=options)

@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from runs.models import Experiment, Measurement, Run
+from runs.models import Endpoint, Experiment, Measurement, Run
 from runs.models.runs import TERMINAL_RUN_STATES
 from runs.providers.base import pod_name
 from runs.providers.registry import local_provider
@@ -161,17 +161,17 @@ def test_choosing_chat_sessions_shows_their_inputs_and_chooses_the_chat_endpoint
     page.goto("/o/acme/experiments/new/")
     page.get_by_label("Name", exact=True).fill("Llama 8B: chat sessions")
     expect(page.get_by_label("Message tokens")).to_be_hidden()
-    expect(page.get_by_label("Endpoint")).to_have_value("completions")
+    expect(page.get_by_label("Endpoint", exact=True)).to_have_value("completions")
 
     page.get_by_label("Dataset", exact=True).select_option("chat_sessions")
-    expect(page.get_by_label("Endpoint")).to_have_value("chat")
+    expect(page.get_by_label("Endpoint", exact=True)).to_have_value("chat")
     expect(page.get_by_label("Input tokens")).to_be_hidden()
     for label in ("Turns per session, at most", "System prompt tokens", "Think time (s)"):
         expect(page.get_by_label(label)).to_be_visible()
     page.get_by_label("Message tokens").fill("100")
     expect(page.locator("#live-status")).to_have_text("Valid: ready to save.")
     # The check refuses sessions on the completions endpoint, beside the endpoint.
-    page.get_by_label("Endpoint").select_option("completions")
+    page.get_by_label("Endpoint", exact=True).select_option("completions")
     expect(page.locator("#err-endpoint")).to_contain_text("chat sessions are sent to the chat")
     expect(page.locator("#live-status")).to_have_text("1 problem marked in the form.")
 
@@ -197,3 +197,30 @@ def test_choosing_agentic_sessions_shows_their_inputs_and_their_own_help(page, s
     page.get_by_label("Sub-agent chance per turn").fill("2")
     expect(page.locator("#err-subagent_probability")).to_contain_text("less than or equal to 1")
     expect(page.locator("#live-status")).to_have_text("1 problem marked in the form.")
+
+
+def test_choosing_an_existing_endpoint_hides_what_it_does_not_have(page, sign_in, alice):
+    make_model(alice.org)
+    Endpoint.objects.create(
+        organization=alice.org, name="prod", base_url="http://127.0.0.1:9", served_model_name="m"
+    )
+    sign_in(page, alice)
+    page.goto("/o/acme/experiments/new/")
+    page.get_by_label("Name", exact=True).fill("prod as it is")
+    grid, picker = page.locator("#serve-grid"), page.get_by_label("Existing endpoint")
+    expect(grid).to_be_visible()
+    expect(picker).to_be_hidden()
+
+    page.get_by_label("Engine", exact=True).select_option("endpoint")
+    expect(grid).to_be_hidden()
+    expect(page.locator("#search-fieldset")).to_be_hidden()
+    expect(page.get_by_label("Container disk (GB)")).to_be_hidden()
+    expect(picker).to_be_visible()
+    # Not picked yet: the live check says so beside the picker, and nothing hidden refuses.
+    expect(page.locator("#err-existing_endpoint")).to_contain_text("names one of the")
+    expect(page.locator("#live-status")).to_have_text("1 problem marked in the form.")
+    picker.select_option(label="prod (m)")
+    expect(page.locator("#live-status")).to_have_text("Valid: ready to save.")
+    page.get_by_label("Engine", exact=True).select_option("vllm")
+    expect(grid).to_be_visible()
+    expect(picker).to_be_hidden()

@@ -27,8 +27,21 @@ from .conftest import benchsite
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
+@pytest.fixture(scope="module")
+def shared_site():
+    """One Daphne for the module's tests that enqueue nothing of their own: each test's rows
+    are flushed after it, and the server keeps no state of its own between requests."""
+    with daphne_server() as address:
+        yield f"http://{address}"
+
+
 @pytest.fixture
-def site():
+def site(request):
+    """The site's URL; a test with its own broker queue gets a server started within it (a
+    server reads the queue's name from its environment when it starts)."""
+    if "broker_queue" not in request.fixturenames:
+        yield request.getfixturevalue("shared_site")
+        return
     with daphne_server() as address:
         yield f"http://{address}"
 

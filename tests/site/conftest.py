@@ -132,26 +132,62 @@ def _person(email: str, org: Organization, role: str | None) -> Person:
     )
 
 
-@pytest.fixture
-def org_a(db) -> Organization:
+def org_a_create() -> Organization:
+    """Acme, owned by alice (the GPU catalogue seeded first)."""
     # Transactional tests flush every table, the migrated GPU catalogue included: re-seed.
     seed_gpu_catalogue(GpuType)
     owner = User.objects.create_user("alice@acme.example", "correct-horse-battery")
     return org_create(slug="acme", name="Acme", owner=owner, actor=SYSTEM)
 
 
-@pytest.fixture
-def org_b(db) -> Organization:
+def org_b_create() -> Organization:
+    """Globex, owned by charlie."""
     owner = User.objects.create_user("charlie@globex.example", "correct-horse-battery")
     return org_create(slug="globex", name="Globex", owner=owner, actor=SYSTEM)
 
 
+def owner_person(org: Organization, email: str) -> Person:
+    """The organization's owner ``email`` with a token of their own."""
+    user = User.objects.get(email=email)
+    return Person(
+        user=user, org=org, token=token_create(org=org, user=user, name="t", actor=SYSTEM).raw
+    )
+
+
+@dataclass
+class Cast:
+    """Acme's alice (owner), bob (viewer) and mallory (member); Globex's charlie (owner)."""
+
+    alice: Person
+    bob: Person
+    mallory: Person
+    charlie: Person
+
+
+def cast_create() -> Cast:
+    """The whole cast, as the fixtures below make it one by one."""
+    org_a, org_b = org_a_create(), org_b_create()
+    return Cast(
+        alice=owner_person(org_a, "alice@acme.example"),
+        bob=_person("bob@acme.example", org_a, "viewer"),
+        mallory=_person("mallory@acme.example", org_a, "member"),
+        charlie=owner_person(org_b, "charlie@globex.example"),
+    )
+
+
+@pytest.fixture
+def org_a(db) -> Organization:
+    return org_a_create()
+
+
+@pytest.fixture
+def org_b(db) -> Organization:
+    return org_b_create()
+
+
 @pytest.fixture
 def alice(org_a) -> Person:
-    user = User.objects.get(email="alice@acme.example")
-    return Person(
-        user=user, org=org_a, token=token_create(org=org_a, user=user, name="t", actor=SYSTEM).raw
-    )
+    return owner_person(org_a, "alice@acme.example")
 
 
 @pytest.fixture
@@ -166,10 +202,7 @@ def mallory(org_a) -> Person:
 
 @pytest.fixture
 def charlie(org_b) -> Person:
-    user = User.objects.get(email="charlie@globex.example")
-    return Person(
-        user=user, org=org_b, token=token_create(org=org_b, user=user, name="t", actor=SYSTEM).raw
-    )
+    return owner_person(org_b, "charlie@globex.example")
 
 
 MODEL_FIELDS = MODEL_PRESETS["llama-3.1-8b"].registered

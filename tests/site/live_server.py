@@ -43,7 +43,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def daphne_server(
-    timeout: float = 30,
+    timeout: float = 60,
     log_path: str | None = None,
     port: int | None = None,
     env: dict[str, str] | None = None,

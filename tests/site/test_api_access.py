@@ -9,6 +9,7 @@ or orphaned credentials get 401 — always with nothing written.
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from decimal import Decimal
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import transaction
+from django.test import override_settings
 from django.urls import URLPattern, URLResolver, reverse
 from rest_framework.test import APIClient
 
@@ -48,7 +51,9 @@ from .conftest import (
     MODEL_FIELDS,
     SYSTEM,
     WORKLOAD,
+    Cast,
     Person,
+    cast_create,
     experiment_payload,
     frozen,
     make_experiment,
@@ -85,8 +90,35 @@ def endpoints_answer(monkeypatch, settings):
     )
 
 
+@pytest.fixture(scope="module")
+def world_once(django_db_setup, django_db_blocker, tmp_path_factory):
+    """The world, built once per module (and worker) inside a transaction that every test
+    of the module runs nested in (as ``TestCase.setUpTestData`` does): each test's own
+    changes roll back to it, and the whole world rolls back after the module. Building it
+    took about 0.5 s of CPU, and the module has hundreds of cases."""
+    media = tmp_path_factory.mktemp("world-media")
+    cheap = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # as the site's autouse fixture
+    with (
+        django_db_blocker.unblock(),
+        override_settings(PASSWORD_HASHERS=cheap, MEDIA_ROOT=media),
+        transaction.atomic(),
+    ):
+        built = _world_build(cast_create())
+        yield built
+        transaction.set_rollback(True)
+
+
 @pytest.fixture
-def world(alice, bob, mallory, charlie, endpoints_answer) -> World:
+def world(world_once, db, endpoints_answer, monkeypatch) -> World:
+    """The module's world, as this test's own copy (a test that changes an object in memory
+    changes it for itself only). Predictions run on a small simulation budget: who may ask
+    is what is tested here, not the figures (the budget's own effect is test_predictions')."""
+    monkeypatch.setattr("runs.selectors.predictions.WORK_BUDGET", 20_000)
+    return copy.deepcopy(world_once)
+
+
+def _world_build(cast: Cast) -> World:
+    alice, bob, mallory, charlie = cast.alice, cast.bob, cast.mallory, cast.charlie
     org = alice.org
     model = make_model_spec(org)
     experiment = make_experiment(org, model=model)

@@ -1,10 +1,14 @@
-"""The demo as a site that keeps working, and stops whole (issue 14 items 9 and 11).
+"""``make demo``'s main job as a user runs it, as a site that keeps working, and stopping whole
+(issue 14 items 9 and 11).
 
 ``manage.py demo_run`` runs as a user leaves it in a terminal (a process in its own session,
-on embedded defaults: SQLite, no Redis). After its own run, runs started through the API and
-through ``benchsite runs start --wait`` are provisioned by its embedded worker, stream into
-its Daphne and succeed, and one is cancelled. SIGTERM, like Ctrl-C, sent while an agent and
-its simulator run, stops Daphne, the worker, the agent and the engine, and frees the port.
+on embedded defaults: SQLite, no Redis, no broker): the site served by Daphne, the demo
+experiment through run_start, the provisioning task, the local agent and the simulator, the
+final tables and the answer. After its own run, runs started through the API and through
+``benchsite runs start --wait`` are provisioned by its embedded worker, stream into its
+Daphne and succeed, and one is cancelled. SIGTERM, like Ctrl-C, sent while an agent and its
+simulator run, stops Daphne, the worker, the agent and the engine, and frees the port.
+(``--exit``, which only skips the serving afterwards, runs in ``tests/vllm/test_demo_vllm.py``.)
 """
 
 from __future__ import annotations
@@ -154,7 +158,35 @@ def test_it_stops_everything_it_started_on_sigterm_as_on_ctrl_c(start_demo, tmp_
     assert state == "cancelled" and "demo was stopped" in reason and released is not None
 
 
-def test_it_runs_what_the_api_and_the_cli_start_after_its_own_run(start_demo, tmp_path):
+def assert_the_demo_printed_its_run_and_answer(out: str, port: int) -> None:
+    """The demo's own run as it printed it: levels, capacities, the answer and where to look."""
+    assert "Run succeeded" in out
+    assert "SIMULATED" in out
+    tables = out.split("Capacity at the SLOs")
+    assert len(tables) == 2, out[-3000:]
+    levels = [line for line in tables[0].splitlines() if line.startswith("│")]
+    # 3 values of max_num_batched_tokens and vLLM's defaults × 3 fixed concurrency levels,
+    # and the probes (*) of each configuration's capacity search.
+    fixed = [row for row in levels if "*" not in row]
+    assert len(fixed) == 12, out[-3000:]
+    assert all("$" in row for row in levels)  # a cost per 1M output tokens on every row
+    capacities = [line for line in tables[1].splitlines() if line.startswith("│")]
+    assert len(capacities) == 4, out[-3000:]
+    assert any("default" in row for row in capacities)
+    # The answer: the recommended configuration, its capacity, the cost there and its margin.
+    words = " ".join(out.split())  # rich wraps long lines
+    assert "Answer (simulated H100" in words or "No configuration met the SLOs" in words
+    if "Answer (simulated H100" in words:
+        assert "concurrent users within ttft:p99<500ms, tpot:p99<50ms" in words
+        assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in words
+    assert "Password:" in out
+    # Every address printed is where the demo serves, not a default port.
+    assert f"Sign in:  http://127.0.0.1:{port}/login/" in out
+    assert "127.0.0.1:8000" not in out
+    assert f"Run page:   http://127.0.0.1:{port}/o/demo/runs/" in out
+
+
+def test_it_shows_its_answer_then_runs_what_the_api_and_the_cli_start(start_demo, tmp_path):
     port = free_port()
     log = tmp_path / "demo.log"
     # Fast: these runs are about the path (provision, stream, finish, cancel), not figures.
@@ -165,6 +197,7 @@ def test_it_runs_what_the_api_and_the_cli_start_after_its_own_run(start_demo, tm
         what="the demo's own run to end",
         every=0.5,
     )
+    assert_the_demo_printed_its_run_and_answer(log.read_text(), port)
     url = f"http://127.0.0.1:{port}"
     token = re.search(r"Authorization: Bearer (\S+)'", log.read_text()).group(1)
     api = httpx.Client(

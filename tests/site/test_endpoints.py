@@ -22,6 +22,7 @@ from tests.polling import wait_for
 
 from .conftest import frozen, make_model, signed_in
 from .live_server import daphne_server
+from .test_web_experiments import builder_form
 
 KEY = "sk-endpoint-7f3e9c21"
 WORKLOAD = {
@@ -282,3 +283,35 @@ def test_the_settings_page_adds_an_endpoint_and_never_renders_the_key(
     endpoint = Endpoint.objects.get()
     deleted = signed_in(alice).post(f"{url}{endpoint.id}/delete/", follow=True)
     assert "Deleted the endpoint" in deleted.content.decode() and not Endpoint.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_builder_picks_an_endpoint_and_sends_nothing_it_hides(alice, charlie, server, allowed):
+    endpoint = add_endpoint(alice, server.base_url).json()
+    model = make_model(alice.org)
+    client = signed_in(alice)
+    page = client.get(f"/o/{alice.org.slug}/experiments/new/").content.decode()
+    assert f'<option value="{endpoint["id"]}">prod vLLM (fake)</option>' in page
+    # The grid rows, the image tag and the search are the page's defaults for vLLM, hidden
+    # for an endpoint: what the page hides is not sent, so it does not refuse the experiment.
+    form = builder_form(
+        model, name="prod as it is", engine="endpoint", search_strategy="prune",
+        fallback_gpu_types=["NVIDIA A100 80GB PCIe", "", "", ""],
+    )  # fmt: skip
+    unpicked = client.post(f"/o/{alice.org.slug}/experiments/new/", form)
+    assert unpicked.status_code == 200 and not Experiment.objects.exists()
+    html = unpicked.content.decode()
+    errors = html[html.index('data-slot="existing_endpoint"') :]
+    assert "names one of the organization" in errors[: errors.index("</ul>")]
+    saved = client.post(
+        f"/o/{alice.org.slug}/experiments/new/", form | {"existing_endpoint": endpoint["id"]}
+    )
+    assert saved.status_code == 302, saved.content.decode()[-2000:]
+    experiment = Experiment.objects.get()
+    assert (experiment.engine, str(experiment.endpoint_id)) == ("endpoint", endpoint["id"])
+    assert (experiment.serve_grid, experiment.engine_image_tag, experiment.search) == ({}, "", {})
+    edit = client.get(f"/o/{alice.org.slug}/experiments/{experiment.id}/edit/").content.decode()
+    assert f'<option value="{endpoint["id"]}" selected>' in edit
+    # Another organization's endpoint is neither offered nor taken.
+    other = signed_in(charlie).get(f"/o/{charlie.org.slug}/experiments/new/").content.decode()
+    assert endpoint["id"] not in other

@@ -140,6 +140,10 @@
     document.querySelectorAll("[data-engine-only]").forEach(function (element) {
       element.hidden = element.dataset.engineOnly !== engineSelect.value;
     });
+    // What an existing endpoint does not have (a rented pod, a serve grid, a search).
+    document.querySelectorAll("[data-engine-not]").forEach(function (element) {
+      element.hidden = element.dataset.engineNot === engineSelect.value;
+    });
   }
 
   // --- the live check -------------------------------------------------------------------
