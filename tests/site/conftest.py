@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
-from django.test import Client
+from django.db import transaction
+from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
 from agents.hardware import MODEL_PRESETS
@@ -27,13 +31,33 @@ from .live_server import broker_queue_delete
 SYSTEM = Actor.system("tests")
 
 
+# The cast's passwords are hashed cheaply: a real hasher costs ~0.3 s per person, and only
+# Django's own tests need to prove it.
+CHEAP_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture(autouse=True)
 def isolated_media_and_cheap_hashing(settings, tmp_path):
     # Uploaded datasets land in the test's own directory (tmp_path), never in the checkout.
-    # The cast's passwords are hashed cheaply: a real hasher costs ~0.3 s per person, and
-    # only Django's own tests need to prove it.
     settings.MEDIA_ROOT = tmp_path
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.PASSWORD_HASHERS = CHEAP_PASSWORD_HASHERS
+
+
+@contextlib.contextmanager
+def rows_kept_for_the_module(django_db_blocker, media: Path) -> Iterator[None]:
+    """Inside: rows written now stay for every test of a module, as ``setUpTestData`` keeps
+    a class's. They are written in a transaction that each (non-transactional) test then runs
+    nested in, so a test's own changes roll back to them, and they roll back on leaving.
+    Use it in a module-scoped fixture (a module whose tests each built the same rows spent
+    most of its time doing so); hand each test a ``copy.deepcopy`` of what it yields, so a
+    test that changes an object in memory changes it for itself only."""
+    with (
+        django_db_blocker.unblock(),
+        override_settings(PASSWORD_HASHERS=CHEAP_PASSWORD_HASHERS, MEDIA_ROOT=media),
+        transaction.atomic(),
+    ):
+        yield
+        transaction.set_rollback(True)
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,6 @@ from decimal import Decimal
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import transaction
-from django.test import override_settings
 from django.urls import URLPattern, URLResolver, reverse
 from rest_framework.test import APIClient
 
@@ -57,6 +55,7 @@ from .conftest import (
     experiment_payload,
     frozen,
     make_experiment,
+    rows_kept_for_the_module,
 )
 from .conftest import make_model as make_model_spec
 from .db_state import database_state
@@ -92,20 +91,10 @@ def endpoints_answer(monkeypatch, settings):
 
 @pytest.fixture(scope="module")
 def world_once(django_db_setup, django_db_blocker, tmp_path_factory):
-    """The world, built once per module (and worker) inside a transaction that every test
-    of the module runs nested in (as ``TestCase.setUpTestData`` does): each test's own
-    changes roll back to it, and the whole world rolls back after the module. Building it
-    took about 0.5 s of CPU, and the module has hundreds of cases."""
-    media = tmp_path_factory.mktemp("world-media")
-    cheap = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # as the site's autouse fixture
-    with (
-        django_db_blocker.unblock(),
-        override_settings(PASSWORD_HASHERS=cheap, MEDIA_ROOT=media),
-        transaction.atomic(),
-    ):
-        built = _world_build(cast_create())
-        yield built
-        transaction.set_rollback(True)
+    """The world, built once per module and worker (``rows_kept_for_the_module``): building
+    it took about 0.5 s, and the module has hundreds of cases."""
+    with rows_kept_for_the_module(django_db_blocker, tmp_path_factory.mktemp("media")):
+        yield _world_build(cast_create())
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ real WSGI stack, as the owner of an organization with real rows behind every pat
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 
@@ -32,7 +33,7 @@ from runs.services.budgets import budget_set
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
 
-from .conftest import SYSTEM, frozen, make_experiment
+from .conftest import SYSTEM, cast_create, frozen, make_experiment, rows_kept_for_the_module
 
 EXAMPLES_PER_OPERATION = 25
 
@@ -68,12 +69,24 @@ def keep_test_connection():
     signals.request_finished.connect(close_old_connections)
 
 
+@pytest.fixture(scope="module")
+def world_once(django_db_setup, django_db_blocker, tmp_path_factory):
+    """The world, built once per module and worker (``rows_kept_for_the_module``)."""
+    with rows_kept_for_the_module(django_db_blocker, tmp_path_factory.mktemp("media")):
+        cast = cast_create()
+        yield _world_build(cast.alice, cast.bob)
+
+
 @pytest.fixture
-def world(alice, bob, keep_test_connection, monkeypatch):
-    """Real rows for every kind of path id, owned by alice's organization. Predictions run on
-    a small simulation budget: the same code path, 25 examples in seconds rather than minutes
-    (the budget's own effect is tested in test_predictions)."""
+def world(world_once, db, keep_test_connection, monkeypatch):
+    """Real rows for every kind of path id, owned by alice's organization (this test's copy).
+    Predictions run on a small simulation budget: the same code path, 25 examples in seconds
+    rather than minutes (the budget's own effect is tested in test_predictions)."""
     monkeypatch.setattr("runs.selectors.predictions.WORK_BUDGET", 20_000)
+    return copy.deepcopy(world_once)
+
+
+def _world_build(alice, bob):
     experiment = make_experiment(alice.org)
     sharegpt = json.dumps(
         [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}]
