@@ -36,6 +36,7 @@ import django
 django.setup()
 
 import websockets  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
@@ -224,6 +225,21 @@ async def round_of(addresses, pairs, cookie, count) -> tuple[float, list[float],
     return elapsed, per_server, delays
 
 
+# How the web processes run with ``--production``: DEBUG off (no SQL kept per query, no
+# debug cursor), as a deployment serves. The secret key is this process's own, so that the
+# session it signs for the watching browser is valid there.
+PRODUCTION_ENV = {
+    "DEBUG": "false",
+    "SECRET_KEY": settings.SECRET_KEY,
+    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+    "CREDENTIALS_ENCRYPTION_KEY": "ZmRzYWZkc2FmZHNhZmRzYWZkc2FmZHNhZmRzYWZkc2E=",
+    "SECURE_SSL_REDIRECT": "false",
+    "SESSION_COOKIE_SECURE": "false",
+    "CSRF_COOKIE_SECURE": "false",
+    "SECURE_HSTS_SECONDS": "0",
+}
+
+
 def load_average() -> str:
     return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
@@ -234,6 +250,11 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200, help="per agent (default 200)")
     parser.add_argument("--web", type=int, default=1, help="web processes (default 1)")
     parser.add_argument("--server-log", help="write the servers' output to this file")
+    parser.add_argument(
+        "--production",
+        action="store_true",
+        help="web processes with DEBUG off, as deployed (default: DEBUG on, as in the tests)",
+    )
     args = parser.parse_args()
     setup_test_environment()
     old_name = connection.settings_dict["NAME"]
@@ -247,11 +268,16 @@ def main() -> None:
         layer = "channels-redis" if os.environ.get("REDIS_URL") else "in-memory"
         print(
             f"database: {connection.vendor}, channel layer: {layer}, {args.web} web "
-            f"process(es), {args.messages} measurement messages per agent"
+            f"process(es) with DEBUG {'off' if args.production else 'on'}, {args.messages} "
+            "measurement messages per agent"
         )
         with contextlib.ExitStack() as servers:
             addresses = [
-                servers.enter_context(daphne_server(log_path=args.server_log))
+                servers.enter_context(
+                    daphne_server(
+                        log_path=args.server_log, env=PRODUCTION_ENV if args.production else None
+                    )
+                )
                 for _ in range(args.web)
             ]
             loaded = load_average()
