@@ -4,6 +4,7 @@ the site serves."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from urllib.parse import urlparse
 
@@ -15,8 +16,10 @@ from django.urls import resolve
 
 from agents import protocol
 from agents.runner.site_link import SiteEndpoints
+from runs.api.parsers import NUL_REFUSAL
 from runs.api.views_agent import AgentEpochView, AgentMessagesView
 from runs.models import AgentMessageRecord
+from runs.services.agent_messages import agent_frame_parse
 
 from .test_agent_ingest import _agent_client, _agent_socket, _new_run, messages
 
@@ -95,3 +98,27 @@ def test_the_agents_routes_are_the_ones_the_site_serves():
         match = resolve(urlparse(url).path)
         assert match.func.view_class is view
         assert str(match.kwargs["run_id"]) == run_id
+
+
+@pytest.mark.parametrize(
+    ("command", "encoding", "refused"),
+    [
+        ("m\x00", None, True),  # written by JSON as the escape \u0000
+        ("m\x00", "utf-16", True),  # bytes: the decoded message is walked
+        ({"a\x00": 1}, None, True),  # in a key
+        ("m\\u0000", None, False),  # a backslash and 'u0000': no U+0000 in it
+    ],
+    ids=["escaped", "utf-16-bytes", "in-a-key", "a-literal-backslash"],
+)
+def test_a_frame_is_refused_for_a_null_character_only_when_it_holds_one(command, encoding, refused):
+    run_id = uuid.uuid4()
+    started = messages(run_id)[1]
+    if isinstance(command, dict):
+        frame = json.dumps(started | {"serve_config": command})
+    else:
+        frame = json.dumps(started | {"command": ["vllm", "serve", command]})
+    parsed = agent_frame_parse(frame.encode(encoding) if encoding else frame, run_id=run_id)
+    if refused:
+        assert isinstance(parsed, protocol.Rejected) and parsed.reason == NUL_REFUSAL
+    else:
+        assert parsed.command == ["vllm", "serve", "m\\u0000"]
