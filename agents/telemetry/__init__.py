@@ -3,7 +3,7 @@
 benchmark's events (``levels``)."""
 
 from agents.telemetry.levels import GpuLevels
-from agents.telemetry.nvml import NvmlGpus, open_gpus
+from agents.telemetry.nvml import HostGpus, NvmlGpus, host_gpus, open_gpus
 from agents.telemetry.sampler import GpuSampler
 
-__all__ = ["GpuLevels", "GpuSampler", "NvmlGpus", "open_gpus"]
+__all__ = ["GpuLevels", "GpuSampler", "HostGpus", "NvmlGpus", "host_gpus", "open_gpus"]

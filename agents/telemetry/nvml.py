@@ -8,12 +8,15 @@ Guarantees:
   for that one query) is None in that sample; the other readings stand.
 - Units are the protocol's (``agents.protocol.GPU_READINGS``): percent, MiB, watts, MHz, °C.
 - Every call blocks on the driver: call ``sample`` off the event loop (``sampler`` does).
+- ``host_gpus`` reads the host's facts for the agent's ``hello`` the same way: each GPU's
+  name and memory, the driver's version and the CUDA version it supports; None without NVML.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pynvml
 
@@ -86,3 +89,35 @@ def open_gpus() -> NvmlGpus | None:
         pynvml.nvmlShutdown()
         return None
     return NvmlGpus(handles, names)
+
+
+@dataclass(frozen=True)
+class HostGpus:
+    """What NVML says of the host: each GPU's (name, total MiB), the driver, CUDA."""
+
+    gpus: list[tuple[str, int]]
+    driver_version: str | None
+    cuda_version: str | None  # "12.4": the highest CUDA the driver supports
+
+
+def host_gpus() -> HostGpus | None:
+    """The host's GPUs and driver as NVML gives them, or None on a host without NVML."""
+    gpus = open_gpus()
+    if gpus is None:
+        return None
+    try:
+        readings = gpus.sample()
+        driver = _read(pynvml.nvmlSystemGetDriverVersion)
+        cuda = _read(pynvml.nvmlSystemGetCudaDriverVersion)
+    finally:
+        gpus.close()
+    return HostGpus(
+        gpus=[
+            (name, int(reading.memory_total_mib))
+            for name, reading in zip(gpus.names, readings, strict=True)
+            if reading.memory_total_mib is not None
+        ],
+        driver_version=None if driver is None else str(driver)[:100],
+        # NVML answers 1000 × major + 10 × minor (12040 is CUDA 12.4).
+        cuda_version=None if not cuda else f"{cuda // 1000}.{cuda % 1000 // 10}",
+    )

@@ -15,6 +15,7 @@ import pytest
 
 from agents import protocol
 from agents.cli import main
+from agents.runner.hostfacts import host_facts
 from agents.telemetry import GpuSampler, open_gpus
 from tests.agents.fake_openai_server import FakeServer
 from tests.fakes import nvml
@@ -146,3 +147,16 @@ def test_bench_reports_this_hosts_gpus_when_asked(gpus_file, tmp_path, capsys, m
         assert main(argv) == 0
         assert "gpus" not in json.loads(out.read_text())["levels"][0]
         assert "NVML finds no GPU" in capsys.readouterr().err
+
+
+def test_the_hello_reports_the_hosts_gpus_driver_and_cuda_from_nvml(gpus_file, monkeypatch):
+    facts = host_facts()
+    assert [(gpu.name, gpu.memory_mib) for gpu in facts.gpus] == [
+        (H100.name, 81559),
+        (NO_POWER.name, 81559),
+    ]
+    assert (facts.driver_version, facts.cuda_version) == ("550.54.15", "12.4")
+    # Without a driver: no GPU, no driver, no CUDA, and no error.
+    monkeypatch.delenv(nvml.ENV)
+    facts = host_facts()
+    assert (facts.gpus, facts.driver_version, facts.cuda_version) == ([], None, None)

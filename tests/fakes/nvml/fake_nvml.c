@@ -9,7 +9,8 @@
  *
  * A negative reading answers NVML_ERROR_NOT_SUPPORTED for that query (as NVML does for a
  * sensor a board lacks). Without the variable, or without the file, nvmlInitWithFlags
- * answers NVML_ERROR_DRIVER_NOT_LOADED: a machine with no GPU driver.
+ * answers NVML_ERROR_DRIVER_NOT_LOADED: a machine with no GPU driver. The driver and CUDA
+ * versions are fixed (FAKE_DRIVER_VERSION, FAKE_CUDA_DRIVER_VERSION below).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,5 +160,23 @@ int nvmlDeviceGetTemperature(void *handle, unsigned int sensor, unsigned int *te
     if (ret != NVML_SUCCESS) return ret;
     if (sensor != NVML_TEMPERATURE_GPU || d.temp_c < 0) return NVML_ERROR_NOT_SUPPORTED;
     *temperature_c = (unsigned int)d.temp_c;
+    return NVML_SUCCESS;
+}
+
+/* The host's driver, as a driver 550.54.15 with CUDA 12.4 answers (what the agent's hello
+ * reports). */
+#define FAKE_DRIVER_VERSION "550.54.15"
+#define FAKE_CUDA_DRIVER_VERSION 12040
+
+int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (strlen(FAKE_DRIVER_VERSION) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(version, FAKE_DRIVER_VERSION);
+    return NVML_SUCCESS;
+}
+
+int nvmlSystemGetCudaDriverVersion(int *cuda_version) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    *cuda_version = FAKE_CUDA_DRIVER_VERSION;
     return NVML_SUCCESS;
 }
