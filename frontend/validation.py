@@ -16,11 +16,11 @@ from runs.inputs.errors import flatten_errors
 
 
 def parse_as_api(
-    serializer_class: type[serializers.Serializer], data, **context: Any
+    serializer_class: type[serializers.Serializer], data, *, partial: bool = False, **context: Any
 ) -> dict[str, Any]:
     """The serializer's validated data; raises ``DomainValidationError`` with the API's field
-    paths when the input is refused."""
-    serializer = serializer_class(data=data, context=context)
+    paths when the input is refused. ``partial``: as a PATCH reads it (only what is given)."""
+    serializer = serializer_class(data=data, context=context, partial=partial)
     if not serializer.is_valid():
         raise DomainValidationError(flatten_errors(serializer.errors))
     return serializer.validated_data

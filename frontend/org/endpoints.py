@@ -1,6 +1,7 @@
 """Organization settings: existing endpoints (OpenAI-compatible deployments benchmarked
-without renting). Everyone sees them; owners and admins add and delete them, as they hold an
-API key. The key is never rendered: only its last four characters."""
+without renting). Everyone sees them; owners and admins add them, replace their key and
+delete them, as they hold an API key. The key is never rendered: only its last four
+characters."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
 from runs.inputs.endpoints import EndpointCreateSerializer
 from runs.models import Endpoint
-from runs.services.endpoints import endpoint_create, endpoint_delete
+from runs.services.endpoints import endpoint_create, endpoint_delete, endpoint_update
 
 _LABELS = {"name": "Name", "base_url": "Base URL", "served_model_name": "Served model name",
            "api_key": "API key", "price_usd_per_hour": "$ per hour",
@@ -64,4 +65,21 @@ def org_endpoint_delete(request, membership, endpoint_id):
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Deleted the endpoint “{endpoint.name}”.")
+    return redirect("org-endpoints", membership.organization.slug)
+
+
+@org_page("POST", need=Need.MANAGE)
+def org_endpoint_key(request, membership, endpoint_id):
+    """A rotated key: checked with the endpoint (as the API's change is) before it replaces
+    the old one; refused, the old key stays and the page says why."""
+    endpoint = access_endpoint(membership=membership, endpoint_id=endpoint_id)
+    try:
+        data = parse_as_api(EndpointCreateSerializer, {"api_key": request.POST.get("api_key", "")},
+                            partial=True)  # fmt: skip
+        endpoint_update(endpoint=endpoint, actor=actor_from_request(request), **data)
+    except DomainValidationError as exc:
+        problems = " ".join(message for messages_ in exc.fields.values() for message in messages_)
+        messages.error(request, f"{endpoint.name}: the key was not replaced. {problems}")
+    else:
+        messages.success(request, f"Replaced the API key of “{endpoint.name}”.")
     return redirect("org-endpoints", membership.organization.slug)

@@ -57,6 +57,11 @@ urlpatterns = [
         endpoints.org_endpoint_delete,
         name="org-endpoint-delete",
     ),
+    path(
+        "o/<slug:org>/settings/endpoints/<uuid:endpoint_id>/key/",
+        endpoints.org_endpoint_key,
+        name="org-endpoint-key",
+    ),
     path("o/<slug:org>/settings/hf-token/", views.org_hf_token, name="org-hf-token"),
     path(
         "o/<slug:org>/settings/hf-token/remove/",

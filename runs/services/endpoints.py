@@ -12,9 +12,14 @@ Guarantees:
 - The API key is stored encrypted (``runs.secrets``); it is never returned, logged, audited or
   put in an error: only its last four characters (``api_key_fingerprint``) are shown. The
   check does not follow redirects, so an allowed host cannot send the worker elsewhere.
-- Creating and deleting are audited (``endpoint.create``, ``endpoint.delete``) with the name,
-  base URL, model and price; an endpoint that experiments still name is not deleted
-  (``Conflict``).
+- ``endpoint_update`` changes what it is given by the same rules (a new key, a new price, a
+  new address or model), and asks the endpoint again only when the address, the model or
+  the key changed; a refused change saves nothing. Prices are one choice: giving any price
+  field replaces all three (one left out is none). Runs already started keep the price
+  frozen in them; a new key is used by runs provisioned from then on.
+- Creating, changing and deleting are audited (``endpoint.create``, ``endpoint.update``,
+  ``endpoint.delete``) with the name, base URL, model, price and whether there is a key;
+  an endpoint that experiments still name is not deleted (``Conflict``).
 """
 
 from __future__ import annotations
@@ -116,35 +121,40 @@ def _audited(endpoint: Endpoint) -> dict:
             "api_key": bool(endpoint.encrypted_api_key), **endpoint.price_snapshot()}  # fmt: skip
 
 
-def endpoint_create(
-    *, org: Organization, actor: Actor, name: str, base_url: str, served_model_name: str,
-    api_key: str = "", price_usd_per_hour: Decimal | None = None,
-    price_usd_per_1m_input_tokens: Decimal | None = None,
-    price_usd_per_1m_output_tokens: Decimal | None = None,
-) -> Endpoint:  # fmt: skip
-    """A new endpoint, checked (see the module docstring); nothing is saved when it fails."""
+PRICE_FIELDS = (
+    "price_usd_per_hour",
+    "price_usd_per_1m_input_tokens",
+    "price_usd_per_1m_output_tokens",
+)
+
+
+def _checked(
+    *, org: Organization, name: str, base_url: str, served_model_name: str, api_key: str,
+    prices: dict[str, Decimal | None], ask: bool, other_than: Endpoint | None = None,
+) -> None:  # fmt: skip
+    """Raises ``DomainValidationError`` on the fields at fault (see the module docstring);
+    ``ask``: then asks the endpoint whether it serves the model with the key."""
     errors: dict[str, list[str]] = {}
-    name, served_model_name = name.strip(), served_model_name.strip()
-    base_url = endpoint_base_url(base_url)
     if not name or len(name) > 100:
         errors["name"] = ["Give a name of 1 to 100 characters."]
-    elif Endpoint.objects.filter(organization=org, name=name).exists():
-        errors["name"] = [_NAME_TAKEN]
+    else:
+        same_name = Endpoint.objects.filter(organization=org, name=name)
+        if other_than is not None:
+            same_name = same_name.exclude(pk=other_than.pk)
+        if same_name.exists():
+            errors["name"] = [_NAME_TAKEN]
     if not served_model_name:
         errors["served_model_name"] = ["Give the model name the endpoint serves."]
     if api_key and not _API_KEY.fullmatch(api_key):
         errors["api_key"] = ["An API key is 1 to 500 printable characters without spaces."]
-    prices = {
-        "price_usd_per_hour": price_usd_per_hour,
-        "price_usd_per_1m_input_tokens": price_usd_per_1m_input_tokens,
-        "price_usd_per_1m_output_tokens": price_usd_per_1m_output_tokens,
-    }
     errors.update(_price_problems(prices))
     problem = endpoint_url_problem(base_url)
     if problem:
         errors["base_url"] = [problem]
     if errors:
         raise DomainValidationError(errors)
+    if not ask:
+        return
     # Only an address the operator allows is ever asked; then, whether it serves the model.
     served, field, problem = _served_models(base_url, api_key)
     if served is None:
@@ -155,10 +165,32 @@ def endpoint_create(
             "served_model_name",
             f"The endpoint does not serve {served_model_name!r}; it lists {listed}.",
         )
+
+
+def _key_fields(api_key: str) -> dict[str, str]:
+    return {"encrypted_api_key": encrypt_secret(api_key) if api_key else "",
+            "api_key_fingerprint": api_key[-4:] if api_key else ""}  # fmt: skip
+
+
+def endpoint_create(
+    *, org: Organization, actor: Actor, name: str, base_url: str, served_model_name: str,
+    api_key: str = "", price_usd_per_hour: Decimal | None = None,
+    price_usd_per_1m_input_tokens: Decimal | None = None,
+    price_usd_per_1m_output_tokens: Decimal | None = None,
+) -> Endpoint:  # fmt: skip
+    """A new endpoint, checked (see the module docstring); nothing is saved when it fails."""
+    name, served_model_name = name.strip(), served_model_name.strip()
+    base_url = endpoint_base_url(base_url)
+    prices = {
+        "price_usd_per_hour": price_usd_per_hour,
+        "price_usd_per_1m_input_tokens": price_usd_per_1m_input_tokens,
+        "price_usd_per_1m_output_tokens": price_usd_per_1m_output_tokens,
+    }
+    _checked(org=org, name=name, base_url=base_url, served_model_name=served_model_name,
+             api_key=api_key, prices=prices, ask=True)  # fmt: skip
     endpoint = Endpoint(
         organization=org, name=name, base_url=base_url, served_model_name=served_model_name,
-        encrypted_api_key=encrypt_secret(api_key) if api_key else "",
-        api_key_fingerprint=api_key[-4:] if api_key else "", created_by=actor.user, **prices,
+        created_by=actor.user, **_key_fields(api_key), **prices,
     )  # fmt: skip
     try:
         with transaction.atomic():
@@ -168,6 +200,42 @@ def endpoint_create(
     except IntegrityError:  # another request took the name a moment ago
         raise DomainValidationError.single("name", _NAME_TAKEN) from None
     logger.info("endpoint %s added for %s", endpoint.id, org.slug)
+    return endpoint
+
+
+def endpoint_update(*, endpoint: Endpoint, actor: Actor, **changes) -> Endpoint:
+    """The endpoint with ``changes`` (any of ``endpoint_create``'s fields) made, checked by
+    the same rules (see the module docstring); nothing is saved when one is refused."""
+    name = changes.get("name", endpoint.name).strip()
+    base_url = endpoint_base_url(changes.get("base_url", endpoint.base_url))
+    served_model_name = changes.get("served_model_name", endpoint.served_model_name).strip()
+    new_key = "api_key" in changes
+    api_key = changes["api_key"] if new_key else endpoint_api_key_for_run(endpoint) or ""
+    prices = {field: getattr(endpoint, field) for field in PRICE_FIELDS}
+    if any(field in changes for field in PRICE_FIELDS):
+        prices = {field: changes.get(field) for field in PRICE_FIELDS}
+    reached_otherwise = (base_url, served_model_name) != (
+        endpoint.base_url, endpoint.served_model_name
+    )  # fmt: skip
+    _checked(org=endpoint.organization, name=name, base_url=base_url,
+             served_model_name=served_model_name, api_key=api_key, prices=prices,
+             ask=new_key or reached_otherwise, other_than=endpoint)  # fmt: skip
+    before = _audited(endpoint)
+    endpoint.name, endpoint.base_url = name, base_url
+    endpoint.served_model_name = served_model_name
+    for field, value in prices.items():
+        setattr(endpoint, field, value)
+    if new_key:
+        for field, value in _key_fields(api_key).items():
+            setattr(endpoint, field, value)
+    try:
+        with transaction.atomic():
+            endpoint.save()
+            audit_record(org=endpoint.organization, actor=actor, event="endpoint.update",
+                         target=endpoint, before=before, after=_audited(endpoint))  # fmt: skip
+    except IntegrityError:  # another request took the name a moment ago
+        raise DomainValidationError.single("name", _NAME_TAKEN) from None
+    logger.info("endpoint %s changed", endpoint.id)
     return endpoint
 
 

@@ -27,7 +27,7 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from runs.actors import Actor
-from runs.models import Membership, Run
+from runs.models import Endpoint, Membership, Run
 from runs.services.experiments import dataset_upload
 from runs.services.promotions import promotion_approve, promotion_propose
 from tests.site.report_data import History, build_history
@@ -135,7 +135,8 @@ def axe() -> Axe:
 @pytest.fixture
 def seeded(alice, mallory, charlie) -> Seeded:
     """Acme's report history with one approved promotion (mallory proposed, alice approved),
-    one uploaded dataset, and two conflicts counted on the simulated run."""
+    one uploaded dataset, an existing endpoint, and two conflicts counted on the simulated
+    run."""
     history = build_history(alice.org)
     Run.objects.filter(pk=history.tsim.run_id).update(
         agent_conflicts=2,
@@ -156,6 +157,11 @@ def seeded(alice, mallory, charlie) -> Seeded:
         name="support chats",
         raw=json.dumps(chats).encode(),
     )
+    # An existing endpoint, so that its row's forms (replace the key, delete) are checked.
+    Endpoint.objects.create(
+        organization=alice.org, name="prod", base_url="http://127.0.0.1:9", served_model_name="m",
+        api_key_fingerprint="abcd", price_usd_per_hour=2,
+    )  # fmt: skip
     return Seeded(history=history, promotion_id=str(promotion.id))
 
 

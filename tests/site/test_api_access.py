@@ -328,7 +328,7 @@ ENDPOINTS = [
     Endpoint("notification-hook-test", "post", M),
     Endpoint("notification-hook-deliveries", "get", M),
     # Existing endpoints: everyone reads them (the builder names one); adding one stores an
-    # API key, so owners and admins add and delete them.
+    # API key, so owners and admins add, change and delete them.
     Endpoint("endpoint-list", "get", R),
     Endpoint(
         "endpoint-list",
@@ -342,6 +342,7 @@ ENDPOINTS = [
         },
     ),
     Endpoint("endpoint-detail", "get", R),
+    Endpoint("endpoint-detail", "patch", M, lambda w: {"api_key": "sk-rotated-key"}),
     Endpoint("endpoint-detail", "delete", M),
 ]
 TENANT_ENDPOINTS = [e for e in ENDPOINTS if e.tenant]

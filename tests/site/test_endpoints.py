@@ -315,3 +315,70 @@ def test_the_builder_picks_an_endpoint_and_sends_nothing_it_hides(alice, charlie
     # Another organization's endpoint is neither offered nor taken.
     other = signed_in(charlie).get(f"/o/{charlie.org.slug}/experiments/new/").content.decode()
     assert endpoint["id"] not in other
+
+
+@pytest.mark.django_db
+def test_an_endpoint_takes_a_new_key_and_price_checked_like_a_new_one(
+    alice, mallory, server, allowed, caplog
+):
+    endpoint = add_endpoint(alice, server.base_url, price_usd_per_hour="2").json()
+    url = f"/api/v1/orgs/{alice.org.slug}/endpoints/{endpoint['id']}/"
+
+    def change(person, **body):
+        return person.client().patch(url, body, format="json")
+
+    stored = Endpoint.objects.get()
+    # A key the endpoint refuses is refused on its field, and nothing changes.
+    refused = change(alice, api_key="sk-wrong-9999")
+    assert refused.status_code == 400
+    assert "refused the API key" in refused.json()["error"]["fields"]["api_key"][0]
+    assert Endpoint.objects.get().encrypted_api_key == stored.encrypted_api_key
+    # The right one (the server's only key) is taken after the endpoint is asked again, and
+    # shown only by its last four characters.
+    asked = server.auth()["accepted"]
+    with caplog.at_level(logging.DEBUG):
+        rotated = change(alice, api_key=KEY)
+    assert server.auth()["accepted"] == asked + 1
+    assert rotated.status_code == 200, rotated.content
+    assert rotated.json()["api_key_fingerprint"] == KEY[-4:]
+    assert KEY not in rotated.content.decode() + caplog.text
+    # Any price replaces the whole choice: per token now, the hourly price gone; the
+    # endpoint is not asked again for a price.
+    asked = server.auth()["accepted"]
+    priced = change(alice, price_usd_per_1m_input_tokens="3", price_usd_per_1m_output_tokens="15")
+    assert priced.status_code == 200, priced.content
+    assert server.auth()["accepted"] == asked
+    assert (
+        priced.json()["price_usd_per_hour"],
+        priced.json()["price_usd_per_1m_input_tokens"],
+    ) == (
+        None,
+        "3.0000",
+    )
+    half = change(alice, price_usd_per_1m_input_tokens="3")
+    assert "both the input and the output" in str(half.json()["error"]["fields"])
+    # A member may not; the audit log has the change without the key.
+    assert change(mallory, name="mine").status_code == 403
+    events = AuditEvent.objects.filter(event="endpoint.update").order_by("created_at")
+    assert [e.after["api_key"] for e in events] == [True, True]
+    assert KEY not in json.dumps([[e.before, e.after] for e in events])
+    assert Endpoint.objects.get().name == "prod vLLM"
+
+
+@pytest.mark.django_db
+def test_the_settings_page_replaces_a_key_only_with_one_the_endpoint_takes(
+    alice, mallory, server, allowed
+):
+    endpoint = Endpoint.objects.get(id=add_endpoint(alice, server.base_url).json()["id"])
+    key_url = f"/o/{alice.org.slug}/settings/endpoints/{endpoint.id}/key/"
+    before = endpoint.encrypted_api_key
+    refused = signed_in(alice).post(key_url, {"api_key": "sk-wrong-9999"}, follow=True)
+    page = refused.content.decode()
+    assert "the key was not replaced" in page and "refused the API key" in page
+    assert "sk-wrong-9999" not in page
+    assert Endpoint.objects.get().encrypted_api_key == before
+    assert signed_in(mallory).post(key_url, {"api_key": KEY}).status_code == 403
+    taken = signed_in(alice).post(key_url, {"api_key": KEY}, follow=True).content.decode()
+    assert "Replaced the API key" in taken and KEY not in taken
+    assert Endpoint.objects.get().encrypted_api_key != before  # encrypted afresh
+    assert AuditEvent.objects.filter(event="endpoint.update").count() == 1
