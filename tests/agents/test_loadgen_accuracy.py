@@ -120,7 +120,9 @@ def test_reported_timings_match_the_server(server, concurrency, requests, ttft_b
     pytest.fail(f"timing errors (ms) over the bounds {bounds} on three attempts: {attempts}")
 
 
-def test_open_loop_requests_leave_on_schedule(server):
+def open_loop_lag_ms(server: FakeServer) -> float:
+    """Runs one open-loop level, checks its counts and schedule (on any machine) and returns
+    the median lateness of the requests' sends against that schedule (ms)."""
     result, records, _ = run_level(
         server,
         model="fake?ttft_ms=5&itl_ms=1",
@@ -132,14 +134,25 @@ def test_open_loop_requests_leave_on_schedule(server):
     )
     assert result["completed"] == 150
     assert result["request_rate"] == 150.0 and result["burstiness"] == 0.5
-    origin = records[0].start
-    lags = [ms(record.start - origin - record.scheduled) for record in records]
-    # asyncio timers wake up to ~1 ms late (uvloop's resolution); a busy machine adds more.
-    assert statistics.median(lags) < 3
     scheduled = [record.scheduled for record in records]
     assert scheduled == sorted(scheduled) and scheduled[0] == 0.0
     # 150 gaps at 150 req/s: about 1 s of schedule (checked statistically in test_arrivals).
     assert 0.5 < scheduled[-1] < 2.0
+    origin = records[0].start
+    return statistics.median(ms(record.start - origin - record.scheduled) for record in records)
+
+
+def test_open_loop_requests_leave_on_schedule(server):
+    """asyncio timers wake up to ~1 ms late (uvloop's resolution): a median lateness under
+    3 ms on one of three attempts, as the timing bounds above (a client starved of a core by
+    other test workers was 4.7 ms late on one CI run; a sender that waits on other work is
+    late on every attempt)."""
+    lags = []
+    for _ in range(3):
+        lags.append(open_loop_lag_ms(server))
+        if lags[-1] < 3:
+            return
+    pytest.fail(f"median send lateness (ms) over 3 on three attempts: {lags}")
 
 
 def test_chat_streams_are_timed_the_same_way(server):
