@@ -73,9 +73,12 @@ def org_endpoint_key(request, membership, endpoint_id):
     """A rotated key: checked with the endpoint (as the API's change is) before it replaces
     the old one; refused, the old key stays and the page says why."""
     endpoint = access_endpoint(membership=membership, endpoint_id=endpoint_id)
+    key = request.POST.get("api_key", "").strip()
+    if not key:  # an empty box is no key to check (the API removes a key with "")
+        messages.error(request, f"{endpoint.name}: give the new API key to replace the old one.")
+        return redirect("org-endpoints", membership.organization.slug)
     try:
-        data = parse_as_api(EndpointCreateSerializer, {"api_key": request.POST.get("api_key", "")},
-                            partial=True)  # fmt: skip
+        data = parse_as_api(EndpointCreateSerializer, {"api_key": key}, partial=True)
         endpoint_update(endpoint=endpoint, actor=actor_from_request(request), **data)
     except DomainValidationError as exc:
         problems = " ".join(message for messages_ in exc.fields.values() for message in messages_)

@@ -378,6 +378,9 @@ def test_the_settings_page_replaces_a_key_only_with_one_the_endpoint_takes(
     assert "sk-wrong-9999" not in page
     assert Endpoint.objects.get().encrypted_api_key == before
     assert signed_in(mallory).post(key_url, {"api_key": KEY}).status_code == 403
+    empty = signed_in(alice).post(key_url, {"api_key": " "}, follow=True).content.decode()
+    assert "give the new API key" in empty
+    assert Endpoint.objects.get().encrypted_api_key == before  # an empty box removes nothing
     taken = signed_in(alice).post(key_url, {"api_key": KEY}, follow=True).content.decode()
     assert "Replaced the API key" in taken and KEY not in taken
     assert Endpoint.objects.get().encrypted_api_key != before  # encrypted afresh
