@@ -35,6 +35,10 @@ CHECK_TIMEOUT_SECONDS = 15.0
 _REFUSED_FIELDS = (400, 422)
 
 
+class _Unreachable(Exception):
+    """A request to the endpoint got no HTTP answer (the message says why, without the key)."""
+
+
 class EndpointEngine:
     """The endpoint at ``base_url`` (its API base, before ``/v1``) serving ``model``."""
 
@@ -96,15 +100,15 @@ class EndpointEngine:
             if with_it not in _REFUSED_FIELDS:
                 return False
             without_it, _ = self._call("POST", path, body)
-        except EngineFailed:
-            return False  # unreachable now: the levels will say so
+        except _Unreachable:
+            return False  # unreachable now: the levels will say so (not the check's tail)
         return without_it not in _REFUSED_FIELDS
 
     def _call(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
         """``method`` on ``<base><path>`` with the key: the status and the body's first MB."""
         parts = urlsplit(self._base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise self._failed(FailureKind.ENDPOINT_UNREACHABLE, "not an http(s) base URL")
+            raise _Unreachable("not an http(s) base URL")
         connection_class = (
             http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         )
@@ -125,16 +129,18 @@ class EndpointEngine:
             response = connection.getresponse()
             return response.status, response.read(1_000_000)
         except (OSError, http.client.HTTPException) as exc:
-            raise self._failed(
-                FailureKind.ENDPOINT_UNREACHABLE,
+            raise _Unreachable(
                 f"cannot reach {self._base_url} ({type(exc).__name__}) after "
-                f"{time.monotonic() - started:.1f} s",
+                f"{time.monotonic() - started:.1f} s"
             ) from None
         finally:
             connection.close()
 
     def _served_models(self) -> list[str]:
-        status, body = self._call("GET", "/v1/models")
+        try:
+            status, body = self._call("GET", "/v1/models")
+        except _Unreachable as exc:
+            raise self._failed(FailureKind.ENDPOINT_UNREACHABLE, str(exc)) from None
         if status in (401, 403):
             raise self._failed(
                 FailureKind.ACCESS_DENIED,
