@@ -154,9 +154,13 @@ def measure_level(config: Config, concurrency: int, level: Level = Level()) -> d
     for _ in range(concurrency):
         send()
     while scheduler.has_work:
-        step = scheduler.schedule()
+        step = scheduler.schedule(now)
         if step is None:
-            break  # nothing can run (never for these lengths): the rest count as failed
+            ready = scheduler.ready_later(now)
+            if ready is None:
+                break  # nothing can run (never for these lengths): the rest count as failed
+            now = ready
+            continue
         now += step.duration
         for request in scheduler.finish(step, now):
             record = _record(request)

@@ -4,7 +4,8 @@
 
 Ground truth is a simulator *world* per seed whose constants differ from the search's own
 simulator — compute and memory efficiency ±20 %, a fixed step overhead of 0.5–3 ms, a host
-cost per request in the step of 5–60 µs, an all-reduce latency of 8–30 µs — so the search
+cost per request in the step of 5–60 µs, an all-reduce latency of 8–30 µs, a server
+front-end time per request of 2–20 ms — so the search
 cannot peek: it predicts with the defaults and measures in the world. For each model/GPU
 pair a 3 × 3 × 3 grid (``max_num_batched_tokens`` × ``max_num_seqs`` ×
 ``gpu_memory_utilization``) is searched by every strategy in every world, and the exhaustive
@@ -73,6 +74,7 @@ def world(seed: int) -> Efficiency:
         step_overhead_s=rng.uniform(0.0005, 0.003),
         per_sequence_s=rng.uniform(5e-6, 60e-6),
         allreduce_latency_s=rng.uniform(8e-6, 30e-6),
+        request_overhead_s=rng.uniform(0.002, 0.02),
     )
 
 

@@ -32,12 +32,13 @@ class Efficiency:
     """What fraction of the datasheet peaks a real step reaches, and fixed costs.
 
     Defaults are set from the calibration set in docs/simulator.md (never from its
-    independent set): kernels rarely pass 60 % of peak FLOP/s on short batches, decode
-    reads memory at about 85 % of peak; the host's cost per request in a step and the
-    all-reduce latency are what the batched and tensor-parallel rows missed without them.
+    independent set): prefill reaches about 65 % of peak FLOP/s, decode reads memory at
+    about 85 % of peak; the host's cost per request in a step and the all-reduce latency are
+    what the batched and tensor-parallel rows missed without them, the server's front end
+    what single requests' TTFT missed.
     """
 
-    flops: float = 0.55
+    flops: float = 0.65
     bandwidth: float = 0.85
     step_overhead_s: float = 0.0010  # scheduling, sampling, detokenizing: CUDA graphs on
     eager_overhead_s: float = 0.0040  # extra per step with --enforce-eager
@@ -45,6 +46,10 @@ class Efficiency:
     # CPU-side cost per request in the step (input preparation, sampling, detokenizing,
     # streaming its output): the part of a step that grows with the batch on the host.
     per_sequence_s: float = 0.0002
+    # The server's own time per request outside the engine's steps: HTTP handling, chat
+    # template and tokenization before the engine core sees it, and its first token's way
+    # back out. What TTFT shows at low load beyond the prefill step.
+    request_overhead_s: float = 0.010
 
     @classmethod
     def from_constants(cls, constants: Mapping[str, float]) -> Efficiency:

@@ -93,7 +93,7 @@ class _Gauges:
                 {
                     "t": round(self.next_at - self.origin, 3),
                     "num_requests_running": float(len(scheduler.running)),
-                    "num_requests_waiting": float(len(scheduler.waiting)),
+                    "num_requests_waiting": float(scheduler.waiting_at(self.next_at)),
                     "kv_cache_usage_perc": scheduler.pool.usage,
                 }
             )
@@ -192,11 +192,12 @@ class OfflineBench:
         while True:
             while (moment := sender.next_time()) is not None and moment <= self.now:
                 sender.send()
-            step = scheduler.schedule()
+            step = scheduler.schedule(self.now)
             if step is None:
-                if moment is None:
+                upcoming = [t for t in (moment, scheduler.ready_later(self.now)) if t is not None]
+                if not upcoming:
                     return
-                self.now = moment
+                self.now = min(upcoming)
                 continue
             end = self.now + step.duration
             if self.work_budget is not None:

@@ -12,8 +12,17 @@ import statistics
 import pytest
 
 from agents.engines.sim import SimRequest, closed_loop
-from agents.engines.sim.scheduler import make_scheduler, prompt_block_hashes, simulate
-from agents.hardware import MODEL_PRESETS, ModelFacts, StartRefusal, gpu_profile, load_model_facts
+from agents.engines.sim.scheduler import Scheduler, make_scheduler, prompt_block_hashes, simulate
+from agents.hardware import (
+    MODEL_PRESETS,
+    Efficiency,
+    ModelFacts,
+    StartRefusal,
+    StepModel,
+    gpu_profile,
+    load_model_facts,
+    start_check,
+)
 
 LLAMA8 = MODEL_PRESETS["llama-3.1-8b"].facts
 LLAMA70 = MODEL_PRESETS["llama-3.1-70b"].facts
@@ -151,6 +160,48 @@ def test_prefix_caching_hits_shared_prefixes_and_cuts_ttft():
     assert with_cache.prefix_hits <= with_cache.prefix_queries
     assert without.prefix_hits == 0
     assert statistics.median(with_cache.ttfts()) < 0.5 * statistics.median(without.ttfts())
+
+
+def scheduler_with_front_end(seconds):
+    settings, plan = start_check(LLAMA8, H100, {"max_model_len": 8192})
+    step_model = StepModel(LLAMA8, H100, settings, plan, Efficiency(request_overhead_s=seconds))
+    return Scheduler(settings, step_model)
+
+
+def test_a_request_reaches_the_engine_only_after_the_servers_front_end():
+    def first_token(seconds):
+        request = SimRequest(0, 512, 4, arrival=1.0)
+        simulate(scheduler_with_front_end(seconds), [request])
+        return request
+
+    without, with_front_end = first_token(0.0), first_token(0.01)
+    assert without.scheduled_at == 1.0
+    assert with_front_end.ready_at == with_front_end.scheduled_at == pytest.approx(1.01)
+    # The same prefill step, 10 ms later: TTFT grows by the front end's time exactly.
+    ttft_without = without.token_times[0] - without.arrival
+    ttft_with = with_front_end.token_times[0] - with_front_end.arrival
+    assert ttft_with - ttft_without == pytest.approx(0.01)
+
+
+def test_the_engine_does_not_wait_for_a_request_still_in_the_front_end():
+    scheduler = scheduler_with_front_end(0.01)
+    # Outputs of different lengths: requests finish one by one while others decode.
+    result = closed_loop(
+        scheduler, concurrency=8, total=40, make=lambda i: SimRequest(i, 256, 32 + 7 * i % 64)
+    )
+    follow_ups = result.requests[8:]
+    for request in follow_ups:
+        # Sent when another finished, at a step's end: the engine went on with the next step
+        # without it, so it was first scheduled after its front-end time, never before.
+        assert request.scheduled_at >= request.ready_at == pytest.approx(request.arrival + 0.01)
+    # The step under way when it became ready ran without it: it waited for that step's end.
+    assert statistics.median(r.scheduled_at - r.ready_at for r in follow_ups) > 0
+    # Requests still in the front end are not counted as waiting in the engine.
+    waiting = scheduler_with_front_end(0.01)
+    waiting.add(SimRequest(0, 16, 1, arrival=0.0))
+    assert waiting.waiting_at(0.005) == 0 and waiting.waiting_at(0.01) == 1
+    assert waiting.schedule(0.005) is None and waiting.ready_later(0.005) == 0.01
+    assert waiting.schedule(0.01) is not None
 
 
 def test_it_is_deterministic():

@@ -241,8 +241,11 @@ def test_on_a_simulated_world_prune_calibrates_and_finds_the_exhaustive_winner_f
         MODEL_PRESETS["llama-3.1-8b"].facts, gpu_profile("H100"), grid, bench, world
     )
     exhaustive = run_search(SearchSpec("exhaustive"), grid, trials)
-    # A wide margin: at least two configurations survive the screen, so it calibrates.
-    pruned = run_search(SearchSpec("prune", margin=0.5, calibrate_after=2), grid, trials)
+    # Wide margins: at least two configurations survive the screen and the first
+    # measurement, so it calibrates.
+    pruned = run_search(
+        SearchSpec("prune", margin=0.5, measured_margin=0.3, calibrate_after=2), grid, trials
+    )
     best = exhaustive.outcomes[exhaustive.winner].value
     assert pruned.outcomes[pruned.winner].value * 1.05 >= best
     assert pruned.spent_gpu_s < exhaustive.spent_gpu_s

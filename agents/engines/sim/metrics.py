@@ -71,7 +71,8 @@ def observe_token(histograms: dict[str, Histogram], request: SimRequest, done: b
     if request.output == 1:
         histograms["time_to_first_token_seconds"].observe(now - request.arrival)
         if request.scheduled_at is not None:
-            queued = request.scheduled_at - request.arrival
+            # vLLM's queue time is the engine core's: from the request reaching it.
+            queued = request.scheduled_at - request.ready_at
             histograms["request_queue_time_seconds"].observe(max(0.0, queued))
     else:
         gap = now - request.token_times[-2]
@@ -89,7 +90,7 @@ def metrics_text(server: SimServer) -> bytes:
         "# benchsite vLLM simulator: every value below is simulated",
         f'benchsite:simulated{{{labels},gpu="{server.gpu_name}",speed="{server.speed}"}} 1',
         f"vllm:num_requests_running{{{labels}}} {len(s.running)}",
-        f"vllm:num_requests_waiting{{{labels}}} {len(s.waiting)}",
+        f"vllm:num_requests_waiting{{{labels}}} {s.waiting_at(server.sim_now)}",
         f"vllm:kv_cache_usage_perc{{{labels}}} {s.pool.usage!r}",
         f"vllm:num_preemptions_total{{{labels}}} {s.preemptions}",
         f"vllm:prefix_cache_queries_total{{{labels}}} {s.prefix_queries}",

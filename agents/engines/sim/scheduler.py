@@ -15,7 +15,12 @@ Guarantees (after ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`
   a new request reuses the cached blocks of its longest cached prefix (at least one token is
   always computed). Freed cached blocks stay reusable until evicted, least recently freed
   first. Queries and hits are counted in tokens, as vLLM's metrics do.
-- No randomness and no clock: ``Scheduler.schedule`` and ``Scheduler.finish`` are pure
+- The engine never waits for a request: one sent at ``arrival`` reaches the scheduler
+  ``Efficiency.request_overhead_s`` later (the server's HTTP handling, chat template,
+  tokenization and hand-off to the engine core, and the first token's way back), and a step
+  that began before then runs without it. A request sent as another finishes therefore
+  joins the step after next, as on a real server whose engine starts its next step at once.
+- No randomness and no clock: ``Scheduler.schedule(now)`` and ``Scheduler.finish`` are pure
   state transitions, so the same arrivals give the same steps. ``simulate`` runs a whole
   list of requests offline in simulated time.
 """
@@ -36,7 +41,8 @@ class SimRequest:
     id: int
     prompt_len: int
     max_tokens: int
-    arrival: float = 0.0
+    arrival: float = 0.0  # when its client sent it
+    ready_at: float = 0.0  # when the scheduler may first see it (set by Scheduler.add)
     block_hashes: tuple[int, ...] = ()  # of the prompt's full blocks (prefix caching)
     computed: int = 0
     output: int = 0
@@ -146,7 +152,29 @@ class Scheduler:
         self.steps = 0
 
     def add(self, request: SimRequest) -> None:
+        """Queues ``request`` (sent at its ``arrival``); it can be scheduled from its
+        ``ready_at`` on. The overhead is the same for every request, so the queue stays in
+        order of readiness."""
+        request.ready_at = request.arrival + self.step_model.eff.request_overhead_s
         self.waiting.append(request)
+
+    def waiting_at(self, now: float) -> int:
+        """How many requests wait in the engine at ``now`` (vLLM's ``num_requests_waiting``):
+        those still in the server's front end are not counted. They are the queue's tail."""
+        in_front_end = 0
+        for request in reversed(self.waiting):
+            if request.ready_at <= now:
+                break
+            in_front_end += 1
+        return len(self.waiting) - in_front_end
+
+    def ready_later(self, now: float) -> float | None:
+        """When a driver whose ``schedule(now)`` found nothing to run should try again: the
+        moment the first waiting request reaches the scheduler, if that is after ``now``;
+        ``None`` when waiting would not help (nothing waits, or what waits cannot fit)."""
+        if self.waiting and self.waiting[0].ready_at > now:
+            return self.waiting[0].ready_at
+        return None
 
     def abort(self, request: SimRequest) -> None:
         """Drops a request (its client went away) and frees its blocks."""
@@ -172,8 +200,9 @@ class Scheduler:
         self.preemptions += 1
         self.waiting.appendleft(victim)
 
-    def schedule(self) -> Step | None:
-        """Picks the next step's batch; ``None`` when there is nothing to run."""
+    def schedule(self, now: float) -> Step | None:
+        """Picks the batch of the step starting at ``now``; ``None`` when there is nothing
+        to run yet (see ``next_ready_at``)."""
         budget = self.settings.max_num_batched_tokens
         items: list[tuple[SimRequest, int]] = []
         preempted = 0
@@ -203,7 +232,7 @@ class Scheduler:
                 items.append((request, new))
                 budget -= new
         if not preempted:
-            budget = self._admit(items, budget)
+            budget = self._admit(items, budget, now)
         if not items:
             return None
         cost = self.step_model.cost(
@@ -212,10 +241,12 @@ class Scheduler:
         )
         return Step(tuple(items), cost.seconds, preempted)
 
-    def _admit(self, items: list[tuple[SimRequest, int]], budget: int) -> int:
+    def _admit(self, items: list[tuple[SimRequest, int]], budget: int, now: float) -> int:
         settings = self.settings
         while self.waiting and budget > 0 and len(self.running) < settings.max_num_seqs:
             request = self.waiting[0]
+            if request.ready_at > now:
+                break  # still in the server's front end
             hits: list[int] = []
             if settings.enable_prefix_caching and request.computed == 0:
                 # Always leave one token to compute: the step must produce a token.
@@ -327,13 +358,16 @@ def simulate(scheduler: Scheduler, requests: Iterable[SimRequest]) -> OfflineRes
     while pending or scheduler.has_work:
         while pending and pending[0].arrival <= now:
             scheduler.add(pending.popleft())
-        step = scheduler.schedule()
-        max_waiting = max(max_waiting, len(scheduler.waiting))
+        step = scheduler.schedule(now)
+        max_waiting = max(max_waiting, scheduler.waiting_at(now))
         max_running = max(max_running, len(scheduler.running))
         if step is None:
-            if not pending:
+            upcoming = [pending[0].arrival] if pending else []
+            if (ready := scheduler.ready_later(now)) is not None:
+                upcoming.append(ready)
+            if not upcoming:
                 break
-            now = pending[0].arrival
+            now = min(upcoming)
             continue
         now += step.duration
         done.extend(scheduler.finish(step, now))
@@ -368,11 +402,15 @@ def closed_loop(
         scheduler.add(request)
         issued += 1
     while scheduler.has_work:
-        step = scheduler.schedule()
-        max_waiting = max(max_waiting, len(scheduler.waiting))
+        step = scheduler.schedule(now)
+        max_waiting = max(max_waiting, scheduler.waiting_at(now))
         max_running = max(max_running, len(scheduler.running))
         if step is None:
-            break
+            ready = scheduler.ready_later(now)
+            if ready is None:
+                break
+            now = ready
+            continue
         now += step.duration
         for request in scheduler.finish(step, now):
             done.append(request)

@@ -78,22 +78,21 @@ class SimServer:
                 await self.wakeup.wait()
                 # Idle time passes in simulation too: the step starts when work arrived.
                 self.sim_now = max(self.sim_now, self._sim_time_of(loop.time()))
-            step = scheduler.schedule()
+            step = scheduler.schedule(self.sim_now)
             if step is None:
-                # Only waiting requests that cannot be admitted yet and nothing running:
-                # cannot happen with a valid plan, but never spin.
-                await asyncio.sleep(0.001)
+                ready = scheduler.ready_later(self.sim_now)
+                if ready is None:
+                    # Only waiting requests that cannot be admitted yet and nothing
+                    # running: cannot happen with a valid plan, but never spin.
+                    await asyncio.sleep(0.001)
+                    continue
+                # Nothing to run until the first waiting request is through the server's
+                # front end (a request sent later is ready later).
+                await self._sleep_until(ready)
+                self.sim_now = max(self.sim_now, ready)
                 continue
             end = self.sim_now + step.duration
-            deadline = self.t0 + end / self.speed
-            # The loop's timers wake up to ~1 ms late (epoll rounds timeouts up to whole
-            # milliseconds): sleep to just before the deadline, then yield until it passes.
-            delay = deadline - loop.time()
-            if delay > 0.002:
-                await asyncio.sleep(delay - 0.0015)
-            while loop.time() < deadline:
-                await asyncio.sleep(0)
-            slip = loop.time() - deadline
+            slip = await self._sleep_until(end)
             self.steps_timed += 1
             if slip > self.max_slip:
                 self.max_slip = slip
@@ -102,6 +101,19 @@ class SimServer:
             self.sim_now = end
             for request in scheduler.finish(step, end):
                 self.clients.pop(request.id, None)
+
+    async def _sleep_until(self, sim_time: float) -> float:
+        """Returns once the wall clock reaches ``sim_time``; how late, in wall seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = self.t0 + sim_time / self.speed
+        # The loop's timers wake up to ~1 ms late (epoll rounds timeouts up to whole
+        # milliseconds): sleep to just before the deadline, then yield until it passes.
+        delay = deadline - loop.time()
+        if delay > 0.002:
+            await asyncio.sleep(delay - 0.0015)
+        while loop.time() < deadline:
+            await asyncio.sleep(0)
+        return loop.time() - deadline
 
     # -- requests --------------------------------------------------------------------------
 
