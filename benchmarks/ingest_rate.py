@@ -9,7 +9,9 @@ over the servers in turn) are `websockets` clients that pipeline their messages 
 agent's spool does) and count acknowledgements. Every message is a full measurement (the load
 generator's result shape). The browser watching the first agent's run is served by the last
 server, so with several its notices cross the channel layer. Each figure is printed with the
-load average before it (the machine may be shared).
+load average before it (the machine may be shared). ``--per-frame N`` sends N messages per
+frame, as array frames on a socket opened with the protocol's batch subprotocol (what an
+agent does with a backlog); the default, 1, is one message per frame.
 
     eval "$(.venv/bin/python tests/service_env.py)" && .venv/bin/python benchmarks/ingest_rate.py
 """
@@ -42,7 +44,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
 from agents.hardware import MODEL_PRESETS  # noqa: E402
-from agents.protocol import agent_site_urls  # noqa: E402
+from agents.protocol import BATCH_SUBPROTOCOL, agent_site_urls  # noqa: E402
 from agents.runner.outbox import Outbox, SiteEndpoints  # noqa: E402
 from runs.actors import Actor  # noqa: E402
 from runs.frozen_job import run_frozen_fields  # noqa: E402
@@ -164,20 +166,31 @@ async def paced_round(address: str, run, token: str, cookie: str, sender) -> lis
     return delays
 
 
-async def agent(address: str, run, token: str, count: int) -> None:
+async def agent(address: str, run, token: str, count: int, per_frame: int) -> None:
+    """Pipelines ``count`` measurements, ``per_frame`` to a frame (an array frame, on a socket
+    opened with the protocol's batch subprotocol, when more than one), and waits for every
+    ack."""
     async with websockets.connect(
         f"ws://{address}/ws/agent/runs/{run.id}/",
         additional_headers={"Authorization": f"Bearer {token}"},
+        subprotocols=[BATCH_SUBPROTOCOL] if per_frame > 1 else None,
     ) as socket:
+        assert (socket.subprotocol == BATCH_SUBPROTOCOL) == (per_frame > 1)
 
         async def send_all():
-            for seq in range(count):
-                await socket.send(measurement(run.id, seq))
+            for first in range(0, count, per_frame):
+                texts = [
+                    measurement(run.id, seq) for seq in range(first, min(first + per_frame, count))
+                ]
+                await socket.send(texts[0] if per_frame == 1 else "[" + ",".join(texts) + "]")
 
         sender = asyncio.create_task(send_all())
-        for _ in range(count):
-            reply = json.loads(await socket.recv())
-            assert reply["type"] == "ack", reply
+        acked = 0
+        while acked < count:
+            replies = json.loads(await socket.recv())
+            replies = replies if isinstance(replies, list) else [replies]
+            assert all(reply["type"] == "ack" for reply in replies), replies
+            acked += len(replies)
         await sender
 
 
@@ -198,7 +211,9 @@ async def timed(coroutine) -> float:
     return time.perf_counter()
 
 
-async def round_of(addresses, pairs, cookie, count) -> tuple[float, list[float], list[float]]:
+async def round_of(
+    addresses, pairs, cookie, count, per_frame
+) -> tuple[float, list[float], list[float]]:
     """Every agent of ``pairs`` at once, agent i on server i mod len(addresses). Returns the
     whole round's seconds, each server's seconds (until its last agent had every ack) and
     the browser's notice delays."""
@@ -208,7 +223,7 @@ async def round_of(addresses, pairs, cookie, count) -> tuple[float, list[float],
     start = time.perf_counter()
     ends = await asyncio.gather(
         *(
-            timed(agent(addresses[i % len(addresses)], run, token, count))
+            timed(agent(addresses[i % len(addresses)], run, token, count, per_frame))
             for i, (run, token) in enumerate(pairs)
         )
     )
@@ -249,6 +264,12 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=100, help="agents at once (default 100)")
     parser.add_argument("--messages", type=int, default=200, help="per agent (default 200)")
     parser.add_argument("--web", type=int, default=1, help="web processes (default 1)")
+    parser.add_argument(
+        "--per-frame",
+        type=int,
+        default=1,
+        help="messages per frame (default 1; more: array frames, as an agent sends a backlog)",
+    )
     parser.add_argument("--server-log", help="write the servers' output to this file")
     parser.add_argument(
         "--production",
@@ -269,7 +290,7 @@ def main() -> None:
         print(
             f"database: {connection.vendor}, channel layer: {layer}, {args.web} web "
             f"process(es) with DEBUG {'off' if args.production else 'on'}, {args.messages} "
-            "measurement messages per agent"
+            f"measurement messages per agent, {args.per_frame} per frame"
         )
         with contextlib.ExitStack() as servers:
             addresses = [
@@ -282,7 +303,7 @@ def main() -> None:
             ]
             loaded = load_average()
             elapsed, per_server, delays = asyncio.run(
-                round_of(addresses, flood, cookie, args.messages)
+                round_of(addresses, flood, cookie, args.messages, args.per_frame)
             )
             total = args.agents * args.messages
             runs = [run for run, _ in flood]

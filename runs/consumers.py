@@ -8,7 +8,9 @@ the source of truth.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from dataclasses import dataclass
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -16,7 +18,7 @@ from django.http import Http404
 
 from agents import protocol
 from runs.access import Principal, access_run_of_user
-from runs.services.agent_messages import agent_frame_parse
+from runs.services.agent_messages import Parsed, agent_frame_parse
 from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
 from runs.services.run_control import agent_run_group, run_stop_request
 from runs.services.run_tokens import unscoped_run_for_token
@@ -27,8 +29,22 @@ logger = logging.getLogger(__name__)
 # IntEnum: the sockets close with the protocol's codes' values.
 CLOSE_NOT_FOUND = protocol.CloseCode.NOT_FOUND.value
 CLOSE_INTERNAL_ERROR = protocol.CloseCode.INTERNAL_ERROR.value
-# Messages that arrived while the previous batch was being written go in one transaction.
+# Messages that arrived while the previous batch was being written go in one transaction
+# (whole frames: one array frame may hold more).
 MAX_WRITE_BATCH = 200
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """One frame's messages, each parsed or refused, and whether it came as an array (then
+    it is answered with one array of replies, in its order)."""
+
+    parsed: list[Parsed]
+    array: bool
+
+    @property
+    def messages(self) -> list[protocol.AgentMessage]:
+        return [p for p in self.parsed if not isinstance(p, protocol.Rejected)]
 
 
 def _bearer(scope) -> str | None:
@@ -48,7 +64,10 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
     Messages are validated as they arrive and written by one task per socket, which takes
     everything that queued up while it wrote the previous batch: a pipelining agent gets one
     commit per batch instead of one per message. A message still queued when the socket
-    drops was never acknowledged, so the agent resends it.
+    drops was never acknowledged, so the agent resends it. An agent that opened the socket
+    with ``protocol.BATCH_SUBPROTOCOL`` may send many messages in one frame, a JSON array;
+    the array is answered with one frame, the array of each message's ack or refusal in its
+    order.
 
     A cancel request reaches the agent as ``cancel``: at once when its socket is open, and
     right after connecting when it was made while no socket was."""
@@ -61,9 +80,11 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
         if self.run is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.pending: asyncio.Queue = asyncio.Queue()
+        self.pending: asyncio.Queue[_Frame] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write_batches())
-        await self.accept()
+        # An agent that asks for it may send many messages per frame (protocol.transport).
+        self.arrays = protocol.BATCH_SUBPROTOCOL in self.scope.get("subprotocols", ())
+        await self.accept(subprotocol=protocol.BATCH_SUBPROTOCOL if self.arrays else None)
         self.agent_group = agent_run_group(self.run.id)
         await self.channel_layer.group_add(self.agent_group, self.channel_name)
         # Read again after joining: a request committed before the join is seen here, one
@@ -102,29 +123,32 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         parsed = agent_frame_parse(
-            text_data if text_data is not None else (bytes_data or b""), run_id=self.run.id
+            text_data if text_data is not None else (bytes_data or b""),
+            run_id=self.run.id,
+            arrays=self.arrays,
         )
-        if isinstance(parsed, protocol.Rejected):
+        if isinstance(parsed, list):
+            self.pending.put_nowait(_Frame(parsed, array=True))
+        elif isinstance(parsed, protocol.Rejected):
             await self._reject(parsed.seq, parsed.reason)
-            return
-        self.pending.put_nowait(parsed)
+        else:
+            self.pending.put_nowait(_Frame([parsed], array=False))
 
     async def _write_batches(self):
         try:
             while True:
-                batch = [await self.pending.get()]
-                while not self.pending.empty() and len(batch) < MAX_WRITE_BATCH:
-                    batch.append(self.pending.get_nowait())
-                outcomes = await self._ingest(run_id=self.run.id, messages=batch)
+                frames = [await self.pending.get()]
+                count = len(frames[0].parsed)
+                while not self.pending.empty() and count < MAX_WRITE_BATCH:
+                    frames.append(self.pending.get_nowait())
+                    count += len(frames[-1].parsed)
+                batch = [message for frame in frames for message in frame.messages]
+                outcomes = await self._ingest(run_id=self.run.id, messages=batch) if batch else []
                 # Browsers first, acks after: an agent that hangs up on its last ack cancels
                 # this task, and a notice still unsent then would be lost.
                 updates = [o.update for o in outcomes if o.update is not None]
                 await anotify_run_watchers(self.run.id, updates)
-                for outcome in outcomes:
-                    if outcome.refused:
-                        await self._reject(outcome.seq, outcome.refused)
-                    else:
-                        await self.send_json(protocol.Ack(seq=outcome.seq).model_dump())
+                await self._answer(frames, iter(outcomes))
                 # Only an ended run closes the socket; a conflict refuses that one message.
                 if any(outcome.run_ended for outcome in outcomes):
                     await self.close(code=CLOSE_NOT_FOUND)  # the run has ended
@@ -135,6 +159,34 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
             # Nothing unacknowledged is lost: the agent reconnects and resends it.
             logger.exception("run %s: ingest failed; closing the agent socket", self.run.id)
             await self.close(code=CLOSE_INTERNAL_ERROR)
+
+    async def _answer(self, frames: list[_Frame], outcomes) -> None:
+        """Replies to each frame: a lone message with its ack or refusal, an array with one
+        array of them in its order (``outcomes``: those of the frames' messages, in order)."""
+        for frame in frames:
+            replies = []
+            for parsed in frame.parsed:
+                if isinstance(parsed, protocol.Rejected):
+                    reply = parsed
+                else:
+                    outcome = next(outcomes)
+                    reply = (
+                        protocol.Rejected(seq=outcome.seq, reason=outcome.refused)
+                        if outcome.refused
+                        else protocol.Ack(seq=outcome.seq)
+                    )
+                if isinstance(reply, protocol.Rejected):
+                    logger.info(
+                        "run %s: rejected agent message %s: %s",
+                        self.run.id,
+                        reply.seq,
+                        reply.reason,
+                    )
+                replies.append(reply.model_dump())
+            if frame.array:
+                await self.send(text_data=json.dumps(replies))
+            else:
+                await self.send_json(replies[0])
 
     # Off the shared "thread-sensitive" thread: sockets of different runs write in parallel
     # (each worker thread has its own connection), so their commits overlap.

@@ -12,7 +12,7 @@ from agents.protocol.messages import (
     EpochGrant,
 )
 from agents.protocol.serve_flag_table import SERVE_FLAGS_SCHEMA_VERSION
-from agents.protocol.transport import BatchAnswer, BatchRequest
+from agents.protocol.transport import BATCH_SUBPROTOCOL, BatchAnswer, BatchRequest
 
 
 def protocol_json_schema() -> dict:
@@ -24,6 +24,8 @@ def protocol_json_schema() -> dict:
         "title": "Benchsite agent protocol",
         "x-protocol-version": PROTOCOL_VERSION,
         "x-serve-flags-schema-version": SERVE_FLAGS_SCHEMA_VERSION,
+        # The socket's subprotocol for array frames (agents.protocol.transport).
+        "x-batch-subprotocol": BATCH_SUBPROTOCOL,
         "agent_to_site": messages,
         "site_to_agent": {
             model.__name__: model.model_json_schema() for model in (*SITE_FRAME_MODELS, EpochGrant)

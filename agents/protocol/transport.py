@@ -12,6 +12,10 @@ Guarantees:
   (Daphne raises on anything else).
 - A site accepts every batch of at most ``MAX_BATCH_MESSAGES`` messages and ``MAX_BATCH_BYTES``
   bytes; one message larger than that travels alone.
+- A socket opened with ``BATCH_SUBPROTOCOL`` may carry an array frame: a JSON array of agent
+  messages within the same limits, answered with one frame, a JSON array of the replies
+  (``ack`` or ``rejected``) in the array's order. A site that does not offer it accepts the
+  socket without a subprotocol, and the agent sends one message per frame.
 """
 
 from __future__ import annotations
@@ -26,11 +30,16 @@ from agents.protocol.fields import SeqNumber
 from agents.protocol.messages import Cancel
 from agents.protocol.strict import StrictModel
 
-# The REST batch: an agent never puts more messages, or more bytes of JSON, into one
-# request, and a site accepts every batch within both (its request body limit is at least
-# ``MAX_BATCH_BYTES``).
+# The REST batch and the socket's array frame: an agent never puts more messages, or more
+# bytes of JSON, into one request or frame, and a site accepts every batch within both (its
+# request body and frame limits are at least ``MAX_BATCH_BYTES``).
 MAX_BATCH_MESSAGES = 1000
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+# The WebSocket subprotocol an agent asks for, and a site accepts, to send many messages per
+# frame (module docstring): per-frame costs (framing, dispatch, the reply) are what limit how
+# many messages a web process stores per second.
+BATCH_SUBPROTOCOL = "benchsite.batch.1"
 
 # Below the site's root: the REST API's base and the agent's ingest socket.
 API_BASE_ROUTE = "api/v1/"

@@ -15,16 +15,37 @@ Guarantees (for the outbox and its socket and REST deliveries, on the delivery t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agents import protocol
-from agents.runner.site_link import SiteEndpoints, read_site_frame
+from agents.runner.site_link import SiteEndpoints, read_site_frames
 from agents.spool import Spool
 
 logger = logging.getLogger(__name__)
+
+
+# Half of what a site takes per REST request or array frame: each stays short.
+MAX_DELIVERY_BATCH = protocol.MAX_BATCH_MESSAGES // 2
+
+
+def delivery_batch(pending: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The first of ``pending`` ((seq, wire text), oldest first) that make one batch — a REST
+    request or a socket's array frame: at most ``MAX_DELIVERY_BATCH`` messages and
+    ``protocol.MAX_BATCH_BYTES`` of them, which every site accepts (a larger body is refused
+    with 413 and would be retried forever); always at least one message, so one larger than
+    the batch size is still sent, alone."""
+    batch: list[tuple[int, str]] = []
+    size = 0
+    for seq, text in itertools.islice(pending, MAX_DELIVERY_BATCH):
+        size += len(text.encode("utf-8")) + 1  # and the comma after it
+        if batch and size > protocol.MAX_BATCH_BYTES:
+            break
+        batch.append((seq, text))
+    return batch
 
 
 def wire(message: dict) -> str:
@@ -81,20 +102,23 @@ class DeliveryLedger:
     # -- what the site says -----------------------------------------------------------------
 
     def on_frame(self, text: str) -> bool:
-        """Handles one site → agent frame; True when it was an acknowledgement."""
+        """Handles one site → agent frame (one reply, or an array of them); True when it
+        acknowledged something."""
         try:
-            frame = read_site_frame(text)
+            frames = read_site_frames(text)
         except ValueError as exc:
             logger.warning("run %s: ignored a frame from the site: %s", self.run_id, exc)
             return False
-        if isinstance(frame, protocol.Ack):
-            self.settle(frame.seq)
-            return True
-        if isinstance(frame, protocol.Rejected):
-            self.reject(frame.seq, frame.reason)
-        else:
-            self.cancel(frame.reason)
-        return False
+        acked = False
+        for frame in frames:
+            if isinstance(frame, protocol.Ack):
+                self.settle(frame.seq)
+                acked = True
+            elif isinstance(frame, protocol.Rejected):
+                self.reject(frame.seq, frame.reason)
+            else:
+                self.cancel(frame.reason)
+        return acked
 
     def settle(self, seq: int, *, rejected: str | None = None) -> bool:
         """Takes ``seq`` out of delivery (stored, or refused for good); False if it was not

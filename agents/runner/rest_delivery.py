@@ -4,7 +4,7 @@ Guarantees:
 
 - It sends only while no socket is live and the socket has given up (none configured, or
   ``rest_after_failures`` sockets in a row delivered nothing), and only in the spool's epoch.
-- Every batch is one that every site accepts (``rest_batch``); the oldest pending messages
+- Every batch is one that every site accepts (``delivery_batch``); the oldest pending messages
   go first.
 - A refusal of the token refuses the agent; any other failure is retried with the backoff,
   which restarts after every batch that settled something.
@@ -13,14 +13,11 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-from collections.abc import Mapping
 
 import httpx
 
-from agents import protocol
-from agents.runner.delivery_ledger import DeliveryLedger
+from agents.runner.delivery_ledger import DeliveryLedger, delivery_batch
 from agents.runner.site_link import (
     Backoff,
     LinkDown,
@@ -31,24 +28,6 @@ from agents.runner.site_link import (
 from agents.runner.socket_delivery import SocketDelivery
 
 logger = logging.getLogger(__name__)
-
-# Half of what a site takes per request: each request stays short.
-MAX_REST_BATCH = protocol.MAX_BATCH_MESSAGES // 2
-
-
-def rest_batch(pending: Mapping[int, str]) -> list[tuple[int, str]]:
-    """The oldest of ``pending`` (seq → wire text) that make one REST batch: at most
-    ``MAX_REST_BATCH`` messages and ``protocol.MAX_BATCH_BYTES`` of them, which every site
-    accepts (a larger body is refused with 413 and would be retried forever); always at least
-    one message, so one larger than the batch size is still sent, alone."""
-    batch: list[tuple[int, str]] = []
-    size = 0
-    for seq, text in itertools.islice(pending.items(), MAX_REST_BATCH):
-        size += len(text.encode("utf-8")) + 1  # and the comma after it
-        if batch and size > protocol.MAX_BATCH_BYTES:
-            break
-        batch.append((seq, text))
-    return batch
 
 
 class RestDelivery:
@@ -100,7 +79,7 @@ class RestDelivery:
     async def _post_batch(self, client: httpx.AsyncClient) -> bool:
         """POSTs the oldest pending messages; True if the site settled at least one."""
         ledger = self._ledger
-        batch = rest_batch(ledger.unacked)
+        batch = delivery_batch(ledger.unacked.items())
         answer = await rest_post_batch(client, self._site, batch)
         before = len(ledger.unacked)
         for seq in answer.acked:

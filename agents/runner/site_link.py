@@ -81,7 +81,10 @@ class SiteRefused(Exception):
 
 
 class Connection(Protocol):
-    """One open socket to the site, text frames only."""
+    """One open socket to the site, text frames only. ``carries_arrays``: the site took
+    ``protocol.BATCH_SUBPROTOCOL``, so a frame may hold many messages."""
+
+    carries_arrays: bool
 
     async def send(self, text: str) -> None: ...
 
@@ -133,6 +136,7 @@ class _RedactingLogger(logging.LoggerAdapter):
 class _WebSocketConnection:
     def __init__(self, socket: ClientConnection):
         self._socket = socket
+        self.carries_arrays = socket.subprotocol == protocol.BATCH_SUBPROTOCOL
 
     async def send(self, text: str) -> None:
         try:
@@ -170,6 +174,8 @@ def websocket_connector(site: SiteEndpoints) -> Connector:
             socket = await websocket_connect(
                 ws_url,
                 additional_headers={"Authorization": f"Bearer {site.token}"},
+                # A site that does not offer it answers without one: one message per frame.
+                subprotocols=[protocol.BATCH_SUBPROTOCOL],
                 open_timeout=WS_OPEN_TIMEOUT_SECONDS,
                 close_timeout=WS_CLOSE_TIMEOUT_SECONDS,
                 logger=library_logger,
@@ -194,15 +200,18 @@ def websocket_connector(site: SiteEndpoints) -> Connector:
 # ---------------------------------------------------------------------------------------------
 
 
-def read_site_frame(text: str) -> protocol.SiteFrame:
-    """One site → agent frame (``protocol.SiteFrame``), strictly validated; raises
-    ``ValueError`` otherwise."""
+def read_site_frames(text: str) -> list[protocol.SiteFrame]:
+    """What one site → agent frame says: one ``protocol.SiteFrame``, or — the answer to an
+    array frame — a JSON array of them, in order; each strictly validated. Raises
+    ``ValueError`` for the whole frame otherwise."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise ValueError("not JSON") from exc
     try:
-        return protocol.parse_site_frame(data)
+        if isinstance(data, list):
+            return [protocol.parse_site_frame(item) for item in data]
+        return [protocol.parse_site_frame(data)]
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         raise ValueError(f"bad frame ({exc.error_count()} error(s)): {first['msg']}") from None

@@ -10,6 +10,9 @@ Guarantees:
   other failure is retried with the backoff, and counted in ``failures`` (what the REST
   fallback waits for) unless the socket opened and there was nothing to deliver.
 - Nothing is sent before the spool has its epoch.
+- On a socket the site opened with ``protocol.BATCH_SUBPROTOCOL``, the messages queued when
+  one is sent go with it in array frames within the protocol's batch limits
+  (``delivery_batch``); otherwise one message per frame, as every site takes.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from agents.runner.delivery_ledger import DeliveryLedger
+from agents.runner.delivery_ledger import DeliveryLedger, delivery_batch
 from agents.runner.site_link import Backoff, Connection, Connector, LinkDown, SiteRefused
 
 logger = logging.getLogger(__name__)
@@ -128,13 +131,26 @@ class SocketDelivery:
     async def _send_all(
         self, connection: Connection, outgoing: asyncio.Queue[int], session: _Session
     ) -> None:
+        arrays = getattr(connection, "carries_arrays", False)
         while True:
-            seq = await outgoing.get()
-            text = self._ledger.unacked.get(seq)
-            if text is None:
-                continue  # answered meanwhile (over REST, or before a resend)
-            await connection.send(text)
-            session.sent += 1
+            seqs = [await outgoing.get()]
+            if arrays:
+                # Whatever queued up meanwhile (a backlog after a reconnect, a burst) goes
+                # in array frames: the site's cost is per frame, not per message.
+                while not outgoing.empty():
+                    seqs.append(outgoing.get_nowait())
+            # A message answered meanwhile (over REST, or before a resend) is not sent.
+            pending = [(seq, text) for seq in seqs if (text := self._ledger.unacked.get(seq))]
+            if not arrays:
+                for _, text in pending:
+                    await connection.send(text)
+                    session.sent += 1
+                continue
+            while pending:
+                frame = delivery_batch(pending)
+                pending = pending[len(frame) :]
+                await connection.send("[" + ",".join(text for _, text in frame) + "]")
+                session.sent += len(frame)
 
     async def _receive_all(self, connection: Connection, session: _Session) -> None:
         while True:

@@ -22,6 +22,7 @@ from runs.api.errors import clip_text
 from runs.api.parsers import NUL_REFUSAL, has_nul_character
 
 NOT_JSON_REFUSAL = "not a JSON message"
+FRAME_TOO_LARGE_REFUSAL = f"an array frame holds at most {protocol.MAX_BATCH_MESSAGES} messages"
 
 # What an agent message parses to: the message, or the answer that refuses it.
 Parsed = protocol.AgentMessage | protocol.Rejected
@@ -45,10 +46,17 @@ def agent_message_parse(content: object, *, run_id: UUID, may_hold_nul: bool = T
     return message
 
 
-def agent_frame_parse(text: str | bytes, *, run_id: UUID) -> Parsed:
+def agent_frame_parse(
+    text: str | bytes, *, run_id: UUID, arrays: bool = False
+) -> Parsed | list[Parsed]:
     """One socket frame, as ``agent_message_parse`` takes a message; a frame that is not JSON,
     or nests deeper than ``protocol.MAX_JSON_DEPTH`` (as every API body is bounded), is
-    refused without a ``seq``."""
+    refused without a ``seq``.
+
+    ``arrays`` (a socket opened with ``protocol.BATCH_SUBPROTOCOL``): a frame that is a JSON
+    array is parsed element by element, in order, into a list (each element answered on its
+    own); one of more than ``protocol.MAX_BATCH_MESSAGES`` messages is refused whole,
+    without a ``seq``."""
     try:
         content = protocol.json_loads_bounded(text)
     except protocol.JsonTooDeep as exc:
@@ -59,4 +67,10 @@ def agent_frame_parse(text: str | bytes, *, run_id: UUID) -> Parsed:
     # character): text without one needs no walk of the decoded message (about 4 % of the
     # ingest's CPU). Bytes may be UTF-16, full of zero bytes: those are walked.
     may_hold_nul = not isinstance(text, str) or "\\u0000" in text
+    if arrays and isinstance(content, list):
+        if len(content) > protocol.MAX_BATCH_MESSAGES:
+            return protocol.Rejected(reason=FRAME_TOO_LARGE_REFUSAL)
+        return [
+            agent_message_parse(item, run_id=run_id, may_hold_nul=may_hold_nul) for item in content
+        ]
     return agent_message_parse(content, run_id=run_id, may_hold_nul=may_hold_nul)

@@ -42,7 +42,7 @@ from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelF
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
 from runs.selectors.delivery import run_delivery_open
 from runs.services.level_figures import trial_level_figures_record
-from runs.services.pending_rows import PendingRows
+from runs.services.pending_rows import JsonText, PendingRows
 from runs.services.pod_moves import run_next_image
 from runs.services.run_end import run_end_settle
 from runs.services.trial_settling import run_trials_settle
@@ -74,10 +74,15 @@ class IngestOutcome:
     run_ended: bool = False  # refused because the run has ended: nothing more will be taken
 
 
-def message_digest(payload: dict) -> str:
+def canonical_json(payload: dict) -> str:
+    """A validated message as canonical JSON: what its digest is of, and what is stored."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def message_digest(payload: dict, text: str | None = None) -> str:
     """The digest that tells a resend (same content) from a conflict: sha256 of the
-    validated message as canonical JSON."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    validated message as canonical JSON (``text``, when the caller has it already)."""
+    text = canonical_json(payload) if text is None else text
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -110,12 +115,13 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
     ).values_list("epoch", "seq", "digest", "type")
     # (epoch, seq) → (digest, type) of what is stored under it.
     seen = {(e, s): (digest, kind) for e, s, digest, kind in stored if (e, s) in keys}
-    outcomes, changed, trials = [], set(), {}
+    outcomes, changed, trials = [], set(), _BatchTrials(run, messages)
     rows = PendingRows()  # this batch's ledger rows and measurements, inserted together
     late = False  # whether a message was stored for a run that had ended
     for message in messages:
         payload = message.model_dump(mode="json")
-        digest = message_digest(payload)
+        text = canonical_json(payload)
+        digest = message_digest(payload, text)
         key = (message.epoch, message.seq)
         if key in seen:
             if seen[key][0] not in ("", digest):
@@ -155,7 +161,7 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
                 epoch=message.epoch,
                 seq=message.seq,
                 type=message.type,
-                payload=payload,
+                payload=JsonText(text),  # the same JSON, written once
                 digest=digest,
             )
         )
@@ -173,7 +179,7 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
     rows.flush()
     if changed:
         run.save(update_fields=changed)
-    if late and trials:
+    if late and trials.touched:
         # Late levels or outcomes of an ended run: the same rule as at its end, and the
         # figures kept for the reports derived from every level it now has.
         run_trials_settle(run=run, reason=run.failure_reason)
@@ -222,12 +228,30 @@ def _conflict(run: Run, message, stored_type: str, changed: set) -> IngestOutcom
     return IngestOutcome(seq=message.seq, stored=False, refused=reason, update=update)
 
 
-def _trial(run: Run, index: int, trials: dict[int, Trial]) -> Trial:
-    # Messages of a trial may be replayed out of order after a reconnect: create on first
-    # sight. ``trials`` caches them for the batch: most messages of a batch share a trial.
-    if index not in trials:
+class _BatchTrials:
+    """The trials one batch's messages name: those that exist read with one query up front,
+    the others created on first sight (messages of a trial may be replayed out of order after
+    a reconnect). ``touched``: the trials a stored message used."""
+
+    def __init__(self, run: Run, messages: list):
+        self.run = run
+        named = {getattr(m, "trial", None) for m in messages} - {None}
+        self._known = (
+            {trial.index: trial for trial in Trial.objects.filter(run=run, index__in=named)}
+            if named
+            else {}
+        )
+        self.touched: dict[int, Trial] = {}
+
+    def __call__(self, index: int) -> Trial:
+        if index not in self.touched:
+            self.touched[index] = self._known.get(index) or self._create(index)
+        return self.touched[index]
+
+    def _create(self, index: int) -> Trial:
+        run = self.run
         planned = run_planned_trials(run)
-        trials[index], _ = Trial.objects.get_or_create(
+        trial, _ = Trial.objects.get_or_create(
             run=run,
             index=index,
             defaults={
@@ -237,12 +261,10 @@ def _trial(run: Run, index: int, trials: dict[int, Trial]) -> Trial:
                 "image_tag": (planned[index].image_tag or "") if index < len(planned) else "",
             },
         )
-    return trials[index]
+        return trial
 
 
-def _apply(
-    run: Run, message, payload: dict, trials: dict[int, Trial], rows: PendingRows
-) -> list[str]:
+def _apply(run: Run, message, payload: dict, trials: _BatchTrials, rows: PendingRows) -> list[str]:
     """Applies one message (``payload``: its JSON form) to its rows (new measurements go to
     ``rows``, inserted by the caller); returns the run's fields it changed (saved once per
     batch by the caller)."""
@@ -256,7 +278,7 @@ def _apply(
             run.state = RunState.STARTING
             fields.append("state")
     elif isinstance(message, protocol.TrialStarted):
-        trial = _trial(run, message.trial, trials)
+        trial = trials(message.trial)
         trial.serve_config, trial.command = message.serve_config, message.command
         trial.outcome, trial.started_at = TrialOutcome.RUNNING, trial.started_at or now
         trial.save(update_fields=["serve_config", "command", "outcome", "started_at"])
@@ -270,7 +292,7 @@ def _apply(
         run.weights_fetch = {**message.detail, "seconds": message.seconds}
         fields.append("weights_fetch")
     elif isinstance(message, protocol.ColdStartPhase):
-        trial = _trial(run, message.trial, trials)
+        trial = trials(message.trial)
         trial.cold_start = {**trial.cold_start, message.phase: message.seconds}
         trial.save(update_fields=["cold_start"])
     elif isinstance(message, protocol.MeasurementReport):
@@ -278,7 +300,7 @@ def _apply(
         rows.add(
             Measurement(
                 organization_id=run.organization_id,
-                trial=_trial(run, message.trial, trials),
+                trial=trials(message.trial),
                 concurrency=message.level.concurrency,
                 request_rate=None if rate in (None, "inf") else rate,
                 request_rate_infinite=rate == "inf",
@@ -288,7 +310,7 @@ def _apply(
             )
         )
     elif isinstance(message, protocol.EngineRestarted):
-        trial = _trial(run, message.trial, trials)
+        trial = trials(message.trial)
         restart = message.model_dump(
             mode="json", include={"attempt", "failure_class", "level", "requests_lost", "log_tail"}
         )
@@ -304,7 +326,7 @@ def _apply(
         run.search = {**run.search, run.pod_image_tag: report}
         fields.append("search")
     elif isinstance(message, protocol.TrialFinished):
-        trial = _trial(run, message.trial, trials)
+        trial = trials(message.trial)
         trial.outcome = message.outcome
         trial.failure_class = message.failure_class or ""
         trial.log_tail = message.log_tail
@@ -393,31 +415,37 @@ _NOTICE_RESULT_FIELDS = {
 }
 
 
+# The message fields a notice carries, where the message has them.
+_NOTICE_FIELDS = (
+    "trial",
+    "level",
+    "requests_done",
+    "requests_total",
+    "outcome",
+    "phase",
+    "seconds",
+    "ttft_ms_p99",
+    "itl_ms_p99",
+    "output_tokens_per_s",
+    "kv_cache_usage",
+    "num_requests_waiting",
+    "failure_class",
+    "sent_at",
+)
+
+
 def _browser_update(message, payload: dict) -> dict:
     """A compact notice for the live page; the page re-reads REST for the full picture.
     (epoch, seq) names the stored message: a restarted agent's seqs start at 0 again."""
     update = {"kind": message.type, "epoch": message.epoch, "seq": message.seq}
-    for field in (
-        "trial",
-        "level",
-        "requests_done",
-        "requests_total",
-        "outcome",
-        "phase",
-        "seconds",
-        "ttft_ms_p99",
-        "itl_ms_p99",
-        "output_tokens_per_s",
-        "kv_cache_usage",
-        "num_requests_waiting",
-        "failure_class",
-        "sent_at",
-    ):
-        value = getattr(message, field, None)
+    for field in _NOTICE_FIELDS:
+        # Read off the message's JSON form: a model's attribute lookup, missing fields
+        # included, cost more than the rest of the notice.
+        value = payload.get(field)
+        if isinstance(value, dict):  # the level: its fields that are set
+            value = {key: item for key, item in value.items() if item is not None}
         if value is not None:
-            update[field] = (
-                value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
-            )
+            update[field] = value
     if isinstance(message, protocol.MeasurementReport):
         # Every figure the page charts (p50 and p99, throughput) and the simulator's label:
         # a level's point is drawn from its notice, without re-reading the run.

@@ -12,7 +12,10 @@ Guarantees:
 - Bookkeeping for tests: ``receipts`` counts every arrival per seq (resends included),
   ``conflicts`` lists (epoch, seq) that arrived twice with different contents (a reused
   number), ``epochs_issued`` counts the epochs handed out,
-  ``connections`` counts accepted sockets, ``rest_posts``/``max_batch`` the REST batches.
+  ``connections`` counts accepted sockets, ``rest_posts``/``max_batch`` the REST batches,
+  ``array_frames``/``max_frame`` the array frames.
+- ``arrays``: the site offers ``protocol.BATCH_SUBPROTOCOL`` and answers an array frame with
+  an array (off by default: a site of before array frames, one message per frame).
 - Faults on demand: ``cut_after`` closes every socket with 1011 (what the real site does when
   its ingest fails) after that many messages, leaving what the agent pipelined behind them
   unread; ``drop_after`` drops the next socket only, without a close frame, after that many
@@ -73,6 +76,9 @@ class FakeSite:
         self.refuse = False
         self.rest_faults: list[int | str] = []
         self.rest_cancel: str | None = None
+        self.arrays = False
+        self.array_frames = 0
+        self.max_frame = 0
 
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -136,6 +142,7 @@ class FakeSite:
             "127.0.0.1",
             self.ws_port,
             process_request=self._handshake,
+            select_subprotocol=self._subprotocol,
             logger=_server_log,
         )
         self.ws_port = self._ws_server.sockets[0].getsockname()[1]
@@ -208,6 +215,11 @@ class FakeSite:
             return connection.respond(403, "Forbidden\n")
         return None
 
+    def _subprotocol(self, connection: ServerConnection, offered) -> str | None:
+        if self.arrays and protocol.BATCH_SUBPROTOCOL in offered:
+            return protocol.BATCH_SUBPROTOCOL
+        return None  # a site of before array frames
+
     async def _socket(self, websocket: ServerConnection) -> None:
         with self.changed:
             self.connections += 1
@@ -219,13 +231,21 @@ class FakeSite:
         drop_after, self.drop_after = self.drop_after, None
         received = 0
         try:
+            arrays = websocket.subprotocol == protocol.BATCH_SUBPROTOCOL
             async for text in websocket:
                 try:
                     message = json.loads(text)
                 except ValueError:
                     message = None
-                await websocket.send(json.dumps(self.receive(message)))
-                received += 1
+                if arrays and isinstance(message, list):
+                    with self.changed:
+                        self.array_frames += 1
+                        self.max_frame = max(self.max_frame, len(message))
+                    await websocket.send(json.dumps([self.receive(m) for m in message]))
+                    received += len(message)
+                else:
+                    await websocket.send(json.dumps(self.receive(message)))
+                    received += 1
                 if drop_after is not None and received >= drop_after:
                     websocket.transport.close()  # no close frame; unread data is lost
                     return

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from agents import protocol
+from agents.runner.delivery_ledger import MAX_DELIVERY_BATCH
 from agents.runner.outbox import Backoff, Outbox, OutboxBroken, SiteEndpoints
 from agents.runner.site_link import LinkDown, rest_request_epoch, websocket_connector
 from agents.spool import Spool
@@ -133,6 +134,62 @@ def test_it_resends_what_a_dropped_socket_left_unacknowledged(tmp_path, run_id, 
     assert site.connections >= 2
     assert sum(site.receipts.values()) >= 30  # resends of stored ones are acknowledged again
     assert (report.delivered, report.pending) == (30, 0)
+
+
+def test_a_site_offering_arrays_gets_the_backlog_in_array_frames(tmp_path, run_id, site):
+    site.arrays = True
+    site.stop()  # a backlog builds up while the site is away
+    first = _outbox(tmp_path, run_id, site.endpoints(rest=False), request_epoch=_epochs_of(site))
+    first.start()
+    for n in range(600):
+        first.emit(_beat(n))
+    assert first.close(drain_timeout=0.3).pending == 600
+    site.start()
+    second = _outbox(
+        tmp_path, run_id, site.endpoints(rest=False), request_epoch=_epochs_of(site)
+    )  # resumed on its spool
+    second.start()
+    report = second.close(drain_timeout=DRAIN)
+
+    assert site.stored() == list(range(600)) and site.conflicts == []
+    assert (report.delivered, report.pending, report.rejected) == (600, 0, [])
+    # The backlog went in frames of many messages, none beyond what every site takes.
+    assert 2 <= site.array_frames < 600 and 1 < site.max_frame <= MAX_DELIVERY_BATCH
+    assert sum(site.receipts.values()) == 600  # each answered in its array, none resent
+
+
+def test_an_array_frames_rejection_settles_only_its_own_message(tmp_path, run_id, site):
+    site.arrays = True
+    site.stop()
+    first = _outbox(tmp_path, run_id, site.endpoints(rest=False), request_epoch=_epochs_of(site))
+    first.start()
+    for n in range(10):
+        first.emit(_beat(n, poison=True) if n == 4 else _beat(n))  # a field it does not know
+    first.close(drain_timeout=0.3)
+    site.start()
+    second = _outbox(tmp_path, run_id, site.endpoints(rest=False), request_epoch=_epochs_of(site))
+    second.start()
+    report = second.close(drain_timeout=DRAIN)
+
+    assert site.array_frames >= 1
+    assert site.stored() == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    assert [r["seq"] for r in report.rejected] == [4] and report.pending == 0
+
+
+def test_a_site_without_arrays_gets_one_message_per_frame(tmp_path, run_id, site):
+    site.stop()
+    first = _outbox(tmp_path, run_id, site.endpoints(rest=False), request_epoch=_epochs_of(site))
+    first.start()
+    for n in range(40):
+        first.emit(_beat(n))
+    first.close(drain_timeout=0.3)
+    site.start()
+    second = _outbox(tmp_path, run_id, site.endpoints(rest=False), request_epoch=_epochs_of(site))
+    second.start()
+    report = second.close(drain_timeout=DRAIN)
+
+    assert site.stored() == list(range(40)) and report.pending == 0
+    assert site.array_frames == 0
 
 
 def test_it_delivers_over_rest_when_the_socket_never_opens(tmp_path, run_id, site):

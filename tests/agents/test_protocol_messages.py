@@ -11,7 +11,7 @@ import pydantic
 import pytest
 
 from agents import protocol
-from agents.runner.site_link import read_site_frame
+from agents.runner.site_link import read_site_frames
 
 RUN = str(uuid.uuid4())
 VALID = {
@@ -136,6 +136,19 @@ def test_it_refuses_a_site_frame_it_does_not_know(frame):
 
 def test_the_agent_names_the_frames_it_expects_when_one_is_unknown():
     with pytest.raises(ValueError, match="'ack', 'rejected', 'cancel'"):
-        read_site_frame('{"type": "hello"}')
+        read_site_frames('{"type": "hello"}')
     with pytest.raises(ValueError, match="not JSON"):
-        read_site_frame("{")
+        read_site_frames("{")
+    # An array answers an array frame; one bad element refuses the whole frame.
+    with pytest.raises(ValueError, match="'ack', 'rejected', 'cancel'"):
+        read_site_frames('[{"type": "ack", "seq": 1}, {"type": "hello"}]')
+
+
+def test_the_agent_reads_one_reply_or_an_array_of_them_in_order():
+    (one,) = read_site_frames('{"type": "ack", "seq": 4}')
+    assert one == protocol.Ack(seq=4)
+    replies = read_site_frames(
+        '[{"type": "ack", "seq": 5}, {"type": "rejected", "seq": 6, "reason": "bad"}]'
+    )
+    assert replies == [protocol.Ack(seq=5), protocol.Rejected(seq=6, reason="bad")]
+    assert read_site_frames("[]") == []

@@ -13,6 +13,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 from rest_framework.test import APIClient
 
+from agents import protocol
 from benchsite.asgi import application
 from runs.models import AgentMessageRecord, Measurement, ModelSpec, Run, Trial
 from runs.services.run_tokens import run_token_issue
@@ -166,6 +167,56 @@ async def test_it_rejects_bad_messages_and_stays_usable(alice):
     assert await socket.receive_json_from() == {"type": "ack", "seq": 0}
     await socket.disconnect()
     assert await sync_to_async(AgentMessageRecord.objects.filter(run=run).count)() == 1
+
+
+async def test_an_array_frame_is_stored_and_answered_with_one_array_in_its_order(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    headers = [(b"authorization", f"Bearer {token}".encode())]
+    socket = WebsocketCommunicator(
+        application,
+        f"/ws/agent/runs/{run.id}/",
+        headers=headers,
+        subprotocols=[protocol.BATCH_SUBPROTOCOL],
+    )
+    assert await socket.connect() == (True, protocol.BATCH_SUBPROTOCOL)
+    whole_run = messages(run.id)
+    broken = {**whole_run[4], "result": {"completed": 1}}  # refused in its place, alone
+    await socket.send_json_to([*whole_run[:4], broken, whole_run[0]])
+    replies = await socket.receive_json_from()
+    assert [r["type"] for r in replies] == ["ack"] * 4 + ["rejected", "ack"]
+    assert [r["seq"] for r in replies] == [0, 1, 2, 3, 4, 0]
+    assert "result" in replies[4]["reason"]
+    # The rest of the run in a second array; a lone message still gets a lone reply.
+    await socket.send_json_to(whole_run[4:6])
+    assert await socket.receive_json_from() == [
+        {"type": "ack", "seq": 4},
+        {"type": "ack", "seq": 5},
+    ]
+    await socket.send_json_to(whole_run[6])
+    assert await socket.receive_json_from() == {"type": "ack", "seq": 6}
+    # An array of more messages than a site must take is refused whole, without a seq.
+    await socket.send_json_to([whole_run[0]] * (protocol.MAX_BATCH_MESSAGES + 1))
+    too_many = await socket.receive_json_from()
+    assert too_many["type"] == "rejected" and too_many["seq"] is None
+    assert str(protocol.MAX_BATCH_MESSAGES) in too_many["reason"]
+    await socket.disconnect()
+
+    def stored():
+        run.refresh_from_db()
+        return run.state, AgentMessageRecord.objects.filter(run=run).count()
+
+    assert await sync_to_async(stored)() == ("succeeded", 7)
+
+
+async def test_without_the_subprotocol_an_array_is_one_bad_message(alice):
+    run, token = await sync_to_async(_new_run)(alice.org)
+    socket = await _agent_socket(run.id, token)
+    assert await socket.connect() == (True, None)  # what an agent of before arrays gets
+    await socket.send_json_to(messages(run.id)[:2])
+    reply = await socket.receive_json_from()
+    assert reply["type"] == "rejected" and reply["seq"] is None
+    await socket.disconnect()
+    assert await sync_to_async(AgentMessageRecord.objects.filter(run=run).count)() == 0
 
 
 async def test_it_refuses_a_token_of_another_run_like_a_missing_run(alice):

@@ -64,6 +64,21 @@ def test_it_stores_a_batch_in_one_transaction_whose_statements_do_not_grow_with_
     assert all(m.result == RESULT for m in stored)
 
 
+def test_it_reads_the_trials_a_batch_names_in_one_statement_however_many(alice):
+    run, _ = _new_run(alice.org)
+    whole = messages(run.id)
+    started = [whole[1] | {"seq": 1 + index, "trial": index} for index in range(3)]
+    agent_messages_ingest(run_id=run.id, messages=_parsed([whole[0], *started]))
+    level = _measurements(run.id, [10])[0]
+    _, one_trial = _ingest_counted(run, [level])
+    _, three_trials = _ingest_counted(
+        run, [level | {"seq": 11 + index, "trial": index} for index in range(3)]
+    )
+    assert _statement_kinds(three_trials) == _statement_kinds(one_trial)
+    stored = Measurement.objects.filter(trial__run=run).values_list("trial__index", flat=True)
+    assert sorted(stored) == [0, 0, 1, 2]
+
+
 def test_it_drops_duplicates_inside_a_batch_and_across_batches_and_acks_them(alice):
     run, _ = _new_run(alice.org)
     hello, started = messages(run.id)[:2]
