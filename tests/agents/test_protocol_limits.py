@@ -54,6 +54,30 @@ def test_it_refuses_documents_nested_too_deep_without_recursing(text):
         protocol.json_loads_bounded(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2.5, -0.0, 1e-05, 1e400, "\\u00e9", true, null], "a": {"dup": 1}}',
+        "[NaN, Infinity, -Infinity]",  # the standard library reads these; orjson does not
+        '["\\ud800"]',  # a lone surrogate, the same
+        "[123456789012345678901234567890]",  # beyond 64 bits
+        "  {}  ",
+    ],
+    ids=["plain", "non-finite", "lone surrogate", "big integer", "spaces"],
+)
+def test_it_decodes_exactly_what_the_standard_library_decodes(text):
+    decoded = protocol.json_loads_bounded(text)
+    assert repr(decoded) == repr(json.loads(text))
+    assert repr(protocol.json_loads_bounded(text.encode("utf-16"))) == repr(decoded)
+
+
+def test_it_refuses_what_is_not_json_as_the_standard_library_does():
+    for text in ("{not json", "[1,]", ""):
+        with pytest.raises(ValueError) as refused:
+            protocol.json_loads_bounded(text)
+        assert not isinstance(refused.value, protocol.JsonTooDeep)
+
+
 def test_it_scans_an_unclosed_string_once():
     # Every quote of this starts a string that never ends; a scan that retried from each
     # quote would take minutes (quadratic), a linear one takes milliseconds.
