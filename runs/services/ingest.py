@@ -30,6 +30,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 import orjson
 from asgiref.sync import async_to_sync
@@ -126,6 +127,7 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
     # (epoch, seq) → (digest, type) of what is stored under it.
     seen = {(e, s): (digest, kind) for e, s, digest, kind in stored if (e, s) in keys}
     outcomes, changed, trials = [], set(), _BatchTrials(run, messages)
+    now = timezone.now()  # the batch's moment: its messages arrive and are applied together
     rows = PendingRows()  # this batch's ledger rows and measurements, inserted together
     late = False  # whether a message was stored for a run that had ended
     for message in messages:
@@ -167,17 +169,18 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
         rows.add(
             AgentMessageRecord(
                 organization_id=run.organization_id,
-                run=run,
+                run_id=run.id,
                 epoch=message.epoch,
                 seq=message.seq,
                 type=message.type,
                 payload=JsonText(text),  # the same JSON, written once
                 digest=digest,
+                received_at=now,
             )
         )
         seen[key] = (digest, message.type)
         late = late or ended
-        changed.update(_apply(run, message, payload, trials, rows))
+        changed.update(_apply(run, message, payload, trials, rows, now))
         # An ended run's end stands: a late run_finished is kept in the ledger, nothing more.
         if not ended and (message.type == "run_finished" or run.state == RunState.FINALIZING):
             rows.flush()  # whether the run is complete is counted on the stored rows
@@ -277,11 +280,12 @@ class _BatchTrials:
             return Trial.objects.get(run=run, index=index)
 
 
-def _apply(run: Run, message, payload: dict, trials: _BatchTrials, rows: PendingRows) -> list[str]:
-    """Applies one message (``payload``: its JSON form) to its rows (new measurements go to
-    ``rows``, inserted by the caller); returns the run's fields it changed (saved once per
-    batch by the caller)."""
-    now = timezone.now()
+def _apply(
+    run: Run, message, payload: dict, trials: _BatchTrials, rows: PendingRows, now: datetime
+) -> list[str]:
+    """Applies one message (``payload``: its JSON form) at ``now`` to its rows (new
+    measurements go to ``rows``, inserted by the caller); returns the run's fields it changed
+    (saved once per batch by the caller)."""
     run.last_heartbeat_at = now
     fields = ["last_heartbeat_at"]
     if isinstance(message, protocol.Hello):
@@ -313,13 +317,14 @@ def _apply(run: Run, message, payload: dict, trials: _BatchTrials, rows: Pending
         rows.add(
             Measurement(
                 organization_id=run.organization_id,
-                trial=trials(message.trial),
+                trial_id=trials(message.trial).id,
                 concurrency=message.level.concurrency,
                 request_rate=None if rate in (None, "inf") else rate,
                 request_rate_infinite=rate == "inf",
                 result=payload["result"],  # as the agent sent it
                 server_metrics=message.server,
                 gpus=payload.get("gpus") or [],
+                created_at=now,
             )
         )
     elif isinstance(message, protocol.EngineRestarted):
