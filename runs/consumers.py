@@ -31,7 +31,7 @@ CLOSE_NOT_FOUND = protocol.CloseCode.NOT_FOUND.value
 CLOSE_INTERNAL_ERROR = protocol.CloseCode.INTERNAL_ERROR.value
 # Messages that arrived while the previous batch was being written go in one transaction
 # (whole frames: one array frame may hold more).
-MAX_WRITE_BATCH = 200
+MAX_WRITE_BATCH = 500
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 from collections.abc import Callable
 
 from django.db import connection, models
@@ -30,24 +31,54 @@ class JsonText(str):
     """The JSON text of a JSON field's value, for ``PendingRows`` to store as it is."""
 
 
+class _Values(dict):
+    """One row given as its column values (by attribute name), not as a model instance."""
+
+
+Row = models.Model | _Values
+
+
 class PendingRows:
-    """Model instances waiting for one INSERT per model (see the module's guarantees)."""
+    """Rows waiting for one INSERT per model (see the module's guarantees)."""
 
     def __init__(self) -> None:
         # dict keeps insertion order: a model's rows go in before those of a model added later
         # (a row that points at an earlier model's row then finds it).
-        self._rows: dict[type[models.Model], list[models.Model]] = {}
+        self._rows: dict[type[models.Model], list[Row]] = {}
 
     def add(self, row: models.Model) -> None:
         self._rows.setdefault(type(row), []).append(row)
 
+    def add_values(self, model: type[models.Model], **values: object) -> None:
+        """A row of ``model`` given by the value of every column it writes (attribute names:
+        ``run_id``, not ``run``; defaults are not applied): the same row as
+        ``add(model(**values))``, without building the instance, which on a hot path costs
+        more than writing the row."""
+        self._rows.setdefault(model, []).append(_Values(values))
+
     def flush(self) -> None:
         rows, self._rows = self._rows, {}
-        for model, instances in rows.items():
+        for model, pending in rows.items():
             if connection.vendor == "postgresql":
-                _copy_rows(model, instances)
+                _copy_rows(model, pending)
             else:
-                model.objects.bulk_create(instances)
+                model.objects.bulk_create([_instance(model, row) for row in pending])
+
+
+def _instance(model: type[models.Model], row: Row) -> models.Model:
+    """``row`` as a model instance for ``bulk_create``, its JSON text decoded (Django writes
+    a JSON field's value itself there)."""
+    if isinstance(row, _Values):
+        return model(**{name: _decoded(value) for name, value in row.items()})
+    for field in model._meta.concrete_fields:
+        value = getattr(row, field.attname, None)
+        if isinstance(value, JsonText):
+            setattr(row, field.attname, _decoded(value))
+    return row
+
+
+def _decoded(value: object) -> object:
+    return json.loads(value) if isinstance(value, JsonText) else value
 
 
 # Fields whose attribute value psycopg writes into COPY exactly as Django would prepare it
@@ -85,14 +116,23 @@ def _column_value(field: models.Field) -> Callable[[object], object]:
     return lambda value: field.get_db_prep_save(value, connection)
 
 
-def _copy_rows(model: type[models.Model], instances: list[models.Model]) -> None:
+def _row_value(field: models.Field) -> Callable[[models.Model], object]:
+    """How a row's value of ``field`` is read off its instance, as ``pre_save`` reads it on
+    an insert: the attribute itself, unless the field's type changes it first (``auto_now``)."""
+    if type(field).pre_save is models.Field.pre_save:
+        return operator.attrgetter(field.attname)
+    return lambda instance: field.pre_save(instance, True)
+
+
+def _copy_rows(model: type[models.Model], rows: list[Row]) -> None:
     meta = model._meta
     fields = [
         field
         for field in meta.local_concrete_fields
         if field is not meta.auto_field and not field.generated  # the database writes those
     ]
-    prepared = [(field.pre_save, _column_value(field)) for field in fields]
+    prepared = [(_row_value(field), _column_value(field)) for field in fields]
+    given = [(operator.itemgetter(field.attname), _column_value(field)) for field in fields]
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
     sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN"
@@ -100,5 +140,6 @@ def _copy_rows(model: type[models.Model], instances: list[models.Model]) -> None
         # A debug cursor (DEBUG, CaptureQueriesContext) records it as it records a query.
         logged = cursor.debug_sql(sql) if hasattr(cursor, "debug_sql") else contextlib.nullcontext()
         with logged, connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
-            for instance in instances:
-                copy.write_row([value(pre_save(instance, True)) for pre_save, value in prepared])
+            for row in rows:
+                readers = given if isinstance(row, _Values) else prepared
+                copy.write_row([column(read(row)) for read, column in readers])

@@ -73,3 +73,39 @@ def test_json_already_written_is_stored_from_its_text(alice):
     rows.flush()
     stored = AgentMessageRecord.objects.get(run=run, seq=7)
     assert stored.payload == content and stored.digest == "d" * 64
+
+
+def test_rows_given_as_values_are_stored_as_instances_would_be_by_either_insert(alice, monkeypatch):
+    """``add_values`` and JSON text take the COPY on PostgreSQL and ``bulk_create`` elsewhere
+    (the SQLite demo); both store the same rows."""
+    run, _ = _new_run(alice.org)
+    content = {"type": "heartbeat", "note": "é"}
+
+    def add_both(rows: PendingRows, seq: int) -> None:
+        values = {
+            "organization_id": alice.org.id,
+            "run_id": run.id,
+            "epoch": 0,
+            "type": "heartbeat",
+            "digest": "",
+            "received_at": timezone.now(),
+        }
+        rows.add_values(
+            AgentMessageRecord, seq=seq, payload=JsonText(json.dumps(content)), **values
+        )
+        rows.add(AgentMessageRecord(seq=seq + 1, payload=JsonText(json.dumps(content)), **values))
+
+    by_copy = PendingRows()
+    add_both(by_copy, 1)
+    by_copy.flush()
+
+    class NotPostgres:  # the connection's vendor as the SQLite demo's
+        vendor = "sqlite"
+
+    monkeypatch.setattr("runs.services.pending_rows.connection", NotPostgres())
+    by_bulk_create = PendingRows()
+    add_both(by_bulk_create, 3)
+    by_bulk_create.flush()
+
+    stored = AgentMessageRecord.objects.filter(run=run).order_by("seq")
+    assert [(m.seq, m.payload) for m in stored] == [(seq, content) for seq in (1, 2, 3, 4)]
