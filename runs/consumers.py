@@ -176,12 +176,7 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
                         else protocol.Ack(seq=outcome.seq)
                     )
                 if isinstance(reply, protocol.Rejected):
-                    logger.info(
-                        "run %s: rejected agent message %s: %s",
-                        self.run.id,
-                        reply.seq,
-                        reply.reason,
-                    )
+                    self._log_rejected(reply)
                 replies.append(reply.model_dump())
             if frame.array:
                 await self.send(text_data=json.dumps(replies))
@@ -193,8 +188,14 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
     _ingest = staticmethod(database_sync_to_async(agent_messages_ingest, thread_sensitive=False))
 
     async def _reject(self, seq: int | None, reason: str) -> None:
-        logger.info("run %s: rejected agent message %s: %s", self.run.id, seq, reason)
-        await self.send_json(protocol.Rejected(seq=seq, reason=reason).model_dump())
+        rejected = protocol.Rejected(seq=seq, reason=reason)
+        self._log_rejected(rejected)
+        await self.send_json(rejected.model_dump())
+
+    def _log_rejected(self, rejected: protocol.Rejected) -> None:
+        logger.info(
+            "run %s: rejected agent message %s: %s", self.run.id, rejected.seq, rejected.reason
+        )
 
 
 class RunLiveConsumer(AsyncJsonWebsocketConsumer):

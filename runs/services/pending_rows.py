@@ -5,9 +5,10 @@ statement per model, models in the order their first row was added, rows of a mo
 order they were added; nothing is inserted before ``flush``, and a database error (a unique
 constraint) is raised as Django's (``IntegrityError``), so the caller's transaction rolls
 back as with ``save()``. A reader that must see the batch's own rows flushes first. Rows are
-plain model instances whose primary key the database assigns and nobody reads back:
-``save()`` and its signals do not run, field defaults and ``pre_save`` (``auto_now``) do.
-Models without a parent model (multi-table inheritance), as ``bulk_create`` requires.
+plain model instances, or the values of every column of one (``add_values``), whose primary
+key the database assigns and nobody reads back: ``save()`` and its signals do not run; an
+instance's field defaults and ``pre_save`` (``auto_now``) do. Models without a parent model
+(multi-table inheritance), as ``bulk_create`` requires.
 
 On PostgreSQL the statement is a ``COPY … FROM STDIN`` (logged like a query where queries
 are logged): Django's ``bulk_create`` sends a batch through ``UNNEST`` arrays whose JSON
