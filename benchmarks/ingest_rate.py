@@ -11,7 +11,8 @@ generator's result shape). The browser watching the first agent's run is served 
 server, so with several its notices cross the channel layer. Each figure is printed with the
 load average before it (the machine may be shared). ``--per-frame N`` sends N messages per
 frame, as array frames on a socket opened with the protocol's batch subprotocol (what an
-agent does with a backlog); the default, 1, is one message per frame.
+agent's outbox does with whatever queued up; default 50); ``--per-frame 1`` is one message
+per frame, as agents of before array frames send.
 
     eval "$(.venv/bin/python tests/service_env.py)" && .venv/bin/python benchmarks/ingest_rate.py
 """
@@ -262,13 +263,20 @@ def load_average() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=100, help="agents at once (default 100)")
-    parser.add_argument("--messages", type=int, default=200, help="per agent (default 200)")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=1000,
+        help="per agent (default 1000: a flood long enough that the 100 handshakes and each "
+        "run's first trial do not set the rate)",
+    )
     parser.add_argument("--web", type=int, default=1, help="web processes (default 1)")
     parser.add_argument(
         "--per-frame",
         type=int,
-        default=1,
-        help="messages per frame (default 1; more: array frames, as an agent sends a backlog)",
+        default=50,
+        help="messages per frame (default 50: array frames, as an agent sends what queued up; "
+        "1: one message per frame, as agents of before array frames)",
     )
     parser.add_argument("--server-log", help="write the servers' output to this file")
     parser.add_argument(
