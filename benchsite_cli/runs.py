@@ -249,11 +249,15 @@ def _print_answer(answer: dict[str, Any] | None) -> None:
     runner_up = answer.get("runner_up")
     if runner_up and answer.get("margin_pct") is not None:
         ci = answer.get("margin_ci95_pct")
-        verdict = "tie, within noise, with" if answer.get("tie") else "cheaper than"
-        out(
-            f"  {verdict} trial {runner_up['trial']} by {answer['margin_pct']:.0f} %"
-            + (f" (CI {ci[0]:.0f}–{ci[1]:.0f} %)" if ci else "")
-        )
+        interval = f" (CI {ci[0]:.0f}–{ci[1]:.0f} %)" if ci else ""
+        # The margin is the runner-up's extra cost in % of the winner's (as the run page says).
+        if answer.get("tie"):
+            out(
+                f"  tie, within noise, with trial {runner_up['trial']}: "
+                f"{answer['margin_pct']:.0f} % apart{interval}"
+            )
+        else:
+            out(f"  trial {runner_up['trial']} costs {answer['margin_pct']:.0f} % more{interval}")
     out(f"  {winner['serve_command']}")
 
 

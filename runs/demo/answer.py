@@ -148,12 +148,17 @@ def _load(value: float | None) -> str:
 
 
 def _margin_line(margin: Margin, other: str, whose: str, capacity: float | None) -> str:
-    """``cheaper than OTHER by 20 % (95 % CI 19–22 %) at its capacity 12.`` (or a tie)."""
+    """``OTHER costs 20 % more (95 % CI 19–22 %) at its capacity 12.``, or ``within noise of
+    OTHER (…)``: the margin is the other's extra cost in % of the winner's, as the run page
+    says it (an 89 % margin is the winner at 53 % of the other's cost, not 11 %)."""
     ci = (
         f" (95 % CI {margin.ci95_pct[0]:.0f}–{margin.ci95_pct[1]:.0f} %)" if margin.ci95_pct else ""
     )
-    verdict = "within noise of" if margin.tie else "cheaper than"
-    return f"  {verdict} {other} by {margin.pct:.0f} %{ci} at {whose} capacity {_load(capacity)}."
+    at = f"at {whose} capacity {_load(capacity)}"
+    if margin.tie:
+        return f"  within noise of {other}: {margin.pct:.0f} % apart{ci} {at}."
+    verb = "cost" if whose == "their" else "costs"
+    return f"  {other} {verb} {margin.pct:.0f} % more{ci} {at}."
 
 
 def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console: Console) -> None:
