@@ -202,7 +202,7 @@ class Scheduler:
 
     def schedule(self, now: float) -> Step | None:
         """Picks the batch of the step starting at ``now``; ``None`` when there is nothing
-        to run yet (see ``next_ready_at``)."""
+        to run yet (see ``ready_later``)."""
         budget = self.settings.max_num_batched_tokens
         items: list[tuple[SimRequest, int]] = []
         preempted = 0
