@@ -45,7 +45,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
 from agents.hardware import MODEL_PRESETS  # noqa: E402
-from agents.protocol import BATCH_SUBPROTOCOL, agent_site_urls  # noqa: E402
+from agents.protocol import BATCH_SUBPROTOCOL, agent_site_urls, array_frame  # noqa: E402
 from agents.runner.outbox import Outbox, SiteEndpoints  # noqa: E402
 from runs.actors import Actor  # noqa: E402
 from runs.frozen_job import run_frozen_fields  # noqa: E402
@@ -183,7 +183,7 @@ async def agent(address: str, run, token: str, count: int, per_frame: int) -> No
                 texts = [
                     measurement(run.id, seq) for seq in range(first, min(first + per_frame, count))
                 ]
-                await socket.send(texts[0] if per_frame == 1 else "[" + ",".join(texts) + "]")
+                await socket.send(texts[0] if per_frame == 1 else array_frame(texts))
 
         sender = asyncio.create_task(send_all())
         acked = 0

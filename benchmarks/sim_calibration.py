@@ -94,6 +94,9 @@ RAHMAN_LENGTHS = tuple((256, _RAHMAN_DRAW.randint(73, 128)) for _ in range(300))
 # source does not give its flags, so the row assumes 0.95 and a context just above 8k.
 QWEN_2XH100 = {"tensor_parallel_size": 2, "max_model_len": 8448, "gpu_memory_utilization": 0.95}
 
+# Serve flags every row starts from (its own flags override them).
+BASE_FLAGS = {"max_model_len": 4096}
+
 FAMILIES = {
     "output_tok_s": "throughput",
     "decode_tok_s": "throughput",
@@ -208,7 +211,7 @@ def _measure(
     flags: tuple,
     lengths: tuple = (),
 ) -> dict:
-    settings = {"max_model_len": 4096, **dict(flags)}
+    settings = {**BASE_FLAGS, **dict(flags)}
     scheduler = make_scheduler(model_facts(model), gpu_profile(gpu), settings)
     if lengths:
         make = lambda i: SimRequest(i, *lengths[i])  # noqa: E731
@@ -254,7 +257,7 @@ def peak_share(row: Row) -> float | None:
     if FAMILIES[row.metric] != "TTFT" or row.concurrency != 1 or row.lengths:
         return None
     model, gpu = model_facts(row.model), gpu_profile(row.gpu)
-    settings, plan = start_check(model, gpu, {"max_model_len": 4096, **row.flags})
+    settings, plan = start_check(model, gpu, {**BASE_FLAGS, **row.flags})
     at_peak = StepModel(model, gpu, settings, plan, Efficiency(flops=1.0))
     compute_s = at_peak.cost([(row.input_len, 0)], 1).compute_s
     return compute_s / (row.published / 1000)

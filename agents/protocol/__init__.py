@@ -157,6 +157,7 @@ from agents.protocol.transport import (
     CloseCode,
     agent_route,
     agent_site_urls,
+    array_frame,
     batch_request_body,
 )
 from agents.protocol.versions import VersionKey, parse_vllm_version
@@ -329,6 +330,7 @@ __all__ = [
     "agent_message_errors",
     "agent_route",
     "agent_site_urls",
+    "array_frame",
     "batch_request_body",
     "capacity_probe_levels",
     "check_serve_config",

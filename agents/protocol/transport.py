@@ -89,10 +89,16 @@ class BatchRequest(StrictModel):
     messages: list[Any] = Field(max_length=MAX_BATCH_MESSAGES)
 
 
+def array_frame(message_texts: list[str]) -> str:
+    """A JSON array of messages that are JSON already (as the agent spools them), spliced
+    rather than decoded and encoded again: a socket's array frame (``BATCH_SUBPROTOCOL``)."""
+    return "[" + ",".join(message_texts) + "]"
+
+
 def batch_request_body(message_texts: list[str]) -> bytes:
-    """The JSON of ``BatchRequest(messages=…)`` from messages that are JSON already (as the
-    agent spools them), spliced rather than decoded and encoded again."""
-    return ('{"messages":[' + ",".join(message_texts) + "]}").encode("utf-8")
+    """The JSON of ``BatchRequest(messages=…)`` from messages that are JSON already, spliced
+    as ``array_frame`` splices them."""
+    return ('{"messages":' + array_frame(message_texts) + "}").encode("utf-8")
 
 
 class BatchRefusal(StrictModel):

@@ -22,6 +22,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from agents import protocol
 from agents.runner.delivery_ledger import DeliveryLedger, delivery_batch
 from agents.runner.site_link import Backoff, Connection, Connector, LinkDown, SiteRefused
 
@@ -149,7 +150,7 @@ class SocketDelivery:
             while pending:
                 frame = delivery_batch(pending)
                 pending = pending[len(frame) :]
-                await connection.send("[" + ",".join(text for _, text in frame) + "]")
+                await connection.send(protocol.array_frame([text for _, text in frame]))
                 session.sent += len(frame)
 
     async def _receive_all(self, connection: Connection, session: _Session) -> None:
