@@ -107,16 +107,25 @@ def run_traffic_seed() -> int:
     return secrets.randbelow(protocol.MAX_SEED + 1)
 
 
+def run_noise_seed() -> int:
+    """A fresh seed of the simulator's noise for a simulated run that is not given one: each
+    run is then a realistic re-run, and the seed it stores reproduces it exactly."""
+    return secrets.randbelow(protocol.MAX_SEED + 1)
+
+
 def job_spec_freeze(
     *,
     experiment: Experiment,
     price_usd_per_gpu_hour: Decimal | None = None,
     search_prior: protocol.SearchPrior | None = None,
+    noise_seed: int | None = None,
 ) -> dict:
     """The frozen job of a run of ``experiment`` as stored (see the module docstring);
     trials in the grid's deterministic order; a search's limit in dollars at
     ``price_usd_per_gpu_hour`` (the estimate's, as the run starts), its predictions from
-    ``search_prior`` (the organization's latest calibration, when there is one)."""
+    ``search_prior`` (the organization's latest calibration, when there is one). A simulated
+    run's noise seed is ``noise_seed``, or a fresh one (``run_noise_seed``); the traffic's is
+    the experiment's, or a fresh one."""
     # Each trial names its image only when the run has several (one pod per image).
     several_images = len(experiment_image_tags(experiment)) > 1
     try:
@@ -146,6 +155,11 @@ def job_spec_freeze(
                 # How much faster than the modelled GPU the simulator runs (its figures are
                 # reported in the GPU's time whatever this is); no effect on real vLLM.
                 sim_speed=float(getattr(settings, "BENCHSITE_SIM_SPEED", 1.0)),
+                noise_seed=(
+                    (run_noise_seed() if noise_seed is None else noise_seed)
+                    if engine_is_simulated(experiment.engine)
+                    else None
+                ),
                 base_url=experiment.endpoint.base_url if experiment.endpoint else None,
             ),
             model=_model_source(experiment.model, endpoint=experiment.endpoint),
@@ -207,15 +221,18 @@ def run_frozen_fields(
     experiment: Experiment,
     estimate: CostEstimate,
     search_prior: protocol.SearchPrior | None = None,
+    noise_seed: int | None = None,
 ) -> dict:
     """The fields that freeze a run of ``experiment`` when it starts (``Run(**fields)``):
-    its job (a search's predictions from ``search_prior``) and the experiment's other facts.
-    Raises ``DomainValidationError`` for a job the protocol refuses."""
+    its job (a search's predictions from ``search_prior``, the simulator's ``noise_seed``)
+    and the experiment's other facts. Raises ``DomainValidationError`` for a job the
+    protocol refuses."""
     return {
         "job_spec": job_spec_freeze(
             experiment=experiment,
             price_usd_per_gpu_hour=estimate.price_usd_per_gpu_hour,
             search_prior=search_prior,
+            noise_seed=noise_seed,
         ),
         "experiment_snapshot": experiment_snapshot(experiment, estimate),
     }

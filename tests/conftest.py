@@ -60,3 +60,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "needs_redis" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def sim_over_http(monkeypatch):
+    """Agents this test starts (in its process, or as subprocesses that inherit its
+    environment) serve the simulator over HTTP in wall time (``BENCHSITE_SIM_OVER_HTTP``)
+    instead of computing it in its own time: for tests of what happens *during* a run — a
+    cancel, a deadline, a pod or site lost mid-level, a Ctrl-C — which need a run that lasts,
+    as a GPU's does."""
+    monkeypatch.setenv("BENCHSITE_SIM_OVER_HTTP", "1")

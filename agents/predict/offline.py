@@ -27,7 +27,7 @@ import heapq
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import pairwise
@@ -37,7 +37,7 @@ from agents.engines.sim.scheduler import Scheduler, SimRequest, prompt_block_has
 from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.capacity import CapacityPlanner
 from agents.loadgen.config import BenchConfig
-from agents.loadgen.events import level_label
+from agents.loadgen.events import CapacityFound, LevelFinished, LevelStarted, level_label
 from agents.loadgen.levels import (
     finished_level_result,
     fixed_levels,
@@ -454,11 +454,16 @@ class OfflineBench:
 
     # -- the whole benchmark -----------------------------------------------------------------
 
-    def run(self) -> OfflineBenchResult:
-        """Every fixed level (``repeats`` times), then the capacity search when there is one."""
+    def events(self) -> Iterator[LevelStarted | LevelFinished | CapacityFound]:
+        """The benchmark as the load generator reports it (``agents.loadgen.events``), one
+        level at a time: every fixed level (``repeats`` times), then the capacity search when
+        there is one. A level is computed only when the generator is advanced past its
+        ``LevelStarted``, so a caller may stop between levels."""
         config = self.config
-        results = [self.run_level(level) for level in fixed_levels(config)]
-        capacity = None
+        results: list[dict] = []
+        for level in fixed_levels(config):
+            result = yield from self._level_events(len(results), level, probe=False)
+            results.append(result)
         if config.capacity is not None and config.slos is not None and config.slos.given:
             planner = CapacityPlanner(config.capacity)
             for result in results:
@@ -466,11 +471,32 @@ class OfflineBench:
             while (load := planner.next_load()) is not None:
                 axis = planner.axis
                 level = {axis: int(load) if axis == "concurrency" else load}
-                result = self.run_level(level, probe=True)
+                result = yield from self._level_events(len(results), level, probe=True)
                 results.append(result)
                 planner.record(result, probe=True)
-            capacity = planner.outcome()
-        return OfflineBenchResult(results, capacity, self.now)
+            yield CapacityFound(planner.outcome())
+
+    def _level_events(self, index: int, level: dict, *, probe: bool):
+        concurrency, rate = level_load(level)
+        target = window_target(self.config, concurrency, rate)
+        count = level_send_limit(self.config, rate)
+        # What a progress bar counts to, as the load generator says it.
+        expected = count if target is None else target + 2 * (concurrency or 0)
+        yield LevelStarted(index, level, expected, self.config.duration)
+        result = self.run_level(level, probe=probe)
+        yield LevelFinished(index, result, [])
+        return result
+
+    def run(self) -> OfflineBenchResult:
+        """Every level of ``events``, computed at once."""
+        levels: list[dict] = []
+        capacity = None
+        for event in self.events():
+            if isinstance(event, LevelFinished):
+                levels.append(event.result)
+            elif isinstance(event, CapacityFound):
+                capacity = event.result
+        return OfflineBenchResult(levels, capacity, self.now)
 
 
 def _level_prompts(

@@ -117,6 +117,12 @@ class EngineSpec(StrictModel):
     gpu_type: str = Field(max_length=100)
     gpu_count: Annotated[int, Field(ge=1, le=64)]
     sim_speed: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] = 1.0
+    # The simulator's step-time noise (``agents.engines.sim.noise``; kind "sim" only): the
+    # same seed gives the same figures, another a realistic re-run. None: no noise, every
+    # step as the model computes it. Left out of the JSON when None.
+    noise_seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = Field(
+        default=None, exclude_if=lambda seed: seed is None
+    )
     # The endpoint's API base, before /v1 (kind "endpoint" only). Left out of the JSON when
     # None, so a job of the other kinds reads as it always did.
     base_url: str | None = Field(default=None, max_length=500, exclude_if=lambda url: url is None)
@@ -127,6 +133,8 @@ class EngineSpec(StrictModel):
             raise ValueError("base_url is given for, and only for, an engine of kind 'endpoint'")
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must be an http:// or https:// URL")
+        if self.noise_seed is not None and self.kind != "sim":
+            raise ValueError("noise_seed is given only for an engine of kind 'sim'")
         return self
 
 

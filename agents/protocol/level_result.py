@@ -67,9 +67,12 @@ class SloCheck(AsSent):
 
 
 class SimulatedTime(AsSent):
-    """The level ran on the simulator, its times scaled by ``speed``."""
+    """The level ran on the simulator, its times scaled by ``speed``; ``clock`` "simulated":
+    computed in the simulator's own time (a pure function of the job and its seeds), left
+    out when it was measured over HTTP in wall time."""
 
     speed: FiniteFloat
+    clock: Literal["simulated"] | None = None
 
 
 class SteadyWindow(AsSent):

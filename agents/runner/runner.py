@@ -43,6 +43,10 @@ Guarantees:
   every log tail sent.
 - Every trial is sent the same traffic: the load generator is seeded with the job's
   ``seed``, never with the trial.
+- A simulated job is computed in the simulator's own time (``agents.runner.offline_sim``):
+  its messages' figures are a pure function of the job (its ``seed`` and the engine's
+  ``noise_seed``), whatever the host is doing; only ``EngineOptions.sim_over_http`` serves
+  the simulator over HTTP in wall time instead (a stand-in for vLLM's process and network).
 - A job with a ``search`` measures the trials its search picks, at the effort it asks
   (``agents.runner.search_run``; ``exhaustive``: all, in order, within its limits); every
   other trial is reported skipped with its fate, and ``search_finished`` precedes
@@ -83,6 +87,7 @@ from agents.loadgen.activity import Activity
 from agents.protocol import JobSpec, ServeGridError
 from agents.runner.hostfacts import agent_version, host_facts, vllm_version_of
 from agents.runner.live import LiveLevel
+from agents.runner.offline_sim import OfflineSimEngine
 from agents.runner.search_run import TrialRecord, run_job_search
 from agents.runner.simulated import (
     capacity_in_simulated_time,
@@ -238,8 +243,13 @@ class JobRunner:
         self._level_stop = asyncio.Event()  # ends the level in progress
         self._engine: ProcessEngine | None = None
         self._engine_starting = False
-        # The simulator's speed-up, undone in every figure it reports (None: real hardware).
-        self.sim_speed = job.engine.sim_speed if job.engine.kind == "sim" else None
+        # The speed-up of a simulator measured over HTTP in wall time, undone in every figure
+        # it reports (None: real hardware, or the simulator in its own time).
+        self.sim_speed = (
+            job.engine.sim_speed
+            if job.engine.kind == "sim" and self.engine_options.sim_over_http
+            else None
+        )
         # The machine's weights cache (HF_HOME layout) and what was fetched into it.
         self.weights_dir = self.engine_options.weights_dir or self.workdir / "weights"
         self._weights_ready = job.engine.kind != "vllm"
@@ -754,7 +764,12 @@ class JobRunner:
         lost_connections = False
         try:
             level_lost = False
-            async for event in run_bench(config, stop=self._level_stop):
+            events = (
+                engine.bench_events(config, self._level_stop)
+                if isinstance(engine, OfflineSimEngine)
+                else run_bench(config, stop=self._level_stop)
+            )
+            async for event in events:
                 if gpu_levels is not None:
                     await gpu_levels.observe(event)
                 if isinstance(event, LevelStarted):
@@ -817,6 +832,8 @@ class JobRunner:
     def _measurement(self, index: int, result: dict) -> None:
         if self.sim_speed:
             result = result_in_simulated_time(result, self.sim_speed)
+        elif self.job.engine.kind == "sim":  # in the simulator's own time: labelled so
+            result = {**result, "simulated": {"speed": 1.0, "clock": "simulated"}}
         if self._record is not None:
             self._record.levels.append(dict(result))  # with its server figures
         result = dict(result)

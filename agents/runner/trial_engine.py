@@ -20,8 +20,10 @@ from pathlib import Path
 from agents.engines.endpoint import EndpointEngine
 from agents.engines.process import ProcessEngine
 from agents.engines.sim.engine import sim_engine
+from agents.engines.sim.noise import derived_seed
 from agents.engines.vllm import vllm_engine
 from agents.protocol import JobSpec, ModelSource
+from agents.runner.offline_sim import OfflineSimEngine
 from agents.weights import DEFAULT_DISK_RESERVE_BYTES, HUB_OFFLINE_ENV
 
 VLLM_COMMAND_ENV = "BENCHSITE_VLLM_COMMAND"
@@ -33,6 +35,7 @@ ENGINE_RESTARTS_ENV = "BENCHSITE_ENGINE_RESTARTS"
 HANG_SECONDS_ENV = "BENCHSITE_HANG_SECONDS"
 HF_TOKEN_ENV = "HF_TOKEN"
 ENDPOINT_API_KEY_ENV = "BENCHSITE_ENDPOINT_API_KEY"
+SIM_OVER_HTTP_ENV = "BENCHSITE_SIM_OVER_HTTP"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -59,6 +62,10 @@ class EngineOptions:
     hang_seconds: float = 300.0
     # An existing endpoint's API key (a secret: never shown, cut out of every log tail).
     endpoint_api_key: str | None = field(default=None, repr=False)
+    # The simulator as a server measured over HTTP in wall time at the job's ``sim_speed``,
+    # instead of in its own time: for testing the agent's process and network paths on a
+    # stand-in for vLLM (its figures then move with the host's load).
+    sim_over_http: bool = False
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> EngineOptions:
@@ -69,7 +76,8 @@ class EngineOptions:
         beside the weights, default 2), ``BENCHSITE_ENGINE_RESTARTS`` (default 1) and
         ``BENCHSITE_HANG_SECONDS`` (default 300), and the hub's own ``HF_TOKEN``,
         ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` (weights this machine has cached already), and
-        ``BENCHSITE_ENDPOINT_API_KEY``, an existing endpoint's API key.
+        ``BENCHSITE_ENDPOINT_API_KEY``, an existing endpoint's API key, and
+        ``BENCHSITE_SIM_OVER_HTTP=1`` (the simulator as a server, measured over HTTP).
         Raises ``ValueError`` naming the variable for a value it cannot use."""
         environ = os.environ if environ is None else environ
         command = tuple(shlex.split(environ.get(VLLM_COMMAND_ENV, ""))) or cls.vllm_command
@@ -108,6 +116,7 @@ class EngineOptions:
             engine_restarts=restarts,
             hang_seconds=hang,
             endpoint_api_key=environ.get(ENDPOINT_API_KEY_ENV) or None,
+            sim_over_http=_true(environ.get(SIM_OVER_HTTP_ENV, "")),
         )
 
 
@@ -150,7 +159,7 @@ def trial_engine(
     options: EngineOptions,
     weights_dir: Path | None = None,
     startup_timeout: float | None = None,
-) -> ProcessEngine | EndpointEngine:
+) -> ProcessEngine | EndpointEngine | OfflineSimEngine:
     """A fresh (not yet started) engine for one trial; ``startup_timeout`` caps start-up.
     An existing endpoint is one that is only checked (``agents.engines.endpoint``).
 
@@ -167,7 +176,8 @@ def trial_engine(
             route=job.workload.endpoint,
         )
     if job.engine.kind == "sim":
-        return sim_engine(
+        noise_seed = job.engine.noise_seed
+        server = sim_engine(
             model_spec=str(sim_model_file(job.model, workdir)),
             gpu=job.engine.gpu_type,
             config=serve_config,
@@ -176,7 +186,12 @@ def trial_engine(
             speed=job.engine.sim_speed,
             startup_speed=options.sim_startup_speed,
             startup_timeout=timeout,
+            # Each configuration draws its own noise, the same in every run of this seed.
+            noise_seed=None if noise_seed is None else derived_seed(noise_seed, serve_config),
         )
+        if options.sim_over_http:
+            return server
+        return OfflineSimEngine(argv=server.argv, workdir=Path(workdir))
     local = job.model.local_path
     return vllm_engine(
         model=local or job.model.hf_repo,

@@ -64,6 +64,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedView
             reason=data.validated_data["reason"],
             trigger=data.validated_data["trigger"],
             image_tag=data.validated_data["image_tag"],
+            noise_seed=data.validated_data["noise_seed"],
         )
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from runs.inputs.strict_fields import StrictCharField, StrictChoiceField, StrictUUIDField
+from agents.protocol import MAX_SEED
+from runs.inputs.strict_fields import (
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictUUIDField,
+)
 from runs.models import Experiment, Run
 from runs.models.runs import RunTrigger
 
@@ -28,6 +34,15 @@ class RunStartSerializer(serializers.Serializer):
         default="",
         help_text="Run a vLLM experiment on this image tag instead of its own, for this run "
         "only (e.g. a CI job gating a vLLM bump against the promoted baseline).",
+    )
+    noise_seed = StrictIntegerField(
+        min_value=0,
+        max_value=MAX_SEED,
+        allow_null=True,
+        default=None,
+        help_text="A simulated experiment only: the simulator's noise seed. The same noise and "
+        "traffic seeds give the same figures; left out, the run draws its own (a realistic "
+        "re-run), shown with the run.",
     )
 
 

@@ -14,6 +14,9 @@ Guarantees of ``run_start``:
   gating a vLLM bump against the promoted baseline): checked like the experiment's own tag,
   its serve grid checked against that vLLM version, frozen into the run and audited; the
   experiment itself is not changed.
+- ``noise_seed`` (a simulated experiment only, refused on others) fixes the simulator's noise:
+  a run with the same noise seed and traffic seed as another gives the same figures. Without
+  one a simulated run draws its own (a realistic re-run); either way it is frozen in the job.
 - The run, its frozen job (``runs.frozen_job``: exactly what its agent will run), the
   experiment's other facts and the estimate, and its ``run.start`` audit event are committed
   together; provisioning is enqueued only after that commit, so a
@@ -148,11 +151,16 @@ def run_start(
     reason: str = "",
     trigger: str = RunTrigger.API,
     image_tag: str = "",
+    noise_seed: int | None = None,
 ) -> Run:
     """Starts a run of ``experiment`` (see the module docstring)."""
     from runs.tasks import run_provision  # the task module imports services
 
     reason = _clean_reason(reason)
+    if noise_seed is not None and experiment.engine != Engine.SIM:
+        raise DomainValidationError.single(
+            "noise_seed", "Only a simulated experiment has a noise seed."
+        )
     if trigger not in RunTrigger.values:
         raise DomainValidationError.single("trigger", f"One of {', '.join(RunTrigger.values)}.")
     if image_tag:
@@ -170,6 +178,7 @@ def run_start(
             if prior is not None
             else None
         ),
+        noise_seed=noise_seed,
     )
     run = Run.objects.create(
         organization=experiment.organization,
@@ -190,6 +199,7 @@ def run_start(
             "reason": reason,
             "trigger": trigger,
             **({"image_tag": image_tag} if image_tag else {}),
+            **({"noise_seed": noise_seed} if noise_seed is not None else {}),
         },
     )
     run_provision.delay_on_commit(str(run.id))

@@ -1,5 +1,7 @@
-"""The agent runner with the simulator as its engine: trials in order, failures recorded,
-deadline and cancel obeyed, every message valid for the site."""
+"""The agent runner with the simulator as its engine, served over HTTP in wall time (a stand-in
+for vLLM's process and network): trials in order, failures recorded, deadline and cancel
+obeyed, every message valid for the site. The simulator in its own time, as runs use it:
+test_runner_simulated_time.py."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from agents.loadgen import event_loop_runner
 from agents.runner.runner import JobRunner
 from agents.runner.trial_engine import EngineOptions
 
-FAST_STARTUP = EngineOptions(sim_startup_speed=1000, startup_timeout=60)
+FAST_STARTUP = EngineOptions(sim_startup_speed=1000, startup_timeout=60, sim_over_http=True)
 # For tests of what an engine's death does to its trial when nothing heals it.
 NO_RESTARTS = dataclasses.replace(FAST_STARTUP, engine_restarts=0)
 

@@ -167,6 +167,7 @@ def test_it_keeps_the_agent_process_going_when_the_engine_is_killed(tmp_path):
     (tmp_path / "job.json").write_text(job.model_dump_json())
     out = tmp_path / "out"
     env = {key: value for key, value in os.environ.items() if key != "BENCHSITE_TOKEN"}
+    env["BENCHSITE_SIM_OVER_HTTP"] = "1"  # a simulator process to kill
     command = [sys.executable, "-m", "agents.cli", "run", "--job", str(tmp_path / "job.json")]
     log = tmp_path / "agent.log"
     with log.open("w") as sink:

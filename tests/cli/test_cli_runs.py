@@ -102,6 +102,7 @@ def scaled_copy(run: Run, *, ttft: float, throughput: float) -> dict:
     return copied
 
 
+@pytest.mark.usefixtures("sim_over_http")
 def test_it_starts_waits_gates_and_fails_on_a_seeded_regression(
     alice,
     broker_queue,

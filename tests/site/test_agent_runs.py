@@ -5,6 +5,7 @@ socket cut, a cancel from the site, and the deadline."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import gc
 import threading
@@ -33,6 +34,9 @@ from .conftest import frozen, make_experiment, make_model
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FAST_STARTUP = EngineOptions(sim_startup_speed=1000, startup_timeout=60)
+# A run that lasts (the simulator served over HTTP in wall time): for a cancel or a deadline
+# that must land inside a level.
+WALL_TIME = dataclasses.replace(FAST_STARTUP, sim_over_http=True)
 SIM_WORKLOAD = {
     "dataset": {"kind": "random", "input_len": 64, "output_len": 16},
     "concurrency": [1, 4],
@@ -138,7 +142,15 @@ def epoch_requester(run_id, token: str):
 
 
 def run_agent(
-    run: Run, token: str, tmp_path, site: Site, *, job=None, runner_options=None, **options
+    run: Run,
+    token: str,
+    tmp_path,
+    site: Site,
+    *,
+    job=None,
+    runner_options=None,
+    engine_options=FAST_STARTUP,
+    **options,
 ):
     job = job or run_job_spec(
         run, ws_url=f"ws://testserver{site.path}", rest_url="http://testserver/api/v1/"
@@ -147,7 +159,7 @@ def run_agent(
         job,
         token=token,
         workdir=tmp_path,
-        engine_options=FAST_STARTUP,
+        engine_options=engine_options,
         connect=site.connect,
         request_epoch=epoch_requester(run.id, token),
         handle_signals=False,
@@ -192,7 +204,7 @@ def test_a_two_trial_simulated_run_streams_into_the_site(alice, tmp_path):
     assert all("health_ready" in t.cold_start for t in trials)
     assert Measurement.objects.filter(trial__run=run).count() == 4
     measurement = Measurement.objects.filter(trial__run=run).first()
-    assert measurement.result["simulated"] == {"speed": 1.0}
+    assert measurement.result["simulated"] == {"speed": 1.0, "clock": "simulated"}
     assert measurement.result["completed"] == 8
     assert_site_holds_the_journal(run, journal)
 
@@ -233,7 +245,7 @@ def test_a_cancel_from_the_site_stops_the_agent_within_seconds(alice, tmp_path):
     canceller = threading.Thread(target=cancel_once_measuring)
     canceller.start()
     started = time.monotonic()
-    result, journal = run_agent(run, token, tmp_path, site)
+    result, journal = run_agent(run, token, tmp_path, site, engine_options=WALL_TIME)
     canceller.join()
     assert asked, "the run never reached a level"
     finished = next(m for m in journal if m["type"] == "run_finished")
@@ -262,7 +274,7 @@ def test_the_deadline_stops_the_run_mid_level_and_its_partial_results_arrive(ali
     # workers on 2 cores): 12 s was once used up by the start-up alone (0 requests done).
     deadline = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30)
     job = job.model_copy(update={"deadline": deadline})
-    result, journal = run_agent(run, token, tmp_path, site, job=job)
+    result, journal = run_agent(run, token, tmp_path, site, job=job, engine_options=WALL_TIME)
     assert result.summary.outcome == "deadline"
     assert journal[-1]["type"] == "run_finished" and journal[-1]["outcome"] == "deadline"
     assert journal[-1]["sent_at"] - deadline.timestamp() < 10

@@ -129,6 +129,7 @@ def stop(demo, *, ctrl_c: bool = False, timeout: float = 30) -> float:
     return time.monotonic() - began
 
 
+@pytest.mark.usefixtures("sim_over_http")
 @pytest.mark.parametrize("ctrl_c", [False, True], ids=["sigterm", "ctrl-c"])
 def test_it_stops_everything_it_started_on_sigterm_as_on_ctrl_c(start_demo, tmp_path, ctrl_c):
     port = free_port()

@@ -418,6 +418,7 @@ def test_reconcile_fails_a_run_whose_pod_died_and_gives_the_pod_back(
         ("exit_pod", "The pod stopped before the run finished (the agent received SIGTERM)."),
     ],
 )
+@pytest.mark.usefixtures("sim_over_http")
 def test_a_pod_that_dies_mid_run_fails_the_run_and_keeps_its_measurements(
     alice, settings, monkeypatch, tmp_path, death, reason
 ):

@@ -198,6 +198,7 @@ def test_it_uses_each_organizations_own_key_when_two_start_runs_at_once(
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("sim_over_http")
 @pytest.mark.needs_redis
 def test_a_cancel_terminates_the_pod_within_one_reconcile_period_and_keeps_the_results(
     alice, settings, monkeypatch, tmp_path, own_broker_queue, record_property
@@ -339,6 +340,7 @@ def test_it_refuses_a_run_over_a_cap_before_anything_reaches_runpod(
     assert fake.all_pods() == []
 
 
+@pytest.mark.usefixtures("sim_over_http")
 @pytest.mark.needs_redis
 def test_it_stops_a_run_at_its_cap_mid_run_keeping_its_results_and_billing_it_exactly(
     alice, charlie, settings, monkeypatch, tmp_path, own_broker_queue

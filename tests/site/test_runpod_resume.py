@@ -37,6 +37,7 @@ def job_trials(pod) -> list[int]:
     return [trial["index"] for trial in job["trials"]]
 
 
+@pytest.mark.usefixtures("sim_over_http")
 def test_a_pod_lost_mid_run_is_replaced_and_every_measurement_is_stored_once(
     alice, settings, monkeypatch, tmp_path
 ):

@@ -76,7 +76,7 @@ def test_a_run_goes_from_start_to_succeeded_on_runpod_and_is_billed(
         assert run.state == "succeeded", (run.failure_reason, log[-3000:])
         assert Measurement.objects.filter(trial__run=run).count() == 4
         assert all(
-            m.result["simulated"] == {"speed": 10.0}
+            m.result["simulated"] == {"speed": 1.0, "clock": "simulated"}
             for m in Measurement.objects.filter(trial__run=run)
         )
 

@@ -100,6 +100,7 @@ def assert_everything_arrived_once(run: Run, tmp_path) -> None:
     assert sorted(run.trials.values_list("outcome", flat=True)) == ["succeeded", "succeeded"]
 
 
+@pytest.mark.usefixtures("sim_over_http")
 def test_it_keeps_a_run_through_an_outage_longer_than_the_silence_window(alice, site, tmp_path):
     with daphne_server(port=site):
         run = start_run(alice.org)
@@ -123,6 +124,7 @@ def test_it_keeps_a_run_through_an_outage_longer_than_the_silence_window(alice, 
     assert_everything_arrived_once(run, tmp_path)
 
 
+@pytest.mark.usefixtures("sim_over_http")
 def test_an_agent_that_finished_during_the_outage_delivers_once_the_site_is_back(
     alice, site, tmp_path
 ):

@@ -16,14 +16,18 @@ import contextlib
 import math
 import signal
 import time
+from dataclasses import dataclass
 
 from agents.engines.sim.completions import SIM_VERSION
 from agents.engines.sim.http import Connection
+from agents.engines.sim.noise import StepNoise
 from agents.engines.sim.scheduler import Scheduler
 from agents.engines.sim.server import SimServer
 from agents.engines.sim.startup import cold_start_seconds
 from agents.hardware import (
     GIB,
+    ModelFacts,
+    ServeSettings,
     StartRefusal,
     StepModel,
     gpu_profile,
@@ -49,6 +53,11 @@ def argument_parser() -> argparse.ArgumentParser:
         "--startup-speed", type=float, help="speed of the simulated start-up (default --speed)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--noise-seed",
+        type=int,
+        help="seeded step-time noise (agents.engines.sim.noise); none without it",
+    )
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--max-num-seqs", type=int)
     parser.add_argument("--max-num-batched-tokens", type=int)
@@ -81,9 +90,19 @@ FLAG_NAMES = (
 )
 
 
-def build(args: argparse.Namespace) -> SimServer:
-    """Checks the configuration like vLLM (``agents.hardware.start_check``) and builds the
-    server; raises ``StartRefusal``."""
+@dataclass(frozen=True)
+class SimSetup:
+    """A checked simulator configuration: the model, its serve settings and the scheduler
+    that serves it (with the step noise of ``--noise-seed``, if any)."""
+
+    model: ModelFacts
+    settings: ServeSettings
+    scheduler: Scheduler
+
+
+def build_scheduler(args: argparse.Namespace) -> SimSetup:
+    """Checks the configuration like vLLM (``agents.hardware.start_check``) and builds its
+    scheduler; raises ``StartRefusal``."""
     try:
         model = load_model_facts(args.model_spec)
         gpu = gpu_profile(args.gpu)
@@ -98,13 +117,20 @@ def build(args: argparse.Namespace) -> SimServer:
         )
     flags = {name: getattr(args, name) for name in FLAG_NAMES}
     settings, plan = start_check(model, gpu, flags)
-    scheduler = Scheduler(settings, StepModel(model, gpu, settings, plan))
+    noise = None if args.noise_seed is None else StepNoise(args.noise_seed)
+    scheduler = Scheduler(settings, StepModel(model, gpu, settings, plan), noise)
+    return SimSetup(model, settings, scheduler)
+
+
+def build(args: argparse.Namespace) -> SimServer:
+    """The server of ``build_scheduler``'s configuration; raises ``StartRefusal``."""
+    setup = build_scheduler(args)
     return SimServer(
-        model=model,
-        gpu_name=gpu.name,
-        settings=settings,
-        scheduler=scheduler,
-        served_model_name=args.served_model_name or model.name,
+        model=setup.model,
+        gpu_name=setup.scheduler.step_model.gpu.name,
+        settings=setup.settings,
+        scheduler=setup.scheduler,
+        served_model_name=args.served_model_name or setup.model.name,
         speed=args.speed,
         seed=args.seed,
     )

@@ -25,6 +25,7 @@ def sim_engine(
     served_model_name: str | None = None,
     speed: float = 1.0,
     seed: int = 0,
+    noise_seed: int | None = None,
     startup_speed: float | None = None,
     host: str = "127.0.0.1",
     port: int | None = None,
@@ -57,6 +58,8 @@ def sim_engine(
         str(seed),
         *flags,
     ]
+    if noise_seed is not None:
+        argv += ["--noise-seed", str(noise_seed)]
     if startup_speed is not None:
         argv += ["--startup-speed", repr(float(startup_speed))]
     env = {key: os.environ[key] for key in (*PASSTHROUGH_ENV, "PYTHONPATH") if key in os.environ}

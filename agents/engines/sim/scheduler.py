@@ -20,9 +20,11 @@ Guarantees (after ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`
   tokenization and hand-off to the engine core, and the first token's way back), and a step
   that began before then runs without it. A request sent as another finishes therefore
   joins the step after next, as on a real server whose engine starts its next step at once.
-- No randomness and no clock: ``Scheduler.schedule(now)`` and ``Scheduler.finish`` are pure
-  state transitions, so the same arrivals give the same steps. ``simulate`` runs a whole
-  list of requests offline in simulated time.
+- No clock: ``Scheduler.schedule(now)`` and ``Scheduler.finish`` are pure state
+  transitions, so the same arrivals give the same steps. The only randomness is the seeded
+  ``StepNoise`` a scheduler may be given (``agents.engines.sim.noise``); without it every
+  step lasts what the step model computes. ``simulate`` runs a whole list of requests
+  offline in simulated time.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agents.engines.sim.noise import StepNoise
 from agents.hardware import GpuProfile, ModelFacts, ServeSettings, StepModel, start_check
 
 
@@ -138,9 +141,12 @@ class Step:
 class Scheduler:
     """vLLM V1-style continuous batching over a ``BlockPool``."""
 
-    def __init__(self, settings: ServeSettings, step_model: StepModel):
+    def __init__(
+        self, settings: ServeSettings, step_model: StepModel, noise: StepNoise | None = None
+    ):
         self.settings = settings
         self.step_model = step_model
+        self.noise = noise
         self.pool = BlockPool(step_model.plan.num_blocks)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -239,7 +245,8 @@ class Scheduler:
             [(new, request.computed) for request, new in items],
             sum(1 for request, new in items if request.computed + new >= request.total_len),
         )
-        return Step(tuple(items), cost.seconds, preempted)
+        seconds = cost.seconds if self.noise is None else self.noise.duration(now, cost.seconds)
+        return Step(tuple(items), seconds, preempted)
 
     def _admit(self, items: list[tuple[SimRequest, int]], budget: int, now: float) -> int:
         settings = self.settings

@@ -44,7 +44,7 @@ from benchsite.celery import app as celery_app
 from benchsite.embedded_worker import EmbeddedWorker
 from runs.actors import Actor
 from runs.demo.answer import print_answer
-from runs.demo.plans import DEMO_ACTOR, SIM_DEMO, VLLM_DEMO, demo_experiment
+from runs.demo.plans import DEMO_ACTOR, DEMO_NOISE_SEED, SIM_DEMO, VLLM_DEMO, demo_experiment
 from runs.demo.running import (
     follow_run,
     print_started,
@@ -78,8 +78,9 @@ class Command(BaseCommand):
             "--sim-speed",
             type=int,
             default=8,
-            help="how much faster than the modelled H100 the simulator runs (results are "
-            "reported in the H100's time whatever this is)",
+            help="how much faster than the modelled H100 the simulator runs when an agent serves "
+            "it over HTTP in wall time (BENCHSITE_SIM_OVER_HTTP=1); by default it runs in its own "
+            "time, and its results are the H100's whatever this is",
         )
         parser.add_argument(
             "--vllm-venv",
@@ -126,6 +127,7 @@ class Command(BaseCommand):
                 actor=Actor.system(DEMO_ACTOR),
                 experiment=experiment,
                 reason="make demo" + (" ENGINE=vllm" if vllm else ""),
+                noise_seed=None if vllm else DEMO_NOISE_SEED,
             )
             print_started(console, run, experiment, base, vllm)
             run = follow_run(run, experiment, console)
