@@ -15,12 +15,18 @@ Guarantees (pure: no network, no clock; ``docs/cli.md`` documents the rules):
 - A threshold's sign says which way is worse. ``p99_ttft_ms=10%`` fails when the new value is
   more than 10 % *higher* than the baseline's; ``output_throughput=-5%`` fails when it is more
   than 5 % *lower*. The change is ``(new − baseline) ÷ baseline``.
-- A configuration the baseline measured that the new run did not (its trial failed, or a level
-  is missing) fails the gate: a config that stopped working is the worst regression.
+- A configuration the baseline measured that the new run did not (its trial failed, or one of
+  the workload's fixed levels is missing) fails the gate: a config that stopped working is the
+  worst regression. A capacity search's probe load that only one of the two runs visited
+  (each search probes where its own measurements lead) is shown, never a failure.
+- A load measured several times in a run (a search's repeats, a fixed level the search probed
+  again) is judged on all its measurements: the figure is their mean and its interval spans
+  every measurement's interval.
 - ``cost_per_mtok`` is USD per 1M output tokens at the level: the run's pod rate ÷ 3600 ÷
   output tokens/s × 1e6 (``runs/costs.py``'s formula). A run without a billed rate (the local
-  provider) has none; such rows read ``n/a``, never fail, and the result says why in
-  ``not_compared`` so a cost threshold never passes without saying it checked nothing.
+  provider) has none; such rows read ``n/a``, never fail (also at a level the new run did not
+  measure), and the result says why in ``not_compared`` so a cost threshold never passes
+  without saying it checked nothing.
 - Where both levels carry a 95 % interval of a figure (``ci95``), the change has one too,
   conservatively from the two (``change_interval_pct``), and a threshold fails only when that
   whole interval lies beyond it; an interval that holds 0 reads "within noise". A figure
@@ -49,6 +55,8 @@ CAPACITY_METRIC = "capacity"
 KNOWN_METRICS = FIGURES | {COST_METRIC, CAPACITY_METRIC}
 # The "level" of a configuration's capacity row: the load the SLOs allow, not a measured one.
 CAPACITY_LEVEL = "at the SLOs"
+# The verdict of a capacity probe's load that only one of the two runs measured.
+PROBE = "probe"
 
 
 class ThresholdError(ValueError):
@@ -290,16 +298,41 @@ def _config_key(trial: dict[str, Any]) -> ConfigKey:
 
 def run_levels(
     run: dict[str, Any], only_trial: int | None = None
-) -> dict[ConfigKey, dict[str, dict[str, Any]]]:
-    """{(image, config label): {level label: level result}} of a run detail's measured
-    trials."""
-    configs: dict[ConfigKey, dict[str, dict[str, Any]]] = {}
+) -> dict[ConfigKey, dict[str, list[dict[str, Any]]]]:
+    """{(image, config label): {level label: every result measured at that load, in order}}
+    of a run detail's measured trials."""
+    configs: dict[ConfigKey, dict[str, list[dict[str, Any]]]] = {}
     for trial in _trials(run, only_trial):
         levels = configs.setdefault(_config_key(trial), {})
         for measurement in trial.get("measurements") or []:
             result = measurement.get("result") or {}
-            levels[level_label(measurement)] = result
+            levels.setdefault(level_label(measurement), []).append(result)
     return configs
+
+
+def only_probed(results: list[dict[str, Any]]) -> bool:
+    """Whether a load was measured only as a capacity search's probe (not a fixed level of
+    the workload, which every run of the experiment measures)."""
+    return all(result.get("probe") for result in results)
+
+
+def pooled_value(results: list[dict[str, Any]], metric: str, price_usd_hr: Any) -> float | None:
+    """A metric over every measurement of one load: their mean (None when one lacks it)."""
+    values = [metric_value(result, metric, price_usd_hr) for result in results]
+    if not values or any(value is None for value in values):
+        return None
+    return math.fsum(values) / len(values)
+
+
+def pooled_interval(
+    results: list[dict[str, Any]], metric: str, price_usd_hr: Any
+) -> tuple[float, float] | None:
+    """The interval spanning every measurement's interval of a metric at one load (None
+    when one has none)."""
+    intervals = [metric_interval(result, metric, price_usd_hr) for result in results]
+    if not intervals or any(interval is None for interval in intervals):
+        return None
+    return min(low for low, _ in intervals), max(high for _, high in intervals)
 
 
 def run_capacities(
@@ -373,7 +406,8 @@ class Row:
     new: float | None
     change_pct: float | None
     limit: Threshold | None  # None: informational (a capacity without a threshold)
-    # "ok", "regression", "missing" (not measured by the new run), "n/a", "info"
+    # "ok", "regression", "missing" (a fixed level not measured by the new run), "n/a",
+    # "info", "probe" (a capacity probe's load only one run measured: shown, never failed)
     verdict: str
     interval_pct: tuple[float, float] | None = None  # the change's 95 % interval
     higher_is_better: bool = False
@@ -407,6 +441,9 @@ class Row:
         """Why the verdict, where the interval decided it or there was none to decide."""
         if self.verdict == "missing":
             return "not measured by the new run"
+        if self.verdict == PROBE:
+            side = "the baseline" if self.new is None else "the new run"
+            return f"a capacity probe's load only {side} measured: shown, not gated"
         if self.verdict == "info":
             return "informational (no capacity threshold)"
         if self.limit is None or self.change_pct is None:
@@ -504,21 +541,22 @@ def gate_compare(
     prices = baseline_run.get("price_usd_hr"), new_run.get("price_usd_hr")
     for pair in pairs:
         config, measured = pair.label, pair.new in new
+        base_levels, new_levels = base[pair.base], new.get(pair.new, {})
         rows = []
-        for level in sorted(base[pair.base], key=_level_order):
-            base_level = base[pair.base][level]
-            new_level = new.get(pair.new, {}).get(level)
+        for level in sorted(set(base_levels) | set(new_levels), key=_level_order):
+            before_results, after_results = base_levels.get(level), new_levels.get(level)
             for threshold in figure_limits:
                 metric = threshold.metric
-                before = metric_value(base_level, metric, prices[0])
-                if new_level is None:
-                    missing = Row(config, level, metric, before, None, None, threshold, "missing")
-                    rows.append(missing)
+                before = before_results and pooled_value(before_results, metric, prices[0])
+                after = after_results and pooled_value(after_results, metric, prices[1])
+                if before_results is None or after_results is None:
+                    rows.append(
+                        _unpaired_row(config, level, threshold, before, after, before_results)
+                    )
                     continue
-                after = metric_value(new_level, metric, prices[1])
                 intervals = (
-                    metric_interval(base_level, metric, prices[0]),
-                    metric_interval(new_level, metric, prices[1]),
+                    pooled_interval(before_results, metric, prices[0]),
+                    pooled_interval(after_results, metric, prices[1]),
                 )
                 rows.append(_row(config, level, threshold, before, after, intervals))
         if capacities and (capacity_limit is not None or measured):
@@ -574,6 +612,19 @@ def _why_not_compared(
         else:
             reasons[metric] = f"n/a {where}: no output throughput to price, not gated there"
     return reasons
+
+
+def _unpaired_row(
+    config: str, level: str, threshold: Threshold, before, after, base_results
+) -> Row:
+    """A load only one run measured: a probe's is shown; a fixed level the new run lacks
+    fails, unless the metric could not be compared anyway (an unbilled run's cost)."""
+    unbilled = threshold.metric == COST_METRIC and before is None
+    if base_results is None or only_probed(base_results):
+        verdict = PROBE
+    else:
+        verdict = "n/a" if unbilled else "missing"
+    return Row(config, level, threshold.metric, before, after, None, threshold, verdict)
 
 
 def _row(config: str, level: str, threshold: Threshold, before, after, intervals) -> Row:
