@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import sys
@@ -44,7 +43,7 @@ from agents.loadgen.records import RequestRecord
 from agents.loadgen.results import level_result
 from agents.loadgen.steady import ClosedLoopWindow, split_window
 from agents.protocol import CapacitySearch
-from agents.protocol.workload import parse_slos
+from agents.protocol.workload import parse_slos, steady_window_requests
 
 FIXED_LEVELS = (1, 8, 64, 192)
 # The product's defaults (agents.protocol.Workload).
@@ -137,9 +136,12 @@ def measure_level(config: Config, concurrency: int, level: Level = Level()) -> d
     # The product's window: it opens when the first wave has finished and closes when
     # enough requests that started inside it have; then nothing more is sent (the drain).
     # ``agents.engines.sim.closed_loop`` sends a fixed number, so this loop stands in for it.
-    # Its size is the workload's rule (agents.protocol.Workload): requests_per_level and at
-    # least steady_multiple × the concurrency.
-    target = max(level.requests_per_level, math.ceil(level.steady_multiple * concurrency))
+    # Its size is the workload's rule (agents.protocol.steady_window_requests):
+    # requests_per_level, at least steady_multiple × the concurrency, and enough requests to
+    # judge the SLOs' strictest percentile at their confidence.
+    target = steady_window_requests(
+        level.requests_per_level, level.steady_multiple, concurrency, parse_slos(config.slos)
+    )
     window = ClosedLoopWindow(concurrency, target)
     now = 0.0
     issued = 0

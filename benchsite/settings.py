@@ -230,6 +230,8 @@ SPECTACULAR_SETTINGS = {
         "AgentProtocolVersionEnum": "runs.inputs.json_schemas.agent_protocol_choices",
         # Every SLO's percentile (ttft_percentile, tpot_percentile, ...).
         "SloPercentileEnum": "runs.inputs.json_schemas.slo_percentile_choices",
+        # An SLO check's verdict and a capacity bracket's end (met, missed, too close).
+        "SloVerdictEnum": "runs.inputs.json_schemas.slo_verdict_choices",
     },
 }
 

@@ -3,12 +3,17 @@ objective holds, found with as few extra levels as possible.
 
 Guarantees:
 
-- A level *passes* when it completed requests, none failed, it was not cut short and every
-  objective of its SLO report is met; a load measured more than once passes only when every
-  measurement passed (a capacity that holds once is not a capacity).
-- The bracket is ``[last pass, first fail]``: the highest passing load below the lowest
-  failing one (a pass above a fail is noise, not capacity). Every level already measured
-  counts, the experiment's fixed levels too.
+- A load *passes* when its measurements completed requests, none failed, none was cut
+  short and every objective is confidently met (``load_verdict``): each objective's counts
+  pooled over every measurement of the load, judged at the SLOs' confidence
+  (``agents.protocol.slo_verdicts``), never on one percentile's point value.
+- A probe too close to call is measured again (its counts pooled, as if one longer window),
+  up to ``max_extensions`` times, before the search moves on; still too close, it counts as
+  not met (the capacity is what is confidently met).
+- The bracket is ``[last pass, first fail]``: the highest confidently met load below the
+  lowest one that is not (a pass above a fail is noise, not capacity); the outcome says
+  whether that end was missed or too close to call. Every level already measured counts,
+  the experiment's fixed levels too.
 - Without a bracket the search doubles from the highest pass (or starts at 1) and halves
   from the lowest fail; with one it probes where a monotone (PCHIP) interpolation of the SLO
   margin crosses 1, as vLLM's ``serve_sla`` does, kept inside the bracket's middle 80 % so
@@ -26,11 +31,12 @@ Guarantees:
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agents.protocol import CapacitySearch
+from agents.protocol.slo_verdicts import MET, TOO_CLOSE, Verdict, load_verdict
 
 # Interpolating with a margin of infinity (a level whose requests failed) says nothing
 # about where it crosses 1: such points are capped at this margin.
@@ -66,8 +72,8 @@ def slo_margin(result: Mapping) -> float:
 
 
 def level_passes(result: Mapping) -> bool:
-    """Whether one level meets every objective (see the module docstring)."""
-    return slo_margin(result) <= 1.0
+    """Whether one level alone confidently meets every objective."""
+    return load_verdict([result]) == MET
 
 
 @dataclass
@@ -75,8 +81,12 @@ class _Load:
     results: list[Mapping]
 
     @property
+    def verdict(self) -> Verdict:
+        return load_verdict(self.results)
+
+    @property
     def passes(self) -> bool:
-        return all(level_passes(result) for result in self.results)
+        return self.verdict == MET
 
     @property
     def margin(self) -> float:
@@ -86,8 +96,12 @@ class _Load:
 class CapacityPlanner:
     """Decides the next load to measure from the levels measured so far (``record``)."""
 
-    def __init__(self, search: CapacitySearch):
+    def __init__(self, search: CapacitySearch, *, max_extensions: int = 0):
+        """``max_extensions``: how often a probe too close to call is measured again."""
         self.search = search
+        self.max_extensions = max_extensions
+        self.extensions: Counter[float] = Counter()
+        self.last_probe: float | None = None
         self.axis = search.axis
         self.loads: dict[float, _Load] = defaultdict(lambda: _Load([]))
         self.probes = 0
@@ -118,7 +132,8 @@ class CapacityPlanner:
                 self.probes += 1
         self.loads[load].results.append(result)
         if probe:
-            self.moves.append("low" if level_passes(result) else "high")
+            self.last_probe = load
+            self.moves.append("low" if self.loads[load].passes else "high")
 
     def bracket(self) -> tuple[float | None, float | None]:
         """``(last pass, first fail)`` as the module docstring defines them."""
@@ -153,7 +168,16 @@ class CapacityPlanner:
         return float(round(load)) if self._integral() else float(f"{load:.4g}")
 
     def next_load(self) -> float | None:
-        """The next load to measure, or None when the search is over (``stop_reason``)."""
+        """The next load to measure, or None when the search is over (``stop_reason``); a
+        probe too close to call first, again, while it has extensions left."""
+        last = self.last_probe
+        if (
+            last is not None
+            and self.loads[last].verdict == TOO_CLOSE
+            and self.extensions[last] < self.max_extensions
+        ):
+            self.extensions[last] += 1
+            return last
         low, high = self.bracket()
         exhausted = self.probes >= self.search.max_probes
         if low is not None and high is not None and self._narrow_enough(low, high):
@@ -233,6 +257,8 @@ class CapacityPlanner:
             "capacity": low,
             "bracket_low": low,
             "bracket_high": high,
+            # Whether the bracket's high end was missed, or only not confidently met.
+            "bracket_high_verdict": None if high is None else self.loads[high].verdict,
             "probes": self.probes,
             "repeats": len(self.repeated),
             "levels_measured": sum(len(m.results) for m in self.loads.values()),

@@ -60,6 +60,8 @@ class BenchConfig:
     ramp_up_seconds: float = 0.0
     capacity: CapacitySearch | None = None
     repeats: int = 1
+    # How often a level too close to call at the SLOs' confidence is measured again.
+    max_extensions: int = 0
     # Levels an earlier attempt on this configuration measured (their results, in order):
     # not measured again (``agents.loadgen.engine``).
     resume_results: tuple[dict, ...] = ()

@@ -64,6 +64,7 @@ from agents.loadgen.events import (
 )
 from agents.loadgen.http import ConnectionPool, HttpError, Origin, fetch, parse_base_url
 from agents.loadgen.levels import (
+    extension_due,
     finished_level_result,
     fixed_levels,
     is_steady,
@@ -325,9 +326,12 @@ class _Runner:
 
         await run_on_schedule(offsets, start, ended=ended, launch=launch)
 
-    async def run_level(self, index: int, level: dict, *, probe: bool = False) -> dict | None:
+    async def run_level(
+        self, index: int, level: dict, *, probe: bool = False, extension: int = 0
+    ) -> dict | None:
         """Runs one level; its result, or None when ``stop`` came before its clock started.
-        ``probe``: a capacity search asked for it (the result says so)."""
+        ``probe``: a capacity search asked for it; ``extension``: the n-th measurement again
+        of a level too close to call (the result says either)."""
         config = self.config
         self.level_index = index
         label = level_label(level)
@@ -467,6 +471,8 @@ class _Runner:
             result["probe"] = True
         if repeat:
             result["repeat"] = repeat
+        if extension:
+            result["extension"] = extension
         if stopped:
             result["partial"] = True
             result["aborted"] = len(records) - len(finished)
@@ -478,16 +484,23 @@ class _Runner:
             await self.preflight()
             results = []
             # Each fixed level `repeats` times in a row (fresh prompts each time).
-            fixed = fixed_levels(self.config)
-            for index, level in enumerate(fixed):
-                if self.stopped:
-                    break
-                result = self._resumed(level) or await self.run_level(index, level)
-                if result is not None:
+            # A level too close to call is measured again right after (``extension_due``).
+            index = 0
+            for level in fixed_levels(self.config):
+                extension = 0
+                while not self.stopped:
+                    result = self._resumed(level) or await self.run_level(
+                        index, level, extension=extension
+                    )
+                    index += 1
+                    if result is None:
+                        break
                     results.append(result)
+                    if not (extension := extension_due(self.config, level, results)):
+                        break
             capacity = None
             if self._searches():
-                capacity = await self._search_capacity(results, len(fixed))
+                capacity = await self._search_capacity(results, index)
                 self.emit(CapacityFound(capacity))
             self.emit(
                 BenchFinished(
@@ -516,7 +529,7 @@ class _Runner:
     async def _search_capacity(self, results: list[dict], index: int) -> dict:
         """Measures probe levels until the capacity planner is done; appends them to
         ``results`` and returns what the search found."""
-        planner = CapacityPlanner(self.config.capacity)
+        planner = CapacityPlanner(self.config.capacity, max_extensions=self.config.max_extensions)
         for result in results:
             planner.record(result)
         while not self.stopped and (load := planner.next_load()) is not None:

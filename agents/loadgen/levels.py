@@ -14,7 +14,9 @@ Guarantees:
   any other open-loop level sends at gamma gaps, ramped when it is steady.
 - ``level_wants_more``: the one rule for whether a level sends another request (its count,
   deadline and window), live and offline.
-- ``fixed_levels``: each of the configuration's levels ``repeats`` times in a row.
+- ``fixed_levels``: each of the configuration's levels ``repeats`` times in a row;
+  ``extension_due``: the one rule for measuring a level again while its SLO verdict is too
+  close to call (up to ``max_extensions``), live and offline.
 - ``steady_result``: a steady level's headline figures come from its window, with the whole
   level's beside them (``whole_level``); failures anywhere in the level count.
 """
@@ -29,6 +31,7 @@ from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.arrivals import arrival_offsets
 from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.config import BenchConfig
+from agents.loadgen.events import level_label
 from agents.loadgen.prompts import TracePrompts
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.results import level_result
@@ -36,6 +39,7 @@ from agents.loadgen.session_prompts import SessionPrompts
 from agents.loadgen.stats import percentile
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offsets, split_window
 from agents.protocol import LevelFigures, steady_window_requests
+from agents.protocol.slo_verdicts import TOO_CLOSE, load_verdict
 
 # In duration mode a level cycles through this many pre-built prompts at most.
 DURATION_PROMPT_POOL = 2000
@@ -119,7 +123,9 @@ def level_prompt_count(config: BenchConfig, concurrency: int | None, rate: float
         return DURATION_PROMPT_POOL
     if config.steady_multiple is None or rate == math.inf:
         return config.num_prompts
-    target = steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
+    target = steady_window_requests(
+        config.num_prompts, config.steady_multiple, concurrency, config.slos
+    )
     # The window's requests, the ramp's and the drain's: a steady level sends more than its
     # window holds; beyond these prompts it cycles through them again.
     return target + 2 * (concurrency or config.max_concurrency or 0) + target // 2
@@ -130,7 +136,9 @@ def window_target(config: BenchConfig, concurrency: int | None, rate: float | No
     one, whose window closes when sending stops)."""
     if not is_steady(config, rate) or config.duration is not None:
         return None
-    return steady_window_requests(config.num_prompts, config.steady_multiple, concurrency)
+    return steady_window_requests(
+        config.num_prompts, config.steady_multiple, concurrency, config.slos
+    )
 
 
 def is_steady(config: BenchConfig, rate: float | None) -> bool:
@@ -145,6 +153,20 @@ def is_steady(config: BenchConfig, rate: float | None) -> bool:
 def fixed_levels(config: BenchConfig) -> list[dict]:
     """The configuration's levels, each ``repeats`` times in a row (fresh prompts each)."""
     return [level for level in config.levels for _ in range(config.repeats)]
+
+
+def extension_due(config: BenchConfig, level: dict, results: list[dict]) -> int:
+    """Whether ``level`` is measured once more because the measurements of its load so far
+    (those in ``results``) are too close to call at the SLOs' confidence: the number of
+    that extension (1, 2, …), or 0 — no SLOs, decided, or ``max_extensions`` used up."""
+    if config.slos is None or not config.slos.given or not config.max_extensions:
+        return 0
+    label = level_label(level)
+    mine = [result for result in results if level_label(result) == label]
+    done = sum(1 for result in mine if result.get("extension"))
+    if done >= config.max_extensions or load_verdict(mine) != TOO_CLOSE:
+        return 0
+    return done + 1
 
 
 def shown_level(config: BenchConfig, level: dict) -> dict:

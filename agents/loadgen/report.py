@@ -32,6 +32,7 @@ from rich.table import Table
 
 from agents.loadgen.events import LevelFinished, LevelStarted, RequestDone, level_label
 from agents.loadgen.records import RequestRecord
+from agents.protocol.slo_verdicts import MET, MISSED, VERDICT_WORDS, check_verdict
 
 _METRIC_LABELS = {
     "ttft": "TTFT",
@@ -157,7 +158,11 @@ def level_table(result: dict) -> Group:
             "tok/s",
         )
     for name, slo in (result.get("slo") or {}).items():
-        verdict = "[green]met" if slo["met"] else "[red]missed"
+        decided = check_verdict(slo)
+        colour = {MET: "green", MISSED: "red"}.get(decided, "yellow")
+        verdict = f"[{colour}]{VERDICT_WORDS[decided]}"
+        if slo.get("judged") is not None:
+            verdict += f" ({slo['beyond']} of {slo['judged']} beyond)"
         if name == "attainment":
             measured = "–" if slo.get("value") is None else f"{slo['value']:.1f} %"
             summary.add_row("SLO attainment", f"{measured} vs ≥ {slo['target']:g} %: {verdict}")

@@ -13,8 +13,10 @@ Guarantees:
   (falling back to our prompt estimate and the content-message count when it sent none).
 - Goodput counts successful requests meeting every latency SLO given; attainment is their
   share of all requests, in %. With no latency SLO both are ``None``.
-- Each latency objective is judged at the percentile it names (``Slos.percentile``);
-  ``p99`` in its check is always the level's p99.
+- Each latency objective is judged at the percentile it names (``Slos.percentile``), by the
+  count of requests beyond its target against how many were measured, met, missed or too
+  close to call at the SLOs' confidence (``agents.protocol.slo_verdicts``); its ``value`` is
+  that percentile, ``p99`` always the level's p99.
 - Throughputs may come from other requests than the latencies (``throughput_records``:
   a steady window's throughput counts the requests that ended inside it).
 - ``errors`` maps each failure kind to its count and one sample message;
@@ -31,6 +33,7 @@ from collections.abc import Sequence
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.stats import percentile, summarize
 from agents.protocol import LATENCY_METRICS, Slos, percentile_statistic
+from agents.protocol.slo_verdicts import ATTAINMENT, MET, allowed_share, objective_verdict
 
 METRICS = LATENCY_METRICS
 
@@ -104,25 +107,50 @@ def _output_len_mismatch(successes: Sequence[RequestRecord]) -> dict | None:
     }
 
 
-def _slo_report(stats: dict, slos: Slos, attainment_pct: float | None) -> dict | None:
+def _slo_report(
+    samples: dict[str, list[float]],
+    stats: dict,
+    slos: Slos,
+    good: int | None,
+    judged: int,
+    attainment_pct: float | None,
+) -> dict | None:
     """Each objective given: a latency target against the percentile it names, and the
-    attainment."""
+    attainment; each with its counts and its verdict at the SLOs' confidence."""
     report = {}
+    confidence = slos.confidence
     for metric, target in slos.latency_targets.items():
         percentile = slos.percentile(metric)
-        value = stats.get(f"{percentile_statistic(percentile)}_{metric}_ms")
+        values = samples[metric]
+        beyond = sum(1 for value in values if value * 1000 > target)
+        verdict = objective_verdict(
+            beyond, len(values), allowed_share(percentile=percentile), confidence
+        )
         report[f"{metric}_ms"] = {
             "target": target,
             "p99": stats.get(f"p99_{metric}_ms"),
             "percentile": percentile,
-            "value": value,
-            "met": value is not None and value <= target,
+            "value": stats.get(f"{percentile_statistic(percentile)}_{metric}_ms"),
+            "met": verdict == MET,
+            "judged": len(values),
+            "beyond": beyond,
+            "verdict": verdict,
+            "confidence_pct": confidence,
         }
     if slos.min_attainment_pct is not None:
-        report["attainment"] = {
-            "target": slos.min_attainment_pct,
+        target = slos.min_attainment_pct
+        missing = judged - (good or 0)
+        verdict = objective_verdict(
+            missing, judged, allowed_share(attainment_pct=target), confidence
+        )
+        report[ATTAINMENT] = {
+            "target": target,
             "value": attainment_pct,
-            "met": attainment_pct is not None and attainment_pct >= slos.min_attainment_pct,
+            "met": verdict == MET,
+            "judged": judged,
+            "beyond": missing,
+            "verdict": verdict,
+            "confidence_pct": confidence,
         }
     return report or None
 
@@ -160,7 +188,7 @@ def level_result(
         summary = summarize(samples[metric], scale=1000.0)
         for name in ("mean", "median", "std", "p90", "p95", "p99"):
             stats[f"{name}_{metric}_ms"] = summary[name]
-    goodput = attainment = None
+    goodput = attainment = good = None
     if slos is not None and slos.latency_targets:
         good = sum(1 for record in successes if request_meets_slos(record, slos))
         goodput = good / safe_duration
@@ -187,6 +215,10 @@ def level_result(
     result["output_len_mismatch"] = _output_len_mismatch(successes)
     result["usage_missing"] = sum(1 for record in successes if record.output_tokens is None)
     result["slo_attainment_pct"] = attainment
-    result["slo"] = _slo_report(stats, slos, attainment) if slos is not None else None
+    result["slo"] = (
+        _slo_report(samples, stats, slos, good, len(records), attainment)
+        if slos is not None
+        else None
+    )
     result["server"] = server
     return result

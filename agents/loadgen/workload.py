@@ -150,6 +150,7 @@ def config_from_workload(
         ramp_up_seconds=workload.ramp_up_seconds,
         capacity=workload.capacity,
         repeats=workload.repeats,
+        max_extensions=workload.max_extensions,
         duration=workload.level_seconds,
         slos=slos,
         **options,

@@ -39,6 +39,7 @@ from agents.loadgen.capacity import CapacityPlanner
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.events import CapacityFound, LevelFinished, LevelStarted, level_label
 from agents.loadgen.levels import (
+    extension_due,
     finished_level_result,
     fixed_levels,
     is_steady,
@@ -464,8 +465,13 @@ class OfflineBench:
         for level in fixed_levels(config):
             result = yield from self._level_events(len(results), level, probe=False)
             results.append(result)
+            while extension := extension_due(config, level, results):
+                result = yield from self._level_events(
+                    len(results), level, probe=False, extension=extension
+                )
+                results.append(result)
         if config.capacity is not None and config.slos is not None and config.slos.given:
-            planner = CapacityPlanner(config.capacity)
+            planner = CapacityPlanner(config.capacity, max_extensions=config.max_extensions)
             for result in results:
                 planner.record(result)
             while (load := planner.next_load()) is not None:
@@ -476,7 +482,7 @@ class OfflineBench:
                 planner.record(result, probe=True)
             yield CapacityFound(planner.outcome())
 
-    def _level_events(self, index: int, level: dict, *, probe: bool):
+    def _level_events(self, index: int, level: dict, *, probe: bool, extension: int = 0):
         concurrency, rate = level_load(level)
         target = window_target(self.config, concurrency, rate)
         count = level_send_limit(self.config, rate)
@@ -484,6 +490,8 @@ class OfflineBench:
         expected = count if target is None else target + 2 * (concurrency or 0)
         yield LevelStarted(index, level, expected, self.config.duration)
         result = self.run_level(level, probe=probe)
+        if extension:
+            result["extension"] = extension
         yield LevelFinished(index, result, [])
         return result
 

@@ -140,6 +140,15 @@ from agents.protocol.serve_flags import (
     trial_configs,
     validate_serve_grid,
 )
+from agents.protocol.slo_verdicts import (
+    VERDICT_WORDS,
+    VERDICTS,
+    Verdict,
+    check_verdict,
+    combined_verdict,
+    level_verdict,
+    load_verdict,
+)
 from agents.protocol.strict import StrictModel
 from agents.protocol.transport import (
     AGENT_DATASET_ROUTE,
@@ -243,6 +252,8 @@ __all__ = [
     "SLO_PERCENTILES",
     "TRACE_FORMATS",
     "TRIAL_FAILURE_CLASSES",
+    "VERDICTS",
+    "VERDICT_WORDS",
     "WEIGHTS_PHASE",
     "Ack",
     "AgentMessage",
@@ -325,6 +336,7 @@ __all__ = [
     "TrialSpec",
     "TrialStarted",
     "TurnFigures",
+    "Verdict",
     "VersionKey",
     "Workload",
     "agent_message_errors",
@@ -334,11 +346,15 @@ __all__ = [
     "batch_request_body",
     "capacity_probe_levels",
     "check_serve_config",
+    "check_verdict",
+    "combined_verdict",
     "expand_serve_grid",
     "json_depth_exceeds",
     "json_loads_bounded",
     "latency_field",
     "level_requests",
+    "level_verdict",
+    "load_verdict",
     "message_seq",
     "parse_agent_message",
     "parse_site_frame",

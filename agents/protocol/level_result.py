@@ -57,13 +57,21 @@ class OutputLenMismatch(AsSent):
 class SloCheck(AsSent):
     """One objective against the level: a latency target against the percentile it names
     (``percentile``, ``value``; ``p99`` is always the level's p99, as protocol 2 sent it), or
-    the attainment (``target`` and ``value`` in % of requests meeting every latency target)."""
+    the attainment (``target`` and ``value`` in % of requests meeting every latency target).
+    ``judged`` requests (ITL: gaps) were counted, ``beyond`` of them did not meet it; the
+    ``verdict`` at the SLOs' confidence (``agents.protocol.slo_verdicts``) is met, missed or
+    too close to call, and ``met`` is true only for a confident "met". Results stored before
+    verdicts carry neither, and their ``met`` is the point estimate's."""
 
     target: FiniteFloat
     p99: FiniteFloat | None = None
     percentile: Integer | None = None
     value: FiniteFloat | None = None
     met: bool
+    judged: Integer | None = None
+    beyond: Integer | None = None
+    verdict: Literal["met", "missed", "too_close"] | None = None
+    confidence_pct: FiniteFloat | None = None
 
 
 class SimulatedTime(AsSent):
@@ -194,6 +202,8 @@ class LevelResult(LevelFigures):
     slo_attainment_pct: FiniteFloat | None = None
     probe: bool | None = None
     repeat: Integer | None = None
+    # The level was too close to call and measured again: this is its n-th extension.
+    extension: Integer | None = None
 
     errors: dict[str, ErrorCount] | None = None
     output_len_mismatch: OutputLenMismatch | None = None

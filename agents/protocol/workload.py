@@ -22,6 +22,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agents.protocol.errors import json_literal
 from agents.protocol.level_result import LATENCY_METRICS
+from agents.protocol.slo_verdicts import DEFAULT_CONFIDENCE_PCT, requests_to_judge
 from agents.protocol.strict import StrictModel
 
 MAX_INPUT_LEN = 1_048_576
@@ -328,7 +329,8 @@ class Workload(StrictModel):
     then a measurement window that runs until it holds at least ``requests_per_level`` and
     ``steady_multiple`` × the concurrency completions (or, with ``level_seconds``, until
     that many seconds from the level's start), then a drain. ``warmup_requests``
-    unmeasured ones go before each level. ``seed`` fixes the traffic (prompts, lengths,
+    unmeasured ones go before each level. A level whose SLO verdict is too close to call is
+    measured again, up to ``max_extensions`` times. ``seed`` fixes the traffic (prompts, lengths,
     arrival times) for every run of the experiment; without it each run draws one, and all
     trials of a run see the same traffic either way.
     """
@@ -351,6 +353,9 @@ class Workload(StrictModel):
     ramp_up_seconds: float = Field(default=0.0, ge=0, le=MAX_RAMP_SECONDS, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     repeats: int = Field(default=1, ge=1, le=MAX_LEVEL_REPEATS)
+    # How often a level too close to call at the SLOs' confidence is measured again (its
+    # counts pooled) before it counts as not met; estimates and budgets count them.
+    max_extensions: int = Field(default=2, ge=0, le=MAX_LEVEL_REPEATS)
     level_seconds: float | None = Field(
         default=None, gt=0, le=MAX_LEVEL_SECONDS, allow_inf_nan=False
     )
@@ -414,7 +419,9 @@ class Slos(StrictModel):
     (``ttft_percentile``: 50, 90, 95 or 99; p99 when not given), and optionally an
     attainment: at least ``min_attainment_pct`` % of the requests meet every latency target
     (a request counts as goodput defines it). A level meets the SLOs when every one holds.
-    The text form is ``ttft:p95<300ms, tpot<50ms, attainment>=95%`` (``parse_slos``)."""
+    The text form is ``ttft:p95<300ms, tpot<50ms, attainment>=95%`` (``parse_slos``).
+    Each objective is judged met, missed or too close to call at ``confidence_pct``
+    (``agents.protocol.slo_verdicts``), never on one percentile's point value."""
 
     ttft_ms: SloMs | None = None
     tpot_ms: SloMs | None = None
@@ -425,6 +432,25 @@ class Slos(StrictModel):
     itl_percentile: SloPercentile | None = None
     e2el_percentile: SloPercentile | None = None
     min_attainment_pct: float | None = Field(default=None, gt=0, le=100, allow_inf_nan=False)
+    # How sure a verdict must be before a level counts as met or missed (else: too close to
+    # call, measured longer): ``agents.protocol.slo_verdicts``; 95 when not given.
+    confidence_pct: float | None = Field(default=None, ge=50, le=99.9, allow_inf_nan=False)
+
+    @property
+    def confidence(self) -> float:
+        """The confidence of every verdict, in % (95 when not given)."""
+        return self.confidence_pct if self.confidence_pct is not None else DEFAULT_CONFIDENCE_PCT
+
+    def requests_to_judge(self) -> int:
+        """The fewest requests a level must measure before its strictest objective can be
+        met at ``confidence`` (0 without objectives): p99 at 95 % needs 299."""
+        needed = [
+            requests_to_judge(self.percentile(metric), self.confidence)
+            for metric in self.latency_targets
+        ]
+        if self.min_attainment_pct is not None:
+            needed.append(requests_to_judge(self.min_attainment_pct, self.confidence))
+        return max(needed, default=0)
 
     def target_ms(self, metric: str) -> float | None:
         """The latency target of ``metric`` (``"ttft"`` …), or None when it has none."""
@@ -496,32 +522,38 @@ def parse_slos(text: str) -> Slos:
 
 
 def steady_window_requests(
-    requests_per_level: int, steady_multiple: float, concurrency: int | None
+    requests_per_level: int,
+    steady_multiple: float,
+    concurrency: int | None,
+    slos: Slos | None = None,
 ) -> int:
-    """How many completions a steady level's window must hold: ``requests_per_level`` and at
-    least ``steady_multiple`` × the concurrency (a closed-loop level; none for a rate)."""
-    return max(requests_per_level, math.ceil(steady_multiple * (concurrency or 0)))
+    """How many completions a steady level's window must hold: ``requests_per_level``, at
+    least ``steady_multiple`` × the concurrency (a closed-loop level; none for a rate), and
+    enough to judge the SLOs' strictest objective (``Slos.requests_to_judge``)."""
+    judge = slos.requests_to_judge() if slos is not None else 0
+    return max(requests_per_level, math.ceil(steady_multiple * (concurrency or 0)), judge)
 
 
-def level_requests(workload: Workload, level: dict) -> int:
-    """About how many requests one steady level of ``workload`` sends: its window, plus the
-    ramp's first wave and the drain (one concurrency each) of a closed-loop level, plus the
-    warm-up. What estimates and deadlines count."""
+def level_requests(workload: Workload, level: dict, slos: Slos | None = None) -> int:
+    """About how many requests one steady level of ``workload`` sends under ``slos``: its
+    window, plus the ramp's first wave and the drain (one concurrency each) of a closed-loop
+    level, plus the warm-up. What estimates and deadlines count."""
     concurrency = level.get("concurrency")
     window = steady_window_requests(
-        workload.requests_per_level, workload.steady_multiple, concurrency
+        workload.requests_per_level, workload.steady_multiple, concurrency, slos
     )
     return window + 2 * (concurrency or 0) + workload.warmup_requests
 
 
 def capacity_probe_levels(workload: Workload) -> list[dict[str, int | float | str]]:
     """The levels a capacity search may add to each trial, for estimates: at most
-    ``max_probes`` (and the bracket's two repeats), counted at the heaviest fixed level of
-    the search's axis (or 64 users / 8 requests per second when there is none)."""
+    ``max_probes``, the bracket's two repeats, and ``max_extensions`` more for the load at
+    the edge that is too close to call, counted at the heaviest fixed level of the search's
+    axis (or 64 users / 8 requests per second when there is none)."""
     search = workload.capacity
     if search is None:
         return []
-    count = search.max_probes + (2 if search.repeat_bracket else 0)
+    count = search.max_probes + (2 if search.repeat_bracket else 0) + workload.max_extensions
     if search.axis == "concurrency":
         level: dict = {"concurrency": max(workload.concurrency, default=64)}
     else:

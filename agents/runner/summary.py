@@ -14,6 +14,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from agents.protocol.slo_verdicts import VERDICT_WORDS, level_verdict
+
 
 def read_journal(path: Path) -> list[dict]:
     """Every message in the journal, in sequence order (a torn last line is skipped)."""
@@ -58,9 +60,8 @@ def summary_table(messages: list[dict], *, simulated: bool) -> Group:
         if message["type"] == "measurement":
             result = message["result"]
             slos = result.get("slo") or {}
-            verdict = (
-                "–" if not slos else ("met" if all(s["met"] for s in slos.values()) else "missed")
-            )
+            decided = level_verdict(slos)
+            verdict = "–" if decided is None else VERDICT_WORDS[decided]
             partial = "*" if result.get("partial") else ""
             table.add_row(
                 label,

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agents import protocol
+from agents.protocol import VERDICT_WORDS, level_verdict, load_verdict
 from runs.costs import level_cost_per_million_output_tokens
 from runs.demo.plans import DemoPlan
 from runs.demo.vllm_cpu import VllmSetup
@@ -36,9 +37,16 @@ def _pair(result: protocol.LevelResult, metric: str) -> str:
     return f"{_ms(result.latency_ms('median', metric))}/{_ms(result.latency_ms('p99', metric))}"
 
 
-def _slos_met(result: protocol.LevelResult) -> bool | None:
-    """Whether every objective of the level held (None: it was measured without SLOs)."""
-    return all(check.met for check in result.slo.values()) if result.slo else None
+def _slo_verdict(results: list[dict]) -> str:
+    """The verdict at the SLOs' confidence of a load measured by ``results`` (every
+    measurement of it, pooled, as the answer judges it), in words ("–" without SLOs)."""
+    if level_verdict(results[0].get("slo")) is None:
+        return "–"
+    verdict = load_verdict(results)
+    words = VERDICT_WORDS[verdict]
+    return (
+        words if verdict == "met" else f"[{'red' if verdict == 'missed' else 'yellow'}]{words}[/]"
+    )
 
 
 def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Console) -> None:
@@ -73,10 +81,11 @@ def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Cons
         rate = cost.pod_usd_per_hr
         if cost.cold_start_seconds is not None:
             starts.append(f"{plan.flag}={config} {cost.cold_start_seconds:.0f} s")
-        for m in sorted(trial.measurements.all(), key=lambda m: m.concurrency or 0):
+        measurements = sorted(trial.measurements.all(), key=lambda m: m.concurrency or 0)
+        for m in measurements:
             result = stored_level_result(m.result)
+            same_load = [o.result for o in measurements if o.concurrency == m.concurrency]
             bursts = bursts or result.median_itl_ms == 0
-            met = _slos_met(result)
             level_cost = (
                 None
                 if not rate  # no price known (or a free one): no cost per token to show
@@ -92,7 +101,7 @@ def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Cons
                 _pair(result, "tpot"),
                 f"{result.output_throughput or 0:,.0f}",
                 "–" if level_cost is None else f"${level_cost:.3f}",
-                "–" if met is None else ("met" if met else "[red]missed[/]"),
+                _slo_verdict(same_load),
             )
         if cost.usd_per_million_output_tokens is not None:
             best.append((cost.usd_per_million_output_tokens, config, cost.load))

@@ -208,6 +208,12 @@ def agent_protocol_choices() -> list[tuple[int, int]]:
     return [(version, version) for version in versions]
 
 
+def slo_verdict_choices() -> list[tuple[str, str]]:
+    """What an SLO check or a capacity bracket's end may be judged, as choices: one enum in
+    the API schema (``agents.protocol.slo_verdicts``)."""
+    return [(verdict, verdict) for verdict in protocol.VERDICTS]
+
+
 def slo_percentile_choices() -> list[tuple[int, int]]:
     """The percentiles an SLO may be judged at, as choices: one enum in the API schema for
     the four ``*_percentile`` fields of ``protocol.Slos``."""

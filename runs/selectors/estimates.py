@@ -26,6 +26,7 @@ from agents.hardware import (
 )
 from agents.protocol import (
     TRACE_FORMATS,
+    Slos,
     Workload,
     capacity_probe_levels,
     level_requests,
@@ -192,6 +193,7 @@ def experiment_estimate(
     a = assumptions or Assumptions()
     model, gpu = experiment.model, experiment.gpu_type
     workload = Workload.model_validate(experiment.workload)
+    slos = Slos.model_validate(experiment.slos)
     levels = workload_levels(workload)
     # A capacity search measures up to this many more levels per trial.
     probes = capacity_probe_levels(workload)
@@ -260,7 +262,7 @@ def experiment_estimate(
                     level, drain, input_len, output_len, max_batch, steps
                 )
                 continue
-            requests = _level_sends(workload, level, window)
+            requests = _level_sends(workload, level, window, slos)
             sweep += _level_seconds(level, requests, input_len, output_len, max_batch, steps)
 
     total = provisioning + cold_start + sweep
@@ -269,8 +271,8 @@ def experiment_estimate(
     if experiment.simulated:
         cost, source = Decimal(0), "the simulator rents no GPU"
     elif endpoint:
-        cost, source = _endpoint_cost(experiment, total, workload, levels, window, input_len,
-                                      output_len, warnings)  # fmt: skip
+        cost, source = _endpoint_cost(experiment, total, workload, slos, levels, window,
+                                      input_len, output_len, warnings)  # fmt: skip
     elif price.usd_per_gpu_hour is None:
         cost, source = None, price.source
         warnings.append(f"No price for {placement}; set one to get a cost.")
@@ -300,7 +302,7 @@ def experiment_estimate(
     )
 
 
-def _endpoint_cost(experiment, seconds, workload, levels, window, input_len, output_len,
+def _endpoint_cost(experiment, seconds, workload, slos, levels, window, input_len, output_len,
                    warnings) -> tuple[Decimal | None, str]:  # fmt: skip
     """An existing endpoint's run at its price: per hour over the estimated time (the sweep
     timed on the experiment's GPU type by the simulator), or per token over the requests'
@@ -316,7 +318,7 @@ def _endpoint_cost(experiment, seconds, workload, levels, window, input_len, out
         warnings.append("Timed levels send as many requests as the endpoint takes: no estimate.")
         return None, f"endpoint {endpoint.name}'s price per token, timed levels"
     requests = sum(
-        _level_sends(workload, level, window) + workload.warmup_requests
+        _level_sends(workload, level, window, slos) + workload.warmup_requests
         for level in levels * workload.repeats
     )
     cost = (
@@ -365,14 +367,16 @@ def kv_shortfall(kv_tokens: int, workload: Workload, input_len: int, output_len:
     )
 
 
-def _level_sends(workload: Workload, level: dict, window: TraceWindow | None) -> int:
+def _level_sends(
+    workload: Workload, level: dict, window: TraceWindow | None, slos: Slos | None
+) -> int:
     """What one level's time is counted in: a trace's open-loop level sends its window once
     at the level's mean rate, its last request (requests - 1) gaps after the first, so that
-    many; any other level is steady: the window, the ramp and the drain, and its warm-up
-    (``level_requests``), as many arrivals."""
+    many; any other level is steady: the window (as long as ``slos`` need to judge it), the
+    ramp and the drain, and its warm-up (``level_requests``), as many arrivals."""
     if window is not None and "request_rate" in level:
         return window.requests - 1
-    return level_requests(workload, level)
+    return level_requests(workload, level, slos)
 
 
 def _level_seconds(

@@ -21,13 +21,15 @@ Guarantees:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pydantic
 
 from agents import protocol
+from agents.protocol import VERDICT_WORDS, check_verdict, combined_verdict, load_verdict
 from runs.models import Measurement
 from runs.selectors.level_results import stored_level_result
 
@@ -106,9 +108,11 @@ def _window(window: protocol.SteadyWindow | None) -> dict | None:
 
 
 def _slo_checks(result: protocol.LevelResult) -> list[dict]:
-    """Each objective the agent judged the level by: ``ttft p95 612 ms > 500 ms``."""
+    """Each objective the agent judged the level by, with its verdict at the SLOs'
+    confidence: ``ttft p99 612 ms > 500 ms: 9 of 300 beyond, missed``."""
     checks = []
     for name, check in (result.slo or {}).items():
+        verdict = check_verdict(check.model_dump())
         value = check.value if check.value is not None else check.p99
         if name == "attainment":
             text = f"attainment {value:g}% (≥ {check.target:g}%)" if value is not None else ""
@@ -116,10 +120,11 @@ def _slo_checks(result: protocol.LevelResult) -> list[dict]:
             metric = name.removesuffix("_ms")
             percentile = check.percentile or 99
             shown = f"{value:.1f} ms" if value is not None else "?"
-            text = (
-                f"{metric} p{percentile} {shown} ({'≤' if check.met else '>'} {check.target:g} ms)"
-            )
-        checks.append({"name": name, "met": check.met, "text": text or name})
+            within = value is not None and value <= check.target
+            text = f"{metric} p{percentile} {shown} ({'≤' if within else '>'} {check.target:g} ms)"
+        if check.judged is not None:
+            text += f": {check.beyond} of {check.judged} beyond, {VERDICT_WORDS[verdict]}"
+        checks.append({"name": name, "met": verdict == "met", "verdict": verdict, "text": text})
     return checks
 
 
@@ -151,6 +156,8 @@ def level_row(measurement: Measurement) -> dict:
         "output_throughput_ci95": _interval(result, "output_throughput"),
         "slo": checks,
         "slo_met": all(check["met"] for check in checks) if checks else None,
+        "slo_verdict": combined_verdict(check["verdict"] for check in checks),
+        "extension": result.extension or 0,
         "send_lateness": _every_field(result.send_lateness),
         "replay": _every_field(result.replay),
         "turns": [_every_field(turn) for turn in result.turns or ()] or None,
@@ -159,6 +166,25 @@ def level_row(measurement: Measurement) -> dict:
     for metric in METRICS:
         row[metric.key] = number(metric.read(result))
     return row
+
+
+def level_rows(measurements: Iterable[Measurement]) -> list[dict]:
+    """Each measurement's ``level_row``, in order; a load measured several times (repeats,
+    a search's probes, a level too close to call measured again) shows on each of its rows
+    the verdict of all its measurements pooled (``load_verdict``), as the capacity search
+    and the answer judge it, and how many windows were pooled."""
+    measured = list(measurements)
+    rows = [level_row(measurement) for measurement in measured]
+    by_load: dict[str, list[dict]] = defaultdict(list)
+    for measurement, row in zip(measured, rows, strict=True):
+        by_load[row["key"]].append(measurement.result)
+    for row in rows:
+        results = by_load[row["key"]]
+        if len(results) > 1 and row["slo_verdict"] is not None:
+            row["slo_verdict"] = load_verdict(results)
+            row["slo_met"] = row["slo_verdict"] == "met"
+            row["windows"] = len(results)
+    return rows
 
 
 def _gpus(stored: object) -> list[dict] | None:

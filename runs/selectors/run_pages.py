@@ -39,7 +39,7 @@ from runs.selectors.run_answer import ConfigAnswer, RunAnswer, run_answer
 from runs.selectors.run_history import with_gpu_name
 from runs.selectors.run_levels import (
     config_label,
-    level_row,
+    level_rows,
     number,
     planned_trial_labels,
     varying_flags,
@@ -179,7 +179,7 @@ def run_answer_state(*, run: Run) -> dict:
 def _trial_state(trial: Trial, label: str, planned: PlannedTrial | None) -> dict:
     # A trial's row may exist before its start names its configuration: the plan's meanwhile.
     config = trial.serve_config or (planned.serve_config if planned else {})
-    levels = [level_row(m) for m in trial.measurements.all()]
+    levels = level_rows(trial.measurements.all())
     return {
         "index": trial.index,
         "label": label,

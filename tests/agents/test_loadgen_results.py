@@ -81,6 +81,8 @@ def test_peaks_errors_and_the_output_length_flag():
 def test_goodput_counts_requests_meeting_every_slo():
     level = result(Slos(ttft_ms=250, tpot_ms=60))
     assert level["request_goodput"] == 1.0  # r0 and r1; r3's TTFT is 300 ms
+    # One of three over each target where a p99 allows 1 in 100: missed, confidently.
+    common = {"judged": 3, "beyond": 1, "verdict": "missed", "confidence_pct": 95.0}
     assert level["slo"] == {
         "ttft_ms": {
             "target": 250,
@@ -88,6 +90,7 @@ def test_goodput_counts_requests_meeting_every_slo():
             "percentile": 99,
             "value": pytest.approx(298),
             "met": False,
+            **common,
         },
         "tpot_ms": {
             "target": 60,
@@ -95,6 +98,7 @@ def test_goodput_counts_requests_meeting_every_slo():
             "percentile": 99,
             "value": pytest.approx(74.5),
             "met": False,
+            **common,
         },
     }
     assert result(Slos(e2el_ms=200))["request_goodput"] == 0.5  # r0 only
@@ -139,15 +143,23 @@ def test_a_level_where_everything_failed_reports_no_latencies():
 
 
 def test_each_objective_is_judged_at_the_percentile_it_names():
-    # TTFT 100, 200, 300 ms: the median (200) meets 250 ms where the p99 (298) does not.
+    # TTFT 100, 200, 300 ms: the median (200) is under 250 ms where the p99 (298) is not, but
+    # three requests, one of them beyond, cannot show a median met: too close to call.
     level = result(Slos(ttft_ms=250, ttft_percentile=50))
     assert level["slo"]["ttft_ms"] == {
         "target": 250,
         "p99": pytest.approx(298),
         "percentile": 50,
         "value": pytest.approx(200),
-        "met": True,
+        "met": False,
+        "judged": 3,
+        "beyond": 1,
+        "verdict": "too_close",
+        "confidence_pct": 95.0,
     }
+    assert result(Slos(ttft_ms=350, ttft_percentile=50))["slo"]["ttft_ms"]["verdict"] == (
+        "too_close"  # none of three beyond: still fewer than a p50 needs (5)
+    )
     assert result(Slos(ttft_ms=250, ttft_percentile=90))["slo"]["ttft_ms"]["met"] is False
 
 
@@ -155,7 +167,15 @@ def test_attainment_is_the_share_of_all_requests_meeting_every_target():
     # r0 and r1 meet 250 ms; r2 failed and r3 took 300 ms: 2 of 4 requests, 50 %.
     level = result(Slos(ttft_ms=250, ttft_percentile=50, min_attainment_pct=50))
     assert level["slo_attainment_pct"] == 50.0
-    assert level["slo"]["attainment"] == {"target": 50, "value": 50.0, "met": True}
+    assert level["slo"]["attainment"] == {
+        "target": 50,
+        "value": 50.0,
+        "met": False,
+        "judged": 4,
+        "beyond": 2,
+        "verdict": "too_close",
+        "confidence_pct": 95.0,
+    }
     missed = result(Slos(ttft_ms=250, ttft_percentile=50, min_attainment_pct=75))
     assert missed["slo"]["attainment"]["met"] is False
 

@@ -135,25 +135,35 @@ def test_it_saturates_at_high_concurrency(alice):
 def test_it_counts_steady_windows_and_the_capacity_searchs_probes(alice):
     model = make_model(alice.org)
 
-    def estimate(name, **workload):
+    def estimate(name, slos=None, **workload):
         base = {
             "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
-            "concurrency": [1, 64],
+            "concurrency": [1, 128],
             "requests_per_level": 32,
         }
-        experiment = make_experiment(alice.org, model=model, name=name, workload=base | workload)
+        experiment = make_experiment(
+            alice.org,
+            model=model,
+            name=name,
+            workload=base | workload,
+            **({"slos": slos} if slos else {}),
+        )
         return experiment_estimate(experiment=experiment)
 
+    # The SLOs' p99 TTFT needs 299 requests in a window to be judged: every window holds them.
     short = estimate("short", steady_multiple=0)
-    steady = estimate("steady")  # a window of 4 x 64 requests at concurrency 64
+    steady = estimate("steady")  # a window of 4 x 128 requests at concurrency 128
+    judged_at_p90 = estimate("p90", slos={"ttft_ms": 500, "ttft_percentile": 90})
     searching = estimate("search", capacity={"max_probes": 3})
     repeated = estimate("repeated", repeats=2)
     timed = estimate("timed", level_seconds=600)
     assert steady.sweep_seconds > short.sweep_seconds
-    # 2 fixed levels + 3 probes + the bracket's 2 repeats.
-    assert (steady.levels_per_trial, searching.levels_per_trial) == (2, 7)
+    # A p90 needs 29: the c=1 window holds the workload's 32 requests, not 299.
+    assert judged_at_p90.sweep_seconds < steady.sweep_seconds
+    # 2 fixed levels + 3 probes + the bracket's 2 repeats + 2 more of a load too close to call.
+    assert (steady.levels_per_trial, searching.levels_per_trial) == (2, 9)
     assert repeated.levels_per_trial == 4
-    assert repeated.sweep_seconds == pytest.approx(2 * steady.sweep_seconds)
+    assert repeated.sweep_seconds == pytest.approx(2 * steady.sweep_seconds, abs=0.2)  # rounding
     # Two trials of two levels of 600 s each, and their drains.
     assert 2400 < timed.sweep_seconds < 2600
     assert searching.sweep_seconds > steady.sweep_seconds
