@@ -9,7 +9,7 @@ Pure: the standard library only, and nothing else of ``agents`` (an import contr
 so), so the site may import it as it imports ``agents.protocol``.
 """
 
-from agents.hardware.gpus import GIB, GPUS, GpuProfile, gpu_profile
+from agents.hardware.gpus import GIB, GPUS, POD_SPEED_SPREAD, GpuProfile, gpu_profile
 from agents.hardware.memory import (
     MemoryPlan,
     ServeSettings,
@@ -32,6 +32,7 @@ __all__ = [
     "GIB",
     "GPUS",
     "MODEL_PRESETS",
+    "POD_SPEED_SPREAD",
     "REGISTERED_FACTS",
     "WEIGHT_BYTES",
     "Efficiency",

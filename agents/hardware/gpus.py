@@ -17,6 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GIB = 1024**3
+# How much GPUs of one type differ in speed from pod to pod (clocks, the unit, fresh kernel
+# state): the relative standard deviation of a re-run on another pod. The simulator's noise
+# draws each pod's speed with it, and every interval a level reports includes it, so that an
+# interval claims what a re-run would show. Sources: docs/simulator.md, "Noise".
+POD_SPEED_SPREAD = 0.02
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,4 @@
-"""95 % confidence intervals of a level's headline figures, by bootstrap over its requests
-(SciPy's ``stats.bootstrap``, percentile method).
+"""95 % confidence intervals of a level's headline figures that claim what a re-run would show.
 
 Guarantees:
 
@@ -7,29 +6,47 @@ Guarantees:
   ``{median,p90,p95,p99}_{ttft,tpot,itl,e2el}_ms``,
   ``output_throughput``, and with latency SLOs ``request_goodput``
   and ``slo_attainment_pct``; each ``{"low": …, "high": …}``.
-- Requests are the resampled unit, so a figure's interval reflects how many requests the
-  level measured. ITL too: its samples are the gaps of a few requests, not independent
-  draws, so its percentiles are bootstrapped over requests (each resample pools the gaps of
-  the requests it drew; a cluster bootstrap on NumPy's generator), never over gaps, which
-  would claim a certainty the level does not have. A level with very many gaps gets fewer
-  resamples (at least ``MIN_ITL_RESAMPLES``), taken in chunks that bound the memory.
+- Rates (output throughput, goodput) by **batch means**: the window is cut into up to
+  ``BATCHES`` equal spans of time, each span's rate is the output tokens that arrived in it
+  (goodput: the good requests that ended in it), and the interval is Student's t over those
+  rates, its variance inflated by their lag-1 correlation, (1 + ρ) / (1 − ρ). Requests in a
+  closed loop share
+  batches and the whole level shares one engine state: they are not independent draws, and
+  resampling them would claim a certainty the level does not have.
+- Latency percentiles by bootstrap over requests (SciPy's ``stats.bootstrap``, percentile
+  method). ITL too: its samples are the gaps of a few requests, so its percentiles are
+  bootstrapped over requests (each resample pools the gaps of the requests it drew; a
+  cluster bootstrap on NumPy's generator), never over gaps. A level with very many gaps gets
+  fewer resamples (at least ``MIN_ITL_RESAMPLES``), taken in chunks that bound the memory.
+- **A re-run lands on another pod**: every interval of a latency or a rate also holds the
+  pod-to-pod spread of GPUs of one type (``agents.hardware.POD_SPEED_SPREAD``), added in
+  quadrature to its half-widths around the level's own figure (``with_rerun_spread``).
 - Deterministic: the resampling is seeded, so the same requests give the same intervals.
 - A figure with fewer than ``MIN_SAMPLES`` samples, or whose samples are all equal, has no
-  interval (a single value is not evidence of spread).
+  interval (a single value is not evidence of spread); a rate whose window holds fewer than
+  three batches of ``MIN_PER_BATCH`` requests has none either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from statistics import NormalDist
 
 import numpy as np
 from scipy import stats
 
+from agents.hardware import POD_SPEED_SPREAD
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.results import request_meets_slos
 from agents.protocol import Slos
 
 MIN_SAMPLES = 5
+# Batch means: at most this many spans of time per window, each of at least this many requests.
+BATCHES = 10
+MIN_PER_BATCH = 5
+# The most lag-1 correlation between spans the variance correction trusts.
+MAX_LAG_CORRELATION = 0.9
 RESAMPLES = 999
 CONFIDENCE = 0.95
 MIN_ITL_RESAMPLES = 199
@@ -68,11 +85,15 @@ def _interval(
 def confidence_intervals(
     measured: Sequence[RequestRecord],
     served: Sequence[RequestRecord],
-    duration: float,
+    *,
+    start: float,
+    end: float,
     slos: Slos | None,
+    figures: Mapping[str, object],
 ) -> dict[str, dict[str, float]]:
     """Intervals of the figures of a level whose latencies come from ``measured`` and whose
-    throughputs from ``served`` over ``duration`` seconds (see the module docstring)."""
+    rates from ``served`` over the window ``[start, end]``, around its ``figures`` (the
+    level's result: see the module docstring)."""
     intervals: dict[str, dict[str, float] | None] = {}
     successes = [record for record in measured if record.success]
     for metric, read in _PER_REQUEST.items():
@@ -82,23 +103,104 @@ def confidence_intervals(
                 values, lambda sample, axis, q=q: np.percentile(sample, q, axis=axis)
             )
     intervals.update(_itl_intervals(successes))
-    if duration > 0:
-        done = [record for record in served if record.success]
-        count = len(done)
-        tokens = [record.served_output_tokens for record in done]
-        intervals["output_throughput"] = _interval(
-            tokens, lambda sample, axis: np.mean(sample, axis=axis) * count / duration
-        )
+    batches = _batch_count(successes, start, end)
+    # Every token that arrived in the window: of the requests that started in it and of those
+    # that ended in it (a request in flight when the window opened is among the latter).
+    delivering = {id(record): record for record in (*measured, *served) if record.success}
+    intervals["output_throughput"] = _rate_interval(
+        _token_times(list(delivering.values())),
+        start,
+        end,
+        batches,
+        figures.get("output_throughput"),
+    )
     if slos is not None and slos.latency_targets and measured:
         good = [1.0 if r.success and request_meets_slos(r, slos) else 0.0 for r in measured]
-        if duration > 0:
-            intervals["request_goodput"] = _interval(
-                good, lambda sample, axis: np.sum(sample, axis=axis) / duration
-            )
+        intervals["request_goodput"] = _rate_interval(
+            [(r.finished, 1.0) for r in measured if r.success and request_meets_slos(r, slos)],
+            start,
+            end,
+            batches,
+            figures.get("request_goodput"),
+        )
         intervals["slo_attainment_pct"] = _interval(
             good, lambda sample, axis: np.mean(sample, axis=axis) * 100
         )
-    return {key: value for key, value in intervals.items() if value is not None}
+    found = {key: value for key, value in intervals.items() if value is not None}
+    return with_rerun_spread(found, figures)
+
+
+def _token_times(records: Sequence[RequestRecord]) -> list[tuple[float, float]]:
+    """When each content message of ``records`` arrived, and how many output tokens it
+    carried (the request's served tokens spread over its messages)."""
+    times = []
+    for record in records:
+        if record.ttft is None:
+            continue
+        messages = 1 + len(record.itl)
+        share = record.served_output_tokens / messages
+        moment = record.start + record.ttft
+        times.append((moment, share))
+        for gap in record.itl:
+            moment += gap
+            times.append((moment, share))
+    return times
+
+
+def _batch_count(records: Sequence[RequestRecord], start: float, end: float) -> int:
+    """How many spans a window is cut into for batch means: at most ``BATCHES``, each holding
+    ``MIN_PER_BATCH`` requests; 0 when fewer than three fit."""
+    fit = min(BATCHES, len(records) // MIN_PER_BATCH) if end > start else 0
+    return fit if fit >= 3 else 0
+
+
+def _rate_interval(
+    amounts: Sequence[tuple[float | None, float]],
+    start: float,
+    end: float,
+    batches: int,
+    value: object,
+) -> dict[str, float] | None:
+    """Batch means (module docstring) over ``batches`` spans of ``[start, end]`` of a rate
+    whose ``amounts`` — (when, how much) — fell in it, around the level's ``value`` of it."""
+    if not batches or not isinstance(value, int | float):
+        return None
+    width = (end - start) / batches
+    sums = np.zeros(batches)
+    for moment, amount in amounts:
+        if moment is None or not start <= moment <= end:
+            continue
+        sums[min(batches - 1, int((moment - start) / width))] += amount
+    rates = sums / width
+    # Spans shorter than the process's memory move together: their lag-1 correlation
+    # inflates the variance of the mean by (1 + rho) / (1 - rho).
+    centred = rates - rates.mean()
+    power = float(np.dot(centred, centred))
+    rho = float(np.dot(centred[:-1], centred[1:]) / power) if power > 0 else 0.0
+    rho = min(max(rho, 0.0), MAX_LAG_CORRELATION)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, batches - 1) * rates.std(ddof=1))
+    half *= math.sqrt((1 + rho) / (1 - rho) / batches)
+    return {"low": max(0.0, value - half), "high": value + half}
+
+
+def with_rerun_spread(
+    intervals: Mapping[str, dict[str, float]], figures: Mapping[str, object]
+) -> dict[str, dict[str, float]]:
+    """``intervals`` widened by the pod-to-pod spread (module docstring): each half-width of
+    a latency or rate figure and ``z × POD_SPEED_SPREAD × figure`` added in quadrature (a
+    share, the attainment, is left as it is, and so is a figure the result does not give)."""
+    z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
+    widened = {}
+    for key, interval in intervals.items():
+        value = figures.get(key)
+        if key == "slo_attainment_pct" or not isinstance(value, int | float):
+            widened[key] = dict(interval)
+            continue
+        spread = z * POD_SPEED_SPREAD * abs(value)
+        low = value - math.hypot(max(0.0, value - interval["low"]), spread)
+        high = value + math.hypot(max(0.0, interval["high"] - value), spread)
+        widened[key] = {"low": max(0.0, low), "high": high}
+    return widened
 
 
 def _itl_intervals(successes: Sequence[RequestRecord]) -> dict[str, dict[str, float] | None]:

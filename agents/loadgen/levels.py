@@ -205,7 +205,14 @@ def steady_result(
     if split is None:
         return whole | {
             "whole_level": whole_figures,
-            "ci95": confidence_intervals(records, records, whole["duration"], config.slos)
+            "ci95": confidence_intervals(
+                records,
+                records,
+                start=start,
+                end=start + whole["duration"],
+                slos=config.slos,
+                figures=whole,
+            )
             if intervals
             else None,
         }
@@ -223,7 +230,12 @@ def steady_result(
     result["whole_level"] = whole_figures
     result["ci95"] = (
         confidence_intervals(
-            split.measured, split.ended_inside, split.end - split.start, config.slos
+            split.measured,
+            split.ended_inside,
+            start=split.start,
+            end=split.end,
+            slos=config.slos,
+            figures=result,
         )
         if intervals
         else None
@@ -259,7 +271,11 @@ def finished_level_result(
         )
     else:
         result["ci95"] = (
-            confidence_intervals(records, records, end - start, config.slos) if intervals else None
+            confidence_intervals(
+                records, records, start=start, end=end, slos=config.slos, figures=result
+            )
+            if intervals
+            else None
         )
     return result | _schedule_figures(config, level, records, start)
 

@@ -8,8 +8,11 @@ Guarantees:
   agent's search reported); a trial without one is listed with its reason.
 - Cost at capacity = the pod's rate ÷ the output throughput measured at capacity × 1e6
   (``runs.costs.level_cost_per_million_output_tokens``, the same rule as every level's cost).
-  Its 95 % interval comes from the throughput's bootstrap interval at that load
-  (``ci95.output_throughput`` of the capacity's measurements), when the level has one.
+  Its 95 % interval holds the capacity's own uncertainty: from the low end of the throughput's
+  interval at capacity (``ci95.output_throughput`` of its measurements: batch means and the
+  pod-to-pod spread) to the high end of the throughput's interval at the bracket's high end,
+  where the search measured it — the true capacity lies anywhere in its bracket, and a load
+  between the two delivers between their throughputs.
 - The winner is the cheapest at capacity. Its margin over the runner-up is the runner-up's
   extra cost in %, with an interval from the two cost intervals; "tie" when those intervals
   overlap (the difference is within noise), and then both are named. The same margin over
@@ -149,8 +152,7 @@ def _text(amount: Decimal | None) -> str | None:
     return None if amount is None else str(amount)
 
 
-def _at_capacity(trial: Trial, capacity: dict) -> list[protocol.LevelResult]:
-    axis, load = capacity["axis"], capacity["capacity"]
+def _at_load(trial: Trial, axis: str, load: float) -> list[protocol.LevelResult]:
     results = []
     for measurement in trial.measurements.all():
         value = measurement.concurrency if axis == "concurrency" else measurement.request_rate
@@ -204,7 +206,37 @@ def _capacity_throughput_interval(trial: Trial) -> tuple[float, float] | None:
     capacity = trial.capacity or {}
     if capacity.get("capacity") is None:
         return None
-    return _throughput_interval(_at_capacity(trial, capacity))
+    axis = capacity["axis"]
+    high = capacity.get("bracket_high")
+    return capacity_throughput_interval(
+        capacity,
+        at_capacity=_at_load(trial, axis, capacity["capacity"]),
+        at_bracket_high=[] if high is None else _at_load(trial, axis, high),
+    )
+
+
+def capacity_throughput_interval(
+    capacity: dict,
+    *,
+    at_capacity: list[protocol.LevelResult],
+    at_bracket_high: list[protocol.LevelResult],
+) -> tuple[float, float] | None:
+    """The throughput at the true capacity, somewhere in the search's bracket: from the low
+    end of its interval at the capacity (``at_capacity``: its measurements there) to the high
+    end at the bracket's high end (``at_bracket_high``); the one rule of the answer's cost
+    interval (module docstring), also for ``benchmarks/reproducibility.py``."""
+    if capacity.get("capacity") is None:
+        return None
+    low = _throughput_interval(at_capacity)
+    if low is None or not at_bracket_high:
+        return low
+    high = _throughput_interval(at_bracket_high)
+    highest = max(
+        [low[1]]
+        + ([high[1]] if high else [])
+        + [r.output_throughput for r in at_bracket_high if r.output_throughput is not None]
+    )
+    return low[0], highest
 
 
 def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:

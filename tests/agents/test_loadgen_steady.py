@@ -8,6 +8,7 @@ import pytest
 from agents.loadgen import BenchConfig, LevelFinished, RandomPrompts, event_loop_runner, run_bench
 from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.records import RequestRecord
+from agents.loadgen.results import level_result
 from agents.loadgen.steady import ramped_offsets
 from agents.protocol import Slos, steady_window_requests
 from tests.agents.fake_openai_server import FakeServer
@@ -130,13 +131,18 @@ def _record(index: int, ttft: float, tokens: int = 10) -> RequestRecord:
     return record
 
 
+def _intervals(records, end: float, slos: Slos) -> dict:
+    figures = level_result({"concurrency": 1}, records, duration=end, slos=slos)
+    return confidence_intervals(records, records, start=0.0, end=end, slos=slos, figures=figures)
+
+
 def test_intervals_hold_the_figure_and_narrow_with_more_requests():
     few = [_record(i, 0.1 + 0.01 * (i % 10)) for i in range(20)]
     many = [_record(i, 0.1 + 0.01 * (i % 10)) for i in range(400)]
     slos = Slos(ttft_ms=170)
-    small = confidence_intervals(few, few, 10.0, slos)
-    large = confidence_intervals(many, many, 200.0, slos)
-    assert small == confidence_intervals(few, few, 10.0, slos)  # seeded: repeatable
+    small = _intervals(few, 20.0, slos)
+    large = _intervals(many, 400.0, slos)
+    assert small == _intervals(few, 20.0, slos)  # seeded: repeatable
     for key in ("p90_ttft_ms", "median_e2el_ms", "slo_attainment_pct", "request_goodput"):
         assert small[key]["low"] <= small[key]["high"]
         assert large[key]["high"] - large[key]["low"] <= small[key]["high"] - small[key]["low"]
@@ -145,8 +151,30 @@ def test_intervals_hold_the_figure_and_narrow_with_more_requests():
     assert small["median_itl_ms"]["low"] <= 20 <= small["median_itl_ms"]["high"]
     wide = small["p99_itl_ms"]["high"] - small["p99_itl_ms"]["low"]
     assert large["p99_itl_ms"]["high"] - large["p99_itl_ms"]["low"] <= wide
-    # All the same tokens: no spread, no interval.
-    assert "output_throughput" not in small
+    # A steady flow of tokens (every span of the window delivers the same): its interval is
+    # the pod-to-pod spread alone, ±1.96 × 2 % of the throughput (10 tokens/s here).
+    for record in many:
+        record.finished = record.start + 0.5  # one ends in the middle of each second
+    flow = _intervals(many, 400.0, slos)["output_throughput"]
+    assert flow == pytest.approx({"low": 9.608, "high": 10.392}, abs=1e-3)
+
+
+def test_a_rate_interval_follows_the_spread_between_spans_of_time_not_between_requests():
+    # The same 400 requests of 10 tokens, served in bursts: 40 in one second, then none for
+    # nine. Over requests they look alike; over time the level delivered unevenly, and a
+    # re-run's window may catch more bursts or fewer.
+    bursty = []
+    for index in range(400):
+        record = _record(index, 0.1)
+        record.start = 10.0 * (index // 40) + (index % 40) / 100
+        record.finished = record.start + 0.6
+        bursty.append(record)
+    even = [_record(i, 0.1) for i in range(400)]  # one every second: 400 s
+    slos = Slos(ttft_ms=170)
+    burst = _intervals(bursty, 400.0, slos)["output_throughput"]
+    steady = _intervals(even, 400.0, slos)["output_throughput"]
+    assert burst["high"] - burst["low"] > 1.5 * (steady["high"] - steady["low"])
+    assert burst["low"] <= 10.0 <= burst["high"]
 
 
 def test_a_timed_level_closes_its_window_when_sending_stops(server):

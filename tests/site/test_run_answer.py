@@ -12,7 +12,7 @@ import pytest
 from agents import protocol
 from runs.experiment_spec import experiment_trial_plan
 from runs.models import Trial
-from runs.selectors.run_answer import run_answer
+from runs.selectors.run_answer import capacity_throughput_interval, run_answer
 from runs.services.ingest import agent_messages_ingest
 
 from .conftest import experiment_payload, make_experiment, make_model
@@ -177,3 +177,30 @@ def test_the_api_takes_the_defaults_trial_and_names_a_bad_value(alice):
     )
     assert refused.status_code == 400
     assert "defaults_trial" in str(refused.json())
+
+
+def test_the_cost_interval_at_capacity_holds_the_capacitys_own_uncertainty():
+    # Capacity 18 with a bracket [18, 27] (the search ran out of probes): the true capacity
+    # lies anywhere up to 26, where the throughput is up to what 27 measured. The interval
+    # spans that, not the ±2 % of the throughput at 18 alone.
+    def measured(throughput, low, high):
+        return protocol.LevelResult.model_validate(
+            {
+                "concurrency": 18,
+                "duration": 60.0,
+                "completed": 300,
+                "failed": 0,
+                "output_throughput": throughput,
+                "ci95": {"output_throughput": {"low": low, "high": high}},
+            }
+        )
+
+    found = capacity(18, 1000.0, high=27)
+    at_18, at_27 = [measured(1000.0, 980.0, 1020.0)], [measured(1300.0, 1280.0, 1330.0)]
+    interval = capacity_throughput_interval(found, at_capacity=at_18, at_bracket_high=at_27)
+    assert interval == (980.0, 1330.0)
+    # Converged on one user, or never failing (no high end): the capacity's own interval.
+    assert capacity_throughput_interval(found, at_capacity=at_18, at_bracket_high=[]) == (
+        980.0,
+        1020.0,
+    )

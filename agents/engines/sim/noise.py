@@ -22,12 +22,14 @@ import math
 import random
 from dataclasses import dataclass
 
+from agents.hardware import POD_SPEED_SPREAD
+
 
 @dataclass(frozen=True)
 class NoiseModel:
     """The sizes of the three parts (module docstring); all zero: no noise."""
 
-    pod_sigma: float = 0.02  # log-normal sigma of the pod's speed factor
+    pod_sigma: float = POD_SPEED_SPREAD  # log-normal sigma of the pod's speed factor
     step_sigma: float = 0.03  # log-normal sigma of one step's duration factor
     stalls_per_second: float = 0.2  # of simulated time
     stall_median_s: float = 0.05
