@@ -52,6 +52,7 @@ class ConfigAnswer:
     bracket_low: float | None
     bracket_high: float | None
     probes: int
+    bracket_high_verdict: str | None
     stop_reason: str | None
     output_throughput: float | None
     output_throughput_ci95: tuple[float, float] | None
@@ -244,7 +245,11 @@ def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:
     found = capacity.get("capacity")
     note = ""
     if not capacity:
-        note = "no capacity search" if trial.outcome == "succeeded" else f"trial {trial.outcome}"
+        note = {
+            "succeeded": "no capacity search",
+            "pending": "not measured yet",
+            "running": "still measuring: no capacity yet",
+        }.get(trial.outcome, f"trial {trial.outcome}")
     elif found is None:
         note = "no load met the SLOs"
     return ConfigAnswer(
@@ -257,6 +262,7 @@ def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:
         bracket_low=capacity.get("bracket_low"),
         bracket_high=capacity.get("bracket_high"),
         probes=capacity.get("probes", 0),
+        bracket_high_verdict=capacity.get("bracket_high_verdict"),
         stop_reason=capacity.get("stop_reason"),
         output_throughput=capacity.get("output_throughput"),
         output_throughput_ci95=_capacity_throughput_interval(trial),

@@ -97,12 +97,14 @@ def capacity_text(capacity: dict | None) -> dict | None:
         return None
     axis, found = capacity.get("axis"), capacity.get("capacity")
     low, high = capacity.get("bracket_low"), capacity.get("bracket_high")
+    # The high end was missed, or too close to call (not confidently met).
+    above = "too close to call" if capacity.get("bracket_high_verdict") == "too_close" else "missed"
     if found is None:
         bracket = "no load met the SLOs"
     elif high is None:
         bracket = f"met at {low:g}; no load above it missed"
     else:
-        bracket = f"bracket {low:g}–{high:g} (met at {low:g}, missed at {high:g})"
+        bracket = f"bracket {low:g}–{high:g} (met at {low:g}, {above} at {high:g})"
     repeats = capacity.get("repeats") or 0
     probes = f"{capacity.get('probes', 0)} probe{'s' if capacity.get('probes') != 1 else ''}"
     if repeats:
@@ -127,15 +129,21 @@ def _config_state(config: ConfigAnswer | None, labels: dict[int, str]) -> dict |
     if config is None:
         return None
     ci = config.usd_per_million_ci95
-    bracket = capacity_text(
-        {
-            "axis": config.axis,
-            "capacity": config.capacity,
-            "bracket_low": config.bracket_low,
-            "bracket_high": config.bracket_high,
-            "probes": config.probes,
-            "stop_reason": config.stop_reason,
-        }
+    # A trial that has not searched (yet) has no bracket: never "no load met the SLOs".
+    bracket = (
+        capacity_text(
+            {
+                "axis": config.axis,
+                "capacity": config.capacity,
+                "bracket_low": config.bracket_low,
+                "bracket_high": config.bracket_high,
+                "bracket_high_verdict": config.bracket_high_verdict,
+                "probes": config.probes,
+                "stop_reason": config.stop_reason,
+            }
+        )
+        if config.axis is not None
+        else None
     )
     return {
         "trial": config.trial,

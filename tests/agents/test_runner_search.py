@@ -10,7 +10,15 @@ import uuid
 from agents import protocol
 from agents.hardware import DEFAULT_EFFICIENCY, REGISTERED_FACTS, ModelFacts, gpu_profile
 from agents.predict import predict_workload
-from tests.agents.test_runner import make_job, run
+from agents.runner.trial_engine import EngineOptions
+from tests.agents.test_runner import make_job
+from tests.agents.test_runner import run as run_with_options
+
+
+def run(job: protocol.JobSpec, tmp_path, **options):
+    """The job in the simulator's own time, as an agent runs a simulated search."""
+    return run_with_options(job, tmp_path, engine_options=EngineOptions(), **options)
+
 
 # An 8B model on an A100 at a 100 ms TPOT (10.4 ms alone: room for a busy machine), up to 8
 # users: max_num_seqs 1 and 4 serve far less than 16, and the batched-token budget binds only

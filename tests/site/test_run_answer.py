@@ -4,6 +4,7 @@ detail and stored from the agent's trial_finished."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -13,6 +14,7 @@ from agents import protocol
 from runs.experiment_spec import experiment_trial_plan
 from runs.models import Trial
 from runs.selectors.run_answer import capacity_throughput_interval, run_answer
+from runs.selectors.run_pages import answer_state, capacity_text
 from runs.services.ingest import agent_messages_ingest
 
 from .conftest import experiment_payload, make_experiment, make_model
@@ -204,3 +206,22 @@ def test_the_cost_interval_at_capacity_holds_the_capacitys_own_uncertainty():
         980.0,
         1020.0,
     )
+
+
+def test_a_trial_still_measuring_never_reads_no_load_met(org_a):
+    # The issue's early-run answer: a trial whose rows say "met" but whose search has not
+    # reported yet was printed "no load met the SLOs".
+    run = a_run(org_a)
+    a_trial(run, 0, 20, 1000.0, ci=(950.0, 1050.0))
+    add_trial(run, 1, {"max_num_seqs": 8}, [level(1, 10.0, 300)], outcome="running")
+    state = answer_state(run_answer(run=run), {})
+    (measuring,) = [config for config in state["configs"] if config["trial"] == 1]
+    assert measuring["note"] == "still measuring: no capacity yet"
+    assert measuring["bracket"] == ""
+    assert "no load met" not in json.dumps(state)
+
+
+def test_a_bracket_end_too_close_to_call_says_so():
+    found = capacity(17, 1000.0, high=18) | {"bracket_high_verdict": "too_close"}
+    assert capacity_text(found)["bracket"] == ("bracket 17–18 (met at 17, too close to call at 18)")
+    assert "missed at 18" in capacity_text(capacity(17, 1000.0, high=18))["bracket"]
