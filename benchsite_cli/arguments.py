@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run on this vLLM image tag instead of the experiment's (this run only): gate a "
         "vLLM bump against the promoted baseline",
     )
+    start.add_argument(
+        "--noise-seed",
+        type=int,
+        default=None,
+        help="a simulated experiment only: the simulator's noise seed (the same seeds give the "
+        "same figures; without it each run draws its own, a realistic re-run)",
+    )
     start.add_argument("--wait", action="store_true", help="wait until the run ends")
     _gate_arguments(start)
     start.add_argument("--poll", type=float, default=5.0, help="seconds between polls")

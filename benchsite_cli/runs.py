@@ -110,6 +110,8 @@ def runs_start(api: ApiClient, args) -> int:
     body = {"experiment": experiment["id"], "reason": args.reason, "trigger": args.trigger}
     if args.image_tag:
         body["image_tag"] = args.image_tag  # this run only: the experiment keeps its own
+    if args.noise_seed is not None:
+        body["noise_seed"] = args.noise_seed  # the site refuses it for a real engine
     run = api.post("runs/", body)
     on = f" on {args.image_tag}" if args.image_tag else ""
     out(f"started run {run['id']} of {experiment['name']}{on} ({run['state']})")
