@@ -14,8 +14,9 @@ Guarantees:
   where the search measured it — the true capacity lies anywhere in its bracket, and a load
   between the two delivers between their throughputs.
 - The winner is the cheapest at capacity. Its margin over the runner-up is the runner-up's
-  extra cost in %, with an interval from the two cost intervals; "tie" when those intervals
-  overlap (the difference is within noise), and then both are named. The same margin over
+  extra cost in %, with a 95 % interval from the two cost intervals (their relative errors
+  in quadrature); "tie" when that interval holds 0 (the difference is within noise), and
+  then both are named. The same margin over
   vLLM's defaults (the first trial whose configuration is ``{}``, when the run has one: on the
   experiment's own image when it compares several).
 - A run over several image tags answers across them: each configuration on each image is one
@@ -27,6 +28,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -87,14 +89,17 @@ def cost_margin(winner: ConfigAnswer, other: ConfigAnswer) -> Margin | None:
     interval = None
     tie = False
     if winner.usd_per_million_ci95 and other.usd_per_million_ci95:
-        best_low, best_high = winner.usd_per_million_ci95
-        second_low, second_high = other.usd_per_million_ci95
-        interval = (
-            float((second_low - best_high) / best * 100),
-            float((second_high - best_low) / best * 100),
+        # The two costs' relative errors combine in quadrature (they are independent
+        # measurements); overlapping intervals would claim about 99.5 %, not 95 %.
+        best_low, best_high = (float(bound) / float(best) for bound in winner.usd_per_million_ci95)
+        second_low, second_high = (
+            float(bound) / float(second) for bound in other.usd_per_million_ci95
         )
-        # Overlapping intervals: the two may cost the same.
-        tie = second_low <= best_high and best_low <= second_high
+        ratio = float(second) / float(best)
+        down = math.hypot(1 - second_low, best_high - 1)
+        up = math.hypot(second_high - 1, 1 - best_low)
+        interval = ((ratio * (1 - down) - 1) * 100, (ratio * (1 + up) - 1) * 100)
+        tie = interval[0] <= 0  # the other may cost no more than the winner
     return Margin(float((second - best) / best * 100), interval, tie)
 
 
