@@ -775,7 +775,7 @@ def test_it_leads_the_experiment_page_with_the_latest_succeeded_runs_answer(alic
     older = answered_run(alice.org, experiment=experiment)
     older.created_at -= timedelta(days=2)
     older.save(update_fields=["created_at"])
-    latest = answered_run(alice.org, experiment=experiment, runner_up_ci=(900.0, 1950.0))
+    latest = answered_run(alice.org, experiment=experiment, runner_up_ci=(900.0, 4500.0))
     # A later run that failed answers nothing: the page keeps the last answer it has.
     Run.objects.create(
         organization=alice.org, experiment=experiment, state="failed", **frozen(experiment)

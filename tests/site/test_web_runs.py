@@ -613,7 +613,7 @@ def steady_level(load: int, throughput: float, ci: tuple[float, float], **extra)
 
 def answered_run(org, *, runner_up_ci=(950.0, 1050.0), experiment=None):
     """A run of two configurations with a capacity each: trial 1 ($0.50 per 1M at c=31)
-    against trial 0 ($1.00 per 1M at c=20), or a tie when the intervals overlap."""
+    against trial 0 ($1.00 per 1M at c=20), or a tie when the margin's interval holds 0."""
     experiment = experiment or new_experiment(org)
     run = add_run(experiment, created_at=timezone.now(), price=ANSWER_PRICE)
     for index, (load, throughput, ci) in enumerate(
@@ -654,7 +654,7 @@ def test_it_leads_the_run_page_with_the_answer(alice):
 
 
 def test_it_calls_a_margin_within_noise_a_tie_naming_both(alice):
-    run = answered_run(alice.org, runner_up_ci=(900.0, 1950.0))
+    run = answered_run(alice.org, runner_up_ci=(900.0, 4500.0))
     text = text_of(signed_in(alice).get(detail_url(run)).content.decode())
     assert "Tie, within noise : trial 1 (max_num_seqs=128) and trial 0 (max_num_seqs=64)" in text
 
@@ -682,7 +682,7 @@ def test_it_shows_each_trials_capacity_its_probes_and_steady_windows(alice):
 
 
 def test_it_sends_the_answer_with_the_live_state(alice):
-    run = answered_run(alice.org, runner_up_ci=(900.0, 1950.0))
+    run = answered_run(alice.org, runner_up_ci=(900.0, 4500.0))
     state = signed_in(alice).get(live_url(run)).json()
     assert state["answer"]["winner"]["trial"] == 1 and state["answer"]["tie"] is True
     assert state["trials"][1]["capacity"]["text"] == "concurrency 31"
