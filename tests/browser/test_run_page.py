@@ -59,6 +59,7 @@ def run_page(page, run: Run):
     page.wait_for_function("() => window.benchsiteRunPage && benchsiteRunPage.connected")
 
 
+@pytest.mark.usefixtures("sim_over_http")  # a run that lasts, streaming live progress
 def test_it_fills_the_charts_in_while_a_simulated_run_streams(
     page, sign_in, alice, live_site, tmp_path, screenshot
 ):
