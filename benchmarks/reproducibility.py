@@ -30,12 +30,10 @@ catalogue's, as the demo shows it). Deterministic for given arguments.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -56,6 +54,7 @@ from agents.hardware import MODEL_PRESETS, StepModel, gpu_profile, start_check  
 from agents.loadgen.workload import config_from_workload  # noqa: E402
 from agents.predict import OFFLINE_URL, OfflineBench  # noqa: E402
 from agents.protocol import CapacitySearch, LevelResult, Slos, Workload  # noqa: E402
+from benchmarks.busy_machine import every_core_busy  # noqa: E402
 from benchsite_cli.gate import gate_compare, parse_thresholds  # noqa: E402
 from runs.demo.plans import SIM_DEMO  # noqa: E402
 from runs.experiment_spec import trial_configs  # noqa: E402
@@ -180,20 +179,6 @@ def gate_fails(new: list[dict], base: list[dict], thresholds: str) -> bool:
         baseline_kind="last-succeeded",
     )
     return result.failed
-
-
-@contextlib.contextmanager
-def every_core_busy():
-    burners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(os.cpu_count() or 2)
-    ]
-    try:
-        yield
-    finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
 
 
 def _share(hits: int, total: int) -> str:

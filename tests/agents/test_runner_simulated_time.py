@@ -4,11 +4,6 @@ realistic re-run; without noise it is the offline prediction."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-import sys
-
 import pytest
 
 from agents.engines.base import PHASES
@@ -17,6 +12,7 @@ from agents.hardware import gpu_profile
 from agents.loadgen.workload import config_from_workload
 from agents.predict import OFFLINE_URL, predict_trial
 from agents.runner.trial_engine import EngineOptions
+from benchmarks.busy_machine import every_core_busy
 from tests.agents.test_runner import make_job, run
 
 IN_SIMULATED_TIME = EngineOptions()
@@ -36,20 +32,6 @@ def _figures(recorder) -> list[dict]:
         for message in recorder.messages
         if message["type"] in kept
     ]
-
-
-@contextlib.contextmanager
-def every_core_busy():
-    burners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(os.cpu_count() or 2)
-    ]
-    try:
-        yield
-    finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
 
 
 def test_it_gives_the_same_figures_on_an_idle_machine_and_a_busy_one(tmp_path):
