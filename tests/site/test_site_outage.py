@@ -96,7 +96,10 @@ def assert_everything_arrived_once(run: Run, tmp_path) -> None:
     assert messages and messages[-1]["type"] == "run_finished"
     # Stored once per (epoch, seq) however often they were sent; every level as computed.
     assert_site_holds_the_journal(run, messages)
-    assert Measurement.objects.filter(trial__run=run).count() == 6
+    # Every fixed level of both trials (a level too close to call under the run's own noise
+    # seed is measured again: an extension beside them).
+    fixed = Measurement.objects.filter(trial__run=run, result__extension__isnull=True)
+    assert fixed.count() == 6
     assert sorted(run.trials.values_list("outcome", flat=True)) == ["succeeded", "succeeded"]
 
 
