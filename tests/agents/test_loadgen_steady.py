@@ -85,8 +85,10 @@ def test_a_closed_loop_window_excludes_the_first_wave_and_holds_its_target(serve
     assert window["requests"] == result["completed"] == steady_window_requests(12, 4.0, 3) == 12
     start = min(r.start for r in records)
     first_wave_end = max(r.finished for r in records[:3])
-    # Seconds from the level's clock start, a moment before its first send.
-    assert window["start_s"] == pytest.approx(first_wave_end - start, abs=0.002)
+    # Seconds from the level's clock start, a moment before its first send (a moment that
+    # a busy machine stretches to a few milliseconds).
+    clock_lead = window["start_s"] - (first_wave_end - start)
+    assert 0 <= clock_lead < 0.05
     assert window["ramp_requests"] >= 3
     assert result["whole_level"]["completed"] == len(records) > result["completed"]
     assert result["slo"]["ttft_ms"]["met"] is True

@@ -112,7 +112,13 @@ def test_it_runs_a_started_run_on_a_real_worker_from_provisioning_to_a_released_
         daphne_server() as address,
         celery_worker(
             log,
-            env=worker_env(pods_dir, BENCHSITE_PUBLIC_URL=f"http://{address}"),
+            # No delivery grace: an agent still stopping 10 s after the ask (a busy machine)
+            # is killed, not left listed until the next pass (test_run_end_settling).
+            env=worker_env(
+                pods_dir,
+                BENCHSITE_PUBLIC_URL=f"http://{address}",
+                BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS="0",
+            ),
         ),
     ):
         run = start_run(alice, experiment)
