@@ -31,6 +31,8 @@ def test_it_signs_in_through_single_sign_on(page, alice):
             expect(page.get_by_role("heading", name="Your organizations")).to_be_visible()
             expect(page.get_by_role("link", name="Acme")).to_be_visible()
             assert page.url == f"http://{address}/"
+            # Its icon and the rest load before the server stops (else: refused, an error).
+            page.wait_for_load_state("load")
     finally:
         issuer.close()
     membership = Membership.objects.get(user__email="dana@acme.example")
