@@ -55,7 +55,7 @@ from agents.loadgen.workload import config_from_workload  # noqa: E402
 from agents.predict import OFFLINE_URL, OfflineBench  # noqa: E402
 from agents.protocol import CapacitySearch, LevelResult, Slos, Workload  # noqa: E402
 from benchmarks.busy_machine import every_core_busy  # noqa: E402
-from benchsite_cli.gate import gate_compare, parse_thresholds  # noqa: E402
+from benchsite_cli.gate import capacity_upper_load, gate_compare, parse_thresholds  # noqa: E402
 from runs.demo.plans import SIM_DEMO  # noqa: E402
 from runs.experiment_spec import trial_configs  # noqa: E402
 from runs.selectors.run_answer import capacity_throughput_interval  # noqa: E402
@@ -118,7 +118,7 @@ def cost_at_capacity(trial: dict) -> tuple[float, tuple[float, float] | None] | 
     interval = capacity_throughput_interval(
         capacity,
         at_capacity=at(capacity["capacity"]),
-        at_bracket_high=at(capacity.get("bracket_high")),
+        at_upper_load=at(capacity_upper_load(capacity)),
     )
     cost = USD_PER_HOUR / 3600 / capacity["output_throughput"] * 1e6
     if interval is None or interval[0] <= 0:

@@ -652,14 +652,22 @@ def _row(config: str, level: str, threshold: Threshold, before, after, intervals
     )
 
 
+def capacity_upper_load(search: dict[str, Any]) -> float | None:
+    """The load below which a search's true capacity lies: the lowest one confidently missed
+    above the capacity (``first_missed``), else (none was, or a search reported before
+    verdicts) the bracket's high end. The one rule of the capacity's interval, here and in
+    the site's answer (``runs.selectors.run_answer``)."""
+    return _number(search.get("first_missed")) or _number(search.get("bracket_high"))
+
+
 def _capacity(search: dict[str, Any] | None) -> tuple[float, tuple[float, float]] | None:
-    """A capacity search's capacity and its bracket ``[low, high)`` as its interval (the
-    high end +inf when no load failed); a search that found no load meeting the SLOs is 0,
-    below its first failing load. None without a search."""
+    """A capacity search's capacity and ``[low, upper)`` as its interval (``upper``:
+    ``capacity_upper_load``, +inf when no load failed); a search that found no load meeting
+    the SLOs is 0, below its first failing load. None without a search."""
     if not search or not search.get("axis"):
         return None
     capacity = _number(search.get("capacity"))
-    high = _number(search.get("bracket_high"))
+    high = capacity_upper_load(search)
     high = math.inf if high is None else high
     if capacity is None:
         return 0.0, (0.0, high)

@@ -14,6 +14,11 @@ Guarantees:
   lowest one that is not (a pass above a fail is noise, not capacity); the outcome says
   whether that end was missed or too close to call. Every level already measured counts,
   the experiment's fixed levels too.
+- The true capacity lies below ``first_missed``, the lowest load above the capacity that
+  was confidently missed: where the bracket's high end is only too close to call, the
+  probes left after the bracket has converged go above it (doubling without a missed load,
+  else bisecting towards it) until a missed load lies within the tolerance of the highest
+  one that was not. The capacity's uncertainty runs from the capacity to ``first_missed``.
 - Without a bracket the search doubles from the highest pass (or starts at 1) and halves
   from the lowest fail; with one it probes where a monotone (PCHIP) interpolation of the SLO
   margin crosses 1, as vLLM's ``serve_sla`` does, kept inside the bracket's middle 80 % so
@@ -36,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agents.protocol import CapacitySearch
-from agents.protocol.slo_verdicts import MET, TOO_CLOSE, Verdict, load_verdict
+from agents.protocol.slo_verdicts import MET, MISSED, TOO_CLOSE, Verdict, load_verdict
 
 # Interpolating with a margin of infinity (a level whose requests failed) says nothing
 # about where it crosses 1: such points are capped at this margin.
@@ -181,7 +186,8 @@ class CapacityPlanner:
         low, high = self.bracket()
         exhausted = self.probes >= self.search.max_probes
         if low is not None and high is not None and self._narrow_enough(low, high):
-            return self._repeat(low, high, "converged")
+            above = None if exhausted else self._toward_first_missed(low)
+            return above if above is not None else self._repeat(low, high, "converged")
         if exhausted:
             return self._repeat(low, high, "probes_exhausted")
         if low is None and high is None:
@@ -196,6 +202,34 @@ class CapacityPlanner:
             half = self._round(high / 2)
             return half if half < high else self._finish("below_lowest")
         return self._between(low, high)
+
+    def first_missed(self) -> float | None:
+        """The lowest load above the capacity that was confidently missed (module docstring)."""
+        low, _ = self.bracket()
+        missed = [
+            load
+            for load, measured in self.loads.items()
+            if measured.verdict == MISSED and (low is None or load > low)
+        ]
+        return min(missed, default=None)
+
+    def _toward_first_missed(self, low: float) -> float | None:
+        """A probe above a bracket whose high end was too close to call, or None when a
+        missed load lies within the tolerance of the highest load below it not missed."""
+        missed = self.first_missed()
+        # Above the capacity and below the first miss: each met (noise) or too close.
+        below = [load for load in self.loads if load > low and (missed is None or load < missed)]
+        if not below:
+            return None
+        top = max(below)
+        if missed is None:
+            return min(self._round(top * 2), self._highest()) if top < self._highest() else None
+        if self._narrow_enough(top, missed):
+            return None
+        probe = self._round((top + missed) / 2)
+        if self._integral():
+            probe = min(max(probe, top + 1), missed - 1)
+        return probe
 
     def _repeat(self, low: float | None, high: float | None, reason: str) -> float | None:
         if self.search.repeat_bracket:
@@ -259,6 +293,7 @@ class CapacityPlanner:
             "bracket_high": high,
             # Whether the bracket's high end was missed, or only not confidently met.
             "bracket_high_verdict": None if high is None else self.loads[high].verdict,
+            "first_missed": self.first_missed(),
             "probes": self.probes,
             "repeats": len(self.repeated),
             "levels_measured": sum(len(m.results) for m in self.loads.values()),

@@ -102,6 +102,9 @@ def capacity_line(capacity: dict) -> str:
     if found is None:
         return f"capacity at the SLOs: none — even {high:g} {unit} missed them"
     bracket = f"[{found:g}, {'–' if high is None else f'{high:g}'}]"
+    missed = capacity.get("first_missed")
+    if missed is not None and missed != high:
+        bracket += f", first missed at {missed:g}"
     throughput = capacity.get("output_throughput")
     return (
         f"capacity at the SLOs: {found:g} {unit} (bracket {bracket}, {capacity['probes']} "

@@ -33,7 +33,13 @@ from collections.abc import Sequence
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.stats import percentile, summarize
 from agents.protocol import LATENCY_METRICS, Slos, percentile_statistic
-from agents.protocol.slo_verdicts import ATTAINMENT, MET, allowed_share, objective_verdict
+from agents.protocol.slo_verdicts import (
+    ATTAINMENT,
+    MET,
+    allowed_share,
+    objective_verdict,
+    span_counts,
+)
 
 METRICS = LATENCY_METRICS
 
@@ -111,8 +117,7 @@ def _slo_report(
     samples: dict[str, list[float]],
     stats: dict,
     slos: Slos,
-    good: int | None,
-    judged: int,
+    records: Sequence[RequestRecord],
     attainment_pct: float | None,
 ) -> dict | None:
     """Each objective given: a latency target against the percentile it names, and the
@@ -121,10 +126,10 @@ def _slo_report(
     confidence = slos.confidence
     for metric, target in slos.latency_targets.items():
         percentile = slos.percentile(metric)
-        values = samples[metric]
-        beyond = sum(1 for value in values if value * 1000 > target)
+        flags = [value * 1000 > target for value in samples[metric]]
+        beyond, spans = sum(flags), span_counts(flags)
         verdict = objective_verdict(
-            beyond, len(values), allowed_share(percentile=percentile), confidence
+            beyond, len(flags), allowed_share(percentile=percentile), confidence, spans
         )
         report[f"{metric}_ms"] = {
             "target": target,
@@ -132,23 +137,27 @@ def _slo_report(
             "percentile": percentile,
             "value": stats.get(f"{percentile_statistic(percentile)}_{metric}_ms"),
             "met": verdict == MET,
-            "judged": len(values),
+            "judged": len(flags),
             "beyond": beyond,
+            "spans": spans,
             "verdict": verdict,
             "confidence_pct": confidence,
         }
     if slos.min_attainment_pct is not None:
         target = slos.min_attainment_pct
-        missing = judged - (good or 0)
+        # Requests failed count as missing every target.
+        flags = [not (record.success and request_meets_slos(record, slos)) for record in records]
+        missing, spans = sum(flags), span_counts(flags)
         verdict = objective_verdict(
-            missing, judged, allowed_share(attainment_pct=target), confidence
+            missing, len(flags), allowed_share(attainment_pct=target), confidence, spans
         )
         report[ATTAINMENT] = {
             "target": target,
             "value": attainment_pct,
             "met": verdict == MET,
-            "judged": judged,
+            "judged": len(flags),
             "beyond": missing,
+            "spans": spans,
             "verdict": verdict,
             "confidence_pct": confidence,
         }
@@ -216,9 +225,7 @@ def level_result(
     result["usage_missing"] = sum(1 for record in successes if record.output_tokens is None)
     result["slo_attainment_pct"] = attainment
     result["slo"] = (
-        _slo_report(samples, stats, slos, good, len(records), attainment)
-        if slos is not None
-        else None
+        _slo_report(samples, stats, slos, records, attainment) if slos is not None else None
     )
     result["server"] = server
     return result

@@ -58,7 +58,8 @@ class SloCheck(AsSent):
     """One objective against the level: a latency target against the percentile it names
     (``percentile``, ``value``; ``p99`` is always the level's p99, as protocol 2 sent it), or
     the attainment (``target`` and ``value`` in % of requests meeting every latency target).
-    ``judged`` requests (ITL: gaps) were counted, ``beyond`` of them did not meet it; the
+    ``judged`` requests (ITL: gaps) were counted, ``beyond`` of them did not meet it, and
+    ``spans`` holds ``[beyond, judged]`` per span of the window in the order sent; the
     ``verdict`` at the SLOs' confidence (``agents.protocol.slo_verdicts``) is met, missed or
     too close to call, and ``met`` is true only for a confident "met". Results stored before
     verdicts carry neither, and their ``met`` is the point estimate's."""
@@ -70,6 +71,7 @@ class SloCheck(AsSent):
     met: bool
     judged: Integer | None = None
     beyond: Integer | None = None
+    spans: list[Annotated[list[Integer], Field(min_length=2, max_length=2)]] | None = None
     verdict: Literal["met", "missed", "too_close"] | None = None
     confidence_pct: FiniteFloat | None = None
 

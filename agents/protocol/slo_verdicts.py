@@ -12,6 +12,14 @@ one-sided binomial test of that share against the share the percentile allows:
 The attainment objective ("≥ 95 % of requests meet every target") is the same test on the
 requests that missed some target (it allows 5 % of them).
 
+Requests sent together share batches and one engine state, so their misses come in clumps
+(a wave of a closed loop that all waited behind one prefill): counted as independent, eight
+misses in one clump would read as a confident "missed" that a longer run does not repeat.
+So a level also reports its counts per span of its window (``span_counts``: up to
+``VERDICT_SPANS`` contiguous spans in the order sent), and a verdict must hold by batch
+means too — the share over the spans with a one-sided Student-t bound at the same
+confidence — or it is too close to call.
+
 Guarantees: pure functions of the counts; a verdict never rests on one percentile's point
 value (64 requests cannot show a p99 met: their slowest is the p99); ``requests_to_judge`` is
 the fewest requests that can show a percentile met at a confidence (p99 at 95 %: 299), which
@@ -20,6 +28,7 @@ a steady window holds at least (``steady_window_requests``).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,19 +60,64 @@ def _tail_at_least(k: int, n: int, p: float) -> float:
     return float(binom.sf(k - 1, n, p))
 
 
+# Batch means for verdicts: at most this many spans of a window, each of at least this many.
+VERDICT_SPANS = 10
+MIN_PER_SPAN = 5
+
+
+def span_counts(beyond_flags: Sequence[bool]) -> list[list[int]]:
+    """``[beyond, judged]`` of each contiguous span of ``beyond_flags`` (one per request or
+    gap, in the order sent): up to ``VERDICT_SPANS`` spans of at least ``MIN_PER_SPAN``; none
+    when fewer than two such spans fit."""
+    count = len(beyond_flags)
+    spans = min(VERDICT_SPANS, count // MIN_PER_SPAN)
+    if spans < 2:
+        return []
+    bounds = [round(index * count / spans) for index in range(spans + 1)]
+    return [
+        [sum(1 for flag in beyond_flags[start:end] if flag), end - start]
+        for start, end in itertools.pairwise(bounds)
+    ]
+
+
+def _batch_means_bounds(spans: Sequence[Sequence[int]], confidence_pct: float):
+    """One-sided bounds of the share beyond over ``spans`` (batch means, Student t)."""
+    from scipy.stats import t  # only levels with objectives need it
+
+    shares = [beyond / judged for beyond, judged in spans if judged > 0]
+    share = sum(beyond for beyond, _ in spans) / sum(judged for _, judged in spans)
+    if len(shares) < 2:
+        return share, share
+    mean = sum(shares) / len(shares)
+    spread = math.sqrt(sum((x - mean) ** 2 for x in shares) / (len(shares) - 1))
+    margin = float(t.ppf(confidence_pct / 100, len(shares) - 1)) * spread / math.sqrt(len(shares))
+    return share - margin, share + margin
+
+
 def objective_verdict(
-    beyond: int, judged: int, allowed_share: float, confidence_pct: float = DEFAULT_CONFIDENCE_PCT
+    beyond: int,
+    judged: int,
+    allowed_share: float,
+    confidence_pct: float = DEFAULT_CONFIDENCE_PCT,
+    spans: Sequence[Sequence[int]] | None = None,
 ) -> Verdict:
     """The verdict on an objective that allows ``allowed_share`` of requests not to meet it,
-    from ``beyond`` of ``judged`` requests that did not (module docstring)."""
+    from ``beyond`` of ``judged`` requests that did not, and (given) their counts per span
+    (``span_counts``), by which it must hold too (module docstring)."""
     if judged <= 0:
         return TOO_CLOSE
     alpha = 1 - confidence_pct / 100
     if _tail_at_most(beyond, judged, allowed_share) <= alpha:
-        return MET
-    if _tail_at_least(beyond, judged, allowed_share) <= alpha:
-        return MISSED
-    return TOO_CLOSE
+        verdict = MET
+    elif _tail_at_least(beyond, judged, allowed_share) <= alpha:
+        verdict = MISSED
+    else:
+        return TOO_CLOSE
+    if not spans:
+        return verdict
+    low, high = _batch_means_bounds(spans, confidence_pct)
+    holds = high < allowed_share if verdict == MET else low > allowed_share
+    return verdict if holds else TOO_CLOSE
 
 
 def allowed_share(*, percentile: float | None = None, attainment_pct: float | None = None):
@@ -126,11 +180,16 @@ def pooled_check(checks: list[Mapping], confidence_pct: float, *, attainment: bo
             if attainment
             else allowed_share(percentile=float(first.get("percentile") or 99))
         )
+        # The spans of every measurement, as if one longer window (all, or none: counts
+        # stored before spans cannot be split).
+        spans = [span for check in checks for span in check.get("spans") or ()]
+        every_one_has_spans = all(check.get("spans") for check in checks)
         return objective_verdict(
             sum(int(check["beyond"]) for check in checks),
             sum(int(check["judged"]) for check in checks),
             share,
             confidence_pct,
+            spans if every_one_has_spans else None,
         )
     return combined_verdict(check_verdict(check) for check in checks) or MISSED
 

@@ -10,9 +10,10 @@ Guarantees:
   (``runs.costs.level_cost_per_million_output_tokens``, the same rule as every level's cost).
   Its 95 % interval holds the capacity's own uncertainty: from the low end of the throughput's
   interval at capacity (``ci95.output_throughput`` of its measurements: batch means and the
-  pod-to-pod spread) to the high end of the throughput's interval at the bracket's high end,
-  where the search measured it — the true capacity lies anywhere in its bracket, and a load
-  between the two delivers between their throughputs.
+  pod-to-pod spread) to the high end of the throughput's interval at the lowest load above
+  it that was confidently missed (``capacity_upper_load``; the bracket's high end when none
+  was) — the true capacity lies anywhere between the two, and a load between them delivers
+  between their throughputs.
 - The winner is the cheapest at capacity. Its margin over the runner-up is the runner-up's
   extra cost in %, with a 95 % interval from the two cost intervals (their relative errors
   in quadrature); "tie" when that interval holds 0 (the difference is within noise), and
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from agents import protocol
+from benchsite_cli.gate import capacity_upper_load
 from runs.costs import level_cost_per_million_output_tokens
 from runs.frozen_job import run_is_simulated
 from runs.models import Run, Trial
@@ -213,11 +215,11 @@ def _capacity_throughput_interval(trial: Trial) -> tuple[float, float] | None:
     if capacity.get("capacity") is None:
         return None
     axis = capacity["axis"]
-    high = capacity.get("bracket_high")
+    upper = capacity_upper_load(capacity)
     return capacity_throughput_interval(
         capacity,
         at_capacity=_at_load(trial, axis, capacity["capacity"]),
-        at_bracket_high=[] if high is None else _at_load(trial, axis, high),
+        at_upper_load=[] if upper is None else _at_load(trial, axis, upper),
     )
 
 
@@ -225,22 +227,23 @@ def capacity_throughput_interval(
     capacity: dict,
     *,
     at_capacity: list[protocol.LevelResult],
-    at_bracket_high: list[protocol.LevelResult],
+    at_upper_load: list[protocol.LevelResult],
 ) -> tuple[float, float] | None:
-    """The throughput at the true capacity, somewhere in the search's bracket: from the low
-    end of its interval at the capacity (``at_capacity``: its measurements there) to the high
-    end at the bracket's high end (``at_bracket_high``); the one rule of the answer's cost
-    interval (module docstring), also for ``benchmarks/reproducibility.py``."""
+    """The throughput at the true capacity, somewhere between the capacity and the load
+    above which it cannot lie (``capacity_upper_load``): from the low end of its interval at
+    the capacity (``at_capacity``: its measurements there) to the high end at that load
+    (``at_upper_load``); the one rule of the answer's cost interval (module docstring), also
+    for ``benchmarks/reproducibility.py``."""
     if capacity.get("capacity") is None:
         return None
     low = _throughput_interval(at_capacity)
-    if low is None or not at_bracket_high:
+    if low is None or not at_upper_load:
         return low
-    high = _throughput_interval(at_bracket_high)
+    high = _throughput_interval(at_upper_load)
     highest = max(
         [low[1]]
         + ([high[1]] if high else [])
-        + [r.output_throughput for r in at_bracket_high if r.output_throughput is not None]
+        + [r.output_throughput for r in at_upper_load if r.output_throughput is not None]
     )
     return low[0], highest
 

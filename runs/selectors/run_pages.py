@@ -105,6 +105,9 @@ def capacity_text(capacity: dict | None) -> dict | None:
         bracket = f"met at {low:g}; no load above it missed"
     else:
         bracket = f"bracket {low:g}–{high:g} (met at {low:g}, {above} at {high:g})"
+        missed = capacity.get("first_missed")
+        if missed is not None and missed != high:
+            bracket += f"; first missed at {missed:g}, the most it can be"
     repeats = capacity.get("repeats") or 0
     probes = f"{capacity.get('probes', 0)} probe{'s' if capacity.get('probes') != 1 else ''}"
     if repeats:

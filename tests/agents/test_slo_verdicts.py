@@ -21,6 +21,7 @@ from agents.protocol.slo_verdicts import (
     check_verdict,
     objective_verdict,
     requests_to_judge,
+    span_counts,
 )
 
 P99 = allowed_share(percentile=99)
@@ -41,6 +42,28 @@ P99 = allowed_share(percentile=99)
 )
 def test_a_p99_objective_is_judged_by_its_counts(beyond, judged, verdict):
     assert objective_verdict(beyond, judged, P99) == verdict
+
+
+def test_misses_in_one_clump_are_too_close_to_call():
+    # 8 of 300 beyond a p99 target reads "missed" when each request is independent; eight
+    # of one wave that waited behind one prefill are one event, which a longer run may not
+    # repeat (the demo's c=28 missed in 300 requests and met in 1,500).
+    clumped = [True] * 8 + [False] * 292
+    spread = ([True] + [False] * 36) * 8 + [False] * 4
+    assert sum(clumped) == sum(spread) == 8 and len(clumped) == len(spread) == 300
+    assert objective_verdict(8, 300, P99) == MISSED
+    assert objective_verdict(8, 300, P99, spans=span_counts(spread)) == MISSED
+    assert objective_verdict(8, 300, P99, spans=span_counts(clumped)) == TOO_CLOSE
+    # None beyond: spans agree with the count alone; too few requests for spans: none.
+    assert objective_verdict(0, 299, P99, spans=span_counts([False] * 299)) == MET
+    assert span_counts([True] * 9) == [] and len(span_counts([False] * 300)) == 10
+    # Pooled measurements pool their spans: the clump stays one among twenty spans.
+    check = {"target": 500, "percentile": 99, "value": 100.0, "met": False}
+    clump = check | {"judged": 300, "beyond": 8, "spans": span_counts(clumped)}
+    quiet = check | {"judged": 300, "beyond": 0, "spans": span_counts([False] * 300)}
+    level = {"concurrency": 8, "completed": 300, "failed": 0}
+    assert load_verdict([level | {"slo": {"ttft_ms": clump}}]) == TOO_CLOSE
+    assert load_verdict([level | {"slo": {"ttft_ms": c}} for c in (clump, quiet)]) == TOO_CLOSE
 
 
 def test_the_confidence_sets_how_sure_a_verdict_must_be():
@@ -92,6 +115,44 @@ def test_a_probe_too_close_to_call_is_measured_again_before_the_search_moves_on(
     assert planner.loads[16.0].verdict == MET
     assert planner.next_load() == 32
     assert planner.probes == 1 and planner.extensions[16.0] == 1  # one load probed
+
+
+def test_past_a_too_close_end_the_search_looks_for_the_first_load_missed():
+    # Up to 24 met; 24–63 only too close to call (a tail that 300 requests cannot place);
+    # 64 and above missed. The capacity is 24; the truth lies anywhere below the first miss.
+    def measured(load: float) -> dict:
+        beyond = 0 if load <= 24 else (3 if load < 64 else 20)
+        return _level(beyond, 300) | {"concurrency": load}
+
+    planner = CapacityPlanner(CapacitySearch(max_probes=12, repeat_bracket=False))
+    for fixed in (8, 25):
+        planner.record(measured(fixed))
+    probed = []
+    while (load := planner.next_load()) is not None:
+        probed.append(load)
+        planner.record(measured(load), probe=True)
+    outcome = planner.outcome()
+    assert (outcome["capacity"], outcome["bracket_high"]) == (24, 25)
+    assert outcome["bracket_high_verdict"] == TOO_CLOSE
+    # Above the bracket: doubling until a miss, then bisecting towards it, within 5 %.
+    above = [load for load in probed if load > 25]
+    assert above[:2] == [50, 100], probed
+    missed = outcome["first_missed"]
+    assert 64 <= missed <= 64 * 1.05, probed
+    assert max(load for load in above if load < 64) >= missed / 1.05, probed
+    assert outcome["probes"] == len(probed) <= 12
+
+
+def test_without_probes_left_the_first_missed_is_what_was_measured():
+    planner = CapacityPlanner(CapacitySearch(max_probes=1, repeat_bracket=False))
+    planner.record(_level(0, 300) | {"concurrency": 8})
+    planner.record(_level(3, 300) | {"concurrency": 16})
+    planner.record(_level(20, 300) | {"concurrency": 64})
+    assert planner.next_load() == 12  # the bracket first
+    planner.record(_level(3, 300) | {"concurrency": 12}, probe=True)
+    assert planner.next_load() is None
+    outcome = planner.outcome()
+    assert (outcome["capacity"], outcome["bracket_high"], outcome["first_missed"]) == (8, 12, 64)
 
 
 def _bench(**overrides) -> BenchConfig:

@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 
 from agents import protocol
+from benchsite_cli.gate import capacity_upper_load
 from runs.experiment_spec import experiment_trial_plan
 from runs.models import Trial
 from runs.selectors.run_answer import capacity_throughput_interval, run_answer
@@ -199,13 +200,22 @@ def test_the_cost_interval_at_capacity_holds_the_capacitys_own_uncertainty():
 
     found = capacity(18, 1000.0, high=27)
     at_18, at_27 = [measured(1000.0, 980.0, 1020.0)], [measured(1300.0, 1280.0, 1330.0)]
-    interval = capacity_throughput_interval(found, at_capacity=at_18, at_bracket_high=at_27)
+    assert capacity_upper_load(found) == 27
+    interval = capacity_throughput_interval(found, at_capacity=at_18, at_upper_load=at_27)
     assert interval == (980.0, 1330.0)
     # Converged on one user, or never failing (no high end): the capacity's own interval.
-    assert capacity_throughput_interval(found, at_capacity=at_18, at_bracket_high=[]) == (
+    assert capacity_throughput_interval(found, at_capacity=at_18, at_upper_load=[]) == (
         980.0,
         1020.0,
     )
+
+
+def test_the_capacity_lies_below_the_first_load_confidently_missed():
+    # 27 only too close to call, 40 missed: the true capacity may lie anywhere below 40.
+    found = capacity(18, 1000.0, high=27) | {"bracket_high_verdict": "too_close"}
+    assert capacity_upper_load(found | {"first_missed": 40.0}) == 40.0
+    # Stored before verdicts, or nothing above was missed: the bracket's high end.
+    assert capacity_upper_load(found) == 27
 
 
 def test_a_trial_still_measuring_never_reads_no_load_met(org_a):
@@ -225,3 +235,6 @@ def test_a_bracket_end_too_close_to_call_says_so():
     found = capacity(17, 1000.0, high=18) | {"bracket_high_verdict": "too_close"}
     assert capacity_text(found)["bracket"] == ("bracket 17–18 (met at 17, too close to call at 18)")
     assert "missed at 18" in capacity_text(capacity(17, 1000.0, high=18))["bracket"]
+    # With a load confidently missed further up: the most the capacity can be.
+    above = capacity_text(found | {"first_missed": 64.0})["bracket"]
+    assert above.endswith("too close to call at 18); first missed at 64, the most it can be")
