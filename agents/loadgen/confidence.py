@@ -13,11 +13,16 @@ Guarantees:
   closed loop share
   batches and the whole level shares one engine state: they are not independent draws, and
   resampling them would claim a certainty the level does not have.
-- Latency percentiles by bootstrap over requests (SciPy's ``stats.bootstrap``, percentile
-  method). ITL too: its samples are the gaps of a few requests, so its percentiles are
-  bootstrapped over requests (each resample pools the gaps of the requests it drew; a
-  cluster bootstrap on NumPy's generator), never over gaps. A level with very many gaps gets
-  fewer resamples (at least ``MIN_ITL_RESAMPLES``), taken in chunks that bound the memory.
+- Latency percentiles (and the attainment) by a **circular block bootstrap** over requests
+  in the order sent: each resample strings together blocks of ``n / BATCHES`` consecutive
+  requests from random starts, percentile method. Requests sent together miss their
+  targets together (a wave behind one prefill), so resampling them one by one would claim a
+  tail far surer than a re-run shows (the demo's p99 TTFT at 64 users: 177 ms in one run,
+  253 in the next, with intervals that did not meet). Very many requests get fewer
+  resamples (at least ``MIN_ITL_RESAMPLES``), taken in chunks that bound the memory. ITL:
+  its samples are the gaps of a few requests, so its percentiles are bootstrapped over
+  requests (each resample pools the gaps of the requests it drew; a cluster bootstrap on
+  NumPy's generator), never over gaps, with the same bound on resamples.
 - **A re-run lands on another pod**: every interval of a latency or a rate also holds the
   pod-to-pod spread of GPUs of one type (``agents.hardware.POD_SPEED_SPREAD``), added in
   quadrature to its half-widths around the level's own figure (``with_rerun_spread``).
@@ -64,19 +69,24 @@ _PER_REQUEST = {
 def _interval(
     samples: Sequence[float], statistic: Callable[[np.ndarray, int], np.ndarray]
 ) -> dict[str, float] | None:
+    """The circular block bootstrap's percentile interval of ``statistic`` over ``samples``
+    in the order sent (module docstring)."""
     data = np.asarray(samples, dtype=float)
-    if data.size < MIN_SAMPLES or np.all(data == data[0]):
+    count = data.size
+    if count < MIN_SAMPLES or np.all(data == data[0]):
         return None
-    result = stats.bootstrap(
-        (data,),
-        lambda sample, axis: statistic(sample, axis),
-        n_resamples=RESAMPLES,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        vectorized=True,
-        rng=np.random.default_rng(0),
-    )
-    low, high = result.confidence_interval
+    block = max(1, math.ceil(count / BATCHES))
+    blocks = math.ceil(count / block)
+    resamples = int(min(RESAMPLES, max(MIN_ITL_RESAMPLES, ITL_CELLS // count)))
+    rng = np.random.default_rng(0)
+    found = []
+    for first in range(0, resamples, max(1, ITL_CELLS // count)):
+        rows = min(resamples - first, max(1, ITL_CELLS // count))
+        starts = rng.integers(0, count, size=(rows, blocks, 1))
+        picked = ((starts + np.arange(block)) % count).reshape(rows, blocks * block)[:, :count]
+        found.append(statistic(data[picked], 1))
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(np.concatenate(found), [tail, 100 - tail])
     if not (np.isfinite(low) and np.isfinite(high)):
         return None
     return {"low": float(low), "high": float(high)}
