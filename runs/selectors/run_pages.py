@@ -51,10 +51,13 @@ MAX_PROGRESS_POINTS = 1500
 
 
 def _planned_levels(run: Run) -> list[dict]:
+    """The workload's levels, each as often as it runs (``repeats``): what every trial
+    measures besides its capacity search."""
     try:
-        return protocol.workload_levels(run_workload(run))
+        workload = run_workload(run)
     except ValueError:
         return []
+    return protocol.workload_levels(workload) * workload.repeats
 
 
 def run_trials(run: Run) -> list[Trial]:

@@ -341,3 +341,36 @@ def test_an_opened_level_detail_stays_open_across_a_re_read(page, sign_in, alice
     page.evaluate("() => benchsiteRunPage.dropSocket(0)")  # reconnects, then re-reads
     page.wait_for_function(f"() => benchsiteRunPage.resyncs > {read}")
     expect(page.locator("#trial-0 details.turns").get_by_role("table")).to_be_visible()
+
+
+def test_its_counters_never_pass_their_totals(page, sign_in, alice, live_site):
+    # The "257 of 256 requests" (a steady window sends until it holds enough) and
+    # "21 of 6 load levels" (the capacity search's probes counted against the fixed levels).
+    run, token = _new_run(alice.org)
+    sign_in(page, alice)
+    run_page(page, run)
+    page.wait_for_function("() => benchsiteRunPage.resyncs === 1")
+    progress = {"type": "level_progress", "run_id": str(run.id), "trial": 0}
+    progress |= {"level": {"concurrency": 64}, "requests_total": 256}
+    with _agent_socket(live_site.removeprefix("http://"), run, token) as agent:
+        _send(agent, progress | {"seq": 0, "requests_done": 255})
+        expect(page.locator("#progress-level")).to_have_text("Trial 0 · c=64: 255 of 256 requests")
+        _send(agent, progress | {"seq": 1, "requests_done": 257})
+        expect(page.locator("#progress-level")).to_have_text(
+            "Trial 0 · c=64: 257 requests (at least 256 planned)"
+        )
+
+    ended = seed_run(alice.org)
+    trial = ended.trials.get(index=0)
+    fixed = trial.measurements.get(concurrency=64)
+    for extra in ({"probe": True}, {"probe": True, "extension": 1}):
+        Measurement.objects.create(
+            organization_id=trial.organization_id,
+            trial=trial,
+            concurrency=24,
+            result=fixed.result | {"concurrency": 24} | extra,
+        )
+    page.goto(f"/o/{ended.organization.slug}/runs/{ended.id}/")
+    expect(page.locator("#progress-level")).to_have_text(
+        "6 of 6 load levels finished; 2 more measured by the capacity search"
+    )

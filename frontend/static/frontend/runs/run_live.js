@@ -448,18 +448,33 @@
     chart.update("none");
   }
 
+  // A steady level's total is the least it sends: it goes on until its window holds
+  // enough, so the count may pass it; then it reads as a count, never "257 of 256".
+  function requestsText(done, total) {
+    if (!total) { return done + " requests"; }
+    if (done <= total) { return done + " of " + total + " requests"; }
+    return done + " requests (at least " + total + " planned)";
+  }
+
   function renderProgress(notice) {
     var s = page.state;
     $("progress-trials").textContent = String(s.trials.length);
     var line = $("progress-level");
     if (notice && !s.run.terminal) {
       line.textContent = "Trial " + notice.trial + " · " + levelKey(notice.level) + ": " +
-        notice.requests_done + (notice.requests_total ? " of " + notice.requests_total : "") +
-        " requests";
+        requestsText(notice.requests_done, notice.requests_total);
     } else {
-      var done = s.trials.reduce(function (n, t) { return n + t.levels.length; }, 0);
-      line.textContent = done + " of " + (s.planned_trials * s.planned_levels) +
-        " load levels finished";
+      // The planned levels against the planned total; what the capacity search measured
+      // (probes, and loads too close to call measured again) beside it, never inside it.
+      var fixed = 0, searched = 0;
+      s.trials.forEach(function (t) {
+        t.levels.forEach(function (level) {
+          if (level.probe || level.extension) { searched += 1; } else { fixed += 1; }
+        });
+      });
+      line.textContent = fixed + " of " + (s.planned_trials * s.planned_levels) +
+        " load levels finished" +
+        (searched ? "; " + searched + " more measured by the capacity search" : "");
     }
   }
 
