@@ -88,6 +88,24 @@ def experiment_trial_plan(experiment) -> list[PlannedTrial]:
     ]
 
 
+def planned_trial_count(
+    serve_grid: object, *, defaults_trial: bool = False, compare_image_tags: object = ()
+) -> int | None:
+    """How many trials ``experiment_trial_plan`` makes of these fields — a form's before it
+    is saved, or a saved experiment's — or None when ``serve_grid`` is not a grid of lists.
+    The one count the builder, the experiment's pages, the estimate and the run share."""
+    if not isinstance(serve_grid, dict) or not all(
+        isinstance(values, list) for values in serve_grid.values()
+    ):
+        return None
+    try:
+        configs = trial_configs(serve_grid, defaults_trial=bool(defaults_trial))
+    except (TypeError, ValueError):
+        return None
+    tags = compare_image_tags if isinstance(compare_image_tags, list | tuple) else ()
+    return len(configs) * (1 + len(tags))
+
+
 def vllm_version_of_tag(tag: str) -> str | None:
     """'v0.11.0' or '0.11.0-cu128' → '0.11.0'; 'latest' or 'nightly' → None (unknown)."""
     match = _VERSION_IN_TAG.match(tag or "")

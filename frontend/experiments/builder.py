@@ -10,7 +10,6 @@ on as typed for the validator to name.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
 from agents.protocol import SERVE_FLAGS, json_loads_bounded
@@ -29,6 +28,7 @@ from frontend.experiments.form_slots import (
 from frontend.experiments.form_text import items, list_text, literal, put_number, shown_text
 from runs.actors import Actor
 from runs.errors import DomainValidationError
+from runs.experiment_spec import experiment_trial_plan, planned_trial_count
 from runs.inputs.errors import flatten_errors
 from runs.inputs.experiments import ExperimentSerializer
 from runs.models import Experiment, Membership
@@ -305,11 +305,19 @@ _ENDPOINT_LEAVES_OUT = {
 }
 
 
-def grid_trials(grid: object) -> int | None:
-    """How many trials a grid makes (every combination of its values), if it is a grid."""
-    if not isinstance(grid, dict) or not all(isinstance(v, list) for v in grid.values()):
-        return None
-    return math.prod(len(values) for values in grid.values())
+def form_trials(payload: dict) -> int | None:
+    """How many trials the form's experiment makes (``planned_trial_count``), if its grid
+    is readable: its grid, vLLM's defaults beside it and every image compared."""
+    return planned_trial_count(
+        payload.get("serve_grid"),
+        defaults_trial=payload.get("defaults_trial", False),
+        compare_image_tags=payload.get("compare_image_tags", ()),
+    )
+
+
+def experiment_trials(experiment: Experiment) -> int:
+    """How many trials a run of ``experiment`` measures (``experiment_trial_plan``)."""
+    return len(experiment_trial_plan(experiment))
 
 
 @dataclass
@@ -347,7 +355,7 @@ def builder_submit(
     with ``predict`` it also runs every configuration on the simulator (as the API's
     ``experiments/predict``)."""
     payload, form_errors = experiment_payload(form)
-    outcome = BuilderOutcome(trials=grid_trials(payload["serve_grid"]))
+    outcome = BuilderOutcome(trials=form_trials(payload))
     serializer = ExperimentSerializer(experiment, data=payload, context={"membership": membership})
     valid = serializer.is_valid()
     fields = dict(form_errors)
@@ -370,7 +378,7 @@ def builder_submit(
     except DomainValidationError as exc:
         outcome.fields = exc.fields
         return outcome
-    outcome.trials = grid_trials(checked.serve_grid)
+    outcome.trials = experiment_trials(checked)
     if save:
         outcome.experiment = checked
     else:

@@ -150,7 +150,7 @@ def experiments_list(request, membership):
         .annotate(run_count=Count("runs"), last_run_at=Max("runs__created_at"))
         .order_by("-created_at", "-id")[:200]
     )
-    rows = [(e, builder.grid_trials(e.serve_grid)) for e in experiments]
+    rows = [(e, builder.experiment_trials(e)) for e in experiments]
     return render(
         request,
         "frontend/experiments/experiments_list.html",
@@ -256,7 +256,7 @@ def experiment_new(request, membership):
         gpu_type_id=h100.id if h100 else "",
     )
     outcome = builder.BuilderOutcome(
-        trials=builder.grid_trials(builder.experiment_payload(form)[0]["serve_grid"])
+        trials=builder.form_trials(builder.experiment_payload(form)[0])
     )
     return _render_builder(request, membership, form=form, outcome=outcome)
 
@@ -360,7 +360,7 @@ def render_detail(
     context = org_context(
         membership,
         experiment=experiment,
-        trials=builder.grid_trials(experiment.serve_grid),
+        trials=builder.experiment_trials(experiment),
         estimate=estimate_panel.estimate_json(estimate),
         raw_estimate=estimate,
         runs=runs,

@@ -557,6 +557,31 @@ def test_it_shows_the_spec_the_estimate_and_the_runs(alice, bob):
     assert str(run.id)[:8] in page and "nightly" in page
 
 
+def test_every_page_counts_the_same_trials(alice):
+    # The issue's "the builder says 2 trials, the saved experiment 3, the experiments list 3,
+    # the CLI 4": a grid of two with vLLM's defaults beside it is three trials everywhere.
+    client = signed_in(alice)
+    form = builder_form(
+        make_model(alice.org),
+        grid_flag=["max_num_seqs", "", ""],
+        grid_values=["64, 128", "", ""],
+        defaults_trial="on",
+    )
+    checked = client.post("/o/acme/experiments/check/", form).json()
+    assert checked["ok"], checked["fields"]
+    assert checked["trials"] == checked["estimate"]["trials"] == 3
+    blank = client.get("/o/acme/experiments/new/").content.decode()
+    assert 'id="live-trials">' in blank
+    assert client.post("/o/acme/experiments/new/", form).status_code == 302
+    experiment = Experiment.objects.get(organization=alice.org, name="web-experiment")
+    detail = client.get(f"/o/acme/experiments/{experiment.id}/").content.decode()
+    assert "3 trials" in detail and "3 × " in text_of(detail)
+    listed = text_of(client.get("/o/acme/experiments/").content.decode())
+    assert "web-experiment" in listed and " 3 " in listed.split("web-experiment", 1)[1][:200]
+    api = alice.client().get(f"/api/v1/orgs/acme/experiments/{experiment.id}/estimate/")
+    assert api.json()["trials"] == 3
+
+
 def test_it_labels_simulated_experiments(alice):
     sim = make_experiment(alice.org, name="pretend", engine="sim", engine_image_tag="")
     make_experiment(alice.org, model=sim.model, name="real")
