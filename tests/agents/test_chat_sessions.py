@@ -20,7 +20,7 @@ from agents.predict import OfflineBench
 from agents.protocol import LevelResult, Workload
 from tests.agents.fake_openai_server import FakeServer
 from tests.agents.test_loadgen_steady import bench as steady_bench
-from tests.agents.test_predict import live_on_the_simulator
+from tests.agents.test_predict import in_simulated_time, live_on_the_simulator
 
 REPLY = " t{}"  # the fake server's token i
 
@@ -252,4 +252,4 @@ def test_offline_and_live_sessions_on_the_simulator_agree(tmp_path):
         live["server"]["prefix_cache_hits"], rel=0.1
     )
     for key in ("median_tpot_ms", "output_throughput"):
-        assert predicted[key] == pytest.approx(live[key], rel=0.15), key
+        assert predicted[key] == pytest.approx(in_simulated_time(live, key), rel=0.15), key
