@@ -251,7 +251,7 @@ def _print_answer(answer: dict[str, Any] | None) -> None:
     runner_up = answer.get("runner_up")
     if runner_up and answer.get("margin_pct") is not None:
         ci = answer.get("margin_ci95_pct")
-        interval = f" (CI {ci[0]:.0f}–{ci[1]:.0f} %)" if ci else ""
+        interval = f" (CI {round(ci[0])}–{round(ci[1])} %)" if ci else ""  # never "-0"
         # The margin is the runner-up's extra cost in % of the winner's (as the run page says).
         if answer.get("tie"):
             out(

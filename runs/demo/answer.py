@@ -160,8 +160,11 @@ def _margin_line(margin: Margin, other: str, whose: str, capacity: float | None)
     """``OTHER costs 20 % more (95 % CI 19–22 %) at its capacity 12.``, or ``within noise of
     OTHER (…)``: the margin is the other's extra cost in % of the winner's, as the run page
     says it (an 89 % margin is the winner at 53 % of the other's cost, not 11 %)."""
+    # Whole percents, a bound just under 0 as 0 (not "-0").
     ci = (
-        f" (95 % CI {margin.ci95_pct[0]:.0f}–{margin.ci95_pct[1]:.0f} %)" if margin.ci95_pct else ""
+        f" (95 % CI {round(margin.ci95_pct[0])}–{round(margin.ci95_pct[1])} %)"
+        if margin.ci95_pct
+        else ""
     )
     at = f"at {whose} capacity {_load(capacity)}"
     if margin.tie:
