@@ -72,9 +72,14 @@ def experiments_validate(api: ApiClient, args) -> int:
         return EXIT_REGRESSION  # the check's answer, not a failure to check
     out(
         f"{args.file}: valid — {estimate['trials']} trials × {estimate['levels_per_trial']} "
-        f"levels, about {estimate['total_seconds'] / 60:.0f} min, "
+        f"levels, about {_duration(estimate['total_seconds'])}, "
         f"${estimate['cost_usd']} (cap ${estimate['budget_cap_usd']})"
     )
     for warning in estimate.get("warnings") or []:
         out(f"warning: {warning}")
     return EXIT_OK
+
+
+def _duration(seconds: float) -> str:
+    """22.4 → '22 s'; 1234.5 → '21 min' (a simulated run takes seconds, a real one minutes)."""
+    return f"{max(1, round(seconds))} s" if seconds < 120 else f"{round(seconds / 60)} min"

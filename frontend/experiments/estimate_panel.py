@@ -31,7 +31,9 @@ def cost_text(estimate: CostEstimate) -> str:
 
 
 def duration_text(seconds: float) -> str:
-    """1234.5 → '20 min'; 5000 → '1 h 23 min'."""
-    minutes = max(1, round(seconds / 60))
+    """22.4 → '22 s'; 1234.5 → '21 min'; 5000 → '1 h 23 min'."""
+    if seconds < 120:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min" if hours else f"{minutes} min"

@@ -21,7 +21,14 @@ class EstimateSerializer(serializers.Serializer):
     weights_download_seconds = serializers.FloatField()
     cold_start_seconds = serializers.FloatField()
     sweep_seconds = serializers.FloatField()
-    total_seconds = serializers.FloatField()
+    total_seconds = serializers.FloatField(
+        help_text="The run's duration: on the modelled GPU, or (a simulated experiment) what "
+        "computing it takes here."
+    )
+    gpu_seconds = serializers.FloatField(
+        help_text="What the run would take on the experiment's GPU: provisioning, cold starts "
+        "and the sweep (for a real run, total_seconds)."
+    )
     cost_usd = serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True)
     budget_cap_usd = serializers.DecimalField(max_digits=10, decimal_places=2)
     within_budget = serializers.BooleanField(allow_null=True)

@@ -33,13 +33,6 @@ def local_provider() -> LocalProvider:
     )
 
 
-def provider_name_for(*, engine: str) -> str:
-    """The provider of a run whose frozen engine is of kind ``engine``."""
-    if engine != "vllm":
-        return "local"
-    return getattr(settings, "BENCHSITE_PROVIDER", "runpod")
-
-
 def provider_for(*, org: Organization, name: str) -> Provider:
     """The provider ``name`` acting for ``org``; raises ``PermanentProviderError`` when the
     organization has no key for it."""

@@ -9,6 +9,12 @@ what it rests on. Measured runs replace it; the run's budget check uses it only 
 
 A trace workload is timed on the window it replays (``runs.selectors.trace_windows``): its
 mean prompt and output lengths, and at a request rate its requests sent once.
+
+A simulated experiment rents nothing and runs in the simulator's own time, so its duration is
+what computing it takes here: a run's and each trial's fixed share, and each engine step and
+each sequence in a step of the modelled sweep (``Assumptions.sim_*``, measured by
+``benchmarks/estimate_accuracy.py``); ``gpu_seconds`` keeps what it would take on the
+modelled GPU.
 """
 
 from __future__ import annotations
@@ -36,8 +42,20 @@ from runs.experiment_spec import experiment_image_tags, experiment_trial_plan
 from runs.models import Experiment, GpuType, Run, WorkloadDataset
 from runs.models.experiments import Engine
 from runs.placement import Placement, experiment_placements
+from runs.providers.names import provider_name_for
 from runs.selectors.prices import GpuPrice, gpu_price
 from runs.selectors.trace_windows import TraceWindow, TraceWindowError, trace_window
+
+# Computing a simulated run, measured on the 2-core development machine (2026-12-07): the
+# offline simulator at 1, 8 and 64 users (300–490 requests of 1,024 + 128 tokens) took
+# 10.6 µs per engine step, 4.8 µs per sequence in a step and 0.16 s per level (its
+# statistics); the agent's start and end and each trial's start-up are the rest of the
+# demo's run (benchmarks/estimate_accuracy.py).
+SIM_RUN_SECONDS = 3.0
+SIM_TRIAL_SECONDS = 0.3
+SIM_LEVEL_SECONDS = 0.16
+SIM_STEP_SECONDS = 10.6e-6
+SIM_SEQUENCE_STEP_SECONDS = 4.8e-6
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,9 @@ class Assumptions:
     """Factors the estimate rests on; vLLM's own defaults where it has one."""
 
     pod_provision_seconds: float = 300.0  # pod scheduled, image pulled, agent up (per pod)
+    # A local pod (BENCHSITE_PROVIDER=local, and every simulated run): the agent's process
+    # starts on the worker's host, which holds the weights already.
+    local_pod_start_seconds: float = 3.0
     weight_download_bytes_per_s: float = 500e6  # first fetch of the weights, once per pod
     weight_load_bytes_per_s: float = 2e9  # from local disk or volume into GPU memory
     engine_init_seconds: float = 60.0  # profiling, KV-cache sizing, CUDA graph capture
@@ -54,6 +75,14 @@ class Assumptions:
     compute_efficiency: float = DEFAULT_EFFICIENCY.flops
     sharegpt_input_len: int = 256  # mean lengths assumed for uploaded conversations
     sharegpt_output_len: int = 256
+    # Computing a simulated run on the 2-core machine the project is developed on
+    # (benchmarks/estimate_accuracy.py measures them): the agent's start and end, each
+    # trial's start-up, each level's statistics, each engine step, each sequence in a step.
+    sim_run_seconds: float = SIM_RUN_SECONDS
+    sim_trial_seconds: float = SIM_TRIAL_SECONDS
+    sim_level_seconds: float = SIM_LEVEL_SECONDS
+    sim_step_seconds: float = SIM_STEP_SECONDS
+    sim_sequence_step_seconds: float = SIM_SEQUENCE_STEP_SECONDS
 
 
 @dataclass
@@ -70,12 +99,16 @@ class CostEstimate:
     weights_download_seconds: float
     cold_start_seconds: float  # all trials
     sweep_seconds: float  # all trials, all levels
+    # The run's duration: on the modelled GPU, or (simulated) computing it here.
     total_seconds: float
     cost_usd: Decimal | None
     budget_cap_usd: Decimal
     within_budget: bool | None
     warnings: list[str] = field(default_factory=list)
     assumptions: dict = field(default_factory=dict)
+    # What the run would take on the modelled GPU (provisioning, cold starts, sweep); for a
+    # real run the same as ``total_seconds``.
+    gpu_seconds: float = 0.0
 
 
 def _trace_window(
@@ -223,9 +256,12 @@ def experiment_estimate(
     if experiment.network_volume_id:
         downloads = 0 if weights_on_volume(experiment) else 1
     endpoint = experiment.engine == Engine.ENDPOINT  # nothing rented, fetched or started
-    download = 0 if endpoint else downloads * weight_bytes / a.weight_download_bytes_per_s
-    provisioning = 0 if endpoint else pods * a.pod_provision_seconds + download
+    local = provider_name_for(engine=experiment.engine) == "local"
+    download = 0 if endpoint or local else downloads * weight_bytes / a.weight_download_bytes_per_s
+    pod_start = a.local_pod_start_seconds if local else a.pod_provision_seconds
+    provisioning = 0 if endpoint else pods * pod_start + download
     cold_start = sweep = 0.0
+    engine_steps = sequence_steps = 0.0  # of the modelled sweep: what a simulation computes
     hardware = gpu.hardware
     if hardware is None:
         warnings.append(f"No hardware facts for {gpu.id}: the sweep time is left out.")
@@ -263,9 +299,29 @@ def experiment_estimate(
                 )
                 continue
             requests = _level_sends(workload, level, window, slos)
-            sweep += _level_seconds(level, requests, input_len, output_len, max_batch, steps)
+            seconds = _level_seconds(level, requests, input_len, output_len, max_batch, steps)
+            sweep += seconds
+            level_sequence_steps = requests * output_len
+            batch = _level_batch(
+                level,
+                max_batch,
+                seconds,
+                level_sequence_steps,
+                lambda b: _decode_step(steps, b, input_len, output_len),  # noqa: B023
+            )
+            engine_steps += level_sequence_steps / batch
+            sequence_steps += level_sequence_steps
 
-    total = provisioning + cold_start + sweep
+    gpu_total = provisioning + cold_start + sweep
+    total = gpu_total
+    if experiment.simulated:
+        total = (
+            a.sim_run_seconds
+            + a.sim_trial_seconds * len(configs)
+            + a.sim_level_seconds * len(configs) * (len(levels) * workload.repeats + len(probes))
+            + a.sim_step_seconds * engine_steps
+            + a.sim_sequence_step_seconds * sequence_steps
+        )
     price, placement = _dearest_price(experiment)
     cost: Decimal | None
     if experiment.simulated:
@@ -299,6 +355,7 @@ def experiment_estimate(
         within_budget=None if cost is None else cost <= experiment.budget_cap_usd,
         warnings=warnings,
         assumptions=asdict(a),
+        gpu_seconds=round(gpu_total, 1),
     )
 
 
@@ -379,6 +436,26 @@ def _level_sends(
     return level_requests(workload, level, slos)
 
 
+def _decode_step(steps: StepModel, batch: int, input_len: int, output_len: int) -> float:
+    # Each sequence's cache is half way through its output on average.
+    context = input_len + output_len // 2
+    return steps.cost([(1, context)] * batch, sampled=batch).seconds
+
+
+def _level_batch(
+    level: dict, max_batch: int, seconds: float, sequence_steps: float, step_at
+) -> int:
+    """The sequences a level's steps hold on average: its concurrency (up to what fits), or
+    at a rate, the batch whose steps (``step_at(batch)`` seconds each, ``sequence_steps``
+    sequences in all) fill the level's time (a fixed point, from one)."""
+    if "concurrency" in level:
+        return max(1, min(level["concurrency"], max_batch))
+    batch = 1
+    for _ in range(4):
+        batch = max(1, min(max_batch, round(sequence_steps * step_at(batch) / max(seconds, 1e-9))))
+    return batch
+
+
 def _level_seconds(
     level: dict,
     requests: int,
@@ -388,9 +465,7 @@ def _level_seconds(
     steps: StepModel,
 ) -> float:
     def decode_step(batch: int) -> float:
-        # Each sequence's cache is half way through its output on average.
-        context = input_len + output_len // 2
-        return steps.cost([(1, context)] * batch, sampled=batch).seconds
+        return _decode_step(steps, batch, input_len, output_len)
 
     prefill = steps.cost([(input_len, 0)], sampled=1).seconds
 

@@ -63,7 +63,8 @@ from runs.providers.base import (
     Provider,
     TransientProviderError,
 )
-from runs.providers.registry import provider_for, provider_name_for
+from runs.providers.names import provider_name_for
+from runs.providers.registry import provider_for
 from runs.selectors.endpoint_costs import run_endpoint_token_cost
 from runs.selectors.prices import gpu_price
 from runs.services.credentials import provider_key_for_run

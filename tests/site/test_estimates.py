@@ -7,8 +7,9 @@ from decimal import Decimal
 import pytest
 
 from agents.hardware import gpu_profile, start_check
+from frontend.experiments.estimate_panel import duration_text
 from runs.models import GpuType, Run
-from runs.selectors.estimates import experiment_estimate
+from runs.selectors.estimates import Assumptions, experiment_estimate
 from runs.services.catalogue import gpu_price_set
 
 from .conftest import H100, SYSTEM, experiment_payload, frozen, make_experiment, make_model
@@ -88,6 +89,43 @@ def test_it_costs_nothing_on_the_simulator(alice):
     estimate = experiment_estimate(experiment=make_experiment(alice.org, engine="sim"))
     assert estimate.cost_usd == 0
     assert estimate.total_seconds > 0
+
+
+def test_a_simulated_run_takes_what_computing_it_here_takes(alice):
+    # The "the estimate said 26 min for a run that took 2 min 52 s": a simulated run
+    # is computed in the simulator's own time, in seconds, not in the modelled GPU's.
+    experiment = make_experiment(alice.org, engine="sim")
+    estimate = experiment_estimate(experiment=experiment)
+    a = Assumptions()
+    levels = estimate.trials * estimate.levels_per_trial
+    bare = Assumptions(sim_step_seconds=0, sim_sequence_step_seconds=0)
+    fixed = experiment_estimate(experiment=experiment, assumptions=bare).total_seconds
+    assert fixed == pytest.approx(
+        a.sim_run_seconds + estimate.trials * a.sim_trial_seconds + levels * a.sim_level_seconds,
+        abs=0.1,
+    )
+    assert estimate.total_seconds > fixed  # and each step and sequence in a step
+    # What the modelled GPU would take is kept beside it, and is far longer.
+    assert estimate.gpu_seconds > 10 * estimate.total_seconds
+    assert duration_text(estimate.total_seconds).endswith(" s")
+    # More requests per level: more to compute.
+    longer = make_experiment(
+        alice.org,
+        model=experiment.model,
+        engine="sim",
+        name="longer",
+        workload=experiment.workload | {"requests_per_level": 2000},
+    )
+    assert experiment_estimate(experiment=longer).total_seconds > estimate.total_seconds
+
+
+def test_a_local_pod_starts_in_seconds_and_fetches_nothing(alice, settings):
+    # The ENGINE=vllm demo's 59 s run was estimated at 349 s: a Runpod pod's 300 s start.
+    settings.BENCHSITE_PROVIDER = "local"
+    estimate = experiment_estimate(experiment=make_experiment(alice.org))
+    assert estimate.weights_download_seconds == 0
+    assert estimate.provisioning_seconds == Assumptions().local_pod_start_seconds
+    assert estimate.gpu_seconds == estimate.total_seconds
 
 
 def test_it_warns_when_the_weights_cannot_fit(alice):
