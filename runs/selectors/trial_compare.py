@@ -32,6 +32,7 @@ from runs.frozen_job import run_engine, run_is_simulated
 from runs.models import Measurement, Membership, Run, Trial
 from runs.selectors.figure_deltas import WITHIN_NOISE, Interval, figure_delta
 from runs.selectors.level_results import stored_level_result
+from runs.selectors.run_answer import capacity_usd_per_million
 from runs.selectors.run_levels import (
     HIGHER,
     LOWER,
@@ -366,8 +367,23 @@ def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> 
         levels.append({"key": key, "rows": rows + _traffic_rows(key, compared, cells)})
     steady = [c.cost.usd_per_million_output_tokens for c in compared]
     amortized = [c.cost.usd_per_million_output_tokens_cold_start_amortized for c in compared]
+    # The answer's figure first, where a search found a capacity: the same number the run
+    # page, the reports and the CLI give for this trial (``capacity_usd_per_million``).
+    at_capacity = [
+        capacity_usd_per_million(c.trial.capacity, pod_usd_per_hr=c.cost.pod_usd_per_hr)
+        for c in compared
+    ]
+    capacity_row = {
+        "name": "$ per 1M output tokens at capacity",
+        "cells": cells(at_capacity, LOWER, "money"),
+    }
+    capacity_rows = [capacity_row] if any(value is not None for value in at_capacity) else []
     cost_rows = [
-        {"name": "$ per 1M output tokens", "cells": cells(steady, LOWER, "money")},
+        *capacity_rows,
+        {
+            "name": "$ per 1M output tokens at the best fixed level",
+            "cells": cells(steady, LOWER, "money"),
+        },
         {"name": "…with cold start amortized", "cells": cells(amortized, LOWER, "money")},
         {
             "name": "at level (best under SLOs)",

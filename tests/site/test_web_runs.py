@@ -505,6 +505,23 @@ def test_it_compares_two_runs_config_by_config_with_direction(alice):
     assert 'data-verdict="worse">$' in cost.split("</tr>")[0]
 
 
+def test_the_compare_page_gives_the_answers_cost_at_capacity(alice):
+    # The "$0.4710 in the answer and $0.4650 on the compare page": the compare page
+    # showed the best fixed level's cost alone. It leads with the answer's own figure.
+    run = answered_run(alice.org)
+    answer = signed_in(alice).get(f"/api/v1/orgs/acme/runs/{run.id}/").json()["answer"]
+    costs = {
+        config["trial"]: config["usd_per_million_output_tokens"] for config in answer["configs"]
+    }
+    trials = [f"{run.id}:0", f"{run.id}:1"]
+    html = signed_in(alice).get(compare_url(), {"trials": trials}).content.decode()
+    table = html[html.index('id="compare-table"') :]
+    row = text_of(table[table.index("$ per 1M output tokens at capacity") :].split("</tr>")[0])
+    assert row.startswith(f"$ per 1M output tokens at capacity ${float(costs[0]):.4f}"), row
+    assert f"${float(costs[1]):.4f}" in row
+    assert "$ per 1M output tokens at the best fixed level" in table
+
+
 def test_it_marks_the_serve_flags_that_differ_and_honours_the_threshold(alice):
     run = seed_run(alice.org)
     client = signed_in(alice)
