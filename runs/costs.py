@@ -20,6 +20,7 @@ Guarantees (docs/costs.md gives every formula with a worked example):
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -27,7 +28,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal, localconte
 from typing import Any
 
 from agents.protocol import LEVEL_RESULT_KEY as KEY
-from agents.protocol import SLO_CHECK_KEY
+from agents.protocol import MET, load_verdict
 
 USD_QUANTUM = Decimal("0.0001")
 SECONDS_PER_HOUR = Decimal(3600)
@@ -200,20 +201,20 @@ def _load_text(level: Mapping[str, Any]) -> str:
     return f"{kind}={level[kind]}"
 
 
-def level_qualifies(level: Mapping[str, Any]) -> bool:
-    """Whether a level's figures may be reported as "meets the SLOs".
-
-    It must have completed requests and no failed one, must not have been cut short
-    (``partial``: its figures cover only the requests that finished before the stop), and
-    every objective in its ``slo`` report must be met. A level measured without SLOs has
-    nothing to miss and qualifies.
+def qualifying_levels(levels: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The levels whose figures may be reported as "meets the SLOs", in order: those of a load
+    whose every measurement (repeats, a search's repeat of a bracket end, a level too close
+    to call measured again) judged together met them (``agents.protocol.load_verdict``, as
+    the capacity search and the run page judge a load) — each completed requests, none
+    failed, none was cut short (``partial``), and every objective is confidently met on the
+    pooled counts. A load measured without SLOs has nothing to miss and qualifies.
     """
-    if level.get(KEY.partial) or (level.get(KEY.failed) or 0) > 0:
-        return False
-    if not level.get(KEY.completed):
-        return False
-    report = level.get(KEY.slo) or {}
-    return all(objective.get(SLO_CHECK_KEY.met) is True for objective in report.values())
+    levels = list(levels)
+    by_load: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for level in levels:
+        by_load[level_load(level)].append(level)
+    met = {load for load, measured in by_load.items() if load_verdict(measured) == MET}
+    return [level for level in levels if level_load(level) in met]
 
 
 def level_is_simulated(level: Mapping[str, Any]) -> bool:
@@ -232,7 +233,7 @@ def _ranked_kind(levels: list[Mapping[str, Any]]) -> str | None:
 
 
 def best_level_under_slos(levels: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The heaviest qualifying level (``level_qualifies``), or None when none qualifies.
+    """The heaviest qualifying level (``qualifying_levels``), or None when none qualifies.
 
     ``levels`` are the load generator's level results (each with ``concurrency`` or
     ``request_rate``). Levels are ranked by concurrency, or by request rate when the trial
@@ -242,9 +243,7 @@ def best_level_under_slos(levels: Iterable[Mapping[str, Any]]) -> Mapping[str, A
     """
     levels = list(levels)
     kind = _ranked_kind(levels)
-    candidates = [
-        level for level in levels if level_load(level)[0] == kind and level_qualifies(level)
-    ]
+    candidates = [level for level in qualifying_levels(levels) if level_load(level)[0] == kind]
     return max(candidates, key=lambda level: level_load(level)[1], default=None)
 
 

@@ -141,6 +141,7 @@ from agents.protocol.serve_flags import (
     validate_serve_grid,
 )
 from agents.protocol.slo_verdicts import (
+    MET,
     VERDICT_WORDS,
     VERDICTS,
     Verdict,
@@ -241,6 +242,7 @@ __all__ = [
     "MAX_SEED",
     "MAX_SLO_MS",
     "MAX_SPEND_SECONDS",
+    "MET",
     "MOONCAKE_BLOCK_SIZE",
     "PROTOCOL_VERSION",
     "REQUEST_RATE_RANGE",

@@ -38,7 +38,7 @@ from runs.costs import (
     best_level_under_slos,
     level_is_simulated,
     level_load,
-    level_qualifies,
+    qualifying_levels,
     trial_cost_per_million_output_tokens,
 )
 
@@ -127,10 +127,11 @@ def level_figures(levels: Iterable[dict]) -> LevelFigures:
     return LevelFigures(
         deciding_levels=tuple(deciding),
         qualifying=tuple(
-            f"{kind}={level[kind]}"
-            for level in levels
-            for kind, _ in [level_load(level)]
-            if level_qualifies(level)
+            dict.fromkeys(  # each load once, however often it was measured
+                f"{kind}={level[kind]}"
+                for level in qualifying_levels(levels)
+                for kind, _ in [level_load(level)]
+            )
         ),
         levels_simulated=any(level_is_simulated(level) for level in levels),
     )

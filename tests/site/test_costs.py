@@ -23,6 +23,7 @@ from runs.costs import (
     trial_cost_per_million_output_tokens,
 )
 from runs.models import GpuType, Measurement, Run, Trial
+from runs.selectors.level_figures import level_figures
 from runs.selectors.spend import org_month_spend_usd
 from runs.selectors.trial_costs import trial_costs
 from runs.services.catalogue import gpu_price_set
@@ -152,6 +153,24 @@ def test_it_picks_the_highest_concurrency_that_meets_every_slo():
         level({"concurrency": 192}, slo=met(2600)),  # p99 TTFT 2.6 s > 500 ms: missed
     ]
     assert best_level_under_slos(levels)["concurrency"] == 64
+
+
+def test_a_load_measured_several_times_qualifies_on_all_of_them_pooled():
+    # The model-choice row: "capacity 61 (61–64)" beside "load at SLOs 64", where 64
+    # met once and missed when the search measured it again. A load is judged on all its
+    # measurements, as the capacity search judges it.
+    def counted(beyond: int) -> dict:
+        check = {"target": 500, "percentile": 99, "value": 480.0, "met": beyond == 0}
+        return {"ttft_ms": check | {"judged": 300, "beyond": beyond}}
+
+    levels = [
+        level({"concurrency": 8}, slo=counted(0)),
+        level({"concurrency": 64}, slo=counted(0)),
+        level({"concurrency": 61}, slo=counted(0), probe=True),
+        level({"concurrency": 64}, slo=counted(12), probe=True, repeat=1),
+    ]
+    assert best_level_under_slos(levels)["concurrency"] == 61
+    assert level_figures(levels).qualifying == ("concurrency=8", "concurrency=61")
 
 
 def test_it_needs_every_objective_met():
