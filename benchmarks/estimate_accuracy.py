@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _demo_env(folder: Path) -> dict[str, str]:
+def demo_env(folder: Path) -> dict[str, str]:
+    """The environment of a demo on its own SQLite database and media under ``folder``."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -53,8 +54,9 @@ def _free_port() -> int:
 
 
 def demo_run(engine: str, folder: Path) -> dict:
-    """One ``demo_run --exit`` in ``folder``: the run's estimate and its duration."""
-    env = _demo_env(folder)
+    """One ``demo_run --exit`` in ``folder`` (a database there already keeps its earlier
+    runs): the new run's estimate and its duration."""
+    env = demo_env(folder)
     python = sys.executable
     manage = [python, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
@@ -72,7 +74,8 @@ def demo_run(engine: str, folder: Path) -> dict:
     wall = time.monotonic() - started
     with sqlite3.connect(folder / "demo.sqlite3") as db:
         ((state, created, finished, snapshot),) = db.execute(
-            "SELECT state, created_at, finished_at, experiment_snapshot FROM runs_run"
+            "SELECT state, created_at, finished_at, experiment_snapshot FROM runs_run "
+            "ORDER BY created_at DESC LIMIT 1"
         ).fetchall()
     took = (datetime.fromisoformat(finished) - datetime.fromisoformat(created)).total_seconds()
     estimate = float(json.loads(snapshot)["estimate_seconds"])

