@@ -75,9 +75,7 @@ class Assumptions:
     compute_efficiency: float = DEFAULT_EFFICIENCY.flops
     sharegpt_input_len: int = 256  # mean lengths assumed for uploaded conversations
     sharegpt_output_len: int = 256
-    # Computing a simulated run on the 2-core machine the project is developed on
-    # (benchmarks/estimate_accuracy.py measures them): the agent's start and end, each
-    # trial's start-up, each level's statistics, each engine step, each sequence in a step.
+    # Computing a simulated run here (SIM_RUN_SECONDS above says where they come from).
     sim_run_seconds: float = SIM_RUN_SECONDS
     sim_trial_seconds: float = SIM_TRIAL_SECONDS
     sim_level_seconds: float = SIM_LEVEL_SECONDS
