@@ -78,10 +78,11 @@ def _interval(
     block = max(1, math.ceil(count / BATCHES))
     blocks = math.ceil(count / block)
     resamples = int(min(RESAMPLES, max(MIN_ITL_RESAMPLES, ITL_CELLS // count)))
+    chunk = max(1, ITL_CELLS // count)  # resamples held at once
     rng = np.random.default_rng(0)
     found = []
-    for first in range(0, resamples, max(1, ITL_CELLS // count)):
-        rows = min(resamples - first, max(1, ITL_CELLS // count))
+    for first in range(0, resamples, chunk):
+        rows = min(resamples - first, chunk)
         starts = rng.integers(0, count, size=(rows, blocks, 1))
         picked = ((starts + np.arange(block)) % count).reshape(rows, blocks * block)[:, :count]
         found.append(statistic(data[picked], 1))
