@@ -132,6 +132,7 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "steady_multiple": shown_text(workload.get("steady_multiple")),
         "ramp_up_seconds": shown_text(workload.get("ramp_up_seconds")),
         "seed": shown_text(workload.get("seed")),
+        "max_extensions": shown_text(workload.get("max_extensions")),
         "budget_cap_usd": str(experiment.budget_cap_usd),
     }
     values |= _capacity_values(workload.get("capacity"))
@@ -241,6 +242,7 @@ def _workload_from_form(values: dict[str, str]) -> dict:
         "steady_multiple",
         "ramp_up_seconds",
         "seed",
+        "max_extensions",
     ):
         put_number(workload, name, values.get(name))
     capacity = _capacity_from_form(values)

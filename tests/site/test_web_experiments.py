@@ -837,7 +837,9 @@ NEW_INPUTS = {
     "slo_ttft_percentile": "95",
     "slo_tpot_percentile": "50",
     "slo_min_attainment_pct": "90",
+    "slo_confidence_pct": "90",
     "steady_multiple": "6",
+    "max_extensions": "1",
     "ramp_up_seconds": "2.5",
     "seed": "1234",
     "capacity_search": "on",
@@ -860,8 +862,10 @@ def test_it_builds_an_experiment_with_percentiles_attainment_and_a_capacity_sear
         "ttft_percentile": 95,
         "tpot_percentile": 50,
         "min_attainment_pct": 90,
+        "confidence_pct": 90,
     }
     workload = experiment.workload
+    assert workload["max_extensions"] == 1
     assert (workload["steady_multiple"], workload["ramp_up_seconds"], workload["seed"]) == (
         6,
         2.5,
@@ -881,7 +885,14 @@ def test_it_builds_an_experiment_with_percentiles_attainment_and_a_capacity_sear
     assert '<option value="50" selected>p50</option>' in page
     assert '<option value="request_rate" selected>' in page
     assert 'name="capacity_search" id="f-capacity_search" checked' in page
-    for name in ("steady_multiple", "ramp_up_seconds", "seed", "capacity_max_probes"):
+    for name in (
+        "steady_multiple",
+        "ramp_up_seconds",
+        "seed",
+        "capacity_max_probes",
+        "slo_confidence_pct",
+        "max_extensions",
+    ):
         assert f'name="{name}" inputmode' in page
     assert 'value="1234"' in page and 'value="2.5"' in page
 
@@ -894,6 +905,7 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
         "steady_multiple": 2.5,
         "ramp_up_seconds": 3,
         "seed": 7,
+        "max_extensions": 0,
         "capacity": {
             "axis": "concurrency",
             "max_probes": 5,
@@ -903,6 +915,7 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
         },
     }
     slos = {"ttft_ms": 300, "ttft_percentile": 90, "e2el_ms": 9000, "min_attainment_pct": 99.5}
+    slos["confidence_pct"] = 99
     experiment = make_experiment(alice.org, workload=workload, slos=slos, defaults_trial=True)
     payload, errors = builder.experiment_payload(builder.builder_form_from_experiment(experiment))
     assert errors == {}
@@ -911,7 +924,7 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
     assert protocol.Workload.model_validate(
         payload["workload"]
     ) == protocol.Workload.model_validate(experiment.workload)
-    for name in ("steady_multiple", "ramp_up_seconds", "seed", "capacity"):
+    for name in ("steady_multiple", "ramp_up_seconds", "seed", "max_extensions", "capacity"):
         assert payload["workload"][name] == workload[name], name
     assert payload["slos"] == slos
     # Without a search, none is made up; with the protocol's default, nothing is added.
@@ -931,11 +944,22 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
         ({"slo_ttft_percentile": "42"}, "slos.ttft_percentile", "slo_ttft_percentile"),
         ({"slo_min_attainment_pct": "150"}, "slos.min_attainment_pct", "slo_min_attainment_pct"),
         ({"seed": "-1"}, "workload.seed", "seed"),
+        ({"slo_confidence_pct": "100"}, "slos.confidence_pct", "slo_confidence_pct"),
+        ({"max_extensions": "-1"}, "workload.max_extensions", "max_extensions"),
         ({"search_strategy": "prune", "search_max_trials": "0"}, "search.max_trials",
          "search_max_trials"),
         ({"search_strategy": "halving"}, "search.strategy", "search_strategy"),
     ],
-    ids=["max-probes", "percentile", "attainment", "seed", "max-trials", "halving-no-capacity"],
+    ids=[
+        "max-probes",
+        "percentile",
+        "attainment",
+        "seed",
+        "confidence",
+        "extensions",
+        "max-trials",
+        "halving-no-capacity",
+    ],
 )  # fmt: skip
 def test_it_shows_a_new_inputs_error_beside_it_and_stores_nothing(alice, change, path, slot):
     model = make_model(alice.org)
