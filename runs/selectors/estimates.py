@@ -289,24 +289,27 @@ def experiment_estimate(
         if (short := kv_shortfall(plan.kv_tokens, workload, input_len, output_len)) is not None:
             warnings.append(f"Trial {index + 1}: {short}")
         for level in levels * workload.repeats + probes:
+
+            def step_at(batch: int) -> float:
+                return _decode_step(steps, batch, input_len, output_len)  # noqa: B023
+
             if workload.level_seconds is not None:
-                # A timed level: its seconds, then the drain of what is in flight.
+                # A timed level: its seconds, then the drain of what is in flight; its steps
+                # at the batch it holds (its concurrency, or at a rate, the largest).
                 drain = level.get("concurrency") or 1
-                sweep += workload.level_seconds + _level_seconds(
+                seconds = workload.level_seconds + _level_seconds(
                     level, drain, input_len, output_len, max_batch, steps
                 )
+                sweep += seconds
+                batch = min(level.get("concurrency") or max_batch, max_batch)
+                engine_steps += seconds / step_at(batch)
+                sequence_steps += seconds / step_at(batch) * batch
                 continue
             requests = _level_sends(workload, level, window, slos)
             seconds = _level_seconds(level, requests, input_len, output_len, max_batch, steps)
             sweep += seconds
             level_sequence_steps = requests * output_len
-            batch = _level_batch(
-                level,
-                max_batch,
-                seconds,
-                level_sequence_steps,
-                lambda b: _decode_step(steps, b, input_len, output_len),  # noqa: B023
-            )
+            batch = _level_batch(level, max_batch, seconds, level_sequence_steps, step_at)
             engine_steps += level_sequence_steps / batch
             sequence_steps += level_sequence_steps
 

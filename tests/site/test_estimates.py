@@ -117,6 +117,16 @@ def test_a_simulated_run_takes_what_computing_it_here_takes(alice):
         workload=experiment.workload | {"requests_per_level": 2000},
     )
     assert experiment_estimate(experiment=longer).total_seconds > estimate.total_seconds
+    # Timed levels are computed too: a minute of simulated time per level is more work.
+    timed = make_experiment(
+        alice.org,
+        model=experiment.model,
+        engine="sim",
+        name="timed",
+        workload=experiment.workload | {"level_seconds": 60},
+    )
+    bare_timed = experiment_estimate(experiment=timed, assumptions=bare).total_seconds
+    assert experiment_estimate(experiment=timed).total_seconds > bare_timed
 
 
 def test_a_local_pod_starts_in_seconds_and_fetches_nothing(alice, settings):
