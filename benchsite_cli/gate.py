@@ -34,8 +34,8 @@ Guarantees (pure: no network, no clock; ``docs/cli.md`` documents the rules):
   before, and its row says "no interval". Every row says the change in words:
   ``worse by 12 % (CI 8–16 %)``, ``better by 5 % (CI 2–9 %)``, ``within noise (CI −3–+4 %)``.
 - When both runs' answers name a winner (a capacity search ran), each paired configuration
-  also compares its capacity at the SLOs (the trials' ``capacity``; its bracket
-  ``[bracket_low, bracket_high)`` is its interval); informational unless a ``capacity``
+  also compares its capacity at the SLOs (the trials' ``capacity``; ``[bracket_low,
+  capacity_upper_load)`` is its interval); informational unless a ``capacity``
   threshold is given, then gated like the figures (a higher capacity is better).
 """
 
