@@ -8,7 +8,7 @@ import pytest
 
 from agents.hardware import gpu_profile, start_check
 from frontend.experiments.estimate_panel import duration_text
-from runs.models import GpuType, Run
+from runs.models import Experiment, GpuType, Run
 from runs.selectors.estimates import Assumptions, experiment_estimate
 from runs.services.catalogue import gpu_price_set
 
@@ -108,23 +108,21 @@ def test_a_simulated_run_takes_what_computing_it_here_takes(alice):
     # What the modelled GPU would take is kept beside it, and is far longer.
     assert estimate.gpu_seconds > 10 * estimate.total_seconds
     assert duration_text(estimate.total_seconds).endswith(" s")
+
+    def variant(name: str, **workload) -> Experiment:
+        return make_experiment(
+            alice.org,
+            model=experiment.model,
+            engine="sim",
+            name=name,
+            workload=experiment.workload | workload,
+        )
+
     # More requests per level: more to compute.
-    longer = make_experiment(
-        alice.org,
-        model=experiment.model,
-        engine="sim",
-        name="longer",
-        workload=experiment.workload | {"requests_per_level": 2000},
-    )
+    longer = variant("longer", requests_per_level=2000)
     assert experiment_estimate(experiment=longer).total_seconds > estimate.total_seconds
     # Timed levels are computed too: a minute of simulated time per level is more work.
-    timed = make_experiment(
-        alice.org,
-        model=experiment.model,
-        engine="sim",
-        name="timed",
-        workload=experiment.workload | {"level_seconds": 60},
-    )
+    timed = variant("timed", level_seconds=60)
     bare_timed = experiment_estimate(experiment=timed, assumptions=bare).total_seconds
     assert experiment_estimate(experiment=timed).total_seconds > bare_timed
 
