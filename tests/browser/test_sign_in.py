@@ -18,10 +18,13 @@ def test_it_signs_in_and_out(page, sign_in, alice):
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
 
 
-def test_it_signs_in_through_single_sign_on(page, alice):
+def test_it_signs_in_through_single_sign_on(page, alice, console):
     """The whole OpenID Connect round trip in Chromium: a site configured for the test's
     issuer on 127.0.0.1, its button, the issuer, the callback, signed in as a member of the
     organization the e-mail's domain maps to."""
+    # The page's server is this test's own and stops with it; Chromium fetches the icon
+    # when it pleases (after "load", seen in CI), and a fetch after the stop is refused.
+    console.allow(r"ERR_CONNECTION_REFUSED \(http://127\.0\.0\.1:\d+/static/frontend/icon\.svg\)")
     issuer = OidcIssuer()
     environment = issuer.settings() | {"BENCHSITE_SSO_DOMAIN_ORGS": "acme.example=acme:viewer"}
     try:
@@ -31,8 +34,6 @@ def test_it_signs_in_through_single_sign_on(page, alice):
             expect(page.get_by_role("heading", name="Your organizations")).to_be_visible()
             expect(page.get_by_role("link", name="Acme")).to_be_visible()
             assert page.url == f"http://{address}/"
-            # Its icon and the rest load before the server stops (else: refused, an error).
-            page.wait_for_load_state("load")
     finally:
         issuer.close()
     membership = Membership.objects.get(user__email="dana@acme.example")
