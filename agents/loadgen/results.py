@@ -117,7 +117,7 @@ def _slo_report(
     samples: dict[str, list[float]],
     stats: dict,
     slos: Slos,
-    records: Sequence[RequestRecord],
+    misses: list[bool],
     attainment_pct: float | None,
 ) -> dict | None:
     """Each objective given: a latency target against the percentile it names, and the
@@ -145,17 +145,15 @@ def _slo_report(
         }
     if slos.min_attainment_pct is not None:
         target = slos.min_attainment_pct
-        # Requests failed count as missing every target.
-        flags = [not (record.success and request_meets_slos(record, slos)) for record in records]
-        missing, spans = sum(flags), span_counts(flags)
+        missing, spans = sum(misses), span_counts(misses)
         verdict = objective_verdict(
-            missing, len(flags), allowed_share(attainment_pct=target), confidence, spans
+            missing, len(misses), allowed_share(attainment_pct=target), confidence, spans
         )
         report[ATTAINMENT] = {
             "target": target,
             "value": attainment_pct,
             "met": verdict == MET,
-            "judged": len(flags),
+            "judged": len(misses),
             "beyond": missing,
             "spans": spans,
             "verdict": verdict,
@@ -197,9 +195,14 @@ def level_result(
         summary = summarize(samples[metric], scale=1000.0)
         for name in ("mean", "median", "std", "p90", "p95", "p99"):
             stats[f"{name}_{metric}_ms"] = summary[name]
-    goodput = attainment = good = None
+    goodput = attainment = None
+    # Per request, in the order sent: whether it missed some target (a failed one, all).
+    misses = [
+        not (record.success and request_meets_slos(record, slos))
+        for record in (records if slos is not None else ())
+    ]
     if slos is not None and slos.latency_targets:
-        good = sum(1 for record in successes if request_meets_slos(record, slos))
+        good = len(misses) - sum(misses)
         goodput = good / safe_duration
         attainment = 100.0 * good / len(records) if records else None
     origin = min((record.start for record in records), default=0.0)
@@ -225,7 +228,7 @@ def level_result(
     result["usage_missing"] = sum(1 for record in successes if record.output_tokens is None)
     result["slo_attainment_pct"] = attainment
     result["slo"] = (
-        _slo_report(samples, stats, slos, records, attainment) if slos is not None else None
+        _slo_report(samples, stats, slos, misses, attainment) if slos is not None else None
     )
     result["server"] = server
     return result
