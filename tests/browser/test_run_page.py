@@ -334,6 +334,9 @@ def test_an_opened_level_detail_stays_open_across_a_re_read(page, sign_in, alice
     run = session_run(make_experiment(alice.org), (17.8, 20.4), hit_rate=0.625)  # still live
     sign_in(page, alice)
     run_page(page, run)
+    # The read on connecting first: a click before it lands on markup it then replaces
+    # (the table stayed hidden once in a fresh-clone CI run).
+    page.wait_for_function("() => benchsiteRunPage.resyncs >= 1")
     by_turn = page.locator("#trial-0 details.turns")
     by_turn.get_by_text("By turn").click()
     expect(by_turn.get_by_role("table")).to_be_visible()
