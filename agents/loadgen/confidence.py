@@ -6,13 +6,21 @@ Guarantees:
   ``{median,p90,p95,p99}_{ttft,tpot,itl,e2el}_ms``,
   ``output_throughput``, and with latency SLOs ``request_goodput``
   and ``slo_attainment_pct``; each ``{"low": …, "high": …}``.
-- Rates (output throughput, goodput) by **batch means**: the window is cut into up to
-  ``BATCHES`` equal spans of time, each span's rate is the output tokens that arrived in it
-  (goodput: the good requests that ended in it), and the interval is Student's t over those
-  rates, its variance inflated by their lag-1 correlation, (1 + ρ) / (1 − ρ). Requests in a
-  closed loop share
-  batches and the whole level shares one engine state: they are not independent draws, and
-  resampling them would claim a certainty the level does not have.
+- Rates (output throughput, goodput) of a **closed loop** (a ``concurrency`` level) by
+  **Little's law**: with the same number of requests always in flight, a rate of what the
+  requests deliver is that number × Σ delivered ÷ Σ time in flight, so the figure's relative
+  error is that ratio's, by the circular block bootstrap below. Spans of time cannot judge
+  such a loop: its requests start in waves, each wave's prompts stall the decodes for a
+  while, so the rate of a span depends on the phase of the wave it caught — the same in
+  every re-run of the same traffic, not noise — and a window of three waves read as ±25 %
+  where re-runs with other noise seeds differed by 2 % (``benchmarks/reproducibility.py``).
+- Rates of an **open loop** (a ``request_rate`` level) by **batch means**: the window is
+  cut into up to ``BATCHES`` equal spans of time, each span's rate is the output tokens that
+  arrived in it (goodput: the good requests that ended in it), and the interval is Student's
+  t over those rates, its variance inflated by their lag-1 correlation, (1 + ρ) / (1 − ρ).
+  In neither loop are requests independent draws (they share batches and the whole level
+  shares one engine state): resampling requests as rates would claim a certainty the level
+  does not have.
 - Latency percentiles (and the attainment) by a **circular block bootstrap** over requests
   in the order sent: each resample strings together blocks of ``n / BATCHES`` consecutive
   requests from random starts, percentile method. Requests sent together miss their
@@ -67,12 +75,13 @@ _PER_REQUEST = {
 
 
 def _interval(
-    samples: Sequence[float], statistic: Callable[[np.ndarray, int], np.ndarray]
+    samples: Sequence[float] | np.ndarray, statistic: Callable[[np.ndarray, int], np.ndarray]
 ) -> dict[str, float] | None:
     """The circular block bootstrap's percentile interval of ``statistic`` over ``samples``
-    in the order sent (module docstring)."""
+    in the order sent (module docstring); a row of ``samples`` may hold several figures of
+    one request (the statistic then sees resamples × requests × figures)."""
     data = np.asarray(samples, dtype=float)
-    count = data.size
+    count = len(data)
     if count < MIN_SAMPLES or np.all(data == data[0]):
         return None
     block = max(1, math.ceil(count / BATCHES))
@@ -115,24 +124,36 @@ def confidence_intervals(
             )
     intervals.update(_itl_intervals(successes))
     batches = _batch_count(successes, start, end)
-    # Every token that arrived in the window: of the requests that started in it and of those
-    # that ended in it (a request in flight when the window opened is among the latter).
-    delivering = {id(record): record for record in (*measured, *served) if record.success}
-    intervals["output_throughput"] = _rate_interval(
-        _token_times(list(delivering.values())),
-        start,
-        end,
-        batches,
-        figures.get("output_throughput"),
-    )
-    if slos is not None and slos.latency_targets and measured:
-        good = [1.0 if r.success and request_meets_slos(r, slos) else 0.0 for r in measured]
-        intervals["request_goodput"] = _rate_interval(
-            [(r.finished, 1.0) for r in measured if r.success and request_meets_slos(r, slos)],
+    closed_loop = figures.get("concurrency") is not None
+    tokens = [record.served_output_tokens if record.success else 0 for record in measured]
+    if closed_loop:
+        intervals["output_throughput"] = _loop_rate_interval(
+            measured, tokens, batches, figures.get("output_throughput")
+        )
+    else:
+        # Every token that arrived in the window: of the requests that started in it and of
+        # those that ended in it (a request in flight when the window opened is among the
+        # latter).
+        delivering = {id(record): record for record in (*measured, *served) if record.success}
+        intervals["output_throughput"] = _rate_interval(
+            _token_times(list(delivering.values())),
             start,
             end,
             batches,
-            figures.get("request_goodput"),
+            figures.get("output_throughput"),
+        )
+    if slos is not None and slos.latency_targets and measured:
+        good = [1.0 if r.success and request_meets_slos(r, slos) else 0.0 for r in measured]
+        intervals["request_goodput"] = (
+            _loop_rate_interval(measured, good, batches, figures.get("request_goodput"))
+            if closed_loop
+            else _rate_interval(
+                [(r.finished, 1.0) for r, meets in zip(measured, good, strict=True) if meets],
+                start,
+                end,
+                batches,
+                figures.get("request_goodput"),
+            )
         )
         intervals["slo_attainment_pct"] = _interval(
             good, lambda sample, axis: np.mean(sample, axis=axis) * 100
@@ -192,6 +213,34 @@ def _rate_interval(
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, batches - 1) * rates.std(ddof=1))
     half *= math.sqrt((1 + rho) / (1 - rho) / batches)
     return {"low": max(0.0, value - half), "high": value + half}
+
+
+def _loop_rate_interval(
+    measured: Sequence[RequestRecord], amounts: Sequence[float], batches: int, value: object
+) -> dict[str, float] | None:
+    """A closed loop's rate by Little's law (module docstring) around the level's ``value``:
+    the relative interval of Σ ``amounts`` ÷ Σ time in flight over ``measured`` (one amount
+    per request) by the circular block bootstrap in the order sent; none where batch means
+    would have none (``batches`` 0)."""
+    if not batches or not isinstance(value, int | float) or value <= 0:
+        return None
+    rows = np.array(
+        sorted(
+            (record.start, amount, record.finished - record.start)
+            for record, amount in zip(measured, amounts, strict=True)
+            if record.finished > record.start
+        )
+    )
+    if rows.size == 0 or rows[:, 1].sum() <= 0:
+        return None
+    delivered, in_flight = rows[:, 1], rows[:, 2]
+    ratio = delivered.sum() / in_flight.sum()
+    found = _interval(
+        rows[:, 1:], lambda sample, axis: sample[..., 0].sum(axis) / sample[..., 1].sum(axis)
+    )
+    if found is None:  # every request alike: the ratio has no spread of its own
+        return {"low": float(value), "high": float(value)}
+    return {"low": value * found["low"] / ratio, "high": value * found["high"] / ratio}
 
 
 def with_rerun_spread(

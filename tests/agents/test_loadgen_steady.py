@@ -133,8 +133,11 @@ def _record(index: int, ttft: float, tokens: int = 10) -> RequestRecord:
     return record
 
 
-def _intervals(records, end: float, slos: Slos) -> dict:
-    figures = level_result({"concurrency": 1}, records, duration=end, slos=slos)
+OPEN_LOOP = {"request_rate": 1.0}
+
+
+def _intervals(records, end: float, slos: Slos, level: dict | None = None) -> dict:
+    figures = level_result(level or {"concurrency": 1}, records, duration=end, slos=slos)
     return confidence_intervals(records, records, start=0.0, end=end, slos=slos, figures=figures)
 
 
@@ -161,7 +164,7 @@ def test_intervals_hold_the_figure_and_narrow_with_more_requests():
     assert flow == pytest.approx({"low": 9.608, "high": 10.392}, abs=1e-3)
 
 
-def test_a_rate_interval_follows_the_spread_between_spans_of_time_not_between_requests():
+def test_an_open_loops_rate_interval_follows_the_spread_between_spans_of_time():
     # The same 400 requests of 10 tokens, served in bursts: 40 in one second, then none for
     # nine. Over requests they look alike; over time the level delivered unevenly, and a
     # re-run's window may catch more bursts or fewer.
@@ -173,10 +176,48 @@ def test_a_rate_interval_follows_the_spread_between_spans_of_time_not_between_re
         bursty.append(record)
     even = [_record(i, 0.1) for i in range(400)]  # one every second: 400 s
     slos = Slos(ttft_ms=170)
-    burst = _intervals(bursty, 400.0, slos)["output_throughput"]
-    steady = _intervals(even, 400.0, slos)["output_throughput"]
+    burst = _intervals(bursty, 400.0, slos, OPEN_LOOP)["output_throughput"]
+    steady = _intervals(even, 400.0, slos, OPEN_LOOP)["output_throughput"]
     assert burst["high"] - burst["low"] > 1.5 * (steady["high"] - steady["low"])
     assert burst["low"] <= 10.0 <= burst["high"]
+
+
+def _waves(count: int, *, stalled_every: int = 0) -> list[RequestRecord]:
+    # A closed loop of 100 users in waves of 8 s: 3 s of prefill with no token, then 50
+    # tokens in 5 s (with ``stalled_every``, every such wave takes twice as long).
+    records, moment = [], 0.0
+    for wave in range(count):
+        slow = 2.0 if stalled_every and wave % stalled_every == 0 else 1.0
+        for index in range(100):
+            record = RequestRecord(100 * wave + index, 50, start=moment)
+            record.ttft, record.itl = 3.0 * slow, [0.1 * slow] * 49
+            record.latency = record.ttft + sum(record.itl)
+            record.finished = moment + record.latency
+            record.output_tokens, record.success = 50, True
+            records.append(record)
+        moment += 8.0 * slow
+    return records
+
+
+def test_a_closed_loops_rate_interval_does_not_read_its_waves_as_noise():
+    # Three waves in the window: spans of time catch them in different phases (no token in a
+    # prefill, many in a decode) — the same in every re-run of this traffic. The interval is
+    # the pod-to-pod spread alone, where spans of time claimed ±25 % (the demo at 110 users).
+    slos = Slos(ttft_ms=5000)
+    waves = _waves(3)
+    end = max(record.finished for record in waves)
+    closed = _intervals(waves, end, slos)["output_throughput"]
+    figure = 300 * 50 / end
+    assert closed["low"] == pytest.approx(figure * (1 - 1.96 * 0.02), rel=1e-3)
+    assert closed["high"] == pytest.approx(figure * (1 + 1.96 * 0.02), rel=1e-3)
+    spans = _intervals(waves, end, slos, OPEN_LOOP)["output_throughput"]
+    assert spans["high"] - spans["low"] > 0.3 * figure
+    # Waves that differ are evidence of spread: every third one stalled widens it.
+    stalled = _waves(12, stalled_every=3)
+    end = max(record.finished for record in stalled)
+    uneven = _intervals(stalled, end, slos)["output_throughput"]
+    figure = 1200 * 50 / end
+    assert uneven["low"] < figure * (1 - 0.05) and uneven["high"] > figure * (1 + 0.05)
 
 
 def test_a_timed_level_closes_its_window_when_sending_stops(server):
