@@ -38,7 +38,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import disable_progress_bars
 
-from agents.protocol import ModelSource
+from agents.protocol import HUB_OFFLINE_ENV, ModelSource
 
 # What vLLM reads besides the weights: configs (any *.json at the top), tokenizers of every
 # kind, and chat templates.
@@ -55,7 +55,6 @@ _WEIGHT_PATTERNS = (("*.safetensors",), ("*.bin",), ("*.pt", "*.pth"))
 # Kept free beside the weights by default: vLLM's compile cache, logs and the trial's scratch.
 DEFAULT_DISK_RESERVE_BYTES = 2 * 1024**3
 DOWNLOAD_ATTEMPTS = 3
-HUB_OFFLINE_ENV = "HF_HUB_OFFLINE"
 
 
 class WeightsError(RuntimeError):

@@ -86,7 +86,8 @@ LOGOUT_REDIRECT_URL = "login"
 # Single sign-on through an OpenID Connect issuer (runs/sso.py), on when a client id is set:
 # the issuer's endpoints, this site's client, and which organizations a first sign-in joins
 # by the verified e-mail's domain ("acme.example=acme:member,corp.example=corp:viewer"; the
-# owner role is never granted this way). Password sign-in can be turned off.
+# owner role is never granted this way): only these domains' e-mails create accounts.
+# Password sign-in can be turned off.
 OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", "")
 OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", "", secret=True)
 OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
@@ -96,8 +97,6 @@ OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT", "")
 OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
 OIDC_RP_SCOPES = "openid email"
 OIDC_USE_PKCE = True
-# Back to the sign-in page, saying so, when the issuer's answer does not sign anyone in.
-LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
 OIDC_AUTHENTICATE_CLASS = "frontend.sign_in.SsoStartView"
 OIDC_CALLBACK_CLASS = "frontend.sign_in.SsoCallbackView"
 BENCHSITE_SSO_DOMAIN_ORGS = env_list("BENCHSITE_SSO_DOMAIN_ORGS", [])

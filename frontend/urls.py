@@ -1,13 +1,15 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from frontend import views
+from frontend import account, views
 from frontend.sign_in import SignInView
 
 urlpatterns = [
     path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="home"),
+    path("account/", account.account, name="account"),
+    path("account/sso/attach/", account.account_sso_attach, name="account-sso-attach"),
     path("o/<slug:org>/", views.org_overview, name="org-overview"),
     # One package per area of the site: its views, URLs and forms, its templates under
     # templates/frontend/<area>/ and its static files under static/frontend/<area>/.

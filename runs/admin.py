@@ -95,11 +95,36 @@ class BudgetAdmin(ReadOnlyAdmin):
     list_filter = ["organization"]
 
 
+class PodUnreachableFilter(admin.SimpleListFilter):
+    """Runs whose pod the site cannot reach to terminate (it may still be billed)."""
+
+    title = "pod out of reach"
+    parameter_name = "pod_unreachable"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Yes")]
+
+    def queryset(self, request, queryset):
+        return queryset.exclude(pod_unreachable="") if self.value() == "yes" else queryset
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
-    list_display = ["id", "organization", "experiment", "state", "cost_usd", "created_at"]
-    list_filter = ["state", "organization"]
+    list_display = [
+        "id",
+        "organization",
+        "experiment",
+        "state",
+        "cost_usd",
+        "created_at",
+        "pod_out_of_reach",
+    ]
+    list_filter = ["state", PodUnreachableFilter, "organization"]
     exclude = ["run_token_hash"]
+
+    @admin.display(boolean=True, description="pod out of reach")
+    def pod_out_of_reach(self, run: Run) -> bool:
+        return bool(run.pod_unreachable)
 
 
 @admin.register(AuditEvent)

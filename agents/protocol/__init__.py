@@ -24,6 +24,7 @@ Guarantees:
   - ``messages``: agent → site messages and the site's answers;
   - ``transport``: routes, socket close codes and the REST batch, for both sides;
   - ``job``: ``JobSpec`` and its parts;
+  - ``host_env``: the environment variables an agent reads on its host;
   - ``schema``: the JSON Schema of all of it (``python -m agents.protocol``).
 - Validation is strict and complete: a boolean is not a number, ``"8"`` is not ``8``, and
   every problem is reported at once as a ``FieldError`` whose ``field`` is a path relative to
@@ -50,6 +51,24 @@ from agents.protocol.gpu import (
     GpuLevelFigures,
     GpuReading,
     MeanMax,
+)
+from agents.protocol.host_env import (
+    AGENT_HOST_SETTINGS,
+    AGENT_POD_ENV,
+    DISK_RESERVE_ENV,
+    ENDPOINT_API_KEY_ENV,
+    ENGINE_RESTARTS_ENV,
+    HANG_SECONDS_ENV,
+    HF_TOKEN_ENV,
+    HUB_ENDPOINT_ENV,
+    HUB_OFFLINE_ENV,
+    JOB_ENV,
+    SIM_OVER_HTTP_ENV,
+    TOKEN_ENV,
+    VLLM_COMMAND_ENV,
+    VLLM_CPU_ENV,
+    VLLM_ENV_ENV,
+    WEIGHTS_DIR_ENV,
 )
 from agents.protocol.job import (
     MAX_JOB_TRIALS,
@@ -213,16 +232,26 @@ from agents.protocol.workload import (
 __all__ = [
     "AGENT_DATASET_ROUTE",
     "AGENT_EPOCH_ROUTE",
+    "AGENT_HOST_SETTINGS",
     "AGENT_JOB_ROUTE",
     "AGENT_MESSAGES_ROUTE",
+    "AGENT_POD_ENV",
     "AGENT_SOCKET_ROUTE",
     "API_BASE_ROUTE",
     "BATCH_SUBPROTOCOL",
     "BIGINT_COLUMN_MAX",
     "BURSTINESS_RANGE",
     "CAPACITY_STOP_REASONS",
+    "DISK_RESERVE_ENV",
+    "ENDPOINT_API_KEY_ENV",
+    "ENGINE_RESTARTS_ENV",
     "GPU_READINGS",
+    "HANG_SECONDS_ENV",
+    "HF_TOKEN_ENV",
+    "HUB_ENDPOINT_ENV",
+    "HUB_OFFLINE_ENV",
     "INTEGER_COLUMN_MAX",
+    "JOB_ENV",
     "LATENCY_METRICS",
     "LATENCY_STATISTICS",
     "LEVEL_RESULT_KEY",
@@ -249,13 +278,19 @@ __all__ = [
     "SEARCH_STRATEGIES",
     "SERVE_FLAGS",
     "SERVE_FLAGS_SCHEMA_VERSION",
+    "SIM_OVER_HTTP_ENV",
     "SITE_FRAME_MODELS",
     "SLO_CHECK_KEY",
     "SLO_PERCENTILES",
+    "TOKEN_ENV",
     "TRACE_FORMATS",
     "TRIAL_FAILURE_CLASSES",
     "VERDICTS",
     "VERDICT_WORDS",
+    "VLLM_COMMAND_ENV",
+    "VLLM_CPU_ENV",
+    "VLLM_ENV_ENV",
+    "WEIGHTS_DIR_ENV",
     "WEIGHTS_PHASE",
     "Ack",
     "AgentMessage",

@@ -15,10 +15,7 @@ from pathlib import Path
 
 import pydantic
 
-from agents.protocol import JobSpec, pydantic_field_errors
-
-JOB_ENV = "BENCHSITE_JOB"
-TOKEN_ENV = "BENCHSITE_TOKEN"
+from agents.protocol import JOB_ENV, TOKEN_ENV, JobSpec, pydantic_field_errors
 
 
 class JobError(ValueError):

@@ -22,20 +22,25 @@ from agents.engines.process import ProcessEngine
 from agents.engines.sim.engine import sim_engine
 from agents.engines.sim.noise import derived_seed
 from agents.engines.vllm import vllm_engine
-from agents.protocol import JobSpec, ModelSource
+from agents.protocol import (
+    DISK_RESERVE_ENV,
+    ENDPOINT_API_KEY_ENV,
+    ENGINE_RESTARTS_ENV,
+    HANG_SECONDS_ENV,
+    HF_TOKEN_ENV,
+    HUB_ENDPOINT_ENV,
+    HUB_OFFLINE_ENV,
+    SIM_OVER_HTTP_ENV,
+    VLLM_COMMAND_ENV,
+    VLLM_CPU_ENV,
+    VLLM_ENV_ENV,
+    WEIGHTS_DIR_ENV,
+    JobSpec,
+    ModelSource,
+)
 from agents.runner.offline_sim import OfflineSimEngine
-from agents.weights import DEFAULT_DISK_RESERVE_BYTES, HUB_OFFLINE_ENV
+from agents.weights import DEFAULT_DISK_RESERVE_BYTES
 
-VLLM_COMMAND_ENV = "BENCHSITE_VLLM_COMMAND"
-VLLM_CPU_ENV = "BENCHSITE_VLLM_CPU"
-VLLM_ENV_ENV = "BENCHSITE_VLLM_ENV"
-WEIGHTS_DIR_ENV = "BENCHSITE_WEIGHTS_DIR"
-DISK_RESERVE_ENV = "BENCHSITE_DISK_RESERVE_GB"
-ENGINE_RESTARTS_ENV = "BENCHSITE_ENGINE_RESTARTS"
-HANG_SECONDS_ENV = "BENCHSITE_HANG_SECONDS"
-HF_TOKEN_ENV = "HF_TOKEN"
-ENDPOINT_API_KEY_ENV = "BENCHSITE_ENDPOINT_API_KEY"
-SIM_OVER_HTTP_ENV = "BENCHSITE_SIM_OVER_HTTP"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -111,7 +116,7 @@ class EngineOptions:
             weights_dir=Path(weights_dir).expanduser() if weights_dir else None,
             hf_token=environ.get(HF_TOKEN_ENV) or None,
             hub_offline=_true(environ.get(HUB_OFFLINE_ENV, "")),
-            hub_endpoint=environ.get("HF_ENDPOINT") or None,
+            hub_endpoint=environ.get(HUB_ENDPOINT_ENV) or None,
             disk_reserve_bytes=reserve_bytes,
             engine_restarts=restarts,
             hang_seconds=hang,

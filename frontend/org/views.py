@@ -316,6 +316,9 @@ def _secret_page(request, membership, provider: CredentialProvider):
             )
         except DomainValidationError as exc:
             errors = exc.fields  # the messages describe the rule, never the key
+        except Conflict as exc:  # pods rented with the stored key hold it
+            messages.error(request, str(exc))
+            return redirect(page["url"], membership.organization.slug)
         else:
             messages.success(request, f"Saved the {page['title']} {credential.fingerprint}.")
             return redirect(page["url"], membership.organization.slug)
@@ -332,10 +335,14 @@ def _secret_page(request, membership, provider: CredentialProvider):
 
 def _secret_remove(request, membership, provider: CredentialProvider):
     page = _SECRET_PAGES[provider]
-    provider_key_clear(
-        actor=actor_from_request(request), org=membership.organization, provider=provider
-    )
-    messages.success(request, page["removed"])
+    try:
+        provider_key_clear(
+            actor=actor_from_request(request), org=membership.organization, provider=provider
+        )
+    except Conflict as exc:  # pods rented with it hold it
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, page["removed"])
     return redirect(page["url"], membership.organization.slug)
 
 

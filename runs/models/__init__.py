@@ -20,6 +20,7 @@ from runs.models.notifications import (
 from runs.models.promotions import Promotion, PromotionState
 from runs.models.runs import Measurement, Run, Trial
 from runs.models.schedules import ExperimentSchedule, GateVerdict, ScheduleFiring
+from runs.models.sso import SsoIdentity
 from runs.models.tenancy import ApiToken, Membership, Organization, Role, User
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "Role",
     "Run",
     "ScheduleFiring",
+    "SsoIdentity",
     "Trial",
     "TrialLevelFigures",
     "User",

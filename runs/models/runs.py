@@ -70,6 +70,10 @@ class Run(models.Model):
     # by the create's own answer, else by a reconcile pass (whose period bounds the error).
     pod_running_at = models.DateTimeField(null=True, blank=True)
     pod_terminated_at = models.DateTimeField(null=True, blank=True)
+    # Why the site cannot reach its unreleased pod to terminate it (the organization's Runpod
+    # key is gone, unreadable or refused), for the operator; empty while it can
+    # (``runs.services.reconcile``).
+    pod_unreachable = models.TextField(blank=True)
     # How the pod got the model's weights (the agent's ``weights_downloaded`` phase: bytes,
     # seconds, MB/s, cached); empty until reported, and for runs that fetch none.
     weights_fetch = models.JSONField(default=dict, blank=True)

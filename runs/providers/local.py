@@ -7,6 +7,9 @@ Guarantees (on top of ``runs.providers.base``):
   records, so a restarted worker finds the pods an earlier one started.
 - The job and the run token reach the agent only through its environment; its output goes to
   ``<state_dir>/<pod name>/agent.log``.
+- The agent's environment is the pod's own (``PodSpec.env``), the operator's ``extra_env``,
+  and from the worker's environment only the names in ``AGENT_ENV_ALLOWLIST``: never the
+  site's secrets, which live in that same environment.
 - A record whose process is gone reads ``EXITED``; a recycled pid is not mistaken for the
   agent (the process's start time is recorded and compared).
 - No zombie: the process that started an agent reads its exit status as soon as it exits,
@@ -31,10 +34,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 
+from agents.protocol import AGENT_HOST_SETTINGS
 from runs.providers.base import (
     POD_NAME_PREFIX,
     PermanentProviderError,
@@ -45,6 +49,57 @@ from runs.providers.base import (
 from runs.providers.process_tree import kill_tree
 
 STOP_GRACE_SECONDS = 10.0
+# The worker's variables an agent inherits (docs/security.md, "The agent's environment"):
+# what a Python process and the libraries the agent runs need on this host, and the agent's
+# own host settings. The worker's environment also holds the site's secrets (SECRET_KEY signs
+# run tokens, CREDENTIALS_ENCRYPTION_KEY opens every organization's keys, DATABASE_URL), so
+# nothing is passed that is not named here.
+AGENT_ENV_ALLOWLIST = frozenset(
+    {
+        # The process: where programs, the home folder, the locale, the time zone, scratch.
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "LC_ALL",
+        "LC_CTYPE",
+        "LC_NUMERIC",
+        "LC_TIME",
+        "LC_COLLATE",
+        "LC_MONETARY",
+        "LC_MESSAGES",
+        "TZ",
+        "TMPDIR",
+        # Python: which interpreter and packages (the agent is ``python -m agents.cli``).
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "VIRTUAL_ENV",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+        # GPUs on an on-premises box: the driver's libraries and which devices are this one's.
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        # The way out to the site and the hub: proxies and trusted certificates.
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        # The Hugging Face libraries' cache and offline switches (never a token: HF_TOKEN is
+        # the organization's, and comes with the pod).
+        "HF_HOME",
+        "TRANSFORMERS_OFFLINE",
+        "HF_HUB_DISABLE_TELEMETRY",
+        *AGENT_HOST_SETTINGS,
+    }
+)
 # Processes this worker started and that still run: their exit is read from the child itself.
 _children: dict[int, subprocess.Popen] = {}
 _children_lock = threading.Lock()
@@ -61,6 +116,12 @@ def _reap(process: subprocess.Popen) -> None:
     with _children_lock:
         if _children.get(process.pid) is process:
             del _children[process.pid]
+
+
+def agent_environment(worker_environment: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``worker_environment`` an agent may see: the names in
+    ``AGENT_ENV_ALLOWLIST``."""
+    return {key: value for key, value in worker_environment.items() if key in AGENT_ENV_ALLOWLIST}
 
 
 def default_agent_command() -> list[str]:
@@ -154,7 +215,7 @@ class LocalProvider:
             raise PermanentProviderError(f"a pod named {spec.name} exists already")
         workdir = self.state_dir / spec.name
         workdir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.extra_env, **spec.env}
+        env = {**agent_environment(os.environ), **self.extra_env, **spec.env}
         log = (workdir / "agent.log").open("ab")
         try:
             process = subprocess.Popen(  # noqa: S603 - an argv list, never a shell

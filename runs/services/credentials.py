@@ -4,7 +4,10 @@ token): set, clear, and read back for a run.
 Guarantees: the key is stored only as ciphertext (runs/secrets.py); the audit log, error
 messages and return values carry its fingerprint (the last four characters) and never the
 key or the ciphertext; each change and its audit event are written in one transaction; a
-refused key leaves whatever was stored before untouched.
+refused key leaves whatever was stored before untouched. The Runpod key is neither cleared
+nor replaced by another while a pod rented with it is not released (``Conflict`` naming the
+runs): only that key can terminate it. Setting a key where none is stored, or where the
+stored one cannot be decrypted, is always allowed: it is how such pods are reached again.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from django.utils import timezone
 
 from runs.actors import Actor
 from runs.audit import audit_record
-from runs.errors import DomainValidationError
+from runs.errors import Conflict, DomainValidationError
 from runs.models import CredentialProvider, Organization, ProviderCredential
 from runs.providers.base import PermanentProviderError
 from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
+from runs.services.runpod_holds import runs_holding_runpod_pods
 
 API_KEY_MAX_LENGTH = 200
 # Printable ASCII without whitespace: what provider keys are made of, and nothing that could
@@ -32,6 +36,8 @@ _FINGERPRINT_MIN_LENGTH = 16
 # A Hugging Face token travels to the pod as an environment value, where a quote could break
 # out of the provider's query: only what the hub's tokens are made of.
 _HF_TOKEN_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_-")
+# How many of the runs holding a Runpod key a refusal names.
+_HOLDING_RUNS_SHOWN = 5
 # Audit events per service: (set, clear).
 _EVENTS = {
     CredentialProvider.RUNPOD: ("provider_key.set", "provider_key.clear"),
@@ -59,12 +65,43 @@ def key_fingerprint(api_key: str) -> str:
     return "…" + (api_key[-4:] if len(api_key) >= _FINGERPRINT_MIN_LENGTH else "")
 
 
+def _refuse_while_pods_are_held(org: Organization, change: str) -> None:
+    """Raises ``Conflict`` naming the runs when ``org`` holds an unreleased Runpod pod: a key
+    cleared or replaced under it leaves the pod rented, billed and out of reach."""
+    held = list(
+        runs_holding_runpod_pods()
+        .filter(organization=org)
+        .order_by("created_at")
+        .values_list("id", "pod_id")[: _HOLDING_RUNS_SHOWN + 1]
+    )
+    if not held:
+        return
+    named = ", ".join(
+        f"run {run_id}" + (f" (pod {pod_id})" if pod_id else "")
+        for run_id, pod_id in held[:_HOLDING_RUNS_SHOWN]
+    )
+    more = " and more" if len(held) > _HOLDING_RUNS_SHOWN else ""
+    raise Conflict(
+        f"The Runpod key cannot be {change} while pods rented with it are not released: "
+        f"{named}{more}. Cancel these runs and wait until their pods are released."
+    )
+
+
+def _stored_key(credential: ProviderCredential) -> str | None:
+    """The stored key in clear, None when it cannot be decrypted (never shown anywhere)."""
+    try:
+        return decrypt_secret(credential.encrypted_key)
+    except SecretUnreadable:
+        return None
+
+
 @transaction.atomic
 def provider_key_set(
     *, actor: Actor, org: Organization, provider: str, api_key: str
 ) -> ProviderCredential:
     """Stores (or replaces) the organization's key for ``provider``, encrypted; audited as
-    ``provider_key.set`` (``hf_token.set`` for the Hugging Face token)."""
+    ``provider_key.set`` (``hf_token.set`` for the Hugging Face token). Raises ``Conflict``
+    when it would replace a readable Runpod key that unreleased pods hold by another."""
     provider = CredentialProvider(provider)
     _check_api_key(api_key, provider)
     fingerprint = key_fingerprint(api_key)
@@ -74,6 +111,10 @@ def provider_key_set(
         .first()
     )
     before = None
+    # The same key again (re-saved after a rotation of the encryption key) replaces nothing.
+    replaces = credential is not None and _stored_key(credential) not in (None, api_key)
+    if provider == CredentialProvider.RUNPOD and replaces:
+        _refuse_while_pods_are_held(org, "replaced")
     if credential is None:
         credential = ProviderCredential(organization=org, provider=provider, created_by=actor.user)
     else:
@@ -96,7 +137,8 @@ def provider_key_set(
 @transaction.atomic
 def provider_key_clear(*, actor: Actor, org: Organization, provider: str) -> None:
     """Forgets the organization's key for ``provider``; clearing none is a no-op. Audited as
-    ``provider_key.clear`` (``hf_token.remove`` for the Hugging Face token)."""
+    ``provider_key.clear`` (``hf_token.remove`` for the Hugging Face token). Raises
+    ``Conflict`` for a Runpod key that unreleased pods hold."""
     provider = CredentialProvider(provider)
     credential = (
         ProviderCredential.objects.select_for_update()
@@ -105,6 +147,8 @@ def provider_key_clear(*, actor: Actor, org: Organization, provider: str) -> Non
     )
     if credential is None:
         return
+    if provider == CredentialProvider.RUNPOD:
+        _refuse_while_pods_are_held(org, "cleared")
     audit_record(
         org=org,
         actor=actor,

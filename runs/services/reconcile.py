@@ -22,7 +22,12 @@ change is a conditional UPDATE, and terminating a pod twice is harmless):
 - every run it ends has its trials settled in the same transaction (``run_fail``);
 - an ended run whose pod is still up gets it terminated and its final cost recorded;
 - every ``bench-*`` pod that no active run owns is terminated (orphans: e.g. a create that
-  errored but left a pod, a run deleted behind the site's back).
+  errored but left a pod, a run deleted behind the site's back);
+- a run holding a Runpod pod (``runs.services.runpod_holds``) whose organization's account
+  cannot be reached for good (its key deleted, unreadable or refused) has that recorded on the
+  run (``pod_unreachable``, shown to staff in the admin) and logged once as an error naming
+  the run and its pod, never the key; later passes keep trying, and the record is cleared
+  once the account answers again or the pod is released.
 
 A pass costs a fixed number of round trips to the database however many runs are active (the
 costs' conditional UPDATEs travel together), plus a few per run it ends or releases; it calls
@@ -49,6 +54,7 @@ from runs.models import Organization, ProviderCredential, Run
 from runs.models.experiments import engine_is_simulated
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import (
+    PermanentProviderError,
     PodInfo,
     PodState,
     Provider,
@@ -61,6 +67,7 @@ from runs.services.ingest_watch import IngestHearing, ingest_hearing
 from runs.services.notifications import notify_budget_use
 from runs.services.provisioning import run_accrued_cost, run_fail, run_release_pod
 from runs.services.run_resume import run_resume
+from runs.services.runpod_holds import runs_holding_runpod_pods
 
 logger = logging.getLogger(__name__)
 
@@ -88,38 +95,72 @@ class ReconcileReport:
     resumed: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     orphans_terminated: list[str] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
-def _pods_by_account(
-    report: ReconcileReport,
-) -> tuple[dict[Account, dict[str, PodInfo]], dict[Account, Provider]]:
+@dataclass
+class _Accounts:
+    """Every provider account a pass could list: its ``bench-*`` pods by pod id and the
+    provider that listed them; and the Runpod accounts that cannot be reached for good, by
+    organization id, with why."""
+
+    pods: dict[Account, dict[str, PodInfo]] = field(default_factory=dict)
+    providers: dict[Account, Provider] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+
+def _accounts(report: ReconcileReport) -> _Accounts:
     """Every ``bench-*`` pod per (provider, organization) account, by pod id: names are not
-    unique at Runpod (a create the client gave up on may still rent a second pod); and the
-    provider that listed each account, to terminate its orphans with."""
-    pods: dict[Account, dict[str, PodInfo]] = {}
-    providers: dict[Account, Provider] = {}
+    unique at Runpod (a create the client gave up on may still rent a second pod); the
+    provider that listed each account, to terminate its orphans with; and the accounts that
+    cannot be listed for good."""
+    accounts = _Accounts()
     try:
         local = local_provider()
-        pods[("local", None)] = {p.pod_id: p for p in local.list_bench_pods()}
-        providers[("local", None)] = local
+        accounts.pods[("local", None)] = {p.pod_id: p for p in local.list_bench_pods()}
+        accounts.providers[("local", None)] = local
     except (OSError, ProviderError) as exc:
         report.errors.append(f"local: {exc}")
     # Every organization with a key, too: a create that failed may have rented a pod before
     # any of its runs recorded Runpod as its provider.
     runpod_orgs = Organization.objects.filter(
-        Q(id__in=Run.objects.filter(provider="runpod").values("organization_id"))
+        Q(id__in=runs_holding_runpod_pods().values("organization_id"))
         | Q(id__in=ProviderCredential.objects.filter(provider="runpod").values("organization_id"))
     )
     for org in runpod_orgs:
         account = ("runpod", str(org.id))
         try:
             provider = provider_for(org=org, name="runpod")
-            pods[account] = {p.pod_id: p for p in provider.list_bench_pods()}
-            providers[account] = provider
+            accounts.pods[account] = {p.pod_id: p for p in provider.list_bench_pods()}
+            accounts.providers[account] = provider
         except ProviderError as exc:
             report.errors.append(f"runpod ({org.slug}): {exc}")
-    return pods, providers
+            if isinstance(exc, PermanentProviderError):  # no key, or one that cannot work
+                accounts.unreachable[str(org.id)] = str(exc)
+    return accounts
+
+
+def _record_unreachable_pods(accounts: _Accounts, report: ReconcileReport) -> None:
+    """Records on each run holding a Runpod pod of an account that cannot be reached why its
+    pod is out of reach, logging it once; clears the record of runs whose account was
+    listed again or whose pod is released."""
+    holding = runs_holding_runpod_pods()
+    reached = [org_id for name, org_id in accounts.providers if name == "runpod"]
+    Run.objects.exclude(pod_unreachable="").filter(
+        Q(organization_id__in=reached) | ~Q(id__in=holding.values("id"))
+    ).update(pod_unreachable="")
+    stranded = holding.filter(organization_id__in=list(accounts.unreachable), pod_unreachable="")
+    for run in stranded.only("id", "organization_id", "pod_id", "pod_attempt"):
+        pod = run.pod_id or run.pod_name
+        why = accounts.unreachable[str(run.organization_id)]
+        reason = (
+            f"The pod {pod} cannot be reached to terminate it, and may still be billed: {why} "
+            "Set the organization's Runpod key again, or terminate the pod in Runpod's console."
+        )
+        if Run.objects.filter(id=run.id, pod_unreachable="").update(pod_unreachable=reason):
+            report.unreachable.append(str(run.id))
+            logger.error("run %s: pod %s is out of reach: %s", run.id, pod, why)
 
 
 def _end(run: Run, state: str, reason: str, report_list: list[str]) -> None:
@@ -241,7 +282,8 @@ def runs_reconcile(
             report.reprovisioned.append(str(run.id))
 
     # 2. Active runs with a pod.
-    pods, providers = _pods_by_account(report)
+    accounts = _accounts(report)
+    pods, providers = accounts.pods, accounts.providers
     active = _active_with_pods()
     _record_costs(active, now)
     for org in Organization.objects.filter(id__in={run.organization_id for run in active}):
@@ -335,4 +377,7 @@ def runs_reconcile(
                 logger.warning("terminated orphan pod %s (%s)", name, account[0])
             except ProviderError as exc:
                 report.errors.append(f"orphan {name}: {exc}")
+
+    # 5. Pods out of reach: the operator is told, once.
+    _record_unreachable_pods(accounts, report)
     return report

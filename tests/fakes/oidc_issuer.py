@@ -1,8 +1,9 @@
 """A small OpenID Connect issuer on 127.0.0.1 for the tests: the authorization-code flow with
 PKCE (S256), ID tokens signed RS256 under a key published at its JWKS endpoint, and userinfo.
 
-It signs in whoever ``user`` names (its claims: ``email``, ``email_verified``) without a
-login page, as an issuer with an open session would. It checks what a real one checks: the
+It signs in whoever ``user`` names (its claims: ``email``, ``email_verified``, and ``sub``,
+the issuer's own id of the person, which defaults to the e-mail) without a login page, as an
+issuer with an open session would. It checks what a real one checks: the
 client's id and secret, the redirect URI the code was issued for, the PKCE verifier, one use
 per code, the access token on userinfo.
 """
@@ -115,7 +116,7 @@ class OidcIssuer:
             "aud": self.client_id,
             "iat": now,
             "exp": now + 300,
-            "sub": grant["user"]["email"],
+            "sub": grant["user"].get("sub", grant["user"]["email"]),
             "nonce": grant["nonce"],
             **grant["user"],
         }
@@ -130,7 +131,7 @@ class OidcIssuer:
         user = self._access.get(token)
         if user is None:
             return self._refuse(handler, "unknown access token", 401)
-        self._json(handler, 200, {"sub": user["email"], **user})
+        self._json(handler, 200, {"sub": user.get("sub", user["email"]), **user})
 
     # -- helpers ---------------------------------------------------------------------------
 
