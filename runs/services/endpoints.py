@@ -11,7 +11,8 @@ Guarantees:
   (``base_url``, ``api_key``, ``served_model_name``, a price), in words a person can act on.
 - The API key is stored encrypted (``runs.secrets``); it is never returned, logged, audited or
   put in an error: only its last four characters (``api_key_fingerprint``) are shown. The
-  check does not follow redirects, so an allowed host cannot send the worker elsewhere.
+  check asks the address the host resolved to when it was checked, and does not follow
+  redirects, so an allowed host cannot send the worker elsewhere.
 - ``endpoint_update`` changes what it is given by the same rules (a new key, a new price, a
   new address or model), and asks the endpoint again only when the address, the model or
   the key changed; a refused change saves nothing. Prices are one choice: giving any price
@@ -37,7 +38,12 @@ from runs.audit import audit_record
 from runs.errors import Conflict, DomainValidationError
 from runs.models import Endpoint, Organization
 from runs.secrets import decrypt_secret, encrypt_secret
-from runs.services.outbound import outbound_url_problem
+from runs.services.outbound import (
+    OutboundRefused,
+    OutboundTarget,
+    outbound_request,
+    outbound_target,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,28 +61,35 @@ def endpoint_base_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-def endpoint_url_problem(base_url: str) -> str | None:
-    """Why the workers may not send an endpoint's traffic to ``base_url`` (None: they may);
-    the same rule when it is saved and before each run."""
-    return outbound_url_problem(
+def endpoint_target(base_url: str) -> OutboundTarget:
+    """``base_url`` resolved once and checked against the hosts the operator allows for
+    endpoints (``runs.services.outbound``); raises ``OutboundRefused``."""
+    return outbound_target(
         base_url,
         allowed_hosts=settings.BENCHSITE_ENDPOINT_HOSTS,
         allowed_setting="BENCHSITE_ENDPOINT_HOSTS",
     )
 
 
-def _served_models(base_url: str, api_key: str) -> tuple[list[str] | None, str, str]:
+def endpoint_url_problem(base_url: str) -> str | None:
+    """Why the workers may not send an endpoint's traffic to ``base_url`` (None: they may);
+    the same rule when it is saved and before each run."""
+    try:
+        endpoint_target(base_url)
+    except OutboundRefused as refused:
+        return str(refused)
+    return None
+
+
+def _served_models(target: OutboundTarget, api_key: str) -> tuple[list[str] | None, str, str]:
     """The model ids ``<base>/v1/models`` lists, or None with the field at fault and why."""
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     try:
-        response = httpx.get(
-            f"{base_url}/v1/models",
-            headers=headers,
-            timeout=CHECK_TIMEOUT_SECONDS,
-            follow_redirects=False,
-        )
+        with outbound_request(target, "GET", path="/v1/models", headers=headers,
+                              timeout=CHECK_TIMEOUT_SECONDS) as response:  # fmt: skip
+            response.read()
     except httpx.TimeoutException:
         return None, "base_url", f"The endpoint did not answer within {CHECK_TIMEOUT_SECONDS} s."
     except httpx.HTTPError as exc:
@@ -88,8 +101,8 @@ def _served_models(base_url: str, api_key: str) -> tuple[list[str] | None, str, 
             None,
             "base_url",
             (
-                f"GET {base_url}/v1/models answered HTTP {response.status_code}; give the base URL "
-                "of an OpenAI-compatible API (the part before /v1)."
+                f"GET {target.url}/v1/models answered HTTP {response.status_code}; give the "
+                "base URL of an OpenAI-compatible API (the part before /v1)."
             ),
         )
     try:
@@ -148,15 +161,16 @@ def _checked(
     if api_key and not _API_KEY.fullmatch(api_key):
         errors["api_key"] = ["An API key is 1 to 500 printable characters without spaces."]
     errors.update(_price_problems(prices))
-    problem = endpoint_url_problem(base_url)
-    if problem:
-        errors["base_url"] = [problem]
+    try:
+        target = endpoint_target(base_url)
+    except OutboundRefused as refused:
+        errors["base_url"] = [str(refused)]
     if errors:
         raise DomainValidationError(errors)
     if not ask:
         return
-    # Only an address the operator allows is ever asked; then, whether it serves the model.
-    served, field, problem = _served_models(base_url, api_key)
+    # Only the address just checked is ever asked; then, whether it serves the model.
+    served, field, problem = _served_models(target, api_key)
     if served is None:
         raise DomainValidationError.single(field, problem)
     if served_model_name not in served:

@@ -55,7 +55,13 @@ from runs.models import (
     Organization,
 )
 from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
-from runs.services.outbound import outbound_url_problem, url_host
+from runs.services.outbound import (
+    OutboundRefused,
+    outbound_request,
+    outbound_target,
+    outbound_url_problem,
+    url_host,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -243,19 +249,24 @@ def _webhook_body(delivery: NotificationDelivery) -> bytes:
 
 
 def _post(url: str, body: bytes, headers: dict) -> tuple[int | None, str]:
-    """POSTs ``body``; (status code, error) with an error that names no part of the URL."""
-    problem = outbound_url_problem(url)
-    if problem:
-        return None, f"refused: {problem}"
+    """POSTs ``body`` to the address ``url``'s host resolves to now, if it may be called
+    (``runs.services.outbound``); (status code, error) with an error that names no part of
+    the URL. The receiver's body is not read: only its status counts."""
     try:
-        response = httpx.post(url, content=body, headers=headers, timeout=TIMEOUT_SECONDS)
+        target = outbound_target(url)
+    except OutboundRefused as refused:
+        return None, f"refused: {refused}"
+    try:
+        with outbound_request(target, "POST", headers=headers, content=body,
+                              timeout=TIMEOUT_SECONDS) as response:  # fmt: skip
+            status = response.status_code
     except httpx.TimeoutException:
         return None, "timed out"
     except httpx.HTTPError as error:
         return None, f"connection failed ({type(error).__name__})"
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code}"
+    if 200 <= status < 300:
+        return status, ""
+    return status, f"HTTP {status}"
 
 
 def _attempt(delivery: NotificationDelivery) -> tuple[int | None, str]:
