@@ -62,6 +62,7 @@ from runs.services.outbound import (
     outbound_url_problem,
     url_host,
 )
+from runs.services.text_input import has_control_characters, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ def hook_create(
     name = name.strip()
     if not name or len(name) > 100:
         errors["name"] = ["Give a name of 1 to 100 characters."]
+    elif has_control_characters(name):
+        errors["name"] = ["A name is one line: no control characters (new lines, tabs)."]
     elif NotificationHook.objects.filter(organization=org, name=name).exists():
         errors["name"] = ["A hook of this organization has this name already."]
     if kind not in HookKind.values:
@@ -270,16 +273,22 @@ def _post(url: str, body: bytes, headers: dict) -> tuple[int | None, str]:
 
 
 def _attempt(delivery: NotificationDelivery) -> tuple[int | None, str]:
+    """One send, whatever becomes of it: (status code, error), the error naming a failure's
+    kind only (an exception's message may hold an address or a secret)."""
     try:
-        return _send(delivery)
+        with transaction.atomic():  # a savepoint: a failed query leaves the log writable
+            return _send(delivery)
     except SecretUnreadable:
         return None, "the hook's URL or secret cannot be decrypted (CREDENTIALS_ENCRYPTION_KEY)"
+    except Exception as error:  # every failure is an attempt, never a delivery left pending
+        return None, f"the attempt failed ({type(error).__name__})"
 
 
 def _send(delivery: NotificationDelivery) -> tuple[int | None, str]:
     hook, notification = delivery.hook, delivery.notification
     if hook.kind == HookKind.EMAIL:
-        subject = f"[Benchsite · {hook.organization.name}] {notification.summary}"[:200]
+        # Names and summaries are people's text: a new line in a header would be refused.
+        subject = one_line(f"[Benchsite · {hook.organization.name}] {notification.summary}")[:200]
         text = f"{notification.summary}\n\nEvent: {notification.event}\n\n" + json.dumps(
             notification.data, indent=2, sort_keys=True
         )
