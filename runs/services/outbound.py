@@ -40,11 +40,11 @@ class OutboundRefused(Exception):
 
 @dataclass(frozen=True)
 class OutboundTarget:
-    """A URL whose host was resolved once and checked: requests go to ``address`` only."""
+    """A URL whose host was resolved once and checked: requests go to ``addresses`` only."""
 
     url: str
     host: str
-    address: str
+    addresses: tuple[str, ...]  # in the resolver's order, each one checked
 
 
 def _matches(host: str, patterns: Sequence[str]) -> bool:
@@ -84,7 +84,8 @@ def outbound_target(
         infos = socket.getaddrinfo(host, port or 443, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):
         raise OutboundRefused(f"The host {host!r} does not resolve.") from None
-    addresses = [info[4][0] for info in infos]
+    # Scope ids ("%eth0") go: the address is put in a URL, and only inward ones carry them.
+    addresses = tuple(dict.fromkeys(info[4][0].split("%", 1)[0] for info in infos))
     if not addresses:
         raise OutboundRefused(f"The host {host!r} does not resolve.")
     # Every answer is checked, not only the one connected to: a name is wholly outward or
@@ -94,7 +95,7 @@ def outbound_target(
             f"The host {host!r} is a private, loopback or link-local address; the operator "
             "allows such hosts only by name (BENCHSITE_OUTBOUND_PRIVATE_HOSTS)."
         )
-    return OutboundTarget(url=url, host=host, address=addresses[0].split("%", 1)[0])
+    return OutboundTarget(url=url, host=host, addresses=addresses)
 
 
 def outbound_url_problem(
@@ -114,23 +115,31 @@ def outbound_request(
     content: bytes | None = None, timeout: float,
 ) -> Iterator[httpx.Response]:  # fmt: skip
     """The response to ``method`` on ``target``'s URL (plus ``path``), its body not yet read
-    (read what you need of it); sent to the checked address only (see the module
+    (read what you need of it); sent to the checked addresses only, the next one tried when
+    one cannot be connected to, as a client does with a name's answers (see the module
     docstring). Raises ``httpx.HTTPError`` as httpx does."""
     url = httpx.URL(target.url + path)
-    pinned = url.copy_with(host=target.address)
-    # httpx would take both from the URL, which now names the address: keep the host's.
+    # httpx would take both from the URL, which names an address now: keep the host's.
     headers = {**headers, "Host": url.netloc.decode("ascii")}
     extensions = {"sni_hostname": url.raw_host.decode("ascii")}
-    with (
-        # A transport of our own: httpx then takes no proxy from the environment.
-        httpx.Client(
-            transport=httpx.HTTPTransport(), follow_redirects=False, timeout=timeout
-        ) as client,  # fmt: skip
-        client.stream(
-            method, pinned, headers=headers, content=content, extensions=extensions
-        ) as response,  # fmt: skip
-    ):
-        yield response
+    # A transport of our own: httpx then takes no proxy from the environment.
+    with httpx.Client(transport=httpx.HTTPTransport(), follow_redirects=False,
+                      timeout=timeout) as client:  # fmt: skip
+        last = len(target.addresses) - 1
+        for index, address in enumerate(target.addresses):
+            request = client.build_request(method, url.copy_with(host=address), headers=headers,
+                                           content=content, extensions=extensions)  # fmt: skip
+            try:
+                response = client.send(request, stream=True)
+            except httpx.ConnectError:  # nothing was sent: the next address may answer
+                if index == last:
+                    raise
+                continue
+            try:
+                yield response
+            finally:
+                response.close()
+            return
 
 
 def url_host(url: str) -> str:

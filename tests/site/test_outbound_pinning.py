@@ -7,6 +7,7 @@ real Celery worker post a hook, nor the endpoint check ask, to a server on 127.0
 from __future__ import annotations
 
 import datetime
+import socket
 import ssl
 import threading
 from http.server import ThreadingHTTPServer
@@ -193,3 +194,31 @@ def test_the_endpoint_check_asks_only_the_address_it_checked(alice, settings, mo
     assert message.startswith("Could not connect to the endpoint")
     assert rebinding.connects == [PUBLIC] and rebinding.lookups == 1
     assert not Endpoint.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_name_of_two_addresses_is_sent_to_the_next_when_one_refuses(
+    alice, receiver, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = [HOOK_HOST]
+    real = socket.getaddrinfo
+    asked: list[str] = []
+
+    def two_answers(host, port, *args, **kwargs):
+        if host != HOOK_HOST:
+            return real(host, port, *args, **kwargs)
+        asked.append(host)
+        # Nothing listens on 127.0.0.2: it refuses, as a dead address of a name does.
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
+                for address in ("127.0.0.2", "127.0.0.1")]  # fmt: skip
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_answers)
+    port = receiver.server.server_address[1]
+    created = hook_create(org=alice.org, actor=SYSTEM, name="ci", kind="webhook",
+                          events=["run.finished"], url=f"http://{HOOK_HOST}:{port}/h")  # fmt: skip
+    asked.clear()
+    delivery = send_test(created.hook, django_capture_on_commit_callbacks)
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.last_status_code) == (DeliveryStatus.DELIVERED, 200)
+    assert asked == [HOOK_HOST]  # one lookup, both of its answers checked and tried
+    assert receiver.requests[0]["headers"]["Host"] == f"{HOOK_HOST}:{port}"
