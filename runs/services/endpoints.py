@@ -15,7 +15,9 @@ Guarantees:
   redirects, so an allowed host cannot send the worker elsewhere.
 - ``endpoint_update`` changes what it is given by the same rules (a new key, a new price, a
   new address or model), and asks the endpoint again only when the address, the model or
-  the key changed; a refused change saves nothing. Prices are one choice: giving any price
+  the key changed; a refused change saves nothing. A base URL on another host (scheme,
+  name or port) needs the key in the same change (refused on ``api_key`` otherwise): the
+  stored key is never sent to a host it was not given for. Prices are one choice: giving any price
   field replaces all three (one left out is none). Runs already started keep the price
   frozen in them; a new key is used by runs provisioned from then on.
 - Creating, changing and deleting are audited (``endpoint.create``, ``endpoint.update``,
@@ -28,6 +30,7 @@ from __future__ import annotations
 import logging
 import re
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -217,6 +220,16 @@ def endpoint_create(
     return endpoint
 
 
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    """Where a URL's requests go: scheme, host and port (None: not a URL)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
 def endpoint_update(*, endpoint: Endpoint, actor: Actor, **changes) -> Endpoint:
     """The endpoint with ``changes`` (any of ``endpoint_create``'s fields) made, checked by
     the same rules (see the module docstring); nothing is saved when one is refused."""
@@ -224,6 +237,15 @@ def endpoint_update(*, endpoint: Endpoint, actor: Actor, **changes) -> Endpoint:
     base_url = endpoint_base_url(changes.get("base_url", endpoint.base_url))
     served_model_name = changes.get("served_model_name", endpoint.served_model_name).strip()
     new_key = "api_key" in changes
+    # The stored key was given for one host: whoever moves the endpoint elsewhere gives it
+    # again, or could send it to a host of their choosing.
+    moved = _origin(base_url) != _origin(endpoint.base_url)
+    if moved and endpoint.encrypted_api_key and not new_key:
+        raise DomainValidationError.single(
+            "api_key",
+            "The base URL names another host (scheme, name or port): give the API key again "
+            "with it, or an empty key to send none.",
+        )
     api_key = changes["api_key"] if new_key else endpoint_api_key_for_run(endpoint) or ""
     prices = {field: getattr(endpoint, field) for field in PRICE_FIELDS}
     if any(field in changes for field in PRICE_FIELDS):

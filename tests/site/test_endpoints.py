@@ -385,3 +385,38 @@ def test_the_settings_page_replaces_a_key_only_with_one_the_endpoint_takes(
     assert "Replaced the API key" in taken and KEY not in taken
     assert Endpoint.objects.get().encrypted_api_key != before  # encrypted afresh
     assert AuditEvent.objects.filter(event="endpoint.update").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_new_host_for_an_endpoint_needs_its_key_again(alice, server, allowed):
+    """The stored key goes only where it was given for (issue 32, finding 6): a base URL on
+    another host (scheme, name or port) is refused on ``api_key`` unless the same change
+    gives the key; another path on the same host keeps it."""
+    allowed.BENCHSITE_ENDPOINT_HOSTS = ["127.0.0.1", "localhost"]
+    allowed.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1", "localhost"]
+    endpoint = add_endpoint(alice, server.base_url).json()
+    url = f"/api/v1/orgs/{alice.org.slug}/endpoints/{endpoint['id']}/"
+    elsewhere = f"http://localhost:{server.port}"  # the same server, under another name
+    stored = Endpoint.objects.get()
+    before = server.auth()
+    refused = alice.client().patch(url, {"base_url": elsewhere}, format="json")
+    assert refused.status_code == 400, refused.content
+    (message,) = refused.json()["error"]["fields"]["api_key"]
+    assert "give the API key again" in message and KEY not in message
+    assert server.auth() == before  # the stored key was sent nowhere
+    assert Endpoint.objects.get().base_url == stored.base_url
+    assert not AuditEvent.objects.filter(event="endpoint.update").exists()
+    # Another port is another host too.
+    other_port = alice.client().patch(
+        url, {"base_url": f"http://127.0.0.1:{free_port()}"}, format="json"
+    )
+    assert list(other_port.json()["error"]["fields"]) == ["api_key"]
+    # With the key in the same change, the new host is asked with it and taken.
+    moved = alice.client().patch(url, {"base_url": elsewhere, "api_key": KEY}, format="json")
+    assert moved.status_code == 200, moved.content
+    assert moved.json()["base_url"] == elsewhere
+    assert server.auth()["accepted"] == before["accepted"] + 1
+    # Another path on the same host keeps the key (and is asked with it).
+    path = alice.client().patch(url, {"base_url": f"{elsewhere}/api"}, format="json")
+    assert "api_key" not in path.json()["error"]["fields"]
+    assert "answered HTTP 404" in path.json()["error"]["fields"]["base_url"][0]
