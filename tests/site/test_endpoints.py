@@ -15,6 +15,7 @@ import pytest
 
 from agents.engines.process import free_port
 from runs.models import AuditEvent, Endpoint, Experiment, Measurement, ModelSpec, Run
+from runs.models.runs import TERMINAL_RUN_STATES
 from runs.providers.base import pod_name
 from runs.services.provisioning import run_release_pod
 from tests.agents.fake_openai_server import FakeServer
@@ -22,6 +23,7 @@ from tests.polling import wait_for
 
 from .conftest import frozen, make_model, signed_in
 from .live_server import daphne_server
+from .rebinding import Rebinding
 from .test_web_experiments import builder_form
 
 KEY = "sk-endpoint-7f3e9c21"
@@ -420,3 +422,35 @@ def test_a_new_host_for_an_endpoint_needs_its_key_again(alice, server, allowed):
     path = alice.client().patch(url, {"base_url": f"{elsewhere}/api"}, format="json")
     assert "api_key" not in path.json()["error"]["fields"]
     assert "answered HTTP 404" in path.json()["error"]["fields"]["base_url"][0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.needs_redis
+def test_the_agent_reaches_the_endpoint_only_at_the_address_the_site_checked(
+    alice, server, allowed, own_broker_queue, tmp_path, monkeypatch
+):
+    """The site resolves the endpoint's name once before the agent starts, checks that
+    address and hands it to the agent, which connects there (issue 32, finding 1): the name
+    here resolves in this process only (``.invalid`` resolves nowhere else), so a run that
+    measures proves the agent never looked it up."""
+    name = "llm.endpoint.invalid"
+    allowed.BENCHSITE_ENDPOINT_HOSTS = allowed.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = [name]
+    allowed.BENCHSITE_LOCAL_PODS_DIR = tmp_path / "pods"
+    Rebinding(name, "127.0.0.1", "127.0.0.1").patch(monkeypatch)
+    endpoint = add_endpoint(alice, f"http://{name}:{server.port}", price_usd_per_hour="36")
+    assert endpoint.status_code == 201, endpoint.json()
+    experiment_id = endpoint_experiment(alice, endpoint.json()["id"]).json()["id"]
+    with daphne_server() as address:
+        allowed.BENCHSITE_PUBLIC_URL = f"http://{address}"
+        started = alice.client().post(
+            f"/api/v1/orgs/{alice.org.slug}/runs/", {"experiment": experiment_id}, format="json"
+        )
+        run = Run.objects.get(id=started.json()["id"])
+        wait_for(lambda: Run.objects.get(id=run.id).state in TERMINAL_RUN_STATES, 120,
+                 "the run to end", every=0.2)  # fmt: skip
+        run.refresh_from_db()
+        agent_log = (tmp_path / "pods" / pod_name(run.id) / "agent.log").read_text()
+        assert run.state == "succeeded", (run.failure_reason, agent_log[-3000:])
+        run_release_pod(run_id=run.id)
+    levels = Measurement.objects.filter(trial__run=run).order_by("concurrency")
+    assert [(level.concurrency, level.result["failed"]) for level in levels] == [(1, 0), (2, 0)]
