@@ -14,6 +14,9 @@ Guarantees:
   measured without it (``accepts_ignore_eos`` False; the load generator's report then says
   when replies came back shorter than asked). Any other answer leaves it on: the levels
   report what the endpoint does with the requests.
+- With ``addresses`` (what the site resolved the base URL's host to and checked) every
+  request connects to those only, in turn, with the host name kept as the Host header and
+  the TLS server name: the name is never looked up here, so it cannot answer elsewhere.
 - The API key is never in an error, a log line or a report (``repr`` hides it).
 - ``stop`` and ``kill`` do nothing (the endpoint is not ours); ``exit_status`` is always None,
   so an endpoint that stops answering mid-level is reported as unreachable, never as a crash.
@@ -23,9 +26,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import time
 from collections import deque
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from agents.engines.base import EngineFailed, FailureKind, PhaseCallback, StartReport
@@ -33,6 +38,21 @@ from agents.engines.base import EngineFailed, FailureKind, PhaseCallback, StartR
 CHECK_TIMEOUT_SECONDS = 15.0
 # An answer that refuses a request's fields (OpenAI: 400 "Unrecognized request argument").
 _REFUSED_FIELDS = (400, 422)
+
+
+def _pinned_connection(addresses: tuple[str, ...]) -> Callable[..., socket.socket]:
+    """``socket.create_connection`` to ``addresses`` in turn, whatever host it is given."""
+
+    def create_connection(address, timeout=None, source_address=None) -> socket.socket:
+        error: OSError | None = None
+        for ip in addresses:
+            try:
+                return socket.create_connection((ip, address[1]), timeout, source_address)
+            except OSError as failed:  # nothing was sent: the next address may answer
+                error = failed
+        raise error or OSError("no address to connect to")
+
+    return create_connection
 
 
 class _Unreachable(Exception):
@@ -45,8 +65,10 @@ class EndpointEngine:
     name = "endpoint"
 
     def __init__(self, *, base_url: str, model: str, api_key: str | None = None,
-                 route: str = "completions", timeout: float = CHECK_TIMEOUT_SECONDS):  # fmt: skip
+                 route: str = "completions", timeout: float = CHECK_TIMEOUT_SECONDS,
+                 addresses: tuple[str, ...] = ()):  # fmt: skip
         self._base_url = base_url.rstrip("/")
+        self._addresses = tuple(addresses)
         self.model = model
         self._api_key = api_key
         self._route = route  # the workload's: "completions" or "chat"
@@ -114,6 +136,10 @@ class EndpointEngine:
         )
         extra = {"context": ssl.create_default_context()} if parts.scheme == "https" else {}
         connection = connection_class(parts.hostname, parts.port, timeout=self.timeout, **extra)
+        if self._addresses:
+            # http.client opens its socket through this attribute, then (https) wraps it for
+            # the host name: only where the socket goes changes.
+            connection._create_connection = _pinned_connection(self._addresses)
         headers = {"Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"

@@ -54,6 +54,9 @@ class BenchConfig:
     seed: int = 0
     request_timeout: float | None = 600.0
     connect_timeout: float = 10.0
+    # The addresses the base URL's host was resolved to and checked (by the site): connect
+    # to these only (``agents.loadgen.http.Origin``); empty: look the host up.
+    connect_addresses: tuple[str, ...] = ()
     # vLLM's extension; hosted APIs that refuse unknown fields need it off.
     ignore_eos: bool = True
     steady_multiple: float | None = None

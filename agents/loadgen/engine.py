@@ -136,7 +136,7 @@ class _Runner:
         self.emit = emit
         self.stop = stop
         self.level_index = 0
-        self.origin: Origin = parse_base_url(config.base_url)
+        self.origin: Origin = parse_base_url(config.base_url, config.connect_addresses)
         self.pool = ConnectionPool(self.origin, connect_timeout=config.connect_timeout)
         self.scraper: MetricsScraper | None = None
         # How many times each level ran so far: a repeat gets fresh prompts of its own.

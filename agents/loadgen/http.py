@@ -55,12 +55,16 @@ class ResponseSink(Protocol):
 
 @dataclass(frozen=True)
 class Origin:
-    """Where requests go: ``scheme://host:port`` plus the base path of the API."""
+    """Where requests go: ``scheme://host:port`` plus the base path of the API. With
+    ``addresses`` (IP addresses the site resolved ``host`` to and checked), connections go to
+    those only, in order, and ``host`` stays the Host header and the TLS server name: the
+    name is never looked up again, so it cannot answer elsewhere (DNS rebinding)."""
 
     scheme: str
     host: str
     port: int
     base_path: str
+    addresses: tuple[str, ...] = ()
 
     @property
     def host_header(self) -> str:
@@ -72,8 +76,9 @@ class Origin:
         return f"{self.base_path}{suffix}"
 
 
-def parse_base_url(url: str) -> Origin:
-    """Splits ``http(s)://host[:port][/base]``; raises ``ValueError`` for anything else."""
+def parse_base_url(url: str, addresses: tuple[str, ...] = ()) -> Origin:
+    """Splits ``http(s)://host[:port][/base]``, to be reached at ``addresses`` when given (see
+    ``Origin``); raises ``ValueError`` for anything else."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url!r}")
@@ -83,7 +88,7 @@ def parse_base_url(url: str) -> Origin:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise ValueError(f"bad port in {url!r}") from exc
-    return Origin(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+    return Origin(parts.scheme, parts.hostname, port, parts.path.rstrip("/"), tuple(addresses))
 
 
 def build_request(
@@ -410,6 +415,24 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
 
 
+async def _connect_pinned(loop, factory, origin: Origin, ssl: ssl_module.SSLContext | None):
+    """A connection to ``origin``: to its ``addresses`` in turn when it has them (the host
+    name only for TLS), else to its host."""
+    if not origin.addresses:
+        return await loop.create_connection(factory, origin.host, origin.port, ssl=ssl)
+    server_hostname = origin.host if ssl is not None else None
+    for address in origin.addresses[:-1]:
+        try:
+            return await loop.create_connection(
+                factory, address, origin.port, ssl=ssl, server_hostname=server_hostname
+            )
+        except OSError:  # refused or unreachable: nothing was sent, the next may answer
+            continue
+    return await loop.create_connection(
+        factory, origin.addresses[-1], origin.port, ssl=ssl, server_hostname=server_hostname
+    )
+
+
 class ConnectionPool:
     """Keep-alive connections to one origin. Not thread-safe: one event loop."""
 
@@ -433,9 +456,7 @@ class ConnectionPool:
         factory: Callable[[], HttpConnection] = lambda: HttpConnection(self)  # noqa: E731
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, connection = await loop.create_connection(
-                    factory, self.origin.host, self.origin.port, ssl=self._ssl
-                )
+                _, connection = await _connect_pinned(loop, factory, self.origin, self._ssl)
         except ConnectionRefusedError as exc:
             raise HttpError("connection_refused", f"{self._where()}: {exc}") from None
         except TimeoutError:

@@ -8,8 +8,8 @@ Guarantees:
   these, and what a Python process needs, from a worker's environment to the agents it
   starts (``runs.providers.local.AGENT_ENV_ALLOWLIST``).
 - What one run gives its agent (``AGENT_POD_ENV``: its job and run token, the organization's
-  Hugging Face token, an endpoint's API key) is never a host setting: it comes with the pod,
-  from the site, for that run alone.
+  Hugging Face token, an endpoint's API key and checked addresses) is never a host setting:
+  it comes with the pod, from the site, for that run alone.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ JOB_ENV = "BENCHSITE_JOB"
 TOKEN_ENV = "BENCHSITE_TOKEN"
 HF_TOKEN_ENV = "HF_TOKEN"
 ENDPOINT_API_KEY_ENV = "BENCHSITE_ENDPOINT_API_KEY"
+# The addresses the site checked for an endpoint's host: the agent connects to no other.
+ENDPOINT_ADDRESSES_ENV = "BENCHSITE_ENDPOINT_ADDRESSES"
 
 AGENT_HOST_SETTINGS = (
     VLLM_COMMAND_ENV,
@@ -42,4 +44,4 @@ AGENT_HOST_SETTINGS = (
     HUB_OFFLINE_ENV,
     HUB_ENDPOINT_ENV,
 )
-AGENT_POD_ENV = (JOB_ENV, TOKEN_ENV, HF_TOKEN_ENV, ENDPOINT_API_KEY_ENV)
+AGENT_POD_ENV = (JOB_ENV, TOKEN_ENV, HF_TOKEN_ENV, ENDPOINT_API_KEY_ENV, ENDPOINT_ADDRESSES_ENV)

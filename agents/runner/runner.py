@@ -745,6 +745,10 @@ class JobRunner:
             seed=job.seed,
             # An existing endpoint's key, as a bearer token (None: none is sent).
             api_key=self.engine_options.endpoint_api_key if job.engine.kind == "endpoint" else None,
+            # ... sent only to the addresses the site checked for its host.
+            connect_addresses=(
+                self.engine_options.endpoint_addresses if job.engine.kind == "endpoint" else ()
+            ),
             # vLLM and the simulator take it; an endpoint's check found whether it does.
             ignore_eos=engine.accepts_ignore_eos,
             resume_results=tuple(measured),

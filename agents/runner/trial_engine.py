@@ -1,5 +1,6 @@
 """The engine that serves one trial of a job: real vLLM, the simulator, or an existing
-endpoint (only checked, never started; its key from ``BENCHSITE_ENDPOINT_API_KEY``).
+endpoint (only checked, never started; its key from ``BENCHSITE_ENDPOINT_API_KEY``, the addresses
+the site checked for its host from ``BENCHSITE_ENDPOINT_ADDRESSES``).
 
 Guarantees: the serve configuration goes through ``agents.protocol.serve_args`` (an argv, never
 a shell string); a configuration the schema refuses raises ``ServeGridError`` before anything
@@ -9,6 +10,7 @@ of the rented hardware (labelled simulated everywhere).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -24,6 +26,7 @@ from agents.engines.sim.noise import derived_seed
 from agents.engines.vllm import vllm_engine
 from agents.protocol import (
     DISK_RESERVE_ENV,
+    ENDPOINT_ADDRESSES_ENV,
     ENDPOINT_API_KEY_ENV,
     ENGINE_RESTARTS_ENV,
     HANG_SECONDS_ENV,
@@ -67,6 +70,9 @@ class EngineOptions:
     hang_seconds: float = 300.0
     # An existing endpoint's API key (a secret: never shown, cut out of every log tail).
     endpoint_api_key: str | None = field(default=None, repr=False)
+    # The addresses the site resolved the endpoint's host to and checked: connect to these
+    # only, never to what the name answers later (empty: look the name up).
+    endpoint_addresses: tuple[str, ...] = ()
     # The simulator as a server measured over HTTP in wall time at the job's ``sim_speed``,
     # instead of in its own time: for testing the agent's process and network paths on a
     # stand-in for vLLM (its figures then move with the host's load).
@@ -81,7 +87,9 @@ class EngineOptions:
         beside the weights, default 2), ``BENCHSITE_ENGINE_RESTARTS`` (default 1) and
         ``BENCHSITE_HANG_SECONDS`` (default 300), and the hub's own ``HF_TOKEN``,
         ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` (weights this machine has cached already), and
-        ``BENCHSITE_ENDPOINT_API_KEY``, an existing endpoint's API key, and
+        ``BENCHSITE_ENDPOINT_API_KEY``, an existing endpoint's API key,
+        ``BENCHSITE_ENDPOINT_ADDRESSES``, the IP addresses (comma-separated) the site checked
+        for the endpoint's host, and
         ``BENCHSITE_SIM_OVER_HTTP=1`` (the simulator as a server, measured over HTTP).
         Raises ``ValueError`` naming the variable for a value it cannot use."""
         environ = os.environ if environ is None else environ
@@ -121,6 +129,7 @@ class EngineOptions:
             engine_restarts=restarts,
             hang_seconds=hang,
             endpoint_api_key=environ.get(ENDPOINT_API_KEY_ENV) or None,
+            endpoint_addresses=_addresses(environ, ENDPOINT_ADDRESSES_ENV),
             sim_over_http=_true(environ.get(SIM_OVER_HTTP_ENV, "")),
         )
 
@@ -138,6 +147,15 @@ def _number(environ: Mapping[str, str], name: str, kind: type, *, default, low, 
     if not low <= value <= high:  # also refuses nan
         raise ValueError(f"{name}: must be from {low:g} to {high:g}, got {text!r}")
     return value
+
+
+def _addresses(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """``environ[name]``'s comma-separated IP addresses; raises ``ValueError`` naming it."""
+    words = [word.strip() for word in environ.get(name, "").split(",") if word.strip()]
+    try:
+        return tuple(str(ipaddress.ip_address(word)) for word in words)
+    except ValueError:
+        raise ValueError(f"{name}: expected IP addresses separated by commas") from None
 
 
 def _true(value: str) -> bool:
@@ -179,6 +197,7 @@ def trial_engine(
             model=job.model.served_model_name,
             api_key=options.endpoint_api_key,
             route=job.workload.endpoint,
+            addresses=options.endpoint_addresses,
         )
     if job.engine.kind == "sim":
         noise_seed = job.engine.noise_seed

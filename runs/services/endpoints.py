@@ -11,10 +11,13 @@ Guarantees:
   (``base_url``, ``api_key``, ``served_model_name``, a price), in words a person can act on.
 - The API key is stored encrypted (``runs.secrets``); it is never returned, logged, audited or
   put in an error: only its last four characters (``api_key_fingerprint``) are shown. The
-  check does not follow redirects, so an allowed host cannot send the worker elsewhere.
+  check asks the address the host resolved to when it was checked, and does not follow
+  redirects, so an allowed host cannot send the worker elsewhere.
 - ``endpoint_update`` changes what it is given by the same rules (a new key, a new price, a
   new address or model), and asks the endpoint again only when the address, the model or
-  the key changed; a refused change saves nothing. Prices are one choice: giving any price
+  the key changed; a refused change saves nothing. A base URL on another host (scheme,
+  name or port) needs the key in the same change (refused on ``api_key`` otherwise): the
+  stored key is never sent to a host it was not given for. Prices are one choice: giving any price
   field replaces all three (one left out is none). Runs already started keep the price
   frozen in them; a new key is used by runs provisioned from then on.
 - Creating, changing and deleting are audited (``endpoint.create``, ``endpoint.update``,
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 import re
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -37,7 +41,12 @@ from runs.audit import audit_record
 from runs.errors import Conflict, DomainValidationError
 from runs.models import Endpoint, Organization
 from runs.secrets import decrypt_secret, encrypt_secret
-from runs.services.outbound import outbound_url_problem
+from runs.services.outbound import (
+    OutboundRefused,
+    OutboundTarget,
+    outbound_request,
+    outbound_target,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,28 +64,35 @@ def endpoint_base_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-def endpoint_url_problem(base_url: str) -> str | None:
-    """Why the workers may not send an endpoint's traffic to ``base_url`` (None: they may);
-    the same rule when it is saved and before each run."""
-    return outbound_url_problem(
+def endpoint_target(base_url: str) -> OutboundTarget:
+    """``base_url`` resolved once and checked against the hosts the operator allows for
+    endpoints (``runs.services.outbound``); raises ``OutboundRefused``."""
+    return outbound_target(
         base_url,
         allowed_hosts=settings.BENCHSITE_ENDPOINT_HOSTS,
         allowed_setting="BENCHSITE_ENDPOINT_HOSTS",
     )
 
 
-def _served_models(base_url: str, api_key: str) -> tuple[list[str] | None, str, str]:
+def endpoint_url_problem(base_url: str) -> str | None:
+    """Why the workers may not send an endpoint's traffic to ``base_url`` (None: they may);
+    the same rule when it is saved and before each run."""
+    try:
+        endpoint_target(base_url)
+    except OutboundRefused as refused:
+        return str(refused)
+    return None
+
+
+def _served_models(target: OutboundTarget, api_key: str) -> tuple[list[str] | None, str, str]:
     """The model ids ``<base>/v1/models`` lists, or None with the field at fault and why."""
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     try:
-        response = httpx.get(
-            f"{base_url}/v1/models",
-            headers=headers,
-            timeout=CHECK_TIMEOUT_SECONDS,
-            follow_redirects=False,
-        )
+        with outbound_request(target, "GET", path="/v1/models", headers=headers,
+                              timeout=CHECK_TIMEOUT_SECONDS) as response:  # fmt: skip
+            response.read()
     except httpx.TimeoutException:
         return None, "base_url", f"The endpoint did not answer within {CHECK_TIMEOUT_SECONDS} s."
     except httpx.HTTPError as exc:
@@ -88,8 +104,8 @@ def _served_models(base_url: str, api_key: str) -> tuple[list[str] | None, str, 
             None,
             "base_url",
             (
-                f"GET {base_url}/v1/models answered HTTP {response.status_code}; give the base URL "
-                "of an OpenAI-compatible API (the part before /v1)."
+                f"GET {target.url}/v1/models answered HTTP {response.status_code}; give the "
+                "base URL of an OpenAI-compatible API (the part before /v1)."
             ),
         )
     try:
@@ -148,15 +164,16 @@ def _checked(
     if api_key and not _API_KEY.fullmatch(api_key):
         errors["api_key"] = ["An API key is 1 to 500 printable characters without spaces."]
     errors.update(_price_problems(prices))
-    problem = endpoint_url_problem(base_url)
-    if problem:
-        errors["base_url"] = [problem]
+    try:
+        target = endpoint_target(base_url)
+    except OutboundRefused as refused:
+        errors["base_url"] = [str(refused)]
     if errors:
         raise DomainValidationError(errors)
     if not ask:
         return
-    # Only an address the operator allows is ever asked; then, whether it serves the model.
-    served, field, problem = _served_models(base_url, api_key)
+    # Only the address just checked is ever asked; then, whether it serves the model.
+    served, field, problem = _served_models(target, api_key)
     if served is None:
         raise DomainValidationError.single(field, problem)
     if served_model_name not in served:
@@ -203,6 +220,16 @@ def endpoint_create(
     return endpoint
 
 
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    """Where a URL's requests go: scheme, host and port (None: not a URL)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
 def endpoint_update(*, endpoint: Endpoint, actor: Actor, **changes) -> Endpoint:
     """The endpoint with ``changes`` (any of ``endpoint_create``'s fields) made, checked by
     the same rules (see the module docstring); nothing is saved when one is refused."""
@@ -210,6 +237,15 @@ def endpoint_update(*, endpoint: Endpoint, actor: Actor, **changes) -> Endpoint:
     base_url = endpoint_base_url(changes.get("base_url", endpoint.base_url))
     served_model_name = changes.get("served_model_name", endpoint.served_model_name).strip()
     new_key = "api_key" in changes
+    # The stored key was given for one host: whoever moves the endpoint elsewhere gives it
+    # again, or could send it to a host of their choosing.
+    moved = _origin(base_url) != _origin(endpoint.base_url)
+    if moved and endpoint.encrypted_api_key and not new_key:
+        raise DomainValidationError.single(
+            "api_key",
+            "The base URL names another host (scheme, name or port): give the API key again "
+            "with it, or an empty key to send none.",
+        )
     api_key = changes["api_key"] if new_key else endpoint_api_key_for_run(endpoint) or ""
     prices = {field: getattr(endpoint, field) for field in PRICE_FIELDS}
     if any(field in changes for field in PRICE_FIELDS):

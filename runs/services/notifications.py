@@ -55,7 +55,14 @@ from runs.models import (
     Organization,
 )
 from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
-from runs.services.outbound import outbound_url_problem, url_host
+from runs.services.outbound import (
+    OutboundRefused,
+    outbound_request,
+    outbound_target,
+    outbound_url_problem,
+    url_host,
+)
+from runs.services.text_input import has_control_characters, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +115,8 @@ def hook_create(
     name = name.strip()
     if not name or len(name) > 100:
         errors["name"] = ["Give a name of 1 to 100 characters."]
+    elif has_control_characters(name):
+        errors["name"] = ["A name is one line: no control characters (new lines, tabs)."]
     elif NotificationHook.objects.filter(organization=org, name=name).exists():
         errors["name"] = ["A hook of this organization has this name already."]
     if kind not in HookKind.values:
@@ -243,32 +252,43 @@ def _webhook_body(delivery: NotificationDelivery) -> bytes:
 
 
 def _post(url: str, body: bytes, headers: dict) -> tuple[int | None, str]:
-    """POSTs ``body``; (status code, error) with an error that names no part of the URL."""
-    problem = outbound_url_problem(url)
-    if problem:
-        return None, f"refused: {problem}"
+    """POSTs ``body`` to the address ``url``'s host resolves to now, if it may be called
+    (``runs.services.outbound``); (status code, error) with an error that names no part of
+    the URL. The receiver's body is not read: only its status counts."""
     try:
-        response = httpx.post(url, content=body, headers=headers, timeout=TIMEOUT_SECONDS)
+        target = outbound_target(url)
+    except OutboundRefused as refused:
+        return None, f"refused: {refused}"
+    try:
+        with outbound_request(target, "POST", headers=headers, content=body,
+                              timeout=TIMEOUT_SECONDS) as response:  # fmt: skip
+            status = response.status_code
     except httpx.TimeoutException:
         return None, "timed out"
     except httpx.HTTPError as error:
         return None, f"connection failed ({type(error).__name__})"
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code}"
+    if 200 <= status < 300:
+        return status, ""
+    return status, f"HTTP {status}"
 
 
 def _attempt(delivery: NotificationDelivery) -> tuple[int | None, str]:
+    """One send, whatever becomes of it: (status code, error), the error naming a failure's
+    kind only (an exception's message may hold an address or a secret)."""
     try:
-        return _send(delivery)
+        with transaction.atomic():  # a savepoint: a failed query leaves the log writable
+            return _send(delivery)
     except SecretUnreadable:
         return None, "the hook's URL or secret cannot be decrypted (CREDENTIALS_ENCRYPTION_KEY)"
+    except Exception as error:  # every failure is an attempt, never a delivery left pending
+        return None, f"the attempt failed ({type(error).__name__})"
 
 
 def _send(delivery: NotificationDelivery) -> tuple[int | None, str]:
     hook, notification = delivery.hook, delivery.notification
     if hook.kind == HookKind.EMAIL:
-        subject = f"[Benchsite · {hook.organization.name}] {notification.summary}"[:200]
+        # Names and summaries are people's text: a new line in a header would be refused.
+        subject = one_line(f"[Benchsite · {hook.organization.name}] {notification.summary}")[:200]
         text = f"{notification.summary}\n\nEvent: {notification.event}\n\n" + json.dumps(
             notification.data, indent=2, sort_keys=True
         )

@@ -1,24 +1,50 @@
 """Addresses a tenant chooses that the site's workers then call (notification webhooks, the
-existing endpoints an experiment benchmarks).
+existing endpoints an experiment benchmarks), and the only way to call them.
 
-Guarantee: ``outbound_url_problem`` refuses any URL that is not plain http(s) to a named host,
-any whose host does not match the patterns a kind of address is limited to (``allowed_hosts``,
-e.g. ``BENCHSITE_ENDPOINT_HOSTS``; None: any host), and any whose host resolves to a private,
-loopback, link-local, multicast, reserved or unspecified address unless the operator allows
-that host (``BENCHSITE_OUTBOUND_PRIVATE_HOSTS``, fnmatch patterns). It is checked when the
-address is saved and again before every use, so a name that later resolves inward is refused
-then too: a tenant cannot turn the workers into a scanner of the operator's network.
+Guarantees:
+
+- ``outbound_target`` refuses (``OutboundRefused``, in words for the person who gave the
+  URL) any URL that is not plain http(s) to a named host, any with a user or password, any
+  whose host does not match the patterns a kind of address is limited to (``allowed_hosts``,
+  e.g. ``BENCHSITE_ENDPOINT_HOSTS``; None: any host), and any whose host resolves to a
+  private, loopback, link-local, multicast, reserved or unspecified address unless the
+  operator allows that host by name (``BENCHSITE_OUTBOUND_PRIVATE_HOSTS``, fnmatch patterns).
+- The host is resolved once per target, and the target carries the address that was
+  checked: ``outbound_request`` connects to that address only, with the URL's host name as
+  the Host header and the TLS server name (so certificates are verified against the name).
+  A name that answers differently to a second lookup (DNS rebinding) is never asked again.
+- Redirects are never followed, and no proxy from the environment is used: nothing else
+  decides where a request goes (CA certificates from ``SSL_CERT_FILE`` still are).
+- Callers check a URL when it is saved and take a fresh target before every use, so a name
+  that later resolves inward is refused then too: a tenant cannot turn the workers into a
+  scanner of the operator's network.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import ipaddress
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import httpx
 from django.conf import settings
+
+
+class OutboundRefused(Exception):
+    """Why the workers may not call a URL, in words for the person who gave it."""
+
+
+@dataclass(frozen=True)
+class OutboundTarget:
+    """A URL whose host was resolved once and checked: requests go to ``addresses`` only."""
+
+    url: str
+    host: str
+    addresses: tuple[str, ...]  # in the resolver's order, each one checked
 
 
 def _matches(host: str, patterns: Sequence[str]) -> bool:
@@ -34,39 +60,86 @@ def _inward(address: str) -> bool:
     return not ip.is_global or ip.is_multicast
 
 
-def outbound_url_problem(
+def outbound_target(
     url: str, *, allowed_hosts: Sequence[str] | None = None, allowed_setting: str = ""
-) -> str | None:
-    """Why the workers may not call ``url`` (None: they may); never raises. ``allowed_hosts``
-    (fnmatch patterns, named by the setting ``allowed_setting``) limits the hosts further."""
+) -> OutboundTarget:
+    """``url`` resolved and checked (see the module docstring); raises ``OutboundRefused``.
+    ``allowed_hosts`` (fnmatch patterns, named by the setting ``allowed_setting``) limits
+    the hosts further."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        return "Not a valid URL."
+        raise OutboundRefused("Not a valid URL.") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "Give an http:// or https:// URL with a host name."
+        raise OutboundRefused("Give an http:// or https:// URL with a host name.")
     if parts.username or parts.password:
-        return "Put no user name or password in the URL."
+        raise OutboundRefused("Put no user name or password in the URL.")
     host = parts.hostname
     if allowed_hosts is not None and not _matches(host, allowed_hosts):
-        return (
+        raise OutboundRefused(
             f"The host {host!r} is not one the operator allows here ({allowed_setting or 'none'})."
         )
-    if _allowed_private(host):
-        return None
     try:
-        addresses = {
-            info[4][0] for info in socket.getaddrinfo(host, port or 443, proto=socket.IPPROTO_TCP)
-        }
+        infos = socket.getaddrinfo(host, port or 443, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):
-        return f"The host {host!r} does not resolve."
-    if any(_inward(address) for address in addresses):
-        return (
+        raise OutboundRefused(f"The host {host!r} does not resolve.") from None
+    # Scope ids ("%eth0") go: the address is put in a URL, and only inward ones carry them.
+    addresses = tuple(dict.fromkeys(info[4][0].split("%", 1)[0] for info in infos))
+    if not addresses:
+        raise OutboundRefused(f"The host {host!r} does not resolve.")
+    # Every answer is checked, not only the one connected to: a name is wholly outward or
+    # the operator's.
+    if not _allowed_private(host) and any(_inward(address) for address in addresses):
+        raise OutboundRefused(
             f"The host {host!r} is a private, loopback or link-local address; the operator "
             "allows such hosts only by name (BENCHSITE_OUTBOUND_PRIVATE_HOSTS)."
         )
+    return OutboundTarget(url=url, host=host, addresses=addresses)
+
+
+def outbound_url_problem(
+    url: str, *, allowed_hosts: Sequence[str] | None = None, allowed_setting: str = ""
+) -> str | None:
+    """Why the workers may not call ``url`` (None: they may); never raises."""
+    try:
+        outbound_target(url, allowed_hosts=allowed_hosts, allowed_setting=allowed_setting)
+    except OutboundRefused as refused:
+        return str(refused)
     return None
+
+
+@contextlib.contextmanager
+def outbound_request(
+    target: OutboundTarget, method: str, *, path: str = "", headers: dict[str, str],
+    content: bytes | None = None, timeout: float,
+) -> Iterator[httpx.Response]:  # fmt: skip
+    """The response to ``method`` on ``target``'s URL (plus ``path``), its body not yet read
+    (read what you need of it); sent to the checked addresses only, the next one tried when
+    one cannot be connected to, as a client does with a name's answers (see the module
+    docstring). Raises ``httpx.HTTPError`` as httpx does."""
+    url = httpx.URL(target.url + path)
+    # httpx would take both from the URL, which names an address now: keep the host's.
+    headers = {**headers, "Host": url.netloc.decode("ascii")}
+    extensions = {"sni_hostname": url.raw_host.decode("ascii")}
+    # A transport of our own: httpx then takes no proxy from the environment.
+    with httpx.Client(transport=httpx.HTTPTransport(), follow_redirects=False,
+                      timeout=timeout) as client:  # fmt: skip
+        last = len(target.addresses) - 1
+        for index, address in enumerate(target.addresses):
+            request = client.build_request(method, url.copy_with(host=address), headers=headers,
+                                           content=content, extensions=extensions)  # fmt: skip
+            try:
+                response = client.send(request, stream=True)
+            except httpx.ConnectError:  # nothing was sent: the next address may answer
+                if index == last:
+                    raise
+                continue
+            try:
+                yield response
+            finally:
+                response.close()
+            return
 
 
 def url_host(url: str) -> str:

@@ -15,7 +15,9 @@ Guarantees:
   accepts; the job and token travel only in the pod's env, and so does the organization's
   Hugging Face token (``HF_TOKEN``, for real vLLM only: never in the job), and an existing
   endpoint's API key (``BENCHSITE_ENDPOINT_API_KEY``). An endpoint's address is checked again
-  against the operator's rule before its agent starts (a name may resolve elsewhere now).
+  against the operator's rule before its agent starts (a name may resolve elsewhere now),
+  and the agent connects only to the addresses checked then
+  (``BENCHSITE_ENDPOINT_ADDRESSES``).
 - An existing endpoint's run is billed at the endpoint's price per hour (its frozen one) for
   the agent's lifetime; one priced per token gets the cost of the tokens it measured when it
   ends; one without a price costs nothing we know (``runs.frozen_job.run_cost_is_known``).
@@ -68,8 +70,9 @@ from runs.providers.registry import provider_for
 from runs.selectors.endpoint_costs import run_endpoint_token_cost
 from runs.selectors.prices import gpu_price
 from runs.services.credentials import provider_key_for_run
-from runs.services.endpoints import endpoint_api_key_for_run, endpoint_url_problem
+from runs.services.endpoints import endpoint_api_key_for_run, endpoint_target
 from runs.services.level_figures import trial_level_figures_record
+from runs.services.outbound import OutboundRefused
 from runs.services.run_end import run_end_settle
 from runs.services.run_tokens import run_token_issue
 
@@ -133,17 +136,20 @@ def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
 
 
 def _endpoint_env(run: Run, base_url: str) -> dict[str, str]:
-    """The agent's environment for an existing endpoint: its API key, once the address is
-    still one the operator allows (else the run fails, naming why)."""
-    problem = endpoint_url_problem(base_url)
-    if problem:
-        raise PermanentProviderError(f"the endpoint's address is refused: {problem}")
+    """The agent's environment for an existing endpoint: the addresses its host resolves to
+    now, checked (else the run fails, naming why), which the agent connects to instead of
+    looking the name up again; and its API key."""
+    try:
+        target = endpoint_target(base_url)
+    except OutboundRefused as refused:
+        raise PermanentProviderError(f"the endpoint's address is refused: {refused}") from None
     frozen = run_endpoint(run)
     endpoint = Endpoint.objects.filter(organization_id=run.organization_id, id=frozen["id"]).first()
     if endpoint is None:
         raise PermanentProviderError("the run's endpoint has been deleted")
+    env = {protocol.ENDPOINT_ADDRESSES_ENV: ",".join(target.addresses)}
     key = endpoint_api_key_for_run(endpoint)
-    return {"BENCHSITE_ENDPOINT_API_KEY": key} if key else {}
+    return env | {protocol.ENDPOINT_API_KEY_ENV: key} if key else env
 
 
 def _pod_rate(run: Run, provider: str, placement: Placement, pod: PodInfo) -> Decimal | None:

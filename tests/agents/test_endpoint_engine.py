@@ -136,3 +136,28 @@ def test_the_key_comes_from_the_environment_only():
     options = EngineOptions.from_environment({"BENCHSITE_ENDPOINT_API_KEY": KEY})
     assert options.endpoint_api_key == KEY and KEY not in repr(options)
     assert EngineOptions.from_environment({}).endpoint_api_key is None
+
+
+def test_the_endpoint_is_reached_at_the_addresses_the_site_checked(server, tmp_path):
+    """The name is never looked up (``.invalid`` resolves nowhere): the check and the load go
+    to the addresses given, in turn (the first refuses)."""
+    base = f"http://llm.endpoint.invalid:{server.port}"
+    refusing = "127.0.0.2"  # nothing listens there: the next address is tried
+    engine = EndpointEngine(base_url=base, model="fake", api_key=KEY,
+                            addresses=(refusing, "127.0.0.1"))  # fmt: skip
+    assert engine.start().base_url == base
+    with pytest.raises(EngineFailed, match="cannot reach"):
+        EndpointEngine(base_url=base, model="fake", api_key=KEY).start()
+    options = EngineOptions(endpoint_api_key=KEY, endpoint_addresses=(refusing, "127.0.0.1"))
+    summary, recorder, _ = run(endpoint_job(base), tmp_path, engine_options=options)
+    assert (summary.outcome, summary.trials_succeeded) == ("succeeded", 1)
+    assert all(m["result"]["failed"] == 0 for m in recorder.of("measurement"))
+
+
+def test_the_checked_addresses_come_from_the_environment():
+    variable = "BENCHSITE_ENDPOINT_ADDRESSES"
+    options = EngineOptions.from_environment({variable: "192.0.2.7, 2001:db8::1"})
+    assert options.endpoint_addresses == ("192.0.2.7", "2001:db8::1")
+    assert EngineOptions.from_environment({}).endpoint_addresses == ()
+    with pytest.raises(ValueError, match=variable):
+        EngineOptions.from_environment({variable: "llm.example.com"})

@@ -15,6 +15,7 @@ import pytest
 
 from agents.engines.process import free_port
 from runs.models import AuditEvent, Endpoint, Experiment, Measurement, ModelSpec, Run
+from runs.models.runs import TERMINAL_RUN_STATES
 from runs.providers.base import pod_name
 from runs.services.provisioning import run_release_pod
 from tests.agents.fake_openai_server import FakeServer
@@ -22,6 +23,7 @@ from tests.polling import wait_for
 
 from .conftest import frozen, make_model, signed_in
 from .live_server import daphne_server
+from .rebinding import Rebinding
 from .test_web_experiments import builder_form
 
 KEY = "sk-endpoint-7f3e9c21"
@@ -385,3 +387,70 @@ def test_the_settings_page_replaces_a_key_only_with_one_the_endpoint_takes(
     assert "Replaced the API key" in taken and KEY not in taken
     assert Endpoint.objects.get().encrypted_api_key != before  # encrypted afresh
     assert AuditEvent.objects.filter(event="endpoint.update").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_new_host_for_an_endpoint_needs_its_key_again(alice, server, allowed):
+    """The stored key goes only where it was given for (issue 32, finding 6): a base URL on
+    another host (scheme, name or port) is refused on ``api_key`` unless the same change
+    gives the key; another path on the same host keeps it."""
+    allowed.BENCHSITE_ENDPOINT_HOSTS = ["127.0.0.1", "localhost"]
+    allowed.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1", "localhost"]
+    endpoint = add_endpoint(alice, server.base_url).json()
+    url = f"/api/v1/orgs/{alice.org.slug}/endpoints/{endpoint['id']}/"
+    elsewhere = f"http://localhost:{server.port}"  # the same server, under another name
+    stored = Endpoint.objects.get()
+    before = server.auth()
+    refused = alice.client().patch(url, {"base_url": elsewhere}, format="json")
+    assert refused.status_code == 400, refused.content
+    (message,) = refused.json()["error"]["fields"]["api_key"]
+    assert "give the API key again" in message and KEY not in message
+    assert server.auth() == before  # the stored key was sent nowhere
+    assert Endpoint.objects.get().base_url == stored.base_url
+    assert not AuditEvent.objects.filter(event="endpoint.update").exists()
+    # Another port is another host too.
+    other_port = alice.client().patch(
+        url, {"base_url": f"http://127.0.0.1:{free_port()}"}, format="json"
+    )
+    assert list(other_port.json()["error"]["fields"]) == ["api_key"]
+    # With the key in the same change, the new host is asked with it and taken.
+    moved = alice.client().patch(url, {"base_url": elsewhere, "api_key": KEY}, format="json")
+    assert moved.status_code == 200, moved.content
+    assert moved.json()["base_url"] == elsewhere
+    assert server.auth()["accepted"] == before["accepted"] + 1
+    # Another path on the same host keeps the key (and is asked with it).
+    path = alice.client().patch(url, {"base_url": f"{elsewhere}/api"}, format="json")
+    assert "api_key" not in path.json()["error"]["fields"]
+    assert "answered HTTP 404" in path.json()["error"]["fields"]["base_url"][0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.needs_redis
+def test_the_agent_reaches_the_endpoint_only_at_the_address_the_site_checked(
+    alice, server, allowed, own_broker_queue, tmp_path, monkeypatch
+):
+    """The site resolves the endpoint's name once before the agent starts, checks that
+    address and hands it to the agent, which connects there (issue 32, finding 1): the name
+    here resolves in this process only (``.invalid`` resolves nowhere else), so a run that
+    measures proves the agent never looked it up."""
+    name = "llm.endpoint.invalid"
+    allowed.BENCHSITE_ENDPOINT_HOSTS = allowed.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = [name]
+    allowed.BENCHSITE_LOCAL_PODS_DIR = tmp_path / "pods"
+    Rebinding(name, "127.0.0.1", "127.0.0.1").patch(monkeypatch)
+    endpoint = add_endpoint(alice, f"http://{name}:{server.port}", price_usd_per_hour="36")
+    assert endpoint.status_code == 201, endpoint.json()
+    experiment_id = endpoint_experiment(alice, endpoint.json()["id"]).json()["id"]
+    with daphne_server() as address:
+        allowed.BENCHSITE_PUBLIC_URL = f"http://{address}"
+        started = alice.client().post(
+            f"/api/v1/orgs/{alice.org.slug}/runs/", {"experiment": experiment_id}, format="json"
+        )
+        run = Run.objects.get(id=started.json()["id"])
+        wait_for(lambda: Run.objects.get(id=run.id).state in TERMINAL_RUN_STATES, 120,
+                 "the run to end", every=0.2)  # fmt: skip
+        run.refresh_from_db()
+        agent_log = (tmp_path / "pods" / pod_name(run.id) / "agent.log").read_text()
+        assert run.state == "succeeded", (run.failure_reason, agent_log[-3000:])
+        run_release_pod(run_id=run.id)
+    levels = Measurement.objects.filter(trial__run=run).order_by("concurrency")
+    assert [(level.concurrency, level.result["failed"]) for level in levels] == [(1, 0), (2, 0)]
