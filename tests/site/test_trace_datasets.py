@@ -140,6 +140,18 @@ BAD_TRACES = {
         "line 3: TIMESTAMP: must be a date and time",
     ),
     "a mooncake file sent as azure": ("azure", example("mooncake"), "line 1: the header"),
+    # Python's JSON decoder recurses once per bracket: 100,000 of them exhaust its stack.
+    "mooncake with a line nested 100,000 deep": (
+        "mooncake",
+        b'{"timestamp": 0, "input_length": 5, "output_length": 5}\n' + b"[" * 100_000 + b"\n",
+        "line 2: not JSON (JSON nested deeper than 64 levels)",
+    ),
+    # A whole number of 401 digits is valid JSON but has no float: it cannot be scaled.
+    "mooncake with a time past any float": (
+        "mooncake",
+        b'{"timestamp": 1' + b"0" * 400 + b', "input_length": 5, "output_length": 5}\n',
+        "line 1: timestamp: must be a finite number",
+    ),
 }
 
 
@@ -153,6 +165,28 @@ def test_a_bad_trace_is_refused_by_line_and_field_and_nothing_is_stored(
     assert refusal.startswith(message), refusal
     assert database_state() == before
     assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "raw"),
+    [
+        ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     b"0,ChatGPT,10,10,20,API log\n5e-324,ChatGPT,10,10,20,API log\n"),
+        ("mooncake", b'{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
+                     b'{"timestamp": 5e-321, "input_length": 5, "output_length": 5}\n'),
+    ],
+)  # fmt: skip
+def test_requests_a_denormal_apart_are_accepted_as_arriving_at_once(alice, kind, raw):
+    # Their gap (5e-324 s, the smallest float) over 120 buckets rounds to 0: no bucket width
+    # has a logarithm there. They are two requests that arrive together.
+    response = upload(alice, kind, raw)
+    assert response.status_code == 201, response.content
+    summary = response.json()["summary"]
+    assert summary["requests"] == 2 and summary["span_seconds"] == 5e-324
+    assert summary["arrivals"] == {"bucket_seconds": 1e-06, "counts": [2]}
+    assert summary["mean_rate"] is None  # infinite: every request at once
+    dataset = WorkloadDataset.objects.get(pk=response.json()["id"])
+    assert dataset.summary == summary
 
 
 def test_an_unknown_format_is_refused_under_format(alice, tmp_path):
