@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.files.uploadhandler import TemporaryFileUploadHandler
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -24,7 +25,15 @@ from runs.selectors.estimates import experiment_estimate
 from runs.services.experiments import dataset_upload
 from runs.services.run_tokens import run_token_issue
 
-from .conftest import H100, SYSTEM, experiment_payload, frozen, make_experiment, make_model
+from .conftest import (
+    H100,
+    SYSTEM,
+    experiment_payload,
+    frozen,
+    make_experiment,
+    make_model,
+    signed_in,
+)
 from .db_state import database_state
 
 pytestmark = pytest.mark.django_db
@@ -206,6 +215,55 @@ def test_the_size_limit_holds_for_traces(alice, settings, tmp_path):
     before = database_state()
     (refusal,) = refused_fields(upload(alice, "mooncake"))["file"]
     assert "larger than the limit of 1024 bytes" in refusal
+    assert database_state() == before and files_under(tmp_path) == []
+
+
+class CountingUploadHandler(TemporaryFileUploadHandler):
+    """Keeps each upload in a temporary file, as Django does past its memory limit, and
+    counts the bytes the site then reads from it."""
+
+    read_bytes = 0
+
+    def file_complete(self, file_size):
+        uploaded = super().file_complete(file_size)
+        uploaded.file = _CountedReads(uploaded.file)
+        return uploaded
+
+
+class _CountedReads:
+    def __init__(self, file):
+        self._file = file
+
+    def read(self, size=-1):
+        data = self._file.read(size)
+        CountingUploadHandler.read_bytes += len(data)
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+
+@pytest.mark.parametrize("through", ["api", "page"])
+def test_a_file_past_the_limit_is_refused_after_reading_one_byte_more(
+    alice, settings, tmp_path, through
+):
+    settings.DATASET_MAX_BYTES = 1024
+    settings.FILE_UPLOAD_HANDLERS = [f"{__name__}.CountingUploadHandler"]
+    CountingUploadHandler.read_bytes = 0
+    raw = b"x" * (4 * 1024 * 1024)
+    before = database_state()
+    if through == "api":
+        (refusal,) = refused_fields(upload(alice, "mooncake", raw))["file"]
+    else:
+        response = signed_in(alice).post(
+            reverse("datasets", args=[alice.org.slug]),
+            {"name": "big", "format": "mooncake", "file": SimpleUploadedFile("t.jsonl", raw)},
+        )
+        assert response.status_code == 400
+        refusal = response.content.decode()
+        assert 'id="id_file-errors"' in refusal
+    assert "File is larger than the limit of 1024 bytes." in refusal
+    assert 0 < CountingUploadHandler.read_bytes <= 1024 + 1
     assert database_state() == before and files_under(tmp_path) == []
 
 
