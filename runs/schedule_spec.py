@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from celery.schedules import crontab
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django_celery_beat.models import CrontabSchedule
 from django_celery_beat.validators import crontab_validator
 
 from benchsite_cli.gate import ThresholdError, parse_thresholds
 from runs.errors import DomainValidationError
+from runs.models.schedules import ExperimentSchedule
 
 CRON_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 _DAILY_AT = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
-MAX_THRESHOLDS_CHARS = 500
+MAX_THRESHOLDS_CHARS = ExperimentSchedule._meta.get_field("thresholds").max_length
 # Whole cycles of the calendar's weekdays (28 years from 2001; the cycle holds to 2099): in
 # one, every date, 29 February included, falls on every weekday.
 _CALENDAR_CYCLE_START = datetime.date(2001, 1, 1).toordinal()
@@ -61,11 +63,25 @@ def _cron_problem(text: str) -> tuple[dict[str, str] | None, str]:
     fields = dict(zip(CRON_FIELDS, parts, strict=True))
     try:
         crontab_validator(" ".join(parts))
+        _beat_row_check(fields)
         crontab(**fields)  # what beat will compute with: it must read it too
     except (ValidationError, ValueError) as exc:
         message = exc.messages[0] if isinstance(exc, ValidationError) else str(exc)
         return None, f"Not a cron expression beat can read: {message}"
     return fields, ""
+
+
+def _beat_row_check(fields: dict[str, str]) -> None:
+    """Beat's own row's checks of each field (``CrontabSchedule``: its syntax and its
+    column's length), raised as one ``ValidationError`` naming the field in words."""
+    try:
+        CrontabSchedule(**fields).full_clean(
+            exclude=["timezone"], validate_unique=False, validate_constraints=False
+        )
+    except ValidationError as exc:
+        name, messages = next(iter(exc.message_dict.items()))
+        label = str(CrontabSchedule._meta.get_field(name).verbose_name).lower()
+        raise ValidationError(f"the {label} field: {messages[0]}") from None
 
 
 def _closest_firings(fields: dict[str, str]) -> int | None:

@@ -56,6 +56,7 @@ from runs.models import (
 )
 from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
 from runs.services.outbound import outbound_url_problem, url_host
+from runs.services.recording import clean_instance
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ def hook_create(
         hook.encrypted_url, hook.url_host = encrypt_secret(url.strip()), url_host(url.strip())
     if secret is not None:
         hook.encrypted_secret, hook.secret_fingerprint = encrypt_secret(secret), secret[-6:]
+    clean_instance(hook)  # as stored (addresses joined by ", "), within its columns
     try:
         with transaction.atomic():
             hook.save()
