@@ -236,6 +236,9 @@ SPECTACULAR_SETTINGS = {
 
 # Benchsite's own knobs.
 BENCHSITE_MAX_GRID_TRIALS = env_int("BENCHSITE_MAX_GRID_TRIALS", 64, minimum=1)
+# The closest two firings of an experiment's schedule may be: each firing while its last run
+# is still under way is refused and recorded (runs/schedule_spec.py).
+SCHEDULE_MIN_INTERVAL_MINUTES = env_int("SCHEDULE_MIN_INTERVAL_MINUTES", 15, minimum=1)
 # Token last-used times are written at most this often, so reads stay reads.
 BENCHSITE_TOKEN_TOUCH_SECONDS = env_int("BENCHSITE_TOKEN_TOUCH_SECONDS", 60, minimum=0)
 

@@ -33,6 +33,7 @@ from agents.workloads.traces import (
     TraceError,
     _json_lines,
     _lengths_and_blocks,
+    _reading,
     _seconds,
     _shown,
     _text,
@@ -95,33 +96,34 @@ def parse_agentic(data: bytes, *, block_size: int = 512) -> AgenticTrace:
     sessions: dict[str | int, list] = {}  # session -> [(root offset, request)]
     required = ("session", "id", "input_length", "output_length")
     for number, item in _json_lines(_text(data), required):
-        session = _key(item["session"], number, "session")
-        request_id = _key(item["id"], number, "id")
-        if request_id in where:
-            raise TraceError(f"{_shown(request_id)} is used by an earlier line", line=number,
-                             field="id")  # fmt: skip
-        raw_parents = item.get("parent")
-        named = raw_parents if isinstance(raw_parents, list) else [raw_parents]
-        parents = []
-        for parent in (p for p in named if p is not None):
-            parent = _key(parent, number, "parent")
-            if parent not in where:
-                raise TraceError(f"{_shown(parent)} is not the id of an earlier line",
-                                 line=number, field="parent")  # fmt: skip
-            if where[parent][0] != session:
-                raise TraceError(f"{_shown(parent)} belongs to another session", line=number,
-                                 field="parent")  # fmt: skip
-            parents.append(where[parent][1])
-        delay = _seconds(item.get("delay_ms", 0), number, "delay_ms", scale=0.001)
-        input_len, output_len, hash_ids = _lengths_and_blocks(item, number, block_size)
-        kind = item.get("type", "main")
-        if not isinstance(kind, str) or not 0 < len(kind) <= MAX_LABEL:
-            raise TraceError(f"must be a label of 1 to {MAX_LABEL} characters, got "
-                             f"{_shown(kind)}", line=number, field="type")  # fmt: skip
-        requests = sessions.setdefault(session, [])
-        where[request_id] = (session, len(requests))
-        request = AgenticRequest(tuple(parents), delay, input_len, output_len, hash_ids, kind)
-        requests.append((None if parents else delay, request))
+        with _reading(number):
+            session = _key(item["session"], number, "session")
+            request_id = _key(item["id"], number, "id")
+            if request_id in where:
+                raise TraceError(f"{_shown(request_id)} is used by an earlier line", line=number,
+                                 field="id")  # fmt: skip
+            raw_parents = item.get("parent")
+            named = raw_parents if isinstance(raw_parents, list) else [raw_parents]
+            parents = []
+            for parent in (p for p in named if p is not None):
+                parent = _key(parent, number, "parent")
+                if parent not in where:
+                    raise TraceError(f"{_shown(parent)} is not the id of an earlier line",
+                                     line=number, field="parent")  # fmt: skip
+                if where[parent][0] != session:
+                    raise TraceError(f"{_shown(parent)} belongs to another session", line=number,
+                                     field="parent")  # fmt: skip
+                parents.append(where[parent][1])
+            delay = _seconds(item.get("delay_ms", 0), number, "delay_ms", scale=0.001)
+            input_len, output_len, hash_ids = _lengths_and_blocks(item, number, block_size)
+            kind = item.get("type", "main")
+            if not isinstance(kind, str) or not 0 < len(kind) <= MAX_LABEL:
+                raise TraceError(f"must be a label of 1 to {MAX_LABEL} characters, got "
+                                 f"{_shown(kind)}", line=number, field="type")  # fmt: skip
+            requests = sessions.setdefault(session, [])
+            where[request_id] = (session, len(requests))
+            request = AgenticRequest(tuple(parents), delay, input_len, output_len, hash_ids, kind)
+            requests.append((None if parents else delay, request))
     if not sessions:
         raise TraceError("no request")
     built = []

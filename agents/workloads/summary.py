@@ -12,8 +12,9 @@ Guarantees, for any ``Trace`` (``agents.workloads.traces``, so at least one requ
   with ``edges[i] <= x < edges[i + 1]``, the last bin its upper edge too, so the counts add
   up to the requests.
 - ``arrivals``: requests counted per bucket of ``bucket_seconds`` (1, 2 or 5 × a power of
-  ten, the smallest that needs at most ``MAX_ARRIVAL_BUCKETS`` buckets) from the first
-  request on; the counts add up to the requests.
+  ten, the smallest that needs at most ``MAX_ARRIVAL_BUCKETS`` buckets, and never under
+  ``MIN_BUCKET_SECONDS``; 1 s when every request arrives at once) from the first request
+  on; the counts add up to the requests.
 - ``shared_prefix_share``: the input tokens of blocks whose hash id an earlier request
   already listed, over all input tokens (0 to 1; 0 for a format without hash ids). A block
   holds ``block_size`` tokens, a request's last one what is left of its input.
@@ -30,6 +31,10 @@ from agents.workloads.traces import Trace, TraceRequest
 
 HISTOGRAM_BINS = 20
 MAX_ARRIVAL_BUCKETS = 120
+# The finest bucket drawn: a microsecond, the finest time a trace format records (Azure's
+# timestamps are read to it). Requests closer than that arrive together; a finer width could
+# round to 0 (two requests 5e-324 s apart).
+MIN_BUCKET_SECONDS = 1e-6
 
 
 def summarize_trace(trace: Trace) -> dict:
@@ -84,8 +89,13 @@ def _lengths(values: list[int]) -> dict:
 
 
 def _bucket_seconds(span: float) -> float:
-    """The smallest 1-2-5 width that covers ``span`` in at most ``MAX_ARRIVAL_BUCKETS``."""
-    exponent = math.floor(math.log10(span / MAX_ARRIVAL_BUCKETS)) if span > 0 else 0
+    """The smallest 1-2-5 width that covers ``span`` in at most ``MAX_ARRIVAL_BUCKETS`` and
+    is at least ``MIN_BUCKET_SECONDS`` (1 s for a span of 0)."""
+    if span <= 0:
+        return 1.0
+    # The narrowest width that could do, floored before its logarithm is taken: the span
+    # over the buckets can be 0 for a span that is not (a denormal one).
+    exponent = math.floor(math.log10(max(span / MAX_ARRIVAL_BUCKETS, MIN_BUCKET_SECONDS)))
     while True:
         for step in (1, 2, 5):
             width = step * 10.0**exponent

@@ -23,6 +23,7 @@ import io
 import json
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import get_args
@@ -34,6 +35,7 @@ from agents.protocol import (
     MOONCAKE_BLOCK_SIZE,
     TRACE_FORMATS,
     BurstGptLogType,
+    json_loads_bounded,
 )
 
 # More requests than a day at a busy service's rate is not a trace this tool replays.
@@ -168,6 +170,10 @@ def _seconds(value: object, line: int, field: str, scale: float = 1.0) -> float:
             number = None
     if isinstance(number, bool) or not isinstance(number, int | float):
         raise TraceError(f"must be a number, got {_shown(value)}", line=line, field=field)
+    try:
+        number = float(number)
+    except OverflowError:  # a whole number past the largest float
+        number = math.inf
     if not math.isfinite(number) or number < 0:
         raise TraceError(
             f"must be a finite number of 0 or more, got {_shown(value)}", line=line, field=field
@@ -178,6 +184,19 @@ def _seconds(value: object, line: int, field: str, scale: float = 1.0) -> float:
 def _shown(value: object) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+@contextmanager
+def _reading(line: int) -> Iterator[None]:
+    """Whatever reading line ``line`` raises is a ``TraceError`` naming that line: the
+    checks above name the field where they can; this holds the module's promise (no other
+    exception) for a value no check foresaw."""
+    try:
+        yield
+    except TraceError:
+        raise
+    except (ArithmeticError, ValueError, RecursionError) as error:
+        raise TraceError(f"cannot be read ({type(error).__name__})", line=line) from None
 
 
 def _lines(text: str) -> Iterator[tuple[int, str]]:
@@ -204,7 +223,8 @@ def _json_lines(text: str, required: tuple[str, ...]) -> Iterator[tuple[int, dic
     line number."""
     for number, line in _lines(text):
         try:
-            item = json.loads(line)
+            # Bounded in depth: the standard decoder recurses once per bracket.
+            item = json_loads_bounded(line)
         except ValueError as error:
             raise TraceError(f"not JSON ({error.args[0]})", line=number) from None
         if not isinstance(item, dict):
@@ -245,8 +265,9 @@ def _lengths_and_blocks(
 def _mooncake(text: str, block_size: int) -> list[TraceRequest]:
     rows = []
     for number, item in _json_lines(text, ("timestamp", "input_length", "output_length")):
-        offset = _seconds(item["timestamp"], number, "timestamp", scale=0.001)
-        rows.append(TraceRequest(offset, *_lengths_and_blocks(item, number, block_size)))
+        with _reading(number):
+            offset = _seconds(item["timestamp"], number, "timestamp", scale=0.001)
+            rows.append(TraceRequest(offset, *_lengths_and_blocks(item, number, block_size)))
     return rows
 
 
@@ -285,9 +306,10 @@ def _csv_rows(text: str, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[s
 def _burstgpt(text: str, model: str | None, log_type: str | None) -> tuple[list[TraceRequest], int]:
     rows, skipped = [], 0
     for number, row in _csv_rows(text, _BURSTGPT_COLUMNS):
-        offset = _seconds(row["Timestamp"], number, "Timestamp")
-        request = _whole(row["Request tokens"], number, "Request tokens", 0, MAX_INPUT_LEN)
-        response = _whole(row["Response tokens"], number, "Response tokens", 0, MAX_OUTPUT_LEN)
+        with _reading(number):
+            offset = _seconds(row["Timestamp"], number, "Timestamp")
+            request = _whole(row["Request tokens"], number, "Request tokens", 0, MAX_INPUT_LEN)
+            response = _whole(row["Response tokens"], number, "Response tokens", 0, MAX_OUTPUT_LEN)
         if (
             (model is not None and row["Model"].strip() != model)
             or (log_type is not None and row["Log Type"].strip() != log_type)
@@ -322,13 +344,15 @@ def _azure_time(value: str, line: int) -> datetime:
 def _azure(text: str) -> tuple[list[TraceRequest], int]:
     rows, skipped, first = [], 0, None
     for number, row in _csv_rows(text, _AZURE_COLUMNS):
-        moment = _azure_time(row["TIMESTAMP"], number)
-        first = moment if first is None else first
-        context = _whole(row["ContextTokens"], number, "ContextTokens", 0, MAX_INPUT_LEN)
-        generated = _whole(row["GeneratedTokens"], number, "GeneratedTokens", 0, MAX_OUTPUT_LEN)
+        with _reading(number):
+            moment = _azure_time(row["TIMESTAMP"], number)
+            first = moment if first is None else first
+            context = _whole(row["ContextTokens"], number, "ContextTokens", 0, MAX_INPUT_LEN)
+            generated = _whole(row["GeneratedTokens"], number, "GeneratedTokens", 0, MAX_OUTPUT_LEN)
+            # Offsets from the first row; sorting (in parse_trace) makes the earliest one 0.
+            offset = (moment - first).total_seconds()
         if context == 0 or generated == 0:
             skipped += 1  # nothing to send or nothing to generate
             continue
-        # Offsets from the first row; sorting (in parse_trace) makes the earliest one 0.
-        rows.append(TraceRequest((moment - first).total_seconds(), context, generated))
+        rows.append(TraceRequest(offset, context, generated))
     return rows, skipped

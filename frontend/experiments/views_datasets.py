@@ -23,7 +23,7 @@ from runs.errors import Conflict, DomainValidationError
 from runs.inputs.experiments import DatasetUploadSerializer
 from runs.models import Experiment, WorkloadDataset
 from runs.models.experiments import DATASET_FORMAT_CHOICES
-from runs.services.experiments import dataset_delete, dataset_upload
+from runs.services.experiments import dataset_delete, dataset_file_read, dataset_upload
 
 _LABELS = {"name": "Name", "format": "Format", "file": "File"}
 
@@ -59,7 +59,7 @@ def datasets(request, membership):
                 org=membership.organization,
                 actor=actor_from_request(request),
                 name=data["name"],
-                raw=data["file"].read(),
+                raw=dataset_file_read(data["file"]),
                 dataset_format=data["format"],
             )
         except DomainValidationError as exc:

@@ -12,6 +12,12 @@ class FiringSerializer(serializers.Serializer):
     run = serializers.UUIDField(allow_null=True, help_text="The run it started, if any.")
     run_state = serializers.CharField(allow_null=True)
     refused = serializers.CharField(help_text="Why no run started (empty when one did).")
+    repeats = serializers.IntegerField(
+        help_text="Later firings refused for the same reason, counted here."
+    )
+    last_fired_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the last of those later firings was."
+    )
     verdict = serializers.ChoiceField(choices=[("", "none"), *GateVerdict.choices])
     verdict_text = serializers.CharField()
     gate = serializers.DictField(

@@ -32,6 +32,7 @@ from runs.selectors.schedules import experiment_schedule, schedule_state
 from runs.services.budgets import budget_delete, budget_set
 from runs.services.experiments import (
     dataset_delete,
+    dataset_file_read,
     dataset_upload,
     experiment_create,
     experiment_delete,
@@ -167,7 +168,7 @@ class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScoped
             org=self.org,
             actor=self.actor,
             name=data.validated_data["name"],
-            raw=data.validated_data["file"].read(),
+            raw=dataset_file_read(data.validated_data["file"]),
             dataset_format=data.validated_data["format"],
         )
         return Response(DatasetDetailSerializer(dataset).data, status=status.HTTP_201_CREATED)

@@ -8,7 +8,9 @@
   usual budget check. ``thresholds`` is the regression gate's ``--max-regression`` text.
 - ``ScheduleFiring``: one per schedule and minute (a second delivery of the same beat tick
   adds nothing): the run it started, or why none was started; then, when that run ended,
-  the gate's verdict against the experiment's promoted baseline.
+  the gate's verdict against the experiment's promoted baseline. Later firings refused for
+  the same reason as the schedule's latest one are counted on it (``repeats``, up to
+  ``last_fired_at``), not recorded each on its own.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class ScheduleFiring(models.Model):
         Run, on_delete=models.SET_NULL, null=True, blank=True, related_name="schedule_firing"
     )
     refused = models.TextField(max_length=2000, blank=True)  # why no run started
+    # Later firings refused for the same reason, and the minute and time of the last of them.
+    repeats = models.PositiveIntegerField(default=0)
+    last_slot = models.DateTimeField(null=True, blank=True)
+    last_fired_at = models.DateTimeField(null=True, blank=True)
     verdict = models.CharField(max_length=16, choices=GateVerdict.choices, blank=True)
     # The gate's summary: baseline run and trial, failed rows in words, what was not compared.
     gate = models.JSONField(default=dict, blank=True)

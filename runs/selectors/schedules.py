@@ -60,6 +60,8 @@ def _firing(firing: ScheduleFiring) -> dict:
         "run": firing.run_id,
         "run_state": firing.run.state if firing.run else None,
         "refused": firing.refused,
+        "repeats": firing.repeats,
+        "last_fired_at": firing.last_fired_at,
         "verdict": firing.verdict,
         "verdict_text": firing.get_verdict_display() if firing.verdict else "",
         "gate": firing.gate,

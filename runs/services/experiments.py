@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from typing import IO
 
 from django.conf import settings
 from django.core.files.base import ContentFile
@@ -223,6 +224,13 @@ def _trace_summary(raw: bytes, dataset_format: str) -> dict:
         return summarize_trace(parse_trace(raw, dataset_format))
     except TraceError as error:
         raise DomainValidationError.single("file", str(error)) from None
+
+
+def dataset_file_read(file: IO[bytes]) -> bytes:
+    """An uploaded file's bytes for ``dataset_upload``: never more than one byte past
+    ``DATASET_MAX_BYTES`` is read, so a file past the limit is refused there (under ``file``)
+    without being held whole."""
+    return file.read(settings.DATASET_MAX_BYTES + 1)
 
 
 @transaction.atomic

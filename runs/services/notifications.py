@@ -62,6 +62,7 @@ from runs.services.outbound import (
     outbound_url_problem,
     url_host,
 )
+from runs.services.recording import clean_instance
 from runs.services.text_input import has_control_characters, one_line
 
 logger = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ def hook_create(
         hook.encrypted_url, hook.url_host = encrypt_secret(url.strip()), url_host(url.strip())
     if secret is not None:
         hook.encrypted_secret, hook.secret_fingerprint = encrypt_secret(secret), secret[-6:]
+    clean_instance(hook)  # as stored (addresses joined by ", "), within its columns
     try:
         with transaction.atomic():
             hook.save()

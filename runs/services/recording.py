@@ -11,11 +11,13 @@ from runs.audit import audit_diff, audit_record, audit_snapshot
 from runs.errors import DomainValidationError
 
 
-def clean_instance(instance: models.Model) -> None:
+def clean_instance(instance: models.Model, *, exclude: tuple[str, ...] = ()) -> None:
     """The model's own checks (lengths, choices), as a ``DomainValidationError`` naming the
-    fields. Serializers check types first; this is the model's own last line."""
+    fields. Serializers check types first; this is the model's own last line, on the values
+    as they will be stored (normalized, joined, lower-cased). ``exclude``: fields not set
+    yet."""
     try:
-        instance.full_clean(validate_unique=False, validate_constraints=False)
+        instance.full_clean(exclude=exclude, validate_unique=False, validate_constraints=False)
     except ValidationError as exc:
         raise DomainValidationError(exc.message_dict) from None
 

@@ -7,7 +7,9 @@ Guarantees:
   ``schedule``): the owner's role, the experiment's cap and every budget are checked as for a
   run they started by hand, and the start is audited under their name. When the owner left,
   lost write access, or the previous scheduled run is still under way, no run starts and the
-  firing says why (audited as ``schedule.refused``).
+  firing says why (audited as ``schedule.refused``). A refusal for the same reason as the
+  schedule's latest firing is counted on that firing (no row, no audit event of its own):
+  a run under way for a day is one refusal, not one a firing.
 - When a scheduled run ends, in the transaction that ended it, its firing gets the gate's
   verdict (``schedule_gate``); a regression is notified (``regression.detected``) once.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from runs.actors import Actor
@@ -70,11 +73,11 @@ def schedule_fire(
         )
         if schedule is None or not schedule.periodic_task.enabled:
             return None
-        firing, created = ScheduleFiring.objects.get_or_create(
-            schedule=schedule, slot=slot, defaults={"fired_at": now}
-        )
-        if not created:
-            return firing  # the same tick, delivered again
+        # The schedule's row is locked: a tick delivered twice waits here, then finds this.
+        seen = schedule.firings.filter(Q(slot=slot) | Q(last_slot=slot)).first()
+        if seen is not None:
+            return seen  # the same tick, delivered again
+        firing = ScheduleFiring(schedule=schedule, slot=slot, fired_at=now)
         refused = _why_not_start(schedule)
         if not refused:
             owner = Actor(user=schedule.owner, via=SCHEDULE_ACTOR_VIA)
@@ -93,11 +96,22 @@ def schedule_fire(
                                    for message in messages)  # fmt: skip
         if refused:
             firing.refused = refused[:2000]
+            latest = schedule.firings.order_by("-slot").first()
+            if latest is not None and latest.run_id is None and latest.refused == firing.refused:
+                return _repeated(latest, slot=slot, now=now)
             audit_record(
                 org=schedule.organization, actor=Actor.system(SCHEDULE_ACTOR_VIA),
                 event="schedule.refused", target=schedule, after={"why": firing.refused},
             )  # fmt: skip
         firing.save()
+    return firing
+
+
+def _repeated(firing: ScheduleFiring, *, slot: datetime.datetime, now: datetime.datetime):
+    """Counts one more refusal, for the same reason, on the firing that recorded it."""
+    firing.repeats += 1
+    firing.last_slot, firing.last_fired_at = slot, now
+    firing.save(update_fields=["repeats", "last_slot", "last_fired_at"])
     return firing
 
 

@@ -14,6 +14,7 @@ from runs.actors import Actor
 from runs.audit import audit_diff, audit_record, audit_snapshot
 from runs.errors import Conflict, DomainValidationError
 from runs.models import ApiToken, Membership, Organization, Role, User
+from runs.services.recording import clean_instance
 
 TOKEN_PREFIX = "bsk_"
 # Characters kept in clear: "bsk_" plus 8 of the secret, enough to tell tokens apart.
@@ -30,7 +31,9 @@ def org_create(*, slug: str, name: str, owner: User, actor: Actor) -> Organizati
     """A new organization with ``owner`` as its first owner."""
     if Organization.objects.filter(slug=slug).exists():
         raise DomainValidationError.single("slug", f"An organization named {slug!r} exists.")
-    org = Organization.objects.create(slug=slug, name=name or slug)
+    org = Organization(slug=slug, name=name or slug)
+    clean_instance(org)
+    org.save()
     audit_record(
         org=org, actor=actor, event="organization.create", target=org, after=audit_snapshot(org)
     )
@@ -62,7 +65,11 @@ def membership_add_by_email(
     later invitation flow) sets one; their tokens work at once. One transaction: a refused
     add leaves no new user behind."""
     email = email.lower()
-    user = User.objects.filter(email=email).first() or User.objects.create_user(email)
+    user = User.objects.filter(email=email).first()
+    if user is None:
+        # Lower-casing can lengthen an address ("İ" is two characters lower-cased).
+        clean_instance(User(email=email), exclude=("password",))
+        user = User.objects.create_user(email)
     return membership_add(org=org, user=user, role=role, actor=actor)
 
 
@@ -134,7 +141,7 @@ def token_create(*, org: Organization, user: User, name: str, actor: Actor) -> I
     if not name:
         raise DomainValidationError.single("name", "A token needs a name.")
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(
+    token = ApiToken(
         organization=org,
         user=user,
         name=name,
@@ -142,6 +149,8 @@ def token_create(*, org: Organization, user: User, name: str, actor: Actor) -> I
         token_hash=token_digest(raw),
         created_by=actor.user,
     )
+    clean_instance(token)
+    token.save()
     audit_record(
         org=org, actor=actor, event="token.create", target=token, after=audit_snapshot(token)
     )

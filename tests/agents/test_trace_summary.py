@@ -8,10 +8,16 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.workloads.summary import HISTOGRAM_BINS, MAX_ARRIVAL_BUCKETS, summarize_trace
+from agents.workloads.summary import (
+    HISTOGRAM_BINS,
+    MAX_ARRIVAL_BUCKETS,
+    MIN_BUCKET_SECONDS,
+    summarize_trace,
+)
 from agents.workloads.traces import Trace, TraceRequest, parse_trace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "workloads"
@@ -71,6 +77,14 @@ def test_arrivals_are_counted_in_round_buckets_of_at_most_the_limit():
     # 600 s in 1-2-5 steps: 5 s buckets are the smallest that need no more than 120.
     assert arrivals["bucket_seconds"] == 5.0
     assert len(arrivals["counts"]) == 120 and set(arrivals["counts"]) == {5}
+
+
+@pytest.mark.parametrize("gap", [5e-324, 1e-300, 4e-7])
+def test_requests_closer_than_a_microsecond_share_its_one_bucket(gap):
+    # 5e-324 over 120 buckets is 0: no logarithm, no power of ten to start from.
+    summary = summarize_trace(trace(TraceRequest(0.0, 1, 1), TraceRequest(gap, 1, 1)))
+    assert summary["arrivals"] == {"bucket_seconds": MIN_BUCKET_SECONDS, "counts": [2]}
+    assert summary["span_seconds"] == gap
 
 
 def test_the_shared_share_counts_blocks_an_earlier_request_listed():

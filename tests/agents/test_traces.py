@@ -195,6 +195,25 @@ def test_any_json_values_give_a_trace_or_a_trace_error(values):
         parse_trace(line, "mooncake")
 
 
+@pytest.mark.parametrize("trace_format", ["mooncake", "burstgpt", "azure"])
+def test_a_value_no_check_foresaw_is_refused_by_its_line(monkeypatch, trace_format):
+    # Stands for any failure a field's own check misses: the line still names itself.
+    def fails(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr("agents.workloads.traces._whole", fails)
+    lines = {
+        "mooncake": mooncake(ONE),
+        "burstgpt": (BURSTGPT_HEADER + "0,ChatGPT,1,1,2,API log\n").encode(),
+        "azure": (AZURE_HEADER + "2023-11-16 18:15:46.6805900,1,1\n").encode(),
+    }
+    error = refusal(lines[trace_format], trace_format)
+    assert (error.line, str(error)) == (
+        1 if trace_format == "mooncake" else 2,
+        f"line {error.line}: cannot be read (ZeroDivisionError)",
+    )
+
+
 def test_the_shipped_sharegpt_example_gives_its_conversations():
     prompts = ShareGptPrompts(EXAMPLES / "sharegpt.json").load()
     assert [p.text.split()[0] for p in prompts] == ["Write", "What", "Give"]

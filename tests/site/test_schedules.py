@@ -34,6 +34,7 @@ from runs.services.schedules import schedule_delete, schedule_pause, schedule_se
 from tests.polling import wait_for
 
 from .conftest import SYSTEM, WAITING_AGENT, make_experiment, make_model, signed_in
+from .db_state import database_state
 from .report_data import add_trial, build_history, level
 from .test_promotions import approve, propose
 
@@ -70,6 +71,70 @@ def test_a_bad_schedule_is_refused_by_field(fields, field, words):
         spec(**fields)
     assert field in refused.value.fields
     assert words in " ".join(refused.value.fields[field])
+
+
+# Cron fields whose closest firings are fewer minutes apart than the minimum (15 by default),
+# each with that gap: within an hour, across an hour, across midnight, across 28/29 February.
+TOO_OFTEN = {
+    "every minute": ("* * * * *", 1),
+    "every ten minutes": ("*/10 * * * *", 10),
+    "at :00 and :50": ("0,50 * * * *", 10),
+    "23:55 and 00:00": ("0,55 0,23 * * *", 5),
+    "28 and 29 February": ("0,55 0,23 28,29 2 *", 5),
+}
+
+
+@pytest.mark.parametrize(("cron", "gap"), TOO_OFTEN.values(), ids=list(TOO_OFTEN))
+def test_a_schedule_firing_more_often_than_the_minimum_is_refused(cron, gap):
+    with pytest.raises(DomainValidationError) as refused:
+        spec(cron=cron)
+    assert refused.value.fields == {
+        "cron": [
+            f"Fires {gap} minute{'s' if gap > 1 else ''} apart at the closest; a schedule "
+            "fires at most every 15 minutes."
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    "cron",
+    ["*/15 * * * *", "0,45 * * * *", "0,55 0,23 * * 1", "0 6 * * 1-5", "0,55 0,23 28 2 *"],
+)
+def test_a_schedule_firing_at_most_every_minimum_is_accepted(cron):
+    assert spec(cron=cron).cron_text == cron
+
+
+def test_the_minimum_is_a_setting(settings):
+    settings.SCHEDULE_MIN_INTERVAL_MINUTES = 2 * 24 * 60
+    with pytest.raises(DomainValidationError) as refused:
+        spec(daily_at="06:00")
+    assert refused.value.fields == {
+        "daily_at": ["Fires 1440 minutes apart at the closest; a schedule fires at most every "
+                     "2880 minutes."]
+    }  # fmt: skip
+    settings.SCHEDULE_MIN_INTERVAL_MINUTES = 1
+    assert spec(cron="* * * * *").cron_text == "* * * * *"
+
+
+@pytest.mark.django_db
+def test_the_api_and_the_page_refuse_a_schedule_too_often_and_write_nothing(alice):
+    experiment = make_experiment(alice.org)
+    before = database_state()
+    api = alice.client().put(
+        f"/api/v1/orgs/acme/experiments/{experiment.id}/schedule/",
+        {"cron": "* * * * *", "thresholds": THRESHOLDS},
+        format="json",
+    )
+    assert api.status_code == 400
+    (message,) = api.json()["error"]["fields"]["cron"]
+    assert message.startswith("Fires 1 minute apart at the closest")
+    page = signed_in(alice).post(
+        f"/o/acme/experiments/{experiment.id}/schedule/",
+        {"cron": "* * * * *", "timezone": "UTC", "thresholds": THRESHOLDS},
+    )
+    assert f'data-slot="cron"><li>{message}' in page.content.decode()
+    assert database_state() == before
+    assert not PeriodicTask.objects.exists()
 
 
 def test_daily_at_is_cron_in_the_zone():
@@ -116,52 +181,98 @@ def test_setting_pausing_and_removing_write_beats_own_row_and_the_audit(alice, m
     }  # fmt: skip
 
 
+@pytest.fixture
+def every_quarter(alice, mallory):
+    """A simulated experiment of alice's, scheduled by mallory every 15 minutes."""
+    experiment = make_experiment(alice.org, **SIM)
+    return schedule_set(actor=actor(mallory), experiment=experiment, spec=spec(cron="*/15 * * * *"))
+
+
 @pytest.mark.django_db
 def test_a_firing_starts_one_run_as_the_owner_and_a_second_delivery_adds_nothing(
-    alice, mallory, waiting_local_pods
+    alice, mallory, every_quarter, waiting_local_pods
 ):
-    experiment = make_experiment(alice.org, **SIM)
-    schedule = schedule_set(
-        actor=actor(mallory), experiment=experiment, spec=spec(cron="* * * * *")
-    )
+    schedule = every_quarter
+    experiment = schedule.experiment
     now = timezone.now()
     firing = schedule_fire(schedule_id=str(schedule.id), now=now)
     assert firing.run is not None and not firing.refused
     assert firing.verdict == GateVerdict.PENDING
     run = firing.run
     assert (run.started_by, run.trigger) == (mallory.user, RunTrigger.SCHEDULE)
-    assert run.reason == "scheduled: * * * * * (UTC)"
+    assert run.reason == "scheduled: */15 * * * * (UTC)"
     start = AuditEvent.objects.get(organization=alice.org, event="run.start", target_id=str(run.id))
     assert (start.actor_label, start.actor_via) == ("mallory@acme.example", "schedule")
     # The same minute again (beat's tick delivered twice): nothing more.
     assert schedule_fire(schedule_id=str(schedule.id), now=now + datetime.timedelta(seconds=20))
     assert Run.objects.filter(experiment=experiment).count() == 1
-    # The next minute, with that run still under way: refused, and said why.
-    later = schedule_fire(schedule_id=str(schedule.id), now=now + datetime.timedelta(minutes=1))
+    # The next firing, with that run still under way: refused, and said why.
+    later = schedule_fire(schedule_id=str(schedule.id), now=now + datetime.timedelta(minutes=15))
     assert later.run is None and "still under way" in later.refused
     refused = AuditEvent.objects.get(organization=alice.org, event="schedule.refused")
     assert refused.actor_via == "schedule" and "still under way" in refused.after["why"]
     # Paused: beat would not send it; a tick already in flight starts nothing.
     schedule_pause(actor=actor(alice), schedule=schedule, paused=True)
     assert (
-        schedule_fire(schedule_id=str(schedule.id), now=now + datetime.timedelta(minutes=2)) is None
+        schedule_fire(schedule_id=str(schedule.id), now=now + datetime.timedelta(minutes=30))
+        is None
     )
     assert ScheduleFiring.objects.filter(schedule=schedule).count() == 2
 
 
 @pytest.mark.django_db
-def test_a_firing_is_refused_when_the_owner_may_no_longer_start_runs(alice, mallory):
-    experiment = make_experiment(alice.org, **SIM)
-    schedule = schedule_set(
-        actor=actor(mallory), experiment=experiment, spec=spec(cron="* * * * *")
-    )
+def test_a_refusal_repeated_for_the_same_reason_is_recorded_once(
+    alice, mallory, every_quarter, waiting_local_pods
+):
+    schedule = every_quarter
+    experiment = schedule.experiment
+    start = timezone.now().replace(second=0, microsecond=0)
+
+    def fire(quarters: int, seconds: int = 0) -> ScheduleFiring:
+        at = start + datetime.timedelta(minutes=15 * quarters, seconds=seconds)
+        return schedule_fire(schedule_id=str(schedule.id), now=at)
+
+    started = fire(0)
+    first = fire(1)
+    assert "still under way" in first.refused
+    # Three more firings refused for the same reason, one tick delivered twice: the first
+    # refusal counts them and says when the last was; no row nor audit event of their own.
+    for quarter in (2, 3, 4):
+        assert fire(quarter).pk == first.pk
+    assert fire(4, seconds=20).pk == first.pk
+    first.refresh_from_db()
+    assert (first.repeats, first.last_fired_at) == (3, start + datetime.timedelta(minutes=60))
+    assert ScheduleFiring.objects.filter(schedule=schedule).count() == 2
+    assert AuditEvent.objects.filter(event="schedule.refused").count() == 1
+    shown = alice.client().get(f"/api/v1/orgs/acme/experiments/{experiment.id}/schedule/")
+    newest = shown.json()["firings"][0]
+    assert (newest["repeats"], newest["last_fired_at"]) == (
+        3, (start + datetime.timedelta(minutes=60)).isoformat().replace("+00:00", "Z"),
+    )  # fmt: skip
+    page = signed_in(alice).get(f"/o/acme/experiments/{experiment.id}/").content.decode()
+    assert "and 3 more times, the last at" in page
+    # Another reason is recorded on its own, as is the same one after a run started.
+    Membership.objects.filter(user=mallory.user).update(role="viewer")
+    other = fire(5)
+    assert other.pk != first.pk and "may not start runs" in other.refused
+    assert AuditEvent.objects.filter(event="schedule.refused").count() == 2
+    Membership.objects.filter(user=mallory.user).update(role="member")
+    Run.objects.filter(pk=started.run_id).update(state=RunState.FAILED)
+    assert fire(6).run is not None
+    assert fire(7).pk not in (first.pk, other.pk)
+    assert AuditEvent.objects.filter(event="schedule.refused").count() == 3
+
+
+@pytest.mark.django_db
+def test_a_firing_is_refused_when_the_owner_may_no_longer_start_runs(mallory, every_quarter):
+    schedule = every_quarter
     Membership.objects.filter(user=mallory.user).update(role="viewer")
     firing = schedule_fire(schedule_id=str(schedule.id))
     assert firing.run is None
     assert firing.refused == "mallory@acme.example's role (viewer) may not start runs."
     Membership.objects.filter(user=mallory.user).delete()
     gone = schedule_fire(
-        schedule_id=str(schedule.id), now=timezone.now() + datetime.timedelta(minutes=1)
+        schedule_id=str(schedule.id), now=timezone.now() + datetime.timedelta(minutes=15)
     )
     assert gone.refused == "mallory@acme.example is no longer a member; set the schedule again."
     assert not Run.objects.exists()

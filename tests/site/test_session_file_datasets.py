@@ -69,6 +69,41 @@ def test_a_bad_session_file_is_refused_by_line_and_field_and_nothing_is_stored(a
     assert database_state() == before
 
 
+ROOT = b'{"session": "s1", "id": "a", "input_length": 5, "output_length": 5}\n'
+BAD_SESSION_FILES = {
+    "a line nested 100,000 deep": (
+        ROOT + b"[" * 100_000 + b"\n",
+        "line 2: not JSON (JSON nested deeper than 64 levels)",
+    ),
+    "a delay past any float": (
+        ROOT + b'{"session": "s2", "id": "b", "delay_ms": 1' + b"0" * 400
+        + b', "input_length": 5, "output_length": 5}\n',
+        "line 2: delay_ms: must be a finite number",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"), BAD_SESSION_FILES.values(), ids=list(BAD_SESSION_FILES)
+)
+def test_a_session_file_the_reader_cannot_hold_is_refused_by_line(alice, raw, message):
+    before = database_state()
+    (refusal,) = refused_fields(upload(alice, raw))["file"]
+    assert refusal.startswith(message), refusal
+    assert database_state() == before
+
+
+def test_sessions_a_denormal_apart_are_accepted_as_starting_at_once(alice):
+    raw = ROOT + b'{"session": "s2", "id": "b", "delay_ms": 5e-321, "input_length": 5, ' \
+        b'"output_length": 5}\n'  # fmt: skip
+    response = upload(alice, raw)
+    assert response.status_code == 201, response.content
+    summary = response.json()["summary"]
+    assert (summary["sessions"], summary["span_seconds"]) == (2, 5e-324)
+    assert summary["arrivals"] == {"bucket_seconds": 1e-06, "counts": [2]}
+    assert summary["session_rate"] is None
+
+
 def test_a_workload_replays_it_and_is_checked_on_the_stored_file(alice):
     model = make_model(alice.org)
     dataset = stored(alice.org, "agentic_trace", raw=EXAMPLE.read_bytes())

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.files.uploadhandler import TemporaryFileUploadHandler
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -24,7 +25,15 @@ from runs.selectors.estimates import experiment_estimate
 from runs.services.experiments import dataset_upload
 from runs.services.run_tokens import run_token_issue
 
-from .conftest import H100, SYSTEM, experiment_payload, frozen, make_experiment, make_model
+from .conftest import (
+    H100,
+    SYSTEM,
+    experiment_payload,
+    frozen,
+    make_experiment,
+    make_model,
+    signed_in,
+)
 from .db_state import database_state
 
 pytestmark = pytest.mark.django_db
@@ -140,6 +149,18 @@ BAD_TRACES = {
         "line 3: TIMESTAMP: must be a date and time",
     ),
     "a mooncake file sent as azure": ("azure", example("mooncake"), "line 1: the header"),
+    # Python's JSON decoder recurses once per bracket: 100,000 of them exhaust its stack.
+    "mooncake with a line nested 100,000 deep": (
+        "mooncake",
+        b'{"timestamp": 0, "input_length": 5, "output_length": 5}\n' + b"[" * 100_000 + b"\n",
+        "line 2: not JSON (JSON nested deeper than 64 levels)",
+    ),
+    # A whole number of 401 digits is valid JSON but has no float: it cannot be scaled.
+    "mooncake with a time past any float": (
+        "mooncake",
+        b'{"timestamp": 1' + b"0" * 400 + b', "input_length": 5, "output_length": 5}\n',
+        "line 1: timestamp: must be a finite number",
+    ),
 }
 
 
@@ -153,6 +174,28 @@ def test_a_bad_trace_is_refused_by_line_and_field_and_nothing_is_stored(
     assert refusal.startswith(message), refusal
     assert database_state() == before
     assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "raw"),
+    [
+        ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     b"0,ChatGPT,10,10,20,API log\n5e-324,ChatGPT,10,10,20,API log\n"),
+        ("mooncake", b'{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
+                     b'{"timestamp": 5e-321, "input_length": 5, "output_length": 5}\n'),
+    ],
+)  # fmt: skip
+def test_requests_a_denormal_apart_are_accepted_as_arriving_at_once(alice, kind, raw):
+    # Their gap (5e-324 s, the smallest float) over 120 buckets rounds to 0: no bucket width
+    # has a logarithm there. They are two requests that arrive together.
+    response = upload(alice, kind, raw)
+    assert response.status_code == 201, response.content
+    summary = response.json()["summary"]
+    assert summary["requests"] == 2 and summary["span_seconds"] == 5e-324
+    assert summary["arrivals"] == {"bucket_seconds": 1e-06, "counts": [2]}
+    assert summary["mean_rate"] is None  # infinite: every request at once
+    dataset = WorkloadDataset.objects.get(pk=response.json()["id"])
+    assert dataset.summary == summary
 
 
 def test_an_unknown_format_is_refused_under_format(alice, tmp_path):
@@ -172,6 +215,55 @@ def test_the_size_limit_holds_for_traces(alice, settings, tmp_path):
     before = database_state()
     (refusal,) = refused_fields(upload(alice, "mooncake"))["file"]
     assert "larger than the limit of 1024 bytes" in refusal
+    assert database_state() == before and files_under(tmp_path) == []
+
+
+class CountingUploadHandler(TemporaryFileUploadHandler):
+    """Keeps each upload in a temporary file, as Django does past its memory limit, and
+    counts the bytes the site then reads from it."""
+
+    read_bytes = 0
+
+    def file_complete(self, file_size):
+        uploaded = super().file_complete(file_size)
+        uploaded.file = _CountedReads(uploaded.file)
+        return uploaded
+
+
+class _CountedReads:
+    def __init__(self, file):
+        self._file = file
+
+    def read(self, size=-1):
+        data = self._file.read(size)
+        CountingUploadHandler.read_bytes += len(data)
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+
+@pytest.mark.parametrize("through", ["api", "page"])
+def test_a_file_past_the_limit_is_refused_after_reading_one_byte_more(
+    alice, settings, tmp_path, through
+):
+    settings.DATASET_MAX_BYTES = 1024
+    settings.FILE_UPLOAD_HANDLERS = [f"{__name__}.CountingUploadHandler"]
+    CountingUploadHandler.read_bytes = 0
+    raw = b"x" * (4 * 1024 * 1024)
+    before = database_state()
+    if through == "api":
+        (refusal,) = refused_fields(upload(alice, "mooncake", raw))["file"]
+    else:
+        response = signed_in(alice).post(
+            reverse("datasets", args=[alice.org.slug]),
+            {"name": "big", "format": "mooncake", "file": SimpleUploadedFile("t.jsonl", raw)},
+        )
+        assert response.status_code == 400
+        refusal = response.content.decode()
+        assert 'id="id_file-errors"' in refusal
+    assert "File is larger than the limit of 1024 bytes." in refusal
+    assert 0 < CountingUploadHandler.read_bytes <= 1024 + 1
     assert database_state() == before and files_under(tmp_path) == []
 
 
