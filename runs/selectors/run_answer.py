@@ -9,11 +9,11 @@ Guarantees:
 - Cost at capacity = the pod's rate ÷ the output throughput measured at capacity × 1e6
   (``runs.costs.level_cost_per_million_output_tokens``, the same rule as every level's cost).
   Its 95 % interval holds the capacity's own uncertainty: from the low end of the throughput's
-  interval at capacity (``ci95.output_throughput`` of its measurements: batch means and the
-  pod-to-pod spread) to the high end of the throughput's interval at the lowest load above
-  it that was confidently missed (``capacity_upper_load``; the bracket's high end when none
-  was) — the true capacity lies anywhere between the two, and a load between them delivers
-  between their throughputs.
+  interval at capacity (``ci95.output_throughput`` of its measurements, with the pod-to-pod
+  spread: ``agents.loadgen.confidence``) to the high end of the throughput's interval at the
+  lowest load above it that was confidently missed (``capacity_upper_load``; the bracket's
+  high end when none was) — the true capacity lies anywhere between the two, and a load
+  between them delivers between their throughputs.
 - The winner is the cheapest at capacity. Its margin over the runner-up is the runner-up's
   extra cost in %, with a 95 % interval from the two cost intervals (their relative errors
   in quadrature); "tie" when that interval holds 0 (the difference is within noise), and
