@@ -2,6 +2,12 @@
 
     .venv/bin/python -m benchmarks.sim_calibration
 
+The rows live in ``benchmarks/data/vllm_published.csv`` (how they were collected, the split
+and the sources: ``benchmarks/data/README.md``). Version 1 rows (``v1-``) are the table the
+simulator's constants were chosen on; version 2 rows (``v2-``) were added later, split once
+by a hash of their run into calibration and held-out, and are printed apart, by set and by
+regime (low load, overload, many small requests, long prompts, quantized, MoE).
+
 Each row replays a published setup in simulated time (no server, no wall clock: the output
 is the same on every machine) and prints the published figure, the simulator's and the
 relative error, then the mean absolute percentage error (MAPE) per metric family, for the
@@ -16,64 +22,35 @@ is one batch of all its requests submitted at once.
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import json
 import math
 import random
 import statistics
 import sys
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 from agents.engines.sim import SimRequest, closed_loop
-from agents.engines.sim.scheduler import make_scheduler
+from agents.engines.sim.scheduler import make_scheduler, simulate
 from agents.hardware import (
     MODEL_PRESETS,
     Efficiency,
     ModelFacts,
+    StartRefusal,
     StepModel,
     gpu_profile,
     start_check,
 )
 from agents.hardware.hf_config import hf_config_facts
 
-# Qwen2.5-72B-Instruct's config.json as published (the fields the facts are read from).
-QWEN25_72B_CONFIG = {
-    "model_type": "qwen2",
-    "hidden_size": 8192,
-    "intermediate_size": 29568,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "num_hidden_layers": 80,
-    "vocab_size": 152064,
-    "max_position_embeddings": 32768,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "use_sliding_window": False,
-    "sliding_window": 131072,
-    "max_window_layers": 70,
-}
-EXTRA_MODELS = {
-    "qwen2.5-72b": ModelFacts(
-        name="Qwen/Qwen2.5-72B-Instruct", **hf_config_facts(QWEN25_72B_CONFIG)
-    )
-}
+DATA = Path(__file__).parent / "data"
+# Published config.json files (architecture keys) of the models that are not presets.
+MODEL_CONFIGS = DATA / "model_configs.json"
+PUBLISHED_CSV = DATA / "vllm_published.csv"
 
-MUSGRAVE = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
-INFERENCEBENCH = "https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/"
-RAHMAN = "https://mushfiqrahman.dev/?p=1668"
-VLLM_CI_H200 = "https://buildkite.com/vllm/performance-benchmark/builds/9515"
-VLLM_CI_H100 = "https://buildkite.com/elastic/enterprise-search-ruby/builds/571"
-TT_QWEN72B = "https://github.com/tenstorrent/tt-inference-server/issues/143"
-
-# vLLM's offline (LLM class) default token budget on GPUs of 70 GiB and more (not A100).
-OFFLINE = {"max_num_batched_tokens": 16384}
-LAMBDA_H100 = (
-    "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/results/prompt_10/"
-    "1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"
-)
-LAMBDA_A100 = (
-    "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/results/prompt_10/"
-    "1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"
-)
 # The ten ShareGPT requests of those two files, (prompt, output) tokens as they record them.
 _LAMBDA_PROMPTS = (13, 25, 27, 10, 329, 29, 399, 328, 4, 205)
 LAMBDA_H100_LENGTHS = tuple(
@@ -90,11 +67,15 @@ LAMBDA_A100_LENGTHS = tuple(
 # TTFT at c=4 (53 ms, p99 157 ms) says did not happen.
 _RAHMAN_DRAW = random.Random(1668)
 RAHMAN_LENGTHS = tuple((256, _RAHMAN_DRAW.randint(73, 128)) for _ in range(300))
-# 72B in BF16 on two 80 GB GPUs leaves under 1 GiB of KV cache at vLLM's default 0.9; the
-# source does not give its flags, so the row assumes 0.95 and a context just above 8k.
-QWEN_2XH100 = {"tensor_parallel_size": 2, "max_model_len": 8448, "gpu_memory_utilization": 0.95}
+# Per-request lengths a row names in its ``lengths`` column.
+LENGTH_PROFILES = {
+    "rahman": RAHMAN_LENGTHS,
+    "lambda-h100": LAMBDA_H100_LENGTHS,
+    "lambda-a100": LAMBDA_A100_LENGTHS,
+}
 
-# Serve flags every row starts from (its own flags override them).
+# Serve flags every version 1 row starts from (its own flags override them); version 2 rows
+# start from vLLM's defaults, as their sources ran.
 BASE_FLAGS = {"max_model_len": 4096}
 
 FAMILIES = {
@@ -104,6 +85,7 @@ FAMILIES = {
     "req_s": "throughput",
     "tpot_ms": "TPOT/ITL",
     "batch_latency_ms": "TPOT/ITL",
+    "mean_tpot_ms": "TPOT/ITL",
     "median_ttft_ms": "TTFT",
     "mean_ttft_ms": "TTFT",
 }
@@ -115,7 +97,7 @@ class Row:
 
     source: str
     url: str
-    model: str
+    model: str  # the simulator's key: a preset or a key of model_configs.json ('' if none)
     gpu: str
     input_len: int
     output_len: int
@@ -124,80 +106,104 @@ class Row:
     metric: str
     published: float
     flags: dict = field(default_factory=dict)
-    independent: bool = False
+    independent: bool = False  # held out: never looked at when choosing a constant
     offline: bool = False  # all requests in one batch (vllm bench latency/throughput)
     # Per-request (prompt, output) tokens, request i the i-th sent, where the source lists
     # them or says how they vary; then input_len/output_len are their means, for the table
     # only.
     lengths: tuple = ()
+    id: str = ""
+    run: str = ""
+    request_rate: float = math.inf  # Poisson arrivals per second; inf: all at once
+    arch: str = "dense"
+    dtype: str = "bfloat16"
+    quote: str = ""
+
+    @property
+    def version(self) -> int:
+        return int(self.id[1]) if self.id.startswith("v") else 1
+
+    @property
+    def set_name(self) -> str:
+        return "held-out" if self.independent else "calibration"
 
 
-ROWS = (
-    # --- calibration set --------------------------------------------------------------
-    Row("musgrave-a100", MUSGRAVE, "llama-3.1-8b", "A100 40GB", 1024, 128, 1, 20,
-        "decode_tok_s", 75),
-    Row("musgrave-a100", MUSGRAVE, "llama-3.1-8b", "A100 40GB", 1024, 128, 8, 160,
-        "gain_vs_c1", 6.6),
-    Row("inferencebench-h100", INFERENCEBENCH, "llama-3.1-8b", "H100", 128, 128, 1, 20,
-        "tpot_ms", 6.48),
-    Row("inferencebench-h100", INFERENCEBENCH, "llama-3.1-8b", "H100", 128, 128, 16, 320,
-        "tpot_ms", 10.94),
-    Row("inferencebench-h100", INFERENCEBENCH, "llama-3.1-8b", "H100", 128, 128, 16, 320,
-        "output_tok_s", 1384.2),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 4, 300,
-        "output_tok_s", 210, lengths=RAHMAN_LENGTHS),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 8, 300,
-        "output_tok_s", 377, lengths=RAHMAN_LENGTHS),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 16, 300,
-        "output_tok_s", 644, lengths=RAHMAN_LENGTHS),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 32, 300,
-        "output_tok_s", 975, lengths=RAHMAN_LENGTHS),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 4, 300,
-        "median_ttft_ms", 53, lengths=RAHMAN_LENGTHS),
-    Row("rahman-4090", RAHMAN, "mistral-7b", "RTX 4090", 256, 101, 32, 300,
-        "median_ttft_ms", 277, lengths=RAHMAN_LENGTHS),
-    Row("vllm-ci-h200", VLLM_CI_H200, "llama-3.1-8b", "H200", 32, 128, 8, 8,
-        "batch_latency_ms", 833.421, OFFLINE, offline=True),
-    Row("vllm-ci-h200", VLLM_CI_H200, "llama-3.1-70b", "H200", 32, 128, 8, 8,
-        "batch_latency_ms", 2077.53, {**OFFLINE, "tensor_parallel_size": 4}, offline=True),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 128, 128, 1, 8,
-        "tpot_ms", 30.9, QWEN_2XH100),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 128, 128, 1, 8,
-        "median_ttft_ms", 41.1, QWEN_2XH100),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 2048, 128, 1, 8,
-        "median_ttft_ms", 149.5, QWEN_2XH100),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 4096, 128, 1, 8,
-        "median_ttft_ms", 505.1, QWEN_2XH100),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 8192, 128, 1, 8,
-        "median_ttft_ms", 1063.8, QWEN_2XH100),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 8192, 128, 1, 8,
-        "tpot_ms", 31.3, QWEN_2XH100),
-    Row("lambda-h100-v0.6", LAMBDA_H100, "llama-3.1-8b", "H100", 117, 187, 10, 10,
-        "output_tok_s", 347.89, lengths=LAMBDA_H100_LENGTHS),
-    Row("lambda-h100-v0.6", LAMBDA_H100, "llama-3.1-8b", "H100", 117, 187, 10, 10,
-        "mean_ttft_ms", 62.43, lengths=LAMBDA_H100_LENGTHS),
-    # --- independent set: never looked at when choosing a constant ------------------------
-    Row("vllm-ci-h100", VLLM_CI_H100, "llama-3.1-8b", "H100", 32, 128, 8, 8,
-        "batch_latency_ms", 997.542, OFFLINE, independent=True, offline=True),
-    Row("vllm-ci-h100", VLLM_CI_H100, "llama-3.1-70b", "H100", 32, 128, 8, 8,
-        "batch_latency_ms", 2444.47, {**OFFLINE, "tensor_parallel_size": 4},
-        independent=True, offline=True),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 1024, 128, 1, 8,
-        "median_ttft_ms", 129.2, QWEN_2XH100,
-        independent=True),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 128, 1024, 1, 4,
-        "tpot_ms", 30.9, QWEN_2XH100, independent=True),
-    Row("tt-gpu-qwen72b-2xh100", TT_QWEN72B, "qwen2.5-72b", "H100", 128, 1024, 1, 4,
-        "median_ttft_ms", 35.0, QWEN_2XH100, independent=True),
-    Row("lambda-a100-v0.6", LAMBDA_A100, "llama-3.1-8b", "A100 80GB", 117, 195, 10, 10,
-        "output_tok_s", 226.55, lengths=LAMBDA_A100_LENGTHS, independent=True),
-    Row("lambda-a100-v0.6", LAMBDA_A100, "llama-3.1-8b", "A100 80GB", 117, 195, 10, 10,
-        "mean_ttft_ms", 126.87, lengths=LAMBDA_A100_LENGTHS, independent=True),
-)  # fmt: skip
+def split_for(run: str) -> str:
+    """The set of a version 2 row, fixed by its run's name alone: about 60 % calibration."""
+    return (
+        "calibration"
+        if int(hashlib.sha256(run.encode()).hexdigest()[:8], 16) % 100 < 60
+        else ("held-out")
+    )
 
 
+def _row(record: dict) -> Row:
+    flags = json.loads(record["flags"])
+    tp = int(record["tp"])
+    if tp > 1:
+        flags["tensor_parallel_size"] = tp
+    if record["kv_cache_dtype"] not in ("", "auto"):
+        flags["kv_cache_dtype"] = record["kv_cache_dtype"]
+    concurrency = int(record["concurrency"]) if record["concurrency"] else 0
+    return Row(
+        source=record["source"],
+        url=record["url"],
+        model=record["model_key"],
+        gpu=record["gpu"],
+        input_len=int(record["input_len"]),
+        output_len=int(record["output_len"]),
+        concurrency=concurrency,
+        requests=int(record["num_prompts"]),
+        metric=record["metric"],
+        published=float(record["value"]),
+        flags=flags,
+        independent=record["set"] == "held-out",
+        offline=record["offline"] == "yes",
+        lengths=LENGTH_PROFILES[record["lengths"]] if record["lengths"] else (),
+        id=record["id"],
+        run=record["run"],
+        request_rate=float(record["request_rate"]),
+        arch=record["arch"],
+        dtype=record["dtype"],
+        quote=record["quote"],
+    )
+
+
+def load_rows(path: Path = PUBLISHED_CSV) -> tuple[Row, ...]:
+    """Every row of the data file; raises where a version 2 row's set is not its run's."""
+    with path.open(newline="") as lines:
+        records = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    rows = tuple(_row(record) for record in records)
+    for row in rows:
+        if row.version >= 2 and row.set_name != split_for(row.run):
+            raise ValueError(
+                f"{row.id}: its set is {row.set_name}, its run's is {split_for(row.run)}"
+            )
+    return rows
+
+
+ALL_ROWS = load_rows()
+# The table the simulator's constants were chosen on (version 1), and the rows added since.
+ROWS = tuple(row for row in ALL_ROWS if row.version == 1)
+PUBLISHED = tuple(row for row in ALL_ROWS if row.version >= 2)
+
+
+@cache
+def _configs() -> dict:
+    return json.loads(MODEL_CONFIGS.read_text())
+
+
+@cache
 def model_facts(key: str) -> ModelFacts:
-    return MODEL_PRESETS[key].facts if key in MODEL_PRESETS else EXTRA_MODELS[key]
+    if key in MODEL_PRESETS:
+        return MODEL_PRESETS[key].facts
+    entry = _configs()[key]
+    return ModelFacts(name=entry["repo"], **hf_config_facts(entry["config"]))
+
+
+def serve_flags(row: Row) -> dict:
+    """The flags a row is replayed with: version 1 rows start from ``BASE_FLAGS``."""
+    return {**BASE_FLAGS, **row.flags} if row.version == 1 else dict(row.flags)
 
 
 @cache
@@ -210,14 +216,24 @@ def _measure(
     n: int,
     flags: tuple,
     lengths: tuple = (),
+    rate: float = math.inf,
 ) -> dict:
-    settings = {**BASE_FLAGS, **dict(flags)}
-    scheduler = make_scheduler(model_facts(model), gpu_profile(gpu), settings)
+    scheduler = make_scheduler(model_facts(model), gpu_profile(gpu), dict(flags))
     if lengths:
         make = lambda i: SimRequest(i, *lengths[i])  # noqa: E731
     else:
         make = lambda i: SimRequest(i, input_len, output_len)  # noqa: E731
-    result = closed_loop(scheduler, concurrency=c, total=n, make=make)
+    if math.isinf(rate):
+        result = closed_loop(scheduler, concurrency=c or n, total=n, make=make)
+    else:
+        # Poisson arrivals, as vllm bench serve draws them (burstiness 1), from a fixed seed.
+        draw, now, requests = random.Random(0), 0.0, []
+        for i in range(n):
+            now += draw.expovariate(rate)
+            request = make(i)
+            request.arrival = now
+            requests.append(request)
+        result = simulate(scheduler, requests)
     tpots = [
         (r.token_times[-1] - r.token_times[0]) / (len(r.token_times) - 1)
         for r in result.requests
@@ -227,6 +243,7 @@ def _measure(
         "output_tok_s": result.output_throughput,
         "req_s": len(result.requests) / result.duration,
         "tpot_ms": 1000 * statistics.median(tpots),
+        "mean_tpot_ms": 1000 * statistics.fmean(tpots),
         "decode_tok_s": 1 / statistics.median(tpots),
         "median_ttft_ms": 1000 * statistics.median(result.ttfts()),
         "mean_ttft_ms": 1000 * statistics.fmean(result.ttfts()),
@@ -236,9 +253,9 @@ def _measure(
 
 def simulated(row: Row) -> float:
     """The simulator's figure for ``row``'s metric."""
-    flags = tuple(sorted(row.flags.items()))
+    flags = tuple(sorted(serve_flags(row).items()))
     setup = (row.model, row.gpu, row.input_len, row.output_len)
-    figures = _measure(*setup, row.concurrency, row.requests, flags, row.lengths)
+    figures = _measure(*setup, row.concurrency, row.requests, flags, row.lengths, row.request_rate)
     if row.metric == "gain_vs_c1":
         return figures["output_tok_s"] / _measure(*setup, 1, 20, flags)["output_tok_s"]
     return figures[row.metric]
@@ -257,7 +274,10 @@ def peak_share(row: Row) -> float | None:
     if FAMILIES[row.metric] != "TTFT" or row.concurrency != 1 or row.lengths:
         return None
     model, gpu = model_facts(row.model), gpu_profile(row.gpu)
-    settings, plan = start_check(model, gpu, {**BASE_FLAGS, **row.flags})
+    try:
+        settings, plan = start_check(model, gpu, serve_flags(row))
+    except StartRefusal:
+        return None
     at_peak = StepModel(model, gpu, settings, plan, Efficiency(flops=1.0))
     compute_s = at_peak.cost([(row.input_len, 0)], 1).compute_s
     return compute_s / (row.published / 1000)
@@ -296,6 +316,94 @@ def mape(results: list[Result]) -> dict[str, float]:
         groups.setdefault(FAMILIES[result.row.metric], []).append(abs(result.error))
         groups.setdefault("all", []).append(abs(result.error))
     return {family: statistics.fmean(errors) for family, errors in groups.items()}
+
+
+# The regimes issue 33 names, each a rule on the row's setup alone.
+REGIMES = {
+    "low load": lambda row: 0 < row.concurrency <= 8 and row.input_len <= 2048,
+    "overload": lambda row: (
+        row.concurrency >= 64
+        or (math.isinf(row.request_rate) and not row.concurrency and row.requests >= 100)
+        or (row.requests >= 50 and row.requests / row.request_rate <= 10)
+    ),
+    "many small requests": lambda row: (
+        row.input_len <= 512 and row.output_len <= 128 and row.requests >= 500
+    ),
+    "long prompts": lambda row: row.input_len >= 4096,
+    "quantized": lambda row: row.dtype not in ("bfloat16", "float16"),
+    "MoE": lambda row: row.arch == "moe",
+}
+
+
+def regimes(row: Row) -> list[str]:
+    return [name for name, holds in REGIMES.items() if not row.offline and holds(row)]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A published row the simulator cannot replay, and why."""
+
+    row: Row
+    reason: str
+
+
+def published_results() -> tuple[list[Result], list[Skipped]]:
+    """The version 2 rows replayed; those without a model config or that the start check
+    refuses are returned apart."""
+    results, skipped = [], []
+    for row in PUBLISHED:
+        if not row.model:
+            skipped.append(Skipped(row, "no model config"))
+            continue
+        try:
+            results.append(Result(row, simulated(row)))
+        except StartRefusal as refusal:
+            skipped.append(Skipped(row, f"refused: {refusal.summary}"))
+    return results, skipped
+
+
+def _load(row: Row) -> str:
+    rate = "inf" if math.isinf(row.request_rate) else f"{row.request_rate:g}/s"
+    return f"c={row.concurrency} {rate}" if row.concurrency else f"{rate} n={row.requests}"
+
+
+def _mape_line(label: str, chosen: list[Result]) -> str:
+    errors = mape(chosen)
+    order = ("throughput", "TPOT/ITL", "TTFT", "all")
+    shown = ", ".join(f"{family} {errors[family]:.1f} %" for family in order if family in errors)
+    counted = sum(not r.implausible for r in chosen)
+    return f"MAPE {label} ({counted} of {len(chosen)} rows): {shown or '-'}"
+
+
+def print_published() -> None:
+    """The version 2 table, then its MAPE by set and by regime within each set."""
+    results, skipped = published_results()
+    print()
+    print("Version 2 rows (benchmarks/data/vllm_published.csv), never used to choose a constant:")
+    print()
+    print(
+        "| set | id | source | model | GPU | TP | in/out | load | metric | published | "
+        "simulator | error |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for result in results:
+        row = result.row
+        print(
+            f"| {row.set_name} | {row.id} | {row.source} | {row.model} | {row.gpu} | "
+            f"{row.flags.get('tensor_parallel_size', 1)} | {row.input_len}/{row.output_len} | "
+            f"{_load(row)} | {row.metric} | {row.published:g} | {_shown(result.simulated)} | "
+            f"{result.error:+.0f} %{' (excluded: implausible)' if result.implausible else ''} |"
+        )
+    print()
+    for name in ("calibration", "held-out"):
+        chosen = [r for r in results if r.row.set_name == name]
+        print(_mape_line(f"v2 {name}", chosen))
+        for regime in REGIMES:
+            within = [r for r in chosen if regime in regimes(r.row)]
+            if within:
+                print("  " + _mape_line(regime, within))
+    for skip in skipped:
+        print(f"  not replayed: {skip.row.id} {skip.row.source} {skip.row.metric} ({skip.reason})")
 
 
 def _shown(value: float) -> str:
@@ -337,6 +445,7 @@ def main() -> int:
                 f"  {result.row.source} {result.row.input_len}/{result.row.output_len}: the "
                 f"prompt's FLOPs at the datasheet peak take {share:.0%} of the published TTFT"
             )
+    print_published()
     return 0
 
 
