@@ -32,7 +32,7 @@ def test_it_signs_in_through_single_sign_on(page, alice, console):
             page.goto(f"http://{address}/login/")
             page.get_by_role("link", name="Sign in with single sign-on").click()
             expect(page.get_by_role("heading", name="Your organizations")).to_be_visible()
-            expect(page.get_by_role("link", name="Acme")).to_be_visible()
+            expect(page.get_by_role("link", name="Acme", exact=True)).to_be_visible()
             assert page.url == f"http://{address}/"
     finally:
         issuer.close()
