@@ -21,6 +21,7 @@ from benchsite.env import (
     env_str,
     variables_read,
 )
+from benchsite.queues import worker_queues
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -156,6 +157,10 @@ CELERY_RESULT_BACKEND = None
 # Site, worker and beat must agree on it; another name keeps deployments (or test runs) that
 # share one Redis from taking each other's tasks.
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
+# Notifications go to a queue of their own, "<default>.notifications" (benchsite/queues.py):
+# a thousand deliveries never stand before a pod's release. A worker without -Q takes both.
+CELERY_TASK_QUEUES = worker_queues(CELERY_TASK_DEFAULT_QUEUE)
+CELERY_TASK_ROUTES = ("benchsite.queues.task_route",)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
