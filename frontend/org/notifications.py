@@ -13,13 +13,15 @@ from frontend.org_pages import org_context, org_page
 from frontend.validation import error_summary
 from runs.access import Need, access_notification_hook, scoped
 from runs.actors import actor_from_request
-from runs.errors import DomainValidationError
+from runs.errors import Conflict, DomainValidationError, RateLimited
 from runs.inputs.notifications import HOOK_EVENTS
 from runs.models import HookKind, NotificationDelivery, NotificationHook
 from runs.services.notifications import hook_create, hook_delete, hook_send_test
 
 _LABELS = {"name": "Name", "kind": "Kind", "url": "URL", "email_to": "E-mail to",
            "events": "Events"}  # fmt: skip
+# Where the summary lists what no one field is at fault for (the organization is full).
+_WHOLE_FORM = "hook"
 DELIVERY_LOG_ROWS = 50
 
 
@@ -41,6 +43,8 @@ def org_notifications(request, membership):
             )
         except DomainValidationError as exc:
             errors = exc.fields
+        except Conflict as exc:
+            errors = {_WHOLE_FORM: [str(exc)]}
     deliveries = (
         scoped(membership, NotificationDelivery)
         .select_related("hook", "notification")
@@ -65,8 +69,12 @@ def org_notifications(request, membership):
 @org_page("POST", need=Need.MANAGE)
 def org_notification_test(request, membership, hook_id):
     hook = access_notification_hook(membership=membership, hook_id=hook_id)
-    hook_send_test(hook=hook, actor=actor_from_request(request))
-    messages.success(request, f"Sent a test to “{hook.name}”: see the delivery log below.")
+    try:
+        hook_send_test(hook=hook, actor=actor_from_request(request))
+    except RateLimited as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Sent a test to “{hook.name}”: see the delivery log below.")
     return redirect("org-notifications", membership.organization.slug)
 
 

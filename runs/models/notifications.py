@@ -38,6 +38,10 @@ class NotificationEvent(models.TextChoices):
     TEST = "test", "Test (the hook's “send test”)"
 
 
+# What a person sends a hook by asking (limited per hour: runs.services.hook_limits).
+SENT_ON_REQUEST = (NotificationEvent.TEST,)
+
+
 class HookKind(models.TextChoices):
     WEBHOOK = "webhook", "Webhook (JSON, HMAC-signed)"
     SLACK = "slack", "Slack-compatible incoming webhook"

@@ -55,6 +55,7 @@ from runs.models import (
     Organization,
 )
 from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
+from runs.services.hook_limits import hook_cap_check, hook_send_check
 from runs.services.outbound import (
     OutboundRefused,
     outbound_request,
@@ -110,8 +111,9 @@ def hook_create(
     *, org: Organization, actor: Actor, name: str, kind: str, events: list, url: str = "",
     email_to: str = "",
 ) -> HookCreated:  # fmt: skip
-    """A new hook (checked field by field: ``DomainValidationError`` names each); a webhook
-    gets a signing secret, returned once."""
+    """A new hook (checked field by field: ``DomainValidationError`` names each; ``Conflict``
+    when the organization has all the hooks it may keep); a webhook gets a signing secret,
+    returned once."""
     errors: dict[str, list[str]] = {}
     name = name.strip()
     if not name or len(name) > 100:
@@ -152,6 +154,7 @@ def hook_create(
     clean_instance(hook)  # as stored (addresses joined by ", "), within its columns
     try:
         with transaction.atomic():
+            hook_cap_check(org=org)
             hook.save()
             audit_record(org=org, actor=actor, event="notification_hook.create", target=hook,
                          after=_audited(hook))  # fmt: skip
@@ -205,8 +208,10 @@ def _hooks_for(org_id, event: str) -> list[NotificationHook]:
 
 
 def hook_send_test(*, hook: NotificationHook, actor: Actor) -> NotificationDelivery:
-    """A ``test`` notification to this hook alone, sent after the commit."""
+    """A ``test`` notification to this hook alone, sent after the commit; ``RateLimited``
+    (nothing stored or sent) past the hour's tests (``runs.services.hook_limits``)."""
     with transaction.atomic():
+        hook_send_check(hook=hook)
         notification = Notification.objects.create(
             organization_id=hook.organization_id,
             event=NotificationEvent.TEST,
