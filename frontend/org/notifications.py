@@ -1,7 +1,8 @@
 """Organization settings: notification hooks (webhooks, Slack, e-mail), their delivery log and
 a "send test" per hook. Owners and admins only, as the API tokens: a hook decides where the
-organization's news goes. Nothing secret is rendered but a new webhook's signing secret,
-once, in the answer to the request that made it."""
+organization's news goes. An e-mail hook's addresses that have not confirmed it are marked.
+Nothing secret is rendered but a new webhook's signing secret, once, in the answer to the
+request that made it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError, RateLimited
 from runs.inputs.notifications import HOOK_EVENTS
 from runs.models import HookKind, NotificationDelivery, NotificationHook
+from runs.selectors.hook_recipients import hook_addresses
 from runs.services.notifications import hook_create, hook_delete, hook_send_test
 
 _LABELS = {"name": "Name", "kind": "Kind", "url": "URL", "email_to": "E-mail to",
@@ -43,7 +45,7 @@ def org_notifications(request, membership):
             )
         except DomainValidationError as exc:
             errors = exc.fields
-        except Conflict as exc:
+        except (Conflict, RateLimited) as exc:
             errors = {_WHOLE_FORM: [str(exc)]}
     deliveries = (
         scoped(membership, NotificationDelivery)
@@ -53,7 +55,10 @@ def org_notifications(request, membership):
     context = org_context(
         membership,
         section="notifications",
-        hooks=scoped(membership, NotificationHook).order_by("name"),
+        hooks=[
+            (hook, hook_addresses(hook))
+            for hook in scoped(membership, NotificationHook).order_by("name")
+        ],
         deliveries=deliveries,
         created=created,
         errors=errors,
