@@ -1,9 +1,10 @@
 """A Celery worker and beat in threads of this process: the demo's (``manage.py demo_run``).
 
 Guarantees:
-- the worker takes the app's tasks from the app's broker and queue, with the app's settings
-  (acks late, retries), exactly the tasks a ``celery worker`` process takes; it runs them in
-  a pool of threads, where Celery enforces no time limits (they need a prefork pool);
+- the worker takes the app's tasks from the app's broker and queues (the default one and the
+  notifications' one, ``benchsite.queues``), with the app's settings (acks late, retries),
+  exactly the tasks a ``celery worker`` process takes; it runs them in a pool of threads,
+  where Celery enforces no time limits (they need a prefork pool);
 - beat sends the app's ``CELERY_BEAT_SCHEDULE`` (reconcile, price refresh, audit walk) and
   the experiments' schedules as ``celery beat`` does, with the scheduler the settings name
   (django-celery-beat's: the schedule is kept in the site's database);

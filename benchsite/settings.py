@@ -21,6 +21,7 @@ from benchsite.env import (
     env_str,
     variables_read,
 )
+from benchsite.queues import worker_queues
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -156,6 +157,10 @@ CELERY_RESULT_BACKEND = None
 # Site, worker and beat must agree on it; another name keeps deployments (or test runs) that
 # share one Redis from taking each other's tasks.
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
+# Notifications go to a queue of their own, "<default>.notifications" (benchsite/queues.py):
+# a thousand deliveries never stand before a pod's release. A worker without -Q takes both.
+CELERY_TASK_QUEUES = worker_queues(CELERY_TASK_DEFAULT_QUEUE)
+CELERY_TASK_ROUTES = ("benchsite.queues.task_route",)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -279,6 +284,12 @@ BENCHSITE_OUTBOUND_PRIVATE_HOSTS = env_list("BENCHSITE_OUTBOUND_PRIVATE_HOSTS", 
 # public host); empty, the default: none, so no tenant can point the workers anywhere until
 # the operator says where. A private address also needs BENCHSITE_OUTBOUND_PRIVATE_HOSTS.
 BENCHSITE_ENDPOINT_HOSTS = env_list("BENCHSITE_ENDPOINT_HOSTS", [])
+# Notification hooks an organization may keep, and tests (and confirmation rounds of e-mail
+# addresses) they may be sent an hour, per hook and per organization: what a tenant can make
+# the workers and the mail relay do (runs/services/hook_limits.py).
+BENCHSITE_MAX_HOOKS_PER_ORG = env_int("BENCHSITE_MAX_HOOKS_PER_ORG", 20, minimum=1)
+BENCHSITE_HOOK_TESTS_PER_HOUR = env_int("BENCHSITE_HOOK_TESTS_PER_HOUR", 5, minimum=1)
+BENCHSITE_ORG_HOOK_TESTS_PER_HOUR = env_int("BENCHSITE_ORG_HOOK_TESTS_PER_HOUR", 20, minimum=1)
 # Notifications: e-mail goes through Django's e-mail backend (EMAIL_* settings), from here.
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "benchsite@localhost")
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from frontend import account, views
+from frontend import account, notification_recipients, views
 from frontend.sign_in import SignInView
 
 urlpatterns = [
@@ -11,6 +11,12 @@ urlpatterns = [
     path("account/", account.account, name="account"),
     path("account/sso/attach/", account.account_sso_attach, name="account-sso-attach"),
     path("o/<slug:org>/", views.org_overview, name="org-overview"),
+    # A confirmation mail's link: no sign-in (runs.services.hook_recipients).
+    path(
+        "notifications/confirm/<str:token>/",
+        notification_recipients.notification_recipient_confirm,
+        name="notification-recipient-confirm",
+    ),
     # One package per area of the site: its views, URLs and forms, its templates under
     # templates/frontend/<area>/ and its static files under static/frontend/<area>/.
     path("", include("frontend.org.urls")),

@@ -21,3 +21,12 @@ class DomainValidationError(Exception):
 
 class Conflict(Exception):
     """The request is valid but clashes with the current state (e.g. deleting a used model)."""
+
+
+class RateLimited(Exception):
+    """Too many of one action in a while. The message says when it may be done again;
+    ``retry_after`` in how many seconds."""
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -1,7 +1,8 @@
 """Organization settings: notification hooks (webhooks, Slack, e-mail), their delivery log and
 a "send test" per hook. Owners and admins only, as the API tokens: a hook decides where the
-organization's news goes. Nothing secret is rendered but a new webhook's signing secret,
-once, in the answer to the request that made it."""
+organization's news goes. An e-mail hook's addresses that have not confirmed it are marked.
+Nothing secret is rendered but a new webhook's signing secret, once, in the answer to the
+request that made it."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ from frontend.org_pages import org_context, org_page
 from frontend.validation import error_summary
 from runs.access import Need, access_notification_hook, scoped
 from runs.actors import actor_from_request
-from runs.errors import DomainValidationError
+from runs.errors import Conflict, DomainValidationError, RateLimited
 from runs.inputs.notifications import HOOK_EVENTS
 from runs.models import HookKind, NotificationDelivery, NotificationHook
+from runs.selectors.hook_recipients import hook_addresses
 from runs.services.notifications import hook_create, hook_delete, hook_send_test
 
 _LABELS = {"name": "Name", "kind": "Kind", "url": "URL", "email_to": "E-mail to",
            "events": "Events"}  # fmt: skip
+# Where the summary lists what no one field is at fault for (the organization is full).
+_WHOLE_FORM = "hook"
 DELIVERY_LOG_ROWS = 50
 
 
@@ -41,6 +45,8 @@ def org_notifications(request, membership):
             )
         except DomainValidationError as exc:
             errors = exc.fields
+        except (Conflict, RateLimited) as exc:
+            errors = {_WHOLE_FORM: [str(exc)]}
     deliveries = (
         scoped(membership, NotificationDelivery)
         .select_related("hook", "notification")
@@ -49,7 +55,10 @@ def org_notifications(request, membership):
     context = org_context(
         membership,
         section="notifications",
-        hooks=scoped(membership, NotificationHook).order_by("name"),
+        hooks=[
+            (hook, hook_addresses(hook))
+            for hook in scoped(membership, NotificationHook).order_by("name")
+        ],
         deliveries=deliveries,
         created=created,
         errors=errors,
@@ -65,8 +74,12 @@ def org_notifications(request, membership):
 @org_page("POST", need=Need.MANAGE)
 def org_notification_test(request, membership, hook_id):
     hook = access_notification_hook(membership=membership, hook_id=hook_id)
-    hook_send_test(hook=hook, actor=actor_from_request(request))
-    messages.success(request, f"Sent a test to “{hook.name}”: see the delivery log below.")
+    try:
+        hook_send_test(hook=hook, actor=actor_from_request(request))
+    except RateLimited as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Sent a test to “{hook.name}”: see the delivery log below.")
     return redirect("org-notifications", membership.organization.slug)
 
 

@@ -23,7 +23,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from runs.errors import Conflict, DomainValidationError
+from runs.errors import Conflict, DomainValidationError, RateLimited
 from runs.inputs.errors import flatten_errors
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,10 @@ def api_exception_handler(exc, context):
         return _validation_response(fields)
     if isinstance(exc, Conflict):
         return Response(error_body(409, "conflict", str(exc)), status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, RateLimited):
+        response = Response(error_body(429, "rate_limited", str(exc)), status=429)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, IntegrityError):
         # A concurrent write won a uniqueness race; nothing of this request was stored.
         logger.info("integrity error answered as 409: %s", type(exc).__name__)

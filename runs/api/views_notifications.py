@@ -1,6 +1,7 @@
 """Notification hooks of the organization over the API: list, add (a webhook's signing secret
 in the answer, once), delete, send a test, read a hook's delivery log. Owners and admins only,
-as on the settings page; the same service (``runs.services.notifications``)."""
+as on the settings page; the same service (``runs.services.notifications``). Too many hooks is
+a 409, too many tests (or confirmation rounds) an hour a 429 (``runs.services.hook_limits``)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,25 @@ from runs.access import Need, access_notification_hook
 from runs.api.scoping import OrgScopedViewSet
 from runs.inputs.notifications import HookCreateSerializer
 from runs.models import NotificationDelivery, NotificationHook
+from runs.selectors.hook_recipients import hook_addresses
 from runs.services.notifications import hook_create, hook_delete, hook_send_test
 
 DELIVERY_LOG_ROWS = 100
 
 
 class HookSerializer(serializers.ModelSerializer):
+    awaiting_confirmation = serializers.SerializerMethodField(
+        help_text="E-mail hooks: the addresses not yet confirmed (nothing is sent to them)."
+    )
+
     class Meta:
         model = NotificationHook
-        fields = ["id", "name", "kind", "url_host", "secret_fingerprint", "email_to", "events",
-                  "enabled", "created_at"]  # fmt: skip
+        fields = ["id", "name", "kind", "url_host", "secret_fingerprint", "email_to",
+                  "awaiting_confirmation", "events", "enabled", "created_at"]  # fmt: skip
         read_only_fields = fields
+
+    def get_awaiting_confirmation(self, hook) -> list[str]:
+        return hook_addresses(hook).awaiting
 
 
 class CreatedHookSerializer(HookSerializer):

@@ -7,8 +7,12 @@ from rest_framework import serializers
 
 from runs.inputs.strict_fields import StrictCharField, StrictChoiceField, StrictListField
 from runs.models import HookKind, NotificationEvent, NotificationHook
+from runs.models.notifications import SENT_ON_REQUEST
 
-HOOK_EVENTS = [(value, label) for value, label in NotificationEvent.choices if value != "test"]
+# What a hook may ask to be told of: not what is sent to it on request (a test, a confirmation).
+HOOK_EVENTS = [
+    (value, label) for value, label in NotificationEvent.choices if value not in SENT_ON_REQUEST
+]
 
 
 class HookCreateSerializer(serializers.Serializer):
@@ -21,5 +25,6 @@ class HookCreateSerializer(serializers.Serializer):
     )  # fmt: skip
     email_to = StrictCharField(
         max_length=1000, required=False, default="",
-        help_text="E-mail kind: addresses, comma-separated.",
+        help_text="E-mail kind: addresses, comma-separated; each is mailed a link to confirm, "
+        "and nothing else is sent to it until it does.",
     )  # fmt: skip

@@ -10,6 +10,7 @@ from runs.models.experiments import Experiment, WorkloadDataset
 from runs.models.figures import TrialLevelFigures
 from runs.models.ingest import IngestProbe
 from runs.models.notifications import (
+    ConfirmedRecipient,
     DeliveryStatus,
     HookKind,
     Notification,
@@ -29,6 +30,7 @@ __all__ = [
     "AuditChainCheckpoint",
     "AuditEvent",
     "Budget",
+    "ConfirmedRecipient",
     "CredentialProvider",
     "DeliveryStatus",
     "Endpoint",

@@ -9,6 +9,8 @@ attempt to tell them (``runs.services.notifications``).
   fact — a late message, a retried task — adds nothing).
 - ``NotificationDelivery``: one notification to one hook, with its attempts: the delivery log.
   Its error text is the receiver's status or the connection's failure, never a secret.
+- ``ConfirmedRecipient``: an address of an e-mail hook that followed its confirmation link;
+  an e-mail hook writes to these only (``runs.services.hook_recipients``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ class NotificationEvent(models.TextChoices):
     BUDGET_80 = "budget.80_percent", "Budget 80 % used"
     BUDGET_100 = "budget.100_percent", "Budget 100 % used"
     TEST = "test", "Test (the hook's “send test”)"
+    HOOK_CONFIRM = "hook.confirm", "Confirmation asked of an e-mail hook's addresses"
+
+
+# What a person sends a hook by asking (limited per hour: runs.services.hook_limits); the
+# other events are what a hook may ask to be told of.
+SENT_ON_REQUEST = (NotificationEvent.TEST, NotificationEvent.HOOK_CONFIRM)
 
 
 class HookKind(models.TextChoices):
@@ -131,3 +139,21 @@ class NotificationDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.notification.event} → {self.hook.name}: {self.status}"
+
+
+class ConfirmedRecipient(models.Model):
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    hook = models.ForeignKey(
+        NotificationHook, on_delete=models.CASCADE, related_name="confirmed_recipients"
+    )
+    address = models.CharField(max_length=254)  # as the hook's email_to lists it
+    confirmed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["confirmed_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["hook", "address"], name="recipient_confirmed_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.address} for {self.hook.name}"

@@ -12,7 +12,8 @@ Guarantees:
 - The API key is stored encrypted (``runs.secrets``); it is never returned, logged, audited or
   put in an error: only its last four characters (``api_key_fingerprint``) are shown. The
   check asks the address the host resolved to when it was checked, and does not follow
-  redirects, so an allowed host cannot send the worker elsewhere.
+  redirects, so an allowed host cannot send the worker elsewhere; it reads at most
+  ``MODEL_LIST_MAX_BYTES`` of the answer.
 - ``endpoint_update`` changes what it is given by the same rules (a new key, a new price, a
   new address or model), and asks the endpoint again only when the address, the model or
   the key changed; a refused change saves nothing. A base URL on another host (scheme,
@@ -27,6 +28,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from decimal import Decimal
@@ -44,6 +46,7 @@ from runs.secrets import decrypt_secret, encrypt_secret
 from runs.services.outbound import (
     OutboundRefused,
     OutboundTarget,
+    outbound_body,
     outbound_request,
     outbound_target,
 )
@@ -51,6 +54,9 @@ from runs.services.outbound import (
 logger = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_SECONDS = 10
+# A model list of about a hundred models (vLLM's lists ~500 bytes each, with LoRA adapters
+# one entry each): larger than a hook's answer may be, and still a small bounded read.
+MODEL_LIST_MAX_BYTES = 64 * 1024
 USER_AGENT = "Benchsite-Endpoint-Check/1"
 # Printable ASCII without spaces: a key goes into an HTTP header and must not break out of it.
 _API_KEY = re.compile(r"[\x21-\x7e]{1,500}")
@@ -92,7 +98,8 @@ def _served_models(target: OutboundTarget, api_key: str) -> tuple[list[str] | No
     try:
         with outbound_request(target, "GET", path="/v1/models", headers=headers,
                               timeout=CHECK_TIMEOUT_SECONDS) as response:  # fmt: skip
-            response.read()
+            body = outbound_body(response, limit=MODEL_LIST_MAX_BYTES,
+                                 timeout=CHECK_TIMEOUT_SECONDS)  # fmt: skip
     except httpx.TimeoutException:
         return None, "base_url", f"The endpoint did not answer within {CHECK_TIMEOUT_SECONDS} s."
     except httpx.HTTPError as exc:
@@ -108,8 +115,13 @@ def _served_models(target: OutboundTarget, api_key: str) -> tuple[list[str] | No
                 "base URL of an OpenAI-compatible API (the part before /v1)."
             ),
         )
+    if not body.complete:
+        return None, "base_url", (
+            f"GET /v1/models answered a model list larger than {MODEL_LIST_MAX_BYTES // 1024} "
+            "KiB; give an endpoint that serves fewer models."
+        )  # fmt: skip
     try:
-        listed = response.json()["data"]
+        listed = json.loads(body.content)["data"]
         ids = [str(model["id"]) for model in listed]
     except (ValueError, KeyError, TypeError):
         return None, "base_url", "GET /v1/models did not answer an OpenAI model list."

@@ -16,7 +16,12 @@ Guarantees:
   hook's own secret: ``X-Benchsite-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
   "<t>.<body>">`` (``signature``, which receivers can use to check it), beside
   ``X-Benchsite-Event`` and ``X-Benchsite-Delivery``. A Slack hook gets ``{"text": …}``; an
-  e-mail hook a plain-text mail through Django's e-mail backend.
+  e-mail hook a plain-text mail through Django's e-mail backend, to the addresses that
+  confirmed it only (``runs.services.hook_recipients``; the log names the others "awaiting
+  confirmation", and a notification none may receive fails at once).
+- An organization's hooks, and the tests and confirmation rounds sent to them, are limited
+  (``runs.services.hook_limits``); deliveries travel on their own queue
+  (``benchsite.queues``).
 - Secrets never leave: the URL (its path may be a credential, as Slack's is) and the signing
   secret are stored encrypted; the delivery log and every error keep the receiver's status
   or the failure's kind only, never the URL's path, a header or a secret; the audit log
@@ -54,7 +59,11 @@ from runs.models import (
     NotificationHook,
     Organization,
 )
+from runs.models.notifications import SENT_ON_REQUEST
 from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
+from runs.selectors.hook_recipients import hook_addresses
+from runs.services.hook_limits import hook_cap_check, hook_send_check
+from runs.services.hook_recipients import confirmation_mails_send
 from runs.services.outbound import (
     OutboundRefused,
     outbound_request,
@@ -83,7 +92,7 @@ class HookCreated:
 
 
 def _events_problem(events: list) -> str | None:
-    known = set(NotificationEvent.values) - {NotificationEvent.TEST}
+    known = set(NotificationEvent.values) - set(SENT_ON_REQUEST)
     if not events:
         return "Choose at least one event."
     unknown = [event for event in events if event not in known]
@@ -110,8 +119,10 @@ def hook_create(
     *, org: Organization, actor: Actor, name: str, kind: str, events: list, url: str = "",
     email_to: str = "",
 ) -> HookCreated:  # fmt: skip
-    """A new hook (checked field by field: ``DomainValidationError`` names each); a webhook
-    gets a signing secret, returned once."""
+    """A new hook (checked field by field: ``DomainValidationError`` names each; ``Conflict``
+    when the organization has all the hooks it may keep); a webhook gets a signing secret,
+    returned once; an e-mail hook's addresses are asked to confirm it (``RateLimited``,
+    nothing stored, when its organization had all its rounds this hour)."""
     errors: dict[str, list[str]] = {}
     name = name.strip()
     if not name or len(name) > 100:
@@ -152,9 +163,13 @@ def hook_create(
     clean_instance(hook)  # as stored (addresses joined by ", "), within its columns
     try:
         with transaction.atomic():
+            hook_cap_check(org=org)
             hook.save()
             audit_record(org=org, actor=actor, event="notification_hook.create", target=hook,
                          after=_audited(hook))  # fmt: skip
+            if kind == HookKind.EMAIL:
+                summary = f"Confirmation asked of the addresses of “{hook.name}”."
+                _sent_on_request(hook, NotificationEvent.HOOK_CONFIRM, summary)
     except IntegrityError:  # another request took the name a moment ago
         raise DomainValidationError.single(
             "name", "A hook of this organization has this name already."
@@ -205,13 +220,22 @@ def _hooks_for(org_id, event: str) -> list[NotificationHook]:
 
 
 def hook_send_test(*, hook: NotificationHook, actor: Actor) -> NotificationDelivery:
-    """A ``test`` notification to this hook alone, sent after the commit."""
+    """A ``test`` notification to this hook alone, sent after the commit (an e-mail hook's
+    addresses still awaiting confirmation are asked again instead); ``RateLimited``
+    (nothing stored or sent) past the hour's tests (``runs.services.hook_limits``)."""
+    summary = f"Test of the hook “{hook.name}”, sent by {actor.label}."
+    return _sent_on_request(hook, NotificationEvent.TEST, summary)
+
+
+def _sent_on_request(hook: NotificationHook, event: str, summary: str) -> NotificationDelivery:
+    """``event`` to this hook alone, sent after the commit, within the hour's limits."""
     with transaction.atomic():
+        hook_send_check(hook=hook)
         notification = Notification.objects.create(
             organization_id=hook.organization_id,
-            event=NotificationEvent.TEST,
-            key=f"test:{hook.id}:{time.time_ns()}",
-            summary=f"Test of the hook “{hook.name}”, sent by {actor.label}.",
+            event=event,
+            key=f"{event}:{hook.id}:{time.time_ns()}",
+            summary=summary,
             data={"hook": hook.name},
         )
         delivery = NotificationDelivery.objects.create(
@@ -253,52 +277,84 @@ def _webhook_body(delivery: NotificationDelivery) -> bytes:
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
 
-def _post(url: str, body: bytes, headers: dict) -> tuple[int | None, str]:
+@dataclass(frozen=True)
+class Attempt:
+    """How one attempt went: the receiver's status code, why it failed ("": it was sent),
+    whether no retry can mend that (``final``), and what the log says of a sent one."""
+
+    status_code: int | None = None
+    error: str = ""
+    final: bool = False
+    note: str = ""
+
+
+def _post(url: str, body: bytes, headers: dict) -> Attempt:
     """POSTs ``body`` to the address ``url``'s host resolves to now, if it may be called
-    (``runs.services.outbound``); (status code, error) with an error that names no part of
-    the URL. The receiver's body is not read: only its status counts."""
+    (``runs.services.outbound``), with an error that names no part of the URL. The
+    receiver's body is not read: only its status counts."""
     try:
         target = outbound_target(url)
     except OutboundRefused as refused:
-        return None, f"refused: {refused}"
+        return Attempt(error=f"refused: {refused}")
     try:
         with outbound_request(target, "POST", headers=headers, content=body,
                               timeout=TIMEOUT_SECONDS) as response:  # fmt: skip
             status = response.status_code
     except httpx.TimeoutException:
-        return None, "timed out"
+        return Attempt(error="timed out")
     except httpx.HTTPError as error:
-        return None, f"connection failed ({type(error).__name__})"
-    if 200 <= status < 300:
-        return status, ""
-    return status, f"HTTP {status}"
+        return Attempt(error=f"connection failed ({type(error).__name__})")
+    return Attempt(status, "" if 200 <= status < 300 else f"HTTP {status}")
 
 
-def _attempt(delivery: NotificationDelivery) -> tuple[int | None, str]:
-    """One send, whatever becomes of it: (status code, error), the error naming a failure's
-    kind only (an exception's message may hold an address or a secret)."""
+def _attempt(delivery: NotificationDelivery) -> Attempt:
+    """One send, whatever becomes of it, with an error naming a failure's kind only (an
+    exception's message may hold an address or a secret)."""
     try:
         with transaction.atomic():  # a savepoint: a failed query leaves the log writable
             return _send(delivery)
     except SecretUnreadable:
-        return None, "the hook's URL or secret cannot be decrypted (CREDENTIALS_ENCRYPTION_KEY)"
+        return Attempt(
+            error="the hook's URL or secret cannot be decrypted (CREDENTIALS_ENCRYPTION_KEY)"
+        )
+    except OSError as error:  # the mail relay, refusing or unreachable
+        return Attempt(error=f"e-mail not sent ({type(error).__name__})")
     except Exception as error:  # every failure is an attempt, never a delivery left pending
-        return None, f"the attempt failed ({type(error).__name__})"
+        return Attempt(error=f"the attempt failed ({type(error).__name__})")
 
 
-def _send(delivery: NotificationDelivery) -> tuple[int | None, str]:
+def _mail(delivery: NotificationDelivery) -> Attempt:
+    """An e-mail hook's attempt: the notification to the addresses that confirmed the hook;
+    the others are asked to confirm it on its confirmation round and its tests (see
+    ``runs.services.hook_recipients``), and named as awaiting confirmation in the log."""
     hook, notification = delivery.hook, delivery.notification
-    if hook.kind == HookKind.EMAIL:
+    addresses = hook_addresses(hook)
+    awaiting = ", ".join(addresses.awaiting)
+    if notification.event == NotificationEvent.HOOK_CONFIRM:
+        confirmation_mails_send(hook, addresses.awaiting)
+        asked = f"confirmation asked of {awaiting}" if awaiting else "every address confirmed"
+        return Attempt(note=asked)
+    if addresses.confirmed:
         # Names and summaries are people's text: a new line in a header would be refused.
         subject = one_line(f"[Benchsite · {hook.organization.name}] {notification.summary}")[:200]
         text = f"{notification.summary}\n\nEvent: {notification.event}\n\n" + json.dumps(
             notification.data, indent=2, sort_keys=True
         )
-        try:
-            send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, hook.email_to.split(", "))
-        except OSError as error:
-            return None, f"e-mail not sent ({type(error).__name__})"
-        return None, ""
+        send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, addresses.confirmed)
+    asked_again = notification.event == NotificationEvent.TEST and bool(addresses.awaiting)
+    if asked_again:
+        confirmation_mails_send(hook, addresses.awaiting)
+    if not addresses.confirmed and not asked_again:
+        # Nobody may be written to: retrying would not change that.
+        return Attempt(error=f"awaiting confirmation: {awaiting}", final=True)
+    note = f"awaiting confirmation: {awaiting}" if awaiting else ""
+    return Attempt(note=note + " (asked again)" if asked_again else note)
+
+
+def _send(delivery: NotificationDelivery) -> Attempt:
+    hook, notification = delivery.hook, delivery.notification
+    if hook.kind == HookKind.EMAIL:
+        return _mail(delivery)
     url = decrypt_secret(hook.encrypted_url)
     if hook.kind == HookKind.SLACK:
         text = f"[Benchsite · {hook.organization.name}] {notification.summary}"
@@ -330,16 +386,18 @@ def delivery_attempt(delivery_id) -> float | None:
         )
         if delivery is None:
             return None  # sent already, or another worker has it now
-        status_code, error = _attempt(delivery)
+        attempt = _attempt(delivery)
+        error = attempt.error
         now = timezone.now()
         delivery.attempts += 1
         delivery.last_attempt_at = now
-        delivery.last_status_code = status_code
-        delivery.last_error = error[:500]
+        delivery.last_status_code = attempt.status_code
+        # A sent one's note (addresses awaiting confirmation) is what the log says of it.
+        delivery.last_error = (error or attempt.note)[:500]
         retry_in = None
         if not error:
             delivery.status, delivery.delivered_at = DeliveryStatus.DELIVERED, now
-        elif delivery.attempts >= MAX_ATTEMPTS:
+        elif attempt.final or delivery.attempts >= MAX_ATTEMPTS:
             delivery.status = DeliveryStatus.FAILED
         else:
             retry_in = BACKOFF_SECONDS * 2 ** (delivery.attempts - 1)

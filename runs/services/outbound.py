@@ -15,6 +15,10 @@ Guarantees:
   A name that answers differently to a second lookup (DNS rebinding) is never asked again.
 - Redirects are never followed, and no proxy from the environment is used: nothing else
   decides where a request goes (CA certificates from ``SSL_CERT_FILE`` still are).
+- A receiver's answer costs the workers a few kilobytes at most: its body is read only
+  through ``outbound_body``, to a limit (``MAX_RESPONSE_BYTES`` unless the caller names a
+  larger one), within the request's timeout in all, and never decompressed; the rest is
+  never taken in (the connection is closed).
 - Callers check a URL when it is saved and take a fresh target before every use, so a name
   that later resolves inward is refused then too: a tenant cannot turn the workers into a
   scanner of the operator's network.
@@ -26,12 +30,15 @@ import contextlib
 import fnmatch
 import ipaddress
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
+
+MAX_RESPONSE_BYTES = 4 * 1024
 
 
 class OutboundRefused(Exception):
@@ -120,7 +127,8 @@ def outbound_request(
     docstring). Raises ``httpx.HTTPError`` as httpx does."""
     url = httpx.URL(target.url + path)
     # httpx would take both from the URL, which names an address now: keep the host's.
-    headers = {**headers, "Host": url.netloc.decode("ascii")}
+    # Bodies are read raw (``outbound_body``): a compressed one is asked for by nobody.
+    headers = {**headers, "Host": url.netloc.decode("ascii"), "Accept-Encoding": "identity"}
     extensions = {"sni_hostname": url.raw_host.decode("ascii")}
     # A transport of our own: httpx then takes no proxy from the environment.
     with httpx.Client(transport=httpx.HTTPTransport(), follow_redirects=False,
@@ -140,6 +148,34 @@ def outbound_request(
             finally:
                 response.close()
             return
+
+
+@dataclass(frozen=True)
+class OutboundBody:
+    """What was read of a response's body: ``content``, and whether that is all of it (False:
+    the body is longer than the limit)."""
+
+    content: bytes
+    complete: bool
+
+
+def outbound_body(
+    response: httpx.Response, *, limit: int = MAX_RESPONSE_BYTES, timeout: float
+) -> OutboundBody:
+    """At most ``limit`` bytes of ``response``'s body (from ``outbound_request``); the
+    caller's ``with`` then closes the connection on the rest. Raises ``httpx.HTTPError`` as
+    httpx does, and ``httpx.ReadTimeout`` when the body takes over ``timeout`` seconds in all
+    (a receiver sending a byte now and then holds a worker no longer)."""
+    # Raw bytes: decoding a gzip or brotli body could turn one network read into megabytes.
+    deadline = time.monotonic() + timeout
+    content = bytearray()
+    for chunk in response.iter_raw():
+        content += chunk
+        if len(content) > limit:
+            return OutboundBody(bytes(content[:limit]), complete=False)
+        if time.monotonic() > deadline:
+            raise httpx.ReadTimeout("the body took too long", request=response.request)
+    return OutboundBody(bytes(content), complete=True)
 
 
 def url_host(url: str) -> str:

@@ -20,12 +20,13 @@ import pytest
 import yaml
 from django.conf import settings
 
+from benchsite.queues import notifications_queue
 from tests.ops.test_secret_files import SECRETS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-SITE_SERVICES = {"migrate", "web", "worker", "beat"}
+SITE_SERVICES = {"migrate", "web", "worker", "notifier", "beat"}
 SECRET_FILES = [
     "secret_key",
     "database_url",
@@ -135,12 +136,23 @@ def test_it_pins_the_database_images():
         assert re.fullmatch(r"[a-z]+:\d+(\.\d+)+(-\w+)?", image), image
 
 
-def test_it_starts_the_three_site_roles_from_one_image():
+def test_it_starts_the_site_roles_from_one_image():
     services = _compose()["services"]
     assert services["web"]["command"][0] == "daphne"
     assert services["worker"]["command"][:4] == ["celery", "-A", "benchsite", "worker"]
+    assert services["notifier"]["command"][:4] == ["celery", "-A", "benchsite", "worker"]
     assert services["beat"]["command"][:4] == ["celery", "-A", "benchsite", "beat"]
     assert len({services[name]["image"] for name in SITE_SERVICES}) == 1
+
+
+def test_it_gives_notifications_a_worker_of_their_own():
+    def queues(service: str) -> str:
+        command = _compose()["services"][service]["command"]
+        return command[command.index("--queues") + 1]
+
+    default = "${CELERY_TASK_DEFAULT_QUEUE:-celery}"
+    assert queues("worker") == default
+    assert queues("notifier") == notifications_queue(default)
 
 
 def test_it_documents_every_variable_the_settings_read():

@@ -112,6 +112,18 @@ def own_broker_queue(monkeypatch):
         broker_queue_delete(queue)
 
 
+@pytest.fixture
+def sent(django_capture_on_commit_callbacks):
+    """Runs what a change sends after its commit (the tasks run in process):
+    ``sent(lambda: client.post(…))``."""
+
+    def run(change):
+        with django_capture_on_commit_callbacks(execute=True):
+            return change()
+
+    return run
+
+
 # A local pod's "agent" that only waits (the tests send its messages themselves).
 WAITING_AGENT = f"{sys.executable} -c 'import time; time.sleep(300)'"
 

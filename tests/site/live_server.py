@@ -130,9 +130,10 @@ def celery_worker(
     timeout: float = 90,
 ) -> contextlib.AbstractContextManager[subprocess.Popen]:
     """A real ``celery worker`` of ``app`` (prefork, one child) on the test database, taking
-    tasks from the queue ``CELERY_TASK_DEFAULT_QUEUE`` names in the environment; yields its
-    process once it consumes. The worker and its child are one process group, stopped on the
-    way out whatever happened (SIGTERM, then SIGKILL); a test may SIGKILL it sooner."""
+    tasks from the queue ``CELERY_TASK_DEFAULT_QUEUE`` names in the environment and from its
+    notifications queue (``benchsite.queues``); yields its process once it consumes. The
+    worker and its child are one process group, stopped on the way out whatever happened
+    (SIGTERM, then SIGKILL); a test may SIGKILL it sooner."""
     hostname = f"test-{uuid.uuid4().hex[:12]}@%h"
     args = [
         *("-A", app, "worker"),
@@ -181,23 +182,26 @@ def unacked_messages(channel, queue: str) -> dict[str, dict]:
 
 
 def broker_queue_delete(queue: str) -> None:
-    """Removes ``queue`` from the shared broker: its waiting messages, its binding, and its
-    unacknowledged ones (which Redis would otherwise put back one day, for nobody)."""
+    """Removes the default queue ``queue`` and its notifications queue from the shared broker:
+    their waiting messages, their bindings, and their unacknowledged ones (which Redis would
+    otherwise put back one day, for nobody)."""
     from kombu import Exchange, Queue
 
     from benchsite.celery import app
+    from benchsite.queues import notifications_queue
 
     with app.connection_for_write() as connection:
         channel = connection.default_channel
-        for tag in unacked_messages(channel, queue):
-            channel.client.pipeline().zrem(channel.unacked_index_key, tag).hdel(
-                channel.unacked_key, tag
-            ).execute()
-        # A channel deletes only the bindings it knows, so declare the queue first: a bare
-        # queue_delete leaves the messages and the binding behind.
-        bound = Queue(queue, Exchange(queue), routing_key=queue, channel=channel)
-        bound.declare()
-        bound.delete()
+        for name in (queue, notifications_queue(queue)):
+            for tag in unacked_messages(channel, name):
+                channel.client.pipeline().zrem(channel.unacked_index_key, tag).hdel(
+                    channel.unacked_key, tag
+                ).execute()
+            # A channel deletes only the bindings it knows, so declare the queue first: a
+            # bare queue_delete leaves the messages and the binding behind.
+            bound = Queue(name, Exchange(name), routing_key=name, channel=channel)
+            bound.declare()
+            bound.delete()
 
 
 def channel_layer_delete(prefix: str) -> None:

@@ -24,6 +24,7 @@ from runs.services.notifications import (
 
 from .conftest import SYSTEM, signed_in
 from .db_state import database_state
+from .test_notification_recipients import addresses_confirmed
 
 pytestmark = pytest.mark.django_db
 
@@ -38,11 +39,12 @@ class FailingBackend(BaseEmailBackend):
 
 
 def email_hook(org, name: str) -> NotificationHook:
-    """A hook written as it is stored, past the checks a new one goes through."""
-    return NotificationHook.objects.create(
+    """A hook written as it is stored, past the checks a new one goes through, its address
+    confirmed."""
+    return addresses_confirmed(NotificationHook.objects.create(
         organization=org, name=name, kind="email", events=["run.finished"],
         email_to="ops@acme.example",
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def test_a_hook_named_over_two_lines_is_mailed_with_a_one_line_subject(

@@ -44,6 +44,7 @@ from .conftest import SYSTEM, frozen, make_experiment, make_model, signed_in
 from .db_state import database_state
 from .report_data import build_history
 from .test_agent_ingest import messages
+from .test_notification_recipients import addresses_confirmed
 from .test_promotions import approve, propose
 from .test_web_runs import answered_run
 
@@ -95,17 +96,6 @@ def receiver(settings):
     running = Receiver()
     yield running
     running.server.shutdown()
-
-
-@pytest.fixture
-def sent(django_capture_on_commit_callbacks):
-    """Runs what a change sends after its commit (the tasks run in process)."""
-
-    def run(change):
-        with django_capture_on_commit_callbacks(execute=True):
-            return change()
-
-    return run
 
 
 def webhook(org, receiver, events=("run.finished", "run.failed"), name="ci"):
@@ -208,8 +198,10 @@ def test_slack_and_email_hooks_get_their_own_formats(alice, receiver, sent, sett
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     hook_create(org=alice.org, actor=SYSTEM, name="slack", kind="slack", events=["run.finished"],
                 url=receiver.url)  # fmt: skip
-    hook_create(org=alice.org, actor=SYSTEM, name="mail", kind="email", events=["run.finished"],
-                email_to="ops@acme.example, lead@acme.example")  # fmt: skip
+    mailed = hook_create(org=alice.org, actor=SYSTEM, name="mail", kind="email",
+                         events=["run.finished"],
+                         email_to="ops@acme.example, lead@acme.example").hook  # fmt: skip
+    addresses_confirmed(mailed)  # test_notification_recipients.py: until then, none is sent
     run, post = finished_run(alice.org)
     sent(post)
     (request,) = receiver.requests
