@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from agents.hardware.gpus import GIB, GpuProfile
 from agents.hardware.models import ModelFacts
+from agents.hardware.vllm_defaults import batch_defaults
 
 
 class StartRefusal(Exception):
@@ -53,14 +54,11 @@ class ServeSettings:
     def from_flags(
         cls, flags: Mapping[str, object], model: ModelFacts, gpu: GpuProfile
     ) -> ServeSettings:
-        """Fills what ``flags`` leaves out the way vLLM 0.11+ does for ``vllm serve``."""
-        # vLLM's defaults depend on the GPU's memory (engine/arg_utils.py).
-        if gpu.memory_gib >= 160:
-            batched, seqs = 16384, 1024
-        elif gpu.memory_gib >= 70 and "a100" not in gpu.name.lower():
-            batched, seqs = 8192, 1024
-        else:
-            batched, seqs = 2048, 256
+        """Fills what ``flags`` leaves out the way the newest vLLM the defaults table knows
+        does for ``vllm serve`` (``vllm_defaults``; a caller that knows the version fills
+        them from the same table first)."""
+        defaults = batch_defaults(None, gpu)
+        batched, seqs = defaults.max_num_batched_tokens, defaults.max_num_seqs
         max_model_len = int(flags.get("max_model_len") or model.max_position_embeddings)
         chunked = flags.get("enable_chunked_prefill")
         settings = cls(

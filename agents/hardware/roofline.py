@@ -45,7 +45,7 @@ class Efficiency:
     allreduce_latency_s: float = 25e-6
     # CPU-side cost per request in the step (input preparation, sampling, detokenizing,
     # streaming its output): the part of a step that grows with the batch on the host.
-    per_sequence_s: float = 0.0002
+    per_sequence_s: float = 0.00005
     # The server's own time per request outside the engine's steps: HTTP handling, chat
     # template and tokenization before the engine core sees it, and its first token's way
     # back out. What TTFT shows at low load beyond the prefill step.
