@@ -17,11 +17,13 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agents.hardware.gpus import GIB, GpuProfile
 from agents.hardware.models import ModelFacts
+from agents.hardware.precision import served_weight_dtype
 
 
 class StartRefusal(Exception):
@@ -48,6 +50,8 @@ class ServeSettings:
     block_size: int
     kv_cache_dtype: str
     enforce_eager: bool
+    quantization: str | None = None
+    dtype: str = "auto"
 
     @classmethod
     def from_flags(
@@ -76,11 +80,26 @@ class ServeSettings:
             block_size=int(flags.get("block_size") or 16),
             kv_cache_dtype=str(flags.get("kv_cache_dtype") or "auto"),
             enforce_eager=bool(flags.get("enforce_eager")),
+            quantization=str(flags["quantization"]) if flags.get("quantization") else None,
+            dtype=str(flags.get("dtype") or "auto"),
         )
         settings.check(model)
         return settings
 
+    def served(self, model: ModelFacts) -> ModelFacts:
+        """``model`` with its weights at the width vLLM stores them at under these flags
+        (``--quantization fp8`` on a 16-bit checkpoint: FP8); raises ``StartRefusal`` where
+        vLLM would not load the checkpoint with them."""
+        try:
+            weights = served_weight_dtype(model.dtype, self.quantization, self.dtype)
+        except ValueError as exc:
+            raise StartRefusal(
+                f"ValueError: {exc}", summary="the quantization flag does not fit the checkpoint"
+            ) from exc
+        return model if weights == model.dtype else dataclasses.replace(model, dtype=weights)
+
     def check(self, model: ModelFacts) -> None:
+        self.served(model)
         if self.max_model_len > model.max_position_embeddings:
             raise StartRefusal(
                 f"ValueError: User-specified max_model_len ({self.max_model_len}) is greater "
@@ -145,6 +164,7 @@ def plan_memory(
     """The KV cache vLLM would allocate; raises ``StartRefusal`` where vLLM refuses.
     ``check_context=False`` leaves out the last check (one ``max_model_len`` sequence must
     fit the cache), for a capacity table that holds for any context length."""
+    model = settings.served(model)
     tp = settings.tensor_parallel_size
     total = gpu.memory_bytes
     budget = settings.gpu_memory_utilization * total
