@@ -241,6 +241,8 @@ def _check_one(
     version: VersionKey | None,
     errors: list[FieldError],
 ) -> object:
+    """One value (or one item of a list-valued flag's value), as ``_check_value`` answers."""
+
     def refuse(message: str) -> object:
         errors.append(FieldError(path, message))
         return _REFUSED
