@@ -6,7 +6,8 @@ Guarantees:
 - ``weights_fetch`` asks the hub what the revision holds, picks only what vLLM loads
   (``vllm_files``: config, tokenizer and generation files, and one weight format: the
   safetensors when the repository has them, never the duplicate ``.bin``/``.pth`` copies or
-  sub-folders such as ``original/``), checks the free space of the cache's disk against the
+  sub-folders such as ``original/``; the model's code files, ``*.py``, only when the job
+  trusts its remote code), checks the free space of the cache's disk against the
   bytes still missing plus a reserve, and only then downloads (``huggingface_hub``: parallel,
   resumable, retried on network errors). Files already in the cache are not fetched again.
 - Every refusal is a ``WeightsError`` whose ``failure_class`` is the protocol's
@@ -50,6 +51,10 @@ _SUPPORT_PATTERNS = (
     "merges.txt",
     "*.jinja",
 )
+# With trust_remote_code, the model's own code as well: its modelling and tokenizer modules
+# (``*.py``, which ``auto_map`` in config.json names) and the tokenizer files such code loads
+# (Kimi's ``tiktoken.model``).
+_CODE_PATTERNS = ("*.py", "*.model", "*.tiktoken")
 # Weight formats in vLLM's order of preference: the first one the repository has is taken.
 _WEIGHT_PATTERNS = (("*.safetensors",), ("*.bin",), ("*.pt", "*.pth"))
 # Kept free beside the weights by default: vLLM's compile cache, logs and the trial's scratch.
@@ -94,14 +99,15 @@ class Weights:
         }
 
 
-def vllm_files(names: Iterable[str]) -> list[str]:
-    """The repository files vLLM loads, in name order (see the module docstring)."""
+def vllm_files(names: Iterable[str], *, code: bool = False) -> list[str]:
+    """The repository files vLLM loads, in name order (see the module docstring); with
+    ``code``, the model's own code files too (``trust_remote_code``), never without."""
     top = [name for name in names if "/" not in name]
 
     def matching(patterns: Iterable[str]) -> list[str]:
         return [name for name in top if any(fnmatch.fnmatch(name, p) for p in patterns)]
 
-    chosen = set(matching(_SUPPORT_PATTERNS))
+    chosen = set(matching(_SUPPORT_PATTERNS + (_CODE_PATTERNS if code else ())))
     for patterns in _WEIGHT_PATTERNS:
         weights = matching(patterns)
         if weights:
@@ -214,7 +220,7 @@ def weights_fetch(
         ) from None
     commit = info.sha
     sizes = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or []}
-    wanted = vllm_files(sizes)
+    wanted = vllm_files(sizes, code=model.trust_remote_code)
     if not any(name.endswith((".safetensors", ".bin", ".pt", ".pth")) for name in wanted):
         raise WeightsError(
             "model_not_found", f"{repo_id} (revision {model.revision}) holds no weights vLLM loads"

@@ -139,6 +139,7 @@ def experiment_spec_check(
     search: object = None,
     endpoint: Endpoint | None = None,
     defaults_trial: bool = False,
+    trust_remote_code: bool = False,
 ) -> CheckedSpec:
     """Checks the parts of an experiment that depend on each other (see module docstring)."""
     errors: dict[str, list[str]] = {}
@@ -161,6 +162,9 @@ def experiment_spec_check(
         problem = image_tag_problem(engine_image_tag)
         if problem:
             add("engine_image_tag", problem)
+    elif trust_remote_code:
+        add("trust_remote_code", "Only real vLLM runs a model's own code; the simulator and an "
+            "existing endpoint have none to trust.")  # fmt: skip
 
     grid: dict = {}
     if not isinstance(serve_grid, dict):
@@ -173,6 +177,7 @@ def experiment_spec_check(
                 max_context=model.max_context,
                 max_trials=settings.BENCHSITE_MAX_GRID_TRIALS,
                 vllm_version=vllm_version_of_tag(engine_image_tag) if engine == "vllm" else None,
+                num_experts=model.facts.num_experts,
             )
         except ServeGridError as exc:
             for error in exc.errors:

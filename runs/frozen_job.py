@@ -76,7 +76,7 @@ _CHECK_RUN_ID = uuid.UUID(int=0)
 _CHECK_DEADLINE = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 
 
-def _model_source(model, *, endpoint=None) -> protocol.ModelSource:
+def _model_source(model, *, endpoint=None, trust_remote_code=False) -> protocol.ModelSource:
     """The model as its jobs carry it: the columns and, for a model read from a config.json,
     the facts beyond them (none for one stated by its columns: its job reads as before). An
     existing endpoint is asked for its own served model name."""
@@ -93,6 +93,7 @@ def _model_source(model, *, endpoint=None) -> protocol.ModelSource:
         dtype=model.dtype,
         max_context=model.max_context,
         architecture=_architecture(model),
+        trust_remote_code=trust_remote_code,
     )
 
 
@@ -162,7 +163,11 @@ def job_spec_freeze(
                 ),
                 base_url=experiment.endpoint.base_url if experiment.endpoint else None,
             ),
-            model=_model_source(experiment.model, endpoint=experiment.endpoint),
+            model=_model_source(
+                experiment.model,
+                endpoint=experiment.endpoint,
+                trust_remote_code=experiment.trust_remote_code,
+            ),
             deadline=_CHECK_DEADLINE,
             search=job_search(
                 experiment.search,

@@ -43,6 +43,7 @@ def trial_recipe(*, trial: Trial) -> dict:
         host="0.0.0.0",  # noqa: S104
         port=SERVE_PORT,
         flags=serve_args(trial.serve_config, vllm_version=vllm_version_of_tag(tag)),
+        trust_remote_code=model.trust_remote_code,
     )
     serve = ["vllm", "serve", *args]
     image = f"{VLLM_IMAGE}:{tag}"

@@ -83,6 +83,7 @@ def vllm_engine(
     served_model_name: str | None = None,
     vllm_version: str | None = None,
     extra_args: Sequence[str] = (),
+    trust_remote_code: bool = False,
     env: Mapping[str, str] | None = None,
     cpu: bool = False,
     hf_home: Path | None = None,
@@ -96,14 +97,16 @@ def vllm_engine(
     """A ``ProcessEngine`` running ``vllm serve`` for one serve configuration.
 
     Raises ``agents.protocol.ServeGridError`` for a configuration the schema refuses, before
-    anything is started.
+    anything is started. ``trust_remote_code`` lets vLLM run the model repository's own code
+    (``--trust-remote-code``).
     """
     flags = serve_args(config, vllm_version=vllm_version)
     port = port or free_port(host)
     name = served_model_name or "model"
     args = serve_command_args(
-        model=model, revision=revision, served_model_name=name, host=host, port=port, flags=flags
-    )
+        model=model, revision=revision, served_model_name=name, host=host, port=port,
+        flags=flags, trust_remote_code=trust_remote_code,
+    )  # fmt: skip
     argv = [*command, *args, *extra_args]
     workdir = Path(workdir)
     env = vllm_env(

@@ -14,6 +14,8 @@ Guarantees:
   - ``strict``: ``StrictModel``, the base of every protocol model;
   - ``versions``: vLLM version strings as comparable keys;
   - ``serve_flag_table``: the serve-flag table (``SERVE_FLAGS``, ``FlagSpec``), as data;
+  - ``flag_tables``: every ``vllm serve`` flag of each supported vLLM version, generated
+    from its own parser (``python -m agents.protocol.flag_tables.generate``);
   - ``serve_flags``: grid and configuration validation, grid expansion;
   - ``serve_flag_rendering``: ``serve_args`` and the serve grid's JSON Schema;
   - ``serve_command``: the words after ``vllm serve``, for the benchmark and the recipe;

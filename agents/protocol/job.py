@@ -89,6 +89,10 @@ class ModelSource(StrictModel):
     architecture: ModelArchitecture | None = Field(
         default=None, exclude_if=lambda architecture: architecture is None
     )
+    # The model's own code (its repository's *.py) is downloaded with the weights and run by
+    # vLLM (``--trust-remote-code``): an explicit, audited experiment setting. Left out of the
+    # JSON when false, so a job without it reads as it always did.
+    trust_remote_code: bool = Field(default=False, exclude_if=lambda trusted: not trusted)
 
     @model_validator(mode="after")
     def _facts_agree(self) -> ModelSource:

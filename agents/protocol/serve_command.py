@@ -18,9 +18,11 @@ def serve_command_args(
     host: str,
     port: int,
     flags: Sequence[str],
+    trust_remote_code: bool = False,
 ) -> list[str]:
-    """``MODEL [--revision REV] --host H --port P --served-model-name NAME FLAGS…``; no
-    revision for a model given as a local folder (a folder has none)."""
+    """``MODEL [--revision REV] --host H --port P --served-model-name NAME
+    [--trust-remote-code] FLAGS…``; no revision for a model given as a local folder (a folder
+    has none)."""
     return [
         model,
         *(["--revision", revision] if revision else []),
@@ -30,5 +32,6 @@ def serve_command_args(
         str(port),
         "--served-model-name",
         served_model_name,
+        *(["--trust-remote-code"] if trust_remote_code else []),
         *flags,
     ]

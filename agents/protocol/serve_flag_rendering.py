@@ -1,20 +1,22 @@
 """The serve-flag table rendered: the ``vllm serve`` argv of one configuration, and the
 JSON Schema of a grid for publishing.
 
-Guarantees: ``serve_args`` checks before it renders (``serve_flags.check_serve_config``)
+Guarantees: ``serve_args`` checks before it renders (``serve_flags.checked_serve_flags``)
 and returns an argv list, never a shell string.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
+from agents.protocol.flag_tables import SUPPORTED_VLLM_VERSIONS
 from agents.protocol.serve_flag_table import (
     SERVE_FLAGS,
     SERVE_FLAGS_SCHEMA_VERSION,
     FlagSpec,
 )
-from agents.protocol.serve_flags import MAX_GRID_TRIALS, check_serve_config
+from agents.protocol.serve_flags import MAX_GRID_TRIALS, checked_serve_flags
 
 
 def serve_args(config: Mapping[str, object], *, vllm_version: str | None = None) -> list[str]:
@@ -23,24 +25,33 @@ def serve_args(config: Mapping[str, object], *, vllm_version: str | None = None)
     ``config`` maps flag names to single values (one element of ``expand_serve_grid``). The
     values are checked with the same rules as a grid value (raising ``ServeGridError`` with
     paths equal to the flag names) before anything is rendered. Flags come out in
-    ``SERVE_FLAGS`` order; numbers as decimal text; ``true`` as the flag, ``false`` as its
-    negative form or, for a flag without one, nothing; a ``null`` choice as nothing.
+    ``SERVE_FLAGS`` order, then the version's other flags by name; numbers as decimal text;
+    ``true`` as the flag, ``false`` as its negative form or, for a flag without one,
+    nothing; a ``null`` choice as nothing; a list after one option (``nargs``) or each after
+    its own (``append``); a JSON object or array as compact JSON.
     """
-    values = check_serve_config(config, vllm_version=vllm_version)
     argv: list[str] = []
-    for name, spec in SERVE_FLAGS.items():
-        if name not in values:
-            continue
-        value = values[name]
+    for spec, value in checked_serve_flags(config, vllm_version):
         if spec.kind == "bool":
             if value:
                 argv.append(spec.cli)
             elif spec.negative_cli:
                 argv.append(spec.negative_cli)
+        elif spec.multiple == "append":
+            for item in value:
+                argv.extend([spec.cli, _text(item)])
+        elif spec.multiple == "nargs":
+            argv.extend([spec.cli, *(_text(item) for item in value)])
         elif value is not None:
-            # repr() of a float is the shortest text that parses back to the same float.
-            argv.extend([spec.cli, repr(value) if isinstance(value, float) else str(value)])
+            argv.extend([spec.cli, _text(value)])
     return argv
+
+
+def _text(value: object) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    # repr() of a float is the shortest text that parses back to the same float.
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _flag_item_schema(spec: FlagSpec) -> dict:
@@ -62,9 +73,11 @@ def _flag_item_schema(spec: FlagSpec) -> dict:
 def serve_flags_json_schema(*, max_trials: int = MAX_GRID_TRIALS) -> dict:
     """A JSON Schema (2020-12) for a serve grid, plus the flag table, for publishing.
 
-    ``properties`` validates the shape of a grid (value types, ranges, choices, unique
-    non-empty lists); rules that involve the experiment (GPU count, context length, grid
-    size, vLLM version) are only in ``validate_serve_grid``. ``x-flags`` lists every flag in
+    ``properties`` validates the shape of a grid's hand-kept flags (value types, ranges,
+    choices, unique non-empty lists); any other key is a flag of the experiment's vLLM
+    version, whose flag table ``x-vllm-versions`` lists; rules that involve the experiment
+    (which flags its version knows, GPU count, context length, grid size) are only in
+    ``validate_serve_grid``. ``x-flags`` lists every flag in
     ``SERVE_FLAGS`` order with its ``name``, ``type``, bounds, ``choices``, ``cli`` forms,
     version bounds and ``help``; ``x-max-trials`` echoes the limit the caller enforces. The
     result is plain JSON data and a fresh copy each call.
@@ -103,8 +116,13 @@ def serve_flags_json_schema(*, max_trials: int = MAX_GRID_TRIALS) -> dict:
         "title": "Benchsite serve grid",
         "description": "Lists of vLLM serve flag values; every combination is one trial.",
         "type": "object",
-        "additionalProperties": False,
+        "additionalProperties": {
+            "type": "array",
+            "minItems": 1,
+            "description": "Any other flag of the experiment's vLLM version (its flag table).",
+        },
         "properties": properties,
+        "x-vllm-versions": list(SUPPORTED_VLLM_VERSIONS),
         "x-schema-version": SERVE_FLAGS_SCHEMA_VERSION,
         "x-max-trials": max_trials,
         "x-flags": flags,

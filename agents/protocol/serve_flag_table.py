@@ -1,4 +1,6 @@
-"""The serve-flag table: every ``vllm serve`` flag an experiment may vary, as data.
+"""The serve flags whose values need meaning beyond syntax (ranges, parallelism, memory,
+quantization), hand-kept as data; every other flag a vLLM version knows comes from its
+generated flag table (``agents.protocol.flag_tables``).
 
 Guarantees: ``SERVE_FLAGS`` lists each flag once, in the order configurations and command
 lines are written, with the values it accepts and the vLLM versions that accept it; a
@@ -18,8 +20,11 @@ from agents.protocol.versions import parse_vllm_version
 # site can tell which schema a stored experiment was checked against.
 SERVE_FLAGS_SCHEMA_VERSION = 1
 
-FlagKind = Literal["int", "float", "bool", "choice"]
-_FLAG_KINDS = ("int", "float", "bool", "choice")
+FlagKind = Literal["int", "float", "bool", "choice", "str", "json"]
+_FLAG_KINDS = ("int", "float", "bool", "choice", "str", "json")
+# How a flag that takes several values writes them: after one option (argparse ``nargs``) or
+# each after its own (``action="append"``).
+_MULTIPLE = ("nargs", "append")
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,9 @@ class FlagSpec:
 
     - ``kind`` is ``"int"``, ``"float"``, ``"bool"`` or ``"choice"`` (strings; ``None`` in
       ``choices`` means "leave the flag out"). An ``"int"`` flag with ``choices`` accepts only
-      those integers.
+      those integers. Flags read from a version's flag table (``flag_tables``) may also be
+      ``"str"`` (any text) or ``"json"`` (an object, array or text vLLM parses itself), and
+      take a list per value when ``multiple`` says how the list is written.
     - ``minimum``/``maximum`` are inclusive, except that ``exclusive_minimum`` makes the
       minimum itself invalid.
     - For a ``"bool"`` flag, ``cli`` turns it on. ``negative_cli`` turns it off where vLLM has
@@ -53,6 +60,7 @@ class FlagSpec:
     removed_in: str | None = None
     renamed_to: str | None = None
     unit: str | None = None
+    multiple: str | None = None
 
     def __post_init__(self) -> None:
         # The table below is hand-written: catch a malformed entry at import, not in a pod.
@@ -66,6 +74,8 @@ class FlagSpec:
             raise ValueError(f"{self.name}: only a bool flag has a negative form")
         if self.negative_since is not None and self.negative_cli is None:
             raise ValueError(f"{self.name}: negative_since without negative_cli")
+        if self.multiple is not None and self.multiple not in _MULTIPLE:
+            raise ValueError(f"{self.name}: unknown multiple {self.multiple!r}")
         for version in (self.since, self.removed_in, self.negative_since):
             if version is not None:
                 parse_vllm_version(version)
@@ -124,6 +134,31 @@ _FLAG_LIST = (
         help="Pipeline stages the layers are split into (pipeline parallelism).",
         minimum=1,
         maximum=16,
+    ),
+    FlagSpec(
+        name="data_parallel_size",
+        kind="int",
+        cli="--data-parallel-size",
+        help="Engine replicas, each on its own tensor x pipeline parallel group of GPUs.",
+        minimum=1,
+        maximum=64,
+    ),
+    FlagSpec(
+        name="enable_expert_parallel",
+        kind="bool",
+        cli="--enable-expert-parallel",
+        help="Spread a mixture-of-experts model's experts across the GPUs instead of "
+        "splitting each expert (tensor parallelism) for its MoE layers.",
+        negative_cli="--no-enable-expert-parallel",
+    ),
+    FlagSpec(
+        name="decode_context_parallel_size",
+        kind="int",
+        cli="--decode-context-parallel-size",
+        help="GPUs of each tensor parallel group that split the KV cache along the context "
+        "during decode; must divide tensor_parallel_size.",
+        minimum=1,
+        maximum=64,
     ),
     FlagSpec(
         name="enable_prefix_caching",

@@ -1,11 +1,14 @@
-"""Checking serve grids and configurations against the serve-flag table, and expanding a grid
-into its configurations.
+"""Checking serve grids and configurations against the flags a vLLM version knows, and
+expanding a grid into its configurations.
 
 Guarantees:
 
-- Everything that accepts, expands or renders a serve configuration goes through the table
-  (``serve_flag_table.SERVE_FLAGS``) and these checks, so the site refuses exactly what the
-  agent could not run.
+- Everything that accepts, expands or renders a serve configuration goes through these
+  checks, so the site refuses exactly what the agent could not run. A flag is accepted when
+  the version's generated flag table (``flag_tables``) has it; the hand-kept ones
+  (``serve_flag_table.SERVE_FLAGS``: parallelism, memory, quantization …) are checked for
+  their meaning as well. An unknown flag is refused naming the version and the nearest flag
+  it knows; a flag of another version is refused saying when it came or went.
 - Validation is strict and complete: a boolean is not a number, ``"8"`` is not ``8``, and
   every problem is reported at once as a ``FieldError`` whose ``field`` is a path relative to
   the grid (``max_num_seqs[1]``).
@@ -15,10 +18,21 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
 
 from agents.protocol.errors import FieldError, ServeGridError, got_value, json_literal
+from agents.protocol.flag_tables import (
+    FlagTable,
+    TableFlag,
+    all_flag_names,
+    any_table_flag,
+    flag_history,
+    flag_table,
+)
 from agents.protocol.serve_flag_table import SERVE_FLAGS, FlagSpec
 from agents.protocol.versions import VersionKey, parse_vllm_version
 
@@ -27,17 +41,51 @@ def _version_key_or_none(vllm_version: str | None) -> VersionKey | None:
     return None if vllm_version is None else parse_vllm_version(vllm_version)
 
 
-# Room for a CLI spelling of the longest flag ("--max-num-batched-tokens") and a typo or two.
-_FLAG_NAME_MAX_CHARS = 2 * max(len(name) for name in SERVE_FLAGS)
+# Room for a CLI spelling of the longest flag and a typo or two.
+_FLAG_NAME_MAX_CHARS = 2 * max(len(name) for name in {*SERVE_FLAGS, *all_flag_names()})
 
 MAX_GRID_TRIALS = 64
+# Distinct flags one grid may name (each with at least one value).
+MAX_GRID_FLAGS = 64
+# The longest text a string-valued flag takes (a chat template's path, a JSON config).
+MAX_TEXT_VALUE_CHARS = 4000
 
+# Flags the agent sets itself, or that a grid must not set: each with why.
+RESERVED_FLAGS: dict[str, str] = {
+    **dict.fromkeys(
+        ("model", "host", "port", "served_model_name", "revision", "uds", "headless"),
+        "Benchsite sets it for every trial",
+    ),
+    "trust_remote_code": "set trust_remote_code on the experiment (it is audited), not in the grid",
+    "api_key": "the agent talks to vLLM without a key",
+    "config": "a grid names its flags; a config file is not sent to the pod",
+    "download_dir": "the agent downloads the weights into its own cache",
+    "disable_log_stats": "Benchsite reads vLLM's statistics",
+    "root_path": "the agent calls vLLM's API at its own paths",
+    **dict.fromkeys(
+        ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs"), "the agent talks plain HTTP to vLLM"
+    ),
+    "hf_token": "the organization's Hugging Face token travels apart from the grid",
+    "tokenizer": "the agent downloads only the model's own tokenizer",
+    "tokenizer_revision": "the agent downloads only the model's own tokenizer",
+}
+
+_SEE_SCHEMA = "; see the serve-flag schema for the flags Benchsite can vary"
 # A sentinel for "this value was refused" (None is a legitimate choice value).
 _REFUSED = object()
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """What a grid key means for a version: the spec to check its values with (None when
+    they cannot be checked), and why the flag cannot be used (None when it can)."""
+
+    spec: FlagSpec | None
+    problem: str | None = None
+
+
 def _flag_available(spec: FlagSpec, version: VersionKey | None) -> str | None:
-    """Why ``spec`` cannot be used with ``version``, or None when it can."""
+    """Why the hand-kept ``spec`` cannot be used with ``version``, or None when it can."""
     if version is None:
         return None
     if spec.since is not None and version < parse_vllm_version(spec.since):
@@ -48,23 +96,103 @@ def _flag_available(spec: FlagSpec, version: VersionKey | None) -> str | None:
     return None
 
 
-def _lookup_flag(name: object, errors: list[FieldError]) -> FlagSpec | None:
-    if isinstance(name, str) and name in SERVE_FLAGS:
-        return SERVE_FLAGS[name]
+@cache
+def _table_spec(flag: TableFlag) -> FlagSpec:
+    """A flag of a generated table as a spec: its type and choices, no range."""
+    if flag.type == "none":  # a switch: true gives the option, false leaves it out
+        return FlagSpec(name=flag.name, kind="bool", cli=flag.option, help=flag.help,
+                        negative_cli=flag.negative_option)  # fmt: skip
+    multiple = None
+    if flag.action == "append":
+        multiple = "append"
+    elif flag.nargs not in (None, "?"):
+        multiple = "nargs"
+    # A "bool" that takes a value (``type=bool``) is text to argparse: any word but "" is true.
+    kind = {"int": "int", "float": "float", "json": "json"}.get(flag.type, "str")
+    choices = flag.choices
+    if choices is not None and kind == "str":
+        kind = "choice"
+    if kind in ("int", "float") and choices is not None:
+        choices = tuple(c for c in choices if isinstance(c, int | float))
+    return FlagSpec(
+        name=flag.name,
+        kind=kind,
+        cli=flag.option,
+        help=flag.help,
+        choices=choices if kind in ("int", "choice") else None,
+        multiple=multiple,
+    )
+
+
+def _shown(version_text: str, table: FlagTable) -> str:
+    if parse_vllm_version(version_text) == parse_vllm_version(table.vllm_version):
+        return f"vLLM {version_text}"
+    return f"vLLM {version_text} (flag table of {table.vllm_version})"
+
+
+def _nearest(text: str, names, otherwise: str = "") -> str:
+    close = difflib.get_close_matches(text, sorted(names), n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else otherwise
+
+
+def _lookup_flag(name: object, vllm_version: str | None) -> _Lookup:
+    """What grid key ``name`` means for ``vllm_version`` (None: unknown, any version's flag)."""
     text = name if isinstance(name, str) else repr(name)
     if len(text) > _FLAG_NAME_MAX_CHARS:
         # No flag is this long: no suggestion to look for, and only the start is echoed.
-        errors.append(FieldError(text[:_FLAG_NAME_MAX_CHARS] + "...", "unknown serve flag"))
-        return None
-    # Users paste CLI spellings ("--max-num-seqs"): suggest on the normalised name.
-    normalised = text.lstrip("-").replace("-", "_")
-    close = difflib.get_close_matches(normalised, list(SERVE_FLAGS), n=3, cutoff=0.6)
-    if close:
-        hint = f"; did you mean {', '.join(close)}?"
+        return _Lookup(None, "unknown serve flag")
+    if text in RESERVED_FLAGS:
+        return _Lookup(None, f"not a grid flag: {RESERVED_FLAGS[text]}")
+    version = _version_key_or_none(vllm_version)
+    spec = SERVE_FLAGS.get(text)
+    if version is None:
+        if spec is None and (flag := any_table_flag(text)) is not None:
+            spec = _table_spec(flag)
+        if spec is not None:
+            return _Lookup(spec)
+        hint = _nearest(_normalised(text), _known(), _SEE_SCHEMA)
+        return _Lookup(None, f"unknown serve flag{hint}")
+    table = flag_table(version)
+    if spec is not None and (problem := _flag_available(spec, version)):
+        return _Lookup(spec, problem)
+    if text in table.flags:
+        return _Lookup(spec or _table_spec(table.flags[text]))
+    shown = _shown(vllm_version, table)
+    history = flag_history(text)
+    option = "--" + text.replace("_", "-")
+    hint = _nearest(text, table.flags)
+    if not history:
+        hint = _nearest(_normalised(text), table.flags, " (see its `vllm serve --help`)")
+        return _Lookup(None, f"unknown serve flag: {shown} has no such flag{hint}")
+    newer = [v for v in history if parse_vllm_version(v) > parse_vllm_version(table.vllm_version)]
+    older = [v for v in history if parse_vllm_version(v) < parse_vllm_version(table.vllm_version)]
+    if older:
+        message = f"{option} was removed after vLLM {older[-1]}: {shown} has no such flag{hint}"
     else:
-        hint = "; see the serve-flag schema for the flags Benchsite can vary"
-    errors.append(FieldError(text, f"unknown serve flag{hint}"))
-    return None
+        message = f"{option} needs vLLM {newer[0]} or later: {shown} has no such flag{hint}"
+    return _Lookup(spec, message)
+
+
+def _normalised(text: str) -> str:
+    # Users paste CLI spellings ("--max-num-seqs"): suggest on the grid key's spelling.
+    return text.lstrip("-").replace("-", "_")
+
+
+@cache
+def _known() -> frozenset[str]:
+    return frozenset({*SERVE_FLAGS, *all_flag_names()} - set(RESERVED_FLAGS))
+
+
+def _flag_order(names) -> list[str]:
+    """Hand-kept flags in ``SERVE_FLAGS`` order, then the others by name: the order of a
+    normalised grid, of its configurations and of a command line."""
+    return [n for n in SERVE_FLAGS if n in names] + sorted(n for n in names if n not in SERVE_FLAGS)
+
+
+def _value_key(value: object) -> str:
+    # Values may be lists or objects (a flag of several values, a JSON config): compare
+    # them by their canonical JSON.
+    return json.dumps(value, sort_keys=True)
 
 
 def _check_value(
@@ -75,12 +203,54 @@ def _check_value(
     errors: list[FieldError],
 ) -> object:
     """Returns the normalised value, or ``_REFUSED`` after recording why in ``errors``."""
+    if spec.multiple is None:
+        return _check_one(spec, value, path, version, errors)
+    if not isinstance(value, list | tuple) or not value:
+        errors.append(FieldError(path, f"expected a non-empty list of values, {got_value(value)}"))
+        return _REFUSED
+    if len(value) > MAX_GRID_TRIALS:
+        errors.append(FieldError(path, f"at most {MAX_GRID_TRIALS} items; got {len(value)}"))
+        return _REFUSED
+    items = [
+        _check_one(spec, item, f"{path}[{i}]", version, errors) for i, item in enumerate(value)
+    ]
+    return _REFUSED if any(item is _REFUSED for item in items) else items
+
+
+def _check_text(spec: FlagSpec, value: object, got: str) -> str | None:
+    """Why ``value`` is no text value of a ``str`` or ``json`` flag, or None."""
+    if spec.kind == "json" and isinstance(value, dict | list):
+        if len(json.dumps(value)) > MAX_TEXT_VALUE_CHARS:
+            return f"at most {MAX_TEXT_VALUE_CHARS} characters of JSON"
+        return None
+    if not isinstance(value, str):
+        expected = "an object, array or string" if spec.kind == "json" else "a string"
+        return f"expected {expected}, {got}"
+    if not value.strip() or len(value) > MAX_TEXT_VALUE_CHARS:
+        return f"expected 1 to {MAX_TEXT_VALUE_CHARS} characters"
+    if value.startswith("-"):
+        # vLLM's parser would read it as another option.
+        return f"must not start with '-'; got {json_literal(value)}"
+    return None
+
+
+def _check_one(
+    spec: FlagSpec,
+    value: object,
+    path: str,
+    version: VersionKey | None,
+    errors: list[FieldError],
+) -> object:
+    """One value (or one item of a list-valued flag's value), as ``_check_value`` answers."""
 
     def refuse(message: str) -> object:
         errors.append(FieldError(path, message))
         return _REFUSED
 
     got = got_value(value)
+    if spec.kind in ("str", "json"):
+        problem = _check_text(spec, value, got)
+        return refuse(problem) if problem else value
     if spec.kind == "bool":
         if not isinstance(value, bool):
             return refuse(f"expected true or false, {got}")
@@ -136,25 +306,28 @@ def validate_serve_grid(
     max_context: int | None = None,
     max_trials: int = MAX_GRID_TRIALS,
     vllm_version: str | None = None,
+    num_experts: int | None = None,
 ) -> dict[str, list]:
     """Checks a serve grid and returns it normalised, or raises ``ServeGridError``.
 
-    A grid maps a flag name from ``SERVE_FLAGS`` to a non-empty list of distinct values; the
-    run tries every combination. ``{}`` is valid: one trial with vLLM's defaults.
+    A grid maps a flag name (a ``vllm serve`` option without ``--``, ``-`` as ``_``) to a
+    non-empty list of distinct values; the run tries every combination. ``{}`` is valid: one
+    trial with vLLM's defaults.
 
-    Every problem is reported, each on its own path: unknown flags (with close names),
-    a scalar or empty list where a list is expected, values of the wrong JSON type (no
+    Every problem is reported, each on its own path: flags the version does not know (with
+    the nearest it does, or when the flag came or went) and flags Benchsite sets itself, a
+    scalar or empty list where a list is expected, values of the wrong JSON type (no
     coercion: ``true`` is not ``1`` and ``"8"`` is not ``8``; an integer is accepted for a
-    number flag), values out of range or not among the choices, duplicates, flags (or a
-    ``false``) that ``vllm_version`` does not accept, a tensor x pipeline parallel size above
-    ``gpu_count`` (reported on the ``tensor_parallel_size`` value, or the
-    ``pipeline_parallel_size`` value when tensor parallelism is not varied), ``max_model_len``
+    number flag), values out of range or not among the choices, duplicates, a ``false`` the
+    version cannot say, the parallelism rules (``_check_parallelism``), ``max_model_len``
     above ``max_context``, and more than ``max_trials`` combinations (path ``""``).
 
-    ``vllm_version=None`` means the version is unknown: no version checks, and flags render
-    in their newest form. The result lists flags in ``SERVE_FLAGS`` order with number values
-    as ``float``. Raises plain ``ValueError`` (not ``ServeGridError``) for a bad
-    ``gpu_count``, ``max_trials`` or ``vllm_version``, which are the caller's to get right.
+    ``vllm_version=None`` means the version is unknown: any supported version's flags, no
+    version checks, and flags render in their newest form. ``num_experts`` is the model's
+    routed experts (0: a dense model; None: not known, expert parallelism not checked
+    against the model). The result lists flags in ``_flag_order`` with number values as
+    ``float``. Raises plain ``ValueError`` (not ``ServeGridError``) for a bad ``gpu_count``,
+    ``max_trials`` or ``vllm_version``, which are the caller's to get right.
     """
     if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 1:
         raise ValueError(f"gpu_count must be a positive integer, got {gpu_count!r}")
@@ -166,11 +339,10 @@ def validate_serve_grid(
             [FieldError("", "expected an object mapping serve flags to lists of values")]
         )
 
-    if len(grid) > len(SERVE_FLAGS):
-        # More keys than there are flags: some are unknown, and naming each would cost as
-        # much as the grid is large.
+    if len(grid) > MAX_GRID_FLAGS:
+        # More keys than a grid may vary: naming each would cost as much as the grid is large.
         raise ServeGridError(
-            [FieldError("", f"at most {len(SERVE_FLAGS)} flags; got {len(grid)} keys")]
+            [FieldError("", f"at most {MAX_GRID_FLAGS} flags; got {len(grid)} keys")]
         )
     errors: list[FieldError] = []
     normalised: dict[str, list] = {}
@@ -179,12 +351,12 @@ def validate_serve_grid(
     trials = 1
     sizes: list[str] = []
     for name, values in grid.items():
-        spec = _lookup_flag(name, errors)
+        found = _lookup_flag(name, vllm_version)
+        if found.problem:
+            errors.append(FieldError(_key_path(name), found.problem))
+        spec = found.spec
         if spec is None:
             continue
-        unavailable = _flag_available(spec, version)
-        if unavailable:
-            errors.append(FieldError(name, unavailable))
         if not isinstance(values, list | tuple):
             errors.append(
                 FieldError(
@@ -209,25 +381,26 @@ def validate_serve_grid(
             # values are not checked one by one, however many there are.
             continue
         good: list[tuple[int, object]] = []
-        first_index: dict[object, int] = {}
+        first_index: dict[str, int] = {}
         for index, raw in enumerate(values):
             path = f"{name}[{index}]"
             value = _check_value(spec, raw, path, version, errors)
             if value is _REFUSED:
                 continue
-            if value in first_index:
+            key = _value_key(value)
+            if key in first_index:
                 errors.append(
                     FieldError(
-                        path, f"duplicate of {name}[{first_index[value]}] ({json_literal(value)})"
+                        path, f"duplicate of {name}[{first_index[key]}] ({json_literal(value)})"
                     )
                 )
                 continue
-            first_index[value] = index
+            first_index[key] = index
             good.append((index, value))
         accepted[name] = good
         normalised[name] = [value for _, value in good]
 
-    _check_parallelism(accepted, gpu_count, errors)
+    _check_parallelism(accepted, gpu_count, num_experts, errors)
     if max_context is not None:
         for index, length in accepted.get("max_model_len", []):
             if length > max_context:
@@ -247,58 +420,106 @@ def validate_serve_grid(
         )
     if errors:
         raise ServeGridError(errors)
-    return {name: normalised[name] for name in SERVE_FLAGS if name in normalised}
+    return {name: normalised[name] for name in _flag_order(normalised)}
+
+
+def _key_path(name: object) -> str:
+    text = name if isinstance(name, str) else repr(name)
+    return text if len(text) <= _FLAG_NAME_MAX_CHARS else text[:_FLAG_NAME_MAX_CHARS] + "..."
+
+
+# The GPUs a configuration occupies: vLLM's world size across data parallel ranks is
+# TP x PP x DP (``ParallelConfig.world_size_across_dp``), in the order the rule names them.
+_GPU_AXES = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 
 
 def _check_parallelism(
-    accepted: Mapping[str, list[tuple[int, object]]], gpu_count: int, errors: list[FieldError]
+    accepted: Mapping[str, list[tuple[int, object]]],
+    gpu_count: int,
+    num_experts: int | None,
+    errors: list[FieldError],
 ) -> None:
-    # The grid is a full cartesian product, so a tensor parallel size is only usable if it fits
-    # with the *largest* pipeline parallel size it will be combined with.
-    tensor = accepted.get("tensor_parallel_size")
-    pipeline = accepted.get("pipeline_parallel_size")
-    if tensor:
-        widest_pipeline = max((size for _, size in pipeline or []), default=1)
-        for index, size in tensor:
-            needed = size * widest_pipeline
+    """The rules between parallelism flags, over every combination the grid makes:
+
+    - TP x PP x DP GPUs fit the experiment's ``gpu_count``. The grid is a full cartesian
+      product, so each value of the first varied axis is checked with the *largest* value of
+      the others, and refused on that value's path;
+    - ``decode_context_parallel_size`` divides every ``tensor_parallel_size`` (vLLM asserts
+      ``tp_size % dcp_size == 0`` when it builds its engine config: DCP splits the TP group);
+    - ``enable_expert_parallel`` true needs a mixture-of-experts model and TP x DP > 1 in
+      every combination (vLLM's fused MoE layer uses expert parallelism only then, and
+      otherwise silently runs without it).
+    """
+    widest = {axis: max((size for _, size in accepted.get(axis, [])), default=1)
+              for axis in _GPU_AXES}  # fmt: skip
+    varied = [axis for axis in _GPU_AXES if accepted.get(axis)]
+    if varied:
+        axis = varied[0]
+        others = [a for a in _GPU_AXES if a != axis and widest[a] > 1]
+        for index, size in accepted[axis]:
+            needed = size * math.prod(widest[a] for a in others)
             if needed > gpu_count:
-                combined = (
-                    f" x pipeline_parallel_size {widest_pipeline}" if widest_pipeline > 1 else ""
-                )
+                combined = "".join(f" x {a} {widest[a]}" for a in others)
                 errors.append(
                     FieldError(
-                        f"tensor_parallel_size[{index}]",
-                        f"tensor_parallel_size {size}{combined} needs {needed} GPUs; "
+                        f"{axis}[{index}]",
+                        f"{axis} {size}{combined} needs {needed} GPUs; "
                         f"the experiment has {gpu_count}",
                     )
                 )
-    elif pipeline:
-        for index, size in pipeline:
-            if size > gpu_count:
-                errors.append(
-                    FieldError(
-                        f"pipeline_parallel_size[{index}]",
-                        f"pipeline_parallel_size {size} needs {size} GPUs; "
-                        f"the experiment has {gpu_count}",
-                    )
+    tensor_sizes = [size for _, size in accepted.get("tensor_parallel_size", [])] or [1]
+    for index, dcp in accepted.get("decode_context_parallel_size", []):
+        bad = [tp for tp in tensor_sizes if tp % dcp]
+        if bad:
+            errors.append(
+                FieldError(
+                    f"decode_context_parallel_size[{index}]",
+                    f"decode_context_parallel_size {dcp} must divide tensor_parallel_size "
+                    f"(vLLM splits each tensor parallel group into decode context groups); "
+                    f"tensor_parallel_size {bad[0]} is not a multiple of {dcp}",
                 )
+            )
+    smallest_tp = min(tensor_sizes)
+    smallest_dp = min((size for _, size in accepted.get("data_parallel_size", [])), default=1)
+    for index, enabled in accepted.get("enable_expert_parallel", []):
+        if not enabled:
+            continue
+        path = f"enable_expert_parallel[{index}]"
+        if num_experts is not None and num_experts < 1:
+            errors.append(
+                FieldError(
+                    path,
+                    "expert parallelism needs a mixture-of-experts model; this model has no "
+                    "experts (num_experts in its config)",
+                )
+            )
+        if smallest_tp * smallest_dp <= 1:
+            errors.append(
+                FieldError(
+                    path,
+                    "expert parallelism needs tensor_parallel_size x data_parallel_size above 1 "
+                    f"in every configuration; the grid has {smallest_tp} x {smallest_dp}",
+                )
+            )
 
 
 def expand_serve_grid(grid: Mapping[str, list]) -> list[dict[str, object]]:
     """Lists every serve configuration of a (validated) grid, in a stable order.
 
-    Flags are taken in ``SERVE_FLAGS`` order whatever the mapping's key order (a grid read
-    back from a JSON column may come back reordered), values in list order, and the first
-    flag varies slowest, so trial ``i`` of a stored grid is always the same configuration.
-    ``{}`` gives ``[{}]``: one trial with vLLM's defaults. Values are not re-checked; an
-    unknown flag raises ``ServeGridError``.
+    Flags are taken in ``_flag_order`` whatever the mapping's key order (a grid read back
+    from a JSON column may come back reordered), values in list order, and the first flag
+    varies slowest, so trial ``i`` of a stored grid is always the same configuration. ``{}``
+    gives ``[{}]``: one trial with vLLM's defaults. Values are not re-checked; a flag no
+    supported version knows raises ``ServeGridError``.
     """
-    errors: list[FieldError] = []
-    for name in grid:
-        _lookup_flag(name, errors)
+    errors = [
+        FieldError(_key_path(name), found.problem)
+        for name in grid
+        if (found := _lookup_flag(name, None)).problem
+    ]
     if errors:
         raise ServeGridError(errors)
-    names = [name for name in SERVE_FLAGS if name in grid]
+    names = _flag_order(grid)
     return [
         dict(zip(names, combination, strict=True))
         for combination in itertools.product(*(grid[name] for name in names))
@@ -319,24 +540,31 @@ def check_serve_config(
     config: Mapping[str, object], *, vllm_version: str | None = None
 ) -> dict[str, object]:
     """One serve configuration (flag name -> single value), checked with the same rules as
-    a grid value and normalised; raises ``ServeGridError`` with paths equal to the flag
-    names."""
+    a grid value and normalised, in ``_flag_order``; raises ``ServeGridError`` with paths
+    equal to the flag names."""
+    return {spec.name: value for spec, value in checked_serve_flags(config, vllm_version)}
+
+
+def checked_serve_flags(
+    config: Mapping[str, object], vllm_version: str | None
+) -> list[tuple[FlagSpec, object]]:
+    """``check_serve_config`` with each flag's spec, for rendering."""
     version = _version_key_or_none(vllm_version)
     errors: list[FieldError] = []
-    values: dict[str, object] = {}
+    values: dict[str, tuple[FlagSpec, object]] = {}
     for name, raw in config.items():
-        spec = _lookup_flag(name, errors)
-        if spec is None:
+        found = _lookup_flag(name, vllm_version)
+        if found.problem:
+            errors.append(FieldError(_key_path(name), found.problem))
+        if found.spec is None:
             continue
-        unavailable = _flag_available(spec, version)
-        if unavailable:
-            errors.append(FieldError(name, unavailable))
-        if isinstance(raw, list | tuple | Mapping):
+        single = found.spec.multiple is None and found.spec.kind != "json"
+        if single and isinstance(raw, list | tuple | Mapping):
             errors.append(FieldError(name, f"expected a single value, {got_value(raw)}"))
             continue
-        value = _check_value(spec, raw, name, version, errors)
+        value = _check_value(found.spec, raw, name, version, errors)
         if value is not _REFUSED:
-            values[name] = value
+            values[name] = (found.spec, value)
     if errors:
         raise ServeGridError(errors)
-    return values
+    return [values[name] for name in _flag_order(values)]

@@ -225,6 +225,7 @@ def trial_engine(
         command=options.vllm_command,
         served_model_name=job.model.served_model_name,
         vllm_version=job.engine.vllm_version,
+        trust_remote_code=job.model.trust_remote_code,
         cpu=options.cpu,
         hf_home=weights_dir,
         hf_token=options.hf_token,

@@ -93,6 +93,7 @@ def builder_form_from_post(data) -> BuilderForm:
     values = {name: data.get(name, "") for name in _BUILDER_TEXT_FIELDS}
     values["allow_other_cloud"] = "on" if data.get("allow_other_cloud") else ""
     values["defaults_trial"] = "on" if data.get("defaults_trial") else ""
+    values["trust_remote_code"] = "on" if data.get("trust_remote_code") else ""
     for name in CAPACITY_CHECKBOXES:
         values[name] = "on" if data.get(name) else ""
     rows = list(zip(data.getlist("grid_flag"), data.getlist("grid_values"), strict=False))
@@ -114,6 +115,7 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "cloud_type": experiment.cloud_type,
         "allow_other_cloud": "on" if experiment.allow_other_cloud else "",
         "defaults_trial": "on" if experiment.defaults_trial else "",
+        "trust_remote_code": "on" if experiment.trust_remote_code else "",
         "container_disk_gb": str(experiment.container_disk_gb),
         "network_volume_id": experiment.network_volume_id,
         "engine": experiment.engine,
@@ -284,6 +286,9 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
         ],
         "serve_grid": grid if grid is not None else {},
         "defaults_trial": bool(values.get("defaults_trial")),
+        # Shown for real vLLM only: a box ticked before the engine changed is not sent.
+        "trust_remote_code": bool(values.get("trust_remote_code"))
+        and values.get("engine") == "vllm",
         "workload": _workload_from_form(values),
         "slos": slos,
         "search": search,

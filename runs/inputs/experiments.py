@@ -85,6 +85,8 @@ class ExperimentSerializer(StrictModelSerializer):
     serve_grid = StrictJSONField(required=False, default=dict, **SERVE_GRID_FIELD)
     # Add a trial with vLLM's defaults (unless the grid has one): the answer's baseline.
     defaults_trial = StrictBooleanField(required=False, default=False)
+    # vLLM runs the model's own code in the organization's pod (audited when it changes).
+    trust_remote_code = StrictBooleanField(required=False, default=False)
     workload = StrictJSONField(**WORKLOAD_FIELD)
     slos = StrictJSONField(required=False, default=dict, **SLOS_FIELD)
     # How runs search the grid ({}: every trial); runs.experiment_search, the service checks.

@@ -132,6 +132,10 @@ class Experiment(models.Model):
     # One more trial with vLLM's defaults, the baseline every answer is compared with.
     defaults_trial = models.BooleanField(default=False)
     serve_flags_schema_version = models.PositiveSmallIntegerField()
+    # vLLM runs the model repository's own code (``--trust-remote-code``; its *.py files are
+    # downloaded with the weights) in the organization's own pod. Audited whenever it changes
+    # (``experiment.trust_remote_code``).
+    trust_remote_code = models.BooleanField(default=False)
     workload = models.JSONField()
     slos = models.JSONField(default=dict, blank=True)
     # How runs search the grid (runs.experiment_search.ExperimentSearch; {}: every trial).

@@ -15,6 +15,7 @@ from agents.workloads import TraceError, parse_trace
 from agents.workloads.agentic import parse_agentic
 from agents.workloads.summary import summarize_sessions, summarize_trace
 from runs.actors import Actor
+from runs.audit import audit_record
 from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
 from runs.models import Experiment, ExperimentSchedule, Organization, WorkloadDataset
@@ -44,6 +45,7 @@ EXPERIMENT_FIELDS = (
     "compare_image_tags",
     "serve_grid",
     "defaults_trial",
+    "trust_remote_code",
     "workload",
     "slos",
     "search",
@@ -69,6 +71,7 @@ def _checked_fields(org: Organization, fields: dict) -> dict:
         search=fields["search"],
         endpoint=fields["endpoint"],
         defaults_trial=fields["defaults_trial"],
+        trust_remote_code=fields["trust_remote_code"],
     )
     return fields | {
         "search": spec.search,
@@ -108,6 +111,7 @@ _CREATE_DEFAULTS = {
     "compare_image_tags": [],
     "serve_grid": {},
     "defaults_trial": False,
+    "trust_remote_code": False,
     "slos": {},
     "search": {},
 }
@@ -142,7 +146,9 @@ def experiment_draft_check(
 def experiment_create(*, org: Organization, actor: Actor, **fields) -> Experiment:
     """A new experiment, stored exactly as validated."""
     experiment = experiment_draft_check(org=org, actor=actor, **fields)
-    return create_recorded(instance=experiment, actor=actor, event="experiment.create")
+    create_recorded(instance=experiment, actor=actor, event="experiment.create")
+    _audit_trust_remote_code(experiment, actor=actor, before=False)
+    return experiment
 
 
 @transaction.atomic
@@ -153,9 +159,27 @@ def experiment_update(*, experiment: Experiment, actor: Actor, **changes) -> Exp
         org=experiment.organization, actor=actor, experiment=experiment, **changes
     )
     updates = {field: getattr(checked, field) for field in (*changes, "serve_flags_schema_version")}
-    return update_recorded(
+    trusted_before = experiment.trust_remote_code
+    experiment = update_recorded(
         instance=experiment, changes=updates, actor=actor, event="experiment.update"
     )
+    _audit_trust_remote_code(experiment, actor=actor, before=trusted_before)
+    return experiment
+
+
+def _audit_trust_remote_code(experiment: Experiment, *, actor: Actor, before: bool) -> None:
+    """Records its own event whenever the model's code is trusted or no longer trusted: the
+    one setting that runs a third party's code in the organization's pod, found in the log
+    by its name rather than inside an update's diff."""
+    if experiment.trust_remote_code != before:
+        audit_record(
+            org=experiment.organization,
+            actor=actor,
+            event="experiment.trust_remote_code",
+            target=experiment,
+            before={"trust_remote_code": before},
+            after={"trust_remote_code": experiment.trust_remote_code},
+        )
 
 
 @transaction.atomic

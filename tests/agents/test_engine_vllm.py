@@ -305,3 +305,14 @@ def test_its_environment_shares_the_weights_cache_and_holds_a_token_only_when_gi
     bare = vllm_env(tmp_path / "trial", base={"HF_TOKEN": "hf_leak", "PATH": "/bin"})
     assert "HF_TOKEN" not in bare and "HF_HUB_OFFLINE" not in bare
     assert bare["HF_HOME"] == str(tmp_path / "trial" / "cache" / "hf")
+
+
+def test_it_passes_trust_remote_code_only_when_the_job_trusts_the_models_code(tmp_path):
+    def argv(**options) -> list[str]:
+        return vllm_engine(
+            model="org/kimi", config={}, workdir=tmp_path, served_model_name="kimi", **options
+        ).argv
+
+    assert "--trust-remote-code" not in argv()
+    trusted = argv(trust_remote_code=True)
+    assert trusted[trusted.index("kimi") + 1] == "--trust-remote-code"

@@ -26,6 +26,7 @@ from agents.protocol import (
     serve_flags_json_schema,
     validate_serve_grid,
 )
+from agents.protocol.flag_tables import SUPPORTED_VLLM_VERSIONS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,6 +59,9 @@ def test_it_covers_the_flags_the_site_offers():
         "gpu_memory_utilization",
         "tensor_parallel_size",
         "pipeline_parallel_size",
+        "data_parallel_size",
+        "enable_expert_parallel",
+        "decode_context_parallel_size",
         "enable_prefix_caching",
         "enable_chunked_prefill",
         "kv_cache_dtype",
@@ -645,7 +649,8 @@ def test_it_publishes_a_json_schema_of_the_flags():
     assert schema["x-schema-version"] == SERVE_FLAGS_SCHEMA_VERSION
     assert schema["x-max-trials"] == MAX_GRID_TRIALS
     assert serve_flags_json_schema(max_trials=12)["x-max-trials"] == 12
-    assert schema["additionalProperties"] is False
+    assert schema["additionalProperties"]["type"] == "array"  # another flag of the version
+    assert schema["x-vllm-versions"] == list(SUPPORTED_VLLM_VERSIONS)
     assert list(schema["properties"]) == list(SERVE_FLAGS)
     assert [flag["name"] for flag in schema["x-flags"]] == list(SERVE_FLAGS)
     seqs = schema["properties"]["max_num_seqs"]
@@ -685,7 +690,7 @@ def test_it_publishes_a_schema_that_agrees_with_the_validator():
         {"max_num_seqs": []},
         {"gpu_memory_utilization": [0]},
         {"tensor_parallel_size": [3]},
-        {"bogus_flag": [1]},
+        {"bogus_flag": []},
     ):
         assert list(validator.iter_errors(bad)), bad
         with pytest.raises(ServeGridError):

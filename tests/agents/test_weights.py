@@ -171,3 +171,66 @@ def test_a_hub_that_cannot_be_reached_is_an_error_naming_the_repository(tmp_path
         )
     assert unreachable.value.failure_class == "other"
     assert "org/open" in str(unreachable.value)
+
+
+# --- the model's own code (trust_remote_code) ------------------------------------------------
+
+
+@pytest.fixture
+def code_hub(tmp_path):
+    """A repository that needs its own code, as Kimi's do: modelling and tokenizer modules
+    named by ``auto_map``, and a tiktoken tokenizer file that code loads."""
+    hub = FakeHub().start()
+    folder = repo_folder(tmp_path)
+    (folder / "configuration_kimi.py").write_text("class KimiConfig: ...\n")
+    (folder / "modeling_kimi.py").write_text("class KimiForCausalLM: ...\n")
+    (folder / "tokenization_kimi.py").write_text("class TikTokenTokenizer: ...\n")
+    (folder / "tiktoken.model").write_bytes(b"tiktoken ranks")
+    (folder / "original" / "helper.py").write_text("# not at the top: not loaded\n")
+    repo = hub.add_folder("org/kimi", folder)
+    yield hub, repo
+    hub.stop()
+
+
+CODE_FILES = ["configuration_kimi.py", "modeling_kimi.py", "tiktoken.model", "tokenization_kimi.py"]
+
+
+def test_with_trust_remote_code_it_fetches_the_code_files_at_the_pinned_revision(
+    code_hub, tmp_path
+):
+    hub, repo = code_hub
+    model = model_source("org/kimi", revision=repo.sha).model_copy(
+        update={"trust_remote_code": True}
+    )
+    weights = weights_fetch(model, cache_dir=tmp_path / "cache", token=None, endpoint=hub.url)
+    assert weights.commit == repo.sha
+    assert weights.path.name == repo.sha  # the snapshot of that commit
+    for name in CODE_FILES:
+        assert (weights.path / name).read_bytes() == repo.files[name]
+    assert weights.files == len(VLLM_FILES) + len(CODE_FILES)
+    fetched = {request.path.rsplit("/", 1)[-1] for request in hub.file_requests("org/kimi")}
+    assert set(CODE_FILES) <= fetched
+    assert "helper.py" not in fetched
+    assert all(f"/resolve/{repo.sha}/" in r.path for r in hub.file_requests("org/kimi"))
+
+
+def test_without_trust_remote_code_no_code_file_is_fetched(code_hub, tmp_path):
+    hub, repo = code_hub
+    weights = weights_fetch(
+        model_source("org/kimi", revision=repo.sha),
+        cache_dir=tmp_path / "cache",
+        token=None,
+        endpoint=hub.url,
+    )
+    fetched = [request.path for request in hub.file_requests("org/kimi")]
+    assert fetched and not [path for path in fetched if path.endswith(".py")]
+    assert not list(weights.path.glob("*.py"))
+    assert not (weights.path / "tiktoken.model").exists()
+
+
+def test_it_picks_code_files_only_when_asked():
+    names = ["config.json", "modeling_x.py", "model.safetensors", "sub/x.py", "tiktoken.model"]
+    assert vllm_files(names) == ["config.json", "model.safetensors"]
+    assert vllm_files(names, code=True) == [
+        "config.json", "model.safetensors", "modeling_x.py", "tiktoken.model",
+    ]  # fmt: skip

@@ -319,7 +319,7 @@ def test_it_builds_an_experiment_stored_exactly_as_the_api_would(alice):
         (
             {"grid_flag": ["max_num_seq"], "grid_values": ["64"]},
             "serve_grid.max_num_seq",
-            "unknown serve flag; did you mean max_num_seqs",
+            "unknown serve flag: vLLM 0.11.0 has no such flag; did you mean max_num_seqs",
         ),
         (
             {"grid_flag": ["max_num_seqs"], "grid_values": ["64, 0"]},
