@@ -14,6 +14,10 @@ Guarantees (docs/costs.md gives every formula with a worked example):
 - Every rate here is USD per *pod*-hour (the whole pod, all its GPUs — what Runpod's
   ``costPerHr`` bills). A catalogue price per GPU-hour becomes a pod rate in one place only,
   ``pod_usd_per_hr``, so no figure is multiplied by the GPU count twice.
+- A cost per token is priced for the GPUs the trial uses (``GpuShare``: tensor × pipeline ×
+  data parallel sizes of its configuration), not for the whole pod: a TP=1 trial on a 4-GPU
+  pod pays a quarter of the pod's rate, so trials of different parallelism compare per GPU
+  used. The run's own cost is the whole pod's, as billed.
 - A cost derived from a simulated trial says so (``TrialCost.simulated``).
 """
 
@@ -165,17 +169,77 @@ def _usd_per_million(throughput: Decimal, pod_rate: Decimal) -> Decimal:
     return pod_rate / SECONDS_PER_HOUR / throughput * ONE_MILLION
 
 
+# The serve flags whose product is the number of GPUs one vLLM server uses.
+PARALLEL_SIZE_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """The GPUs a trial uses out of its pod's: what its cost per token is priced for.
+
+    The rule (docs/costs.md, "Parallelism"): a trial is priced at the pod's rate × ``used`` ÷
+    ``pod``. The GPUs it leaves idle could serve other replicas of it, so their cost is not
+    its cost; and a TP=1 trial priced so costs what N/TP data-parallel replicas on the whole
+    pod would, if they scaled linearly, without claiming that unmeasured scaling.
+    """
+
+    used: int
+    pod: int
+
+    def __post_init__(self) -> None:
+        for name in ("used", "pod"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} GPUs must be a whole number ≥ 1, not {value!r}")
+        if self.used > self.pod:
+            raise ValueError(f"a trial cannot use {self.used} GPUs of a {self.pod}-GPU pod")
+
+    @classmethod
+    def of(cls, serve_config: Mapping[str, Any] | None, *, pod_gpus: int) -> GpuShare:
+        """The share of a trial whose vLLM configuration is ``serve_config`` (tensor ×
+        pipeline × data parallel sizes, each 1 when not set) on a ``pod_gpus``-GPU pod. A
+        product above the pod's GPUs (a grid checked against another GPU count) is capped at
+        the pod: the trial cannot have used more than it had."""
+        used = 1
+        for name in PARALLEL_SIZE_FLAGS:
+            size = (serve_config or {}).get(name)
+            if size is not None:
+                used *= int(size)
+        return cls(used=min(max(used, 1), pod_gpus), pod=pod_gpus)
+
+    @property
+    def whole_pod(self) -> bool:
+        return self.used == self.pod
+
+    def describe(self) -> str:
+        """How the cost is priced, in words for a page: "priced for 1 of 4 GPUs"."""
+        if self.pod == 1:
+            return "priced for its 1 GPU"
+        if self.whole_pod:
+            return f"priced for all {self.pod} GPUs"
+        return f"priced for {self.used} of {self.pod} GPUs"
+
+
+def _share_of_rate(rate: Decimal, share: GpuShare | None) -> Decimal:
+    # Unrounded: a share's rate is a step on the way to a cost per token.
+    return rate if share is None else rate * share.used / share.pod
+
+
 def level_cost_per_million_output_tokens(
-    *, output_throughput_tok_s: float | Decimal | None, pod_usd_per_hr: Decimal
+    *,
+    output_throughput_tok_s: float | Decimal | None,
+    pod_usd_per_hr: Decimal,
+    share: GpuShare | None = None,
 ) -> Decimal | None:
-    """USD per 1M output tokens while the pod serves at this throughput (None when nothing
-    was served): pod $/s ÷ output tokens/s × 1e6.
+    """USD per 1M output tokens while the trial serves at this throughput (None when nothing
+    was served): its GPUs' $/s ÷ output tokens/s × 1e6, its GPUs' $/s being the pod's rate ×
+    ``share`` (``GpuShare``; None: the whole pod, as for an endpoint's price per hour).
 
     With the load generator's ``output_throughput = total_output_tokens / duration`` this is
     DESIGN.md's "billed $/s × measured wall seconds ÷ output tokens × 1e6".
     """
     with localcontext(_ARITHMETIC):
-        rate = _exact(pod_usd_per_hr, "pod_usd_per_hr")
+        rate = _share_of_rate(_exact(pod_usd_per_hr, "pod_usd_per_hr"), share)
         throughput = _throughput(output_throughput_tok_s)
         return None if throughput is None else round_usd(_usd_per_million(throughput, rate))
 
@@ -263,7 +327,7 @@ class TrialCost:
     level: Mapping[str, Any] | None  # the chosen level's result, as given
     load: str | None  # "concurrency=64", "request_rate=inf"
     output_throughput_tok_s: Decimal | None
-    pod_usd_per_hr: Decimal | None
+    pod_usd_per_hr: Decimal | None  # the whole pod's rate
     price_source: str
     usd_per_million_output_tokens: Decimal | None
     cold_start_phase: str | None  # the last cold-start phase recorded
@@ -272,6 +336,20 @@ class TrialCost:
     serving_window_seconds: Decimal  # the serving a cold start is amortized over
     usd_per_million_output_tokens_cold_start_amortized: Decimal | None
     notes: tuple[str, ...]
+    share: GpuShare | None = None  # the GPUs its cost per token is priced for; None: the pod
+
+    @property
+    def usd_per_hr(self) -> Decimal | None:
+        """The rate its cost per token is priced at: the pod's × its ``share`` of the GPUs."""
+        if self.pod_usd_per_hr is None:
+            return None
+        with localcontext(_ARITHMETIC):
+            return round_usd(_share_of_rate(self.pod_usd_per_hr, self.share))
+
+    @property
+    def priced_for(self) -> str:
+        """The share in words (``GpuShare.describe``); "" without a share."""
+        return "" if self.share is None else self.share.describe()
 
 
 def _last_cold_start_phase(cold_start: Mapping[str, Any]) -> tuple[str, Decimal] | None:
@@ -294,6 +372,7 @@ def trial_cost_per_million_output_tokens(
     price_source: str = "",
     serving_window_seconds: Decimal = DEFAULT_SERVING_WINDOW_SECONDS,
     simulated: bool = False,
+    share: GpuShare | None = None,
 ) -> TrialCost:
     """$ per 1M output tokens at the trial's best level under the SLOs, steady and with the
     cold start amortized.
@@ -305,6 +384,8 @@ def trial_cost_per_million_output_tokens(
     cold-start phase recorded (``cold_start``: phase → seconds since the engine process
     started); renting and booting the pod before that is not in it.
 
+    Every figure per token is priced for the trial's ``share`` of the pod's GPUs (None: the
+    whole pod); ``cold_start_usd`` too, as the cold start of those GPUs.
     ``pod_usd_per_hr`` None (no price known) leaves the money figures None. ``simulated`` is
     set when the caller says so or any level carries the simulator's ``simulated`` label.
     """
@@ -313,7 +394,8 @@ def trial_cost_per_million_output_tokens(
         window = _exact(serving_window_seconds, "serving_window_seconds")
         if window <= 0:
             raise ValueError(f"the serving window must be positive, not {window}")
-        rate = None if pod_usd_per_hr is None else _exact(pod_usd_per_hr, "pod_usd_per_hr")
+        pod_rate = None if pod_usd_per_hr is None else _exact(pod_usd_per_hr, "pod_usd_per_hr")
+        rate = None if pod_rate is None else _share_of_rate(pod_rate, share)
         simulated = simulated or any(level_is_simulated(level) for level in levels)
         notes: list[str] = [
             "A level qualifies when every SLO given is met at p99, no request failed and it "
@@ -337,6 +419,12 @@ def trial_cost_per_million_output_tokens(
             notes.append("No level met the SLOs without failures: no cost per token.")
         if rate is None:
             notes.append(f"No price known ({price_source or 'no source'}): no cost.")
+        elif share is not None and not share.whole_pod:
+            notes.append(
+                f"Priced for the {share.used} of the pod's {share.pod} GPUs the configuration "
+                "uses (tensor × pipeline × data parallel sizes): the pod's rate × "
+                f"{share.used}/{share.pod}."
+            )
 
         steady = amortized = cold_usd = None
         if rate is not None and throughput is not None:
@@ -362,7 +450,7 @@ def trial_cost_per_million_output_tokens(
             level=level,
             load=None if level is None else _load_text(level),
             output_throughput_tok_s=throughput,
-            pod_usd_per_hr=None if rate is None else round_usd(rate),
+            pod_usd_per_hr=None if pod_rate is None else round_usd(pod_rate),
             price_source=price_source,
             usd_per_million_output_tokens=None if steady is None else round_usd(steady),
             cold_start_phase=None if last_phase is None else last_phase[0],
@@ -373,6 +461,7 @@ def trial_cost_per_million_output_tokens(
                 None if amortized is None else round_usd(amortized)
             ),
             notes=tuple(notes),
+            share=share,
         )
 
 

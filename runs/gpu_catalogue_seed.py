@@ -1,17 +1,27 @@
-"""The GPU catalogue every installation starts with.
+"""The GPU catalogue every installation starts with, and the facts the catalogue states
+beside ``agents.hardware``'s.
 
-Prices: USD per GPU-hour, from third-party copies of Runpod's price page, autumn 2026 (as
-collected in the project's REFERENCE notes); ``None`` where no figure was found. The
-provider's API replaces them when the catalogue is refreshed. A GPU's physical facts (memory,
-bandwidth, BF16 TFLOP/s) are not stored: ``GpuType.hardware`` reads them from
-``agents.hardware``. Every id seeded here is one that module knows (tested); a type the daily
-refresh adds from Runpod's listing may not be, and then has no hardware facts
-(``runs.services.price_refresh``).
+Prices: USD per GPU-hour, from third-party copies of Runpod's price page and its ``gpuTypes``
+listing, autumn 2026; ``None`` where no figure was found or Runpod offers no such GPU. The
+provider's API replaces them when the catalogue is refreshed (``runs.services.price_refresh``,
+which needs the operator's key); a type Runpod does not list keeps its seeded price (none).
+
+Physical facts are not stored in the database. A GPU's memory, bandwidth and BF16 TFLOP/s
+are ``agents.hardware``'s (``GpuType.hardware``), the simulator's own table. What that
+table does not state is in ``GPU_DATASHEETS`` here (``GpuType.datasheet``): dense FP8 and
+FP4 peaks, and for the GPUs the simulator has no profile of (GB200, GB300) their memory,
+bandwidth and BF16 peak too. No fact is stated in both places (tested). Every seeded id is
+known to one of the two; a type the daily refresh adds from Runpod's listing may be known to
+neither, and then has no hardware facts.
+
+AMD GPUs (MI300X, MI355X) are not seeded: the agent's image is built on the CUDA
+``vllm/vllm-openai`` image only (docker/agent.Dockerfile), so a ROCm pod could not run it.
 """
 
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 
 from agents.hardware import gpu_profile
 
@@ -23,11 +33,78 @@ GPU_CATALOGUE = [
     ("NVIDIA H100 80GB HBM3", "H100 SXM 80GB", "3.99", "2.69", ""),
     ("NVIDIA H200", "H200 141GB", "4.59", None, "one price listed, cloud type not stated"),
     ("NVIDIA B200", "B200 180GB", "6.79", "5.98", ""),
+    (
+        "NVIDIA B300 SXM6 AC",
+        "B300 288GB",
+        "7.89",
+        "6.94",
+        "Runpod gpuTypes securePrice / communityPrice as read on 2026-08-27, copied in a public "
+        "repository's RunPod GPU catalogue notes",
+    ),
     ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB", "1.79", "1.39", ""),
     ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB", None, None, "no price collected"),
     ("NVIDIA L40S", "L40S 48GB", "0.99", None, "one price listed, cloud type not stated"),
     ("NVIDIA GeForce RTX 4090", "RTX 4090 24GB", "0.44", "0.31", ""),
+    # Not among Runpod's GPU types (docs.runpod.io/references/gpu-types): no price until an
+    # organization sets its own (a negotiated rate, another cloud's).
+    ("NVIDIA GB200", "GB200 186GB", None, None, "not offered by Runpod; set an organization price"),
+    ("NVIDIA GB300", "GB300 279GB", None, None, "not offered by Runpod; set an organization price"),
 ]
+
+
+@dataclass(frozen=True)
+class GpuDatasheet:
+    """What the catalogue states of a GPU beside ``agents.hardware``: dense (no sparsity)
+    tensor TFLOP/s per precision, and for a GPU that module lacks its memory (GB, the
+    product's) and peak bandwidth (TB/s); None where ``agents.hardware`` states it or no
+    source gives it. ``source`` names where each figure comes from."""
+
+    source: str
+    fp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+    bf16_tflops: float | None = None
+    marketing_gb: int | None = None
+    bandwidth_tbps: float | None = None
+
+
+# NVIDIA's own Blackwell datasheets were not among the stored sources; the figures are the
+# per-GPU dense ones as third parties copied them from NVIDIA's HGX / NVL72 specifications.
+GPU_DATASHEETS = {
+    "NVIDIA B200": GpuDatasheet(
+        source="glennklockwood.com/garden/processors/B200, HGX B200 at 1,000 W, dense matrix "
+        "TFLOP/s: FP8 4,500, FP4 9,000 (BF16 2,250 as agents.hardware states)",
+        fp8_tflops=4500.0,
+        fp4_tflops=9000.0,
+    ),
+    "NVIDIA B300 SXM6 AC": GpuDatasheet(
+        source="glennklockwood.com/garden/processors/B300, HGX B300, dense matrix TFLOP/s: "
+        "FP8 4,500, FP4 13,125 (verda.com 'GB300 NVL72 architecture' lists 14 PFLOPS dense "
+        "FP4 for B300; the lower figure is kept)",
+        fp8_tflops=4500.0,
+        fp4_tflops=13125.0,
+    ),
+    "NVIDIA GB200": GpuDatasheet(
+        source="glennklockwood.com/garden/processors/B200, the GB200 variant at 1,200 W, dense "
+        "matrix TFLOP/s: BF16 2,500, FP8 5,000, FP4 10,000; 8 TB/s per GPU (same page); "
+        "186 GB HBM3e per GPU (MLCommons inference v6.1, Crusoe GB200-NVL72 system "
+        "description, accelerator_memory_capacity)",
+        fp8_tflops=5000.0,
+        fp4_tflops=10000.0,
+        bf16_tflops=2500.0,
+        marketing_gb=186,
+        bandwidth_tbps=8.0,
+    ),
+    "NVIDIA GB300": GpuDatasheet(
+        source="verda.com/blog/gb300-nvl72-architecture, per-GPU specifications without "
+        "sparsity: FP4 15 PFLOPS, FP8 5 PFLOPS, FP16/BF16 2.5 PFLOPS, 279 GB HBM3E, 8 TB/s "
+        "(the rack's 20 TB and 576 TB/s over 72 GPUs agree: glennklockwood.com B300 page)",
+        fp8_tflops=5000.0,
+        fp4_tflops=15000.0,
+        bf16_tflops=2500.0,
+        marketing_gb=279,
+        bandwidth_tbps=8.0,
+    ),
+}
 
 
 # The physical columns GpuType had until migration 0015 removed them.

@@ -34,6 +34,12 @@ Guarantees:
 """
 
 from agents.protocol.capacity import CAPACITY_STOP_REASONS, CapacityResult
+from agents.protocol.cuda_driver import (
+    CUDA_DRIVER_TOO_OLD,
+    MINIMUM_LINUX_DRIVER,
+    cuda_driver_problem,
+    minimum_driver,
+)
 from agents.protocol.errors import FieldError, ServeGridError
 from agents.protocol.fields import (
     BIGINT_COLUMN_MAX,
@@ -245,6 +251,7 @@ __all__ = [
     "BIGINT_COLUMN_MAX",
     "BURSTINESS_RANGE",
     "CAPACITY_STOP_REASONS",
+    "CUDA_DRIVER_TOO_OLD",
     "DISK_RESERVE_ENV",
     "ENDPOINT_ADDRESSES_ENV",
     "ENDPOINT_API_KEY_ENV",
@@ -276,6 +283,7 @@ __all__ = [
     "MAX_SLO_MS",
     "MAX_SPEND_SECONDS",
     "MET",
+    "MINIMUM_LINUX_DRIVER",
     "MOONCAKE_BLOCK_SIZE",
     "PROTOCOL_VERSION",
     "REQUEST_RATE_RANGE",
@@ -389,6 +397,7 @@ __all__ = [
     "check_serve_config",
     "check_verdict",
     "combined_verdict",
+    "cuda_driver_problem",
     "expand_serve_grid",
     "json_depth_exceeds",
     "json_loads_bounded",
@@ -397,6 +406,7 @@ __all__ = [
     "level_verdict",
     "load_verdict",
     "message_seq",
+    "minimum_driver",
     "parse_agent_message",
     "parse_site_frame",
     "parse_slos",

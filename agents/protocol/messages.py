@@ -95,6 +95,9 @@ class HostFacts(StrictModel):
     gpus: list[GpuInfo] = Field(default_factory=list, max_length=64)
     driver_version: str | None = Field(default=None, max_length=100)
     cuda_version: str | None = Field(default=None, max_length=100)
+    # The CUDA the image's PyTorch was built with (``torch.version.cuda``, else the image's
+    # CUDA_VERSION); ``cuda_version`` is the newest the driver supports.
+    image_cuda_version: str | None = Field(default=None, max_length=100)
     vllm_version: str | None = Field(default=None, max_length=100)
     cpu_count: Count | None = None
     pod_id: str | None = Field(default=None, max_length=100)
@@ -183,6 +186,7 @@ TRIAL_FAILURE_CLASSES = (
     "crash",
     "hang",
     "deadline",
+    "cuda_driver_too_old",
     "other",
 )
 

@@ -2,12 +2,15 @@
 
 Guarantee: never raises and never waits long — a fact that cannot be read (no NVML, no vLLM
 installed) is left out (``None`` / empty), not guessed. The GPUs, the driver and CUDA are
-read through NVML, as the GPU telemetry reads them (``agents.telemetry.host_gpus``).
+read through NVML, as the GPU telemetry reads them (``agents.telemetry.host_gpus``); the
+image's own CUDA from its environment or its PyTorch build (``image_cuda_version``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import socket
 import subprocess
 from collections.abc import Sequence
@@ -52,6 +55,26 @@ def vllm_version_of(command: Sequence[str]) -> str | None:
     return version[0][:100] if version else None
 
 
+_TORCH_CUDA = re.compile(r"^cuda\b[^=]*=\s*['\"]([0-9.]+)['\"]", re.MULTILINE)
+
+
+def image_cuda_version() -> str | None:
+    """The CUDA the image's engine was built with: ``CUDA_VERSION`` (set by NVIDIA's CUDA base
+    images, which vLLM's image builds on), else ``torch.version.cuda`` read from torch's
+    ``version.py`` without importing torch (seconds and a GPU context); None for neither."""
+    if version := os.environ.get("CUDA_VERSION", "").strip():
+        return version[:100]
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        match = _TORCH_CUDA.search(path.read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    return match.group(1)[:100] if match else None
+
+
 def agent_version() -> str:
     return installed_version("benchsite") or "unknown"
 
@@ -65,6 +88,7 @@ def host_facts(*, vllm_version: str | None = None) -> HostFacts:
         gpus=[GpuInfo(name=name[:200], memory_mib=mib) for name, mib in nvml.gpus] if nvml else [],
         driver_version=nvml.driver_version if nvml else None,
         cuda_version=nvml.cuda_version if nvml else None,
+        image_cuda_version=image_cuda_version(),
         vllm_version=vllm_version or None,
         cpu_count=os.cpu_count(),
         pod_id=os.environ.get("RUNPOD_POD_ID") or None,

@@ -228,6 +228,7 @@ class JobRunner:
         self._emit = emit
         self.workdir = Path(workdir)
         self.engine_options = engine_options or EngineOptions()
+        self._host: protocol.HostFacts | None = None  # read once, in run()
         self.dataset_path = dataset_path
         self.deadline_margin = deadline_margin
         self.heartbeat_every = heartbeat_every
@@ -322,19 +323,20 @@ class JobRunner:
         self._loop = asyncio.get_running_loop()
         if self._stop_request is not None:
             self._stop.set()
+        self._host = host_facts(
+            vllm_version=(
+                await asyncio.to_thread(vllm_version_of, self.engine_options.vllm_command)
+                if self.job.engine.kind == "vllm"
+                else None
+            )
+        )
         self.emit(
             protocol.Hello,
             type="hello",
             agent_version=agent_version(),
             # The vLLM actually installed, whatever the job's image tag promised: the site
             # flags a difference.
-            host=host_facts(
-                vllm_version=(
-                    await asyncio.to_thread(vllm_version_of, self.engine_options.vllm_command)
-                    if self.job.engine.kind == "vllm"
-                    else None
-                )
-            ),
+            host=self._host,
         )
         deadline_timer = self._loop.call_later(
             max(self.seconds_to_deadline(), 0.0),
@@ -492,6 +494,15 @@ class JobRunner:
             serve_config=trial.serve_config,
             command=engine.argv,
         )
+        # The image's CUDA on this pod's driver: known before the weights are fetched, and the
+        # same for every trial of the pod (vLLM's own error on it explains nothing).
+        host = self._host
+        if self.job.engine.kind == "vllm" and host is not None:
+            problem = protocol.cuda_driver_problem(
+                image_cuda=host.image_cuda_version, driver=host.driver_version
+            )
+            if problem is not None:
+                return self._finish_trial(index, "failed", protocol.CUDA_DRIVER_TOO_OLD, problem)
         refused = await self._prepare_weights(index)
         if refused is not None:
             failure_class, reason = refused

@@ -41,7 +41,7 @@ def prediction_json(prediction: GridPrediction | None) -> dict | None:
                 "throughput_text": f"{row.output_throughput:,.0f} tok/s"
                 if row.output_throughput
                 else "–",
-                "cost_text": f"${row.cost_per_million_usd:,.2f}"
+                "cost_text": f"${row.cost_per_million_usd:,.2f} ({row.priced_for})"
                 if row.cost_per_million_usd is not None
                 else "–",
                 "gpu_minutes_text": f"{row.gpu_seconds / 60:.1f}",

@@ -130,7 +130,9 @@ RANKED_BY = "Ranked by"
 RANKING_NOTE = (
     "Ranked by the cost per 1M output tokens at capacity (the highest load meeting every SLO "
     "that the trial's capacity search found); trials without a capacity follow, ranked by the "
-    "cost of their best fixed load level, as the Ranked by column says."
+    "cost of their best fixed load level, as the Ranked by column says. Every cost counts "
+    "only the GPUs the configuration uses (tensor × pipeline × data parallel sizes) at the "
+    "pod's rate per GPU, as the Priced for column says."
 )
 COST_COLUMNS = [
     "Model",
@@ -144,6 +146,7 @@ COST_COLUMNS = [
     "Load at SLOs",
     "Output tok/s",
     "Pod USD/h",
+    "Priced for",
     "SLOs",
     "Experiment",
     "Run · trial",
@@ -192,6 +195,7 @@ def cost_table(
                 Cell(f.cost.load or ""),
                 num(_tput(f)),
                 num(f.cost.pod_usd_per_hr),
+                Cell(f.cost.priced_for),
                 Cell(slos_text(f.slos)),
                 Cell(f.experiment.name),
                 run_cell(f, run_href),

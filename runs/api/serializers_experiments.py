@@ -48,6 +48,10 @@ class ConfigPredictionSerializer(serializers.Serializer):
     cost_per_million_usd = serializers.DecimalField(
         max_digits=14, decimal_places=2, allow_null=True
     )
+    priced_for = serializers.CharField(
+        help_text="The GPUs the cost is priced for: the configuration's tensor × pipeline × "
+        "data parallel sizes of the experiment's GPUs (docs/costs.md)."
+    )
     gpu_seconds = serializers.FloatField()
     kv_cache_tokens = serializers.IntegerField(allow_null=True)
 

@@ -90,7 +90,9 @@ def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Cons
                 None
                 if not rate  # no price known (or a free one): no cost per token to show
                 else level_cost_per_million_output_tokens(
-                    output_throughput_tok_s=result.output_throughput, pod_usd_per_hr=rate
+                    output_throughput_tok_s=result.output_throughput,
+                    pod_usd_per_hr=rate,
+                    share=cost.share,
                 )
             )
             table.add_row(

@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from agents.hardware import REGISTERED_FACTS, GpuProfile, ModelFacts, gpu_profile
+from runs.gpu_catalogue_seed import GPU_DATASHEETS, GpuDatasheet
 from runs.models.tenancy import Organization, User
 
 
@@ -124,6 +125,13 @@ class GpuType(models.Model):
             return gpu_profile(self.id)
         except ValueError:
             return None
+
+    @property
+    def datasheet(self) -> GpuDatasheet | None:
+        """The facts the catalogue states beside ``hardware`` (FP8 and FP4 peaks; memory,
+        bandwidth and BF16 for a GPU the simulator lacks), with their source; None for a
+        type it states nothing of (``runs.gpu_catalogue_seed.GPU_DATASHEETS``)."""
+        return GPU_DATASHEETS.get(self.id)
 
     @classmethod
     def by_memory(cls) -> list[GpuType]:

@@ -162,6 +162,8 @@ class FailureClass(models.TextChoices):
     STARTUP_TIMEOUT = "startup_timeout"
     CRASH = "crash"
     DEADLINE = "deadline"
+    # agents.protocol.CUDA_DRIVER_TOO_OLD: the image's CUDA needs a newer driver than the pod's.
+    CUDA_DRIVER_TOO_OLD = "cuda_driver_too_old"
     OTHER = "other"
 
 

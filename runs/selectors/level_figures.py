@@ -34,6 +34,7 @@ from runs.costs import (
     CLOSED_LOOP,
     OPEN_LOOP,
     RESULT_KEYS_READ,
+    GpuShare,
     TrialCost,
     best_level_under_slos,
     level_is_simulated,
@@ -144,11 +145,14 @@ def trial_cost(
     price_source: str,
     simulated_engine: bool,
     cold_start: dict,
+    share: GpuShare | None,
 ) -> TrialCost:
-    """The trial's ``TrialCost`` at this price (``runs.costs`` does every sum)."""
+    """The trial's ``TrialCost`` at this price for its ``share`` of the pod's GPUs
+    (``runs.costs`` does every sum)."""
     return trial_cost_per_million_output_tokens(
         figures.deciding_levels,
         pod_usd_per_hr=pod_usd_per_hr,
+        share=share,
         cold_start=cold_start,
         price_source=price_source,
         simulated=simulated_engine or figures.levels_simulated,

@@ -37,7 +37,7 @@ from pathlib import Path
 from agents.hardware import DEFAULT_EFFICIENCY, Efficiency
 from agents.predict import WorkTooLarge, predict_workload
 from agents.protocol import Slos, Workload
-from runs.costs import level_cost_per_million_output_tokens, pod_usd_per_hr
+from runs.costs import GpuShare, level_cost_per_million_output_tokens, pod_usd_per_hr
 from runs.experiment_spec import experiment_trial_plan
 from runs.models import Experiment, WorkloadDataset
 from runs.selectors.calibrations import latest_calibration
@@ -58,6 +58,7 @@ class ConfigPrediction:
     capacity_axis: str | None = None
     output_throughput: float | None = None  # tokens/s at capacity (or the best level)
     cost_per_million_usd: Decimal | None = None
+    priced_for: str = ""  # "priced for 1 of 4 GPUs" (runs.costs.GpuShare)
     gpu_seconds: float = 0.0
     kv_cache_tokens: int | None = None
 
@@ -203,8 +204,12 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
                 row.capacity_axis = capacity.get("axis")
             row.output_throughput = _throughput(prediction.levels, capacity, slos.given)
             if pod_rate is not None and row.output_throughput:
+                share = GpuShare.of(planned.serve_config, pod_gpus=experiment.gpu_count)
+                row.priced_for = share.describe()
                 row.cost_per_million_usd = level_cost_per_million_output_tokens(
-                    output_throughput_tok_s=row.output_throughput, pod_usd_per_hr=pod_rate
+                    output_throughput_tok_s=row.output_throughput,
+                    pod_usd_per_hr=pod_rate,
+                    share=share,
                 )
         result.rows.append(row)
         result.exhaustive_gpu_minutes += row.gpu_seconds / 60

@@ -6,8 +6,11 @@ Guarantees:
 
 - Only trials whose capacity search found a capacity take part (``Trial.capacity``, what the
   agent's search reported); a trial without one is listed with its reason.
-- Cost at capacity = the pod's rate ÷ the output throughput measured at capacity × 1e6
-  (``runs.costs.level_cost_per_million_output_tokens``, the same rule as every level's cost).
+- Cost at capacity = the rate of the GPUs the configuration uses (the pod's × its share,
+  ``runs.costs.GpuShare``) ÷ the output throughput measured at capacity × 1e6
+  (``runs.costs.level_cost_per_million_output_tokens``, the same rule as every level's cost),
+  so configurations of different parallelism compare per GPU used; each says what it is
+  priced for (``priced_for``: "priced for 1 of 4 GPUs").
   Its 95 % interval holds the capacity's own uncertainty: from the low end of the throughput's
   interval at capacity (``ci95.output_throughput`` of its measurements, with the pod-to-pod
   spread: ``agents.loadgen.confidence``) to the high end of the throughput's interval at the
@@ -35,12 +38,12 @@ from decimal import Decimal
 
 from agents import protocol
 from benchsite_cli.gate import capacity_upper_load
-from runs.costs import level_cost_per_million_output_tokens
+from runs.costs import GpuShare, level_cost_per_million_output_tokens
 from runs.frozen_job import run_is_simulated
 from runs.models import Run, Trial
 from runs.recipes import trial_recipe
 from runs.selectors.level_results import stored_level_result
-from runs.selectors.trial_costs import trial_costs
+from runs.selectors.trial_costs import trial_costs, trial_gpu_share
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class ConfigAnswer:
     usd_per_million_output_tokens: Decimal | None
     usd_per_million_ci95: tuple[Decimal, Decimal] | None
     note: str = ""
+    # "priced for 1 of 4 GPUs" (runs.costs.GpuShare.describe); "" on a 1-GPU pod.
+    priced_for: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,30 +188,40 @@ def _throughput_interval(results: list[protocol.LevelResult]) -> tuple[float, fl
     )
 
 
-def capacity_usd_per_million(capacity: dict | None, *, pod_usd_per_hr) -> Decimal | None:
+def capacity_usd_per_million(
+    capacity: dict | None, *, pod_usd_per_hr, share: GpuShare | None
+) -> Decimal | None:
     """The cost per 1M output tokens at the capacity a trial's search found (its
-    ``Trial.capacity``): the pod's rate ÷ the output throughput measured there (``runs.costs``);
-    None without a capacity, a throughput or a rate. The one rule every page ranks by."""
+    ``Trial.capacity``): the rate of the GPUs it uses (the pod's × ``share``) ÷ the output
+    throughput measured there (``runs.costs``); None without a capacity, a throughput or a
+    rate. The one rule every page ranks by."""
     if not capacity or capacity.get("capacity") is None:
         return None
-    return _price(capacity.get("output_throughput"), pod_usd_per_hr)
+    return _price(capacity.get("output_throughput"), pod_usd_per_hr, share)
 
 
-def capacity_cost_ci95(trial: Trial, *, pod_usd_per_hr) -> tuple[Decimal, Decimal] | None:
+def capacity_cost_ci95(
+    trial: Trial, *, pod_usd_per_hr, share: GpuShare | None
+) -> tuple[Decimal, Decimal] | None:
     """The 95 % interval of ``capacity_usd_per_million`` from the throughput's interval at
     that load (its measurements there; read them with ``prefetch_related("measurements")``)."""
     interval = _capacity_throughput_interval(trial)
     if interval is None or interval[0] <= 0 or pod_usd_per_hr is None:
         return None
     # More tokens per second is a lower cost: the bounds swap.
-    return (_price(interval[1], pod_usd_per_hr), _price(interval[0], pod_usd_per_hr))
+    return (
+        _price(interval[1], pod_usd_per_hr, share),
+        _price(interval[0], pod_usd_per_hr, share),
+    )
 
 
-def _price(tokens_per_s: float | None, rate: Decimal | None) -> Decimal | None:
+def _price(
+    tokens_per_s: float | None, rate: Decimal | None, share: GpuShare | None
+) -> Decimal | None:
     if rate is None or not tokens_per_s:
         return None
     return level_cost_per_million_output_tokens(
-        output_throughput_tok_s=tokens_per_s, pod_usd_per_hr=rate
+        output_throughput_tok_s=tokens_per_s, pod_usd_per_hr=rate, share=share
     )
 
 
@@ -250,6 +265,7 @@ def capacity_throughput_interval(
 
 def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:
     capacity = trial.capacity or {}
+    share = trial_gpu_share(trial)
     found = capacity.get("capacity")
     note = ""
     if not capacity:
@@ -274,9 +290,13 @@ def _config_answer(trial: Trial, rate: Decimal | None) -> ConfigAnswer:
         stop_reason=capacity.get("stop_reason"),
         output_throughput=capacity.get("output_throughput"),
         output_throughput_ci95=_capacity_throughput_interval(trial),
-        usd_per_million_output_tokens=capacity_usd_per_million(capacity, pod_usd_per_hr=rate),
-        usd_per_million_ci95=capacity_cost_ci95(trial, pod_usd_per_hr=rate),
+        usd_per_million_output_tokens=capacity_usd_per_million(
+            capacity, pod_usd_per_hr=rate, share=share
+        ),
+        usd_per_million_ci95=capacity_cost_ci95(trial, pod_usd_per_hr=rate, share=share),
         note=note,
+        # One GPU in the pod: nothing to say (every configuration uses the whole pod).
+        priced_for="" if share is None or share.pod == 1 else share.describe(),
     )
 
 

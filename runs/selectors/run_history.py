@@ -49,6 +49,7 @@ from runs.models.experiments import Engine
 from runs.selectors.figure_deltas import FigureDelta, figure_delta
 from runs.selectors.prices import gpu_price, pod_rate_from_price
 from runs.selectors.run_answer import capacity_cost_ci95, capacity_usd_per_million
+from runs.selectors.trial_costs import run_gpu_share
 
 
 @dataclass
@@ -206,7 +207,7 @@ def _searched_trials(runs: list[Run]) -> dict[uuid.UUID, list[Trial]]:
         run__in=runs,
         capacity__isnull=False,
     ).order_by("run_id", "index")
-    for trial in rows.only("id", "run_id", "index", "capacity", "organization_id"):
+    for trial in rows.only("id", "run_id", "index", "capacity", "serve_config", "organization_id"):
         trials.setdefault(trial.run_id, []).append(trial)
     return trials
 
@@ -214,12 +215,20 @@ def _searched_trials(runs: list[Run]) -> dict[uuid.UUID, list[Trial]]:
 def _answers(runs: list[Run], searched: dict) -> dict[uuid.UUID, HistoryAnswer]:
     rates = _pod_rates(runs)
     winners = {}
+    shares = {}
     for run in runs:
         rate = rates[run.id]
+        for trial in searched.get(run.id, []):
+            shares[trial.id] = run_gpu_share(run, trial.serve_config)
         priced = [
             (cost, trial)
             for trial in searched.get(run.id, [])
-            if (cost := capacity_usd_per_million(trial.capacity, pod_usd_per_hr=rate)) is not None
+            if (
+                cost := capacity_usd_per_million(
+                    trial.capacity, pod_usd_per_hr=rate, share=shares[trial.id]
+                )
+            )
+            is not None
         ]
         if priced:
             # As run_answer: the cheapest at capacity, the lowest index among equals.
@@ -231,7 +240,9 @@ def _answers(runs: list[Run], searched: dict) -> dict[uuid.UUID, HistoryAnswer]:
             trial=trial.index,
             capacity=trial.capacity,
             usd_per_million=cost,
-            usd_per_million_ci95=capacity_cost_ci95(trial, pod_usd_per_hr=rates[run_id]),
+            usd_per_million_ci95=capacity_cost_ci95(
+                trial, pod_usd_per_hr=rates[run_id], share=shares[trial.id]
+            ),
         )
         for run_id, (cost, trial) in winners.items()
     }

@@ -162,6 +162,7 @@ def _config_state(config: ConfigAnswer | None, labels: dict[int, str]) -> dict |
         "output_throughput": config.output_throughput,
         "serve_command": config.serve_command,
         "note": config.note,
+        "priced_for": config.priced_for,
     }
 
 

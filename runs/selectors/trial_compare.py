@@ -370,7 +370,9 @@ def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> 
     # The answer's figure first, where a search found a capacity: the same number the run
     # page, the reports and the CLI give for this trial (``capacity_usd_per_million``).
     at_capacity = [
-        capacity_usd_per_million(c.trial.capacity, pod_usd_per_hr=c.cost.pod_usd_per_hr)
+        capacity_usd_per_million(
+            c.trial.capacity, pod_usd_per_hr=c.cost.pod_usd_per_hr, share=c.cost.share
+        )
         for c in compared
     ]
     capacity_row = {
@@ -388,6 +390,11 @@ def comparison_table(compared: list[ComparedTrial], *, threshold_pct: float) -> 
         {
             "name": "at level (best under SLOs)",
             "cells": [Cell(c.cost.load or "none", kind="text") for c in compared],
+        },
+        {
+            # One rule for every cost above (runs.costs.GpuShare): per GPU the trial uses.
+            "name": "GPUs the cost counts",
+            "cells": [Cell(c.cost.priced_for or "the endpoint", kind="text") for c in compared],
         },
     ]
     return {

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from runs.costs import (
     DEFAULT_SERVING_WINDOW_SECONDS,
+    GpuShare,
     TrialCost,
     trial_cost_per_million_output_tokens,
 )
@@ -16,7 +17,7 @@ from runs.frozen_job import (
     run_engine,
     run_is_simulated,
 )
-from runs.models import GpuType, Measurement, Trial
+from runs.models import GpuType, Measurement, Run, Trial
 from runs.selectors.prices import gpu_price, pod_rate_from_price
 
 
@@ -34,6 +35,20 @@ def _level_of(measurement: Measurement) -> dict:
     return level
 
 
+def trial_gpu_share(trial: Trial) -> GpuShare | None:
+    """The GPUs of its run's pod the trial's configuration uses (``runs.costs.GpuShare``),
+    what its cost per token is priced for; None for an existing endpoint's run (priced as a
+    whole, it rents no GPUs)."""
+    return run_gpu_share(trial.run, trial.serve_config)
+
+
+def run_gpu_share(run: Run, serve_config: dict) -> GpuShare | None:
+    """``trial_gpu_share`` of a trial of ``run`` configured with ``serve_config``."""
+    if run_endpoint(run) is not None:
+        return None
+    return GpuShare.of(serve_config, pod_gpus=run_engine(run).gpu_count)
+
+
 def trial_costs(
     *, trial: Trial, serving_window_seconds: Decimal = DEFAULT_SERVING_WINDOW_SECONDS
 ) -> TrialCost:
@@ -43,8 +58,8 @@ def trial_costs(
     Priced at the pod's billed rate when the provider gave one (``Run.price_usd_hr``), else
     at the organization's price for the GPUs × their count the run was started with; an
     existing endpoint's run at the endpoint's price per hour (none when it is priced per
-    token or not at all). Reads
-    only rows of the trial's own organization.
+    token or not at all). The cost per token counts only the GPUs the trial uses
+    (``trial_gpu_share``). Reads only rows of the trial's own organization.
     """
     run = trial.run
     rate: Decimal | None
@@ -77,4 +92,5 @@ def trial_costs(
         price_source=source,
         serving_window_seconds=serving_window_seconds,
         simulated=run_is_simulated(run),
+        share=trial_gpu_share(trial),
     )

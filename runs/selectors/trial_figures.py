@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from agents import protocol
 from runs import frozen_job
-from runs.costs import TrialCost, level_is_simulated
+from runs.costs import GpuShare, TrialCost, level_is_simulated
 from runs.frozen_job import frozen_value
 from runs.models import (
     Experiment,
@@ -142,7 +142,9 @@ class TrialFigure:
     def usd_per_million_at_capacity(self) -> Decimal | None:
         """The cost per 1M output tokens at the capacity its search found, at the pod rate
         it was priced at (``runs.selectors.run_answer``'s rule); None without one."""
-        return capacity_usd_per_million(self.capacity, pod_usd_per_hr=self.cost.pod_usd_per_hr)
+        return capacity_usd_per_million(
+            self.capacity, pod_usd_per_hr=self.cost.pod_usd_per_hr, share=self.cost.share
+        )
 
     @property
     def ranked_at_capacity(self) -> bool:
@@ -327,6 +329,7 @@ def trial_figures(
     for row in pending:
         rate, source, simulated_engine = pricing = pricing_of(row)
         levels = level_figures_of[row.id]
+        share = GpuShare.of(row.serve_config, pod_gpus=int(row.frozen_gpu_count))
         entry = computed[row.id] = PricedTrial(
             run_key=row.run_key,
             key=(rules, pricing),
@@ -336,6 +339,7 @@ def trial_figures(
                 price_source=source,
                 simulated_engine=simulated_engine,
                 cold_start=row.cold_start,
+                share=share,
             ),
             qualifying=levels.qualifying,
             levels_simulated=levels.levels_simulated,

@@ -118,7 +118,9 @@ def build_history(org: Organization) -> History:
     llama70 = _model(org, "llama-3.1-70b")
     small = _experiment(org, "llama-8b-batching", llama8)
     qwen = _experiment(org, "qwen-7b-batching", qwen7)
-    big = _experiment(org, "llama-70b-tp2", llama70, gpu_count=2, serve_grid={})
+    big = _experiment(
+        org, "llama-70b-tp2", llama70, gpu_count=2, serve_grid={"tensor_parallel_size": [2]}
+    )
     sim = _experiment(org, "llama-8b-simulated", llama8, engine="sim")
 
     run_small = add_run(small, created_at=datetime(2025, 1, 10, tzinfo=UTC), cost="1.3688")
@@ -148,7 +150,9 @@ def build_history(org: Organization) -> History:
     )
 
     run_big = add_run(big, created_at=datetime(2025, 2, 3, tzinfo=UTC), cost="2", price="5.38")
-    tbig = add_trial(run_big, 0, {}, [level(8, 2050.0, 300.0), level(64, 4200.0, 420.0)])
+    tbig = add_trial(
+        run_big, 0, {"tensor_parallel_size": 2}, [level(8, 2050.0, 300.0), level(64, 4200.0, 420.0)]
+    )
 
     run_sim = add_run(sim, created_at=datetime(2025, 2, 5, tzinfo=UTC))
     tsim = add_trial(

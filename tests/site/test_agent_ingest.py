@@ -622,3 +622,58 @@ def test_it_keeps_each_engine_restart_once_and_the_run_page_shows_it(alice):
     page = signed_in(alice).get(f"/o/acme/runs/{run.id}/").content.decode()
     assert "Engine died during c=8 and was started again (restart 1)" in page
     assert "5 requests before the crash are in no measurement" in page
+
+
+def test_a_cuda_driver_mismatch_reaches_the_stored_trial_with_both_versions(alice):
+    # The agent's messages for a CUDA 12.9 image on a 550 driver (tests/agents/
+    # test_cuda_driver.py sends them from a fake driver): the failure class and the host's
+    # versions are stored as sent.
+    run, token = _new_run(alice.org)
+    rid = str(run.id)
+    problem = protocol.cuda_driver_problem(image_cuda="12.9", driver="550.54.15")
+    batch = [
+        {
+            "type": "hello",
+            "run_id": rid,
+            "seq": 0,
+            "agent_version": "0.1.0",
+            "host": {
+                "hostname": "pod-1",
+                "driver_version": "550.54.15",
+                "cuda_version": "12.4",
+                "image_cuda_version": "12.9",
+                "vllm_version": "0.11.0",
+            },
+        },
+        {
+            "type": "trial_started",
+            "run_id": rid,
+            "seq": 1,
+            "trial": 0,
+            "serve_config": {},
+            "command": ["vllm", "serve", "m"],
+        },
+        {
+            "type": "trial_finished",
+            "run_id": rid,
+            "seq": 2,
+            "trial": 0,
+            "outcome": "failed",
+            "failure_class": protocol.CUDA_DRIVER_TOO_OLD,
+            "log_tail": problem,
+        },
+    ]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = client.post(
+        f"/api/v1/agent/runs/{rid}/messages/", {"messages": batch}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["rejected"] == []
+    trial = Trial.objects.get(run=run, index=0)
+    assert (trial.outcome, trial.failure_class) == ("failed", "cuda_driver_too_old")
+    assert "CUDA 12.9" in trial.log_tail and "550.54.15" in trial.log_tail
+    run.refresh_from_db()
+    assert (run.agent_info["image_cuda_version"], run.agent_info["driver_version"]) == (
+        "12.9",
+        "550.54.15",
+    )

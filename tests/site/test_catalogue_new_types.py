@@ -18,8 +18,9 @@ from tests.fakes.runpod_api import DEFAULT_GPU_TYPES, FakeGpuType, FakeRunpodApi
 pytestmark = pytest.mark.django_db
 
 OPERATOR_KEY = "rpa_operator_prices_0123456789abcdef"
-B300_ID = "NVIDIA B300 SXM6 AC"
-B300 = FakeGpuType(B300_ID, "B300", 288, Decimal("7.89"), Decimal("6.94"))
+# A type agents.hardware has a profile for that the seed leaves out.
+A100_40 = "NVIDIA A100-SXM4-40GB"
+LISTED = FakeGpuType(A100_40, "A100 SXM", 40, Decimal("1.19"), Decimal("0.99"))
 # A type agents.hardware has no profile for.
 PRO_6000 = FakeGpuType(
     "NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX PRO 6000", 96, None, Decimal("1.79")
@@ -51,59 +52,59 @@ def creations(gpu_id: str) -> list[AuditEvent]:
 
 def test_it_adds_a_listed_type_with_its_memory_and_price_marked_new(runpod, alice, charlie):
     catalogue_before = set(GpuType.objects.values_list("id", flat=True))
-    assert B300_ID not in catalogue_before
-    runpod([*DEFAULT_GPU_TYPES, B300])
+    assert A100_40 not in catalogue_before
+    runpod([*DEFAULT_GPU_TYPES, LISTED])
 
     result = gpu_prices_refresh.apply().get()
 
     assert result["added"] == 1
     assert result["added_without_hardware"] == 0
-    b300 = GpuType.objects.get(id=B300_ID)
-    assert b300.display_name == "B300 288GB"  # Runpod's name and memory, as the seed names
-    assert (b300.price_secure_usd_hr, b300.price_community_usd_hr) == (
-        Decimal("7.89"),
-        Decimal("6.94"),
+    listed = GpuType.objects.get(id=A100_40)
+    assert listed.display_name == "A100 SXM 40GB"  # Runpod's name and memory, as the seed names
+    assert (listed.price_secure_usd_hr, listed.price_community_usd_hr) == (
+        Decimal("1.19"),
+        Decimal("0.99"),
     )
     today = timezone.now().date()
-    assert b300.price_as_of == today
-    assert b300.price_source == (
+    assert listed.price_as_of == today
+    assert listed.price_source == (
         f"{PRICE_SOURCE}; added to the catalogue by the daily refresh on {today.isoformat()}, "
-        "listed with 288 GB"
+        "listed with 40 GB"
     )
-    # Its physical facts are agents.hardware's B300 profile (memory as CUDA reports it).
-    assert b300.hardware is not None and b300.hardware.marketing_gb == 288
+    # Its physical facts are agents.hardware's A100 40GB profile (memory as CUDA reports it).
+    assert listed.hardware is not None and listed.hardware.marketing_gb == 40
     # Nothing else entered the catalogue.
-    assert set(GpuType.objects.values_list("id", flat=True)) == catalogue_before | {B300_ID}
+    assert set(GpuType.objects.values_list("id", flat=True)) == catalogue_before | {A100_40}
     # Audited in every organization's log, by the refresh, with the new row.
-    events = creations(B300_ID)
+    events = creations(A100_40)
     assert [e.organization.slug for e in events] == ["acme", "globex"]
     for event in events:
         assert event.actor is None and event.actor_via == "gpu price refresh"
-        assert event.after["display_name"] == "B300 288GB"
-        assert event.after["price_secure_usd_hr"] == "7.89"
-        assert event.after["price_community_usd_hr"] == "6.94"
+        assert event.after["display_name"] == "A100 SXM 40GB"
+        assert event.after["price_secure_usd_hr"] == "1.19"
+        assert event.after["price_community_usd_hr"] == "0.99"
 
 
 def test_running_the_refresh_twice_adds_it_once_and_keeps_the_mark(runpod, alice, charlie):
-    runpod([*DEFAULT_GPU_TYPES, B300])
+    runpod([*DEFAULT_GPU_TYPES, LISTED])
     gpu_prices_refresh.apply().get()
-    GpuType.objects.filter(id=B300_ID).update(price_as_of=datetime.date(2025, 6, 1))
-    runpod([*DEFAULT_GPU_TYPES, FakeGpuType(B300_ID, "B300", 288, Decimal("7.49"), None)])
+    GpuType.objects.filter(id=A100_40).update(price_as_of=datetime.date(2025, 6, 1))
+    runpod([*DEFAULT_GPU_TYPES, FakeGpuType(A100_40, "A100 SXM", 40, Decimal("1.09"), None)])
 
     again = gpu_prices_refresh.apply().get()
 
     assert again["added"] == 0
-    b300 = GpuType.objects.get(id=B300_ID)
+    listed = GpuType.objects.get(id=A100_40)
     # A later pass refreshes its price like any known type's, the community one kept as the
     # last known, and the "added" note stays.
-    assert (b300.price_secure_usd_hr, b300.price_community_usd_hr) == (
-        Decimal("7.49"),
-        Decimal("6.94"),
+    assert (listed.price_secure_usd_hr, listed.price_community_usd_hr) == (
+        Decimal("1.09"),
+        Decimal("0.99"),
     )
-    assert b300.price_as_of == timezone.now().date()
-    assert b300.price_source.startswith(PRICE_SOURCE + "; added to the catalogue")
-    assert "listed with 288 GB" in b300.price_source
-    assert len(creations(B300_ID)) == 2  # one per organization, from the first pass only
+    assert listed.price_as_of == timezone.now().date()
+    assert listed.price_source.startswith(PRICE_SOURCE + "; added to the catalogue")
+    assert "listed with 40 GB" in listed.price_source
+    assert len(creations(A100_40)) == 2  # one per organization, from the first pass only
 
 
 def test_a_type_without_a_simulator_profile_enters_and_is_reported_so(runpod, alice):
@@ -121,7 +122,7 @@ def test_a_type_without_a_simulator_profile_enters_and_is_reported_so(runpod, al
 
 
 def test_a_listed_type_with_no_price_in_either_cloud_is_not_added(runpod, alice):
-    unpriced = FakeGpuType("NVIDIA GB300", "GB300", 279, None, None)
+    unpriced = FakeGpuType("NVIDIA H100 NVL", "H100 NVL", 94, None, None)
     runpod([*DEFAULT_GPU_TYPES, unpriced])
 
     result = gpu_prices_refresh.apply().get()
@@ -135,7 +136,7 @@ def test_a_listed_type_with_no_price_in_either_cloud_is_not_added(runpod, alice)
 def test_a_failed_listing_adds_nothing_and_keeps_the_price_pass(runpod, alice, monkeypatch):
     h200 = next(g for g in DEFAULT_GPU_TYPES if g.id == "NVIDIA H200")
     listing = [g for g in DEFAULT_GPU_TYPES if g is not h200]
-    fake = runpod([*listing, FakeGpuType(h200.id, "H200 SXM", 141, Decimal("9.99"), None), B300])
+    fake = runpod([*listing, FakeGpuType(h200.id, "H200 SXM", 141, Decimal("9.99"), None), LISTED])
     answer = fake.handle
 
     def listing_rate_limited(api_key, body):
@@ -152,8 +153,8 @@ def test_a_failed_listing_adds_nothing_and_keeps_the_price_pass(runpod, alice, m
     assert result["added"] == 0
     assert result["error"].startswith("listing GPU types: ")
     assert [r.status for r in fake.requests if r.fault] == [429]
-    assert not GpuType.objects.filter(id=B300_ID).exists()
-    assert not creations(B300_ID)
+    assert not GpuType.objects.filter(id=A100_40).exists()
+    assert not creations(A100_40)
     assert GpuType.objects.count() == known
     # What the pass priced before the listing failed stays priced.
     assert GpuType.objects.get(id=h200.id).price_secure_usd_hr == Decimal("9.99")

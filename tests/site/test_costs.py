@@ -399,13 +399,15 @@ def record(trial: Trial, result: dict) -> None:
     )
 
 
-def priced_trial(org, **experiment_fields) -> Trial:
+def priced_trial(org, serve_config=None, **experiment_fields) -> Trial:
     experiment = make_experiment(org, model=make_model(org), **experiment_fields)
+    # Every GPU of the pod in use, unless a test says otherwise: priced for the whole pod.
+    gpus = experiment_fields.get("gpu_count", 1)
     trial = Trial.objects.create(
         organization=org,
         run=make_run(org, experiment),
         index=0,
-        serve_config={},
+        serve_config={"tensor_parallel_size": gpus} if serve_config is None else serve_config,
         cold_start=COLD_START,
     )
     for result in SWEEP:

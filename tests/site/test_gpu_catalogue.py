@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from agents.hardware import gpu_profile
-from runs.gpu_catalogue_seed import GPU_CATALOGUE
+from runs.gpu_catalogue_seed import GPU_CATALOGUE, GPU_DATASHEETS
 from runs.models import GpuType
 
 from .conftest import H100, make_model, signed_in
@@ -28,10 +28,49 @@ def _unknown_gpu_type() -> GpuType:
     )
 
 
-def test_it_knows_the_hardware_of_every_seeded_gpu_type(alice):
+def test_it_knows_the_memory_and_bandwidth_of_every_seeded_gpu_type(alice):
     seeded = GpuType.objects.filter(id__in=[row[0] for row in GPU_CATALOGUE])
     assert seeded.count() == len(GPU_CATALOGUE)
-    assert all(gpu.hardware == gpu_profile(gpu.id) for gpu in seeded)
+    for gpu in seeded:
+        # The simulator's profile, or the catalogue's own cited datasheet (GB200, GB300).
+        facts = gpu.hardware or gpu.datasheet
+        assert facts.marketing_gb and facts.bandwidth_tbps and facts.bf16_tflops, gpu.id
+
+
+def test_no_fact_is_stated_both_by_the_simulator_and_the_catalogue():
+    # When agents.hardware learns a fact (an FP8 peak, say), the datasheet's copy must go.
+    for gpu_id, sheet in GPU_DATASHEETS.items():
+        try:
+            profile = gpu_profile(gpu_id)
+        except ValueError:
+            continue
+        for name in ("fp8_tflops", "fp4_tflops", "bf16_tflops", "marketing_gb", "bandwidth_tbps"):
+            if getattr(sheet, name) is not None:
+                assert not hasattr(profile, name), f"{gpu_id}: {name} stated twice"
+
+
+def test_the_newest_gpus_are_seeded_with_cited_facts_and_a_price(alice):
+    client, org = alice.client(), alice.org.slug
+
+    def api(gpu_id):
+        return client.get(reverse("gpu-type-detail", kwargs={"org": org, "pk": gpu_id})).json()
+
+    expected = {
+        # id: (GB, GB/s, BF16, FP8, FP4 dense TFLOP/s, secure $/h)
+        "NVIDIA B200": (180, 8000, 2250.0, 4500.0, 9000.0, "6.7900"),
+        "NVIDIA B300 SXM6 AC": (288, 8000, 2250.0, 4500.0, 13125.0, "7.8900"),
+        "NVIDIA GB200": (186, 8000, 2500.0, 5000.0, 10000.0, None),
+        "NVIDIA GB300": (279, 8000, 2500.0, 5000.0, 15000.0, None),
+    }
+    for gpu_id, figures in expected.items():
+        row = api(gpu_id)
+        keys = ("memory_gb", "memory_bandwidth_gbps", "bf16_tflops", "fp8_tflops")
+        got = (*(row[k] for k in keys), row["fp4_tflops"], row["price_secure_usd_hr"])
+        assert got == figures, gpu_id
+        assert row["datasheet_source"], gpu_id
+    # GB200 and GB300 are not Runpod's: no price until an organization sets one, and said so.
+    assert "not offered by Runpod" in api("NVIDIA GB300")["price_source"]
+    assert api("NVIDIA GB300")["memory_gib"] is None  # no simulator profile
 
 
 def test_it_answers_a_gpus_facts_from_the_hardware_module(alice):
@@ -64,7 +103,11 @@ def test_it_orders_the_gpu_types_by_memory_with_unknown_ones_last(alice):
         "H100 SXM 80GB",  # 79.19 GiB
         "H200 141GB",
         "B200 180GB",
+        "B300 288GB",
+        # No simulator profile, so no memory as CUDA reports it: last, by name.
         "AAA Imaginary X1",
+        "GB200 186GB",
+        "GB300 279GB",
     ]
     assert [gpu.display_name for gpu in GpuType.by_memory()] == expected
     page = signed_in(alice).get("/o/acme/models/").content.decode()

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.django_db
 
 OPERATOR_KEY = "rpa_operator_prices_0123456789abcdef"
 H100, A100, L40S = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S"
+B300 = "NVIDIA B300 SXM6 AC"
 PCIE = "NVIDIA A100 80GB PCIe"  # in the catalogue, not at the fake Runpod
 OLD_DAY = datetime.date(2025, 6, 1)
 
@@ -120,3 +121,14 @@ def test_the_refresh_is_on_the_beat_schedule(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["gpu-prices-refresh"]
     assert entry["task"] == "runs.tasks.gpu_prices_refresh"
     assert entry["task"] in gpu_prices_refresh.app.tasks
+
+
+def test_the_seeded_b300_price_is_replaced_by_the_refresh(runpod):
+    # Seeded without a key (runs/gpu_catalogue_seed.py), replaced by Runpod's listed price.
+    assert prices(B300) == (Decimal("7.89"), Decimal("6.94"))
+    listed = FakeGpuType(B300, "B300", 288, Decimal("8.25"), Decimal("7.10"))
+    runpod([*DEFAULT_GPU_TYPES, listed])
+    result = gpu_prices_refresh.apply().get()
+    assert prices(B300) == (Decimal("8.25"), Decimal("7.10"))
+    assert GpuType.objects.get(id=B300).price_source == PRICE_SOURCE
+    assert result["added"] == 0 and result["error"] == ""

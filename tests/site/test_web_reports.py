@@ -128,7 +128,7 @@ def test_it_reports_the_cost_per_token_of_the_best_config_by_model_and_gpu(histo
         small["Best config"] == "max_num_seqs=128" and small["GPUs"] == "1× NVIDIA H100 80GB HBM3"
     )
     assert small["Trials priced / compared"] == "2 / 2"
-    assert by_model["Llama 3.1 70B Instruct"]["Best config"] == "vLLM defaults"
+    assert by_model["Llama 3.1 70B Instruct"]["Best config"] == "tensor_parallel_size=2"
     assert by_model["Llama 3.1 70B Instruct"]["GPUs"] == "2× NVIDIA H100 80GB HBM3"
 
 
@@ -192,7 +192,7 @@ def test_it_ranks_the_cost_report_by_the_cost_at_capacity_first(history, web):
         (r["Model"], r["Best config"], r["USD / 1M at capacity"], r["Ranked by"]) for r in rows
     ] == [
         ("Llama 3.1 8B Instruct", "max_num_seqs=64", "0.1385", "capacity"),
-        ("Llama 3.1 70B Instruct", "vLLM defaults", "0.7472", "capacity"),
+        ("Llama 3.1 70B Instruct", "tensor_parallel_size=2", "0.7472", "capacity"),
         ("Qwen2.5 7B Instruct", "max_num_seqs=64", "", "best fixed level"),
     ]
     # The fixed level's figures are still there, under their old names.

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0034_schedule_firing_repeats'),
+        ('runs', '0035_notification_recipients'),
     ]
 
     operations = [
