@@ -11,8 +11,8 @@ are ``agents.hardware``'s (``GpuType.hardware``), the simulator's own table. Wha
 table does not state is in ``GPU_DATASHEETS`` here (``GpuType.datasheet``): for the GPUs the
 simulator has no profile of (GB200, GB300), their memory, bandwidth and peaks per precision
 (``agents.hardware`` states the others', FP8 and FP4 included). No fact is stated in both
-places (tested). Every seeded id is known to one of the two; a type the daily refresh adds from Runpod's listing may be known to
-neither, and then has no hardware facts.
+places (tested). Every seeded id is known to one of the two; a type the daily refresh adds
+from Runpod's listing may be known to neither, and then has no hardware facts.
 
 AMD GPUs (MI300X, MI355X) are not seeded: the agent's image is built on the CUDA
 ``vllm/vllm-openai`` image only (docker/agent.Dockerfile), so a ROCm pod could not run it.
