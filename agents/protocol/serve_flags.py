@@ -139,8 +139,12 @@ def _lookup_flag(name: object, vllm_version: str | None) -> _Lookup:
     """What grid key ``name`` means for ``vllm_version`` (None: unknown, any version's flag)."""
     text = name if isinstance(name, str) else repr(name)
     if len(text) > _FLAG_NAME_MAX_CHARS:
-        # No flag is this long: no suggestion to look for, and only the start is echoed.
-        return _Lookup(None, "unknown serve flag")
+        # No flag is this long: no suggestion to look for, and the name is not echoed.
+        return _Lookup(
+            None,
+            f"unknown serve flag: a name of {len(text):,} characters"
+            f" (no vLLM flag is longer than {_FLAG_NAME_MAX_CHARS // 2})",
+        )
     if text in RESERVED_FLAGS:
         return _Lookup(None, f"not a grid flag: {RESERVED_FLAGS[text]}")
     version = _version_key_or_none(vllm_version)
@@ -424,8 +428,9 @@ def validate_serve_grid(
 
 
 def _key_path(name: object) -> str:
+    # A name longer than any flag is not echoed in the path: the error is the grid's.
     text = name if isinstance(name, str) else repr(name)
-    return text if len(text) <= _FLAG_NAME_MAX_CHARS else text[:_FLAG_NAME_MAX_CHARS] + "..."
+    return text if len(text) <= _FLAG_NAME_MAX_CHARS else ""
 
 
 # The GPUs a configuration occupies: vLLM's world size across data parallel ranks is
