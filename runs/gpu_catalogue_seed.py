@@ -8,11 +8,11 @@ which needs the operator's key); a type Runpod does not list keeps its seeded pr
 
 Physical facts are not stored in the database. A GPU's memory, bandwidth and BF16 TFLOP/s
 are ``agents.hardware``'s (``GpuType.hardware``), the simulator's own table. What that
-table does not state is in ``GPU_DATASHEETS`` here (``GpuType.datasheet``): for the GPUs the
-simulator has no profile of (GB200, GB300), their memory, bandwidth and peaks per precision
-(``agents.hardware`` states the others', FP8 and FP4 included). No fact is stated in both
-places (tested). Every seeded id is known to one of the two; a type the daily refresh adds
-from Runpod's listing may be known to neither, and then has no hardware facts.
+table does not state is in ``GPU_DATASHEETS`` here (``GpuType.datasheet``): dense FP8 and
+FP4 peaks, and for the GPUs the simulator has no profile of (GB200, GB300) their memory,
+bandwidth and BF16 peak too. No fact is stated in both places (tested). Every seeded id is
+known to one of the two; a type the daily refresh adds from Runpod's listing may be known to
+neither, and then has no hardware facts.
 
 AMD GPUs (MI300X, MI355X) are not seeded: the agent's image is built on the CUDA
 ``vllm/vllm-openai`` image only (docker/agent.Dockerfile), so a ROCm pod could not run it.
@@ -70,6 +70,19 @@ class GpuDatasheet:
 # NVIDIA's own Blackwell datasheets were not among the stored sources; the figures are the
 # per-GPU dense ones as third parties copied them from NVIDIA's HGX / NVL72 specifications.
 GPU_DATASHEETS = {
+    "NVIDIA B200": GpuDatasheet(
+        source="glennklockwood.com/garden/processors/B200, HGX B200 at 1,000 W, dense matrix "
+        "TFLOP/s: FP8 4,500, FP4 9,000 (BF16 2,250 as agents.hardware states)",
+        fp8_tflops=4500.0,
+        fp4_tflops=9000.0,
+    ),
+    "NVIDIA B300 SXM6 AC": GpuDatasheet(
+        source="glennklockwood.com/garden/processors/B300, HGX B300, dense matrix TFLOP/s: "
+        "FP8 4,500, FP4 13,125 (verda.com 'GB300 NVL72 architecture' lists 14 PFLOPS dense "
+        "FP4 for B300; the lower figure is kept)",
+        fp8_tflops=4500.0,
+        fp4_tflops=13125.0,
+    ),
     "NVIDIA GB200": GpuDatasheet(
         source="glennklockwood.com/garden/processors/B200, the GB200 variant at 1,200 W, dense "
         "matrix TFLOP/s: BF16 2,500, FP8 5,000, FP4 10,000; 8 TB/s per GPU (same page); "

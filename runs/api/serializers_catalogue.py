@@ -33,8 +33,7 @@ class GpuTypeSerializer(serializers.ModelSerializer):
         help_text="Dense FP4 tensor TFLOP/s (datasheet_source)."
     )
     datasheet_source = serializers.SerializerMethodField(
-        help_text="Where the hardware facts come from: the catalogue's datasheet, else the "
-        "simulator's GPU table."
+        help_text="Where the facts not from the simulator's GPU table come from."
     )
     org_price_secure_usd_hr = serializers.SerializerMethodField()
     org_price_community_usd_hr = serializers.SerializerMethodField()
@@ -90,11 +89,7 @@ class GpuTypeSerializer(serializers.ModelSerializer):
         return self._fact(gpu, "fp4_tflops")
 
     def get_datasheet_source(self, gpu) -> str | None:
-        # Where the facts above come from: the catalogue's datasheet, else agents.hardware's.
-        for source in (gpu.datasheet, gpu.hardware):
-            if source is not None:
-                return source.source
-        return None
+        return gpu.datasheet.source if gpu.datasheet else None
 
     def _override(self, gpu):
         return self.context.get("overrides", {}).get(gpu.id)
