@@ -27,7 +27,6 @@ import hashlib
 import json
 import math
 import random
-import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -119,7 +118,6 @@ class Row:
     arch: str = "dense"
     dtype: str = "bfloat16"
     quote: str = ""
-    vllm_version: str | None = None  # the release the source names, None where it names none
 
     @property
     def version(self) -> int:
@@ -168,15 +166,7 @@ def _row(record: dict) -> Row:
         arch=record["arch"],
         dtype=record["dtype"],
         quote=record["quote"],
-        vllm_version=_release(record["vllm_version"]),
     )
-
-
-def _release(stated: str) -> str | None:
-    """The vLLM release a row's ``vllm_version`` names ("0.8.2"; "main (2025-08, 0.10.x)"
-    gives "0.10"), None where it names none: then vLLM's newest defaults apply."""
-    found = re.search(r"\d+\.\d+(?:\.\d+)?", stated)
-    return found.group(0) if found else None
 
 
 def load_rows(path: Path = PUBLISHED_CSV) -> tuple[Row, ...]:
@@ -227,16 +217,8 @@ def _measure(
     flags: tuple,
     lengths: tuple = (),
     rate: float = math.inf,
-    vllm_version: str | None = None,
-    offline: bool = False,
 ) -> dict:
-    scheduler = make_scheduler(
-        model_facts(model),
-        gpu_profile(gpu),
-        dict(flags),
-        vllm_version=vllm_version,
-        entry_point="offline" if offline else "serve",
-    )
+    scheduler = make_scheduler(model_facts(model), gpu_profile(gpu), dict(flags))
     if lengths:
         make = lambda i: SimRequest(i, *lengths[i])  # noqa: E731
     else:
@@ -273,19 +255,9 @@ def simulated(row: Row) -> float:
     """The simulator's figure for ``row``'s metric."""
     flags = tuple(sorted(serve_flags(row).items()))
     setup = (row.model, row.gpu, row.input_len, row.output_len)
-    figures = _measure(
-        *setup,
-        row.concurrency,
-        row.requests,
-        flags,
-        row.lengths,
-        row.request_rate,
-        row.vllm_version,
-        row.offline,
-    )
+    figures = _measure(*setup, row.concurrency, row.requests, flags, row.lengths, row.request_rate)
     if row.metric == "gain_vs_c1":
-        base = _measure(*setup, 1, 20, flags, vllm_version=row.vllm_version)
-        return figures["output_tok_s"] / base["output_tok_s"]
+        return figures["output_tok_s"] / _measure(*setup, 1, 20, flags)["output_tok_s"]
     return figures[row.metric]
 
 

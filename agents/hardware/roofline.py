@@ -4,12 +4,11 @@ the site's pre-run estimate).
 Guarantees:
 
 - ``StepModel.cost`` is max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) per
-  GPU (the linear layers at the weights' tensor precision, ``agents.hardware.precision``),
-  plus a fixed per-step overhead and, with tensor parallelism, two all-reduces per layer.
-  FLOPs count the linear layers for every scheduled token, attention over each token's
-  context, and the LM head for each sampled token; bytes count the weights the step reads
-  (``weight_bytes_read``, at their served width) plus each request's KV cache read and the
-  new KV written; the host's ``per_sequence_s`` is added for each request in the step.
+  GPU, plus a fixed per-step overhead and, with tensor parallelism, two all-reduces per
+  layer. FLOPs count the linear layers for every scheduled token, attention over each
+  token's context, and the LM head for each sampled token; bytes count the weights the step
+  reads (``weight_bytes_read``) plus each request's KV cache read and the new KV written;
+  the host's ``per_sequence_s`` is added for each request in the step.
 - A dense model's figures are exactly what they were before mixture-of-experts and MLA were
   modelled. A MoE model computes with its *active* weights per token and reads its non-expert
   weights plus the routed experts the step's tokens are expected to touch (uniform routing);
@@ -26,7 +25,6 @@ from dataclasses import dataclass
 from agents.hardware.gpus import GpuProfile
 from agents.hardware.memory import MemoryPlan, ServeSettings
 from agents.hardware.models import WEIGHT_BYTES, ModelFacts
-from agents.hardware.precision import served_precision
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ class Efficiency:
     allreduce_latency_s: float = 25e-6
     # CPU-side cost per request in the step (input preparation, sampling, detokenizing,
     # streaming its output): the part of a step that grows with the batch on the host.
-    per_sequence_s: float = 0.00005
+    per_sequence_s: float = 0.0002
     # The server's own time per request outside the engine's steps: HTTP handling, chat
     # template and tokenization before the engine core sees it, and its first token's way
     # back out. What TTFT shows at low load beyond the prefill step.
@@ -83,14 +81,11 @@ class StepModel:
         plan: MemoryPlan,
         efficiency: Efficiency = DEFAULT_EFFICIENCY,
     ):
-        # The model as served: its weights at the width the quantization flags store them at.
-        model = settings.served(model)
         self.model = model
         self.gpu = gpu
         self.settings = settings
         self.plan = plan
         self.eff = efficiency
-        self.precision = served_precision(model.dtype, gpu)
         tp = settings.tensor_parallel_size
         embedding = model.vocab_size * model.hidden_size
         # FLOPs follow the weights one token runs through: all of a dense model's, the
@@ -99,11 +94,6 @@ class StepModel:
         self._head_params = embedding
         self._attention = _AttentionCost.of(model)
         self._flops_rate = gpu.bf16_tflops * 1e12 * efficiency.flops * tp
-        # The linear layers multiply at the weights' tensor precision (FP8 on Hopper: twice
-        # the BF16 peak); attention and the LM head stay 16 bit. A linear FLOP costs this
-        # share of a 16-bit one (1 for 16-bit and weight-only quantized weights).
-        linear_tflops = gpu.tensor_tflops(self.precision.compute) or gpu.bf16_tflops
-        self._linear_cost = gpu.bf16_tflops / linear_tflops
         self._bytes_rate = gpu.bandwidth_tbps * 1e12 * efficiency.bandwidth
         self._overhead = efficiency.step_overhead_s + (
             efficiency.eager_overhead_s if settings.enforce_eager else 0.0
@@ -114,8 +104,7 @@ class StepModel:
         # touched expert. Expert parallelism (whole experts per GPU) is not modelled.
         self._expert_bytes = 3 * model.hidden_size * (model.moe_intermediate_size or 0) * width
         self._expert_bytes /= tp
-        routed = model.routed_expert_parameters * width
-        self._non_expert_bytes = (model.weight_bytes - routed) / tp
+        self._non_expert_bytes = (model.parameters - model.routed_expert_parameters) * width / tp
 
     def weight_bytes_read(self, tokens: int) -> float:
         """The weight bytes one GPU reads in a step that computes ``tokens`` tokens.
@@ -153,7 +142,7 @@ class StepModel:
             else:
                 attended += pairs
         flops = (
-            2 * self._linear_params * tokens * self._linear_cost
+            2 * self._linear_params * tokens
             + 2 * self._head_params * sampled
             + self._attention.decode_unit * attended
         )

@@ -85,8 +85,6 @@ FLAG_NAMES = (
     "enable_prefix_caching",
     "enable_chunked_prefill",
     "kv_cache_dtype",
-    "dtype",
-    "quantization",
     "block_size",
     "enforce_eager",
 )
