@@ -163,8 +163,9 @@ def _checked(
     """Raises ``DomainValidationError`` on the fields at fault (see the module docstring);
     ``ask``: then asks the endpoint whether it serves the model with the key."""
     errors: dict[str, list[str]] = {}
-    if not name or len(name) > 100:
-        errors["name"] = ["Give a name of 1 to 100 characters."]
+    longest = Endpoint._meta.get_field("name").max_length
+    if not name or len(name) > longest:
+        errors["name"] = [f"Give a name of 1 to {longest} characters."]
     else:
         same_name = Endpoint.objects.filter(organization=org, name=name)
         if other_than is not None:

@@ -125,8 +125,9 @@ def hook_create(
     nothing stored, when its organization had all its rounds this hour)."""
     errors: dict[str, list[str]] = {}
     name = name.strip()
-    if not name or len(name) > 100:
-        errors["name"] = ["Give a name of 1 to 100 characters."]
+    longest = NotificationHook._meta.get_field("name").max_length
+    if not name or len(name) > longest:
+        errors["name"] = [f"Give a name of 1 to {longest} characters."]
     elif has_control_characters(name):
         errors["name"] = ["A name is one line: no control characters (new lines, tabs)."]
     elif NotificationHook.objects.filter(organization=org, name=name).exists():
