@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -34,8 +35,10 @@ from functools import cache
 from pathlib import Path
 
 from agents.engines.sim import SimRequest, closed_loop
+from agents.engines.sim.frontend import DEFAULT_FRONT_END, FrontEnd
 from agents.engines.sim.scheduler import make_scheduler, simulate
 from agents.hardware import (
+    DEFAULT_EFFICIENCY,
     MODEL_PRESETS,
     Efficiency,
     ModelFacts,
@@ -50,6 +53,17 @@ DATA = Path(__file__).parent / "data"
 # Published config.json files (architecture keys) of the models that are not presets.
 MODEL_CONFIGS = DATA / "model_configs.json"
 PUBLISHED_CSV = DATA / "vllm_published.csv"
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Everything a replay's speed rests on: the step model's and the API server's."""
+
+    efficiency: Efficiency = DEFAULT_EFFICIENCY
+    front_end: FrontEnd = DEFAULT_FRONT_END
+
+
+DEFAULT_CONSTANTS = Constants()
 
 # The ten ShareGPT requests of those two files, (prompt, output) tokens as they record them.
 _LAMBDA_PROMPTS = (13, 25, 27, 10, 329, 29, 399, 328, 4, 205)
@@ -118,6 +132,7 @@ class Row:
     arch: str = "dense"
     dtype: str = "bfloat16"
     quote: str = ""
+    vllm_version: str | None = None  # the release the source names, None where it names none
 
     @property
     def version(self) -> int:
@@ -166,7 +181,15 @@ def _row(record: dict) -> Row:
         arch=record["arch"],
         dtype=record["dtype"],
         quote=record["quote"],
+        vllm_version=_release(record["vllm_version"]),
     )
+
+
+def _release(stated: str) -> str | None:
+    """The vLLM release a row's ``vllm_version`` names ("0.8.2"; "main (2025-08, 0.10.x)"
+    gives "0.10"), None where it names none: then vLLM's newest defaults apply."""
+    found = re.search(r"\d+\.\d+(?:\.\d+)?", stated)
+    return found.group(0) if found else None
 
 
 def load_rows(path: Path = PUBLISHED_CSV) -> tuple[Row, ...]:
@@ -217,8 +240,19 @@ def _measure(
     flags: tuple,
     lengths: tuple = (),
     rate: float = math.inf,
+    vllm_version: str | None = None,
+    offline: bool = False,
+    constants: Constants = DEFAULT_CONSTANTS,
 ) -> dict:
-    scheduler = make_scheduler(model_facts(model), gpu_profile(gpu), dict(flags))
+    scheduler = make_scheduler(
+        model_facts(model),
+        gpu_profile(gpu),
+        dict(flags),
+        vllm_version=vllm_version,
+        entry_point="offline" if offline else "serve",
+        efficiency=constants.efficiency,
+        front_end=constants.front_end,
+    )
     if lengths:
         make = lambda i: SimRequest(i, *lengths[i])  # noqa: E731
     else:
@@ -251,13 +285,25 @@ def _measure(
     }
 
 
-def simulated(row: Row) -> float:
-    """The simulator's figure for ``row``'s metric."""
+def simulated(row: Row, constants: Constants = DEFAULT_CONSTANTS) -> float:
+    """The simulator's figure for ``row``'s metric with ``constants`` (the defaults unless a
+    fit is trying others)."""
     flags = tuple(sorted(serve_flags(row).items()))
     setup = (row.model, row.gpu, row.input_len, row.output_len)
-    figures = _measure(*setup, row.concurrency, row.requests, flags, row.lengths, row.request_rate)
+    figures = _measure(
+        *setup,
+        row.concurrency,
+        row.requests,
+        flags,
+        row.lengths,
+        row.request_rate,
+        row.vllm_version,
+        row.offline,
+        constants,
+    )
     if row.metric == "gain_vs_c1":
-        return figures["output_tok_s"] / _measure(*setup, 1, 20, flags)["output_tok_s"]
+        base = _measure(*setup, 1, 20, flags, vllm_version=row.vllm_version, constants=constants)
+        return figures["output_tok_s"] / base["output_tok_s"]
     return figures[row.metric]
 
 
@@ -270,7 +316,7 @@ PEAK_SHARE_LIMIT = 0.9
 
 def peak_share(row: Row) -> float | None:
     """For a single-request TTFT row: the share of the published TTFT the prompt's FLOPs take
-    at 100 % of the datasheet's dense BF16 peak (all GPUs of the row); else ``None``."""
+    at 100 % of the datasheet's dense peaks (all GPUs of the row); else ``None``."""
     if FAMILIES[row.metric] != "TTFT" or row.concurrency != 1 or row.lengths:
         return None
     model, gpu = model_facts(row.model), gpu_profile(row.gpu)
@@ -278,7 +324,8 @@ def peak_share(row: Row) -> float | None:
         settings, plan = start_check(model, gpu, serve_flags(row))
     except StartRefusal:
         return None
-    at_peak = StepModel(model, gpu, settings, plan, Efficiency(flops=1.0))
+    full = Efficiency(flops=1.0, attention_flops=1.0, low_precision_flops=1.0)
+    at_peak = StepModel(model, gpu, settings, plan, full)
     compute_s = at_peak.cost([(row.input_len, 0)], 1).compute_s
     return compute_s / (row.published / 1000)
 

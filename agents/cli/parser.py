@@ -139,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--gpu", required=True, help="H100, H200, B200, A100, L40S, RTX 4090…")
     predict.add_argument("--tensor-parallel-size", type=int, metavar="N", help="GPUs per server")
     predict.add_argument("--config", type=Path, metavar="SERVE.json", help="serve flags (schema)")
+    predict.add_argument(
+        "--vllm-version",
+        metavar="X.Y.Z",
+        help="the vLLM release whose defaults fill the flags left out (default: the newest "
+        "the simulator models)",
+    )
     add_workload_arguments(predict)
 
     sim = commands.add_parser(

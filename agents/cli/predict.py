@@ -91,7 +91,7 @@ def run_predict_command(args: argparse.Namespace) -> int:
         "(the vLLM simulator offline; no GPU, no server)",
         highlight=False,
     )
-    prediction = predict_trial(model, gpu, flags, config)
+    prediction = predict_trial(model, gpu, flags, config, vllm_version=args.vllm_version)
     extra = _document(model, gpu, prediction)
     if not prediction.starts:
         print_error(errors, f"vLLM would refuse to start: {prediction.refusal_summary}")

@@ -2,8 +2,11 @@
 
 Guarantees:
 
-- Every profile names its datasheet. Throughput is the vendor's *dense* (no sparsity) BF16
-  tensor figure, bandwidth the peak memory bandwidth, per GPU.
+- Every profile names its datasheet. Throughput is the vendor's *dense* (no sparsity) tensor
+  figure per precision, bandwidth the peak memory bandwidth, per GPU: BF16 always; FP8 where
+  the GPU has FP8 tensor cores (Ada, Hopper, Blackwell; ``None`` on Ampere); FP4 on
+  Blackwell only. ``tensor_tflops`` answers for a precision, ``None`` where the GPU has no
+  tensor cores for it.
 - Memory is stated twice, in the two units that mean different things: ``marketing_gb`` is
   the "80GB" of the product name (10^9 bytes, rounded), ``memory_gib`` the total that CUDA
   reports to PyTorch and vLLM (``torch.cuda.mem_get_info``, printed by an OOM as "GPU 0 has a
@@ -38,6 +41,12 @@ class GpuProfile:
     link_gbps: float
     source: str
     aliases: tuple[str, ...] = ()
+    fp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+
+    def tensor_tflops(self, precision: str) -> float | None:
+        """Dense tensor-core TFLOP/s for ``"bf16"``, ``"fp8"`` or ``"fp4"`` operands."""
+        return {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp4": self.fp4_tflops}[precision]
 
     @property
     def memory_bytes(self) -> float:
@@ -56,9 +65,10 @@ GPUS = (
         80,
         79.19,
         450,
-        "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column: BF16 1,979 TFLOPS with "
-        "sparsity, 3.35 TB/s, 80 GB, NVLink 900 GB/s)",
+        "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column: BF16 1,979 and FP8 3,958 "
+        "TFLOPS with sparsity, half that dense, 3.35 TB/s, 80 GB, NVLink 900 GB/s)",
         ("h100", "h100-sxm", "h100sxm"),
+        fp8_tflops=1979.0,
     ),
     GpuProfile(
         "H200",
@@ -68,9 +78,10 @@ GPUS = (
         141,
         139.80,
         450,
-        "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: BF16 1,979 TFLOPS with sparsity, "
-        "4.8 TB/s, 141 GB, NVLink 900 GB/s)",
+        "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: BF16 1,979 and FP8 3,958 TFLOPS "
+        "with sparsity, 4.8 TB/s, 141 GB, NVLink 900 GB/s)",
         ("h200", "h200-sxm"),
+        fp8_tflops=1979.0,
     ),
     GpuProfile(
         "B200",
@@ -80,9 +91,14 @@ GPUS = (
         180,
         178.35,
         900,
-        "NVIDIA HGX B200 datasheet (8 GPUs: FP16/BF16 36 PFLOPS with sparsity, 1.4 TB HBM3e, "
-        "64 TB/s; per GPU 2.25 PFLOPS dense, 180 GB, 8 TB/s; NVLink 1.8 TB/s)",
+        "NVIDIA HGX B200 datasheet (8 GPUs: FP16/BF16 36, FP8 72, FP4 144 PFLOPS with "
+        "sparsity, 1.4 TB HBM3e, 64 TB/s; per GPU 2.25 / 4.5 / 9 PFLOPS dense, 180 GB, 8 TB/s; "
+        "NVLink 1.8 TB/s); the same dense figures per GPU in NVIDIA's Blackwell technical "
+        "brief as copied by datacrunch.io ('B300 vs B200') and glennklockwood.com (B200, HGX "
+        "at 1,000 W)",
         ("b200",),
+        fp8_tflops=4500.0,
+        fp4_tflops=9000.0,
     ),
     GpuProfile(
         "B300",
@@ -96,10 +112,14 @@ GPUS = (
         "was not among the stored sources): 8 GPUs FP16/BF16 36 PFLOPS with sparsity "
         "(fibermall.com HGX B300 overview), so 2.25 PFLOPS dense per GPU; 288 GB HBM3e and "
         "up to 8 TB/s per GPU, NVLink 5 1.8 TB/s both directions (acecloud.ai 'NVIDIA HGX "
-        "B300: Specs'; glennklockwood.com B300). memory_gib: PyTorch OOMs on B300 report a "
+        "B300: Specs'; glennklockwood.com B300). FP8 4,500 and FP4 13,125 TFLOPS dense per "
+        "GPU (glennklockwood.com B300, HGX variant; datacrunch.io gives FP4 14 PFLOPS). "
+        "memory_gib: PyTorch OOMs on B300 report a "
         "total capacity of 267.69 GiB (nvidia-smi 275040 MiB). Runpod id as its gpuTypes "
         "lists it (third-party snapshot)",
         ("b300", "b300-sxm", "b300-sxm6"),
+        fp8_tflops=4500.0,
+        fp4_tflops=13125.0,
     ),
     GpuProfile(
         "A100 80GB",
@@ -110,7 +130,7 @@ GPUS = (
         79.15,
         300,
         "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: BF16 312 TFLOPS dense, "
-        "2,039 GB/s, NVLink 600 GB/s)",
+        "2,039 GB/s, NVLink 600 GB/s; no FP8 tensor cores)",
         ("a100", "a100-80gb", "a100-sxm"),
     ),
     GpuProfile(
@@ -145,9 +165,10 @@ GPUS = (
         48,
         44.39,
         32,
-        "NVIDIA L40S datasheet (BF16 362.05 TFLOPS dense / 733 with sparsity, 48 GB GDDR6, "
-        "864 GB/s, PCIe Gen4 x16 64 GB/s both directions)",
+        "NVIDIA L40S datasheet (BF16 362.05 TFLOPS dense / 733 with sparsity, FP8 733 dense / "
+        "1,466 with sparsity, 48 GB GDDR6, 864 GB/s, PCIe Gen4 x16 64 GB/s both directions)",
         ("l40s",),
+        fp8_tflops=733.0,
     ),
     GpuProfile(
         "RTX 4090",
@@ -158,8 +179,11 @@ GPUS = (
         23.65,
         32,
         "NVIDIA Ada GPU architecture whitepaper, Appendix A (RTX 4090: BF16 with FP32 "
-        "accumulate 165.2 TFLOPS dense, 24 GB GDDR6X, 1,008 GB/s; PCIe Gen4)",
+        "accumulate 165.2 TFLOPS dense, 24 GB GDDR6X, 1,008 GB/s; PCIe Gen4). FP8 330.3 "
+        "TFLOPS dense with FP32 accumulate, as vLLM's CUTLASS FP8 GEMMs accumulate "
+        "(waredb.com RTX 4090; gigagpu.com's 660.6 is the FP16-accumulate rate)",
         ("4090", "rtx4090", "rtx-4090"),
+        fp8_tflops=330.3,
     ),
 )
 

@@ -380,6 +380,12 @@ def _quantized_dtype(quantization: Mapping, where: str) -> str:
     method = str(quantization.get("quant_method", "")).lower()
     if method == "fp8":
         return "fp8"
+    if method == "mxfp4":
+        return "mxfp4"
+    if method == "modelopt":
+        algo = str(quantization.get("quant_algo", "")).upper()
+        if algo in ("FP8", "NVFP4"):
+            return algo.lower()
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
         bits = quantization.get("bits", 4)
         if bits == 4:
@@ -403,6 +409,8 @@ def _quantized_dtype(quantization: Mapping, where: str) -> str:
             return "int8"
         if widths == {(4, "int")}:
             return "int4"
+        if widths == {(4, "float")}:
+            return "nvfp4"
     elif method == "bitsandbytes":
         if quantization.get("load_in_4bit"):
             return "int4"
@@ -410,7 +418,8 @@ def _quantized_dtype(quantization: Mapping, where: str) -> str:
             return "int8"
     raise ValueError(
         f"{where}: quantization_config.quant_method {method!r} with these settings is not "
-        "supported (fp8, awq, gptq, compressed-tensors and bitsandbytes at 4 or 8 bits are)"
+        "supported (fp8, mxfp4, modelopt FP8/NVFP4, awq, gptq, compressed-tensors and "
+        "bitsandbytes at 4 or 8 bits are)"
     )
 
 

@@ -6,22 +6,26 @@ Guarantees:
   the simulator refuses to start exactly where it raises, and the site's builder, fit table
   and estimate call it too. It fills the flags a configuration leaves out as ``vllm serve``
   does (``ServeSettings.from_flags``), then plans memory.
-- ``plan_memory`` follows vLLM's start-up accounting per GPU: ``gpu_memory_utilization`` x
-  the usable total (``GpuProfile.memory_bytes``, in GiB as CUDA reports it), minus the
-  weights (divided by the tensor-parallel size), minus an activation reserve (the peak of a
-  ``max_num_batched_tokens`` forward pass, sampler logits for ``max_num_seqs``, non-torch
-  memory and CUDA graphs), leaves the KV cache, cut into blocks.
+- ``plan_memory`` follows vLLM 0.11's start-up accounting per GPU: ``gpu_memory_utilization``
+  x the usable total (``GpuProfile.memory_bytes``, in GiB as CUDA reports it), minus the
+  weights at their served width (divided by the tensor-parallel size), minus the profile
+  run's peak (``profile_peak_bytes``) and the memory outside torch, leaves the KV cache, cut
+  into blocks; it refuses where vLLM's own check does (one ``max_model_len`` request must
+  fit, in whole blocks).
 - ``StartRefusal`` carries vLLM's kind of message and a short ``summary`` for people.
 - Pure arithmetic: the same inputs always give the same numbers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agents.hardware.gpus import GIB, GpuProfile
 from agents.hardware.models import ModelFacts
+from agents.hardware.precision import served_weight_dtype
+from agents.hardware.vllm_defaults import batch_defaults
 
 
 class StartRefusal(Exception):
@@ -48,19 +52,18 @@ class ServeSettings:
     block_size: int
     kv_cache_dtype: str
     enforce_eager: bool
+    quantization: str | None = None
+    dtype: str = "auto"
 
     @classmethod
     def from_flags(
         cls, flags: Mapping[str, object], model: ModelFacts, gpu: GpuProfile
     ) -> ServeSettings:
-        """Fills what ``flags`` leaves out the way vLLM 0.11+ does for ``vllm serve``."""
-        # vLLM's defaults depend on the GPU's memory (engine/arg_utils.py).
-        if gpu.memory_gib >= 160:
-            batched, seqs = 16384, 1024
-        elif gpu.memory_gib >= 70 and "a100" not in gpu.name.lower():
-            batched, seqs = 8192, 1024
-        else:
-            batched, seqs = 2048, 256
+        """Fills what ``flags`` leaves out the way the newest vLLM the defaults table knows
+        does for ``vllm serve`` (``vllm_defaults``; a caller that knows the version fills
+        them from the same table first)."""
+        defaults = batch_defaults(None, gpu)
+        batched, seqs = defaults.max_num_batched_tokens, defaults.max_num_seqs
         max_model_len = int(flags.get("max_model_len") or model.max_position_embeddings)
         chunked = flags.get("enable_chunked_prefill")
         settings = cls(
@@ -76,11 +79,26 @@ class ServeSettings:
             block_size=int(flags.get("block_size") or 16),
             kv_cache_dtype=str(flags.get("kv_cache_dtype") or "auto"),
             enforce_eager=bool(flags.get("enforce_eager")),
+            quantization=str(flags["quantization"]) if flags.get("quantization") else None,
+            dtype=str(flags.get("dtype") or "auto"),
         )
         settings.check(model)
         return settings
 
+    def served(self, model: ModelFacts) -> ModelFacts:
+        """``model`` with its weights at the width vLLM stores them at under these flags
+        (``--quantization fp8`` on a 16-bit checkpoint: FP8); raises ``StartRefusal`` where
+        vLLM would not load the checkpoint with them."""
+        try:
+            weights = served_weight_dtype(model.dtype, self.quantization, self.dtype)
+        except ValueError as exc:
+            raise StartRefusal(
+                f"ValueError: {exc}", summary="the quantization flag does not fit the checkpoint"
+            ) from exc
+        return model if weights == model.dtype else dataclasses.replace(model, dtype=weights)
+
     def check(self, model: ModelFacts) -> None:
+        self.served(model)
         if self.max_model_len > model.max_position_embeddings:
             raise StartRefusal(
                 f"ValueError: User-specified max_model_len ({self.max_model_len}) is greater "
@@ -120,6 +138,14 @@ class ServeSettings:
                 "max_model_len.",
                 summary="max_num_batched_tokens is below max_model_len without chunked prefill",
             )
+        # vLLM's SchedulerConfig (every V1 release): a step must hold one token of each
+        # running sequence.
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise StartRefusal(
+                f"ValueError: max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
+                f"greater than or equal to max_num_seqs ({self.max_num_seqs}).",
+                summary="max_num_batched_tokens is below max_num_seqs",
+            )
 
 
 @dataclass(frozen=True)
@@ -139,12 +165,54 @@ class MemoryPlan:
         return self.num_blocks * self.block_size
 
 
+# What vLLM 0.11 holds back from the KV cache besides the weights
+# (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memory``; ``vllm/utils``,
+# ``memory_profiling``): the increase of torch's peak allocation over one profile run and the
+# memory outside torch (CUDA libraries' workspaces, NCCL) that grew since the worker started.
+# CUDA graphs are captured after the KV cache is allocated, out of what
+# gpu_memory_utilization leaves free, so 0.11 does not subtract them (vLLM 0.21 and later
+# subtract an estimate by default; that is not modelled).
+#
+# Outside torch on one GPU: a V1 start of Llama 3.1 8B on an H100 logged "non_torch_memory
+# takes 0.35GiB; PyTorch activation peak memory takes 1.24GiB" (the second is
+# ``profile_peak_bytes``'s 1.22 GiB). With tensor parallelism NCCL and the custom all-reduce
+# add buffers; 0.25 GiB more is assumed (no published figure was found).
+NON_TORCH_BYTES = 0.35 * GIB
+NON_TORCH_TP_BYTES = 0.25 * GIB
+# The profile run's sampler over max_num_seqs rows of the vocabulary: the model's 16-bit
+# logits, the float32 copy the sampler works on and its float32 probabilities.
+SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4
+
+
+def profile_peak_bytes(model: ModelFacts, settings: ServeSettings) -> float:
+    """Per GPU, the torch peak of vLLM's profile run (``gpu_model_runner.profile_run``): a
+    forward pass of ``max_num_batched_tokens`` dummy tokens, then the sampler over
+    ``min(max_num_seqs, max_num_batched_tokens)`` rows. The forward's intermediates are freed
+    before sampling, so the peak is the larger of the two.
+
+    The forward's peak is the MLP's: its gate-and-up output (2 × FFN) and activation (FFN)
+    beside the hidden state and residual; a MoE layer's fused kernel holds the same for each
+    of the token's k experts plus its k outputs."""
+    tp = settings.tensor_parallel_size
+    tokens = settings.max_num_batched_tokens
+    width = 3 * model.ffn_size / tp
+    if model.num_experts:
+        expert = 3 * (model.moe_intermediate_size or 0) / tp
+        routed = model.num_experts_per_token * (expert + model.hidden_size)
+        moe = routed + model.num_shared_experts * expert
+        width = max(width if model.num_moe_layers < model.num_layers else 0.0, moe)
+    forward = tokens * (width + 2 * model.hidden_size) * model.activation_bytes
+    sampler = min(settings.max_num_seqs, tokens) * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    return max(forward, sampler)
+
+
 def plan_memory(
     model: ModelFacts, gpu: GpuProfile, settings: ServeSettings, *, check_context: bool = True
 ) -> MemoryPlan:
     """The KV cache vLLM would allocate; raises ``StartRefusal`` where vLLM refuses.
     ``check_context=False`` leaves out the last check (one ``max_model_len`` sequence must
     fit the cache), for a capacity table that holds for any context length."""
+    model = settings.served(model)
     tp = settings.tensor_parallel_size
     total = gpu.memory_bytes
     budget = settings.gpu_memory_utilization * total
@@ -157,15 +225,8 @@ def plan_memory(
             f"{settings.gpu_memory_utilization} allows {budget / GIB:.2f} GiB.",
             summary="the weights do not fit",
         )
-    act_bytes = model.activation_bytes
-    activations = (
-        settings.max_num_batched_tokens
-        * (4 * model.hidden_size + 2 * model.ffn_size / tp)
-        * act_bytes
-    )
-    logits = settings.max_num_seqs * model.vocab_size * 4  # float32 logits in the sampler
-    non_torch = 0.6 * GIB + (0.0 if settings.enforce_eager else 0.5 * GIB)  # + CUDA graphs
-    reserve = activations + logits + non_torch
+    non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0.0)
+    reserve = profile_peak_bytes(model, settings) + non_torch
     kv = budget - weights - reserve
     if kv <= 0:
         raise StartRefusal(
@@ -174,14 +235,16 @@ def plan_memory(
             summary="no memory is left for the KV cache",
         )
     per_token = model.kv_bytes_per_token(settings.kv_cache_dtype, tp)
-    num_blocks = int(kv // (per_token * settings.block_size))
-    plan = MemoryPlan(budget, weights, reserve, kv, per_token, num_blocks, settings.block_size)
-    needed = settings.max_model_len * per_token
+    block = settings.block_size
+    num_blocks = int(kv // (per_token * block))
+    plan = MemoryPlan(budget, weights, reserve, kv, per_token, num_blocks, block)
+    # vLLM's check (v1/core/kv_cache_utils.py, check_enough_kv_cache_memory): one request of
+    # max_model_len tokens, in whole blocks, must fit; its estimate is the longest that does.
+    needed = -(-settings.max_model_len // block) * block * per_token
     if check_context and needed > kv:
-        estimated = int(kv // per_token)
-        estimated -= estimated % settings.block_size
+        estimated = int(kv // (per_token * block)) * block
         raise StartRefusal(
-            f"ValueError: To serve at least one request with the model's max seq len "
+            f"ValueError: To serve at least one request with the models's max seq len "
             f"({settings.max_model_len}), ({needed / GIB:.2f} GiB KV cache is needed, which "
             f"is larger than the available KV cache memory ({kv / GIB:.2f} GiB). Based on "
             f"the available memory, the estimated maximum model length is {estimated}. Try "

@@ -9,9 +9,9 @@ Guarantees:
   translation from and to the site's (and the job's ``ModelSource``) field names
   (``REGISTERED_FACTS``) and its architecture mapping (``ARCHITECTURE_FACTS``), used by the
   site and the simulator alike, so both reason about the same model.
-- Bytes per element: weights take their stored dtype (``WEIGHT_BYTES``); activations and
-  the KV cache take the compute dtype (``ACTIVATION_BYTES``): quantized weights still compute
-  and cache in 16 bit.
+- Bytes per element: weights take their stored dtype (``WEIGHT_BYTES``; a quantized
+  checkpoint's embedding table and LM head stay 16 bit); activations and the KV cache take
+  the compute dtype (``ACTIVATION_BYTES``): quantized weights still cache in 16 bit.
 - Beyond dense GQA decoders, ``ModelFacts`` knows mixture-of-experts layers (total and
   active parameters, expert counts), multi-head latent attention (``kv_lora_rank``) and
   sliding-window layers; their defaults describe a dense model with full attention, for which
@@ -41,7 +41,13 @@ WEIGHT_BYTES = {
     "int4": 0.5,  # AWQ / GPTQ 4-bit; their small scales are ignored
     "awq": 0.5,
     "gptq": 0.5,
+    # 4-bit floats with a shared 8-bit scale per block: NVFP4 per 16 values, MXFP4 per 32.
+    "nvfp4": 0.5 + 1 / 16,
+    "mxfp4": 0.5 + 1 / 32,
 }
+# Stored widths of quantized checkpoints (the rest are plain 16- or 32-bit floats): their
+# linear layers are quantized, their embedding table and LM head stay 16 bit.
+QUANTIZED_DTYPES = frozenset({"fp8", "int8", "int4", "awq", "gptq", "nvfp4", "mxfp4"})
 ACTIVATION_BYTES = {dtype: 4.0 if size == 4.0 else 2.0 for dtype, size in WEIGHT_BYTES.items()}
 FP8_CACHE_BYTES = 1.0  # any --kv-cache-dtype other than auto (fp8, fp8_e4m3, fp8_e5m2)
 
@@ -169,8 +175,15 @@ class ModelFacts:
 
     @property
     def weight_bytes(self) -> float:
-        """Every weight vLLM loads (all experts of a MoE model), at its stored width."""
-        return self.parameters * WEIGHT_BYTES[self.dtype]
+        """Every weight vLLM loads (all experts of a MoE model), at its stored width. A
+        quantized checkpoint keeps its embedding table and LM head in 16 bit (vLLM quantizes
+        linear layers only): Llama 3.1 8B FP8 loads 8.46 GiB, not 7.48. Counted as two
+        tables, untied, as the step model counts them."""
+        width = WEIGHT_BYTES[self.dtype]
+        if self.dtype not in QUANTIZED_DTYPES:
+            return self.parameters * width
+        tables = min(self.parameters, 2 * self.vocab_size * self.hidden_size)
+        return (self.parameters - tables) * width + tables * 2.0
 
     @property
     def parameters_per_token(self) -> float:

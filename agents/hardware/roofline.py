@@ -4,11 +4,12 @@ the site's pre-run estimate).
 Guarantees:
 
 - ``StepModel.cost`` is max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) per
-  GPU, plus a fixed per-step overhead and, with tensor parallelism, two all-reduces per
-  layer. FLOPs count the linear layers for every scheduled token, attention over each
-  token's context, and the LM head for each sampled token; bytes count the weights the step
-  reads (``weight_bytes_read``) plus each request's KV cache read and the new KV written;
-  the host's ``per_sequence_s`` is added for each request in the step.
+  GPU (the linear layers at the weights' tensor precision, ``agents.hardware.precision``),
+  plus a fixed per-step overhead and, with tensor parallelism, two all-reduces per layer.
+  FLOPs count the linear layers for every scheduled token, attention over each token's
+  context, and the LM head for each sampled token; bytes count the weights the step reads
+  (``weight_bytes_read``, at their served width) plus each request's KV cache read and the
+  new KV written; the host's ``per_sequence_s`` is added for each request in the step.
 - A dense model's figures are exactly what they were before mixture-of-experts and MLA were
   modelled. A MoE model computes with its *active* weights per token and reads its non-expert
   weights plus the routed experts the step's tokens are expected to touch (uniform routing);
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from agents.hardware.gpus import GpuProfile
 from agents.hardware.memory import MemoryPlan, ServeSettings
 from agents.hardware.models import WEIGHT_BYTES, ModelFacts
+from agents.hardware.precision import served_precision
 
 
 @dataclass(frozen=True)
@@ -38,14 +40,25 @@ class Efficiency:
     what single requests' TTFT missed.
     """
 
-    flops: float = 0.65
+    flops: float = 0.65  # 16-bit linear layers' products
+    # Attention's products (FlashAttention kernels) and FP8/FP4 linear products (against
+    # their own peak): their kernels reach other shares of the datasheet than BF16 GEMMs.
+    attention_flops: float = 0.65
+    low_precision_flops: float = 0.65
+    # Routed experts' grouped GEMMs: each GPU multiplies by its slice of every expert (the
+    # intermediate width over TP), and a slice narrower than this many columns takes as
+    # long as one this wide — small per-expert matrices leave the tensor cores idle.
+    expert_min_width: float = 0.0
     bandwidth: float = 0.85
+    # Each layer's kernels take at least this long per step, whatever the batch: the floor
+    # of a small batch's decode that bandwidth alone does not explain.
+    layer_overhead_s: float = 0.0
     step_overhead_s: float = 0.0010  # scheduling, sampling, detokenizing: CUDA graphs on
     eager_overhead_s: float = 0.0040  # extra per step with --enforce-eager
     allreduce_latency_s: float = 25e-6
     # CPU-side cost per request in the step (input preparation, sampling, detokenizing,
     # streaming its output): the part of a step that grows with the batch on the host.
-    per_sequence_s: float = 0.0002
+    per_sequence_s: float = 0.00005
     # The server's own time per request outside the engine's steps: HTTP handling, chat
     # template and tokenization before the engine core sees it, and its first token's way
     # back out. What TTFT shows at low load beyond the prefill step.
@@ -81,11 +94,14 @@ class StepModel:
         plan: MemoryPlan,
         efficiency: Efficiency = DEFAULT_EFFICIENCY,
     ):
+        # The model as served: its weights at the width the quantization flags store them at.
+        model = settings.served(model)
         self.model = model
         self.gpu = gpu
         self.settings = settings
         self.plan = plan
         self.eff = efficiency
+        self.precision = served_precision(model.dtype, gpu)
         tp = settings.tensor_parallel_size
         embedding = model.vocab_size * model.hidden_size
         # FLOPs follow the weights one token runs through: all of a dense model's, the
@@ -93,7 +109,30 @@ class StepModel:
         self._linear_params = max(_parameters_per_token(model) - 2 * embedding, 0.0)
         self._head_params = embedding
         self._attention = _AttentionCost.of(model)
-        self._flops_rate = gpu.bf16_tflops * 1e12 * efficiency.flops * tp
+        # FLOP/s per kind of product, all GPUs of the tensor-parallel group together. The
+        # linear layers multiply at the weights' tensor precision (FP8 on Hopper: twice the
+        # BF16 peak; BF16 for 16-bit and weight-only quantized weights); attention and the
+        # LM head stay 16 bit.
+        bf16_rate = gpu.bf16_tflops * 1e12 * tp
+        linear_tflops = gpu.tensor_tflops(self.precision.compute)
+        if self.precision.compute == "bf16" or not linear_tflops:
+            linear_rate = bf16_rate * efficiency.flops
+        else:
+            linear_rate = linear_tflops * 1e12 * tp * efficiency.low_precision_flops
+        self._head_rate = bf16_rate * efficiency.flops
+        self._attention_rate = bf16_rate * efficiency.attention_flops
+        self._linear_rate = linear_rate
+        slice_width = (model.moe_intermediate_size or 0) / tp
+        narrow = max(1.0, efficiency.expert_min_width / slice_width) if slice_width else 1.0
+        self._expert_rate = linear_rate / narrow
+        # Of the weights a token runs through, the routed experts' (k of E per MoE layer).
+        self._routed_params = (
+            model.routed_expert_parameters * model.num_experts_per_token / model.num_experts
+            if model.num_experts
+            else 0.0
+        )
+        self._dense_params = max(self._linear_params - self._routed_params, 0.0)
+        self._layer_floor_s = efficiency.layer_overhead_s * model.num_layers
         self._bytes_rate = gpu.bandwidth_tbps * 1e12 * efficiency.bandwidth
         self._overhead = efficiency.step_overhead_s + (
             efficiency.eager_overhead_s if settings.enforce_eager else 0.0
@@ -104,7 +143,8 @@ class StepModel:
         # touched expert. Expert parallelism (whole experts per GPU) is not modelled.
         self._expert_bytes = 3 * model.hidden_size * (model.moe_intermediate_size or 0) * width
         self._expert_bytes /= tp
-        self._non_expert_bytes = (model.parameters - model.routed_expert_parameters) * width / tp
+        routed = model.routed_expert_parameters * width
+        self._non_expert_bytes = (model.weight_bytes - routed) / tp
 
     def weight_bytes_read(self, tokens: int) -> float:
         """The weight bytes one GPU reads in a step that computes ``tokens`` tokens.
@@ -141,21 +181,22 @@ class StepModel:
                 prefill_context += before
             else:
                 attended += pairs
-        flops = (
-            2 * self._linear_params * tokens
-            + 2 * self._head_params * sampled
-            + self._attention.decode_unit * attended
-        )
+        attention_flops = self._attention.decode_unit * attended
         if prefill_attended:
-            flops += (
+            attention_flops += (
                 self._attention.prefill_unit * prefill_attended
                 + self._attention.expand_unit * prefill_context
             )
+        compute_s = (
+            2 * self._dense_params * tokens / self._linear_rate
+            + 2 * self._routed_params * tokens / self._expert_rate
+            + 2 * self._head_params * sampled / self._head_rate
+            + attention_flops / self._attention_rate
+        )
         weight_bytes = self.weight_bytes_read(tokens)
         # Per GPU: the plan's figure is MLA's whole latent on every GPU, GQA's share of heads.
         kv_bytes = context * self.plan.kv_bytes_per_token
         act_bytes = tokens * self.model.hidden_size * self.model.activation_bytes * 8
-        compute_s = flops / self._flops_rate
         memory_s = (weight_bytes + kv_bytes + act_bytes) / self._bytes_rate
         comm_s = 0.0
         if tp > 1:
@@ -165,7 +206,7 @@ class StepModel:
             )
             comm_s = 2 * self.model.num_layers * per_reduce
         seconds = (
-            max(compute_s, memory_s)
+            max(compute_s, memory_s, self._layer_floor_s)
             + comm_s
             + self._overhead
             + self.eff.per_sequence_s * len(batch)

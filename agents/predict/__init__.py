@@ -13,15 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.engines.sim.scheduler import Scheduler
+from agents.engines.sim.scheduler import make_scheduler
 from agents.engines.sim.startup import cold_start_seconds
 from agents.hardware import (
     Efficiency,
     GpuProfile,
     ModelFacts,
     StartRefusal,
-    StepModel,
-    start_check,
 )
 from agents.hardware.roofline import DEFAULT_EFFICIENCY
 from agents.loadgen.config import BenchConfig
@@ -90,18 +88,23 @@ def predict_trial(
     config: BenchConfig,
     *,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    vllm_version: str | None = None,
     intervals: bool = True,
     work_budget: int | None = None,
 ) -> TrialPrediction:
     """The simulated benchmark of ``model`` served with ``flags`` (protocol names, checked)
     on ``gpu`` under ``config``; ``efficiency``: the step model's constants (a calibration's,
-    or the defaults); ``intervals``: False skips the levels' confidence intervals;
-    ``work_budget``: raises ``WorkTooLarge`` past that many simulated request-steps."""
+    or the defaults); ``vllm_version``: the release whose defaults fill the flags left out
+    (None: the newest modelled); ``intervals``: False skips the levels' confidence
+    intervals; ``work_budget``: raises ``WorkTooLarge`` past that many simulated
+    request-steps."""
     try:
-        settings, plan = start_check(model, gpu, flags)
+        scheduler = make_scheduler(
+            model, gpu, flags, vllm_version=vllm_version, efficiency=efficiency
+        )
     except StartRefusal as refusal:
         return TrialPrediction(dict(flags), refusal=str(refusal), refusal_summary=refusal.summary)
-    scheduler = Scheduler(settings, StepModel(model, gpu, settings, plan, efficiency))
+    settings, plan = scheduler.settings, scheduler.step_model.plan
     result = OfflineBench(config, scheduler, intervals=intervals, work_budget=work_budget).run()
     return TrialPrediction(
         dict(flags),
@@ -122,6 +125,7 @@ def predict_workload(
     *,
     dataset_path: Path | None = None,
     efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    vllm_version: str | None = None,
     intervals: bool = False,
     work_budget: int | None = None,
 ) -> TrialPrediction:
@@ -145,6 +149,7 @@ def predict_workload(
         flags,
         config,
         efficiency=efficiency,
+        vllm_version=vllm_version,
         intervals=intervals,
         work_budget=work_budget,
     )

@@ -274,7 +274,8 @@ class OfflineBench:
             self.finish(record, request)
             if window is not None:
                 window.finished(record, first_of_slot=first)
-            heapq.heappush(ready, (now, slot, False))
+            # The client sends its next request once it has read the last token.
+            heapq.heappush(ready, (request.token_times[-1], slot, False))
 
         self.drive(Slots(), finished)
 

@@ -209,6 +209,12 @@ _FLAG_LIST = (
             "marlin",
             "awq_marlin",
             "gptq_marlin",
+            # Checked in vLLM 0.11's QuantizationMethods (quantization/__init__.py).
+            "fbgemm_fp8",
+            "ptpc_fp8",
+            "modelopt",
+            "modelopt_fp4",
+            "mxfp4",
         ),
     ),
     FlagSpec(

@@ -106,6 +106,7 @@ class RunnerTrials:
                 self.runner.job.slos,
                 dataset_path=self.dataset_path,
                 efficiency=efficiency,
+                vllm_version=self.runner.job.engine.vllm_version,
             )
             self._predictions[key] = outcome_of(
                 prediction.levels,

@@ -209,6 +209,7 @@ def trial_engine(
             served_model_name=job.model.served_model_name,
             speed=job.engine.sim_speed,
             startup_speed=options.sim_startup_speed,
+            vllm_version=job.engine.vllm_version,
             startup_timeout=timeout,
             # Each configuration draws its own noise, the same in every run of this seed.
             noise_seed=None if noise_seed is None else derived_seed(noise_seed, serve_config),

@@ -9,8 +9,9 @@ Guarantees:
 - Each configuration of the run's plan is predicted under the experiment's own workload and
   SLOs (an uploaded dataset, ShareGPT or a trace's window, read from its stored file as the
   agent replays it); with SLOs, its capacity at them (a capacity search runs even when the
-  workload asks for none: capacity is what the prediction is for). The same serve
-  configuration on several images is predicted once (the simulator models no vLLM version).
+  workload asks for none: capacity is what the prediction is for). Each image is predicted
+  with its vLLM version's defaults for the flags a configuration leaves out; the same serve
+  configuration on two images of one version is predicted once.
 - Cost per 1M output tokens at capacity is the pod's price (``runs.costs``: the
   organization's price of the experiment's GPU type and cloud × its GPU count) over the
   predicted throughput at capacity; ``best`` is the configuration with the lowest one.
@@ -38,7 +39,7 @@ from agents.hardware import DEFAULT_EFFICIENCY, Efficiency
 from agents.predict import WorkTooLarge, predict_workload
 from agents.protocol import Slos, Workload
 from runs.costs import GpuShare, level_cost_per_million_output_tokens, pod_usd_per_hr
-from runs.experiment_spec import experiment_trial_plan
+from runs.experiment_spec import PlannedTrial, experiment_trial_plan, vllm_version_of_tag
 from runs.models import Experiment, WorkloadDataset
 from runs.selectors.calibrations import latest_calibration
 from runs.selectors.prices import gpu_price
@@ -128,6 +129,12 @@ def _calibrated_efficiency(experiment: Experiment, result: GridPrediction) -> Ef
     return Efficiency.from_constants(source.constants)
 
 
+def _prediction_key(planned: PlannedTrial) -> str:
+    """Trials that predict the same: one serve configuration under one vLLM version."""
+    version = vllm_version_of_tag(planned.image_tag or "")
+    return repr((version, sorted(planned.serve_config.items())))
+
+
 def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
     """Every configuration of ``experiment`` predicted on the simulator (module docstring)."""
     started = time.process_time()
@@ -162,11 +169,11 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
     efficiency = _calibrated_efficiency(experiment, result)
     plan = experiment_trial_plan(experiment)
     labels = image_config_labels(plan)
-    distinct = {repr(sorted(p.serve_config.items())) for p in plan}
+    distinct = {_prediction_key(p) for p in plan}
     budget = WORK_BUDGET // max(1, len(distinct))
     seen: dict[str, object] = {}
     for planned, label in zip(plan, labels, strict=True):
-        key = repr(sorted(planned.serve_config.items()))
+        key = _prediction_key(planned)
         if key not in seen:
             try:
                 seen[key] = predict_workload(
@@ -177,6 +184,7 @@ def experiment_prediction(*, experiment: Experiment) -> GridPrediction:
                     slos,
                     dataset_path=uploaded,
                     efficiency=efficiency,
+                    vllm_version=vllm_version_of_tag(planned.image_tag or ""),
                     work_budget=budget,
                 )
             except WorkTooLarge:

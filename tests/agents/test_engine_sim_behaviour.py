@@ -12,6 +12,7 @@ import statistics
 import pytest
 
 from agents.engines.sim import SimRequest, closed_loop
+from agents.engines.sim.frontend import DEFAULT_FRONT_END, FrontEnd
 from agents.engines.sim.scheduler import Scheduler, make_scheduler, prompt_block_hashes, simulate
 from agents.hardware import (
     MODEL_PRESETS,
@@ -128,7 +129,8 @@ def test_it_refuses_a_max_model_len_beyond_the_kv_cache_like_vllm():
     with pytest.raises(StartRefusal) as caught:
         make_scheduler(LLAMA8, gpu_profile("RTX 4090"), {"gpu_memory_utilization": 0.9})
     message = str(caught.value)
-    assert "To serve at least one request with the model's max seq len (131072)" in message
+    # vLLM 0.11's words, its "models's" included (v1/core/kv_cache_utils.py).
+    assert "To serve at least one request with the models's max seq len (131072)" in message
     assert "estimated maximum model length is" in message
 
 
@@ -165,7 +167,8 @@ def test_prefix_caching_hits_shared_prefixes_and_cuts_ttft():
 def scheduler_with_front_end(seconds):
     settings, plan = start_check(LLAMA8, H100, {"max_model_len": 8192})
     step_model = StepModel(LLAMA8, H100, settings, plan, Efficiency(request_overhead_s=seconds))
-    return Scheduler(settings, step_model)
+    # No serial API-server cost: these tests hold the fixed hand-off alone.
+    return Scheduler(settings, step_model, front_end=FrontEnd(0.0, 0.0, 0.0))
 
 
 def test_a_request_reaches_the_engine_only_after_the_servers_front_end():
@@ -223,3 +226,46 @@ def test_model_specs_load_from_the_sites_field_names(tmp_path):
         load_model_facts(str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="unknown GPU"):
         gpu_profile("TPU")
+
+
+def test_one_api_server_caps_the_request_rate_of_many_tiny_requests():
+    # 1,000 requests of 128 tokens in and 4 out sent at once: the engine alone would finish
+    # them far faster than one API-server process can take them in and stream them out.
+    costs = FrontEnd(request_s=0.005, prompt_token_s=2e-6, output_token_s=25e-6)
+    cap = 1 / (costs.request_s + 128 * costs.prompt_token_s + 4 * costs.output_token_s)
+
+    def requests_per_second(front_end):
+        settings, plan = start_check(LLAMA8, H100, {"max_model_len": 4096})
+        scheduler = Scheduler(
+            settings, StepModel(LLAMA8, H100, settings, plan), front_end=front_end
+        )
+        result = simulate(scheduler, [SimRequest(i, 128, 4) for i in range(1000)])
+        return len(result.requests) / result.duration
+
+    assert requests_per_second(costs) == pytest.approx(cap, rel=0.03)
+    assert requests_per_second(FrontEnd(0.0, 0.0, 0.0)) > 1.5 * cap
+
+
+def test_tokens_reach_the_client_after_the_front_end_streams_them():
+    def token_times(output_token_s):
+        settings, plan = start_check(LLAMA8, H100, {"max_model_len": 4096})
+        front_end = FrontEnd(0.0, 0.0, output_token_s)
+        scheduler = Scheduler(
+            settings, StepModel(LLAMA8, H100, settings, plan), front_end=front_end
+        )
+        result = simulate(scheduler, [SimRequest(i, 64, 16) for i in range(64)])
+        return [t for request in result.requests for t in request.token_times]
+
+    # The same engine steps; each step's 64 tokens reach their clients once the one process
+    # has streamed all of them (64 x 25 us), well within the next step.
+    shifts = [b - a for a, b in zip(token_times(0.0), token_times(25e-6), strict=True)]
+    assert shifts == pytest.approx([64 * 25e-6] * len(shifts))
+
+
+def test_the_front_end_tokenizes_the_prompt_before_the_engine_sees_it():
+    def ready_at(prompt_len):
+        request = SimRequest(0, prompt_len, 2)
+        simulate(make_scheduler(LLAMA8, H100, {"max_model_len": 8192}), [request])
+        return request.ready_at
+
+    assert ready_at(4000) - ready_at(100) == pytest.approx(3900 * DEFAULT_FRONT_END.prompt_token_s)

@@ -264,9 +264,10 @@ def test_it_counts_deepseek_v3_total_and_active_parameters_from_its_config():
     )
     assert (facts.num_moe_layers, facts.moe_intermediate_size) == (58, 2048)
     assert (facts.kv_lora_rank, facts.qk_rope_head_dim, facts.head_dim) == (512, 64, 192)
-    # The checkpoint stores FP8 weights (quantization_config): one byte each.
+    # The checkpoint stores FP8 weights (quantization_config): one byte each, but for the
+    # embedding table and the LM head, which stay BF16 (vLLM quantizes linear layers only).
     assert facts.dtype == "fp8"
-    assert facts.weight_bytes == total
+    assert facts.weight_bytes == total + embeddings
 
 
 def test_it_caches_one_mla_latent_per_layer_the_same_on_every_tensor_parallel_gpu():
@@ -444,7 +445,7 @@ def test_it_takes_a_stated_parameter_count_and_derives_the_active_share():
         ({"num_experts_per_tok": 300}, "num_experts_per_tok"),
         ({"qk_rope_head_dim": None}, "missing qk_rope_head_dim"),
         ({"v_head_dim": None}, "missing v_head_dim"),
-        ({"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config.quant_method"),
+        ({"quantization_config": {"quant_method": "hqq"}}, "quantization_config.quant_method"),
         ({"quantization_config": None, "torch_dtype": "int8"}, "torch_dtype 'int8'"),
         ({"num_parameters": "671B"}, "num_parameters must be a number"),
     ],

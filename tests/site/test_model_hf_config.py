@@ -78,10 +78,12 @@ def test_it_registers_deepseek_v3_with_its_latent_attention_and_experts(alice):
         "kv_lora_rank": c["kv_lora_rank"],
         "qk_rope_head_dim": c["qk_rope_head_dim"],
     }
-    # One latent per layer, no per-head K and V; every weight stored in one byte.
+    # One latent per layer, no per-head K and V; every linear weight stored in one byte, the
+    # embedding table and the LM head in two (the FP8 checkpoint quantizes linear layers).
     latent = layers * (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * BF16
     assert model.kv_cache_bytes_per_token() == latent
-    assert model.weight_bytes == model.parameter_count
+    tables = 2 * c["vocab_size"] * c["hidden_size"]
+    assert model.weight_bytes == model.parameter_count + tables
     assert abs(model.parameter_count / 671e9 - 1) < 0.01  # DeepSeek's published total
     assert model.facts.parameters_per_token == model.architecture["active_parameters"]
 

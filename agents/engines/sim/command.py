@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from agents.engines.sim.completions import SIM_VERSION
 from agents.engines.sim.http import Connection
 from agents.engines.sim.noise import StepNoise
-from agents.engines.sim.scheduler import Scheduler
+from agents.engines.sim.scheduler import Scheduler, make_scheduler
 from agents.engines.sim.server import SimServer
 from agents.engines.sim.startup import cold_start_seconds
 from agents.hardware import (
@@ -29,10 +29,8 @@ from agents.hardware import (
     ModelFacts,
     ServeSettings,
     StartRefusal,
-    StepModel,
     gpu_profile,
     load_model_facts,
-    start_check,
 )
 
 
@@ -53,6 +51,10 @@ def argument_parser() -> argparse.ArgumentParser:
         "--startup-speed", type=float, help="speed of the simulated start-up (default --speed)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--vllm-version",
+        help="the vLLM release whose defaults fill unset flags (default: the newest modelled)",
+    )
     parser.add_argument(
         "--noise-seed",
         type=int,
@@ -85,6 +87,8 @@ FLAG_NAMES = (
     "enable_prefix_caching",
     "enable_chunked_prefill",
     "kv_cache_dtype",
+    "dtype",
+    "quantization",
     "block_size",
     "enforce_eager",
 )
@@ -116,10 +120,9 @@ def build_scheduler(args: argparse.Namespace) -> SimSetup:
             "error: argument --speed: must be a positive number", summary="a bad --speed"
         )
     flags = {name: getattr(args, name) for name in FLAG_NAMES}
-    settings, plan = start_check(model, gpu, flags)
     noise = None if args.noise_seed is None else StepNoise(args.noise_seed)
-    scheduler = Scheduler(settings, StepModel(model, gpu, settings, plan), noise)
-    return SimSetup(model, settings, scheduler)
+    scheduler = make_scheduler(model, gpu, flags, vllm_version=args.vllm_version, noise=noise)
+    return SimSetup(model, scheduler.settings, scheduler)
 
 
 def build(args: argparse.Namespace) -> SimServer:

@@ -27,12 +27,14 @@ def sim_engine(
     seed: int = 0,
     noise_seed: int | None = None,
     startup_speed: float | None = None,
+    vllm_version: str | None = None,
     host: str = "127.0.0.1",
     port: int | None = None,
     startup_timeout: float = 120.0,
     python: str = sys.executable,
 ) -> ProcessEngine:
-    """A ``ProcessEngine`` running the simulator for one serve configuration.
+    """A ``ProcessEngine`` running the simulator for one serve configuration, with the
+    defaults ``vllm_version`` sets where ``config`` leaves a flag out.
 
     Raises ``agents.protocol.ServeGridError`` for a configuration the schema refuses.
     """
@@ -62,6 +64,8 @@ def sim_engine(
         argv += ["--noise-seed", str(noise_seed)]
     if startup_speed is not None:
         argv += ["--startup-speed", repr(float(startup_speed))]
+    if vllm_version is not None:
+        argv += ["--vllm-version", vllm_version]
     env = {key: os.environ[key] for key in (*PASSTHROUGH_ENV, "PYTHONPATH") if key in os.environ}
     env["PYTHONUNBUFFERED"] = "1"
     # The simulator must import this very package, wherever the agent runs from.

@@ -15,11 +15,12 @@ Guarantees (after ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`
   a new request reuses the cached blocks of its longest cached prefix (at least one token is
   always computed). Freed cached blocks stay reusable until evicted, least recently freed
   first. Queries and hits are counted in tokens, as vLLM's metrics do.
-- The engine never waits for a request: one sent at ``arrival`` reaches the scheduler
-  ``Efficiency.request_overhead_s`` later (the server's HTTP handling, chat template,
-  tokenization and hand-off to the engine core, and the first token's way back), and a step
-  that began before then runs without it. A request sent as another finishes therefore
-  joins the step after next, as on a real server whose engine starts its next step at once.
+- The engine never waits for a request: one sent at ``arrival`` reaches the scheduler when
+  the API server's serial queue has tokenized it (``frontend.FrontEndQueue.admit``) plus
+  ``Efficiency.request_overhead_s`` (the hand-off to the engine core and the first token's
+  way back), and a step that began before then runs without it. A step's tokens reach their
+  clients when that same queue has detokenized and streamed them (``deliver``):
+  ``token_times`` are those delivery times, what a client sees.
 - No clock: ``Scheduler.schedule(now)`` and ``Scheduler.finish`` are pure state
   transitions, so the same arrivals give the same steps. The only randomness is the seeded
   ``StepNoise`` a scheduler may be given (``agents.engines.sim.noise``); without it every
@@ -33,8 +34,19 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agents.engines.sim.frontend import DEFAULT_FRONT_END, FrontEnd, FrontEndQueue
 from agents.engines.sim.noise import StepNoise
-from agents.hardware import GpuProfile, ModelFacts, ServeSettings, StepModel, start_check
+from agents.hardware import (
+    DEFAULT_EFFICIENCY,
+    Efficiency,
+    GpuProfile,
+    ModelFacts,
+    ServeSettings,
+    StepModel,
+    start_check,
+)
+from agents.hardware.vllm_defaults import EntryPoint, batch_defaults
+from agents.protocol.versions import parse_vllm_version
 
 
 @dataclass(eq=False)
@@ -142,11 +154,16 @@ class Scheduler:
     """vLLM V1-style continuous batching over a ``BlockPool``."""
 
     def __init__(
-        self, settings: ServeSettings, step_model: StepModel, noise: StepNoise | None = None
+        self,
+        settings: ServeSettings,
+        step_model: StepModel,
+        noise: StepNoise | None = None,
+        front_end: FrontEnd = DEFAULT_FRONT_END,
     ):
         self.settings = settings
         self.step_model = step_model
         self.noise = noise
+        self.front_end = FrontEndQueue(front_end)
         self.pool = BlockPool(step_model.plan.num_blocks)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -159,9 +176,10 @@ class Scheduler:
 
     def add(self, request: SimRequest) -> None:
         """Queues ``request`` (sent at its ``arrival``); it can be scheduled from its
-        ``ready_at`` on. The overhead is the same for every request, so the queue stays in
-        order of readiness."""
-        request.ready_at = request.arrival + self.step_model.eff.request_overhead_s
+        ``ready_at`` on. The front end serves requests in the order they are added, so the
+        queue stays in order of readiness."""
+        admitted = self.front_end.admit(request.arrival, request.prompt_len)
+        request.ready_at = admitted + self.step_model.eff.request_overhead_s
         self.waiting.append(request)
 
     def waiting_at(self, now: float) -> int:
@@ -293,6 +311,8 @@ class Scheduler:
         """Applies a step that ended at ``now``; returns the requests that finished."""
         self.steps += 1
         finished = []
+        sampled = sum(1 for r, new in step.items if r.computed + new >= r.total_len)
+        delivered = self.front_end.deliver(now, sampled) if sampled else now
         for request, new in step.items:
             if request.scheduled_at is None:
                 request.scheduled_at = now - step.duration
@@ -305,7 +325,7 @@ class Scheduler:
             if request.output == 1:
                 self.prompt_tokens += request.prompt_len  # counted once, as vLLM does
             self.generation_tokens += 1
-            request.token_times.append(now)
+            request.token_times.append(delivered)
             done = request.done
             if request.on_tokens is not None:
                 request.on_tokens(request, 1, done)
@@ -377,10 +397,13 @@ def simulate(scheduler: Scheduler, requests: Iterable[SimRequest]) -> OfflineRes
             now = min(upcoming)
             continue
         now += step.duration
+        # Sent while the step ran: the front end took them in before the step's outputs.
+        while pending and pending[0].arrival <= now:
+            scheduler.add(pending.popleft())
         done.extend(scheduler.finish(step, now))
     return OfflineResult(
         sorted(done, key=lambda r: r.id),
-        now - start,
+        _last_token(done, now) - start,
         scheduler.steps,
         scheduler.preemptions,
         max_waiting,
@@ -423,12 +446,12 @@ def closed_loop(
             done.append(request)
             if issued < total:
                 follow = make(issued)
-                follow.arrival = now
+                follow.arrival = request.token_times[-1]  # its client saw the last token
                 scheduler.add(follow)
                 issued += 1
     return OfflineResult(
         sorted(done, key=lambda r: r.id),
-        now,
+        _last_token(done, now),
         scheduler.steps,
         scheduler.preemptions,
         max_waiting,
@@ -438,10 +461,42 @@ def closed_loop(
     )
 
 
+def _last_token(done: Sequence[SimRequest], now: float) -> float:
+    """When the run ended for its clients: the last token delivered (or the last step)."""
+    return max([now, *(r.token_times[-1] for r in done if r.token_times)])
+
+
+def with_version_defaults(
+    gpu: GpuProfile,
+    flags: Mapping[str, object],
+    vllm_version: str | None = None,
+    entry_point: EntryPoint = "serve",
+) -> dict[str, object]:
+    """``flags`` with what they leave out filled as ``vllm_version`` (None: the newest the
+    table knows) sets it on ``gpu`` at ``entry_point`` (``agents.hardware.vllm_defaults``);
+    raises ``ValueError`` for a version string vLLM never had."""
+    release = None if vllm_version is None else parse_vllm_version(vllm_version)[0]
+    given = {name: value for name, value in flags.items() if value is not None}
+    return {**batch_defaults(release, gpu, entry_point).as_flags(), **given}
+
+
 def make_scheduler(
-    model: ModelFacts, gpu: GpuProfile, flags: Mapping[str, object] | None = None
+    model: ModelFacts,
+    gpu: GpuProfile,
+    flags: Mapping[str, object] | None = None,
+    *,
+    vllm_version: str | None = None,
+    entry_point: EntryPoint = "serve",
+    efficiency: Efficiency = DEFAULT_EFFICIENCY,
+    front_end: FrontEnd = DEFAULT_FRONT_END,
+    noise: StepNoise | None = None,
 ) -> Scheduler:
-    """A scheduler for ``model`` on ``gpu`` with serve ``flags`` (protocol names); raises
-    ``StartRefusal`` where vLLM would refuse to start (``agents.hardware.start_check``)."""
-    settings, plan = start_check(model, gpu, flags or {})
-    return Scheduler(settings, StepModel(model, gpu, settings, plan))
+    """A scheduler for ``model`` on ``gpu`` with serve ``flags`` (protocol names), the rest
+    as ``vllm_version`` sets them at ``entry_point``; raises ``StartRefusal`` where vLLM would
+    refuse to start (``agents.hardware.start_check``). ``efficiency`` and ``front_end`` are
+    the constants of its step model and API server (a calibration's, or the defaults);
+    ``noise`` its seeded step-time noise, if any."""
+    flags = with_version_defaults(gpu, flags or {}, vllm_version, entry_point)
+    settings, plan = start_check(model, gpu, flags)
+    step_model = StepModel(model, gpu, settings, plan, efficiency)
+    return Scheduler(settings, step_model, noise, front_end=front_end)

@@ -147,4 +147,17 @@ class SimServer:
                 self.scheduler.abort(request)
                 self.clients.pop(request.id, None)
             return
-        client.conn.on_token(client, request, client.rng.randrange(len(WORDS)), done)
+        word = client.rng.randrange(len(WORDS))
+        # The token leaves when the API server's queue has streamed it (token_times[-1]),
+        # which may be after the step's end.
+        loop = asyncio.get_running_loop()
+        deadline = self.t0 + request.token_times[-1] / self.speed
+        if deadline > loop.time():
+            loop.call_at(deadline, self._write_token, client, request, word, done)
+        else:
+            self._write_token(client, request, word, done)
+
+    @staticmethod
+    def _write_token(client: Client, request: SimRequest, word: int, done: bool) -> None:
+        if not client.conn.closed:
+            client.conn.on_token(client, request, word, done)

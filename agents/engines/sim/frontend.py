@@ -1,0 +1,64 @@
+"""vLLM's API server as one serial queue: the CPU time a request and its tokens cost outside
+the GPU, spent one item after another.
+
+Guarantees:
+
+- ``vllm serve`` runs one API-server process (``--api-server-count`` 1) beside the engine
+  core. Its event loop does, one item at a time, a new request's HTTP handling, chat
+  template and tokenization (``request_s`` + ``prompt_token_s`` per prompt token) and, after
+  each engine step, the step's outputs: detokenizing and writing one SSE chunk per token
+  (``output_token_s`` each). ``FrontEndQueue`` serves these items first come first served on
+  one server, so when requests or tokens come faster than it can serve them they queue, and
+  request throughput cannot exceed what that one process does: the many-small-requests
+  ceiling the engine alone would not show.
+- A request reaches the engine core when its input work is done (``admit``) plus the
+  engine's fixed hand-off latency (``Efficiency.request_overhead_s``, not serial); a step's
+  tokens reach the client when its output work is done (``deliver``). The engine never
+  waits for the front end: its steps go on while the front end catches up, as vLLM V1's
+  engine core (another process) does.
+- Pure arithmetic on simulated time; no clock, no randomness.
+
+The constants were chosen on the calibration rows of ``benchmarks/data/vllm_published.csv``
+(docs/simulator.md, "The server's front end", says how and from which sources).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """CPU seconds of the API-server process per item of work."""
+
+    # HTTP parsing, request validation, sampling params, the hand-off to the engine core and
+    # the final usage chunk: per request.
+    request_s: float = 0.005
+    # Tokenization (and chat template) of the prompt: per prompt token.
+    prompt_token_s: float = 2e-6
+    # Incremental detokenization and one streamed SSE chunk: per output token.
+    output_token_s: float = 25e-6
+
+
+DEFAULT_FRONT_END = FrontEnd()
+
+
+class FrontEndQueue:
+    """One API-server process: a single server, first come first served."""
+
+    def __init__(self, costs: FrontEnd = DEFAULT_FRONT_END):
+        self.costs = costs
+        self.busy_until = 0.0
+
+    def _serve(self, at: float, seconds: float) -> float:
+        self.busy_until = max(at, self.busy_until) + seconds
+        return self.busy_until
+
+    def admit(self, arrival: float, prompt_len: int) -> float:
+        """When a request sent at ``arrival`` has been tokenized and handed on."""
+        costs = self.costs
+        return self._serve(arrival, costs.request_s + costs.prompt_token_s * prompt_len)
+
+    def deliver(self, step_end: float, tokens: int) -> float:
+        """When the ``tokens`` sampled in a step that ended at ``step_end`` reach clients."""
+        return self._serve(step_end, self.costs.output_token_s * tokens)
