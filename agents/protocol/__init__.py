@@ -79,6 +79,7 @@ from agents.protocol.host_env import (
     VLLM_ENV_ENV,
     WEIGHTS_DIR_ENV,
 )
+from agents.protocol.hub_names import hf_repo_problem, revision_problem
 from agents.protocol.job import (
     MAX_JOB_TRIALS,
     MAX_SPEND_SECONDS,
@@ -178,6 +179,7 @@ from agents.protocol.slo_verdicts import (
     level_verdict,
     load_verdict,
 )
+from agents.protocol.speculative import SPECULATIVE_METHODS
 from agents.protocol.strict import StrictModel
 from agents.protocol.transport import (
     AGENT_DATASET_ROUTE,
@@ -294,6 +296,7 @@ __all__ = [
     "SITE_FRAME_MODELS",
     "SLO_CHECK_KEY",
     "SLO_PERCENTILES",
+    "SPECULATIVE_METHODS",
     "TOKEN_ENV",
     "TRACE_FORMATS",
     "TRIAL_FAILURE_CLASSES",
@@ -399,6 +402,7 @@ __all__ = [
     "combined_verdict",
     "cuda_driver_problem",
     "expand_serve_grid",
+    "hf_repo_problem",
     "json_depth_exceeds",
     "json_loads_bounded",
     "latency_field",
@@ -414,6 +418,7 @@ __all__ = [
     "percentile_statistic",
     "protocol_json_schema",
     "pydantic_field_errors",
+    "revision_problem",
     "serve_args",
     "serve_command_args",
     "serve_flags_json_schema",
