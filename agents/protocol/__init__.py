@@ -119,6 +119,12 @@ from agents.protocol.level_result import (
     latency_field,
     percentile_statistic,
 )
+from agents.protocol.lora import (
+    MAX_LORA_ADAPTERS,
+    LoraAdapter,
+    lora_adapters_problems,
+    lora_serve_flags,
+)
 from agents.protocol.messages import (
     MAX_LOG_TAIL_CHARS,
     PROTOCOL_VERSION,
@@ -179,7 +185,7 @@ from agents.protocol.slo_verdicts import (
     level_verdict,
     load_verdict,
 )
-from agents.protocol.speculative import SPECULATIVE_METHODS
+from agents.protocol.speculative import SPECULATIVE_METHODS, DraftModel, draft_models
 from agents.protocol.strict import StrictModel
 from agents.protocol.transport import (
     AGENT_DATASET_ROUTE,
@@ -280,6 +286,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_LOAD_LEVELS",
     "MAX_LOG_TAIL_CHARS",
+    "MAX_LORA_ADAPTERS",
     "MAX_OUTPUT_LEN",
     "MAX_SEED",
     "MAX_SLO_MS",
@@ -324,6 +331,7 @@ __all__ = [
     "ColdStartPhase",
     "Count",
     "Dataset",
+    "DraftModel",
     "EngineRestarted",
     "EngineSpec",
     "EpochGrant",
@@ -349,6 +357,7 @@ __all__ = [
     "LevelFigures",
     "LevelProgress",
     "LevelResult",
+    "LoraAdapter",
     "MeanMax",
     "MeasurementReport",
     "ModelArchitecture",
@@ -401,6 +410,7 @@ __all__ = [
     "check_verdict",
     "combined_verdict",
     "cuda_driver_problem",
+    "draft_models",
     "expand_serve_grid",
     "hf_repo_problem",
     "json_depth_exceeds",
@@ -409,6 +419,8 @@ __all__ = [
     "level_requests",
     "level_verdict",
     "load_verdict",
+    "lora_adapters_problems",
+    "lora_serve_flags",
     "message_seq",
     "minimum_driver",
     "parse_agent_message",

@@ -59,6 +59,11 @@ RESERVED_FLAGS: dict[str, str] = {
         "Benchsite sets it for every trial",
     ),
     "trust_remote_code": "set trust_remote_code on the experiment (it is audited), not in the grid",
+    **dict.fromkeys(
+        ("enable_lora", "lora_modules"),
+        "name LoRA adapters on the experiment (lora_adapters): they are downloaded with the "
+        "weights and requests are spread over them",
+    ),
     "api_key": "the agent talks to vLLM without a key",
     "config": "a grid names its flags; a config file is not sent to the pod",
     "download_dir": "the agent downloads the weights into its own cache",

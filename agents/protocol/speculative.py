@@ -17,7 +17,7 @@ Guarantees:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from agents.protocol.errors import FieldError, got_value, json_literal
@@ -58,6 +58,27 @@ SPECULATIVE_METHODS: dict[str, SpecMethod] = {
 _NGRAM_KEYS = ("prompt_lookup_min", "prompt_lookup_max")
 _DRAFT_KEYS = ("model", "revision", "draft_tensor_parallel_size")
 _KEYS = ("method", "num_speculative_tokens", *_DRAFT_KEYS, *_NGRAM_KEYS)
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A speculative draft model a grid names: fetched with the weights, as a model is."""
+
+    hf_repo: str
+    revision: str
+    trust_remote_code: bool = False
+
+
+def draft_models(configs: Iterable[Mapping[str, object]]) -> list[DraftModel]:
+    """The draft models of checked serve configurations, each once, in order of mention."""
+    found: dict[DraftModel, None] = {}
+    for config in configs:
+        value = config.get("speculative_config")
+        if isinstance(value, str):
+            value = json.loads(value)
+        if isinstance(value, Mapping) and "model" in value:
+            found[DraftModel(value["model"], value["revision"])] = None
+    return list(found)
 
 
 def _positive_int(value: object, maximum: int) -> str | None:

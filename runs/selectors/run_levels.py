@@ -167,6 +167,8 @@ def level_row(measurement: Measurement) -> dict:
         "send_lateness": _every_field(result.send_lateness),
         "replay": _every_field(result.replay),
         "turns": [_every_field(turn) for turn in result.turns or ()] or None,
+        # Requests of the level sent to each LoRA adapter (None: the run served none).
+        "lora_requests": dict(result.lora_requests) if result.lora_requests else None,
         "gpus": _gpus(measurement.gpus),
     }
     for metric in METRICS:
