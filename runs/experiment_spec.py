@@ -192,6 +192,11 @@ def experiment_spec_check(
         except ServeGridError as exc:
             for error in exc.errors:
                 add(f"serve_grid.{error.field}" if error.field else "serve_grid", error.message)
+        if engine == Engine.SIM and "speculative_config" in grid:
+            # Its trials would start a simulator that refuses the flag; and a figure it made
+            # without drafting must not pass for speculative decoding's.
+            add("serve_grid.speculative_config", "The simulator does not model speculative "
+                "decoding: measure it on real vLLM (engine 'vllm').")  # fmt: skip
     compared = _check_compare_image_tags(
         compare_image_tags,
         engine=engine,

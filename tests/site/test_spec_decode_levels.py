@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from runs.models import Measurement
 
-from .conftest import signed_in
+from .conftest import experiment_payload, make_model, signed_in
 from .test_agent_ingest import messages
 from .test_web_level_schedule import _run
 from .test_web_runs import text_of
@@ -59,3 +59,16 @@ def test_a_level_without_it_shows_none(alice):
     _fed(run, token, {"kv_cache_usage_perc": {"max": 0.4}, "spec_decode_acceptance_rate": None})
     page = text_of(signed_in(alice).get(f"/o/acme/runs/{run.id}/").content.decode())
     assert "Speculative decoding" not in page
+
+
+def test_the_simulator_refuses_speculative_decoding_naming_the_flag(alice):
+    model = make_model(alice.org)
+    grid = {"speculative_config": [{"method": "ngram", "num_speculative_tokens": 3}]}
+    sim = experiment_payload(model.id, engine="sim", engine_image_tag="", serve_grid=grid)
+    response = alice.client().post("/api/v1/orgs/acme/experiments/", sim, format="json")
+    assert response.status_code == 400
+    (message,) = response.json()["error"]["fields"]["serve_grid.speculative_config"]
+    assert message.startswith("The simulator does not model speculative decoding")
+    real = experiment_payload(model.id, engine_image_tag="v0.13.0", serve_grid=grid)
+    response = alice.client().post("/api/v1/orgs/acme/experiments/", real, format="json")
+    assert response.status_code == 201, response.json()
