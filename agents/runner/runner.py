@@ -12,7 +12,8 @@ Guarantees:
 - Real vLLM serves weights fetched once per run, before the first trial's engine starts
   (``agents.weights``: only what vLLM loads, into the machine's weights cache), reported as
   the first trial's ``weights_downloaded`` cold-start phase (bytes, seconds, MB/s; 0 bytes
-  when the cache had them); its tokenizer builds every prompt. Weights that cannot be had
+  when the cache had them; the LoRA adapters and speculative draft models fetched with
+  them under ``companions``); its tokenizer builds every prompt. Weights that cannot be had
   (no access, unknown model, too little disk) fail that trial with the class saying why
   before any vLLM starts, and end the run ``failed`` (the other trials: skipped).
 - A trial whose engine fails to start is recorded with its failure class and log tail, and
@@ -559,6 +560,8 @@ class JobRunner:
                 return weights.failure_class, str(weights)
             fetched.append(weights)
         if fetched:
+            # The model's download, the others beside it (a model already on disk: the first
+            # companion's, as that is what was downloaded first).
             detail = fetched[0].detail()
             if len(fetched) > 1:
                 detail["companions"] = [weights.detail() for weights in fetched[1:]]
