@@ -7,9 +7,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs.models import GpuType, Run
+from runs.selectors.software_stacks import run_stacks
+from runs.services.pod_moves import run_leave_pod
 from runs.services.run_tokens import run_token_issue
 
 from .conftest import H100, frozen, make_experiment, make_model, signed_in
@@ -91,3 +94,16 @@ def test_it_hides_other_tenants_cuda_from_the_builder(alice, charlie):
     form = builder_form(make_model(alice.org), engine_image_tag="v0.13.0")
     checked = signed_in(alice).post("/o/acme/experiments/check/", form).json()
     assert not [w for w in checked["estimate"]["warnings"] if "cuda_driver_too_old" in w]
+
+
+def test_a_left_pod_keeps_its_cuda_and_driver_in_the_runs_pod_history(alice):
+    experiment = make_experiment(alice.org)
+    run = _run(experiment)
+    _hello(run, HOST)
+    run.refresh_from_db()
+    run_leave_pod(run, now=timezone.now(), reason="next image", kind="next_image")
+    (left,) = run.pod_history
+    assert (left["image_cuda_version"], left["driver_version"]) == ("12.9", "575.57.08")
+    assert [str(stack) for stack in run_stacks(run)] == [
+        "vLLM 0.13.0 · CUDA 12.9 · driver 575.57.08"
+    ]
