@@ -22,8 +22,10 @@ Guarantees (pure: no network, no clock; ``docs/cli.md`` documents the rules):
 - A load measured several times in a run (a search's repeats, a fixed level the search probed
   again) is judged on all its measurements: the figure is their mean and its interval spans
   every measurement's interval.
-- ``cost_per_mtok`` is USD per 1M output tokens at the level: the run's pod rate ÷ 3600 ÷
-  output tokens/s × 1e6 (``runs/costs.py``'s formula). A run without a billed rate (the local
+- ``cost_per_mtok`` is USD per 1M output tokens at the level: the run's pod rate × the GPUs
+  the configuration uses ÷ the pod's (``gpu_share``, the rule ``runs/costs.py`` prices by)
+  ÷ 3600 ÷ output tokens/s × 1e6, so costs compare per GPU used across pods of different
+  GPU counts. A run without a billed rate (the local
   provider) has none; such rows read ``n/a``, never fail (also at a level the new run did not
   measure), and the result says why in ``not_compared`` so a cost threshold never passes
   without saying it checked nothing.
@@ -46,6 +48,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from benchsite_cli.gpu_share import GpuShare
 from benchsite_cli.level_results import FIGURES, OUTPUT_THROUGHPUT, level_figure, level_interval
 
 # Every figure of a level's result may be gated, its cost per token (derived here) and a
@@ -335,6 +338,23 @@ def pooled_interval(
     return min(low for low, _ in intervals), max(high for _, high in intervals)
 
 
+def run_prices(run: dict[str, Any], only_trial: int | None = None) -> dict[ConfigKey, Any]:
+    """{(image, config label): the USD per hour its cost per token is priced at}: the run's
+    pod rate × the GPUs the configuration uses ÷ the pod's (``GpuShare``, the site's rule),
+    so a TP=1 trial on a 4-GPU pod and one on a 1-GPU pod compare per GPU used. The pod rate
+    as it is when the run does not say its pod's GPU count (its ``job_spec``)."""
+    rate = _number(run.get("price_usd_hr"))
+    pod_gpus = ((run.get("job_spec") or {}).get("engine") or {}).get("gpu_count")
+    prices = {}
+    for trial in _trials(run, only_trial):
+        price = run.get("price_usd_hr")
+        if rate is not None and isinstance(pod_gpus, int) and pod_gpus >= 1:
+            share = GpuShare.of(trial.get("serve_config"), pod_gpus=pod_gpus)
+            price = rate * share.used / share.pod
+        prices[_config_key(trial)] = price
+    return prices
+
+
 def run_capacities(
     run: dict[str, Any], only_trial: int | None = None
 ) -> dict[ConfigKey, dict[str, Any] | None]:
@@ -538,9 +558,11 @@ def gate_compare(
     capacities = capacity_limit is not None or (_answered(new_run) and _answered(baseline_run))
     base_capacity = run_capacities(baseline_run, only_trial=baseline_trial)
     new_capacity = run_capacities(new_run)
-    prices = baseline_run.get("price_usd_hr"), new_run.get("price_usd_hr")
+    base_prices = run_prices(baseline_run, only_trial=baseline_trial)
+    new_prices = run_prices(new_run)
     for pair in pairs:
         config, measured = pair.label, pair.new in new
+        prices = base_prices.get(pair.base), new_prices.get(pair.new)
         base_levels, new_levels = base[pair.base], new.get(pair.new, {})
         rows = []
         for level in sorted(set(base_levels) | set(new_levels), key=_level_order):

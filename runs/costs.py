@@ -34,6 +34,9 @@ from typing import Any
 from agents.protocol import LEVEL_RESULT_KEY as KEY
 from agents.protocol import MET, load_verdict
 
+# The rule a cost per token is priced by, shared with the CLI's gate: one rule for both.
+from benchsite_cli.gpu_share import GpuShare
+
 USD_QUANTUM = Decimal("0.0001")
 SECONDS_PER_HOUR = Decimal(3600)
 ONE_MILLION = Decimal(1_000_000)
@@ -167,57 +170,6 @@ def _throughput(value: Any) -> Decimal | None:
 def _usd_per_million(throughput: Decimal, pod_rate: Decimal) -> Decimal:
     # pod $/s ÷ tokens/s = $ per token; × 1e6. Unrounded: callers round once, at the end.
     return pod_rate / SECONDS_PER_HOUR / throughput * ONE_MILLION
-
-
-# The serve flags whose product is the number of GPUs one vLLM server uses.
-PARALLEL_SIZE_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-
-
-@dataclass(frozen=True)
-class GpuShare:
-    """The GPUs a trial uses out of its pod's: what its cost per token is priced for.
-
-    The rule (docs/costs.md, "Parallelism"): a trial is priced at the pod's rate × ``used`` ÷
-    ``pod``. The GPUs it leaves idle could serve other replicas of it, so their cost is not
-    its cost; and a TP=1 trial priced so costs what N/TP data-parallel replicas on the whole
-    pod would, if they scaled linearly, without claiming that unmeasured scaling.
-    """
-
-    used: int
-    pod: int
-
-    def __post_init__(self) -> None:
-        for name in ("used", "pod"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} GPUs must be a whole number ≥ 1, not {value!r}")
-        if self.used > self.pod:
-            raise ValueError(f"a trial cannot use {self.used} GPUs of a {self.pod}-GPU pod")
-
-    @classmethod
-    def of(cls, serve_config: Mapping[str, Any] | None, *, pod_gpus: int) -> GpuShare:
-        """The share of a trial whose vLLM configuration is ``serve_config`` (tensor ×
-        pipeline × data parallel sizes, each 1 when not set) on a ``pod_gpus``-GPU pod. A
-        product above the pod's GPUs (a grid checked against another GPU count) is capped at
-        the pod: the trial cannot have used more than it had."""
-        used = 1
-        for name in PARALLEL_SIZE_FLAGS:
-            size = (serve_config or {}).get(name)
-            if size is not None:
-                used *= int(size)
-        return cls(used=min(max(used, 1), pod_gpus), pod=pod_gpus)
-
-    @property
-    def whole_pod(self) -> bool:
-        return self.used == self.pod
-
-    def describe(self) -> str:
-        """How the cost is priced, in words for a page: "priced for 1 of 4 GPUs"."""
-        if self.pod == 1:
-            return "priced for its 1 GPU"
-        if self.whole_pod:
-            return f"priced for all {self.pod} GPUs"
-        return f"priced for {self.used} of {self.pod} GPUs"
 
 
 def _share_of_rate(rate: Decimal, share: GpuShare | None) -> Decimal:

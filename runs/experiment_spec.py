@@ -23,6 +23,7 @@ from agents.protocol import (
     ServeGridError,
     Slos,
     Workload,
+    lora_adapters_problems,
     pydantic_field_errors,
     trial_configs,
     validate_serve_grid,
@@ -140,6 +141,7 @@ def experiment_spec_check(
     endpoint: Endpoint | None = None,
     defaults_trial: bool = False,
     trust_remote_code: bool = False,
+    lora_adapters: object = (),
 ) -> CheckedSpec:
     """Checks the parts of an experiment that depend on each other (see module docstring)."""
     errors: dict[str, list[str]] = {}
@@ -165,6 +167,14 @@ def experiment_spec_check(
     elif trust_remote_code:
         add("trust_remote_code", "Only real vLLM runs a model's own code; the simulator and an "
             "existing endpoint have none to trust.")  # fmt: skip
+    if engine != "vllm" and lora_adapters:
+        add("lora_adapters", "Only real vLLM serves LoRA adapters; the simulator and an existing "
+            "endpoint serve none.")  # fmt: skip
+    for error in lora_adapters_problems(
+        list(lora_adapters) if isinstance(lora_adapters, tuple) else lora_adapters,
+        served_model_name=model.hf_repo,
+    ):
+        add(f"lora_adapters{error.field}", error.message)
 
     grid: dict = {}
     if not isinstance(serve_grid, dict):
@@ -182,6 +192,11 @@ def experiment_spec_check(
         except ServeGridError as exc:
             for error in exc.errors:
                 add(f"serve_grid.{error.field}" if error.field else "serve_grid", error.message)
+        if engine == Engine.SIM and "speculative_config" in grid:
+            # Its trials would start a simulator that refuses the flag; and a figure it made
+            # without drafting must not pass for speculative decoding's.
+            add("serve_grid.speculative_config", "The simulator does not model speculative "
+                "decoding: measure it on real vLLM (engine 'vllm').")  # fmt: skip
     compared = _check_compare_image_tags(
         compare_image_tags,
         engine=engine,

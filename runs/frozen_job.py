@@ -76,7 +76,9 @@ _CHECK_RUN_ID = uuid.UUID(int=0)
 _CHECK_DEADLINE = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 
 
-def _model_source(model, *, endpoint=None, trust_remote_code=False) -> protocol.ModelSource:
+def _model_source(
+    model, *, endpoint=None, trust_remote_code=False, lora_adapters=()
+) -> protocol.ModelSource:
     """The model as its jobs carry it: the columns and, for a model read from a config.json,
     the facts beyond them (none for one stated by its columns: its job reads as before). An
     existing endpoint is asked for its own served model name."""
@@ -94,6 +96,7 @@ def _model_source(model, *, endpoint=None, trust_remote_code=False) -> protocol.
         max_context=model.max_context,
         architecture=_architecture(model),
         trust_remote_code=trust_remote_code,
+        lora_adapters=[protocol.LoraAdapter.model_validate(a) for a in lora_adapters],
     )
 
 
@@ -167,6 +170,7 @@ def job_spec_freeze(
                 experiment.model,
                 endpoint=experiment.endpoint,
                 trust_remote_code=experiment.trust_remote_code,
+                lora_adapters=experiment.lora_adapters,
             ),
             deadline=_CHECK_DEADLINE,
             search=job_search(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 
-from agents.protocol import serve_args, serve_command_args
+from agents.protocol import lora_serve_flags, serve_args, serve_command_args
 from runs.experiment_spec import vllm_version_of_tag
 from runs.frozen_job import run_cloud_type, run_engine, run_model, run_pod_storage
 from runs.models import Trial
@@ -42,7 +42,15 @@ def trial_recipe(*, trial: Trial) -> dict:
         served_model_name=model.served_model_name,
         host="0.0.0.0",  # noqa: S104
         port=SERVE_PORT,
-        flags=serve_args(trial.serve_config, vllm_version=vllm_version_of_tag(tag)),
+        flags=[
+            *serve_args(trial.serve_config, vllm_version=vllm_version_of_tag(tag)),
+            # A deployment names its adapters by repo id; vLLM fetches each one's main branch.
+            *lora_serve_flags(
+                model.lora_adapters,
+                {a.name: a.hf_repo for a in model.lora_adapters},
+                trial.serve_config,
+            ),
+        ],
         trust_remote_code=model.trust_remote_code,
     )
     serve = ["vllm", "serve", *args]

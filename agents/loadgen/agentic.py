@@ -23,6 +23,7 @@ from time import perf_counter
 from agents.loadgen.agentic_prompts import fill_words
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.http import ConnectionPool, Origin
+from agents.loadgen.lora_spread import request_model
 from agents.loadgen.openai import encode_request, send_request
 from agents.loadgen.prompts import BlockText
 from agents.loadgen.records import RequestRecord
@@ -85,7 +86,7 @@ class AgenticDriver(SessionDriver):
                 body = encode_request(
                     self.origin,
                     endpoint=config.endpoint,
-                    model=config.model,
+                    model=request_model(config, number),
                     prompt=" ".join(words),
                     output_len=request.output_len,
                     api_key=config.api_key,
@@ -99,6 +100,7 @@ class AgenticDriver(SessionDriver):
                     scheduled if first else None,
                 )
                 record.session, record.turn = number, index + 1
+                record.model = request_model(config, number)
                 self.records.append(record)
                 await send_request(
                     self.pool,

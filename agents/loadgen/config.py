@@ -68,6 +68,9 @@ class BenchConfig:
     # Levels an earlier attempt on this configuration measured (their results, in order):
     # not measured again (``agents.loadgen.engine``).
     resume_results: tuple[dict, ...] = ()
+    # The served names of the LoRA adapters requests are spread over (``lora_spread``);
+    # empty: every request asks for ``model``.
+    lora_models: tuple[str, ...] = ()
     # Hears every request and response (a hang watchdog reads it); None: nobody listens.
     activity: Activity | None = field(default=None, repr=False, compare=False)
 
@@ -106,6 +109,7 @@ class BenchConfig:
         return {
             "base_url": self.base_url,
             "model": self.model,
+            "lora_models": list(self.lora_models),
             "endpoint": self.endpoint,
             "dataset": {"kind": type(source).__name__}
             | {

@@ -76,6 +76,7 @@ from agents.loadgen.levels import (
     send_offsets,
     window_target,
 )
+from agents.loadgen.lora_spread import request_model
 from agents.loadgen.openai import encode_request, send_request
 from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
@@ -218,13 +219,13 @@ class _Runner:
             encode_request(
                 self.origin,
                 endpoint=config.endpoint,
-                model=config.model,
+                model=request_model(config, key),
                 prompt=prompt.text,
                 output_len=prompt.output_len,
                 api_key=config.api_key,
                 ignore_eos=config.ignore_eos,
             )
-            for prompt in prompts
+            for key, prompt in enumerate(prompts)
         ]
 
     async def _closed_loop(
@@ -255,6 +256,7 @@ class _Runner:
                     return
                 prompt = prompts[index % len(prompts)]
                 record = RequestRecord(index, prompt.output_len, prompt.prompt_len)
+                record.model = request_model(self.config, index % len(requests))
                 if digests is not None:
                     record.prompt_sha = digests[index % len(digests)]
                 records.append(record)
@@ -317,6 +319,7 @@ class _Runner:
         def launch(index: int, offset: float) -> Awaitable[None]:
             prompt = prompts[index % len(prompts)]
             record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
+            record.model = request_model(self.config, index % len(requests))
             if digests is not None:
                 record.prompt_sha = digests[index % len(digests)]
             records.append(record)

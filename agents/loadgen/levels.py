@@ -32,6 +32,7 @@ from agents.loadgen.arrivals import arrival_offsets
 from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.events import level_label
+from agents.loadgen.lora_spread import lora_requests
 from agents.loadgen.prompts import TracePrompts
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.results import level_result
@@ -277,6 +278,9 @@ def finished_level_result(
             if intervals
             else None
         )
+    spread = lora_requests(config, records)
+    if spread is not None:
+        result["lora_requests"] = spread
     return result | _schedule_figures(config, level, records, start)
 
 

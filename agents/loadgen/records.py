@@ -30,6 +30,8 @@ class RequestRecord:
     # A chat session's request: which session (in the level) and which turn (1 the first).
     session: int | None = None
     turn: int | None = None
+    # The ``model`` field it was sent with (the served model or a LoRA adapter's name).
+    model: str | None = None
     start: float = 0.0
     finished: float = 0.0
     ttft: float | None = None

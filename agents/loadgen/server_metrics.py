@@ -7,7 +7,7 @@ Guarantees:
 - Counters are reported as deltas against a baseline scrape taken just before the level;
   gauges as max and mean over samples taken about every ``period`` seconds during the level,
   and as a time series. Histogram sums and counts give the server's own mean TTFT, ITL, E2EL
-  and queue time over the level.
+  and queue time over the level; the speculative-decoding counters its acceptance rate.
 - A failed scrape is counted, never raised: a level's results never depend on /metrics.
 """
 
@@ -30,6 +30,11 @@ COUNTERS = (
     "prefix_cache_hits",
     "prompt_tokens",
     "generation_tokens",
+    # Speculative decoding (vLLM's V1 engine, ``vllm/v1/spec_decode/metrics.py``): drafts
+    # proposed, tokens in them, and tokens of them the model accepted.
+    "spec_decode_num_drafts",
+    "spec_decode_num_draft_tokens",
+    "spec_decode_num_accepted_tokens",
 )
 HISTOGRAMS = {
     "time_to_first_token_seconds": "server_mean_ttft_ms",
@@ -97,6 +102,23 @@ def _delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
     start = before.total(name) or 0.0
     # A counter that went down means the server restarted: the level's count is what's there.
     return end - start if end >= start else end
+
+
+def _acceptance(report: dict) -> dict:
+    """Speculative decoding over the level: the share of proposed tokens accepted, and the
+    tokens each engine step yields per draft (accepted + the one the model adds); None when
+    nothing was proposed (no speculative decoding, or a server without these counters)."""
+    drafts = report["spec_decode_num_drafts"]
+    proposed = report["spec_decode_num_draft_tokens"]
+    accepted = report["spec_decode_num_accepted_tokens"]
+    return {
+        "spec_decode_acceptance_rate": accepted / proposed
+        if accepted is not None and proposed
+        else None,
+        "spec_decode_mean_acceptance_length": 1 + accepted / drafts
+        if accepted is not None and drafts
+        else None,
+    }
 
 
 class MetricsScraper:
@@ -181,6 +203,7 @@ class MetricsScraper:
             report[name] = _delta(baseline, final, f"{name}_total") if can_diff else None
         hits, queries = report["prefix_cache_hits"], report["prefix_cache_queries"]
         report["prefix_cache_hit_rate"] = hits / queries if hits is not None and queries else None
+        report.update(_acceptance(report))
         for name, key in HISTOGRAMS.items():
             total = _delta(baseline, final, f"{name}_sum") if can_diff else None
             count = _delta(baseline, final, f"{name}_count") if can_diff else None

@@ -28,6 +28,7 @@ from agents.loadgen.activity import Activity
 from agents.loadgen.config import BenchConfig
 from agents.loadgen.http import ConnectionPool, Origin
 from agents.loadgen.levels import level_wants_more
+from agents.loadgen.lora_spread import request_model
 from agents.loadgen.openai import encode_request, send_request
 from agents.loadgen.records import RequestRecord
 from agents.loadgen.schedule import run_on_schedule
@@ -92,7 +93,7 @@ class SessionDriver:
             request = encode_request(
                 self.origin,
                 endpoint="chat",
-                model=config.model,
+                model=request_model(config, number),
                 prompt=turn.message,
                 output_len=turn.output_len,
                 api_key=config.api_key,
@@ -106,6 +107,7 @@ class SessionDriver:
                 scheduled if turn_number == 1 else None,
             )
             record.session, record.turn = number, turn_number
+            record.model = request_model(config, number)
             self.records.append(record)
             reply: list[str] = []
             await send_request(

@@ -79,6 +79,7 @@ from agents.protocol.host_env import (
     VLLM_ENV_ENV,
     WEIGHTS_DIR_ENV,
 )
+from agents.protocol.hub_names import hf_repo_problem, revision_problem
 from agents.protocol.job import (
     MAX_JOB_TRIALS,
     MAX_SPEND_SECONDS,
@@ -117,6 +118,12 @@ from agents.protocol.level_result import (
     TurnFigures,
     latency_field,
     percentile_statistic,
+)
+from agents.protocol.lora import (
+    MAX_LORA_ADAPTERS,
+    LoraAdapter,
+    lora_adapters_problems,
+    lora_serve_flags,
 )
 from agents.protocol.messages import (
     MAX_LOG_TAIL_CHARS,
@@ -178,6 +185,7 @@ from agents.protocol.slo_verdicts import (
     level_verdict,
     load_verdict,
 )
+from agents.protocol.speculative import SPECULATIVE_METHODS, DraftModel, draft_models
 from agents.protocol.strict import StrictModel
 from agents.protocol.transport import (
     AGENT_DATASET_ROUTE,
@@ -278,6 +286,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_LOAD_LEVELS",
     "MAX_LOG_TAIL_CHARS",
+    "MAX_LORA_ADAPTERS",
     "MAX_OUTPUT_LEN",
     "MAX_SEED",
     "MAX_SLO_MS",
@@ -294,6 +303,7 @@ __all__ = [
     "SITE_FRAME_MODELS",
     "SLO_CHECK_KEY",
     "SLO_PERCENTILES",
+    "SPECULATIVE_METHODS",
     "TOKEN_ENV",
     "TRACE_FORMATS",
     "TRIAL_FAILURE_CLASSES",
@@ -321,6 +331,7 @@ __all__ = [
     "ColdStartPhase",
     "Count",
     "Dataset",
+    "DraftModel",
     "EngineRestarted",
     "EngineSpec",
     "EpochGrant",
@@ -346,6 +357,7 @@ __all__ = [
     "LevelFigures",
     "LevelProgress",
     "LevelResult",
+    "LoraAdapter",
     "MeanMax",
     "MeasurementReport",
     "ModelArchitecture",
@@ -398,13 +410,17 @@ __all__ = [
     "check_verdict",
     "combined_verdict",
     "cuda_driver_problem",
+    "draft_models",
     "expand_serve_grid",
+    "hf_repo_problem",
     "json_depth_exceeds",
     "json_loads_bounded",
     "latency_field",
     "level_requests",
     "level_verdict",
     "load_verdict",
+    "lora_adapters_problems",
+    "lora_serve_flags",
     "message_seq",
     "minimum_driver",
     "parse_agent_message",
@@ -414,6 +430,7 @@ __all__ = [
     "percentile_statistic",
     "protocol_json_schema",
     "pydantic_field_errors",
+    "revision_problem",
     "serve_args",
     "serve_command_args",
     "serve_flags_json_schema",

@@ -19,6 +19,7 @@ from agents.protocol.fields import (
     RunId,
     TrialIndex,
 )
+from agents.protocol.lora import MAX_LORA_ADAPTERS, LoraAdapter, lora_adapters_problems
 from agents.protocol.strict import StrictModel
 from agents.protocol.workload import MAX_SEED, Slos, Workload
 
@@ -93,6 +94,21 @@ class ModelSource(StrictModel):
     # vLLM (``--trust-remote-code``): an explicit, audited experiment setting. Left out of the
     # JSON when false, so a job without it reads as it always did.
     trust_remote_code: bool = Field(default=False, exclude_if=lambda trusted: not trusted)
+    # LoRA adapters served beside the model (``agents.protocol.lora``), downloaded with the
+    # weights; requests are spread over them. Left out of the JSON when there are none.
+    lora_adapters: list[LoraAdapter] = Field(
+        default_factory=list, max_length=MAX_LORA_ADAPTERS, exclude_if=lambda adapters: not adapters
+    )
+
+    @model_validator(mode="after")
+    def _adapters_distinct(self) -> ModelSource:
+        problems = lora_adapters_problems(
+            [adapter.model_dump() for adapter in self.lora_adapters],
+            served_model_name=self.served_model_name,
+        )
+        if problems:
+            raise ValueError(f"lora_adapters{problems[0].field}: {problems[0].message}")
+        return self
 
     @model_validator(mode="after")
     def _facts_agree(self) -> ModelSource:

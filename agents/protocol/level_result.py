@@ -220,6 +220,8 @@ class LevelResult(LevelFigures):
     send_lateness: SendLateness | None = None
     replay: TraceReplay | None = None
     turns: list[TurnFigures] | None = None
+    # Requests of the level sent to each LoRA adapter, by its name (a run with adapters).
+    lora_requests: dict[str, Integer] | None = Field(default=None, max_length=64)
 
 
 def percentile_statistic(percentile: int) -> str:

@@ -7,8 +7,9 @@ Guarantees:
   checks, so the site refuses exactly what the agent could not run. A flag is accepted when
   the version's generated flag table (``flag_tables``) has it; the hand-kept ones
   (``serve_flag_table.SERVE_FLAGS``: parallelism, memory, quantization …) are checked for
-  their meaning as well. An unknown flag is refused naming the version and the nearest flag
-  it knows; a flag of another version is refused saying when it came or went.
+  their meaning as well, and so is ``speculative_config`` (``speculative``). An unknown
+  flag is refused naming the version and the nearest flag it knows; a flag of another
+  version is refused saying when it came or went.
 - Validation is strict and complete: a boolean is not a number, ``"8"`` is not ``8``, and
   every problem is reported at once as a ``FieldError`` whose ``field`` is a path relative to
   the grid (``max_num_seqs[1]``).
@@ -34,6 +35,7 @@ from agents.protocol.flag_tables import (
     flag_table,
 )
 from agents.protocol.serve_flag_table import SERVE_FLAGS, FlagSpec
+from agents.protocol.speculative import check_speculative_config
 from agents.protocol.versions import VersionKey, parse_vllm_version
 
 
@@ -57,6 +59,11 @@ RESERVED_FLAGS: dict[str, str] = {
         "Benchsite sets it for every trial",
     ),
     "trust_remote_code": "set trust_remote_code on the experiment (it is audited), not in the grid",
+    **dict.fromkeys(
+        ("enable_lora", "lora_modules"),
+        "name LoRA adapters on the experiment (lora_adapters): they are downloaded with the "
+        "weights and requests are spread over them",
+    ),
     "api_key": "the agent talks to vLLM without a key",
     "config": "a grid names its flags; a config file is not sent to the pod",
     "download_dir": "the agent downloads the weights into its own cache",
@@ -69,6 +76,10 @@ RESERVED_FLAGS: dict[str, str] = {
     "tokenizer": "the agent downloads only the model's own tokenizer",
     "tokenizer_revision": "the agent downloads only the model's own tokenizer",
 }
+
+# Text or JSON flags whose values mean more than their syntax: each one's own check, which
+# answers the normalised value (or None) and its field errors.
+_VALUE_MEANING = {"speculative_config": check_speculative_config}
 
 _SEE_SCHEMA = "; see the serve-flag schema for the flags Benchsite can vary"
 # A sentinel for "this value was refused" (None is a legitimate choice value).
@@ -254,7 +265,13 @@ def _check_one(
     got = got_value(value)
     if spec.kind in ("str", "json"):
         problem = _check_text(spec, value, got)
-        return refuse(problem) if problem else value
+        if problem:
+            return refuse(problem)
+        if spec.name in _VALUE_MEANING:
+            checked, problems = _VALUE_MEANING[spec.name](value, path, version)
+            errors.extend(problems)
+            return _REFUSED if checked is None else checked
+        return value
     if spec.kind == "bool":
         if not isinstance(value, bool):
             return refuse(f"expected true or false, {got}")

@@ -12,7 +12,8 @@ Guarantees:
 - Real vLLM serves weights fetched once per run, before the first trial's engine starts
   (``agents.weights``: only what vLLM loads, into the machine's weights cache), reported as
   the first trial's ``weights_downloaded`` cold-start phase (bytes, seconds, MB/s; 0 bytes
-  when the cache had them); its tokenizer builds every prompt. Weights that cannot be had
+  when the cache had them; the LoRA adapters and speculative draft models fetched with
+  them under ``companions``); its tokenizer builds every prompt. Weights that cannot be had
   (no access, unknown model, too little disk) fail that trial with the class saying why
   before any vLLM starts, and end the run ``failed`` (the other trials: skipped).
 - A trial whose engine fails to start is recorded with its failure class and log tail, and
@@ -60,6 +61,7 @@ import contextlib
 import datetime
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -100,7 +102,7 @@ from agents.runner.simulated import (
 from agents.runner.trial_engine import EngineOptions, trial_engine
 from agents.search import at_effort
 from agents.telemetry import GpuLevels, NvmlGpus, open_gpus
-from agents.weights import WeightsError, weights_fetch
+from agents.weights import Weights, WeightsError, weights_fetch
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +137,23 @@ _TRIAL_MESSAGES = (
     protocol.TrialFinished,
 )
 LOG_TAIL_LINES = 60
+
+
+def _link(link: Path, target: Path) -> None:
+    """Points ``link`` at ``target``, replacing what it pointed at (an earlier run's commit)."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    temporary = link.with_name(f".{link.name}.{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(target, target_is_directory=True)
+    temporary.replace(link)
+
+
+def companion_snapshots(job: protocol.JobSpec) -> list:
+    """What a vLLM run fetches beside its model: the LoRA adapters it serves, then the
+    speculative draft models its trials name (vLLM reads them from the same cache with the
+    hub offline)."""
+    configs = (trial.serve_config for trial in job.trials)
+    return [*job.model.lora_adapters, *protocol.draft_models(configs)]
 
 
 @dataclass(frozen=True)
@@ -255,6 +274,9 @@ class JobRunner:
         self.weights_dir = self.engine_options.weights_dir or self.workdir / "weights"
         self._weights_ready = job.engine.kind != "vllm"
         self.tokenizer = None
+        # Where vLLM finds each LoRA adapter, by name: a link to its snapshot, made when the
+        # weights are fetched, so every trial's command names it before it exists.
+        self.lora_dir = self.weights_dir / "lora"
         # A search's measuring (agents.runner.search_run): the effort of the trial being
         # measured, what it found, and how each trial reported as ended did end.
         self._effort = 1.0
@@ -469,6 +491,7 @@ class JobRunner:
             options=self.engine_options,
             weights_dir=None if self.job.model.local_path else self.weights_dir,
             startup_timeout=self.seconds_to_deadline(),
+            lora_dir=self.lora_dir,
         )
 
     async def _run_trial(self, trial: protocol.TrialSpec) -> str:
@@ -524,15 +547,48 @@ class JobRunner:
         a stop abandoned the download)."""
         if self._weights_ready:
             return None
-        model, options = self.job.model, self.engine_options
-        if model.local_path:
-            self.tokenizer = self._tokenizer_of(Path(model.local_path))
-            self._weights_ready = True
-            return None
+        model = self.job.model
+        # The model's own snapshot (unless it is on disk already), then its companions: LoRA
+        # adapters and speculative draft models, which vLLM reads from the same cache.
+        wanted = [*([] if model.local_path else [model]), *companion_snapshots(self.job)]
+        fetched = []
+        for source in wanted:
+            weights = await self._fetched(source)
+            if weights is None:
+                return None  # a stop abandoned the download: the stop's outcome is the trial's
+            if isinstance(weights, WeightsError):
+                return weights.failure_class, str(weights)
+            fetched.append(weights)
+        if fetched:
+            # The model's download, the others beside it (a model already on disk: the first
+            # companion's, as that is what was downloaded first).
+            detail = fetched[0].detail()
+            if len(fetched) > 1:
+                detail["companions"] = [weights.detail() for weights in fetched[1:]]
+            self.emit(
+                protocol.ColdStartPhase,
+                type="cold_start_phase",
+                trial=index,
+                phase=protocol.WEIGHTS_PHASE,
+                seconds=sum(weights.seconds for weights in fetched),
+                detail=detail,
+            )
+        for source, weights in zip(wanted, fetched, strict=True):
+            if isinstance(source, protocol.LoraAdapter):
+                _link(self.lora_dir / source.name, weights.path)
+        folder = Path(model.local_path) if model.local_path else fetched[0].path
+        self.tokenizer = self._tokenizer_of(folder)
+        self._weights_ready = True
+        return None
+
+    async def _fetched(self, source) -> Weights | WeightsError | None:
+        """``source``'s snapshot in the weights cache, its refusal, or None when a stop came
+        first (the download is abandoned)."""
+        options = self.engine_options
         fetch = asyncio.ensure_future(
             _in_daemon_thread(
                 weights_fetch,
-                model,
+                source,
                 cache_dir=self.weights_dir / "hub",
                 token=options.hf_token,
                 offline=options.hub_offline,
@@ -545,22 +601,11 @@ class JobRunner:
         stopped.cancel()
         if not fetch.done():
             fetch.cancel()
-            return None  # the stop's outcome is the trial's
+            return None
         try:
-            weights = fetch.result()
+            return fetch.result()
         except WeightsError as exc:
-            return exc.failure_class, str(exc)
-        self.emit(
-            protocol.ColdStartPhase,
-            type="cold_start_phase",
-            trial=index,
-            phase=protocol.WEIGHTS_PHASE,
-            seconds=weights.seconds,
-            detail=weights.detail(),
-        )
-        self.tokenizer = self._tokenizer_of(weights.path)
-        self._weights_ready = True
-        return None
+            return exc
 
     @staticmethod
     def _tokenizer_of(folder: Path):
@@ -764,6 +809,10 @@ class JobRunner:
             ignore_eos=engine.accepts_ignore_eos,
             resume_results=tuple(measured),
             activity=activity,
+            # Only vLLM serves the adapters (the site refuses them for other engines).
+            lora_models=tuple(a.name for a in job.model.lora_adapters)
+            if job.engine.kind == "vllm"
+            else (),
         )
         if self._effort < 1:
             config = at_effort(config, self._effort)

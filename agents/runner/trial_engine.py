@@ -40,6 +40,7 @@ from agents.protocol import (
     WEIGHTS_DIR_ENV,
     JobSpec,
     ModelSource,
+    lora_serve_flags,
 )
 from agents.runner.offline_sim import OfflineSimEngine
 from agents.weights import DEFAULT_DISK_RESERVE_BYTES
@@ -182,13 +183,16 @@ def trial_engine(
     options: EngineOptions,
     weights_dir: Path | None = None,
     startup_timeout: float | None = None,
+    lora_dir: Path | None = None,
 ) -> ProcessEngine | EndpointEngine | OfflineSimEngine:
     """A fresh (not yet started) engine for one trial; ``startup_timeout`` caps start-up.
     An existing endpoint is one that is only checked (``agents.engines.endpoint``).
 
     Real vLLM serves the job's ``local_path`` when it has one, else the repository at its
     revision from the weights cache ``weights_dir`` with the hub offline (the runner has
-    fetched the snapshot there before the first trial): the command a deployment runs."""
+    fetched the snapshot there before the first trial): the command a deployment runs. Its
+    LoRA adapters are served from ``lora_dir/<name>`` (the runner links each to its snapshot),
+    or by repo id without one."""
     timeout = min(startup_timeout or options.startup_timeout, options.startup_timeout)
     timeout = max(timeout, 1.0)
     if job.engine.kind == "endpoint":
@@ -227,6 +231,14 @@ def trial_engine(
         served_model_name=job.model.served_model_name,
         vllm_version=job.engine.vllm_version,
         trust_remote_code=job.model.trust_remote_code,
+        extra_args=lora_serve_flags(
+            job.model.lora_adapters,
+            {
+                a.name: str(lora_dir / a.name) if lora_dir else a.hf_repo
+                for a in job.model.lora_adapters
+            },
+            serve_config,
+        ),
         cpu=options.cpu,
         hf_home=weights_dir,
         hf_token=options.hf_token,

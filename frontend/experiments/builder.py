@@ -76,6 +76,7 @@ _BUILDER_TEXT_FIELDS = (
     "existing_endpoint",
     "engine_image_tag",
     "compare_image_tags",
+    "lora_adapters",
     "grid_mode",
     "serve_grid_json",
     "dataset_kind",
@@ -122,6 +123,9 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "existing_endpoint": str(experiment.endpoint_id or ""),
         "engine_image_tag": experiment.engine_image_tag,
         "compare_image_tags": ", ".join(experiment.compare_image_tags),
+        "lora_adapters": "\n".join(
+            f"{a['name']} {a['hf_repo']} {a['revision']}" for a in experiment.lora_adapters
+        ),
         "grid_mode": "rows",
         "serve_grid_json": json.dumps(experiment.serve_grid, indent=2),
         "dataset_kind": dataset.get("kind", "random"),
@@ -253,6 +257,17 @@ def _workload_from_form(values: dict[str, str]) -> dict:
     return workload
 
 
+def _lora_adapters_from_form(text: str) -> list[dict]:
+    """One adapter per line, "NAME HF_REPO REVISION"; a line of other words is sent as they
+    are (the API names what is missing or wrong, on that adapter's field)."""
+    adapters = []
+    for line in text.splitlines():
+        words = line.split()
+        if words:
+            adapters.append(dict(zip(("name", "hf_repo", "revision"), words, strict=False)))
+    return adapters
+
+
 def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
     """The API payload the form describes, and errors only the form can have (bad JSON …)."""
     values = form.values
@@ -289,6 +304,9 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
         # Shown for real vLLM only: a box ticked before the engine changed is not sent.
         "trust_remote_code": bool(values.get("trust_remote_code"))
         and values.get("engine") == "vllm",
+        "lora_adapters": _lora_adapters_from_form(values.get("lora_adapters", ""))
+        if values.get("engine") == "vllm"
+        else [],
         "workload": _workload_from_form(values),
         "slos": slos,
         "search": search,

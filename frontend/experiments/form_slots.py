@@ -95,8 +95,8 @@ def error_slot(path: str) -> str:
     head = head.split("[", 1)[0]
     if head in ("serve_grid", "fallback_gpu_types", "slos") and not rest:
         return head
-    if head == "serve_grid":
-        return "serve_grid"
+    if head in ("serve_grid", "lora_adapters"):
+        return head
     if head == "slos":
         name = rest.split(".", 1)[0]
         return f"slo_{name}" if name in SLO_NAMES else "slos"

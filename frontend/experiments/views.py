@@ -42,6 +42,7 @@ from runs.selectors.estimates import experiment_estimate
 from runs.selectors.run_history import with_simulated
 from runs.selectors.run_pages import run_answer_state
 from runs.selectors.schedules import experiment_schedule, schedule_state
+from runs.selectors.software_stacks import run_stacks
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_delete
 from runs.services.run_start import MAX_REASON_CHARS, run_start
 
@@ -352,6 +353,9 @@ def render_detail(
     """The experiment's page; a refused start or schedule shows its errors and what was typed."""
     runs = experiment.runs.select_related("started_by").order_by("-created_at", "-id")[:100]
     runs = with_simulated(list(runs))
+    for run in runs:
+        # What each pod ran: the vLLM × CUDA × driver pairs a failure class may point at.
+        run.stacks = [str(stack) for stack in run_stacks(run)]
     estimate = experiment_estimate(experiment=experiment)
     # The answer at the top is the latest succeeded run's: a failed one answers nothing.
     latest = experiment.runs.filter(state=RunState.SUCCEEDED).order_by("-created_at", "-id").first()

@@ -11,7 +11,13 @@ from runs.experiment_spec import (
     MAX_COMPARE_IMAGE_TAGS,
     experiment_trial_plan,
 )
-from runs.inputs.json_schemas import SEARCH_FIELD, SERVE_GRID_FIELD, SLOS_FIELD, WORKLOAD_FIELD
+from runs.inputs.json_schemas import (
+    LORA_ADAPTERS_FIELD,
+    SEARCH_FIELD,
+    SERVE_GRID_FIELD,
+    SLOS_FIELD,
+    WORKLOAD_FIELD,
+)
 from runs.inputs.strict_fields import (
     LONG_TEXT_MAX_CHARS,
     StrictBooleanField,
@@ -87,6 +93,8 @@ class ExperimentSerializer(StrictModelSerializer):
     defaults_trial = StrictBooleanField(required=False, default=False)
     # vLLM runs the model's own code in the organization's pod (audited when it changes).
     trust_remote_code = StrictBooleanField(required=False, default=False)
+    # LoRA adapters served beside the model (real vLLM); requests are spread over them.
+    lora_adapters = StrictJSONField(required=False, default=list, **LORA_ADAPTERS_FIELD)
     workload = StrictJSONField(**WORKLOAD_FIELD)
     slos = StrictJSONField(required=False, default=dict, **SLOS_FIELD)
     # How runs search the grid ({}: every trial); runs.experiment_search, the service checks.

@@ -155,6 +155,10 @@ SERVE_GRID_FIELD = _json_field(openapi_schema(_serve_grid_json_schema()), EXAMPL
 WORKLOAD_FIELD = _json_field(model_openapi_schema(protocol.Workload), EXAMPLE_WORKLOAD)
 SLOS_FIELD = _json_field(model_openapi_schema(protocol.Slos), EXAMPLE_SLOS)
 SEARCH_FIELD = _json_field(model_openapi_schema(ExperimentSearch), EXAMPLE_SEARCH)
+LORA_ADAPTERS_FIELD = _json_field(
+    model_openapi_schema(pydantic.TypeAdapter(list[protocol.LoraAdapter])),
+    [{"name": "sql", "hf_repo": "org/llama-3.1-8b-sql-lora", "revision": "main"}],
+)
 # A registered model's facts beyond its columns: what its jobs carry (ModelSource).
 MODEL_ARCHITECTURE_FIELD = _json_field(model_openapi_schema(protocol.ModelArchitecture), None)
 # Any JSON object: agents.hardware says which of its keys it reads (runs.model_config).

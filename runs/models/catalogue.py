@@ -112,6 +112,11 @@ class GpuType(models.Model):
     price_source = models.CharField(max_length=300)
     price_as_of = models.DateField()
     updated_at = models.DateTimeField(default=timezone.now)
+    # The NVIDIA driver the latest pod of this type reported (its agent's hello; a fact of
+    # the provider's hosts, not of any tenant), and when: what the builder checks an image's
+    # CUDA against before a run. Blank until a pod of the type has said hello.
+    driver_version = models.CharField(max_length=100, blank=True, default="")
+    driver_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["display_name"]

@@ -136,6 +136,10 @@ class Experiment(models.Model):
     # downloaded with the weights) in the organization's own pod. Audited whenever it changes
     # (``experiment.trust_remote_code``).
     trust_remote_code = models.BooleanField(default=False)
+    # LoRA adapters served beside the model ([{name, hf_repo, revision}], checked by
+    # ``agents.protocol.lora``): downloaded with the weights at their pinned revisions, and
+    # each level's requests spread over them by the ``model`` field.
+    lora_adapters = models.JSONField(default=list, blank=True)
     workload = models.JSONField()
     slos = models.JSONField(default=dict, blank=True)
     # How runs search the grid (runs.experiment_search.ExperimentSearch; {}: every trial).

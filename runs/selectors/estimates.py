@@ -44,6 +44,7 @@ from runs.models.experiments import Engine
 from runs.placement import Placement, experiment_placements
 from runs.providers.names import provider_name_for
 from runs.selectors.prices import GpuPrice, gpu_price
+from runs.selectors.software_stacks import experiment_driver_warnings
 from runs.selectors.trace_windows import TraceWindow, TraceWindowError, trace_window
 
 # Computing a simulated run, measured on the 2-core development machine (2026-12-07): the
@@ -231,7 +232,8 @@ def experiment_estimate(
     configs = [trial.serve_config for trial in experiment_trial_plan(experiment)]
     pods = len(experiment_image_tags(experiment))
     gpus = experiment.gpu_count
-    warnings: list[str] = []
+    # An image whose CUDA the pods' driver cannot run fails every trial: said first.
+    warnings: list[str] = experiment_driver_warnings(experiment)
     window = _trace_window(experiment, workload, warnings)
     input_len, output_len = workload_lengths(workload, a, window)
     if workload.dataset.kind == "agentic_trace":

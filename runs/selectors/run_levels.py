@@ -131,8 +131,8 @@ def _slo_checks(result: protocol.LevelResult) -> list[dict]:
 def level_row(measurement: Measurement) -> dict:
     """One measurement as the pages show it: the level, every ``METRICS`` figure (of its
     steady window), how many requests completed or failed, the server's KV-cache and queue
-    peaks and prefix-cache hit rate, the labels, the window and the whole level's figures,
-    the SLO checks."""
+    peaks, prefix-cache hit rate and speculative acceptance rate, the labels, the window and
+    the whole level's figures, the SLO checks."""
     result, server = stored_level_result(measurement.result), measurement.server_metrics or {}
     checks = _slo_checks(result)
     row = {
@@ -149,6 +149,12 @@ def level_row(measurement: Measurement) -> dict:
         # Share of the prompt tokens looked up in the server's prefix cache that it held,
         # over the whole level (None: the server reported no lookups, or no such counter).
         "prefix_cache_hit_rate": number(server.get("prefix_cache_hit_rate")),
+        # Share of the speculatively proposed tokens the model accepted over the whole level,
+        # and tokens per draft step (None: no speculative decoding, or the simulator).
+        "spec_decode_acceptance_rate": number(server.get("spec_decode_acceptance_rate")),
+        "spec_decode_mean_acceptance_length": number(
+            server.get("spec_decode_mean_acceptance_length")
+        ),
         "probe": bool(result.probe),
         "repeat": result.repeat or 0,
         "window": _window(result.window),
@@ -161,6 +167,8 @@ def level_row(measurement: Measurement) -> dict:
         "send_lateness": _every_field(result.send_lateness),
         "replay": _every_field(result.replay),
         "turns": [_every_field(turn) for turn in result.turns or ()] or None,
+        # Requests of the level sent to each LoRA adapter (None: the run served none).
+        "lora_requests": dict(result.lora_requests) if result.lora_requests else None,
         "gpus": _gpus(measurement.gpus),
     }
     for metric in METRICS:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 import datetime
-import re
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
+from agents.protocol import hf_repo_problem, revision_problem
 from runs.actors import Actor
 from runs.audit import audit_record, audit_snapshot
 from runs.errors import Conflict, DomainValidationError
@@ -24,26 +24,6 @@ from runs.services.recording import (
     delete_recorded,
     update_recorded,
 )
-
-# Hugging Face repo ids: "owner/name", letters, digits, '-', '_', '.'; at most 96 per part.
-_HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
-
-
-def hf_repo_problem(hf_repo: str) -> str | None:
-    """Why ``hf_repo`` is not a Hugging Face repo id, or None."""
-    if not _HF_REPO.match(hf_repo):
-        return "Expected a Hugging Face repo id like 'meta-llama/Llama-3.1-8B-Instruct'."
-    if ".." in hf_repo:
-        return "A repo id cannot contain '..'."
-    return None
-
-
-def revision_problem(revision: str) -> str | None:
-    """Why ``revision`` is not a branch, tag or commit of a repo, or None."""
-    if not _REVISION.match(revision) or ".." in revision:
-        return "Expected a branch, tag or commit hash."
-    return None
 
 
 def _check_model_spec(org: Organization, spec: dict, *, exclude_id=None) -> None:

@@ -46,6 +46,7 @@ EXPERIMENT_FIELDS = (
     "serve_grid",
     "defaults_trial",
     "trust_remote_code",
+    "lora_adapters",
     "workload",
     "slos",
     "search",
@@ -72,6 +73,7 @@ def _checked_fields(org: Organization, fields: dict) -> dict:
         endpoint=fields["endpoint"],
         defaults_trial=fields["defaults_trial"],
         trust_remote_code=fields["trust_remote_code"],
+        lora_adapters=fields["lora_adapters"],
     )
     return fields | {
         "search": spec.search,
@@ -112,6 +114,7 @@ _CREATE_DEFAULTS = {
     "serve_grid": {},
     "defaults_trial": False,
     "trust_remote_code": False,
+    "lora_adapters": [],
     "slos": {},
     "search": {},
 }

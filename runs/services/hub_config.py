@@ -31,11 +31,11 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from agents.protocol import hf_repo_problem, revision_problem
 from runs.errors import DomainValidationError
 from runs.model_config import MAX_HF_CONFIG_BYTES, hf_config_from_text
 from runs.models import CredentialProvider, Organization
 from runs.providers.base import PermanentProviderError
-from runs.services.catalogue import hf_repo_problem, revision_problem
 from runs.services.credentials import provider_key_for_run
 
 HF_CONFIG_FROM_HUB_FIELD = "hf_config_from_hub"

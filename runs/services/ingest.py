@@ -43,6 +43,7 @@ from runs.frozen_job import run_planned_trials
 from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelFigures
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
 from runs.selectors.delivery import run_delivery_open
+from runs.services.gpu_drivers import gpu_type_driver_seen
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.pending_rows import JsonText, PendingRows
 from runs.services.pod_moves import run_next_image
@@ -298,6 +299,7 @@ def _apply(
     if isinstance(message, protocol.Hello):
         run.agent_info = {"agent_version": message.agent_version, **message.host.model_dump()}
         fields.append("agent_info")
+        gpu_type_driver_seen(run, driver=message.host.driver_version, now=now)
         if run.state in _EARLY_STATES:
             run.state = RunState.STARTING
             fields.append("state")

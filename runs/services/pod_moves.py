@@ -51,6 +51,9 @@ def run_leave_pod(run: Run, *, now: datetime.datetime, reason: str, kind: str) -
         "cloud_type": run.pod_cloud_type,
         "image_tag": run.pod_image_tag,
         "vllm_version": (run.agent_info or {}).get("vllm_version"),
+        # The CUDA and driver pair the pod ran (the experiment page lists each pod's).
+        "image_cuda_version": (run.agent_info or {}).get("image_cuda_version"),
+        "driver_version": (run.agent_info or {}).get("driver_version"),
         "started_at": run.pod_started_at.isoformat() if run.pod_started_at else None,
         "ended_at": now.isoformat(),
         "billed_seconds": float(seconds) - run.earlier_pods_seconds,

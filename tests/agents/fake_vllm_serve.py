@@ -16,14 +16,17 @@ offline look-up; the folder it serves is named in the "Starting to load model" l
 folder without ``config.json`` is "not found"; ``--max-model-len`` above
 ``FAKE_VLLM_KV_TOKENS`` (default 65536) does not fit the KV cache;
 ``--gpu-memory-utilization`` below 0.1 leaves no memory; ``FAKE_VLLM_STALL=1`` never
-listens; ``FAKE_VLLM_LINE_DELAY`` (s, default 0.02) paces the log. Once listening it serves
-``/health`` and everything ``tests/agents/fake_openai_server.py`` serves.
+listens; ``FAKE_VLLM_LINE_DELAY`` (s, default 0.02) paces the log. With ``--lora-modules
+NAME=PATH…`` (and ``--enable-lora``) each PATH must hold an ``adapter_config.json``, and a
+request whose ``model`` is neither the served name nor an adapter's gets vLLM's 404. Once
+listening it serves ``/health`` and everything ``tests/agents/fake_openai_server.py`` serves.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
@@ -60,6 +63,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
     parser.add_argument("--block-size", type=int)
     parser.add_argument("--dtype")
+    parser.add_argument("--enable-lora", action="store_true")
+    parser.add_argument("--lora-modules", nargs="+", default=[])
+    parser.add_argument("--max-loras", type=int, default=1)
+    parser.add_argument("--speculative-config")
     return parser.parse_args(argv)
 
 
@@ -149,6 +156,13 @@ def main(argv: list[str] | None = None) -> None:
                 "Failed core proc(s): {}",
             ]
         )
+    for module in args.lora_modules:
+        name, _, path = module.partition("=")
+        if not args.enable_lora or not (Path(path) / "adapter_config.json").is_file():
+            fail([f"ValueError: Loading lora {name} failed: No adapter found for {path}"])
+        # vLLM's serving_models.py: "Loaded new LoRA adapter: name '%s', path '%s'".
+        log("APIServer", "INFO", "serving_models.py:184",
+            f"Loaded new LoRA adapter: name '{name}', path '{path}'")  # fmt: skip
     pool = "GPU" if flavour == "gpu" else "CPU"
     log(
         core,
@@ -174,18 +188,34 @@ def main(argv: list[str] | None = None) -> None:
 
 
 class _VllmConnection(fake._Connection):
+    # The names requests may ask for: the served model's and each LoRA adapter's (None: any).
+    models: set[str] | None = None
+
     async def _answer(self, method: str, target: str, body: bytes, t_recv: float) -> None:
         if target == "/health":
-            fake._respond(self.transport, "200 OK", b"", "application/json")
-            self.busy = False
-            if self.buffer:
-                self._next(t_recv)
+            self._answer_now(t_recv, "200 OK", b"")
             return
+        if method == "POST" and self.models is not None:
+            model = json.loads(body or b"{}").get("model")
+            if model not in self.models:
+                # vLLM's serving_engine.py answers an unknown model with a 404.
+                error = {"message": f"The model `{model}` does not exist.", "code": 404}
+                self._answer_now(t_recv, "404 Not Found", json.dumps({"error": error}).encode())
+                return
         await super()._answer(method, target, body, t_recv)
+
+    def _answer_now(self, t_recv: float, status: str, body: bytes) -> None:
+        fake._respond(self.transport, status, body, "application/json")
+        self.busy = False
+        if self.buffer:
+            self._next(t_recv)
 
 
 async def serve(args: argparse.Namespace) -> None:
     state = fake.State()
+    if args.lora_modules:
+        served = args.served_model_name or args.model_tag
+        _VllmConnection.models = {served, *(m.partition("=")[0] for m in args.lora_modules)}
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _VllmConnection(state), args.host, args.port)
     log(

@@ -86,3 +86,27 @@ def test_without_any_scrape_the_report_says_nothing_was_seen():
     assert report["num_preemptions"] is None
     assert report["kv_cache_usage_perc"] is None
     assert report["series"] == []
+
+
+SPEC_TEXT = """\
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {proposed}
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} 999
+"""
+
+
+def test_the_level_report_has_the_speculative_acceptance_rate_over_the_level():
+    before = parse_metrics(SPEC_TEXT.format(drafts=10, proposed=30, accepted=12))
+    after = parse_metrics(SPEC_TEXT.format(drafts=110, proposed=330, accepted=192))
+    report = scraper_with(before, [])._report(after)
+    assert report["spec_decode_num_draft_tokens"] == 300.0
+    assert report["spec_decode_num_accepted_tokens"] == 180.0  # the per-position line not read
+    assert report["spec_decode_acceptance_rate"] == pytest.approx(0.6)
+    assert report["spec_decode_mean_acceptance_length"] == pytest.approx(2.8)
+
+
+def test_without_speculative_decoding_there_is_no_acceptance_rate():
+    report = scraper_with(parse_metrics(VLLM_TEXT), [])._report(parse_metrics(VLLM_TEXT))
+    assert report["spec_decode_acceptance_rate"] is None
+    assert report["spec_decode_mean_acceptance_length"] is None

@@ -140,3 +140,65 @@ def test_too_little_disk_fails_with_the_numbers_and_downloads_nothing(tmp_path, 
     assert first["failure_class"] == "disk_too_small"
     assert "more on" in first["log_tail"] and "free" in first["log_tail"]
     assert summary.outcome == "failed" and hub.bytes_served == 0
+
+
+def adapter_folder(root: Path) -> Path:
+    """A LoRA adapter as the hub holds one (PEFT's files) and a README."""
+    folder = root / "adapter"
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8}')
+    (folder / "adapter_model.safetensors").write_bytes(b"lora" * 1000)
+    (folder / "README.md").write_text("# an adapter")
+    return folder
+
+
+def test_lora_adapters_come_with_the_weights_and_requests_spread_over_them(tmp_path, hub):
+    hub.add_folder("org/sql-lora", adapter_folder(tmp_path / "sql"))
+    hub.add_folder("org/chat-lora", adapter_folder(tmp_path / "chat"))
+    adapters = [
+        protocol.LoraAdapter(name="sql", hf_repo="org/sql-lora", revision="main"),
+        protocol.LoraAdapter(name="chat", hf_repo="org/chat-lora", revision="main"),
+    ]
+    job = vllm_job("org/open", trials=1)
+    job = job.model_copy(update={"model": job.model.model_copy(update={"lora_adapters": adapters})})
+    summary, messages, _, _ = run(job, tmp_path, hub)
+    assert summary.outcome == "succeeded", summary.reason
+    (phase,) = [m for m in of(messages, "cold_start_phase") if m["phase"] == "weights_downloaded"]
+    companions = phase["detail"]["companions"]
+    assert [c["repo"] for c in companions] == ["org/sql-lora", "org/chat-lora"]
+    assert all(c["commit"] == hub.repos[c["repo"]].sha for c in companions)
+    fetched = {r.path.rsplit("/", 1)[1] for r in hub.file_requests()}
+    assert "adapter_model.safetensors" in fetched and "README.md" not in fetched
+    # Served from their snapshots (a link by name, known before the download), all adapters
+    # in a batch at once.
+    (started,) = of(messages, "trial_started")
+    command = started["command"]
+    links = tmp_path / "weights" / "lora"
+    lora_at = command.index("--enable-lora")
+    assert command[lora_at:] == ["--enable-lora", "--lora-modules", f"sql={links / 'sql'}",
+                                 f"chat={links / 'chat'}", "--max-loras", "2"]  # fmt: skip
+    snapshots = tmp_path / "weights" / "hub"
+    sql = snapshots / "models--org--sql-lora" / "snapshots" / companions[0]["commit"]
+    assert (links / "sql").resolve() == sql.resolve()
+    log = (tmp_path / "work" / "trial-0" / "vllm.log").read_text()
+    assert f"Loaded new LoRA adapter: name 'chat', path '{links / 'chat'}'" in log
+    # Every request asked for an adapter the server serves (another name gets a 404), in
+    # turn: the level records the spread.
+    (measured,) = of(messages, "measurement")
+    result = measured["result"]
+    assert result["failed"] == 0
+    # Over every request the level sent (its steady window's figures are of fewer).
+    assert result["lora_requests"] == {"sql": 3, "chat": 2}
+
+
+def test_a_speculative_draft_model_comes_with_the_weights(tmp_path, hub):
+    hub.add_folder("org/draft", repo_folder(tmp_path / "draft"))
+    draft = {"method": "eagle", "num_speculative_tokens": 2, "model": "org/draft",
+             "revision": "main"}  # fmt: skip
+    job = vllm_job("org/open", trials=1)
+    trial = protocol.TrialSpec(index=0, serve_config={"speculative_config": draft})
+    summary, messages, _, _ = run(job.model_copy(update={"trials": [trial]}), tmp_path, hub)
+    assert summary.outcome == "succeeded", summary.reason
+    (phase,) = [m for m in of(messages, "cold_start_phase") if m["phase"] == "weights_downloaded"]
+    assert [c["repo"] for c in phase["detail"]["companions"]] == ["org/draft"]
+    assert (tmp_path / "weights" / "hub" / "models--org--draft" / "refs" / "main").is_file()

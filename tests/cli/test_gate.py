@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from benchsite_cli.gate import ThresholdError, gate_compare, parse_thresholds
+from benchsite_cli.gate import ThresholdError, gate_compare, parse_thresholds, run_prices
 from benchsite_cli.gate_files import junit_write, markdown_write
 
 
@@ -381,3 +381,29 @@ def test_a_capacity_threshold_gates_on_the_whole_bracket():
     result = gate(searched("new", 4, 4, 6), run("base", [(CONFIG, levels(1.0, 1.0))]), spec)
     assert [row.verdict for row in result.rows] == ["n/a"]
     assert "without a capacity search" in result.not_compared["capacity"]
+
+
+def test_cost_is_priced_for_the_gpus_a_configuration_uses_whatever_the_pods_size():
+    """A TP=1 configuration on a 4-GPU pod pays a quarter of the pod's rate, as the site
+    prices it (``GpuShare``): against the same configuration on a 1-GPU pod at the same
+    per-GPU price and throughput it costs the same, not four times as much."""
+    thresholds = parse_thresholds("cost_per_mtok=5%")
+    one = {"max_num_seqs": 8}
+    base = run("base", [(one, levels(100.0, 1000.0))], price="3.6") | {
+        "job_spec": {"engine": {"gpu_count": 1}}
+    }
+    four = {"max_num_seqs": 8, "tensor_parallel_size": 4}
+    new = run("new", [(one, levels(100.0, 1000.0)), (four, levels(100.0, 3000.0))],
+              price="14.4") | {"job_spec": {"engine": {"gpu_count": 4}}}  # fmt: skip
+    result = gate_compare(new_run=new, baseline_run=base, thresholds=thresholds,
+                          baseline_kind="x")  # fmt: skip
+    (row,) = result.rows
+    assert row.new == pytest.approx(1.0) and row.verdict == "ok"
+    # TP=4 uses the whole pod: $14.4/h at 3000 tok/s.
+    prices = run_prices(new)
+    assert prices[("", "max_num_seqs=8")] == pytest.approx(3.6)
+    assert prices[("", "max_num_seqs=8 tensor_parallel_size=4")] == pytest.approx(14.4)
+    # A run that does not say its pod's GPU count is priced at its pod rate, as it was.
+    assert run_prices(run("old", [(one, levels(100.0, 1000.0))], price="14.4")) == {
+        ("", "max_num_seqs=8"): "14.4"
+    }
