@@ -108,7 +108,9 @@ def fit(rows: tuple, base: Constants, max_evaluations: int) -> Constants:
         value = loss(rows, with_values(base, np.exp(log_values)))
         if value < best[0]:
             best[0] = value
-            print(f"  loss {value:.4f}", file=sys.stderr, flush=True)
+            values = zip(FITTED, np.exp(log_values), strict=True)
+            shown = " ".join(f"{name}={v:.3g}" for (_, name), v in values)
+            print(f"  loss {value:.4f}: {shown}", file=sys.stderr, flush=True)
         return value
 
     found = minimize(

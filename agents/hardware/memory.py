@@ -37,6 +37,27 @@ class StartRefusal(Exception):
         self.summary = summary
 
 
+# Parallelism flags the simulator does not model yet, with the value that means "off": a
+# configuration that turns one on is refused, never simulated as if it were off.
+_UNMODELLED_PARALLELISM = {
+    "data_parallel_size": 1,
+    "enable_expert_parallel": False,
+    "decode_context_parallel_size": 1,
+}
+
+
+def _refuse_unmodelled_parallelism(flags: Mapping[str, object]) -> None:
+    for name, off in _UNMODELLED_PARALLELISM.items():
+        value = flags.get(name)
+        if value is not None and value != off:
+            option = "--" + name.replace("_", "-")
+            raise StartRefusal(
+                f"error: argument {option}: the simulator does not model "
+                f"{name.replace('_', ' ')} {value} (only {off})",
+                summary=f"the simulator does not model {option}",
+            )
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     """The serve flags the simulator models, with vLLM's defaults for a given GPU."""
@@ -62,6 +83,7 @@ class ServeSettings:
         """Fills what ``flags`` leaves out the way the newest vLLM the defaults table knows
         does for ``vllm serve`` (``vllm_defaults``; a caller that knows the version fills
         them from the same table first)."""
+        _refuse_unmodelled_parallelism(flags)
         defaults = batch_defaults(None, gpu)
         batched, seqs = defaults.max_num_batched_tokens, defaults.max_num_seqs
         max_model_len = int(flags.get("max_model_len") or model.max_position_embeddings)

@@ -110,3 +110,21 @@ def test_a_step_smaller_than_the_sequences_it_runs_is_refused_as_vllm_does():
     with pytest.raises(StartRefusal, match=r"must be greater than or equal to max_num_seqs"):
         start_check(LLAMA_8B, H100, flags)
     start_check(LLAMA_8B, H100, {**flags, "max_num_seqs": 64})
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"data_parallel_size": 2},
+        {"enable_expert_parallel": True, "tensor_parallel_size": 2},
+        {"decode_context_parallel_size": 2, "tensor_parallel_size": 2},
+    ],
+)
+def test_parallelism_it_does_not_model_is_refused_not_ignored(flags):
+    with pytest.raises(StartRefusal, match="the simulator does not model"):
+        start_check(LLAMA_8B, H100, {"max_model_len": 4096, **flags})
+
+
+def test_parallelism_flags_at_their_off_values_start():
+    off = {"data_parallel_size": 1, "enable_expert_parallel": False}
+    start_check(LLAMA_8B, H100, {"max_model_len": 4096, "decode_context_parallel_size": 1, **off})

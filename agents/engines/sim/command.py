@@ -66,6 +66,10 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-memory-utilization", type=float)
     parser.add_argument("--tensor-parallel-size", type=int)
     parser.add_argument("--pipeline-parallel-size", type=int)
+    # Taken so that the start check refuses them by name (not modelled yet).
+    parser.add_argument("--data-parallel-size", type=int)
+    parser.add_argument("--enable-expert-parallel", action="store_true", default=None)
+    parser.add_argument("--decode-context-parallel-size", type=int)
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
     parser.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction)
     parser.add_argument("--kv-cache-dtype")
@@ -84,6 +88,9 @@ FLAG_NAMES = (
     "gpu_memory_utilization",
     "tensor_parallel_size",
     "pipeline_parallel_size",
+    "data_parallel_size",
+    "enable_expert_parallel",
+    "decode_context_parallel_size",
     "enable_prefix_caching",
     "enable_chunked_prefill",
     "kv_cache_dtype",
