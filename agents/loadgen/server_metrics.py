@@ -104,7 +104,7 @@ def _delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
     return end - start if end >= start else end
 
 
-def _acceptance(report: dict) -> dict:
+def spec_decode_acceptance(report: dict) -> dict:
     """Speculative decoding over the level: the share of proposed tokens accepted, and the
     tokens each engine step yields per draft (accepted + the one the model adds); None when
     nothing was proposed (no speculative decoding, or a server without these counters)."""
@@ -203,7 +203,7 @@ class MetricsScraper:
             report[name] = _delta(baseline, final, f"{name}_total") if can_diff else None
         hits, queries = report["prefix_cache_hits"], report["prefix_cache_queries"]
         report["prefix_cache_hit_rate"] = hits / queries if hits is not None and queries else None
-        report.update(_acceptance(report))
+        report.update(spec_decode_acceptance(report))
         for name, key in HISTOGRAMS.items():
             total = _delta(baseline, final, f"{name}_sum") if can_diff else None
             count = _delta(baseline, final, f"{name}_count") if can_diff else None

@@ -53,6 +53,7 @@ from agents.loadgen.levels import (
 )
 from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
+from agents.loadgen.server_metrics import spec_decode_acceptance
 from agents.loadgen.session_prompts import SessionPlan, SessionPrompts
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow
 from agents.predict.offline_agentic import run_agentic
@@ -439,6 +440,10 @@ class OfflineBench:
         report["generation_tokens"] = counters.delta(scheduler, "generation_tokens")
         queries = report["prefix_cache_queries"]
         report["prefix_cache_hit_rate"] = report["prefix_cache_hits"] / queries if queries else None
+        # The simulator models no speculative decoding: its /metrics has none of these.
+        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            report[f"spec_decode_{name}"] = None
+        report.update(spec_decode_acceptance(report))
         done = [r for r in records if r.success]
 
         def mean_ms(values: list[float]) -> float | None:

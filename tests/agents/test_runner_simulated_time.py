@@ -18,7 +18,10 @@ from tests.agents.test_runner import make_job, run
 IN_SIMULATED_TIME = EngineOptions()
 
 
-def _job(noise_seed: int | None, trials=({"max_num_seqs": 8}, {"max_num_batched_tokens": 512})):
+def _job(
+    noise_seed: int | None,
+    trials=({"max_num_seqs": 8}, {"max_num_batched_tokens": 512, "max_num_seqs": 64}),
+):
     job = make_job(list(trials), concurrency=(1, 8, 32), requests=48, output_len=64, speed=3)
     engine = job.engine.model_copy(update={"noise_seed": noise_seed})
     return job.model_copy(update={"engine": engine})
