@@ -19,6 +19,7 @@ import pydantic
 from rich.console import Console
 
 from agents.cli.usage import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, print_error
+from agents.cli.vllm_flags import bench_arguments
 from agents.loadgen import (
     AgenticPrompts,
     BenchConfig,
@@ -307,7 +308,7 @@ def workload_fields(args: argparse.Namespace) -> dict:
     return {
         "source": source,
         "levels": tuple(levels),
-        "endpoint": args.endpoint,
+        "endpoint": args.endpoint or "completions",
         "burstiness": args.burstiness,
         "num_prompts": args.num_prompts,
         "duration": args.duration,
@@ -323,7 +324,8 @@ def workload_fields(args: argparse.Namespace) -> dict:
 
 
 def build_config(args: argparse.Namespace) -> BenchConfig:
-    """Turns parsed arguments into a ``BenchConfig``; raises ``UsageError``."""
+    """Turns parsed arguments (``vllm_flags.bench_arguments``'s) into a ``BenchConfig``;
+    raises ``UsageError``."""
     try:
         parse_base_url(args.base_url)
     except ValueError as exc:
@@ -350,7 +352,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
             raise UsageError(f"--metrics-url: {exc}") from None
     return BenchConfig(
         base_url=args.base_url,
-        model=args.model,
+        model=args.served_model,
         api_key=api_key,
         max_concurrency=args.max_concurrency,
         metrics_url=metrics_url,
@@ -367,7 +369,7 @@ async def _bench(
     done: list,
     gpu_levels: GpuLevels | None = None,
 ):
-    with ProgressView(console) as view:
+    with ProgressView(console, hidden=args.disable_tqdm) as view:
         async for event in run_bench(config):
             if gpu_levels is not None:
                 await gpu_levels.observe(event)  # the level's GPUs join its result first
@@ -391,6 +393,16 @@ async def _bench(
                     interrupted=False,
                     capacity=event.capacity,
                 )
+
+
+def _tokenizer_note(model: str, folder: str | None) -> str:
+    """Where the prompts' tokenizer came from when ``--tokenizer`` was not given."""
+    if folder is None:
+        return (
+            f"tokenizer: none for {model} here (a folder, or the local Hugging Face cache): "
+            "prompt lengths are approximate; give --tokenizer PATH for exact ones"
+        )
+    return f"tokenizer: {model}'s, from {folder}"
 
 
 def gpu_lines(gpus) -> list[str]:
@@ -426,10 +438,13 @@ def run_bench_command(args: argparse.Namespace) -> int:
     console = Console()
     errors = Console(stderr=True)
     try:
+        args = bench_arguments(args)
         config = build_config(args)
     except (UsageError, DatasetError) as exc:
         print_error(errors, exc)
         return EXIT_USAGE
+    if args.tokenizer_from_model:
+        console.print(_tokenizer_note(args.model, args.tokenizer), soft_wrap=True)
     if args.per_request:
         args.per_request.write_text("")  # one file per run, not appended across runs
     done: list[dict] = []

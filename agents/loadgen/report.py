@@ -45,7 +45,7 @@ _METRIC_LABELS = {
 class ProgressView:
     """A progress bar per level, fed with the engine's events."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, *, hidden: bool = False):
         self.console = console
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -55,7 +55,7 @@ class ProgressView:
             TimeElapsedColumn(),
             console=console,
             refresh_per_second=4,
-            disable=not console.is_terminal,
+            disable=hidden or not console.is_terminal,
         )
         self._tasks: dict[int, TaskID] = {}
 
