@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from celery.signals import setup_logging
 from django.core.management.base import CommandError
 from django.urls import reverse
 from rich.console import Console
@@ -48,6 +49,13 @@ def log_to_file(path: Path) -> None:
     file_handler = logging.FileHandler(path, encoding="utf-8")
     file_handler.setFormatter(formatter or logging.Formatter(logging.BASIC_FORMAT))
     logging.getLogger().addHandler(file_handler)
+    # A Celery worker started later sets up its own logging to the terminal unless someone
+    # handles this signal: the demo's embedded worker logs here too.
+    setup_logging.connect(_keep_logging, weak=False)
+
+
+def _keep_logging(**kwargs) -> None:
+    """Celery's ``setup_logging`` handled: the logging set up above stays as it is."""
 
 
 def serve_site(port: int, *, sim_speed: int, log: Path) -> subprocess.Popen:
