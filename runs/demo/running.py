@@ -8,7 +8,9 @@ demo's database whose pod is unreleased ends cancelled with its pod terminated.
 
 from __future__ import annotations
 
+import copy
 import logging
+import logging.config
 import os
 import socket
 import subprocess
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from celery.signals import setup_logging
+from django.conf import settings
 from django.core.management.base import CommandError
 from django.urls import reverse
 from rich.console import Console
@@ -36,19 +39,25 @@ from runs.services.provisioning import run_fail, run_release_pod
 
 def log_to_file(path: Path) -> None:
     """Every log record of this process goes to ``path`` (appended), none to the terminal,
-    so that the progress line and the tables stay whole: the handlers that write to the
-    terminal are removed from every logger, and the root logger writes to ``path``."""
+    so that the progress line and the tables stay whole: each handler of the site's logging
+    settings writes to ``path`` instead, Django's own terminal handler is dropped, and the
+    settings say so too, for whatever sets up logging again later (a Celery worker's Django
+    fixup runs ``django.setup()``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    loggers = [logging.getLogger(), *map(logging.getLogger, list(logging.root.manager.loggerDict))]
-    formatter = None
-    for logger in loggers:
-        for handler in list(logger.handlers):
-            if type(handler) is logging.StreamHandler:  # a FileHandler is one too: kept
-                formatter = formatter or handler.formatter
-                logger.removeHandler(handler)
-    file_handler = logging.FileHandler(path, encoding="utf-8")
-    file_handler.setFormatter(formatter or logging.Formatter(logging.BASIC_FORMAT))
-    logging.getLogger().addHandler(file_handler)
+    config = copy.deepcopy(settings.LOGGING)
+    config["handlers"] = {
+        name: {
+            "class": "logging.FileHandler",
+            "filename": str(path),
+            "encoding": "utf-8",
+            **({"formatter": handler["formatter"]} if "formatter" in handler else {}),
+        }
+        for name, handler in config.get("handlers", {}).items()
+    }
+    # Django's default logging prints its own logger's records in DEBUG: they go to the root.
+    config.setdefault("loggers", {})["django"] = {"handlers": [], "propagate": True}
+    settings.LOGGING = config
+    logging.config.dictConfig(config)
     # A Celery worker started later sets up its own logging to the terminal unless someone
     # handles this signal: the demo's embedded worker logs here too.
     setup_logging.connect(_keep_logging, weak=False)

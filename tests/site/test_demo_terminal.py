@@ -10,6 +10,8 @@ import re
 from decimal import Decimal
 
 from celery.signals import setup_logging
+from django.conf import settings as django_settings
+from django.utils.log import configure_logging
 from rich.console import Console
 from rich.live import Live
 
@@ -18,6 +20,9 @@ from runs.demo.answer import print_capacity_answer
 from runs.demo.plans import SIM_DEMO
 from runs.demo.running import _keep_logging, log_to_file, progress_line
 from runs.selectors.run_answer import ConfigAnswer, RunAnswer
+
+# The site's logging settings, as the test process started with them.
+ORIGINAL_LOGGING = django_settings.LOGGING
 
 
 def terminal(width: int = 80) -> tuple[Console, io.StringIO]:
@@ -96,29 +101,26 @@ def test_it_prints_the_serve_command_whole_on_80_columns():
 
 
 def test_it_sends_log_records_to_the_named_file_not_the_terminal(tmp_path, capfd):
-    root = logging.getLogger()
-    django = logging.getLogger("django")
-    kept = root.handlers[:], django.handlers[:]
     already_setup = celery_app.log.already_setup
-    # What the site's settings give a process: a handler on the terminal.
-    root.addHandler(logging.StreamHandler())
     try:
         log_to_file(tmp_path / "demo.log")
-        # The demo's Celery worker sets up its logging after this (celery's own set-up).
+        # What the demo's Celery worker does after it: Django set up again (its fixup), and
+        # Celery's own logging set-up.
+        configure_logging(django_settings.LOGGING_CONFIG, django_settings.LOGGING)
         celery_app.log.already_setup = False
         celery_app.log.setup_logging_subsystem(loglevel="INFO")
-        logging.getLogger("runs.services.provisioning").warning("pod bench-1 created on local")
-        django.warning("a request")
-        logging.getLogger("celery.beat").warning("beat: Shutting down...")
-        for handler in root.handlers:
+        logging.getLogger("runs.services.provisioning").info("pod bench-1 created on local")
+        logging.getLogger("django").warning("a request")
+        logging.getLogger("celery.beat").info("beat: Shutting down...")
+        for handler in logging.getLogger().handlers:
             handler.flush()
     finally:
         setup_logging.disconnect(_keep_logging)
         celery_app.log.already_setup = already_setup
-        for handler in root.handlers:
-            if handler not in kept[0]:
-                handler.close()
-        root.handlers[:], django.handlers[:] = kept
+        for handler in logging.getLogger().handlers:
+            handler.close()
+        django_settings.LOGGING = ORIGINAL_LOGGING
+        configure_logging(django_settings.LOGGING_CONFIG, ORIGINAL_LOGGING)
     written = (tmp_path / "demo.log").read_text()
     for line in ("pod bench-1 created on local", "a request", "beat: Shutting down"):
         assert line in written
