@@ -294,8 +294,8 @@ def _print_answer(answer: dict[str, Any] | None) -> None:
 
 
 def _load_words(load: float, axis: str) -> str:
-    """A capacity as people say it: ``64 concurrent requests``, ``2.5 req/s``."""
-    return f"{load:g} concurrent requests" if axis == "concurrency" else f"{load:g} req/s"
+    """A capacity as people say it (and the demo): ``64 concurrent users``, ``2.5 req/s``."""
+    return f"{load:g} concurrent users" if axis == "concurrency" else f"{load:g} req/s"
 
 
 # A run summary's columns are headed by the figure's name, shortened where it is long.

@@ -60,7 +60,7 @@ def test_it_prints_the_answer_as_people_read_it(capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed[:2] == [
         "answer (simulated): trial 0 max_num_batched_tokens=2048 carries 99 concurrent "
-        "requests within ttft:p99<500ms, $0.547 per 1M output tokens",
+        "users within ttft:p99<500ms, $0.547 per 1M output tokens",
         "  trial 2 (vLLM defaults) costs 85 % more",
     ]
     assert not any("{" in line for line in printed)
