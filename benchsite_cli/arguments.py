@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--timeout", type=float, default=6 * 3600, help="give up after (s)")
 
     show = run.add_parser("show", parents=[common])
-    show.add_argument("run")
+    show.add_argument("run", help="id, or the short id the site shows (a unique prefix)")
     show.add_argument("--json", dest="json_out", type=Path, help="also write the run as JSON")
     cancel = run.add_parser("cancel", parents=[common])
     cancel.add_argument("run")
@@ -85,13 +85,19 @@ def _gate_arguments(parser: argparse.ArgumentParser, baseline_required: bool = F
     parser.add_argument(
         "--baseline",
         required=baseline_required,
-        help="promoted | last-succeeded | RUN_ID",
+        help="promoted | last-succeeded | RUN_ID (or the short id the site shows)",
     )
     parser.add_argument(
         "--max-regression",
         default="",
         help="METRIC=PCT%%,… e.g. p99_ttft_ms=10%%,output_throughput=-5%%,cost_per_mtok=5%% "
         "(+: fail if it rose by more; -: fail if it fell by more)",
+    )
+    parser.add_argument(
+        "--across-experiments",
+        action="store_true",
+        help="allow a baseline RUN_ID of another experiment (its grid, workload or SLOs may "
+        "differ: the gate then compares unlike runs, and says so)",
     )
     parser.add_argument("--json", dest="json_out", type=Path, help="write run + gate as JSON")
     parser.add_argument("--junit", type=Path, help="write the gate as JUnit XML")

@@ -213,9 +213,10 @@ def parse_thresholds(spec: str) -> list[Threshold]:
 
 
 def config_label(serve_config: dict[str, Any]) -> str:
-    """A serve configuration as one stable, readable string (``max_num_seqs=8 …``)."""
+    """A serve configuration as one stable, readable string (``max_num_seqs=8 …``); none
+    set reads ``vLLM defaults``, as on the site."""
     if not serve_config:
-        return "(engine defaults)"
+        return "vLLM defaults"
     return " ".join(f"{key}={json.dumps(serve_config[key])}" for key in sorted(serve_config))
 
 

@@ -19,6 +19,12 @@ def find_row(api: ApiClient, path: str, ref: str, what: str) -> dict[str, Any]:
     return api.get(f"{path}/{matches[0]['id']}/")
 
 
+def looks_like_run_id(value: str) -> bool:
+    """A run's id, or what could be a prefix of one (hex digits and hyphens); the site
+    decides whether a prefix is long enough and names one run."""
+    return bool(value) and not value.lower().strip("0123456789abcdef-")
+
+
 def looks_like_uuid(value: str) -> bool:
     import uuid
 

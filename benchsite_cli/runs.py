@@ -21,6 +21,7 @@ from benchsite_cli.gate import (
     Row,
     Threshold,
     ThresholdError,
+    config_label,
     format_value,
     gate_compare,
     parse_thresholds,
@@ -30,7 +31,7 @@ from benchsite_cli.gate import (
 )
 from benchsite_cli.gate_files import junit_write, markdown_write
 from benchsite_cli.level_results import OUTPUT_THROUGHPUT, SUMMARY_FIGURES, level_figure
-from benchsite_cli.lookup import find_row, looks_like_uuid
+from benchsite_cli.lookup import find_row, looks_like_run_id
 from benchsite_cli.output import dollars, err, out, table
 from benchsite_cli.progress import progress_for
 
@@ -55,7 +56,12 @@ def _check_output_paths(args) -> None:
 
 
 def _resolve_baseline(
-    api: ApiClient, spec: str, *, experiment_id: str, exclude: str | None = None
+    api: ApiClient,
+    spec: str,
+    *,
+    experiment_id: str,
+    exclude: str | None = None,
+    across_experiments: bool = False,
 ) -> tuple[dict[str, Any], str, int | None]:
     """(baseline run detail, how it was chosen, the one trial to compare or None)."""
     if spec == "promoted":
@@ -67,12 +73,24 @@ def _resolve_baseline(
         raise CliError(
             f"--baseline last-succeeded: experiment {experiment_id} has no succeeded run yet"
         )
-    if not looks_like_uuid(spec):
+    if not looks_like_run_id(spec):
         raise CliError(f"--baseline: expected promoted, last-succeeded or a run id, not {spec!r}")
     run = api.get(f"runs/{spec}/")
     if run["state"] != "succeeded":
-        raise CliError(f"--baseline: run {spec} ended {run['state']}, not succeeded")
-    return run, f"run {spec}", None
+        raise CliError(f"--baseline: run {run['id']} ended {run['state']}, not succeeded")
+    if run["experiment"] != experiment_id:
+        # Another experiment's grid, workload or SLOs may differ: a gate across them compares
+        # unlike runs, so it is done only when asked for, and said each time.
+        if not across_experiments:
+            raise CliError(
+                f"--baseline: run {run['id']} is of experiment {run['experiment']}, not "
+                f"{experiment_id}; give --across-experiments to gate against it anyway"
+            )
+        err(
+            f"warning: gating across experiments: the baseline run {run['id']} is of "
+            f"experiment {run['experiment']}, the new run of {experiment_id}"
+        )
+    return run, f"run {run['id']}", None
 
 
 def _promoted_baseline(api: ApiClient, experiment_id: str) -> tuple[dict[str, Any], str, int]:
@@ -105,7 +123,12 @@ def runs_start(api: ApiClient, args) -> int:
     experiment = find_row(api, "experiments", args.experiment, "experiment")
     baseline = None
     if gating:  # resolved first: a missing baseline must not cost a run
-        baseline = _resolve_baseline(api, args.baseline, experiment_id=experiment["id"])
+        baseline = _resolve_baseline(
+            api,
+            args.baseline,
+            experiment_id=experiment["id"],
+            across_experiments=args.across_experiments,
+        )
 
     body = {"experiment": experiment["id"], "reason": args.reason, "trigger": args.trigger}
     if args.image_tag:
@@ -193,7 +216,11 @@ def runs_compare(api: ApiClient, args) -> int:
     if run["state"] != "succeeded":
         raise CliError(f"run {run['id']} is {run['state']}, not succeeded: nothing to gate")
     baseline = _resolve_baseline(
-        api, args.baseline, experiment_id=run["experiment"], exclude=run["id"]
+        api,
+        args.baseline,
+        experiment_id=run["experiment"],
+        exclude=run["id"],
+        across_experiments=args.across_experiments,
     )
     return _gate(run, baseline, thresholds, args)
 
@@ -241,10 +268,9 @@ def _print_answer(answer: dict[str, Any] | None) -> None:
     cost = winner.get("usd_per_million_output_tokens")
     interval = winner.get("usd_per_million_ci95")
     out(
-        f"answer{label}: trial {winner['trial']} {winner['serve_config']}"
+        f"answer{label}: trial {winner['trial']} {config_label(winner['serve_config'])}"
         + (f" on {winner['image_tag']}" if winner.get("image_tag") else "")
-        + " carries "
-        f"{winner['capacity']:g} ({winner['axis']}) within {answer['slos']}, "
+        + f" carries {_load_words(winner['capacity'], winner['axis'])} within {answer['slos']}, "
         f"${cost} per 1M output tokens"
         + (f" (95 % CI {interval[0]}–{interval[1]})" if interval else "")
     )
@@ -255,12 +281,21 @@ def _print_answer(answer: dict[str, Any] | None) -> None:
         # The margin is the runner-up's extra cost in % of the winner's (as the run page says).
         if answer.get("tie"):
             out(
-                f"  tie, within noise, with trial {runner_up['trial']}: "
+                f"  tie, within noise, with trial {runner_up['trial']} "
+                f"({config_label(runner_up['serve_config'])}): "
                 f"{answer['margin_pct']:.0f} % apart{interval}"
             )
         else:
-            out(f"  trial {runner_up['trial']} costs {answer['margin_pct']:.0f} % more{interval}")
+            out(
+                f"  trial {runner_up['trial']} ({config_label(runner_up['serve_config'])}) "
+                f"costs {answer['margin_pct']:.0f} % more{interval}"
+            )
     out(f"  {winner['serve_command']}")
+
+
+def _load_words(load: float, axis: str) -> str:
+    """A capacity as people say it (and the demo): ``64 concurrent users``, ``2.5 req/s``."""
+    return f"{load:g} concurrent users" if axis == "concurrency" else f"{load:g} req/s"
 
 
 # A run summary's columns are headed by the figure's name, shortened where it is long.

@@ -11,12 +11,14 @@ Escape hatches that bypass these rules are named ``unscoped_*`` so they stand ou
 from __future__ import annotations
 
 import enum
+import uuid
 from dataclasses import dataclass
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.http import Http404
 
+from runs.errors import DomainValidationError
 from runs.models import (
     ApiToken,
     Budget,
@@ -142,9 +144,37 @@ def access_member(*, membership: Membership, member_id) -> Membership:
     return _get_scoped(membership, Membership, member_id)
 
 
+# The shortest id prefix a run is found by: the site shows eight hex digits of a run's id.
+RUN_ID_PREFIX_MIN = 4
+
+
+def run_id_prefix_bounds(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The lowest and highest id starting with ``text`` when it is a prefix of a run's id
+    (hex digits, hyphens as in the id, at least ``RUN_ID_PREFIX_MIN`` digits, fewer than a
+    whole id); None for anything else (a whole id, or no id at all)."""
+    digits = text.replace("-", "").lower()
+    if not RUN_ID_PREFIX_MIN <= len(digits) < 32 or digits.strip("0123456789abcdef"):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
 def access_run(*, membership: Membership, run_id) -> Run:
-    """One of the organization's runs."""
-    return _get_scoped(membership, Run, run_id)
+    """One of the organization's runs, by its id or by a prefix of it that no other run of
+    the organization shares (the eight hex digits the site shows). A prefix that several
+    of its runs share is a ``DomainValidationError`` on ``run`` (400), naming how many."""
+    bounds = run_id_prefix_bounds(str(run_id))
+    if bounds is None:
+        return _get_scoped(membership, Run, run_id)
+    # Ids are compared as UUIDs: every database orders them as their hex digits.
+    found = list(scoped(membership, Run).filter(pk__gte=bounds[0], pk__lte=bounds[1])[:2])
+    if not found:
+        raise Http404
+    if len(found) > 1:
+        many = scoped(membership, Run).filter(pk__gte=bounds[0], pk__lte=bounds[1]).count()
+        raise DomainValidationError.single(
+            "run", f"The id prefix {run_id!r} matches {many} runs; give more of the id."
+        )
+    return found[0]
 
 
 def access_run_of_user(*, principal: Principal, run_id) -> Run:

@@ -2,12 +2,13 @@
 console script.
 
 One module a job: ``parser`` (every subcommand's arguments), ``bench`` (load-test any
-OpenAI-compatible server on its own), ``predict`` (the same benchmark on the simulator
-offline, in simulated time), ``engine`` (``serve-sim``: the simulator in the
-foreground; ``engine-up``: an engine from a JSON description until Ctrl-C), ``job``
-(``run``: a whole job unattended, reporting to the site or a results folder; ``flush``:
-deliver what an earlier ``run`` could not), ``usage`` (exit codes and the usage error every
-subcommand shares).
+OpenAI-compatible server on its own; ``vllm_flags`` reads ``vllm bench serve``'s flags as its
+own, ``sim_clock`` reports a simulator's figures in its modelled time), ``predict`` (the
+same benchmark on the simulator offline, in simulated time), ``engine`` (``serve-sim``: the
+simulator in the foreground; ``engine-up``: an engine from a JSON description until
+Ctrl-C), ``job`` (``run``: a whole job unattended, reporting to the site or a results
+folder; ``flush``: deliver what an earlier ``run`` could not), ``usage`` (exit codes and the
+usage error every subcommand shares).
 """
 
 from __future__ import annotations

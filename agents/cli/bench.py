@@ -18,7 +18,9 @@ from pathlib import Path
 import pydantic
 from rich.console import Console
 
+from agents.cli.sim_clock import config_in_wall_time, event_in_simulated_time, simulator_speed
 from agents.cli.usage import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, print_error
+from agents.cli.vllm_flags import bench_arguments
 from agents.loadgen import (
     AgenticPrompts,
     BenchConfig,
@@ -307,7 +309,7 @@ def workload_fields(args: argparse.Namespace) -> dict:
     return {
         "source": source,
         "levels": tuple(levels),
-        "endpoint": args.endpoint,
+        "endpoint": args.endpoint or "completions",
         "burstiness": args.burstiness,
         "num_prompts": args.num_prompts,
         "duration": args.duration,
@@ -323,7 +325,8 @@ def workload_fields(args: argparse.Namespace) -> dict:
 
 
 def build_config(args: argparse.Namespace) -> BenchConfig:
-    """Turns parsed arguments into a ``BenchConfig``; raises ``UsageError``."""
+    """Turns parsed arguments (``vllm_flags.bench_arguments``'s) into a ``BenchConfig``;
+    raises ``UsageError``."""
     try:
         parse_base_url(args.base_url)
     except ValueError as exc:
@@ -350,7 +353,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
             raise UsageError(f"--metrics-url: {exc}") from None
     return BenchConfig(
         base_url=args.base_url,
-        model=args.model,
+        model=args.served_model,
         api_key=api_key,
         max_concurrency=args.max_concurrency,
         metrics_url=metrics_url,
@@ -366,9 +369,15 @@ async def _bench(
     console: Console,
     done: list,
     gpu_levels: GpuLevels | None = None,
+    speed: float | None = None,
 ):
-    with ProgressView(console) as view:
-        async for event in run_bench(config):
+    """Runs ``config`` and shows it; against the simulator at ``speed``, in the modelled
+    GPU's time (``sim_clock``)."""
+    wall = config if speed is None else config_in_wall_time(config, speed)
+    described = _described(config, speed)
+    with ProgressView(console, hidden=args.disable_tqdm) as view:
+        async for raw in run_bench(wall):
+            event = raw if speed is None else event_in_simulated_time(raw, speed)
             if gpu_levels is not None:
                 await gpu_levels.observe(event)  # the level's GPUs join its result first
             view.handle(event)
@@ -380,17 +389,32 @@ async def _bench(
                 if args.per_request:
                     append_records(args.per_request, {"level": event.index}, event.records)
                 if args.json:
-                    write_json(args.json, config.describe(), done, interrupted=True)
+                    write_json(args.json, described, done, interrupted=True)
             elif isinstance(event, CapacityFound):
                 view.progress.console.print(capacity_line(event.result))
             elif isinstance(event, BenchFinished) and args.json:
                 write_json(
                     args.json,
-                    event.config,
+                    described,
                     event.levels,
                     interrupted=False,
                     capacity=event.capacity,
                 )
+
+
+def _described(config: BenchConfig, speed: float | None) -> dict:
+    """The results file's ``config``: what was asked for, and the simulator's speed."""
+    return config.describe() | ({} if speed is None else {"simulated": {"speed": speed}})
+
+
+def _tokenizer_note(model: str, folder: str | None) -> str:
+    """Where the prompts' tokenizer came from when ``--tokenizer`` was not given."""
+    if folder is None:
+        return (
+            f"tokenizer: none for {model} here (a folder, or the local Hugging Face cache): "
+            "prompt lengths are approximate; give --tokenizer PATH for exact ones"
+        )
+    return f"tokenizer: {model}'s, from {folder}"
 
 
 def gpu_lines(gpus) -> list[str]:
@@ -426,12 +450,23 @@ def run_bench_command(args: argparse.Namespace) -> int:
     console = Console()
     errors = Console(stderr=True)
     try:
+        args = bench_arguments(args)
         config = build_config(args)
     except (UsageError, DatasetError) as exc:
         print_error(errors, exc)
         return EXIT_USAGE
+    if args.tokenizer_from_model:
+        console.print(_tokenizer_note(args.model, args.tokenizer), soft_wrap=True)
     if args.per_request:
         args.per_request.write_text("")  # one file per run, not appended across runs
+    speed = simulator_speed(config.base_url)
+    if speed is not None:
+        console.print(
+            f"[bold yellow]SIMULATED[/]: {config.base_url} is Benchsite's simulator at speed "
+            f"{speed:g}. Every figure below is the modelled GPU's, in its time (latencies × "
+            f"{speed:g}, rates ÷ {speed:g} of what this client saw): not a measurement.",
+            soft_wrap=True,
+        )
     done: list[dict] = []
     gpus = open_gpus() if args.gpu_telemetry else None
     if args.gpu_telemetry and gpus is None:
@@ -439,13 +474,13 @@ def run_bench_command(args: argparse.Namespace) -> int:
     try:
         with event_loop_runner() as runner:
             gpu_levels = GpuLevels(gpus) if gpus is not None else None
-            runner.run(_bench(config, args, console, done, gpu_levels))
+            runner.run(_bench(config, args, console, done, gpu_levels, speed))
     except (ServerUnreachable, DatasetError) as exc:
         print_error(errors, exc)
         return EXIT_USAGE
     except KeyboardInterrupt:
         if args.json:
-            write_json(args.json, config.describe(), done, interrupted=True)
+            write_json(args.json, _described(config, speed), done, interrupted=True)
         errors.print(f"interrupted: {len(done)} level(s) finished and written")
         return EXIT_INTERRUPTED
     finally:

@@ -10,7 +10,12 @@ from agents.workloads import BURSTGPT_LOG_TYPES
 
 def add_workload_arguments(command: argparse.ArgumentParser) -> None:
     """The load a benchmark applies and what it reports: ``bench`` and ``predict`` share them."""
-    command.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    command.add_argument(
+        "--endpoint",
+        type=endpoint_kind,
+        help="completions (default) or chat; vllm bench serve's /v1/completions and "
+        "/v1/chat/completions read too",
+    )
     command.add_argument("--concurrency", metavar="N[,N...]", help="closed-loop levels, in order")
     command.add_argument(
         "--request-rate", metavar="R[,R...]", help="open-loop levels in req/s ('inf': all at once)"
@@ -56,14 +61,24 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--trace-log-type", choices=BURSTGPT_LOG_TYPES, help="burstgpt: keep this Log Type only"
     )
-    command.add_argument("--input-len", type=int, default=128, help="prompt (or suffix) tokens")
-    command.add_argument("--output-len", type=int, help="output tokens (default 128)")
-    command.add_argument("--range-ratio", type=float, default=0.0, help="random length spread")
+    # vllm bench serve's names for the random dataset's lengths are aliases.
+    command.add_argument(
+        "--input-len", "--random-input-len", type=int, default=128, help="prompt (or suffix) tokens"
+    )
+    command.add_argument(
+        "--output-len", "--random-output-len", type=int, help="output tokens (default 128)"
+    )
+    command.add_argument(
+        "--range-ratio", "--random-range-ratio", type=float, default=0.0,
+        help="random length spread",
+    )  # fmt: skip
     command.add_argument("--num-prefixes", type=int, default=1, help="prefix dataset: prefixes")
     amount = command.add_mutually_exclusive_group()
     amount.add_argument("--num-prompts", type=int, default=200, help="requests per level")
     amount.add_argument("--duration", type=float, metavar="SECONDS", help="seconds per level")
-    command.add_argument("--warmup", type=int, default=0, help="unmeasured requests per level")
+    command.add_argument(
+        "--warmup", "--num-warmups", type=int, default=0, help="unmeasured requests per level"
+    )
     command.add_argument("--tokenizer", metavar="PATH", help="local tokenizer for exact lengths")
     command.add_argument(
         "--slo",
@@ -93,6 +108,42 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--json", type=Path, metavar="OUT.json", help="write the results")
 
 
+def endpoint_kind(text: str) -> str:
+    """``--endpoint``: ``completions`` or ``chat``, or vllm bench serve's path of either."""
+    kinds = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+    kind = kinds.get(text.rstrip("/"), text)
+    if kind not in ("completions", "chat"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected completions, chat, /v1/completions or /v1/chat/completions"
+        )
+    return kind
+
+
+def add_vllm_bench_arguments(bench: argparse.ArgumentParser) -> None:
+    """``vllm bench serve``'s common flags, so that its command lines run here
+    (``agents.cli.vllm_flags`` reads them as bench's own)."""
+    vllm = bench.add_argument_group("vllm bench serve's flags (read as the options above)")
+    vllm.add_argument(
+        "--backend", help="vllm or openai: --endpoint completions; openai-chat: --endpoint chat"
+    )
+    vllm.add_argument("--dataset-name", help="random, or sharegpt with --dataset-path")
+    vllm.add_argument("--dataset-path", metavar="PATH", help="--dataset-name sharegpt's file")
+    vllm.add_argument("--host", default="127.0.0.1", help="without --base-url")
+    vllm.add_argument("--port", type=int, default=8000, help="without --base-url")
+    vllm.add_argument("--served-model-name", help="the name requests carry (default --model)")
+    vllm.add_argument(
+        "--save-result", action="store_true", help="write the results file (as --json)"
+    )
+    vllm.add_argument("--result-dir", type=Path, metavar="DIR", help="its folder (default .)")
+    vllm.add_argument(
+        "--result-filename", metavar="NAME", help="its name (default vllm bench serve's)"
+    )
+    vllm.add_argument(
+        "--ignore-eos", action="store_true", help="sent already (--no-ignore-eos turns it off)"
+    )
+    vllm.add_argument("--disable-tqdm", action="store_true", help="no progress bars")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchsite-agent", description="The Benchsite agent.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -102,13 +153,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="Streams requests to an OpenAI-compatible server at each load level and "
         "reports TTFT, TPOT, ITL and E2EL with vllm bench serve's semantics.",
     )
-    bench.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000")
-    bench.add_argument("--model", required=True, help="the served model name")
+    bench.add_argument(
+        "--base-url", help="e.g. http://127.0.0.1:8000 (default http://--host:--port)"
+    )
+    bench.add_argument(
+        "--model",
+        required=True,
+        help="the model: the name requests carry (unless --served-model-name), and where the "
+        "tokenizer comes from without --tokenizer (a folder, or the local Hugging Face cache)",
+    )
     bench.add_argument("--api-key-env", metavar="VAR", help="environment variable with the key")
     bench.add_argument(
-        "--max-concurrency", type=int, metavar="N", help="cap on requests in flight (rate levels)"
+        "--max-concurrency",
+        type=int,
+        metavar="N",
+        help="cap on requests in flight (rate levels); alone, one closed-loop level of N",
     )
     add_workload_arguments(bench)
+    add_vllm_bench_arguments(bench)
     bench.add_argument("--metrics-url", help="Prometheus URL (default <base-url>/metrics; none)")
     bench.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
     bench.add_argument(

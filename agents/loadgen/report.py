@@ -3,7 +3,11 @@
 Guarantees:
 
 - The live progress redraws at most four times a second from rich's own thread, so drawing
-  costs the timing event loop next to nothing; it is shown only on a terminal.
+  costs the timing event loop next to nothing; it is shown only on a terminal. A bar never
+  counts past its total (a steady level may run longer than its estimate: the total grows),
+  shows the time left, and when its level ends it is printed once, finished, and leaves the
+  live area: what is printed after it (the level's table, a capacity search's answer) comes
+  after it on the screen.
 - Every level gets one table: latencies in ms by percentile, with vLLM's names (and TPOT
   labelled, since GuideLLM calls the same thing ITL), throughput, errors by kind, a loud
   warning when served output lengths differ from the requested ones, and the server's view.
@@ -27,6 +31,7 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -45,7 +50,7 @@ _METRIC_LABELS = {
 class ProgressView:
     """A progress bar per level, fed with the engine's events."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, *, hidden: bool = False):
         self.console = console
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -53,9 +58,11 @@ class ProgressView:
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
             console=console,
             refresh_per_second=4,
-            disable=not console.is_terminal,
+            disable=hidden or not console.is_terminal,
         )
         self._tasks: dict[int, TaskID] = {}
 
@@ -78,12 +85,25 @@ class ProgressView:
                 status = f"{rate:,.0f} tok/s"
                 if event.failed:
                     status += f" [red]{event.failed} failed"
-                self.progress.update(task, completed=event.completed + event.failed, status=status)
+                done = event.completed + event.failed
+                total = self.progress.tasks[self._index(task)].total
+                # The total is an estimate (a steady level runs until its window is full):
+                # past it, the level has done at least this many.
+                grown = None if total is None or done <= total else done
+                self.progress.update(task, completed=done, status=status, total=grown or total)
         elif isinstance(event, LevelFinished):
-            task = self._tasks.get(event.index)
+            task = self._tasks.pop(event.index, None)
             if task is not None:
                 done = event.result["completed"] + event.result["failed"]
                 self.progress.update(task, completed=done, total=done)
+                if not self.progress.disable:
+                    finished = self.progress.tasks[self._index(task)]
+                    self.progress.console.print(self.progress.make_tasks_table([finished]))
+                self.progress.remove_task(task)
+                self.progress.refresh()  # the live area without it, before anything else
+
+    def _index(self, task: TaskID) -> int:
+        return next(i for i, shown in enumerate(self.progress.tasks) if shown.id == task)
 
 
 def _ms(value: float | None) -> str:
@@ -95,19 +115,20 @@ def _number(value: float | None, unit: str = "") -> str:
 
 
 def capacity_line(capacity: dict) -> str:
-    """What a capacity search found, in one line."""
+    """What a capacity search found, in one line (SIMULATED first when it was)."""
     unit = "users" if capacity["axis"] == "concurrency" else "req/s"
     found = capacity.get("capacity")
     high = capacity.get("bracket_high")
+    label = "SIMULATED " if capacity.get("simulated") else ""
     if found is None:
-        return f"capacity at the SLOs: none — even {high:g} {unit} missed them"
+        return f"{label}capacity at the SLOs: none — even {high:g} {unit} missed them"
     bracket = f"[{found:g}, {'–' if high is None else f'{high:g}'}]"
     missed = capacity.get("first_missed")
     if missed is not None and missed != high:
         bracket += f", first missed at {missed:g}"
     throughput = capacity.get("output_throughput")
     return (
-        f"capacity at the SLOs: {found:g} {unit} (bracket {bracket}, {capacity['probes']} "
+        f"{label}capacity at the SLOs: {found:g} {unit} (bracket {bracket}, {capacity['probes']} "
         f"probes, {capacity['stop_reason']})"
         + ("" if throughput is None else f", {throughput:,.1f} output tok/s there")
     )
@@ -115,7 +136,7 @@ def capacity_line(capacity: dict) -> str:
 
 def level_table(result: dict) -> Group:
     """The human view of one level's result."""
-    title = level_label(result)
+    title = ("SIMULATED " if result.get("simulated") else "") + level_label(result)
     if "burstiness" in result:
         title += f", burstiness {result['burstiness']:g}"
     latency = Table(title=f"{title} — latency (ms)", title_justify="left")

@@ -6,6 +6,7 @@ Guarantees:
   and reports the server's ``usage.prompt_tokens``.
 - ``load_tokenizer`` reads local files only (a ``tokenizer.json`` file or a model folder) and
   never downloads; it raises ``TokenizerError`` with a clear reason otherwise.
+  ``cached_model_folder`` finds a model's folder in the local Hugging Face cache, offline.
 - Anything with ``encode``, ``decode`` and ``vocab_size`` (the ``Tokenizer`` protocol) works;
   ``special_tokens`` (default 0) counts what the server adds to a completion prompt (a BOS
   token: vLLM tokenizes completions with special tokens), so prompts can be built that many
@@ -16,6 +17,7 @@ Guarantees:
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Protocol
 
@@ -72,6 +74,34 @@ class _TransformersTokenizer:
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+def _hub_cache() -> Path:
+    """The Hugging Face hub cache, where ``huggingface_hub`` puts it."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache.expanduser() / "huggingface" / "hub"
+
+
+def cached_model_folder(model: str) -> Path | None:
+    """``model`` as a local folder: the folder itself, or the snapshot the local Hugging
+    Face cache holds of that repository id (its ``main`` revision, else its only snapshot);
+    None when there is none. Reads the disk only, never the network."""
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        return folder
+    if model.count("/") != 1 or any(part in ("", ".", "..") for part in model.split("/")):
+        return None  # not a repository id
+    repository = _hub_cache() / f"models--{model.replace('/', '--')}"
+    main = repository / "refs" / "main"
+    if main.is_file():
+        snapshot = repository / "snapshots" / main.read_text().strip()
+        return snapshot if snapshot.is_dir() else None
+    snapshots = [s for s in (repository / "snapshots").glob("*") if s.is_dir()]
+    return snapshots[0] if len(snapshots) == 1 else None
 
 
 def load_tokenizer(path: str | None) -> Tokenizer | None:

@@ -37,6 +37,7 @@ from runs.services.experiments import (
     experiment_create,
     experiment_delete,
     experiment_draft_check,
+    experiment_file_check,
     experiment_update,
 )
 from runs.services.schedules import schedule_delete, schedule_pause, schedule_set
@@ -86,13 +87,16 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgSco
     @extend_schema(request=ExperimentSerializer, responses=EstimateSerializer)
     @action(detail=False, methods=["post"])
     def validate(self, request, org):
-        """Checks a draft exactly as create would and returns its estimate; stores nothing,
-        records nothing and locks nothing."""
+        """Checks a draft as create would and returns its estimate; stores nothing, records
+        nothing and locks nothing. A name in use is no error (the same file is validated on
+        every push): a warning says so, and in which fields the draft differs."""
         data = self.get_serializer(data=request.data)
         data.is_valid(raise_exception=True)
-        draft = experiment_draft_check(org=self.org, actor=self.actor, **data.validated_data)
+        draft, notes = experiment_file_check(org=self.org, actor=self.actor, **data.validated_data)
         estimate = experiment_estimate(experiment=draft)
-        return Response(EstimateSerializer(asdict(estimate)).data)
+        return Response(
+            EstimateSerializer(asdict(estimate) | {"warnings": notes + estimate.warnings}).data
+        )
 
     @extend_schema(responses=PredictionSerializer)
     @action(detail=True, methods=["get"])

@@ -45,6 +45,12 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedView
             queryset = queryset.prefetch_related(Prefetch("trials", queryset=trials))
         return queryset
 
+    def get_object(self):
+        """The run by its id or a unique prefix of it (``access_run``), with what
+        ``get_queryset`` loads alongside."""
+        run = access_run(membership=self.membership, run_id=self.kwargs["pk"])
+        return self.get_queryset().get(pk=run.pk)
+
     @extend_schema(request=RunStartSerializer, responses={201: RunSerializer})
     def create(self, request, org):
         """Starts a run of an experiment: refused (400 on ``budget``, nothing rented) when

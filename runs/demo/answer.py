@@ -214,4 +214,6 @@ def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console
         console.print(_margin_line(answer.over_defaults, "vLLM's defaults", "their", defaults))
     elif answer.defaults is not None and answer.defaults is not winner:
         console.print(f"  vLLM's defaults: {answer.defaults.note or 'no cost at capacity'}.")
-    console.print(f"  {winner.serve_command}")
+    # Whole, on one line however narrow the terminal: a command broken across lines
+    # cannot be copied and pasted.
+    console.print(f"  {winner.serve_command}", soft_wrap=True, highlight=False, markup=False)

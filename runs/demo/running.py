@@ -8,17 +8,24 @@ demo's database whose pod is unreleased ends cancelled with its pod terminated.
 
 from __future__ import annotations
 
+import copy
+import logging
+import logging.config
 import os
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
+from celery.signals import setup_logging
+from django.conf import settings
 from django.core.management.base import CommandError
 from django.urls import reverse
 from rich.console import Console
 from rich.live import Live
+from rich.text import Text
 
 from runs.demo.vllm_cpu import VllmSetup
 from runs.experiment_spec import experiment_trial_plan
@@ -30,32 +37,64 @@ from runs.providers.registry import local_provider
 from runs.services.provisioning import run_fail, run_release_pod
 
 
-def serve_site(port: int, *, sim_speed: int) -> subprocess.Popen:
-    """Daphne serving the site on ``127.0.0.1:port``, its output discarded. Runs started
-    there (pages, API, CLI) freeze the simulator's speed at their start: the demo's own."""
+def log_to_file(path: Path) -> None:
+    """Every log record of this process goes to ``path`` (appended), none to the terminal,
+    so that the progress line and the tables stay whole: each handler of the site's logging
+    settings writes to ``path`` instead, Django's own terminal handler is dropped, and the
+    settings say so too, for whatever sets up logging again later (a Celery worker's Django
+    fixup runs ``django.setup()``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = copy.deepcopy(settings.LOGGING)
+    config["handlers"] = {
+        name: {
+            "class": "logging.FileHandler",
+            "filename": str(path),
+            "encoding": "utf-8",
+            **({"formatter": handler["formatter"]} if "formatter" in handler else {}),
+        }
+        for name, handler in config.get("handlers", {}).items()
+    }
+    # Django's default logging prints its own logger's records in DEBUG: they go to the root.
+    config.setdefault("loggers", {})["django"] = {"handlers": [], "propagate": True}
+    settings.LOGGING = config
+    logging.config.dictConfig(config)
+    # A Celery worker started later sets up its own logging to the terminal unless someone
+    # handles this signal: the demo's embedded worker logs here too.
+    setup_logging.connect(_keep_logging, weak=False)
+
+
+def _keep_logging(**kwargs) -> None:
+    """Celery's ``setup_logging`` handled: the logging set up above stays as it is."""
+
+
+def serve_site(port: int, *, sim_speed: int, log: Path) -> subprocess.Popen:
+    """Daphne serving the site on ``127.0.0.1:port``, its output appended to ``log``. Runs
+    started there (pages, API, CLI) freeze the simulator's speed at their start: the
+    demo's own."""
     env = {
         **os.environ,
         "BENCHSITE_PUBLIC_URL": f"http://127.0.0.1:{port}",
         "BENCHSITE_SIM_SPEED": str(sim_speed),
     }
-    return subprocess.Popen(  # noqa: S603 - our own server, an argv list
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "benchsite.asgi:application",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        # Out of the terminal's process group: Ctrl-C reaches the demo alone, which stops
-        # the runs while Daphne still takes what their agents deliver, then Daphne.
-        process_group=0,
-    )
+    with log.open("ab") as log_file:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(  # noqa: S603 - our own server, an argv list
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "benchsite.asgi:application",
+            ],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            # Out of the terminal's process group: Ctrl-C reaches the demo alone, which stops
+            # the runs while Daphne still takes what their agents deliver, then Daphne.
+            process_group=0,
+        )
 
 
 def wait_for_port(host: str, port: int, process: subprocess.Popen, timeout: float) -> None:
@@ -64,7 +103,9 @@ def wait_for_port(host: str, port: int, process: subprocess.Popen, timeout: floa
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise CommandError("the site's server exited at start-up; see its output above")
+            raise CommandError(
+                "the site's server exited at start-up; its output is in the demo's log"
+            )
         try:
             with socket.create_connection((host, port), 1):
                 return
@@ -74,9 +115,15 @@ def wait_for_port(host: str, port: int, process: subprocess.Popen, timeout: floa
 
 
 def print_started(
-    console: Console, run: Run, experiment: Experiment, base: str, vllm: VllmSetup | None
+    console: Console,
+    run: Run,
+    experiment: Experiment,
+    base: str,
+    vllm: VllmSetup | None,
+    *,
+    log: Path,
 ) -> None:
-    """Where to watch ``run``: its page, its API answer and its agent's log."""
+    """Where to watch ``run``: its page, its API answer, its agent's log and the demo's."""
     org = run.organization
     trials = len(experiment_trial_plan(experiment))
     console.print(
@@ -85,7 +132,8 @@ def print_started(
         f"  Run page:   {base}{reverse('run-detail', args=[org.slug, run.id])}"
         " (sign in as above)\n"
         f"  Live (API): {base}/api/v1/orgs/{org.slug}/runs/{run.id}/\n"
-        f"  Agent log:  {local_provider().state_dir / run.pod_name / 'agent.log'}\n",
+        f"  Agent log:  {local_provider().state_dir / run.pod_name / 'agent.log'}\n"
+        f"  Site log:   {log} (the site, its worker and this command)\n",
         soft_wrap=True,  # a URL or path broken across lines cannot be copied
     )
     if vllm is not None:
@@ -95,6 +143,21 @@ def print_started(
         )
 
 
+def progress_line(
+    *, state: str, trials_done: int, trials_total: int, measured: int, levels_total: int
+) -> Text:
+    """The demo's one progress line: never wrapped (a wrapped line is redrawn as two and
+    leaves its first half behind on every refresh), cut with an ellipsis where the terminal
+    is too narrow for it."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(state, style="bold")
+    line.append(
+        f" · trials {trials_done}/{trials_total} · levels measured {measured} "
+        f"({levels_total} fixed + capacity probes)"
+    )
+    return line
+
+
 def follow_run(run: Run, experiment: Experiment, console: Console) -> Run:
     """``run`` once it has ended and its pod is released, its progress shown meanwhile."""
     trials_total = len(experiment_trial_plan(experiment))
@@ -102,11 +165,14 @@ def follow_run(run: Run, experiment: Experiment, console: Console) -> Run:
     with Live(console=console, refresh_per_second=4, transient=True) as live:
         while True:
             run.refresh_from_db()
-            measured = run.trials.filter(measurements__isnull=False).count()
-            done = run.trials.exclude(outcome__in=["pending", "running"]).count()
             live.update(
-                f"state [bold]{run.state}[/] · trials {done}/{trials_total} · "
-                f"levels measured {measured} ({levels_total} fixed, and the capacity probes)"
+                progress_line(
+                    state=run.state,
+                    trials_done=run.trials.exclude(outcome__in=["pending", "running"]).count(),
+                    trials_total=trials_total,
+                    measured=run.trials.filter(measurements__isnull=False).count(),
+                    levels_total=levels_total,
+                )
             )
             if run.state in TERMINAL_RUN_STATES and run.pod_terminated_at is not None:
                 return run

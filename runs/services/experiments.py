@@ -121,19 +121,27 @@ _CREATE_DEFAULTS = {
 
 
 def experiment_draft_check(
-    *, org: Organization, actor: Actor, experiment: Experiment | None = None, **fields
+    *,
+    org: Organization,
+    actor: Actor,
+    experiment: Experiment | None = None,
+    name_in_use_ok: bool = False,
+    **fields,
 ) -> Experiment:
     """The experiment ``fields`` describe (a new one, or ``experiment`` changed by them),
     checked as a whole exactly as ``experiment_create`` and ``experiment_update`` check it
     (they call this), with the same field-named errors; unsaved, ready to estimate. Pure: it
     writes nothing, records no audit event and locks no row, so checking a draft never waits
-    for, or holds up, a write of the organization."""
+    for, or holds up, a write of the organization. ``name_in_use_ok``: the name may be
+    another experiment's (a check that creates nothing)."""
     if experiment is None:
         merged = _CREATE_DEFAULTS | fields
     else:
         merged = {field: getattr(experiment, field) for field in EXPERIMENT_FIELDS} | fields
     _check_same_org(org, merged)
-    _check_name_free(org, merged["name"], exclude_id=None if experiment is None else experiment.pk)
+    if not name_in_use_ok:
+        exclude_id = None if experiment is None else experiment.pk
+        _check_name_free(org, merged["name"], exclude_id=exclude_id)
     checked = _checked_fields(org, merged)
     if experiment is None:
         draft = Experiment(organization=org, created_by=actor.user, **checked)
@@ -143,6 +151,27 @@ def experiment_draft_check(
             setattr(draft, field, checked[field])
     clean_instance(draft)
     return draft
+
+
+def experiment_file_check(
+    *, org: Organization, actor: Actor, **fields
+) -> tuple[Experiment, list[str]]:
+    """A new experiment's ``fields`` (a file kept in a repository and checked on every
+    push) checked as ``experiment_create`` checks them, except that the name may be taken:
+    the draft, and when an experiment of that name exists, a note saying so and in which
+    fields the file differs from it (``runs start`` runs the stored one). Pure, as
+    ``experiment_draft_check``."""
+    draft = experiment_draft_check(org=org, actor=actor, name_in_use_ok=True, **fields)
+    stored = Experiment.objects.filter(organization=org, name=draft.name).first()
+    if stored is None:
+        return draft, []
+    differ = [f for f in EXPERIMENT_FIELDS if getattr(draft, f) != getattr(stored, f)]
+    note = f"An experiment named {draft.name!r} exists: a run of that name runs it as stored" + (
+        f"; this file differs from it in {', '.join(differ)}."
+        if differ
+        else ", which this file matches."
+    )
+    return draft, [note]
 
 
 @transaction.atomic

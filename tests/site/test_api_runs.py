@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+
 from agents import protocol
-from runs.models import Measurement, Run, Trial
+from runs.models import Experiment, Measurement, Run, Trial
 from runs.services.experiments import experiment_update
 
 from .conftest import SYSTEM, frozen, make_experiment
@@ -73,3 +75,46 @@ def test_it_hides_other_tenants_runs(alice, charlie):
     foreign = charlie.client().get(f"/api/v1/orgs/globex/runs/{run.id}/")
     assert foreign.status_code == 404
     assert charlie.client().get("/api/v1/orgs/globex/runs/").json()["results"] == []
+
+
+def _run_with_id(org, run_id: str) -> Run:
+    experiment = Experiment.objects.filter(organization=org).first() or make_experiment(org)
+    return Run.objects.create(
+        id=uuid.UUID(run_id), organization=org, experiment=experiment, reason="r",
+        **frozen(experiment),
+    )  # fmt: skip
+
+
+def test_it_finds_a_run_by_the_short_id_the_site_shows(alice):
+    run = _run_with_id(alice.org, "75bae280-1111-4000-8000-000000000001")
+    _run_with_id(alice.org, "75bae281-1111-4000-8000-000000000001")
+    client = alice.client()
+    for prefix in ("75bae280", "75BAE280", "75bae280-11"):
+        detail = client.get(f"/api/v1/orgs/acme/runs/{prefix}/")
+        assert detail.status_code == 200, detail.content
+        assert detail.json()["id"] == str(run.id)
+    cancel = client.post(
+        "/api/v1/orgs/acme/runs/75bae280/cancel/", {"reason": "x"}, content_type="application/json"
+    )
+    assert cancel.json()["id"] == str(run.id)
+
+
+def test_it_refuses_a_prefix_several_runs_share_naming_the_field(alice):
+    _run_with_id(alice.org, "75bae280-1111-4000-8000-000000000001")
+    _run_with_id(alice.org, "75bae280-2222-4000-8000-000000000001")
+    answer = alice.client().get("/api/v1/orgs/acme/runs/75bae280/")
+    assert answer.status_code == 400
+    assert answer.json()["error"]["fields"]["run"] == [
+        "The id prefix '75bae280' matches 2 runs; give more of the id."
+    ]
+    assert alice.client().get("/api/v1/orgs/acme/runs/75bae2801/").status_code == 200
+
+
+def test_it_hides_other_tenants_runs_from_a_prefix_too(alice, charlie):
+    _run_with_id(alice.org, "75bae280-1111-4000-8000-000000000001")
+    theirs = charlie.client().get("/api/v1/orgs/globex/runs/75bae280/")
+    assert theirs.status_code == 404
+    # One run of each: charlie's prefix finds his own, never counts alice's.
+    own = _run_with_id(charlie.org, "75bae280-2222-4000-8000-000000000001")
+    assert charlie.client().get("/api/v1/orgs/globex/runs/75bae280/").json()["id"] == str(own.id)
+    assert alice.client().get("/api/v1/orgs/acme/runs/7/").status_code == 404  # too short

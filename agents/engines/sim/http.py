@@ -129,7 +129,8 @@ class Connection(asyncio.Protocol):
                 },
             )
         elif path == "/version":
-            self._respond(200, {"version": SIM_VERSION, "simulated": True})
+            # The speed, for a client that reports in the modelled GPU's time (bench).
+            self._respond(200, {"version": SIM_VERSION, "simulated": True, "speed": server.speed})
         elif path in ("/v1/completions", "/v1/chat/completions"):
             if method != "POST":
                 self._error(405, "use POST")

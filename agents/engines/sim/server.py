@@ -13,7 +13,7 @@ Guarantees:
   simulated seconds; a client at ``--speed S`` sees latencies S times shorter.
 - Labelled simulated everywhere: the log's first line, every response's
   ``system_fingerprint`` and ``X-Benchsite-Simulated`` header, ``/v1/models``' ``owned_by``,
-  ``/version``, and the ``benchsite:simulated`` gauge.
+  ``/version`` (with ``speed``), and the ``benchsite:simulated`` gauge.
 
 The HTTP side is ``http`` (framing and routes) and ``completions`` (the API's request and
 response shapes); ``/metrics`` is ``metrics``; start-up and the command line are ``command``.

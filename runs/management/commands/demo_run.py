@@ -30,7 +30,6 @@ The demo's parts are in ``runs.demo``; this command parses its arguments and cal
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 from pathlib import Path
@@ -47,6 +46,7 @@ from runs.demo.answer import print_answer
 from runs.demo.plans import DEMO_ACTOR, DEMO_NOISE_SEED, SIM_DEMO, VLLM_DEMO, demo_experiment
 from runs.demo.running import (
     follow_run,
+    log_to_file,
     print_started,
     serve_site,
     stop_demo_runs,
@@ -99,6 +99,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, port, exit, engine, sim_speed, vllm_venv, hf_home, **options):
         console = Console()
+        # Log lines would break up the progress line and the tables: they go to a file the
+        # demo names when its run starts.
+        log = Path(settings.MEDIA_ROOT) / "demo.log"
+        log_to_file(log)
         base = f"http://127.0.0.1:{port}"
         plan = VLLM_DEMO if engine == "vllm" else SIM_DEMO
         vllm = prepare_vllm(console, vllm_venv, hf_home) if engine == "vllm" else None
@@ -113,15 +117,11 @@ class Command(BaseCommand):
         # SIGTERM (a service manager, `kill`, a test) ends the demo as Ctrl-C does: through
         # the clean-up below, never leaving Daphne, a worker thread or an agent behind.
         signal.signal(signal.SIGTERM, _interrupt)
-        # The worker's per-task lines (and reconcile's probe of the site's health, every
-        # pass) would break up the progress line; their warnings show.
-        for chatty in ("celery", "httpx"):
-            logging.getLogger(chatty).setLevel(logging.WARNING)
         worker = EmbeddedWorker(celery_app, state_path=Path(settings.MEDIA_ROOT) / "beat")
         server = None
         try:
             worker.start()
-            server = serve_site(port, sim_speed=sim_speed)
+            server = serve_site(port, sim_speed=sim_speed, log=log)
             wait_for_port("127.0.0.1", port, server, 60)
             run = run_start(
                 actor=Actor.system(DEMO_ACTOR),
@@ -129,7 +129,7 @@ class Command(BaseCommand):
                 reason="make demo" + (" ENGINE=vllm" if vllm else ""),
                 noise_seed=None if vllm else DEMO_NOISE_SEED,
             )
-            print_started(console, run, experiment, base, vllm)
+            print_started(console, run, experiment, base, vllm, log=log)
             run = follow_run(run, experiment, console)
             print_answer(run, plan, vllm, console)
             if not exit:

@@ -1,0 +1,129 @@
+"""The demo's terminal at 80 columns (issue 35, point 5): the progress line stays one line,
+log records go to the log file the demo names and not into the terminal, and the
+recommended ``vllm serve`` command prints whole, on one line, so that it can be copied."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from decimal import Decimal
+
+from celery.signals import setup_logging
+from django.conf import settings as django_settings
+from django.utils.log import configure_logging
+from rich.console import Console
+from rich.live import Live
+
+from benchsite.celery import app as celery_app
+from runs.demo.answer import print_capacity_answer
+from runs.demo.plans import SIM_DEMO
+from runs.demo.running import _keep_logging, log_to_file, progress_line
+from runs.selectors.run_answer import ConfigAnswer, RunAnswer
+
+# The site's logging settings, as the test process started with them.
+ORIGINAL_LOGGING = django_settings.LOGGING
+
+
+def terminal(width: int = 80) -> tuple[Console, io.StringIO]:
+    screen = io.StringIO()
+    return Console(file=screen, width=width, force_terminal=True, color_system=None), screen
+
+
+def live_frames(line, width: int) -> list[str]:
+    """What ``rich.live.Live`` draws of ``line`` on a terminal ``width`` columns wide, frame
+    by frame (as the demo's progress is drawn), escape codes left out."""
+    console, screen = terminal(width)
+    with Live(line, console=console, auto_refresh=False) as live:
+        live.refresh()
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    return [frame for frame in drawn.rstrip("\n").split("\r") if frame]
+
+
+def test_it_keeps_the_progress_line_on_one_line_of_80_columns():
+    # The longest state and the largest counts the demo shows.
+    line = progress_line(
+        state="provisioning", trials_done=10, trials_total=10, measured=999, levels_total=120
+    )
+    for frame in live_frames(line, 80):
+        assert "\n" not in frame and len(frame) <= 80, frame
+        assert frame.startswith("provisioning · trials 10/10 · levels measured 999 (120 fixed")
+
+
+def test_it_cuts_the_progress_line_rather_than_wrap_it_on_a_narrow_terminal():
+    line = progress_line(
+        state="benchmarking", trials_done=1, trials_total=4, measured=3, levels_total=12
+    )
+    for frame in live_frames(line, 40):
+        assert len(frame) == 40 and frame.endswith("…"), frame
+
+
+def _config(trial: int, batched: int, command: str) -> ConfigAnswer:
+    return ConfigAnswer(
+        trial=trial,
+        serve_config={"max_num_batched_tokens": batched},
+        image_tag="",
+        serve_command=command,
+        axis="concurrency",
+        capacity=99,
+        bracket_low=99,
+        bracket_high=105,
+        probes=4,
+        bracket_high_verdict="missed",
+        stop_reason="bracketed",
+        output_throughput=2026.0,
+        output_throughput_ci95=None,
+        usd_per_million_output_tokens=Decimal("0.547"),
+        usd_per_million_ci95=None,
+    )
+
+
+def test_it_prints_the_serve_command_whole_on_80_columns():
+    command = (
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --revision main --host 0.0.0.0 --port 8000 "
+        "--served-model-name meta-llama/Llama-3.1-8B-Instruct --max-num-batched-tokens 2048"
+    )
+    winner = _config(0, 2048, command)
+    answer = RunAnswer(
+        simulated=True,
+        slos="ttft:p99<500ms",
+        pod_usd_per_hr=Decimal("3.99"),
+        configs=[winner],
+        winner=winner,
+        runner_up=None,
+        tie=False,
+        margin_pct=None,
+        margin_ci95_pct=None,
+    )
+    console, screen = terminal()
+    print_capacity_answer(answer, SIM_DEMO, "simulated H100, catalogue price", console)
+    assert f"  {command}" in screen.getvalue().splitlines()
+
+
+def test_it_sends_log_records_to_the_named_file_not_the_terminal(tmp_path, capfd):
+    already_setup = celery_app.log.already_setup
+    try:
+        log_to_file(tmp_path / "demo.log")
+        # What the demo's Celery worker does after it: Django set up again (its fixup), and
+        # Celery's own logging set-up.
+        configure_logging(django_settings.LOGGING_CONFIG, django_settings.LOGGING)
+        celery_app.log.already_setup = False
+        celery_app.log.setup_logging_subsystem(loglevel="INFO")
+        logging.getLogger("runs.services.provisioning").info("pod bench-1 created on local")
+        logging.getLogger("django").warning("a request")
+        logging.getLogger("celery.beat").info("beat: Shutting down...")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+    finally:
+        setup_logging.disconnect(_keep_logging)
+        celery_app.log.already_setup = already_setup
+        for handler in logging.getLogger().handlers:
+            handler.close()
+        django_settings.LOGGING = ORIGINAL_LOGGING
+        configure_logging(django_settings.LOGGING_CONFIG, ORIGINAL_LOGGING)
+    written = (tmp_path / "demo.log").read_text()
+    for line in ("pod bench-1 created on local", "a request", "beat: Shutting down"):
+        assert line in written
+    terminal_text = capfd.readouterr()
+    for line in ("pod bench-1", "a request", "beat: Shutting down"):
+        assert line not in terminal_text.err + terminal_text.out
