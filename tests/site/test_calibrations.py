@@ -114,6 +114,7 @@ def test_it_refits_when_a_measured_run_succeeds_once_its_end_commits(
 
 def test_a_simulated_or_failed_run_stores_no_calibration(alice, django_capture_on_commit_callbacks):
     experiment = calibrated_experiment(alice.org)
+    measured = measured_run(experiment)  # levels a refit could read
     simulated = measured_run(experiment, engine_kind="sim")
     failed = measured_run(experiment, state="failed")
     for run in (simulated, failed):
@@ -121,8 +122,7 @@ def test_a_simulated_or_failed_run_stores_no_calibration(alice, django_capture_o
             run_end_settle(run=run, reason="")
         assert calibration_refit(run_id=run.id) == []
     assert not Calibration.objects.exists()
-    # A measured run's refit reads only measured runs: the simulated one is not a source.
-    measured = measured_run(experiment)
+    # A measured run's refit reads only succeeded measured runs: neither is its source.
     (calibration,) = calibration_refit(run_id=measured.id)
     assert list(calibration.runs.all()) == [measured]
 
