@@ -11,6 +11,7 @@ from django.utils import timezone
 from agents.hardware import Efficiency
 from agents.predict import predict_workload
 from agents.protocol import Workload
+from frontend.experiments.estimate_panel import estimate_json
 from frontend.experiments.prediction_panel import prediction_json
 from runs.models import Calibration, GpuType, Measurement, Run, Trial
 from runs.selectors.estimates import experiment_estimate
@@ -159,6 +160,17 @@ def test_a_prediction_names_its_calibration_and_its_fit_error(alice, charlie):
     estimate = experiment_estimate(experiment=experiment)
     assert named.items() <= estimate.calibration.items()
     assert estimate.sweep_seconds > default_estimate.sweep_seconds
+    assert estimate_json(default_estimate)["calibration_text"] == ""
+    page = (
+        signed_in(alice)
+        .get(
+            reverse(
+                "experiment-detail", kwargs={"org": alice.org.slug, "experiment_id": experiment.id}
+            )
+        )
+        .content.decode()
+    )
+    assert "Timed with the simulator calibrated" in page and str(run.id)[:8] in page
     # The API returns the same.
     base = f"/api/v1/orgs/{alice.org.slug}/experiments/{experiment.id}"
     body = alice.client().get(f"{base}/prediction/").json()
