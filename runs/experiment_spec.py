@@ -113,6 +113,12 @@ def vllm_version_of_tag(tag: str) -> str | None:
     return match.group(1) if match else None
 
 
+def vllm_version_key(tag: str) -> str:
+    """The vLLM version an image tag stands for where figures are kept per version (the
+    simulator's calibrations): the release it names, else the tag itself."""
+    return vllm_version_of_tag(tag) or tag
+
+
 def image_tag_problem(tag: str) -> str | None:
     """Why ``tag`` cannot name the vLLM image a run pulls, or None when it can."""
     if not tag:

@@ -212,6 +212,8 @@ def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
         "estimate_seconds": estimate.total_seconds,
         # Of which measuring the trials (cold starts and levels): what a search may save.
         "estimate_trial_seconds": estimate.cold_start_seconds + estimate.sweep_seconds,
+        # The simulator's calibration the estimate (and a search's prior) used, None: none.
+        "calibration": estimate.calibration,
         # An existing endpoint's id, name and price as the run started (None: no endpoint).
         "endpoint": (
             None

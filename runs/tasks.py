@@ -15,6 +15,7 @@ import socket
 from celery import shared_task
 
 from runs.providers.base import TransientProviderError
+from runs.services.calibrations import calibration_refit as calibration_refit_service
 from runs.services.notifications import deliveries_due, delivery_attempt
 from runs.services.pod_moves import left_pod_terminate
 from runs.services.price_refresh import gpu_prices_refresh as price_refresh_service
@@ -63,6 +64,13 @@ def run_finalize(run_id: str) -> bool:
     """Terminates an ended run's pod and records its final cost (idempotent; reconcile does
     the same for any it misses)."""
     return run_release_pod(run_id=run_id)
+
+
+@shared_task(**TASK_OPTIONS)
+def calibration_refit(run_id: str) -> int:
+    """Refits the simulator's calibrations a succeeded measured run feeds (idempotent: a run
+    refits each of its keys once); returns how many it made or found."""
+    return len(calibration_refit_service(run_id=run_id))
 
 
 @shared_task(**TASK_OPTIONS)

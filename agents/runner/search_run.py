@@ -44,7 +44,7 @@ from agents.search import (
     SearchSpec,
     SearchStopped,
     calibrate,
-    itl_points,
+    level_points,
     outcome_of,
     run_search,
 )
@@ -146,7 +146,7 @@ class RunnerTrials:
         points = [
             point
             for index, outcome in measured
-            for point in itl_points(self.model, self.gpu, self.configs[index], outcome)
+            for point in level_points(self.model, self.gpu, self.configs[index], outcome.levels)
         ]
         return calibrate(points, self.prior)
 

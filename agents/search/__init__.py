@@ -4,7 +4,7 @@ configuration's figures mean to a search (``outcomes``), what a brief measuremen
 (``effort``), the simulator fitted to real measurements as they come (``calibration``), and
 trials on the simulator alone for tests and the benchmark (``simulated``)."""
 
-from agents.search.calibration import Calibration, calibrate, itl_points
+from agents.search.calibration import Calibration, calibrate, level_points
 from agents.search.effort import at_effort
 from agents.search.outcomes import Outcome, outcome_of
 from agents.search.strategies import (
@@ -30,7 +30,7 @@ __all__ = [
     "Trials",
     "at_effort",
     "calibrate",
-    "itl_points",
+    "level_points",
     "outcome_of",
     "run_search",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from agents.hardware import Efficiency, GpuProfile, ModelFacts
 from agents.loadgen.config import BenchConfig
 from agents.predict import predict_trial
-from agents.search.calibration import Calibration, calibrate, itl_points
+from agents.search.calibration import Calibration, calibrate, level_points
 from agents.search.effort import at_effort
 from agents.search.outcomes import Outcome, outcome_of
 
@@ -82,6 +82,6 @@ class SimulatedTrials:
         points = [
             point
             for index, outcome in measured
-            for point in itl_points(self.model, self.gpu, self.configs[index], outcome)
+            for point in level_points(self.model, self.gpu, self.configs[index], outcome.levels)
         ]
         return calibrate(points)

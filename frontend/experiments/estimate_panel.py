@@ -3,6 +3,7 @@ numbers as JSON, texts ready to show."""
 
 from __future__ import annotations
 
+from frontend.experiments.prediction_panel import calibration_summary
 from runs.selectors.estimates import CostEstimate
 
 
@@ -21,6 +22,12 @@ def estimate_json(estimate: CostEstimate | None) -> dict | None:
         "within_budget": estimate.within_budget,
         "price_source": estimate.price_source,
         "warnings": estimate.warnings,
+        # Which calibration the sweep was timed with, and its own fit error ("": defaults).
+        "calibration_text": (
+            f"Timed with the simulator calibrated: {calibration_summary(estimate.calibration)}."
+            if estimate.calibration
+            else ""
+        ),
     }
 
 

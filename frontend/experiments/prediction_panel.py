@@ -63,11 +63,21 @@ def prediction_json(prediction: GridPrediction | None) -> dict | None:
 def _calibration_text(calibration: dict | None) -> str:
     if calibration is None:
         return (
-            "Not calibrated: the simulator's default constants (a vLLM run that searches with "
-            "prune calibrates them for this GPU type, model and image)."
+            "Not calibrated: the simulator's default constants (a measured vLLM run of this "
+            "model on this GPU type and vLLM version calibrates them)."
         )
-    when = f" on {calibration['finished_at'][:10]}" if calibration.get("finished_at") else ""
+    return f"Calibrated: {calibration_summary(calibration)}."
+
+
+def calibration_summary(calibration: dict) -> str:
+    """Which calibration (when, from which runs) and how far its own fit was off."""
+    count = len(calibration["runs"])
+    runs = ", ".join(run[:8] for run in calibration["runs"][:3])
+    more = f" and {count - 3} more" if count > 3 else ""
     return (
-        f"Calibrated: the simulator's constants as run {calibration['run'][:8]} fitted them "
-        f"to its measurements{when}."
+        f"the simulator's constants fitted on {calibration['created_at'][:10]} to "
+        f"{calibration['points']} measured levels of run{'s' if count > 1 else ''} "
+        f"{runs}{more} (vLLM {calibration['vllm_version']}); its own fit is off by "
+        f"{calibration['fit_error_pct']:.1f} % on them ({calibration['error_before_pct']:.1f} % "
+        "with the defaults)"
     )

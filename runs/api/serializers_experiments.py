@@ -34,6 +34,11 @@ class EstimateSerializer(serializers.Serializer):
     within_budget = serializers.BooleanField(allow_null=True)
     warnings = serializers.ListField(child=serializers.CharField())
     assumptions = serializers.DictField()
+    calibration = serializers.JSONField(
+        allow_null=True,
+        help_text="The organization's calibration the sweep was timed with (when, from which "
+        "runs, its own fit error), or null: the simulator's defaults.",
+    )
 
 
 class ConfigPredictionSerializer(serializers.Serializer):
@@ -71,8 +76,13 @@ class PredictionSerializer(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.CharField())
     cpu_seconds = serializers.FloatField()
     too_large = serializers.BooleanField()
-    # The organization's calibration the simulator used (source run, constants), or null.
-    calibration = serializers.JSONField(allow_null=True)
+    calibration = serializers.JSONField(
+        allow_null=True,
+        help_text="The organization's calibration the simulator used: id, created_at, runs "
+        "(its measured runs, newest first), points, fit_error_pct (its own mean absolute "
+        "error after the fit; error_before_pct with the defaults; per metric in metrics) "
+        "and constants; null: the simulator's defaults.",
+    )
 
 
 class DatasetSerializer(serializers.ModelSerializer):

@@ -3,6 +3,7 @@
 from runs.models.agent import AgentMessageRecord
 from runs.models.audit import AuditChainCheckpoint, AuditEvent
 from runs.models.budgets import Budget
+from runs.models.calibrations import Calibration
 from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
 from runs.models.credentials import CredentialProvider, ProviderCredential
 from runs.models.endpoints import Endpoint
@@ -30,6 +31,7 @@ __all__ = [
     "AuditChainCheckpoint",
     "AuditEvent",
     "Budget",
+    "Calibration",
     "ConfirmedRecipient",
     "CredentialProvider",
     "DeliveryStatus",

@@ -1,16 +1,17 @@
-"""The organization's calibrations of the simulator: the step model's constants that a run's
-search fitted to what it measured (``Run.search``, the agent's ``search_finished``), for one
-(GPU type, model, image), reused by later predictions of the same.
+"""The organization's calibrations of the simulator (``runs.models.Calibration``): the step
+model's constants fitted to its measured runs of one model on one GPU type and vLLM
+version, reused by every later prediction of the same key — the builder's prediction, the
+pre-run estimate and a search's prior.
 
 Guarantees:
 
-- One truth: a calibration is read from the run that made it, never copied; the source run
-  comes with it (its id and end), so every prediction that uses one says which.
-- Only measurements calibrate: a run on the simulator (whose figures are the simulator's
-  own) never does, nor a fit the search did not use (it predicted the measured trials worse
-  than the defaults), nor a run of another organization.
-- The newest wins: the calibration of the latest run to finish on that GPU type (where its
-  pod ran), of that model (as the run was started), on that image.
+- The newest wins: a prediction uses the key's latest calibration and says which (its id,
+  when, from which runs, from how many levels) and how far that calibration's own fit was
+  off (mean absolute error of its levels, over all and per metric, with the simulator's
+  defaults beside it) — ``CalibrationSource.as_json``, one shape for the page and the API.
+- Only the organization's own: another tenant's calibration is never read. Only
+  measurements made one (``runs.services.calibrations``); a simulated experiment is never
+  predicted with one (the simulator's runs have no vLLM version to be calibrated for).
 """
 
 from __future__ import annotations
@@ -19,64 +20,75 @@ import datetime
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import Q
-
 from runs.experiment_search import PREDICTING_STRATEGIES
-from runs.frozen_job import GPU_TYPE_PATH, MODEL_PATH, SIMULATED_RUNS
-from runs.models import Run
-
-# How many of the newest candidate runs are read: a calibration older than these is stale.
-RECENT_RUNS = 50
+from runs.experiment_spec import vllm_version_key
+from runs.models import Calibration
 
 
 @dataclass(frozen=True)
 class CalibrationSource:
-    """A calibration and the run it came from."""
+    """A calibration, the runs it came from and its own fit error."""
 
+    id: int
     constants: dict[str, float]
-    run_id: uuid.UUID
-    finished_at: datetime.datetime | None
-    image_tag: str
-    fit_error_pct: float | None
+    created_at: datetime.datetime
+    vllm_version: str
+    run_ids: tuple[uuid.UUID, ...]  # newest first
+    points: int
+    fit_error_pct: float
+    error_before_pct: float
+    metrics: dict
+
+    def as_json(self) -> dict:
+        """What a prediction says of the calibration it used (module docstring)."""
+        return {
+            "id": self.id,
+            "created_at": self.created_at.isoformat(),
+            "vllm_version": self.vllm_version,
+            "runs": [str(run_id) for run_id in self.run_ids],
+            "points": self.points,
+            "fit_error_pct": self.fit_error_pct,
+            "error_before_pct": self.error_before_pct,
+            "metrics": self.metrics,
+            "constants": self.constants,
+        }
 
 
 def latest_calibration(
     *, org_id, model_id, gpu_type_id: str, image_tag: str
 ) -> CalibrationSource | None:
-    """The newest used calibration of ``model_id`` on ``gpu_type_id`` with ``image_tag``
-    among the organization's runs (module docstring), or None."""
-    on_gpu = Q(pod_gpu_type=gpu_type_id) | Q(pod_gpu_type="", **{GPU_TYPE_PATH: gpu_type_id})
-    runs = (
-        Run.objects.filter(organization_id=org_id, **{MODEL_PATH: str(model_id)})
-        .filter(on_gpu)
-        .exclude(SIMULATED_RUNS)
-        .exclude(search={})
-        .order_by("-finished_at", "-created_at")
-        .only("id", "finished_at", "search")[:RECENT_RUNS]
+    """The newest calibration of ``model_id`` on ``gpu_type_id`` with the vLLM version of
+    ``image_tag`` among the organization's, or None."""
+    row = (
+        Calibration.objects.filter(
+            organization_id=org_id,
+            model_id=model_id,
+            gpu_type_id=gpu_type_id,
+            vllm_version=vllm_version_key(image_tag or ""),
+        )
+        .order_by("-created_at", "-id")
+        .first()
     )
-    for run in runs:
-        calibration = (run.search.get(image_tag) or {}).get("calibration")
-        if calibration and calibration.get("used"):
-            return CalibrationSource(
-                constants=dict(calibration["constants"]),
-                run_id=run.id,
-                finished_at=run.finished_at,
-                image_tag=image_tag,
-                fit_error_pct=calibration.get("fit_error_pct"),
-            )
-    return None
+    if row is None:
+        return None
+    runs = row.runs.order_by("-finished_at", "-created_at").values_list("id", flat=True)
+    return CalibrationSource(
+        id=row.id,
+        constants=dict(row.constants),
+        created_at=row.created_at,
+        vllm_version=row.vllm_version,
+        run_ids=tuple(runs),
+        points=row.points,
+        fit_error_pct=row.error_after_pct,
+        error_before_pct=row.error_before_pct,
+        metrics=dict(row.metrics),
+    )
 
 
-def search_prior(experiment) -> CalibrationSource | None:
-    """The calibration a run of ``experiment`` starts its search's predictions from: the
-    latest for its GPU type, model and image, when it searches with predictions on one vLLM
-    image (a calibration is an image's; the simulator's runs have none)."""
-    strategy = (experiment.search or {}).get("strategy")
-    if (
-        strategy not in PREDICTING_STRATEGIES
-        or experiment.engine != "vllm"
-        or experiment.compare_image_tags
-    ):
+def experiment_calibration(experiment) -> CalibrationSource | None:
+    """The calibration predictions of ``experiment`` use: the newest for its model, GPU type
+    and image's vLLM version; None for an experiment not served by vLLM."""
+    if experiment.engine != "vllm" or experiment.model_id is None:
         return None
     return latest_calibration(
         org_id=experiment.organization_id,
@@ -84,3 +96,12 @@ def search_prior(experiment) -> CalibrationSource | None:
         gpu_type_id=experiment.gpu_type_id,
         image_tag=experiment.engine_image_tag,
     )
+
+
+def search_prior(experiment) -> CalibrationSource | None:
+    """The calibration a run of ``experiment`` starts its search's predictions from: its
+    ``experiment_calibration``, when it searches with predictions on one vLLM image."""
+    strategy = (experiment.search or {}).get("strategy")
+    if strategy not in PREDICTING_STRATEGIES or experiment.compare_image_tags:
+        return None
+    return experiment_calibration(experiment)

@@ -3,7 +3,9 @@
 This is a planning figure, not a measurement: each configuration goes through the
 simulator's own start check and roofline (``agents.hardware``: the KV cache vLLM would
 allocate, the time of a prefill and of a decode step), with the efficiency factors in
-``Assumptions``, plus cold-start allowances. A configuration the start check refuses is
+``Assumptions`` — or, where the organization has measured the experiment's model on its GPU
+type and vLLM version, the newest calibration's (``runs.selectors.calibrations``, named in
+``calibration``) — plus cold-start allowances. A configuration the start check refuses is
 warned about and left out. Every assumption is returned with the estimate so a reader can see
 what it rests on. Measured runs replace it; the run's budget check uses it only as a gate.
 
@@ -43,6 +45,7 @@ from runs.models import Experiment, GpuType, Run, WorkloadDataset
 from runs.models.experiments import Engine
 from runs.placement import Placement, experiment_placements
 from runs.providers.names import provider_name_for
+from runs.selectors.calibrations import experiment_calibration
 from runs.selectors.prices import GpuPrice, gpu_price
 from runs.selectors.software_stacks import experiment_driver_warnings
 from runs.selectors.trace_windows import TraceWindow, TraceWindowError, trace_window
@@ -108,6 +111,9 @@ class CostEstimate:
     # What the run would take on the modelled GPU (provisioning, cold starts, sweep); for a
     # real run the same as ``total_seconds``.
     gpu_seconds: float = 0.0
+    # The calibration the sweep was timed with (CalibrationSource.as_json), None: the
+    # simulator's defaults (``assumptions``).
+    calibration: dict | None = None
 
 
 def _trace_window(
@@ -268,6 +274,9 @@ def experiment_estimate(
     elif window is None and workload.dataset.kind in TRACE_FORMATS:
         hardware = None  # an unreadable trace (warned about) leaves no sweep to time
     efficiency = Efficiency(flops=a.compute_efficiency, bandwidth=a.bandwidth_efficiency)
+    calibration = experiment_calibration(experiment)
+    if calibration is not None:
+        efficiency = Efficiency.from_constants(calibration.constants)
     for index, config in enumerate(configs):
         eager = bool(config.get("enforce_eager", False))
         cold_start += (
@@ -359,6 +368,7 @@ def experiment_estimate(
         warnings=warnings,
         assumptions=asdict(a),
         gpu_seconds=round(gpu_total, 1),
+        calibration=None if calibration is None else calibration.as_json(),
     )
 
 

@@ -23,9 +23,9 @@ Guarantees:
   simulated time — each configuration's start-up and levels; provisioning and downloads are
   the estimate's (``runs.selectors.estimates``).
 - Calibrated where the organization has measured: a vLLM experiment is predicted with the
-  simulator's constants fitted by the latest run that calibrated them for its GPU type,
-  model and image (``runs.selectors.calibrations``), and says which run (``calibration``);
-  otherwise with the defaults.
+  newest calibration of its model on its GPU type and vLLM version
+  (``runs.selectors.calibrations``), and says which (``calibration``: when, from which runs,
+  its own fit error); otherwise with the defaults.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from agents.protocol import Slos, Workload
 from runs.costs import GpuShare, level_cost_per_million_output_tokens, pod_usd_per_hr
 from runs.experiment_spec import PlannedTrial, experiment_trial_plan, vllm_version_of_tag
 from runs.models import Experiment, WorkloadDataset
-from runs.selectors.calibrations import latest_calibration
+from runs.selectors.calibrations import experiment_calibration
 from runs.selectors.prices import gpu_price
 from runs.selectors.run_levels import image_config_labels
 
@@ -78,7 +78,7 @@ class GridPrediction:
     cpu_seconds: float = 0.0
     too_large: bool = False
     simulated: bool = True
-    # The calibration used (its source run, when, its constants), None: the defaults.
+    # The calibration used (CalibrationSource.as_json), None: the defaults.
     calibration: dict | None = None
 
 
@@ -107,25 +107,12 @@ def _throughput(levels: list[dict], capacity: dict | None, with_slos: bool) -> f
 
 
 def _calibrated_efficiency(experiment: Experiment, result: GridPrediction) -> Efficiency:
-    """The organization's latest calibration for the experiment's GPU type, model and image
-    (recorded in ``result``), or the simulator's defaults."""
-    if experiment.engine != "vllm" or experiment.model_id is None:
-        return DEFAULT_EFFICIENCY
-    source = latest_calibration(
-        org_id=experiment.organization_id,
-        model_id=experiment.model_id,
-        gpu_type_id=experiment.gpu_type_id,
-        image_tag=experiment.engine_image_tag,
-    )
+    """The organization's latest calibration for the experiment's GPU type, model and vLLM
+    version (recorded in ``result``), or the simulator's defaults."""
+    source = experiment_calibration(experiment)
     if source is None:
         return DEFAULT_EFFICIENCY
-    result.calibration = {
-        "run": str(source.run_id),
-        "finished_at": source.finished_at.isoformat() if source.finished_at else None,
-        "image_tag": source.image_tag,
-        "fit_error_pct": source.fit_error_pct,
-        "constants": source.constants,
-    }
+    result.calibration = source.as_json()
     return Efficiency.from_constants(source.constants)
 
 

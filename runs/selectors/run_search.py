@@ -57,10 +57,11 @@ def run_search_state(*, run: Run) -> dict | None:
             {report["stopped_by"] for report in run.search.values() if report.get("stopped_by")}
         ),
         "calibrations": calibrations,
-        # The runs whose calibration the predictions started from (the job's search prior).
-        "prior_runs": sorted(
-            {report["prior_run"] for report in run.search.values() if report.get("prior_run")}
-        ),
+        # The calibration the predictions started from (the job's search prior), as the run
+        # froze it (runs.selectors.calibrations.CalibrationSource.as_json), or None.
+        "prior": (run.experiment_snapshot or {}).get("calibration")
+        if (run.job_spec.get("search") or {}).get("prior")
+        else None,
     }
 
 

@@ -2,13 +2,15 @@
 the budget stop, a failed provisioning; ``run_cancel`` of a queued run; the agent's own
 ``run_finished`` in ingest), in the transaction that ended it: its trials settled
 (``trial_settling``), its end and the month's budget use told to the organization's
-notification hooks (``notifications``), and a scheduled run gated against the promoted
-baseline (``schedule_firing``)."""
+notification hooks (``notifications``), a scheduled run gated against the promoted
+baseline (``schedule_firing``), and once it commits, a measured run's success refitting
+the simulator's calibrations (``calibrations``)."""
 
 from __future__ import annotations
 
 from runs.costs import month_start
 from runs.models import Run
+from runs.services.calibrations import calibration_refit_on_commit
 from runs.services.notifications import notify_budget_use, notify_run_ended
 from runs.services.schedule_firing import schedule_run_ended
 from runs.services.trial_settling import run_trials_settle
@@ -20,3 +22,4 @@ def run_end_settle(*, run: Run, reason: str) -> None:
     notify_run_ended(run)
     schedule_run_ended(run)
     notify_budget_use(org=run.organization, month=month_start(run.created_at))
+    calibration_refit_on_commit(run)

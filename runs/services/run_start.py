@@ -174,7 +174,7 @@ def run_start(
         experiment=experiment,
         estimate=estimate,
         search_prior=(
-            protocol.SearchPrior(constants=prior.constants, run_id=prior.run_id)
+            protocol.SearchPrior(constants=prior.constants, run_id=prior.run_ids[0])
             if prior is not None
             else None
         ),

@@ -252,6 +252,7 @@ def test_on_a_simulated_world_prune_calibrates_and_finds_the_exhaustive_winner_f
     # The world is slower than the defaults say: calibrating to it fits the measured ITLs.
     calibration = pruned.calibration
     assert calibration is not None and calibration.points >= 6
-    assert calibration.error_after_pct < calibration.error_before_pct / 2
+    assert calibration.metrics["itl"].after_pct < calibration.metrics["itl"].before_pct / 2
+    assert calibration.error_after_pct < calibration.error_before_pct
     assert all(o.simulated for o in exhaustive.outcomes.values())
     assert not math.isnan(exhaustive.spent_gpu_s)

@@ -16,7 +16,7 @@ from agents.hardware import DEFAULT_EFFICIENCY, MODEL_PRESETS
 from agents.predict import predict_workload
 from agents.protocol import Slos, Workload
 from runs.costs import round_usd
-from runs.models import AuditEvent, Experiment, GpuType, Run
+from runs.models import AuditEvent, Calibration, Experiment, GpuType, Run
 from runs.selectors.predictions import experiment_prediction
 
 from .conftest import H100, WORKLOAD, experiment_payload, frozen, make_experiment, make_model
@@ -155,44 +155,49 @@ def test_a_grid_too_large_to_predict_here_says_so_within_its_bound(alice, monkey
     assert "benchsite-agent predict" in prediction.warnings[-1]
 
 
-def calibrated_run(experiment, *, used=True, bandwidth=0.4, engine_kind=None, finished=None):
-    """A finished run of ``experiment`` whose search fitted the simulator's constants."""
-    fields = frozen(experiment)
-    if engine_kind is not None:
-        fields["job_spec"]["engine"]["kind"] = engine_kind
-    constants = dataclasses.asdict(DEFAULT_EFFICIENCY) | {"bandwidth": bandwidth}
-    report = {
-        "strategy": "prune",
-        "fates": [],
-        "spent_seconds": 100.0,
-        "calibration": {"constants": constants, "used": used, "fit_error_pct": 3.0},
-    }
-    return Run.objects.create(
+def calibration_row(experiment, *, bandwidth=0.4, created_at=None) -> Calibration:
+    """A calibration of ``experiment``'s model, GPU type and vLLM version fitted to one
+    measured run of it (``runs.services.calibrations`` writes them so)."""
+    run = Run.objects.create(
         organization=experiment.organization,
         experiment=experiment,
         state="succeeded",
-        finished_at=finished or timezone.now(),
-        search={experiment.engine_image_tag: report},
-        **fields,
+        finished_at=timezone.now(),
+        **frozen(experiment),
     )
+    row = Calibration.objects.create(
+        organization=experiment.organization,
+        model=experiment.model,
+        gpu_type=experiment.gpu_type,
+        vllm_version=experiment.engine_image_tag.lstrip("v"),
+        constants=dataclasses.asdict(DEFAULT_EFFICIENCY) | {"bandwidth": bandwidth},
+        points=6,
+        error_before_pct=30.0,
+        error_after_pct=3.0,
+        metrics={"itl": {"points": 6, "before_pct": 30.0, "after_pct": 3.0}},
+        made_by=run,
+        created_at=created_at or timezone.now(),
+    )
+    row.runs.set([run])
+    return row
 
 
-def test_a_prediction_uses_the_organizations_latest_calibration_and_names_its_run(alice, charlie):
+def test_a_prediction_uses_the_organizations_latest_calibration_and_names_it(alice, charlie):
     experiment = make_experiment(alice.org, serve_grid=GRID, workload=SMALL_WORKLOAD, slos=SLOS)
     default = experiment_prediction(experiment=experiment)
     assert default.calibration is None
-    # Not calibrations: a fit the search did not use, a simulated run's, another tenant's.
-    calibrated_run(experiment, used=False)
-    calibrated_run(experiment, engine_kind="sim")
+    # Not this experiment's: another tenant's.
     theirs = make_experiment(
         charlie.org, serve_grid=GRID, workload=SMALL_WORKLOAD, slos=SLOS, name="theirs"
     )
-    calibrated_run(theirs)
+    calibration_row(theirs)
     assert experiment_prediction(experiment=experiment).calibration is None
-    old = calibrated_run(experiment, bandwidth=0.3, finished=timezone.now() - timedelta(days=1))
-    new = calibrated_run(experiment, bandwidth=0.4)
+    old = calibration_row(experiment, bandwidth=0.3, created_at=timezone.now() - timedelta(days=1))
+    new = calibration_row(experiment, bandwidth=0.4)
     calibrated = experiment_prediction(experiment=experiment)
-    assert calibrated.calibration["run"] == str(new.id) != str(old.id)
+    assert calibrated.calibration["id"] == new.id != old.id
+    assert calibrated.calibration["runs"] == [str(new.made_by_id)]
+    assert calibrated.calibration["fit_error_pct"] == 3.0
     assert calibrated.calibration["constants"]["bandwidth"] == 0.4
     # Less memory bandwidth than the defaults assume: every configuration serves less.
     for before, after in zip(default.rows, calibrated.rows, strict=True):
@@ -200,4 +205,4 @@ def test_a_prediction_uses_the_organizations_latest_calibration_and_names_its_ru
     # The API says it too.
     url = f"/api/v1/orgs/{alice.org.slug}/experiments/{experiment.id}/prediction/"
     body = alice.client().get(url).json()
-    assert body["calibration"]["run"] == str(new.id)
+    assert body["calibration"]["id"] == new.id

@@ -155,6 +155,7 @@
     duration: document.getElementById("live-duration"),
     budget: document.getElementById("live-budget"),
     source: document.getElementById("live-source"),
+    calibration: document.getElementById("live-calibration"),
     fit: document.getElementById("live-fit"),
     warnings: document.getElementById("live-warnings"),
     status: document.getElementById("live-status"),
@@ -206,6 +207,7 @@
     figures.cost.textContent = estimate ? estimate.cost_text : "–";
     figures.duration.textContent = estimate ? estimate.duration_text : "–";
     figures.source.textContent = estimate ? "Price: " + estimate.price_source : "";
+    figures.calibration.textContent = estimate ? estimate.calibration_text : "";
     figures.fit.textContent = result.fit ? result.fit.text : "";
     figures.fit.className = result.fit && !result.fit.fits ? "error" : "muted";
     figures.budget.className = estimate && estimate.within_budget === false ? "error" : "muted";
