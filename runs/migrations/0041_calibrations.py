@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0038_trial_failure_class_cuda'),
+        ('runs', '0040_gpu_type_driver'),
     ]
 
     operations = [
