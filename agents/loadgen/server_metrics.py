@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 
 from agents.loadgen.http import ConnectionPool, HttpError, fetch
+from agents.loadgen.speculative import spec_decode_acceptance
 
 GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
 COUNTERS = (
@@ -102,23 +103,6 @@ def _delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
     start = before.total(name) or 0.0
     # A counter that went down means the server restarted: the level's count is what's there.
     return end - start if end >= start else end
-
-
-def spec_decode_acceptance(report: dict) -> dict:
-    """Speculative decoding over the level: the share of proposed tokens accepted, and the
-    tokens each engine step yields per draft (accepted + the one the model adds); None when
-    nothing was proposed (no speculative decoding, or a server without these counters)."""
-    drafts = report["spec_decode_num_drafts"]
-    proposed = report["spec_decode_num_draft_tokens"]
-    accepted = report["spec_decode_num_accepted_tokens"]
-    return {
-        "spec_decode_acceptance_rate": accepted / proposed
-        if accepted is not None and proposed
-        else None,
-        "spec_decode_mean_acceptance_length": 1 + accepted / drafts
-        if accepted is not None and drafts
-        else None,
-    }
 
 
 class MetricsScraper:

@@ -53,8 +53,8 @@ from agents.loadgen.levels import (
 )
 from agents.loadgen.prompts import Prompt
 from agents.loadgen.records import RequestRecord
-from agents.loadgen.server_metrics import spec_decode_acceptance
 from agents.loadgen.session_prompts import SessionPlan, SessionPrompts
+from agents.loadgen.speculative import spec_decode_acceptance
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow
 from agents.predict.offline_agentic import run_agentic
 from agents.predict.offline_sessions import run_sessions
