@@ -40,29 +40,29 @@ class Efficiency:
     what single requests' TTFT missed.
     """
 
-    flops: float = 0.52  # 16-bit linear layers' products
+    flops: float = 0.53  # 16-bit linear layers' products
     # Attention's products (FlashAttention kernels) and FP8/FP4 linear products (against
     # their own peak): their kernels reach other shares of the datasheet than BF16 GEMMs.
-    attention_flops: float = 0.28
-    low_precision_flops: float = 0.49
+    attention_flops: float = 0.36
+    low_precision_flops: float = 0.46
     # Routed experts' grouped GEMMs: each GPU multiplies by its slice of every expert (the
     # intermediate width over TP), and a slice narrower than this many columns takes as
     # long as one this wide — small per-expert matrices leave the tensor cores idle.
-    expert_min_width: float = 2200.0
-    bandwidth: float = 0.93
+    expert_min_width: float = 2100.0
+    bandwidth: float = 0.92
     # Each layer's kernels take at least this long per step, whatever the batch: the floor
     # of a small batch's decode that bandwidth alone does not explain.
-    layer_overhead_s: float = 66e-6
-    step_overhead_s: float = 0.0023  # scheduling, sampling, detokenizing: CUDA graphs on
+    layer_overhead_s: float = 65e-6
+    step_overhead_s: float = 0.0022  # scheduling, sampling, detokenizing: CUDA graphs on
     eager_overhead_s: float = 0.0040  # extra per step with --enforce-eager
-    allreduce_latency_s: float = 33e-6
+    allreduce_latency_s: float = 35e-6
     # CPU-side cost per request in the step (input preparation, sampling, detokenizing,
     # streaming its output): the part of a step that grows with the batch on the host.
-    per_sequence_s: float = 35e-6
+    per_sequence_s: float = 39e-6
     # The server's own time per request outside the engine's steps: HTTP handling, chat
     # template and tokenization before the engine core sees it, and its first token's way
     # back out. What TTFT shows at low load beyond the prefill step.
-    request_overhead_s: float = 0.022
+    request_overhead_s: float = 0.0050
 
     @classmethod
     def from_constants(cls, constants: Mapping[str, float]) -> Efficiency:
