@@ -70,18 +70,15 @@ class GpuDatasheet:
 # NVIDIA's own Blackwell datasheets were not among the stored sources; the figures are the
 # per-GPU dense ones as third parties copied them from NVIDIA's HGX / NVL72 specifications.
 GPU_DATASHEETS = {
+    # Their FP8 and FP4 peaks are agents.hardware's (gpus.py, with these sources).
     "NVIDIA B200": GpuDatasheet(
         source="glennklockwood.com/garden/processors/B200, HGX B200 at 1,000 W, dense matrix "
         "TFLOP/s: FP8 4,500, FP4 9,000 (BF16 2,250 as agents.hardware states)",
-        fp8_tflops=4500.0,
-        fp4_tflops=9000.0,
     ),
     "NVIDIA B300 SXM6 AC": GpuDatasheet(
         source="glennklockwood.com/garden/processors/B300, HGX B300, dense matrix TFLOP/s: "
         "FP8 4,500, FP4 13,125 (verda.com 'GB300 NVL72 architecture' lists 14 PFLOPS dense "
         "FP4 for B300; the lower figure is kept)",
-        fp8_tflops=4500.0,
-        fp4_tflops=13125.0,
     ),
     "NVIDIA GB200": GpuDatasheet(
         source="glennklockwood.com/garden/processors/B200, the GB200 variant at 1,200 W, dense "

@@ -116,10 +116,10 @@ def test_tensor_parallelism_lowers_decode_step_time():
         _, result = run(16, prompt=128, output=256, flags={"tensor_parallel_size": tp})
         return statistics.median(result.itls())
 
-    # Splitting an 8B model's weights halves their reads, but the host's cost per request
-    # and the all-reduces do not shrink: the published tensor-parallel rows of the
-    # calibration (docs/simulator.md) put a small model's gain well short of 2x.
-    assert decode_itl(2) < 0.9 * decode_itl(1)
+    # Splitting an 8B model's weights halves their reads, but the step's fixed costs, the
+    # per-layer floor and the all-reduces do not shrink: with the constants fitted to the
+    # published rows (docs/simulator.md) a small model gains only a few per cent.
+    assert decode_itl(2) < decode_itl(1)
     assert decode_itl(4) < decode_itl(2)
 
 
@@ -248,7 +248,8 @@ def test_one_api_server_caps_the_request_rate_of_many_tiny_requests():
         return len(result.requests) / result.duration
 
     assert requests_per_second(costs) == pytest.approx(cap, rel=0.03)
-    assert requests_per_second(FrontEnd(0.0, 0.0, 0.0)) > 1.5 * cap
+    # The engine alone (its 2.2 ms step and 39 us per running request) goes well past it.
+    assert requests_per_second(FrontEnd(0.0, 0.0, 0.0)) > 1.3 * cap
 
 
 def test_tokens_reach_the_client_after_the_front_end_streams_them():

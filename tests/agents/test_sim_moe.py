@@ -209,7 +209,7 @@ def test_an_mla_step_reads_the_latent_cache_and_attends_over_it():
     kv_read = (far.memory_s - near.memory_s) * bytes_rate
     assert kv_read == pytest.approx(100_000 * steps.plan.kv_bytes_per_token, rel=1e-9)
     # Decode attends in the absorbed form: QK^T over rank + rope, AV over rank, per head.
-    flops_rate = H200.bf16_tflops * 1e12 * DEFAULT_EFFICIENCY.flops * 8
+    flops_rate = H200.bf16_tflops * 1e12 * DEFAULT_EFFICIENCY.attention_flops * 8
     attention = (far.compute_s - near.compute_s) * flops_rate
     per_pair = layers * heads * (2 * (rank + rope) + 2 * rank)
     assert attention == pytest.approx(100_000 * per_pair, rel=1e-9)

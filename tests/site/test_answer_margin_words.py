@@ -32,12 +32,16 @@ def test_the_cli_says_it_the_same_way(monkeypatch):
         "usd_per_million_output_tokens": "0.529",
         "serve_command": "vllm serve m --max-num-batched-tokens 2048",
     }
-    answer = {"winner": winner, "slos": "ttft:p99<500ms", "runner_up": {"trial": 2}}
+    answer = {
+        "winner": winner,
+        "slos": "ttft:p99<500ms",
+        "runner_up": {"trial": 2, "serve_config": {}},
+    }
     cli_runs._print_answer(answer | {"margin_pct": 89.2, "margin_ci95_pct": [88.6, 90.1]})
-    assert "  trial 2 costs 89 % more (CI 89–90 %)" in said
+    assert "  trial 2 (vLLM defaults) costs 89 % more (CI 89–90 %)" in said
     said.clear()
     cli_runs._print_answer(answer | {"margin_pct": 73.0, "margin_ci95_pct": [-0.3, 112.0]})
-    assert "  trial 2 costs 73 % more (CI 0–112 %)" in said
+    assert "  trial 2 (vLLM defaults) costs 73 % more (CI 0–112 %)" in said
     said.clear()
     cli_runs._print_answer(answer | {"margin_pct": 3.0, "margin_ci95_pct": None, "tie": True})
-    assert "  tie, within noise, with trial 2: 3 % apart" in said
+    assert "  tie, within noise, with trial 2 (vLLM defaults): 3 % apart" in said
