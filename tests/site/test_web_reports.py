@@ -23,37 +23,50 @@ REPORTS = ["reports", "reports/costs", "reports/models", "reports/spend"]
 
 
 class Tables(HTMLParser):
-    """The cell texts of every ``report-table`` on a page, by its ``data-table`` key."""
+    """The cell texts of every ``report-table`` on a page, by its ``data-table`` key, in the
+    CSV's column order: a cell's ``data-col`` places it, whether shown as a column or folded
+    into its row's disclosure (where a ``dt`` names its column)."""
 
     def __init__(self):
         super().__init__()
         self.tables: dict[str, list[list[str]]] = {}
-        self.classes: dict[str, list[list[set]]] = {}
         self._key = None
+        self._heads: dict[int, str] = {}
+        self._rows: list[dict[int, str]] = []
         self._row = None
         self._cell = None
+        self._place = None
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         if tag == "table" and "report-table" in (attrs.get("class") or ""):
-            self._key = attrs["data-table"]
-            self.tables[self._key] = []
+            self._key, self._heads, self._rows = attrs["data-table"], {}, []
         elif self._key and tag == "tr":
-            self._row = []
-        elif self._key and tag in ("td", "th") and self._row is not None:
-            self._cell = []
+            self._row = {}
+        elif self._key and tag in ("th", "td", "dt", "dd") and "data-col" in attrs:
+            self._cell, self._place = [], (tag, int(attrs["data-col"]))
         elif self._cell is not None and tag == "span":
             self._cell.append("")  # keeps badge text in the cell
 
     def handle_endtag(self, tag):
         if tag == "table" and self._key:
+            order = sorted(self._heads)
+            self.tables[self._key] = [
+                [self._heads[i] for i in order],
+                *([row.get(i, "") for i in order] for row in self._rows),
+            ]
             self._key = None
-        elif tag in ("td", "th") and self._cell is not None:
+        elif self._cell is not None and self._place and tag == self._place[0]:
             text = " ".join("".join(self._cell).split())
-            self._row.append("" if text == "—" else text)
-            self._cell = None
+            kind, index = self._place
+            if kind in ("th", "dt"):
+                self._heads[index] = text
+            else:
+                self._row[index] = "" if text == "—" else text
+            self._cell = self._place = None
         elif tag == "tr" and self._row is not None and self._key:
-            self.tables[self._key].append(self._row)
+            if self._row:
+                self._rows.append(self._row)
             self._row = None
 
     def handle_data(self, data):
