@@ -1,6 +1,6 @@
 """Every main page of the demo fits the window (issue 35, point 1): at 1366×768 and 1920×1080,
-signed in as a member and as a manager, no table is wider than its container and no page
-is wider than the window.
+signed in as a member and as a manager, no table is wider than its container, no page is
+wider than the window, and every checkbox sits on the line of its label's words.
 
 The data is the demo's own: ``manage.py demo_run`` runs as ``make demo`` does (SQLite, the
 simulator, its answer), and the pages are found by following the links of the overview, as a
@@ -46,6 +46,20 @@ OVERFLOWS = """() => {
     if (width > room + 1) {
       const name = table.className || table.id || "table";
       found.push(`table.${name} is ${Math.round(width)} px wide in ${room} px`);
+    }
+  }
+  // A checkbox sits beside its words: on the line of the label's first text.
+  for (const box of document.querySelectorAll("label > input[type=checkbox]")) {
+    if (box.offsetParent === null) continue;
+    const words = [...box.parentElement.childNodes].find(
+      n => n.nodeType === Node.TEXT_NODE && n.textContent.trim());
+    if (!words) continue;
+    const range = document.createRange();
+    range.selectNodeContents(words);
+    const line = range.getClientRects()[0];
+    const middle = (box.getBoundingClientRect().top + box.getBoundingClientRect().bottom) / 2;
+    if (line && (middle < line.top || middle > line.bottom)) {
+      found.push(`the checkbox of "${words.textContent.trim().slice(0, 40)}" is off its line`);
     }
   }
   return found;
