@@ -363,8 +363,27 @@ def model_chart_data(points: list[ModelPoint]) -> list[dict]:
             # Named as the level result's figure it shows.
             protocol.latency_field("p99", "ttft"): text(p.figure.p99_ms("ttft")),
             "pareto": p.pareto,
+            "simulated": p.figure.simulated,
         }
         for p in points
+    ]
+
+
+def capacity_chart_data(figures: list[TrialFigure]) -> list[dict]:
+    """The model choice's chart: each configuration with a capacity at the SLOs, that
+    capacity against its cost per 1M output tokens there (as the table's texts), simulated
+    ones marked so that they are drawn apart."""
+    return [
+        {
+            "label": f"{f.model.name} · {config_text(f.serve_config)} · run "
+            f"{str(f.run_id)[:8]} #{f.trial_index}",
+            "axis": (f.capacity or {}).get("axis") or "concurrency",
+            "capacity": (f.capacity or {}).get("capacity"),
+            "usd_per_million": text(f.usd_per_million_at_capacity),
+            "simulated": f.simulated,
+        }
+        for f in figures
+        if f.usd_per_million_at_capacity is not None
     ]
 
 
@@ -507,7 +526,7 @@ def choice_table(
     run_href: RunHref,
     first_rank: int = 1,
     simulated: bool = False,
-    empty: str = "None.",
+    empty: str = "Nothing to show yet.",
 ) -> ReportTable:
     table = ReportTable(
         key=key,
