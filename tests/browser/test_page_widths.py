@@ -7,6 +7,9 @@ simulator, its answer), and the pages are found by following the links of the ov
 newcomer clicks through them, with the comparison of the demo run's trials and the builder's
 prediction panel (filled on request) beside them. A table folded into a closed disclosure is
 not measured: it is not on the screen until its reader opens it.
+
+As the manager, at 1366×768, it saves the pictures docs/getting-started.md shows (the run
+page's first screen and its answer) into docs/img/, so that they show the pages as they are.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import pytest
 from tests.browser.conftest import TIMEOUT_MS
 from tests.demo_process import demo_started, migrated_demo_env
 from tests.polling import wait_for
-from tests.site.live_server import free_port
+from tests.site.live_server import ROOT, free_port
+
+DOCS_IMAGES = ROOT / "docs" / "img"
 
 VIEWPORTS = [(1366, 768), (1920, 1080)]
 PEOPLE = {"member": "bob@demo.example", "manager": "alice@demo.example"}
@@ -149,6 +154,13 @@ def _predicts(path: str, predicted: set[str]) -> bool:
     return True
 
 
+def _picture_the_run_page(page) -> None:
+    """docs/img/run-page.png (the first screen a reader sees) and docs/img/answer.png."""
+    DOCS_IMAGES.mkdir(exist_ok=True)
+    page.screenshot(path=str(DOCS_IMAGES / "run-page.png"))
+    page.locator("#run-answer").screenshot(path=str(DOCS_IMAGES / "answer.png"))
+
+
 @pytest.mark.parametrize("role", sorted(PEOPLE))
 def test_it_fits_every_main_page_in_the_window(_browser, demo, role):
     context = _browser.new_context(base_url=demo.base_url, viewport={"width": 1366, "height": 768})
@@ -166,10 +178,13 @@ def test_it_fits_every_main_page_in_the_window(_browser, demo, role):
         page.get_by_label("Password").fill(demo.password)
         page.get_by_role("button", name="Sign in").click()
         page.wait_for_url(lambda url: "/login/" not in url)
-        problems, visited, predicted = [], [], set()
+        problems, visited, predicted, pictured = [], [], set(), False
         for path in _pages(page, "/o/demo/"):
             opened.append(path)
             _open(page, path, predict=_predicts(path, predicted))
+            if role == "manager" and RUN_PAGE.match(path) and not pictured:
+                _picture_the_run_page(page)
+                pictured = True
             visited.append(path)
             for width, height in VIEWPORTS:
                 page.set_viewport_size({"width": width, "height": height})
@@ -183,5 +198,6 @@ def test_it_fits_every_main_page_in_the_window(_browser, demo, role):
     assert any(RUN_PAGE.match(path) for path in visited), visited
     assert any(path.startswith("/o/demo/runs/compare/") for path in visited), visited
     assert predicted == {"new", "edit"}, visited
+    assert pictured or role != "manager"
     assert not problems, "\n".join(problems)
     assert not errors, "\n".join(errors)
