@@ -67,6 +67,16 @@ def model_fit_rows(model: ModelSpec, gpu_types: list[GpuType]) -> list[tuple[Gpu
     return [(gpu, [_fit_cell(model, gpu, count) for count in FIT_GPU_COUNTS]) for gpu in gpu_types]
 
 
+def model_for_one_gpu(models: list[ModelSpec], gpu: GpuType | None) -> ModelSpec | None:
+    """The first of ``models`` whose weights fit one ``gpu`` (the new experiment's default,
+    so that its form opens without an error), else the first of them."""
+    if gpu is not None:
+        for model in models:
+            if _fit_cell(model, gpu, 1).fits:
+                return model
+    return models[0] if models else None
+
+
 def builder_fit_json(form: BuilderForm, membership: Membership) -> dict | None:
     """Whether every configuration of the builder's grid starts on the chosen GPUs, and the
     KV cache of the first; None until the model, GPU type, count and grid are valid ones the

@@ -97,6 +97,7 @@ def model_new(request, membership):
             upload=request.FILES.get("hf_config_file"),
         )
         if model is not None:
+            messages.success(request, f"Registered {model.name}.")
             return redirect("model-edit", membership.organization.slug, model.id)
         return _render_model_form(request, membership, values=values, fields=fields)
     preset = request.GET.get("preset", "")
@@ -119,6 +120,7 @@ def model_edit(request, membership, model_id):
             upload=request.FILES.get("hf_config_file"),
         )
         if saved is not None:
+            messages.success(request, f"Saved {saved.name}.")
             return redirect("models", membership.organization.slug)
         return _render_model_form(request, membership, values=values, fields=fields, model=model)
     values = model_form.model_form_from_fields({f: getattr(model, f) for f in MODEL_SPEC_FIELDS})
@@ -242,6 +244,8 @@ def _builder_post(request, membership, experiment=None):
     save = action not in ("check", "predict")
     outcome = _submit(request, membership, form, experiment, save=save, predict=action == "predict")
     if outcome.experiment is not None:
+        done = "Saved" if experiment is not None else "Created"
+        messages.success(request, f"{done} experiment {outcome.experiment.name}.")
         return redirect("experiment-detail", membership.organization.slug, outcome.experiment.id)
     return _render_builder(request, membership, form=form, outcome=outcome, experiment=experiment)
 
@@ -250,8 +254,9 @@ def _builder_post(request, membership, experiment=None):
 def experiment_new(request, membership):
     if request.method == "POST":
         return _builder_post(request, membership)
-    first_model = scoped(membership, ModelSpec).order_by("name", "id").first()
     h100 = GpuType.objects.filter(id="NVIDIA H100 80GB HBM3").first() or GpuType.objects.first()
+    models = list(scoped(membership, ModelSpec).order_by("name", "id"))
+    first_model = fit.model_for_one_gpu(models, h100)
     form = builder.blank_builder_form(
         model_id=str(first_model.id) if first_model else "",
         gpu_type_id=h100.id if h100 else "",

@@ -25,6 +25,8 @@ from runs.models import Experiment, WorkloadDataset
 from runs.models.experiments import DATASET_FORMAT_CHOICES
 from runs.services.experiments import dataset_delete, dataset_file_read, dataset_upload
 
+SAMPLES = "examples/workloads"
+
 _LABELS = {"name": "Name", "format": "Format", "file": "File"}
 
 
@@ -83,10 +85,18 @@ def datasets(request, membership):
         values=request.POST if writing else {},
         max_bytes=settings.DATASET_MAX_BYTES,
         formats=DATASET_FORMAT_CHOICES,
+        samples=_sample_files(),
     )
     return render(
         request, "frontend/experiments/datasets.html", context, status=400 if errors else 200
     )
+
+
+def _sample_files() -> list[str]:
+    """The sample workloads shipped in the repository (one per format), to try an upload
+    with; none where the site runs without the repository's examples."""
+    folder = settings.BASE_DIR / SAMPLES
+    return sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
 
 
 @org_page("POST", need=Need.WRITE)

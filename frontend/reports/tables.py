@@ -3,7 +3,10 @@
 Guarantee: a report's page and its CSV export come from the same ``ReportTable``, so the CSV
 holds exactly the figures the page shows (money as exact decimals to 0.0001 USD, measured
 times and rates to 0.1), cell for cell. A missing figure is an empty cell in the CSV and a
-dash on the page. Simulated figures only ever sit in tables of their own (``simulated``).
+dash on the page. A table with more columns than a page can hold shows the ones a reader
+ranks by and folds the rest into each row's disclosure (``folded``): the page still holds
+every cell, and the table fits its container at 1366 px and wider.
+Simulated figures only ever sit in tables of their own (``simulated``).
 Every row that stands for a trial names the vLLM image it ran on (``IMAGE``), beside its
 serve configuration: one configuration measured on two images is two rows, told apart.
 """
@@ -43,6 +46,23 @@ class Cell:
         return getattr(self, name)
 
 
+@dataclass(frozen=True, slots=True)
+class PlacedCell:
+    """One cell as the page places it: its column's position in the CSV and its heading."""
+
+    index: int
+    column: str
+    cell: Cell
+
+
+@dataclass(frozen=True, slots=True)
+class PageRow:
+    """One row of the page: the cells shown as columns, and those folded into its disclosure."""
+
+    shown: list[PlacedCell]
+    folded: list[PlacedCell]
+
+
 @dataclass
 class ReportTable:
     key: str
@@ -52,10 +72,34 @@ class ReportTable:
     simulated: bool = False
     empty: str = "Nothing to show yet."
     note: str = ""
+    # Headings of the columns the page folds into each row's "More" disclosure.
+    folded: frozenset[str] = frozenset()
 
     def column(self, row: list[Cell], name: str) -> str:
         """The text of ``row``'s cell in the column headed ``name``."""
         return row[self.columns.index(name)].text
+
+    def shown_columns(self) -> list[PlacedCell]:
+        """The headings shown as columns, each with its first row's cell (for alignment)."""
+        first = self.rows[0] if self.rows else []
+        return [
+            PlacedCell(i, name, first[i] if i < len(first) else Cell(""))
+            for i, name in enumerate(self.columns)
+            if name not in self.folded
+        ]
+
+    def page_rows(self) -> list[PageRow]:
+        """Every row, its cells split between the columns and the disclosure."""
+        placed = []
+        for row in self.rows:
+            cells = [PlacedCell(i, self.columns[i], cell) for i, cell in enumerate(row)]
+            placed.append(
+                PageRow(
+                    shown=[c for c in cells if c.column not in self.folded],
+                    folded=[c for c in cells if c.column in self.folded],
+                )
+            )
+        return placed
 
 
 def text(value) -> str:
@@ -156,6 +200,22 @@ COST_COLUMNS = [
 ]
 
 
+# What a manager ranks and picks by stays in columns; the rest opens per row.
+COST_FOLDED = frozenset(
+    {
+        "USD / 1M, cold start amortized",
+        "Load at SLOs",
+        "Output tok/s",
+        "Pod USD/h",
+        "Priced for",
+        "SLOs",
+        "Parameters (B)",
+        RANKED_BY,
+        "Trials priced / compared",
+    }
+)
+
+
 def capacity_text(capacity: dict | None) -> str:
     """``concurrency 31 (31–32)``: what a capacity search found and its bracket ("" if none)."""
     if not capacity or capacity.get("capacity") is None:
@@ -174,7 +234,13 @@ def cost_table(
     simulated: bool,
     run_href: RunHref,
 ) -> ReportTable:
-    table = ReportTable(key=key, title=title, columns=list(COST_COLUMNS), simulated=simulated)
+    table = ReportTable(
+        key=key,
+        title=title,
+        columns=list(COST_COLUMNS),
+        simulated=simulated,
+        folded=COST_FOLDED,
+    )
     table.note = (
         f"{RANKING_NOTE} The other figures (USD / 1M output tokens, Load at SLOs, Output "
         "tok/s) are those of the best fixed load level."
@@ -233,8 +299,26 @@ MODEL_COLUMNS = [
 ]
 
 
+MODEL_FOLDED = frozenset(
+    {
+        "USD / 1M output tokens",
+        "Load at SLOs",
+        "p99 TTFT ms",
+        "p99 TPOT ms",
+        "p99 ITL ms",
+        RANKED_BY,
+    }
+)
+
+
 def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bool) -> ReportTable:
-    table = ReportTable(key=key, title=title, columns=list(MODEL_COLUMNS), simulated=simulated)
+    table = ReportTable(
+        key=key,
+        title=title,
+        columns=list(MODEL_COLUMNS),
+        simulated=simulated,
+        folded=MODEL_FOLDED,
+    )
     table.note = (
         f"{RANKING_NOTE} The Pareto front weighs each model's size against that cost. The other "
         "figures (USD / 1M output tokens, Load at SLOs, throughput, latencies) are those of the "
@@ -279,8 +363,27 @@ def model_chart_data(points: list[ModelPoint]) -> list[dict]:
             # Named as the level result's figure it shows.
             protocol.latency_field("p99", "ttft"): text(p.figure.p99_ms("ttft")),
             "pareto": p.pareto,
+            "simulated": p.figure.simulated,
         }
         for p in points
+    ]
+
+
+def capacity_chart_data(figures: list[TrialFigure]) -> list[dict]:
+    """The model choice's chart: each configuration with a capacity at the SLOs, that
+    capacity against its cost per 1M output tokens there (as the table's texts), simulated
+    ones marked so that they are drawn apart."""
+    return [
+        {
+            "label": f"{f.model.name} · {config_text(f.serve_config)} · run "
+            f"{str(f.run_id)[:8]} #{f.trial_index}",
+            "axis": (f.capacity or {}).get("axis") or "concurrency",
+            "capacity": (f.capacity or {}).get("capacity"),
+            "usd_per_million": text(f.usd_per_million_at_capacity),
+            "simulated": f.simulated,
+        }
+        for f in figures
+        if f.usd_per_million_at_capacity is not None
     ]
 
 
@@ -402,6 +505,17 @@ CHOICE_COLUMNS = [
     "Run · trial",
     RANKED_BY,
 ]
+CHOICE_FOLDED = frozenset(
+    {
+        "GPUs",
+        "Load at SLOs",
+        "USD / 1M output tokens",
+        "USD / 1M, cold start amortized",
+        "Headroom under SLOs",
+        "Levels meeting SLOs",
+        RANKED_BY,
+    }
+)
 
 
 def choice_table(
@@ -412,10 +526,15 @@ def choice_table(
     run_href: RunHref,
     first_rank: int = 1,
     simulated: bool = False,
-    empty: str = "None.",
+    empty: str = "Nothing to show yet.",
 ) -> ReportTable:
     table = ReportTable(
-        key=key, title=title, columns=list(CHOICE_COLUMNS), simulated=simulated, empty=empty
+        key=key,
+        title=title,
+        columns=list(CHOICE_COLUMNS),
+        simulated=simulated,
+        empty=empty,
+        folded=CHOICE_FOLDED,
     )
     rows = []
     for rank, f in enumerate(figures, start=first_rank):

@@ -131,7 +131,10 @@ def report_models(request, membership):
         membership,
         "frontend/reports/models.html",
         [measured, simulated],
-        chart=tables.model_chart_data(measured_points),
+        # Without a measured model (the demo's simulator), the simulated figures are charted,
+        # labelled so: a chart of nothing would tell a manager nothing.
+        chart=tables.model_chart_data(measured_points or simulated_points),
+        chart_simulated=not measured_points and bool(simulated_points),
     )
 
 
@@ -189,6 +192,13 @@ def _tail_note(total: int, shown: str) -> str:
     )
 
 
+# What fills an empty table of measured figures, for a reader of the demo (all simulated).
+MEASURE_HINT = (
+    "Measured figures come from runs on real vLLM: a GPU pod, an endpoint, or "
+    "`make demo ENGINE=vllm` on this machine's CPU; simulated figures are never recommended."
+)
+
+
 @org_page()
 def report_choice(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
@@ -199,17 +209,24 @@ def report_choice(request, membership, experiment_id):
         "Recommended",
         choice.measured[:1],
         run_href=href,
-        empty="No measured trial met the SLOs: nothing to recommend yet.",
+        empty=f"No measured trial met the SLOs: nothing to recommend yet. {MEASURE_HINT}",
     )
     runners_up = tables.choice_table(
-        "runners-up", "Runners-up", choice.runners_up, run_href=href, first_rank=2
+        "runners-up",
+        "Runners-up",
+        choice.runners_up,
+        run_href=href,
+        first_rank=2,
+        empty="None yet: the measured configurations after the recommended one, cheapest "
+        "first, are listed here once two or more meet the SLOs.",
     )
     per_model = tables.choice_table(
         "per-model",
         "Best configuration per model",
         choice.per_model,
         run_href=href,
-        empty="No measured trial met the SLOs yet.",
+        empty="None yet: each model's cheapest measured configuration meeting the SLOs is "
+        "listed here, one row per model.",
     )
     per_model.note = (
         "Each model's cheapest configuration: its capacity at the SLOs and the cost per 1M "
@@ -221,6 +238,9 @@ def report_choice(request, membership, experiment_id):
         choice.unpriced[:CHOICE_TAIL_ROWS],
         run_href=href,
         first_rank=len(choice.measured) + 1,
+        empty="None: every measured trial met the SLOs at a priced level."
+        if choice.measured
+        else "None: measured trials that meet no SLO, or have no price, are listed here.",
     )
     unpriced.note = _tail_note(len(choice.unpriced), f"The first {CHOICE_TAIL_ROWS}")
     simulated = tables.choice_table(
@@ -229,6 +249,7 @@ def report_choice(request, membership, experiment_id):
         choice.simulated[:CHOICE_TAIL_ROWS],
         run_href=href,
         simulated=True,
+        empty="No simulated trial: the simulator's predictions for this workload appear here.",
     )
     simulated.note = _tail_note(len(choice.simulated), f"The {CHOICE_TAIL_ROWS} cheapest")
     return _report(
@@ -238,6 +259,7 @@ def report_choice(request, membership, experiment_id):
         [recommended, runners_up, per_model, unpriced, simulated],
         experiment=experiment,
         choice=choice,
+        chart=tables.capacity_chart_data([*choice.measured, *choice.simulated]),
         best=choice.recommended,
         best_config=(
             tables.config_text(choice.recommended.serve_config) if choice.recommended else ""

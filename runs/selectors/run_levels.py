@@ -262,7 +262,10 @@ def image_config_labels(trials: list) -> list[str]:
 
 def config_label(config: dict, flags: list[str]) -> str:
     """``max_num_seqs=64, enable_prefix_caching=true``: the flags that tell configs apart."""
-    shown = [f"{name}={config_text(config.get(name, '(default)'))}" for name in flags]
+    shown = [
+        f"{name}={config_text(config[name])}" if name in config else f"{name} at vLLM's default"
+        for name in flags
+    ]
     if shown:
         return ", ".join(shown)
     return ", ".join(f"{k}={config_text(v)}" for k, v in config.items()) or "vLLM defaults"

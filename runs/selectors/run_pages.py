@@ -78,7 +78,7 @@ def _iso(moment: datetime | None) -> str | None:
 AXIS_NAMES = {"concurrency": "concurrency", "request_rate": "request rate"}
 STOP_REASONS = {
     "converged": "converged",
-    "probes_exhausted": "probes exhausted",
+    "probes_exhausted": "its probe budget was spent",
     "max_load": "every load up to the maximum met the SLOs",
     "below_lowest": "even the lowest load missed the SLOs",
     "stopped": "the trial ended first",
@@ -324,7 +324,7 @@ def run_timeline(run: Run, trials: list[dict], hello_at: datetime | None) -> lis
         entries.append(
             {
                 "stage": "agent",
-                "label": f"Agent up on {host}{f' · vLLM {version}' if version else ''}",
+                "label": f"Agent started on {host}{f' · vLLM {version}' if version else ''}",
                 "at": _iso(hello_at),
                 "status": "done",
             }

@@ -292,6 +292,8 @@ def test_it_opens_a_session_levels_figures_by_turn(page, sign_in, alice, screens
     sign_in(page, alice)
     page.goto(f"/o/acme/runs/{run.id}/")
     trial = page.locator("#trial-0")
+    # What the level was measured over opens beneath its row, with its details inside.
+    trial.locator("details.measured-over summary").first.click()
     expect(trial.get_by_text("Server prefix-cache hits: 62 %")).to_be_visible()
     by_turn = trial.locator("details.turns")
     table = by_turn.get_by_role("table")
@@ -337,6 +339,7 @@ def test_an_opened_level_detail_stays_open_across_a_re_read(page, sign_in, alice
     # The read on connecting first: a click before it lands on markup it then replaces
     # (the table stayed hidden once in a fresh-clone CI run).
     page.wait_for_function("() => benchsiteRunPage.resyncs >= 1")
+    page.locator("#trial-0 details.measured-over summary").first.click()
     by_turn = page.locator("#trial-0 details.turns")
     by_turn.get_by_text("By turn").click()
     expect(by_turn.get_by_role("table")).to_be_visible()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
@@ -176,3 +177,11 @@ def test_only_writers_of_the_organization_delete_models(alice, bob, charlie):
         == 405
     )
     assert database_state() == before
+
+
+def test_it_points_to_the_sample_workloads_of_each_format(alice):
+    page = signed_in(alice).get("/o/acme/experiments/datasets/").content.decode()
+    shipped = sorted(p.name for p in (settings.BASE_DIR / "examples" / "workloads").iterdir())
+    assert "mooncake.jsonl" in shipped and "sharegpt.json" in shipped
+    for name in shipped:
+        assert f"<code>{name}</code>" in page, name

@@ -1023,3 +1023,30 @@ def test_the_builder_sets_a_search_and_shows_it_again(alice):
     # Blank inputs: exhaustive, stored as nothing.
     blank, _ = builder.experiment_payload(builder.blank_builder_form())
     assert blank["search"] == {}
+
+
+def test_it_opens_a_new_experiment_on_a_model_that_fits_one_gpu(alice):
+    # "Llama 3.1 70B" sorts before "Llama 3.1 8B", and fits no single H100 (issue 35): the
+    # form opens on the 8B, with no error to fix before anything else.
+    small = make_model(alice.org)
+    make_model(alice.org, **MODEL_PRESETS["llama-3.1-70b"].registered)
+    page = signed_in(alice).get("/o/acme/experiments/new/").content.decode()
+    assert f'<option value="{small.id}" selected' in page
+    assert 'class="error"' not in page and "does not start" not in page
+
+
+def test_it_confirms_a_saved_model_and_experiment(alice):
+    client = signed_in(alice)
+    preset = MODEL_PRESETS["qwen2.5-7b"].registered | {"revision": "main", "notes": ""}
+    page = client.post("/o/acme/models/new/", preset, follow=True).content.decode()
+    assert "Registered Qwen2.5 7B Instruct." in text_of(page)
+    model = ModelSpec.objects.get(organization=alice.org, hf_repo="Qwen/Qwen2.5-7B-Instruct")
+    page = client.post(f"/o/acme/models/{model.id}/edit/", preset, follow=True).content.decode()
+    assert "Saved Qwen2.5 7B Instruct." in text_of(page)
+    form = builder_form(model)
+    page = client.post("/o/acme/experiments/new/", form, follow=True).content.decode()
+    assert "Created experiment web-experiment." in text_of(page)
+    experiment = Experiment.objects.get(organization=alice.org, name="web-experiment")
+    edit = f"/o/acme/experiments/{experiment.id}/edit/"
+    page = client.post(edit, form, follow=True).content.decode()
+    assert "Saved experiment web-experiment." in text_of(page)

@@ -4,13 +4,18 @@ organization) and role (403), through the pages of several areas."""
 
 from __future__ import annotations
 
+import re
 import uuid
+from decimal import Decimal
 
 import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from .conftest import signed_in
+from runs.services.budgets import budget_set
+
+from .conftest import SYSTEM, signed_in
+from .test_web_runs import answered_run, text_of
 
 pytestmark = pytest.mark.django_db
 
@@ -96,3 +101,16 @@ def test_it_sends_an_anonymous_visitor_to_sign_in_first(alice):
     response = Client().get(f"/o/acme/runs/{SOME_ID}/cancel/")
     assert response.status_code == 302
     assert response.headers["Location"].startswith("/login/?next=")
+
+
+def test_it_shows_recent_runs_their_answers_and_the_months_spend(alice, charlie):
+    run = answered_run(alice.org)
+    answered_run(charlie.org)  # another tenant's run: never on acme's overview
+    budget_set(org=alice.org, actor=SYSTEM, limit_usd=Decimal(100), note="standing")
+    html = signed_in(alice).get("/o/acme/").content.decode()
+    text = text_of(html)
+    assert re.findall(r'href="/o/acme/runs/([0-9a-f-]{36})/"', html) == [str(run.id)]
+    assert "concurrency 31 (trial #1) 0.5000" in text
+    assert "of a 100.00 USD budget" in text
+    # Each experiment's name leads to its page.
+    assert f'href="/o/acme/experiments/{run.experiment_id}/">{run.experiment.name}</a>' in html

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
+from datetime import UTC, datetime
+from html import unescape
 from html.parser import HTMLParser
 
 import pytest
@@ -16,44 +19,57 @@ from runs.models import AuditEvent, Promotion, PromotionState
 from runs.selectors.trial_costs import trial_costs
 from runs.selectors.trial_figures import trial_figures
 
-from .conftest import _person, signed_in
-from .report_data import EXPECTED, build_history
+from .conftest import _person, make_experiment, signed_in
+from .report_data import EXPECTED, add_run, add_trial, build_history, level
 
 REPORTS = ["reports", "reports/costs", "reports/models", "reports/spend"]
 
 
 class Tables(HTMLParser):
-    """The cell texts of every ``report-table`` on a page, by its ``data-table`` key."""
+    """The cell texts of every ``report-table`` on a page, by its ``data-table`` key, in the
+    CSV's column order: a cell's ``data-col`` places it, whether shown as a column or folded
+    into its row's disclosure (where a ``dt`` names its column)."""
 
     def __init__(self):
         super().__init__()
         self.tables: dict[str, list[list[str]]] = {}
-        self.classes: dict[str, list[list[set]]] = {}
         self._key = None
+        self._heads: dict[int, str] = {}
+        self._rows: list[dict[int, str]] = []
         self._row = None
         self._cell = None
+        self._place = None
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         if tag == "table" and "report-table" in (attrs.get("class") or ""):
-            self._key = attrs["data-table"]
-            self.tables[self._key] = []
+            self._key, self._heads, self._rows = attrs["data-table"], {}, []
         elif self._key and tag == "tr":
-            self._row = []
-        elif self._key and tag in ("td", "th") and self._row is not None:
-            self._cell = []
+            self._row = {}
+        elif self._key and tag in ("th", "td", "dt", "dd") and "data-col" in attrs:
+            self._cell, self._place = [], (tag, int(attrs["data-col"]))
         elif self._cell is not None and tag == "span":
             self._cell.append("")  # keeps badge text in the cell
 
     def handle_endtag(self, tag):
         if tag == "table" and self._key:
+            order = sorted(self._heads)
+            self.tables[self._key] = [
+                [self._heads[i] for i in order],
+                *([row.get(i, "") for i in order] for row in self._rows),
+            ]
             self._key = None
-        elif tag in ("td", "th") and self._cell is not None:
+        elif self._cell is not None and self._place and tag == self._place[0]:
             text = " ".join("".join(self._cell).split())
-            self._row.append("" if text == "—" else text)
-            self._cell = None
+            kind, index = self._place
+            if kind in ("th", "dt"):
+                self._heads[index] = text
+            else:
+                self._row[index] = "" if text == "—" else text
+            self._cell = self._place = None
         elif tag == "tr" and self._row is not None and self._key:
-            self.tables[self._key].append(self._row)
+            if self._row:
+                self._rows.append(self._row)
             self._row = None
 
     def handle_data(self, data):
@@ -373,6 +389,16 @@ def test_it_shows_empty_reports_for_a_new_organization(charlie):
         assert client.get(f"/o/globex/{path}/").status_code == 200, path
 
 
+def test_it_says_what_would_fill_each_empty_table_of_the_model_choice(charlie):
+    # The demo's manager saw four bare "None." sections: each empty table says what it lists.
+    experiment = make_experiment(charlie.org, engine="sim")
+    page = signed_in(charlie).get(f"/o/globex/reports/choice/{experiment.id}/")
+    empties = re.findall(r'<p class="empty">([^<]*)</p>', page.content.decode())
+    assert len(empties) >= 5
+    assert all(len(text.split()) > 5 for text in empties), empties
+    assert any("make demo ENGINE=vllm" in unescape(text) for text in empties), empties
+
+
 # --- Access ---------------------------------------------------------------------------------
 
 
@@ -583,3 +609,28 @@ def test_it_cuts_the_model_choices_tail_and_says_so(history, web, monkeypatch):
     assert as_dicts(csv_rows(web.get(path, {"csv": "simulated"}))) == shown
     # The recommendation and the runners-up are never cut.
     assert len(as_dicts(page_tables(response)["recommended"])) == 1
+
+
+def _json_script(html: str, element_id: str):
+    found = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', html)
+    return json.loads(found[1]) if found else None
+
+
+def test_it_charts_capacity_against_cost_with_simulated_points_apart(history, web):
+    searched(history.t128, 96, 6000.0)
+    searched(history.tsim, 64, 9000.0)
+    html = web.get(f"/o/acme/reports/choice/{history.small.id}/").content.decode()
+    points = _json_script(html, "capacity-chart-data")
+    assert {(p["capacity"], p["simulated"]) for p in points} == {(96, False), (64, True)}
+    # The figure is the table's: 3.99 / 3600 / 6000 × 1e6 = 0.1847.
+    assert {p["usd_per_million"] for p in points if not p["simulated"]} == {"0.1847"}
+    assert 'id="capacity-cost-chart"' in html
+
+
+def test_it_charts_simulated_models_labelled_when_none_is_measured(charlie):
+    experiment = make_experiment(charlie.org, engine="sim")
+    run = add_run(experiment, created_at=datetime(2025, 2, 5, tzinfo=UTC))
+    add_trial(run, 0, {}, [level(64, 9000.0, 100.0, simulated={"speed": 1.0})])
+    html = signed_in(charlie).get("/o/globex/reports/models/").content.decode()
+    assert [p["simulated"] for p in _json_script(html, "model-chart-data")] == [True]
+    assert 'id="model-chart-simulated"' in html

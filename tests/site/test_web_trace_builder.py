@@ -33,7 +33,7 @@ def test_the_builder_offers_the_trace_kinds_and_datasets_by_format(alice):
     make_model(alice.org)
     page = signed_in(alice).get("/o/acme/experiments/new/").content.decode()
     for kind in protocol.TRACE_FORMATS:
-        assert f'<option value="{kind}">replay a ' in page
+        assert f'<option value="{kind}">replay: ' in page
     assert f'<option value="{moon.id}" data-format="mooncake">moon (24 requests)</option>' in page
     assert f'<option value="{burst.id}" data-format="burstgpt">burst (22 requests)</option>' in page
     for name in ("start_seconds", "duration_seconds", "block_size", "trace_model", "log_type"):

@@ -302,8 +302,9 @@
     const table = element("table", undefined, "prediction-table");
     table.append(element("caption", "Predicted on the simulator (simulated figures)"));
     const head = element("tr");
-    ["Configuration", "Capacity at the SLOs", "Output tok/s there",
-      "$ per 1M output tokens", "GPU-min"].forEach(function (name) {
+    const names = ["Configuration", "Capacity at the SLOs", "Output tok/s there",
+      "$ per 1M output tokens", "GPU-min"];
+    names.forEach(function (name) {
       const th = element("th", name);
       th.scope = "col";
       head.append(th);
@@ -319,7 +320,11 @@
       if (row.best) name.append(" ", element("strong", "(best)"));
       tr.append(name);
       [row.capacity_text, row.throughput_text, row.cost_text, row.gpu_minutes_text]
-        .forEach(function (text) { tr.append(element("td", text)); });
+        .forEach(function (text, i) {
+          const cell = element("td", text);
+          cell.dataset.label = names[i + 1]; // the panel stacks each row (experiments.css)
+          tr.append(cell);
+        });
       body.append(tr);
     });
     table.append(body);

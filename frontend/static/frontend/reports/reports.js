@@ -59,6 +59,8 @@
   function modelCharts() {
     var points = data("model-chart-data");
     if (!points) return;
+    // The demo's models are all simulated: their series say so.
+    var tag = points.some(function (p) { return p.simulated; }) ? " (simulated)" : "";
     var front = points.filter(function (p) { return p.pareto; })
       .sort(function (a, b) { return a.parameters - b.parameters; });
     var label = function (ctx) {
@@ -70,9 +72,9 @@
         type: "scatter",
         data: {
           datasets: [
-            { label: "Pareto front", showLine: true, borderColor: FRONT, backgroundColor: FRONT, pointRadius: 6,
+            { label: "Pareto front" + tag, showLine: true, borderColor: FRONT, backgroundColor: FRONT, pointRadius: 6,
               data: front.map(function (p) { return { x: p.parameters, y: num(p.usd_per_million), model: p.model }; }) },
-            { label: "Dominated", backgroundColor: OTHER, pointRadius: 5,
+            { label: "Dominated" + tag, backgroundColor: OTHER, pointRadius: 5,
               data: points.filter(function (p) { return !p.pareto; })
                 .map(function (p) { return { x: p.parameters, y: num(p.usd_per_million), model: p.model }; }) }
           ]
@@ -93,7 +95,7 @@
         type: "scatter",
         data: {
           datasets: [{
-            label: "Output tok/s per GPU", backgroundColor: MEASURED, pointRadius: 5,
+            label: "Output tok/s per GPU" + tag, backgroundColor: MEASURED, pointRadius: 5,
             data: points.map(function (p) { return { x: p.parameters, y: num(p.throughput_per_gpu), model: p.model }; })
           }]
         },
@@ -107,6 +109,39 @@
         }
       });
     }
+  }
+
+  // The model choice: capacity at the SLOs against the cost there, one point per
+  // configuration; simulated ones hollow, in a series of their own, and labelled so.
+  function capacityChart() {
+    var points = data("capacity-chart-data");
+    var canvas = document.getElementById("capacity-cost-chart");
+    if (!points || !canvas) return;
+    var series = function (simulated) {
+      return points.filter(function (p) { return p.simulated === simulated; })
+        .map(function (p) { return { x: p.capacity, y: num(p.usd_per_million), label: p.label }; });
+    };
+    var axis = points.length && points[0].axis === "request_rate" ? "Request rate (req/s)" : "Concurrency";
+    new Chart(canvas, {
+      type: "scatter",
+      data: {
+        datasets: [
+          { label: "Measured", backgroundColor: MEASURED, pointRadius: 6, data: series(false) },
+          { label: "Simulated (not measured)", borderColor: "#d99a1c", backgroundColor: "rgba(0,0,0,0)",
+            borderWidth: 2, pointRadius: 6, data: series(true) }
+        ].filter(function (d) { return d.data.length; })
+      },
+      options: {
+        maintainAspectRatio: false, animation: false,
+        plugins: { tooltip: { callbacks: { label: function (ctx) {
+          return ctx.raw.label + ": " + ctx.raw.x + ", " + ctx.raw.y + " USD / 1M";
+        } } } },
+        scales: {
+          x: { beginAtZero: true, title: { display: true, text: axis + " at the SLOs" } },
+          y: { beginAtZero: true, title: { display: true, text: "USD per 1M output tokens at capacity" } }
+        }
+      }
+    });
   }
 
   function spendChart() {
@@ -134,5 +169,6 @@
     costChart();
     modelCharts();
     spendChart();
+    capacityChart();
   });
 })();
