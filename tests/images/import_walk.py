@@ -63,9 +63,14 @@ def main() -> int:
             failures.append(f"{module}: {why}")
         for name in _imported_by(path, module, is_package):
             imports.setdefault(name, module)
+    missing: set[str] = set()  # a library that failed: its submodules are not listed again
     for name, importer in sorted(imports.items()):
-        if not name.endswith(".__main__") and (why := _importable(name)) is not None:
+        if name.endswith(".__main__") or name.split(".")[0] in missing:
+            continue
+        if (why := _importable(name)) is not None:
             failures.append(f"{name} (imported by {importer}): {why}")
+            if name.split(".")[0] != "agents":
+                missing.add(name.split(".")[0])
     for line in failures:
         print(line)
     where = Path(agents.__file__).parent
