@@ -86,7 +86,30 @@ lock: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-.PHONY: test-vllm
+.PHONY: test-vllm test-images
+
+# The images built from docker/site.Dockerfile and docker/agent.Dockerfile, by the commands
+# docs/operating.md gives, on stand-ins of their bases, then run (tests/images; docs/testing.md,
+# "The images"). Debian's buildah (chroot isolation, overlay storage: no daemon) and debootstrap
+# are installed on first use, as root; the bases stay cached under ~/.cache/benchsite/images,
+# the images built are removed after each run. Without buildah (or root) this warns and runs
+# nothing; with CI=true it fails.
+BUILDAH := /usr/bin/buildah
+DEBOOTSTRAP := /usr/sbin/debootstrap
+$(BUILDAH) $(DEBOOTSTRAP):
+	( $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q buildah debootstrap ) \
+	  || { case "$$CI" in 1|true|yes) exit 1;; esac; \
+	       echo "warning: buildah not installed; the images will not be built" >&2; }
+
+test-images: $(STAMP) $(BUILDAH) $(DEBOOTSTRAP)
+	@if ! command -v buildah >/dev/null || [ "$$(id -u)" != 0 ]; then \
+	  case "$$CI" in 1|true|yes) echo "test-images: needs buildah, as root" >&2; exit 1;; esac; \
+	  echo "warning: no buildah or not root: the images are not built or run" >&2; exit 0; fi; \
+	images="$$(scripts/images/build.sh)" || { scripts/images/clean.sh; exit 1; }; \
+	eval "$$($(BIN)/python tests/service_env.py)" \
+	  && env $$images $(BIN)/pytest tests/images -p no:cacheprovider -q $(PYTEST_ARGS); \
+	status=$$?; scripts/images/clean.sh; exit $$status
 
 $(VLLM_STAMP):
 	python3.11 -m venv $(VLLM_VENV)

@@ -5,9 +5,13 @@
 #   docker build -f docker/agent.Dockerfile --build-arg VLLM_VERSION=v0.11.0 \
 #       -t benchsite/agent:v0.11.0 .          (BENCHSITE_AGENT_IMAGE=benchsite/agent:{tag})
 ARG VLLM_VERSION=v0.11.0
+# The bases: only CI sets these, to stand-ins built where Docker Hub cannot be reached
+# (scripts/images/standins.sh); the defaults are the images users build on.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+ARG VLLM_IMAGE=vllm/vllm-openai
 
 # ---- build: a wheel of the agent alone (docker/agent.pyproject.toml + agents/) ------------
-FROM python:3.11.14-slim-bookworm AS build
+FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY docker/agent.pyproject.toml ./pyproject.toml
@@ -15,7 +19,7 @@ COPY agents ./agents
 RUN python -m pip wheel --no-deps --wheel-dir /wheels .
 
 # ---- runtime: vLLM's image, the agent installed into vLLM's own Python ---------------------
-FROM vllm/vllm-openai:${VLLM_VERSION}
+FROM ${VLLM_IMAGE}:${VLLM_VERSION}
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
 # The agent's lower bounds are already met by what vLLM ships (pydantic, httpx, …), and pip
 # leaves satisfied packages alone: vLLM's pins never move. No hash lock here: the base image's

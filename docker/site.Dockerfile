@@ -2,9 +2,12 @@
 # The site's one image: web (daphne, the default command), worker (celery worker) and beat
 # (celery beat), chosen by the command (docker/compose.yaml shows all three).
 #   docker build -f docker/site.Dockerfile -t benchsite/site .      (from the repository root)
+# PYTHON_IMAGE is the base of both stages; only CI sets it, to a stand-in built where Docker
+# Hub cannot be reached (scripts/images/standins.sh): the default is the image users build on.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # ---- build: every locked dependency as a wheel, hashes checked against the lock ----------
-FROM python:3.11.14-slim-bookworm AS build
+FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /build
 COPY requirements/runtime.lock.txt ./
@@ -13,7 +16,7 @@ RUN python -m pip wheel --require-hashes --only-binary=:all: --wheel-dir /wheels
         -r runtime.lock.txt
 
 # ---- runtime: a virtualenv from those wheels (offline), the source, collected static ------
-FROM python:3.11.14-slim-bookworm AS runtime
+FROM ${PYTHON_IMAGE} AS runtime
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:$PATH PYTHONPATH=/app \

@@ -22,8 +22,10 @@ AGENT_PROJECT = tomllib.loads((ROOT / "docker" / "agent.pyproject.toml").read_te
 SITE_PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 FORBIDDEN = ["django", "rest_framework", "celery", "channels", "runs", "benchsite", "frontend",
              "runpod", "kombu", "daphne", "psycopg"]  # fmt: skip
-# Imported only inside the function that needs them, and shipped by the vLLM image.
-LAZY_OPTIONAL = {"uvloop", "tokenizers", "transformers"}
+# Imported only inside the function that needs them, and shipped by the vLLM image (vllm
+# itself: the flag tables' generator reads its version). tests/images checks that they import
+# there, on CI's stand-in of that image.
+LAZY_OPTIONAL = {"uvloop", "tokenizers", "transformers", "vllm"}
 
 BLOCKER = textwrap.dedent(
     """
@@ -113,18 +115,12 @@ def test_it_declares_the_same_lower_bounds_as_the_site():
         assert requirement.name.lower() not in FORBIDDEN
 
 
-def _module_level_imports() -> set[str]:
-    """Top-level names imported by agents/ outside function bodies (what importing needs)."""
+def _imports() -> set[str]:
+    """Top-level names agents/ imports anywhere: at module level and inside functions (a
+    function's import runs in the pod as surely as a module's, only later)."""
     names = set()
     for path in (ROOT / "agents").rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        functions = [
-            n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-        ]
-        nested = {id(inner) for f in functions for inner in ast.walk(f) if inner is not f}
-        for node in ast.walk(tree):
-            if id(node) in nested:
-                continue
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -141,7 +137,7 @@ def test_it_declares_every_library_the_agent_imports():
             if requirement.marker is None:
                 declared.add(requirement.name.lower())
     providers = importlib.metadata.packages_distributions()
-    third_party = _module_level_imports() - set(sys.stdlib_module_names) - {"agents"}
+    third_party = _imports() - set(sys.stdlib_module_names) - {"agents"}
     for module in sorted(third_party - LAZY_OPTIONAL):
         distributions = {d.lower().replace("_", "-") for d in providers.get(module, [module])}
         assert distributions & declared, f"agents imports {module}; declare it in agent.pyproject"

@@ -47,14 +47,46 @@ def test_it_passes_hadolint(dockerfile):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _global_args(path: Path) -> dict[str, str]:
+    """The ARGs before the first FROM, with their defaults."""
+    args = {}
+    for key, rest in _instructions(path):
+        if key == "FROM":
+            break
+        if key == "ARG":
+            name, _, default = rest.partition("=")
+            args[name] = default
+    return args
+
+
+def _froms(path: Path) -> list[str]:
+    """The FROM lines as a build without --build-arg reads them; ${VLLM_VERSION} is left as
+    it is (one image per version)."""
+    args = {k: v for k, v in _global_args(path).items() if k != "VLLM_VERSION"}
+    return [
+        re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), line) for line in _all(path, "FROM")
+    ]
+
+
 @pytest.mark.parametrize("dockerfile", [SITE, AGENT], ids=["site", "agent"])
 def test_it_builds_in_stages_on_pinned_bases(dockerfile):
-    froms = _all(dockerfile, "FROM")
+    froms = _froms(dockerfile)
     assert len(froms) >= 2, "multi-stage: a build stage, then the runtime"
     for line in froms:
         image = line.split()[0]
         assert ":" in image and not image.endswith(":latest"), image
         assert re.search(r":(\d+(\.\d+)+|\$\{VLLM_VERSION\})", image), f"unpinned {image}"
+
+
+@pytest.mark.parametrize("dockerfile", [SITE, AGENT], ids=["site", "agent"])
+def test_its_bases_are_build_arguments_whose_defaults_are_the_real_images(dockerfile):
+    # CI builds on stand-ins (scripts/images/standins.sh) by setting these; users never do.
+    args = _global_args(dockerfile)
+    assert args["PYTHON_IMAGE"] == "python:3.11.14-slim-bookworm"
+    if dockerfile == AGENT:
+        assert args["VLLM_IMAGE"] == "vllm/vllm-openai"
+    for line in _all(dockerfile, "FROM"):
+        assert line.split()[0].startswith(("${PYTHON_IMAGE}", "${VLLM_IMAGE}:")), line
 
 
 def test_it_runs_the_site_as_a_numeric_non_root_user_with_a_health_check():
@@ -189,7 +221,7 @@ def test_it_builds_the_agent_on_the_vllm_image_of_the_requested_version():
     assert any(
         key == "ARG" and rest.startswith("VLLM_VERSION") for key, rest in instructions[:first_from]
     ), "ARG VLLM_VERSION must precede the first FROM to reach the final stage"
-    assert _all(AGENT, "FROM")[-1] == "vllm/vllm-openai:${VLLM_VERSION}"
+    assert _froms(AGENT)[-1] == "vllm/vllm-openai:${VLLM_VERSION}"
     entrypoint = _exec_form(_all(AGENT, "ENTRYPOINT")[-1])
     agent_project = tomllib.loads((ROOT / "docker" / "agent.pyproject.toml").read_text())
     assert entrypoint[0] in agent_project["project"]["scripts"], "the agent image installs it"
