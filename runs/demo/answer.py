@@ -175,6 +175,12 @@ def _margin_line(margin: Margin, other: str, whose: str, capacity: float | None)
     return f"  {other} {verb} {margin.pct:.0f} % more{ci} {at}."
 
 
+def _config_name(config: ConfigAnswer, plan: DemoPlan) -> str:
+    """``max_num_batched_tokens=2048``, or "vLLM's defaults" for the trial that sets none."""
+    value = config.serve_config.get(plan.flag)
+    return "vLLM's defaults" if value is None else f"{plan.flag}={value}"
+
+
 def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console: Console) -> None:
     """Each configuration's capacity at the SLOs, then the recommendation with its margin."""
     table = Table(
@@ -199,16 +205,17 @@ def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console
     if winner is None:
         console.print("[red]No configuration met the SLOs at any load.[/]")
         return
-    name = f"{plan.flag}={winner.serve_config.get(plan.flag, 'default')}"
+    name = _config_name(winner, plan)
     console.print(
         f"[bold green]Answer[/] ({where}): {name} carries {_load(winner.capacity)} concurrent "
         f"users within {answer.slos}, at ${winner.usd_per_million_output_tokens:.3f} per 1M "
         "output tokens."
     )
-    if second is not None and answer.margin_pct is not None:
+    # A runner-up that is vLLM's defaults is said once, by the defaults' line below.
+    said_below = second is answer.defaults and answer.over_defaults is not None
+    if second is not None and answer.margin_pct is not None and not said_below:
         margin = Margin(answer.margin_pct, answer.margin_ci95_pct, answer.tie)
-        other = f"{plan.flag}={second.serve_config.get(plan.flag, 'default')}"
-        console.print(_margin_line(margin, other, "its", second.capacity))
+        console.print(_margin_line(margin, _config_name(second, plan), "its", second.capacity))
     if answer.over_defaults is not None:
         defaults = answer.defaults.capacity
         console.print(_margin_line(answer.over_defaults, "vLLM's defaults", "their", defaults))

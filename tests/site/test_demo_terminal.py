@@ -4,6 +4,7 @@ recommended ``vllm serve`` command prints whole, on one line, so that it can be 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import re
@@ -19,7 +20,7 @@ from benchsite.celery import app as celery_app
 from runs.demo.answer import print_capacity_answer
 from runs.demo.plans import SIM_DEMO
 from runs.demo.running import _keep_logging, log_to_file, progress_line
-from runs.selectors.run_answer import ConfigAnswer, RunAnswer
+from runs.selectors.run_answer import ConfigAnswer, Margin, RunAnswer
 
 # The site's logging settings, as the test process started with them.
 ORIGINAL_LOGGING = django_settings.LOGGING
@@ -127,3 +128,29 @@ def test_it_sends_log_records_to_the_named_file_not_the_terminal(tmp_path, capfd
     terminal_text = capfd.readouterr()
     for line in ("pod bench-1", "a request", "beat: Shutting down"):
         assert line not in terminal_text.err + terminal_text.out
+
+
+def test_it_names_vllms_defaults_once_when_they_come_second():
+    # The demo printed "max_num_batched_tokens=default costs 109 % more" and then
+    # "vLLM's defaults cost 109 % more" when the runner-up was the defaults' trial.
+    winner = _config(0, 2048, "vllm serve m --max-num-batched-tokens 2048")
+    defaults = dataclasses.replace(_config(3, 0, "vllm serve m"), serve_config={}, capacity=16)
+    answer = RunAnswer(
+        simulated=True,
+        slos="ttft:p99<500ms",
+        pod_usd_per_hr=Decimal("3.99"),
+        configs=[winner, defaults],
+        winner=winner,
+        runner_up=defaults,
+        tie=False,
+        margin_pct=109.0,
+        margin_ci95_pct=(70.0, 123.0),
+        defaults=defaults,
+        over_defaults=Margin(109.0, (70.0, 123.0), False),
+    )
+    console, screen = terminal(width=200)
+    print_capacity_answer(answer, SIM_DEMO, "simulated H100, catalogue price", console)
+    said = screen.getvalue()
+    assert said.count("109 % more") == 1
+    assert "vLLM's defaults cost 109 % more (95 % CI 70–123 %) at their capacity 16." in said
+    assert "=default" not in said
