@@ -33,36 +33,38 @@ from agents.hardware.precision import served_precision
 class Efficiency:
     """What fraction of the datasheet peaks a real step reaches, and fixed costs.
 
-    Defaults are set from the calibration set in docs/simulator.md (never from its
-    independent set): prefill reaches about 65 % of peak FLOP/s, decode reads memory at
-    about 85 % of peak; the host's cost per request in a step and the all-reduce latency are
-    what the batched and tensor-parallel rows missed without them, the server's front end
-    what single requests' TTFT missed.
+    Defaults are set from the calibration rows in docs/simulator.md (never from the
+    held-out ones): prefill reaches about 65 % of peak FLOP/s, decode reads memory at about
+    85 % of peak; the host's cost per request in a step and the all-reduce latency are what
+    the batched and tensor-parallel rows missed without them, the server's front end what
+    single requests' TTFT missed. FP8/FP4 products and MoE experts' slices are as
+    ``benchmarks/sim_fit.py`` fitted them (2026-12-07); its other constants are recorded in
+    ``benchmarks.sim_calibration.FITTED_CONSTANTS``, not adopted (docs/simulator.md says why).
     """
 
-    flops: float = 0.53  # 16-bit linear layers' products
+    flops: float = 0.65  # 16-bit linear layers' products
     # Attention's products (FlashAttention kernels) and FP8/FP4 linear products (against
     # their own peak): their kernels reach other shares of the datasheet than BF16 GEMMs.
-    attention_flops: float = 0.36
+    attention_flops: float = 0.65
     low_precision_flops: float = 0.46
     # Routed experts' grouped GEMMs: each GPU multiplies by its slice of every expert (the
     # intermediate width over TP), and a slice narrower than this many columns takes as
     # long as one this wide — small per-expert matrices leave the tensor cores idle.
     expert_min_width: float = 2100.0
-    bandwidth: float = 0.92
+    bandwidth: float = 0.85
     # Each layer's kernels take at least this long per step, whatever the batch: the floor
     # of a small batch's decode that bandwidth alone does not explain.
-    layer_overhead_s: float = 65e-6
-    step_overhead_s: float = 0.0022  # scheduling, sampling, detokenizing: CUDA graphs on
+    layer_overhead_s: float = 0.0
+    step_overhead_s: float = 0.0010  # scheduling, sampling, detokenizing: CUDA graphs on
     eager_overhead_s: float = 0.0040  # extra per step with --enforce-eager
-    allreduce_latency_s: float = 35e-6
+    allreduce_latency_s: float = 25e-6
     # CPU-side cost per request in the step (input preparation, sampling, detokenizing,
     # streaming its output): the part of a step that grows with the batch on the host.
-    per_sequence_s: float = 39e-6
+    per_sequence_s: float = 0.0002
     # The server's own time per request outside the engine's steps: HTTP handling, chat
     # template and tokenization before the engine core sees it, and its first token's way
     # back out. What TTFT shows at low load beyond the prefill step.
-    request_overhead_s: float = 0.0050
+    request_overhead_s: float = 0.010
 
     @classmethod
     def from_constants(cls, constants: Mapping[str, float]) -> Efficiency:

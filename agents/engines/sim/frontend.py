@@ -18,8 +18,9 @@ Guarantees:
   engine core (another process) does.
 - Pure arithmetic on simulated time; no clock, no randomness.
 
-The constants were chosen on the calibration rows of ``benchmarks/data/vllm_published.csv``
-(docs/simulator.md, "The server's front end", says how and from which sources).
+``DEFAULT_FRONT_END`` costs nothing: the fitted costs (5.1 ms, 1.2 µs, 17 µs,
+``benchmarks.sim_calibration.FITTED_CONSTANTS``) are recorded but not adopted until the
+capacity search's intervals hold with them (docs/simulator.md, "The fitted constants").
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ class FrontEnd:
 
     # HTTP parsing, request validation, sampling params, the hand-off to the engine core and
     # the final usage chunk: per request.
-    request_s: float = 0.0051
+    request_s: float = 0.0
     # Tokenization (and chat template) of the prompt: per prompt token.
-    prompt_token_s: float = 1.2e-6
+    prompt_token_s: float = 0.0
     # Incremental detokenization and one streamed SSE chunk: per output token.
-    output_token_s: float = 17e-6
+    output_token_s: float = 0.0
 
 
 DEFAULT_FRONT_END = FrontEnd()
