@@ -308,3 +308,18 @@ def signed_in(person) -> Client:
 def web(alice) -> Client:
     """The web pages as alice sees them."""
     return signed_in(alice)
+
+
+@pytest.fixture(autouse=True)
+def patient_socket_connects(monkeypatch):
+    """Channels' test communicator gives a socket 1 s to connect; with every core busy (CI's
+    five workers on two cores) a consumer's session and database lookups can take longer,
+    and the test failed on the wait, not on what it checks. 10 s, for every site test."""
+    from channels.testing import WebsocketCommunicator
+
+    connect = WebsocketCommunicator.connect
+
+    async def patient(self, timeout=10):
+        return await connect(self, timeout)
+
+    monkeypatch.setattr(WebsocketCommunicator, "connect", patient)
