@@ -100,16 +100,14 @@ def test_serve_sim_takes_the_experiments_vllm_version(tmp_path):
 
 
 def test_a_prediction_fills_the_flags_left_out_as_its_version_does():
-    from agents.loadgen import BenchConfig, RandomPrompts
-    from agents.predict import OFFLINE_URL, predict_trial
+    from agents.loadgen import RandomPrompts
+    from agents.predict import predict_trial
+    from tests.agents.test_predict import closed_loop_config
 
-    config = BenchConfig(
-        base_url=OFFLINE_URL,
-        model="m",
+    config = closed_loop_config(
         source=RandomPrompts(input_len=3000, output_len=16),
         levels=({"concurrency": 1},),
         num_prompts=4,
-        metrics_url=None,
     )
     flags = {"max_model_len": 4096}
     old, new = (
