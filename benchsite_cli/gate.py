@@ -527,6 +527,12 @@ class GateResult:
         }
 
 
+def promoted_baseline_kind(*, trial_index: int, simulated: bool) -> str:
+    """How a gate names an approved promotion as its baseline: the CLI's and a schedule's
+    verdicts read alike, and a sandbox's simulated promotion says it is one."""
+    return f"promoted (trial {trial_index}{', simulated' if simulated else ''})"
+
+
 class NothingToCompare(ValueError):
     """The baseline measured nothing: a gate over nothing cannot pass."""
 

@@ -25,6 +25,7 @@ from benchsite_cli.gate import (
     format_value,
     gate_compare,
     parse_thresholds,
+    promoted_baseline_kind,
     result_columns,
     row_cells,
     shows_images,
@@ -107,7 +108,11 @@ def _promoted_baseline(api: ApiClient, experiment_id: str) -> tuple[dict[str, An
         )
     promotion = promotions[0]
     run = api.get(f"runs/{promotion['run']}/")
-    return run, f"promoted (trial {promotion['trial_index']})", promotion["trial_index"]
+    # A site older than the ``simulated`` field promoted measured trials only.
+    kind = promoted_baseline_kind(
+        trial_index=promotion["trial_index"], simulated=bool(promotion.get("simulated"))
+    )
+    return run, kind, promotion["trial_index"]
 
 
 def runs_start(api: ApiClient, args) -> int:

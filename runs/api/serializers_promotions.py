@@ -14,6 +14,10 @@ class PromotionSerializer(serializers.ModelSerializer):
     serve_config = serializers.JSONField(source="trial.serve_config")
     proposed_by = serializers.EmailField(source="proposed_by.email", default=None)
     decided_by = serializers.EmailField(source="decided_by.email", default=None)
+    simulated = serializers.BooleanField(
+        help_text="The trial ran on the simulator: a sandbox organization's promotion (the "
+        "demo's), whose figures are not measurements. Always false elsewhere."
+    )
     recipe = serializers.JSONField(
         help_text="serve_command, docker_command, image and runpod_pod, fixed when proposed"
     )
@@ -27,6 +31,7 @@ class PromotionSerializer(serializers.ModelSerializer):
             "run",
             "trial_index",
             "state",
+            "simulated",
             "serve_config",
             "note",
             "proposed_by",

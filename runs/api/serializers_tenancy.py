@@ -12,7 +12,8 @@ class OrganizationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Organization
-        fields = ["slug", "name", "created_at", "role"]
+        fields = ["slug", "name", "created_at", "role", "sandbox"]
+        read_only_fields = fields
 
     def get_role(self, org) -> str:
         return self.context["roles"].get(org.id, "")

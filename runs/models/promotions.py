@@ -27,8 +27,11 @@ class Promotion(models.Model):
 
     ``recipe`` is frozen when the proposal is made (the ``vllm serve`` command, the
     ``docker run`` line and the pod settings), so the approver decides on exactly what will be
-    deployed, whatever is edited later. At most one promotion per experiment is approved at a
-    time (a partial unique index, not only the service's word for it).
+    deployed, whatever is edited later. ``simulated`` is frozen with it: the trial ran on the
+    simulator, which only a sandbox organization may promote, and every page, API answer,
+    CLI line, notification and audit row naming the promotion says so. At most one promotion
+    per experiment is approved at a time (a partial unique index, not only the service's word
+    for it).
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -42,6 +45,7 @@ class Promotion(models.Model):
     )
     note = models.TextField(max_length=2000, blank=True)
     recipe = models.JSONField(default=dict)
+    simulated = models.BooleanField(default=False)
     proposed_by = models.ForeignKey(
         User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -74,4 +78,5 @@ class Promotion(models.Model):
         ordering = ["-proposed_at", "-id"]
 
     def __str__(self) -> str:
-        return f"promotion of trial {self.trial.index} of run {self.trial.run_id}"
+        kind = "simulated promotion" if self.simulated else "promotion"
+        return f"{kind} of trial {self.trial.index} of run {self.trial.run_id}"

@@ -63,12 +63,19 @@ class Role(models.TextChoices):
 
 
 class Organization(models.Model):
-    """A tenant. Every tenant-owned row points here; nothing is shared across tenants."""
+    """A tenant. Every tenant-owned row points here; nothing is shared across tenants.
+
+    A ``sandbox`` organization (the demo's: ``manage.py seed_demo`` is what sets it; no page
+    or API call does) may promote a simulated trial, to try the promotion flow without a GPU;
+    each such promotion is stored and shown as simulated. Every other organization promotes
+    measured trials only.
+    """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+    sandbox = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return self.slug

@@ -499,7 +499,8 @@ def notify_regression(firing) -> None:
 
 
 def notify_promotion(promotion, event: str) -> None:
-    """A promotion proposed or approved (in the transaction that changed it)."""
+    """A promotion proposed or approved (in the transaction that changed it); a sandbox's
+    simulated promotion says so in its summary (``str(promotion)``) and its data."""
     verb = "proposed" if event == NotificationEvent.PROMOTION_PROPOSED else "approved"
     notify(
         org_id=promotion.organization_id,
@@ -510,6 +511,7 @@ def notify_promotion(promotion, event: str) -> None:
             "promotion": str(promotion.id),
             "experiment": str(promotion.experiment_id),
             "state": str(promotion.state),
+            "simulated": promotion.simulated,
             "url": _page(f"/o/{promotion.organization.slug}/promotions/{promotion.id}/"),
         },
     )

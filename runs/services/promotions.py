@@ -3,6 +3,9 @@
 Guarantees:
 - A member, admin or owner may propose a trial of their organization that succeeded on real
   vLLM (a simulated trial is not a measurement); a viewer may not (``PermissionDenied``).
+  A sandbox organization (``Organization.sandbox``, the demo's) may also propose a simulated
+  trial: the promotion is then ``simulated`` for good, and says so wherever it is named.
+- A refused proposal writes nothing: no promotion, no audit row, no notification.
 - Only an owner or admin may decide, and never on their own proposal (``PermissionDenied``).
 - A proposal is decided once: the decision is a conditional UPDATE from ``proposed``, so two
   people deciding at once cannot both win; the loser gets ``Conflict`` and nothing is written.
@@ -38,6 +41,11 @@ from runs.services.notifications import notify_promotion
 from runs.services.text_input import clean_short_text
 
 MAX_TEXT_CHARS = 2000
+SIMULATED_REFUSAL = (
+    "This trial ran on the simulator: its figures are not measurements. Promote a trial "
+    "measured on real vLLM (only a sandbox organization, such as the demo's, may promote a "
+    "simulated one)."
+)
 
 
 def _same_org(membership: Membership, org_id) -> None:
@@ -60,12 +68,9 @@ def promotion_propose(
         raise DomainValidationError.single(
             "trial", f"Only a trial that succeeded can be promoted; this one is {trial.outcome}."
         )
-    if trial_is_simulated(trial):
-        raise DomainValidationError.single(
-            "trial",
-            "This trial ran on the simulator: its figures are not measurements. Promote a "
-            "trial measured on real vLLM.",
-        )
+    simulated = trial_is_simulated(trial)
+    if simulated and not run.organization.sandbox:
+        raise DomainValidationError.single("trial", SIMULATED_REFUSAL)
     try:
         recipe = trial_recipe(trial=trial)
     except ServeGridError as exc:
@@ -82,6 +87,7 @@ def promotion_propose(
         trial=trial,
         note=note,
         recipe=recipe,
+        simulated=simulated,
         proposed_by=actor.user,
     )
     audit_record(
@@ -167,6 +173,7 @@ def _decide(
         target=promotion,
         before={"state": PromotionState.PROPOSED},
         after={
+            **({"simulated": True} if promotion.simulated else {}),
             "state": state,
             "decided_by": actor.label,
             "decided_at": now.isoformat(),

@@ -17,7 +17,12 @@ import json
 
 from rest_framework.renderers import JSONRenderer
 
-from benchsite_cli.gate import NothingToCompare, gate_compare, parse_thresholds
+from benchsite_cli.gate import (
+    NothingToCompare,
+    gate_compare,
+    parse_thresholds,
+    promoted_baseline_kind,
+)
 from runs.api.serializers_runs import RunDetailSerializer
 from runs.models import GateVerdict, Promotion, PromotionState, Run
 
@@ -43,7 +48,9 @@ def promoted_gate(*, run: Run, thresholds: str) -> tuple[str, dict]:
             new_run=_as_cli_sees_it(run),
             baseline_run=_as_cli_sees_it(baseline),
             thresholds=parse_thresholds(thresholds),
-            baseline_kind=f"promoted (trial {promotion.trial.index})",
+            baseline_kind=promoted_baseline_kind(
+                trial_index=promotion.trial.index, simulated=promotion.simulated
+            ),
             baseline_trial=promotion.trial.index,
         )
     except NothingToCompare as exc:
@@ -57,6 +64,7 @@ def promoted_gate(*, run: Run, thresholds: str) -> tuple[str, dict]:
         "baseline_run": str(baseline.id),
         "baseline_trial": promotion.trial.index,
         "promotion": str(promotion.id),
+        "promotion_simulated": promotion.simulated,
         "thresholds": thresholds,
         "rows": len(result.rows),
         "regressions": regressions,

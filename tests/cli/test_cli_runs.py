@@ -229,9 +229,10 @@ def switch(experiment, engine: dict) -> None:
 def test_it_gates_a_new_run_against_the_approved_promotion(
     alice, mallory, broker_queue, pods_dir, tmp_path
 ):
-    # The simulator's trials cannot be promoted (its figures are not measurements), so the
-    # experiment's history is promoted while it runs vLLM, as in production, and the
-    # experiment is then switched to the simulator for the new run to execute here.
+    # The simulator's trials cannot be promoted outside a sandbox (its figures are not
+    # measurements), so the experiment's history is promoted while it runs vLLM, as in
+    # production, and the experiment is then switched to the simulator for the new run to
+    # execute here.
     model = make_model(alice.org)
     experiment = make_experiment(alice.org, model=model, **(SIM_EXPERIMENT | ON_VLLM))
     seqs8, seqs2 = json.dumps({"max_num_seqs": 8}), json.dumps({"max_num_seqs": 2})

@@ -211,6 +211,33 @@ def test_a_promoted_trial_narrows_the_baseline_and_lists_the_other_configs():
     assert result.unmatched_configs == ["max_num_seqs=2"]
 
 
+class PromotionsApi:
+    """The site's answers to ``--baseline promoted``: one approved promotion and its run."""
+
+    def __init__(self, promotion: dict):
+        self.promotion = promotion
+
+    def get(self, path, params=None):
+        if path == "promotions/":
+            return {"results": [self.promotion]}
+        return {"id": self.promotion["run"], "trials": []}
+
+
+@pytest.mark.parametrize(
+    ("simulated", "kind"),
+    [(False, "promoted (trial 2)"), (True, "promoted (trial 2, simulated)"),
+     (None, "promoted (trial 2)")],  # a site that predates the field promoted measured trials
+)  # fmt: skip
+def test_it_names_a_sandbox_s_simulated_promoted_baseline_as_one(simulated, kind):
+    from benchsite_cli.runs import _promoted_baseline
+
+    promotion = {"run": "r1", "trial_index": 2}
+    if simulated is not None:
+        promotion["simulated"] = simulated
+    run, named, trial = _promoted_baseline(PromotionsApi(promotion), "e1")
+    assert (run["id"], named, trial) == ("r1", kind, 2)
+
+
 # --- confidence intervals (issue 16) ----------------------------------------------------------
 
 

@@ -327,3 +327,106 @@ def test_it_pre_selects_the_first_trial_when_the_answer_names_no_winner(history,
     stranger = signed_in(charlie)
     assert stranger.get(f"/o/acme/promotions/propose/{run.id}/").status_code == 404
     assert stranger.get(f"/o/globex/promotions/propose/{run.id}/").status_code == 404
+
+
+# --- A sandbox organization (the demo's) may promote a simulated trial, labelled -----------
+
+
+@pytest.fixture
+def promotion_hook(alice, settings):
+    """A webhook asking for promotions: a refused proposal must notify nobody."""
+    from runs.services.notifications import hook_create
+
+    settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
+    hook_create(
+        org=alice.org, actor=Actor.system("test"), name="promotions", kind="webhook",
+        events=["promotion.proposed", "promotion.approved"], url="http://127.0.0.1:9/hook",
+    )  # fmt: skip
+
+
+def sandbox(org) -> None:
+    type(org).objects.filter(pk=org.pk).update(sandbox=True)
+    org.refresh_from_db()
+
+
+def test_it_refuses_a_simulated_promotion_outside_a_sandbox_and_stores_nothing(
+    history, mallory, promotion_hook
+):
+    from runs.models import Notification
+
+    before = AuditEvent.objects.filter(organization=mallory.org).count()
+    with pytest.raises(DomainValidationError) as refused:
+        propose(mallory, history.tsim)
+    assert "simulator" in refused.value.fields["trial"][0]
+    assert "sandbox" in refused.value.fields["trial"][0]
+    assert not Promotion.objects.exists()
+    assert AuditEvent.objects.filter(organization=mallory.org).count() == before
+    assert not Notification.objects.exists()
+    # The run page offers no dead end: no "Propose" on a simulated run outside a sandbox.
+    from .conftest import signed_in
+
+    page = signed_in(mallory).get(f"/o/acme/runs/{history.tsim.run_id}/").content.decode()
+    assert "for production" not in page
+
+
+def test_it_promotes_a_simulated_trial_in_a_sandbox_labelled_everywhere(
+    history, mallory, alice, promotion_hook
+):
+    from runs.models import Notification
+
+    from .conftest import signed_in
+
+    sandbox(alice.org)
+    run_page = signed_in(mallory).get(f"/o/acme/runs/{history.tsim.run_id}/").content.decode()
+    assert "Propose <span class=\"visually-hidden\">trial 0 </span>for production (simulated)" \
+        in run_page  # fmt: skip
+    propose_page = signed_in(mallory).get(
+        f"/o/acme/promotions/propose/{history.tsim.run_id}/0/"
+    ).content.decode()  # fmt: skip
+    assert "is a sandbox organization, so it may be promoted" in propose_page
+    promotion = approve(alice, propose(mallory, history.tsim))
+    assert promotion.state == PromotionState.APPROVED and promotion.simulated
+    # A measured trial of the same sandbox is promoted as measured.
+    assert not propose(mallory, history.t128).simulated
+    # The audit trail: every row names it a simulated promotion, and says so in its changes.
+    rows = AuditEvent.objects.filter(organization=alice.org, target_id=str(promotion.id))
+    assert {row.event for row in rows} == {"promotion.propose", "promotion.approve"}
+    assert all(row.target_repr.startswith("simulated promotion of trial 0") for row in rows)
+    assert all(row.after["simulated"] is True for row in rows)
+    assert audit_verify(alice.org) is None
+    audit_page = signed_in(alice).get("/o/acme/audit/").content.decode()
+    assert "simulated promotion of trial 0" in audit_page
+    # The notifications.
+    notices = Notification.objects.filter(data__promotion=str(promotion.id))
+    assert {n.event for n in notices} == {"promotion.proposed", "promotion.approved"}
+    assert all("simulated promotion" in n.summary and n.data["simulated"] for n in notices)
+    # The API, and the pages.
+    body = alice.client().get(f"/api/v1/orgs/acme/promotions/{promotion.id}/").json()
+    assert body["simulated"] is True
+    measured = alice.client().get("/api/v1/orgs/acme/promotions/", {"state": "proposed"})
+    assert [p["simulated"] for p in measured.json()["results"]] == [False]
+    listing = signed_in(alice).get("/o/acme/promotions/").content.decode()
+    assert listing.count('<span class="badge badge-simulated"') == 1
+    detail = signed_in(alice).get(f"/o/acme/promotions/{promotion.id}/").content.decode()
+    assert 'id="simulated-promotion"' in detail and "not measurements" in detail
+
+
+def test_a_sandbox_is_only_what_the_demo_seeds(db):
+    import io
+
+    from django.core.management import call_command
+
+    from runs.models import Organization, User
+
+    call_command("createorg", "plain", owner="owner@plain.example", stdout=io.StringIO())
+    call_command("seed_demo", stdout=io.StringIO())
+    assert Organization.objects.get(slug="demo").sandbox
+    assert not Organization.objects.get(slug="plain").sandbox
+    # Seeding again keeps it one; the API shows it, read-only.
+    call_command("seed_demo", stdout=io.StringIO())
+    assert Organization.objects.get(slug="demo").sandbox
+    from .conftest import signed_in
+
+    owner = type("Person", (), {"user": User.objects.get(email="alice@demo.example")})
+    page = signed_in(owner).get("/o/demo/settings/").content.decode()
+    assert 'id="sandbox-notice"' in page

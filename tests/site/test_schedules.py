@@ -365,6 +365,30 @@ def test_a_stopped_configuration_is_a_regression(scheduled, waiting_local_pods):
 
 
 @pytest.mark.django_db
+def test_a_sandbox_gates_against_its_simulated_promotion_and_says_so(
+    history, alice, mallory, waiting_local_pods
+):
+    """The demo's walk: a simulated trial promoted in a sandbox, then a scheduled run of the
+    simulated experiment gated against it; the verdict names the baseline simulated."""
+    type(alice.org).objects.filter(pk=alice.org.pk).update(sandbox=True)
+    history.tsim.run.organization.refresh_from_db()
+    promotion = approve(alice, propose(mallory, history.tsim))
+    schedule = schedule_set(actor=actor(alice), experiment=history.sim, spec=spec(cron="0 6 * * *"))
+    firing = schedule_fire(schedule_id=str(schedule.id), now=timezone.now())
+    simulated = level(64, 9000.0, 100.0, simulated={"speed": 1.0})
+    add_trial(firing.run, 0, {"max_num_seqs": 64}, [simulated])
+    Run.objects.filter(pk=firing.run.pk).update(state=RunState.SUCCEEDED)
+    firing.run.refresh_from_db()
+    run_end_settle(run=firing.run, reason="")
+    firing.refresh_from_db()
+    assert firing.verdict == GateVerdict.PASSED
+    assert firing.gate["promotion"] == str(promotion.id)
+    assert firing.gate["promotion_simulated"] is True
+    shown = signed_in(alice).get(f"/o/acme/experiments/{history.sim.id}/").content.decode()
+    assert "simulated baseline</span>" in shown
+
+
+@pytest.mark.django_db
 def test_a_failed_or_unpromoted_run_is_not_called_passed(history, alice, waiting_local_pods):
     schedule = schedule_set(
         actor=actor(alice), experiment=history.small, spec=spec(cron="0 6 * * *")

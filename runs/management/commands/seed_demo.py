@@ -1,5 +1,9 @@
 """manage.py seed_demo — a demo organization with users, models, experiments and a budget.
 
+The demo organization is a sandbox (``Organization.sandbox``): a simulated trial may be
+promoted there, labelled simulated, so the promotion flow can be tried without a GPU. This
+command is the only thing that makes an organization a sandbox.
+
 Idempotent: running it again keeps the data, gives alice a fresh password and a fresh token,
 and prints both (the demo is local; nothing here is for production).
 """
@@ -56,6 +60,9 @@ class Command(BaseCommand):
                 for email, role in PEOPLE[1:]:
                     membership_add(org=org, user=users[email], role=role, actor=actor)
                 self._seed_content(org, actor)
+            # The demo organization is a sandbox: its runs are simulated, and its people can
+            # walk the promotion flow on them (each promotion labelled simulated).
+            Organization.objects.filter(pk=org.pk, sandbox=False).update(sandbox=True)
             for old in ApiToken.objects.filter(
                 organization=org, name="demo", revoked_at__isnull=True
             ):
