@@ -199,3 +199,23 @@ def env_fernet_keys(name: str, *, derive_from: str | None) -> str:
                 f"item {position} is not one"
             )
     return ",".join(keys)
+
+
+def env_demo_receiver_url(name: str, *, debug: bool) -> str:
+    """The URL of the demo's own local webhook receiver ("" when unset, the default):
+    ``http://127.0.0.1:<port>/…`` with its port named, and only with ``debug`` (the demo).
+    Anything else is an error, so this can never open a private network to tenants' hooks:
+    it names one loopback port, and only where the site is not in production."""
+    raw = (_environ(name) or "").strip()
+    if not raw:
+        return ""
+    if not debug:
+        raise ImproperlyConfigured(f"{name} is the demo's own receiver: set it only with DEBUG")
+    parsed = urlparse(raw)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if parsed.scheme != "http" or parsed.hostname != "127.0.0.1" or port is None:
+        raise ImproperlyConfigured(f"{name} must be http://127.0.0.1:<port>/ (the demo's receiver)")
+    return raw

@@ -14,6 +14,7 @@ from benchsite.env import (
     env_bool,
     env_choice,
     env_database,
+    env_demo_receiver_url,
     env_fernet_keys,
     env_int,
     env_list,
@@ -280,6 +281,12 @@ BENCHSITE_RUNPOD_PRICE_KEY = env_str("BENCHSITE_RUNPOD_PRICE_KEY", "", secret=Tr
 # patterns (fnmatch: "10.1.2.*", "*.corp.example"), so a tenant cannot make the workers
 # probe the operator's own network.
 BENCHSITE_OUTBOUND_PRIVATE_HOSTS = env_list("BENCHSITE_OUTBOUND_PRIVATE_HOSTS", [])
+# The demo's own webhook receiver (``manage.py demo_run`` sets it, with DEBUG only): hooks may
+# name this one loopback address and port, and no other inward one. Unset outside the demo.
+BENCHSITE_DEMO_RECEIVER_URL = env_demo_receiver_url("BENCHSITE_DEMO_RECEIVER_URL", debug=DEBUG)
+# Where the demo's receiver and mail sink keep what they were sent, for the notifications page
+# to show ("": no demo inbox, the default).
+BENCHSITE_DEMO_INBOX = env_str("BENCHSITE_DEMO_INBOX", "")
 # The hosts an existing endpoint (runs.models.endpoints) may name, fnmatch patterns ("*": any
 # public host); empty, the default: none, so no tenant can point the workers anywhere until
 # the operator says where. A private address also needs BENCHSITE_OUTBOUND_PRIVATE_HOSTS.

@@ -2,7 +2,8 @@
 a "send test" per hook. Owners and admins only, as the API tokens: a hook decides where the
 organization's news goes. An e-mail hook's addresses that have not confirmed it are marked.
 Nothing secret is rendered but a new webhook's signing secret, once, in the answer to the
-request that made it."""
+request that made it. In the demo, what its local webhook receiver and mail sink were sent
+is shown too (``runs.selectors.demo_inbox``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError, RateLimited
 from runs.inputs.notifications import HOOK_EVENTS
 from runs.models import HookKind, NotificationDelivery, NotificationHook
+from runs.selectors.demo_inbox import demo_inbox
 from runs.selectors.hook_recipients import hook_addresses
 from runs.services.notifications import hook_create, hook_delete, hook_send_test
 
@@ -67,6 +69,7 @@ def org_notifications(request, membership):
         chosen_events=request.POST.getlist("events") if errors else [],
         kinds=HookKind.choices,
         events=HOOK_EVENTS,
+        inbox=demo_inbox(org=membership.organization),
     )
     return render(request, "frontend/org/notifications.html", context)
 

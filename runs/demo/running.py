@@ -67,12 +67,15 @@ def _keep_logging(**kwargs) -> None:
     """Celery's ``setup_logging`` handled: the logging set up above stays as it is."""
 
 
-def serve_site(port: int, *, sim_speed: int, log: Path) -> subprocess.Popen:
-    """Daphne serving the site on ``127.0.0.1:port``, its output appended to ``log``. Runs
-    started there (pages, API, CLI) freeze the simulator's speed at their start: the
-    demo's own."""
+def serve_site(
+    port: int, *, sim_speed: int, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Daphne serving the site on ``127.0.0.1:port``, its output appended to ``log``, with
+    ``env`` added to its environment. Runs started there (pages, API, CLI) freeze the
+    simulator's speed at their start: the demo's own."""
     env = {
         **os.environ,
+        **(env or {}),
         "BENCHSITE_PUBLIC_URL": f"http://127.0.0.1:{port}",
         "BENCHSITE_SIM_SPEED": str(sim_speed),
     }
@@ -141,6 +144,24 @@ def print_started(
             "  Each configuration is a real `vllm serve` start on this CPU (about a "
             "minute on 2 cores) before its load levels.\n"
         )
+
+
+def print_next_steps(console: Console, run: Run, base: str) -> None:
+    """What to try next on the demo's site: promoting the answer (the demo organization is a
+    sandbox, where a simulated promotion is allowed and labelled) and the notifications it
+    sent to the demo's receiver and mail sink."""
+    org = run.organization
+    propose = reverse("promotion-propose-run", args=[org.slug, run.id])
+    console.print(
+        "\nTry next (signed in):\n"
+        f"  Promote it:     {base}{propose} — the demo organization is a sandbox, so a "
+        "simulated trial may be promoted, labelled simulated; an owner other than the "
+        "proposer approves it, then `benchsite runs start … --baseline promoted` gates "
+        "against it.\n"
+        f"  Notifications:  {base}{reverse('org-notifications', args=[org.slug])} — what the "
+        "demo's webhook receiver and mail sink were sent.",
+        soft_wrap=True,  # a URL broken across lines cannot be copied
+    )
 
 
 def progress_line(

@@ -55,9 +55,13 @@ class LinkedRecipient:
     confirmed: bool
 
 
+def confirmation_token(hook: NotificationHook, address: str) -> str:
+    """The signed token of the link that asks ``address`` to confirm ``hook``."""
+    return signing.dumps([str(hook.id), address], salt=_SALT, compress=True)
+
+
 def _link(hook: NotificationHook, address: str) -> str:
-    token = signing.dumps([str(hook.id), address], salt=_SALT, compress=True)
-    path = reverse("notification-recipient-confirm", args=[token])
+    path = reverse("notification-recipient-confirm", args=[confirmation_token(hook, address)])
     return settings.BENCHSITE_PUBLIC_URL.rstrip("/") + path
 
 

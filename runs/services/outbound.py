@@ -8,7 +8,9 @@ Guarantees:
   whose host does not match the patterns a kind of address is limited to (``allowed_hosts``,
   e.g. ``BENCHSITE_ENDPOINT_HOSTS``; None: any host), and any whose host resolves to a
   private, loopback, link-local, multicast, reserved or unspecified address unless the
-  operator allows that host by name (``BENCHSITE_OUTBOUND_PRIVATE_HOSTS``, fnmatch patterns).
+  operator allows that host by name (``BENCHSITE_OUTBOUND_PRIVATE_HOSTS``, fnmatch patterns),
+  or it is the demo's own receiver (``BENCHSITE_DEMO_RECEIVER_URL``, unset but in ``manage.py
+  demo_run``): exactly its scheme, 127.0.0.1 and port, resolving to loopback only.
 - The host is resolved once per target, and the target carries the address that was
   checked: ``outbound_request`` connects to that address only, with the URL's host name as
   the Host header and the TLS server name (so certificates are verified against the name).
@@ -62,6 +64,19 @@ def _allowed_private(host: str) -> bool:
     return _matches(host, settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS)
 
 
+def _demo_receiver(scheme: str, host: str, port: int | None) -> bool:
+    """Whether this is the demo's own receiver: its scheme, host and port exactly."""
+    receiver = settings.BENCHSITE_DEMO_RECEIVER_URL
+    if not receiver:
+        return False
+    ours = urlsplit(receiver)
+    return (scheme, host, port) == (ours.scheme, ours.hostname, ours.port)
+
+
+def _loopback(address: str) -> bool:
+    return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+
+
 def _inward(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     return not ip.is_global or ip.is_multicast
@@ -97,7 +112,8 @@ def outbound_target(
         raise OutboundRefused(f"The host {host!r} does not resolve.")
     # Every answer is checked, not only the one connected to: a name is wholly outward or
     # the operator's.
-    if not _allowed_private(host) and any(_inward(address) for address in addresses):
+    demo = _demo_receiver(parts.scheme, host, port) and all(map(_loopback, addresses))
+    if not demo and not _allowed_private(host) and any(_inward(address) for address in addresses):
         raise OutboundRefused(
             f"The host {host!r} is a private, loopback or link-local address; the operator "
             "allows such hosts only by name (BENCHSITE_OUTBOUND_PRIVATE_HOSTS)."

@@ -43,10 +43,13 @@ from benchsite.celery import app as celery_app
 from benchsite.embedded_worker import EmbeddedWorker
 from runs.actors import Actor
 from runs.demo.answer import print_answer
+from runs.demo.hooks import demo_hooks_seed
+from runs.demo.inbox import inbox_start
 from runs.demo.plans import DEMO_ACTOR, DEMO_NOISE_SEED, SIM_DEMO, VLLM_DEMO, demo_experiment
 from runs.demo.running import (
     follow_run,
     log_to_file,
+    print_next_steps,
     print_started,
     serve_site,
     stop_demo_runs,
@@ -111,8 +114,20 @@ class Command(BaseCommand):
         settings.BENCHSITE_PROVIDER = "local"
         if vllm is not None:
             settings.BENCHSITE_LOCAL_AGENT_ENV = vllm.agent_env
+        # Notifications go to the demo's own receiver and mail sink, which the settings page
+        # shows; the site's outbound guard lets hooks name this one receiver, nothing inward
+        # else. Daphne is told the same (serve_site), its worker here reads these settings.
+        inbox = inbox_start(Path(settings.MEDIA_ROOT) / "demo-inbox")
+        inbox_env = {
+            "BENCHSITE_DEMO_RECEIVER_URL": inbox.url,
+            "BENCHSITE_DEMO_INBOX": str(inbox.folder),
+            "EMAIL_BACKEND": "runs.demo.inbox.MailSinkBackend",
+        }
+        for name, value in inbox_env.items():
+            setattr(settings, name, value)
         call_command("seed_demo", base_url=base, stdout=self.stdout)
         org = Organization.objects.get(slug="demo")
+        demo_hooks_seed(org=org, inbox=inbox, actor=Actor.system(DEMO_ACTOR))
         experiment = demo_experiment(org, plan, vllm)
         # SIGTERM (a service manager, `kill`, a test) ends the demo as Ctrl-C does: through
         # the clean-up below, never leaving Daphne, a worker thread or an agent behind.
@@ -121,7 +136,7 @@ class Command(BaseCommand):
         server = None
         try:
             worker.start()
-            server = serve_site(port, sim_speed=sim_speed, log=log)
+            server = serve_site(port, sim_speed=sim_speed, log=log, env=inbox_env)
             wait_for_port("127.0.0.1", port, server, 60)
             run = run_start(
                 actor=Actor.system(DEMO_ACTOR),
@@ -132,6 +147,7 @@ class Command(BaseCommand):
             print_started(console, run, experiment, base, vllm, log=log)
             run = follow_run(run, experiment, console)
             print_answer(run, plan, vllm, console)
+            print_next_steps(console, run, base)
             if not exit:
                 console.print(
                     f"\nThe site keeps serving at {base}/ — runs started there (pages, API, "
@@ -149,3 +165,4 @@ class Command(BaseCommand):
             stop_demo_runs(self.stderr)
             if server is not None:
                 stop_site(server)
+            inbox.stop()
