@@ -263,3 +263,78 @@ def test_it_shows_its_answer_then_runs_what_the_api_and_the_cli_start(start_demo
     stop(demo)
     assert demo.returncode == 0
     assert port_is_free(port)
+
+
+def signed_in(url: str, email: str, password: str) -> httpx.Client:
+    """A browser's session on the demo's site: signed in through its form, CSRF and all."""
+    client = httpx.Client(base_url=url)
+    client.get("/login/")
+    answer = client.post(
+        "/login/",
+        data={"username": email, "password": password,
+              "csrfmiddlewaretoken": client.cookies["csrftoken"]},
+    )  # fmt: skip
+    assert answer.status_code == 302, answer.text[-2000:]
+    return client
+
+
+def form_post(client: httpx.Client, path: str, **fields) -> httpx.Response:
+    return client.post(path, data={"csrfmiddlewaretoken": client.cookies["csrftoken"], **fields})
+
+
+def test_a_newcomer_promotes_the_demo_run_gates_on_it_and_reads_the_inbox(start_demo, tmp_path):
+    """Issue 35 points 3 and 4, walked as a newcomer does on the demo: bob proposes the demo
+    run's answer (the demo organization is a sandbox), alice approves it, the CLI gates a new
+    run against it, and every step is labelled simulated; the notifications page shows what
+    the demo's receiver and mail sink were sent, the webhook's signature checked."""
+    port = free_port()
+    log = tmp_path / "demo.log"
+    start_demo("--port", str(port), "--sim-speed", "50")
+    wait_for(lambda: "The site keeps serving" in log.read_text(), timeout=300,
+             what="the demo's own run to end", every=0.5)  # fmt: skip
+    out = log.read_text()
+    url = f"http://127.0.0.1:{port}"
+    password = re.search(r"Password: (\S+)", out).group(1)
+    token = re.search(r"Authorization: Bearer (\S+)'", out).group(1)
+    run_id = re.search(r"/o/demo/runs/([0-9a-f-]{36})/", out).group(1)
+    assert f"{url}/o/demo/promotions/propose/{run_id}/" in out
+    assert f"{url}/o/demo/settings/notifications/" in out
+
+    bob = signed_in(url, "bob@demo.example", password)
+    run_page = bob.get(f"/o/demo/runs/{run_id}/").text
+    assert "for production (simulated)" in run_page
+    proposed = form_post(bob, f"/o/demo/promotions/propose/{run_id}/", note="try it")
+    assert proposed.status_code == 302, proposed.text[-2000:]
+    promotion_path = proposed.headers["location"]
+    alice = signed_in(url, "alice@demo.example", password)
+    approved = form_post(alice, promotion_path + "approve/", comment="sandbox")
+    assert approved.status_code == 302, approved.text[-2000:]
+    assert 'id="simulated-promotion"' in alice.get(promotion_path).text
+
+    api = httpx.Client(
+        base_url=f"{url}/api/v1/orgs/demo", headers={"Authorization": f"Bearer {token}"}
+    )
+    [promotion] = api.get("/promotions/", params={"state": "approved"}).json()["results"]
+    assert promotion["simulated"] is True and promotion["run"] == run_id
+    gated = benchsite(
+        *("runs", "start", LLAMA, "--wait", "--poll", "0.5", "--baseline", "promoted"),
+        *("--max-regression", "p99_ttft_ms=1000%"),
+        url=url, token=token, org="demo", timeout=240,
+    )  # fmt: skip
+    # The gate's verdict is the simulator's noise; what it compared against is the point.
+    assert gated.code in (0, 1), gated.text
+    trial = promotion["trial_index"]
+    assert f"promoted (trial {trial}, simulated)" in gated.out, gated.text
+
+    inbox = wait_for(
+        lambda: (page := alice.get("/o/demo/settings/notifications/").text).count(
+            "<code>promotion.approved</code>"
+        ) >= 2 and page,  # the delivery log's row and the receiver's
+        timeout=60, every=0.5, what="the approval's webhook",
+    )  # fmt: skip
+    section = inbox.split('id="demo-inbox"', 1)[1]
+    assert "<code>run.finished</code>" in section
+    assert '<td class="signature-valid">valid</td>' in section
+    assert "signature-invalid" not in section
+    assert "simulated promotion of trial" in section
+    assert "to alice@demo.example · [Benchsite · Demo Team]" in section
