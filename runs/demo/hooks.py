@@ -31,13 +31,21 @@ def demo_hooks_seed(*, org: Organization, inbox: Inbox, actor: Actor) -> None:
     for old in NotificationHook.objects.filter(organization=org, name=WEBHOOK_NAME):
         hook_delete(hook=old, actor=actor)
     created = hook_create(
-        org=org, actor=actor, name=WEBHOOK_NAME, kind=HookKind.WEBHOOK, events=events,
+        org=org,
+        actor=actor,
+        name=WEBHOOK_NAME,
+        kind=HookKind.WEBHOOK,
+        events=events,
         url=f"{inbox.url}benchsite",
-    )  # fmt: skip
+    )
     inbox.secret = created.secret
     if not NotificationHook.objects.filter(organization=org, name=EMAIL_NAME).exists():
         mail = hook_create(
-            org=org, actor=actor, name=EMAIL_NAME, kind=HookKind.EMAIL, events=events,
+            org=org,
+            actor=actor,
+            name=EMAIL_NAME,
+            kind=HookKind.EMAIL,
+            events=events,
             email_to=EMAIL_TO,
-        ).hook  # fmt: skip
+        ).hook
         recipient_confirm(token=confirmation_token(mail, EMAIL_TO), actor=actor)

@@ -52,8 +52,14 @@ def test_a_bad_hook_url_is_still_refused_by_field_in_the_demo(alice, settings):
     from runs.errors import DomainValidationError
 
     with pytest.raises(DomainValidationError) as refused:
-        hook_create(org=alice.org, actor=SYSTEM, name="inward", kind="webhook",
-                    events=["run.finished"], url="http://127.0.0.1:8000/admin/")  # fmt: skip
+        hook_create(
+            org=alice.org,
+            actor=SYSTEM,
+            name="inward",
+            kind="webhook",
+            events=["run.finished"],
+            url="http://127.0.0.1:8000/admin/",
+        )
     assert "private, loopback" in refused.value.fields["url"][0]
     assert not NotificationHook.objects.exists()
 
