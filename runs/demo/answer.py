@@ -49,6 +49,20 @@ def _slo_verdict(results: list[dict]) -> str:
     )
 
 
+def levels_table(title: str, flag_heading: str, rows: list[tuple[str, ...]]) -> Table:
+    """Every level of the run, a row each: the flag's value, the load, p50/p99 of TTFT, ITL
+    and TPOT, tokens/s, $/1M and the verdict. Fits 80 columns with the demo's widest figures
+    ("16384", "25*", "36.5/38.4", "too close"): columns share their padding, and a verdict
+    never wraps."""
+    table = Table(title=title, title_justify="left", collapse_padding=True)
+    for column in (flag_heading, "c", "TTFT ms", "ITL ms", "TPOT ms", "tok/s", "$/1M"):
+        table.add_column(column, justify="right")
+    table.add_column("SLOs", justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Console) -> None:
     """How ``run`` ended, its table and the winner under the SLOs (or that none met them)."""
     console.print(f"Run {run.state}" + (f": {run.failure_reason}" if run.failure_reason else ""))
@@ -67,10 +81,7 @@ def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Cons
             f"({experiment.model.parameter_count:,} parameters): measured, but not a GPU "
             f"figure.\n{legend} at the catalogue price of 1× {gpu.display_name} (below)"
         )
-    table = Table(title=title, title_justify="left")
-    for column in (plan.flag_heading, "c", "TTFT ms", "ITL ms", "TPOT ms", "tok/s", "$/1M"):
-        table.add_column(column, justify="right")
-    table.add_column("SLOs", justify="right")
+    rows: list[tuple[str, ...]] = []
     best = []
     starts = []
     bursts = False
@@ -95,19 +106,21 @@ def print_answer(run: Run, plan: DemoPlan, vllm: VllmSetup | None, console: Cons
                     share=cost.share,
                 )
             )
-            table.add_row(
-                str(config),
-                f"{m.concurrency}" + ("*" if result.probe else ""),
-                _pair(result, "ttft"),
-                _pair(result, "itl"),
-                _pair(result, "tpot"),
-                f"{result.output_throughput or 0:,.0f}",
-                "–" if level_cost is None else f"${level_cost:.3f}",
-                _slo_verdict(same_load),
+            rows.append(
+                (
+                    str(config),
+                    f"{m.concurrency}" + ("*" if result.probe else ""),
+                    _pair(result, "ttft"),
+                    _pair(result, "itl"),
+                    _pair(result, "tpot"),
+                    f"{result.output_throughput or 0:,.0f}",
+                    "–" if level_cost is None else f"${level_cost:.3f}",
+                    _slo_verdict(same_load),
+                )
             )
         if cost.usd_per_million_output_tokens is not None:
             best.append((cost.usd_per_million_output_tokens, config, cost.load))
-    console.print(table)
+    console.print(levels_table(title, plan.flag_heading, rows))
     if vllm is not None:
         console.print(
             "vLLM start, process to first token: " + (", ".join(starts) or "none recorded")

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.live import Live
 
 from benchsite.celery import app as celery_app
-from runs.demo.answer import print_capacity_answer
+from runs.demo.answer import levels_table, print_capacity_answer
 from runs.demo.plans import SIM_DEMO
 from runs.demo.running import _keep_logging, log_to_file, progress_line
 from runs.selectors.run_answer import ConfigAnswer, Margin, RunAnswer
@@ -154,3 +154,18 @@ def test_it_names_vllms_defaults_once_when_they_come_second():
     assert said.count("109 % more") == 1
     assert "vLLM's defaults cost 109 % more (95 % CI 70–123 %) at their capacity 16." in said
     assert "=default" not in said
+
+
+def test_the_levels_table_fits_80_columns_whole():
+    # The demo's widest figures in every column; before, the verdict wrapped onto a second
+    # line and p50/p99 pairs were cut ("36.5/38…").
+    widest = ("16384", "25*", "36.5/38.4", "10.9/28.1", "11.1/12.2", "1,764", "$8.016")
+    rows = [(*widest, verdict) for verdict in ("met", "too close", "missed")]
+    console, screen = terminal(80)
+    console.print(levels_table("SIMULATED", "batched", rows))
+    lines = screen.getvalue().splitlines()
+    body = [line for line in lines if "16384" in line]
+    assert len(body) == 3, lines  # one line a level: nothing wrapped
+    for line, verdict in zip(body, ("met", "too close", "missed"), strict=True):
+        assert len(line) <= 80 and "…" not in line, line
+        assert all(figure in line for figure in widest) and verdict in line, line
