@@ -185,3 +185,14 @@ def test_it_points_to_the_sample_workloads_of_each_format(alice):
     assert "mooncake.jsonl" in shipped and "sharegpt.json" in shipped
     for name in shipped:
         assert f"<code>{name}</code>" in page, name
+
+
+def test_the_datasets_page_points_to_the_sample_files_in_the_repository(alice):
+    # Issue 35, point 4: a newcomer with no trace of their own is shown the repository's
+    # samples, one per format, by name.
+    page = signed_in(alice).get("/o/acme/experiments/datasets/")
+    assert page.status_code == 200
+    hint = page.content.decode().split('id="dataset-samples"', 1)[1].split("</p>", 1)[0]
+    assert "examples/workloads/" in hint
+    shipped = sorted(p.name for p in (settings.BASE_DIR / "examples/workloads").iterdir())
+    assert shipped and all(f"<code>{name}</code>" in hint for name in shipped)
