@@ -3,11 +3,10 @@
 # one docker/agent.Dockerfile relies on: `python3` and `pip` of a virtualenv first on PATH
 # (vLLM's image has /opt/venv), the libraries vLLM brings that the agent imports without
 # declaring them (brings.txt), and a `vllm` distribution with its `vllm` entry point. It
-# serves no model: the agent's simulated engine is what runs in it. Its Python is bookworm's
-# 3.11, not the 3.12 of vLLM's image: no 3.12 build can be fetched here (Debian has none and
-# python.org and GitHub are out of reach), and the agent declares requires-python >= 3.11.
-ARG PYTHON_IMAGE
-FROM ${PYTHON_IMAGE}
+# serves no model: the agent's simulated engine is what runs in it. BASE_IMAGE is an Ubuntu
+# 24.04 root whose CPython is 3.12, the Python of vLLM's image (standins.sh makes it).
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
 ARG VLLM_VERSION
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY brings.txt /tmp/standin/brings.txt

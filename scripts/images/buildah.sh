@@ -16,9 +16,11 @@ bh() {
   buildah --root "$IMAGES_CACHE/storage" --runroot "$IMAGES_CACHE/run" --storage-driver overlay "$@"
 }
 
-# The stand-ins' names: python:3.11-slim-bookworm's and vllm/vllm-openai's, under our prefix.
+# The stand-ins' names: python:3.11-slim-bookworm's and vllm/vllm-openai's, under our prefix,
+# and the Ubuntu root with Python 3.12 the latter is built on (vLLM's image is Ubuntu's too).
 STANDIN_PYTHON="$STANDIN_PREFIX/python:3.11-slim-bookworm"
 STANDIN_VLLM_REPO="$STANDIN_PREFIX/vllm-openai"
+STANDIN_UBUNTU_PYTHON="$STANDIN_PREFIX/ubuntu-python:3.12-noble"
 
 have_image() { bh inspect --type image "$1" >/dev/null 2>&1; }
 

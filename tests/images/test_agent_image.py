@@ -41,6 +41,19 @@ def test_every_module_of_the_agent_and_what_it_imports_imports_in_the_image(agen
     assert "site-packages/agents" in walk.stdout, walk.stdout
 
 
+def test_it_runs_on_the_python_of_vllms_image(agent):
+    # vLLM's image serves on CPython 3.12; the agent installed in it must run there, not on
+    # the 3.11 of the site's image.
+    found = agent.run(
+        "python3",
+        "-c",
+        "import sys, agents; print(sys.version_info[:2], agents.__file__)",
+        env=NO_ENV,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.startswith("(3, 12)") and "/opt/venv/" in found.stdout, found.stdout
+
+
 def test_its_command_line_answers_and_predicts(agent, tmp_path):
     shown = agent.run("benchsite-agent", "--help", env=NO_ENV)
     assert shown.returncode == 0, shown.stderr
