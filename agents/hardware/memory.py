@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from agents.hardware.gpus import GIB, GpuProfile
 from agents.hardware.models import WEIGHT_BYTES, ModelFacts
 from agents.hardware.precision import served_weight_dtype
+from agents.hardware.speculative import SpecDecoding, spec_decoding
 from agents.hardware.vllm_defaults import batch_defaults
 
 
@@ -64,6 +65,7 @@ class ServeSettings:
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
     decode_context_parallel_size: int = 1
+    speculative: SpecDecoding | None = None
 
     @classmethod
     def from_flags(
@@ -76,7 +78,15 @@ class ServeSettings:
         batched, seqs = defaults.max_num_batched_tokens, defaults.max_num_seqs
         max_model_len = int(flags.get("max_model_len") or model.max_position_embeddings)
         chunked = flags.get("enable_chunked_prefill")
+        try:
+            speculative = spec_decoding(flags.get("speculative_config"))
+        except ValueError as exc:
+            raise StartRefusal(
+                f"error: argument --speculative-config: {exc}",
+                summary="the simulator cannot model this speculative_config",
+            ) from None
         settings = cls(
+            speculative=speculative,
             max_model_len=max_model_len,
             max_num_seqs=int(flags.get("max_num_seqs") or seqs),
             max_num_batched_tokens=int(flags.get("max_num_batched_tokens") or batched),

@@ -23,6 +23,10 @@ Guarantees:
   Decode context parallelism reads 1/DCP of each context's KV per GPU and adds three
   collectives per layer over the DCP group (vLLM's ``ag_rs``: all-gather Q, all-gather the
   partial outputs and their log-sum-exp, reduce-scatter).
+- Speculative decoding (``agents.hardware.speculative``): a decode step verifies k + 1
+  tokens per sequence, costed as a chunk of k + 1 (attended in MLA's decode form), plus,
+  for EAGLE and MTP, k passes of a one-layer draft, each reading an average layer's weights
+  and the LM head on every GPU (memory-bound).
 - Pure arithmetic: the same inputs always give the same numbers.
 """
 
@@ -150,10 +154,22 @@ class StepModel:
         )
         self._dense_params = max(self._linear_params - self._routed_params, 0.0)
         self._layer_floor_s = efficiency.layer_overhead_s * model.num_layers
+        spec = settings.speculative
+        # Queries this wide per sequence are decodes (k + 1 with speculative decoding).
+        self._decode_width = 1 + (spec.tokens if spec else 0)
         self._bytes_rate = gpu.bandwidth_tbps * 1e12 * efficiency.bandwidth
         self._overhead = efficiency.step_overhead_s + (
             efficiency.eager_overhead_s if settings.enforce_eager else 0.0
         )
+        if spec and spec.draft_passes:
+            # One draft layer (an average layer's weights per GPU) and the LM head per pass.
+            layer = plan.weight_bytes / model.num_layers
+            head = model.vocab_size * model.hidden_size * model.activation_bytes / tp
+            self._overhead += (
+                spec.draft_passes
+                * (layer + head)
+                / (gpu.bandwidth_tbps * 1e12 * efficiency.bandwidth)
+            )
         width = WEIGHT_BYTES[model.dtype]
         # Per GPU, in expectation: tensor parallelism shards every expert (its intermediate
         # dimension) over the expert group, so each GPU reads 1/group of every touched
@@ -197,7 +213,7 @@ class StepModel:
             context += before + new
             # Each new token attends to everything before it and to itself.
             pairs = new * before + new * (new + 1) / 2
-            if new > 1 and self._attention.latent:
+            if new > self._decode_width and self._attention.latent:
                 prefill_attended += pairs
                 prefill_context += before
             else:

@@ -77,6 +77,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--block-size", type=int)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--swap-space", type=float)
+    parser.add_argument("--speculative-config", help="JSON, as vllm serve takes it")
     return parser
 
 
@@ -97,6 +98,7 @@ FLAG_NAMES = (
     "quantization",
     "block_size",
     "enforce_eager",
+    "speculative_config",
 )
 
 

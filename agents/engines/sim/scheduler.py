@@ -68,6 +68,8 @@ class SimRequest:
     scheduled_at: float | None = None
     token_times: list[float] = field(default_factory=list)
     preemptions: int = 0
+    # Speculative decoding: the expected tokens of its steps not yet emitted (a fraction).
+    spec_credit: float = 0.0
     on_tokens: Callable[[SimRequest, int, bool], None] | None = None
 
     @property
@@ -183,6 +185,10 @@ class Scheduler:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.steps = 0
+        # vLLM's spec_decode counters: drafts, proposed tokens, accepted tokens.
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted_tokens = 0
 
     def add(self, request: SimRequest) -> None:
         """Queues ``request`` (sent at its ``arrival``); it can be scheduled from its
@@ -259,6 +265,11 @@ class Scheduler:
             if preempted and request not in self.running:
                 continue  # preempted earlier in this loop
             new = min(request.total_len - request.computed, budget)
+            spec = self.settings.speculative
+            if spec is not None and request.output >= 1:
+                # A decode verifies its proposals too, never past the request's last token.
+                proposals = min(spec.tokens, request.max_tokens - request.output - 1)
+                new = min(1 + proposals, budget)
             while True:
                 # Most steps fit in the blocks a request holds (a decode needs a new block
                 # once every block_size tokens): checked inline, it is the hot path.
@@ -338,19 +349,41 @@ class Scheduler:
                 self._register(request)
             if request.computed < request.total_len:
                 continue  # a prefill chunk: no token sampled yet
-            request.output += 1
-            if request.output == 1:
+            kept = 1
+            if self.settings.speculative is not None and request.output >= 1:
+                kept = self._kept(request, new)
+                request.computed -= new - kept  # the rejected proposals' KV is dropped
+            request.output += kept
+            if request.output == kept:
                 self.prompt_tokens += request.prompt_len  # counted once, as vLLM does
-            self.generation_tokens += 1
-            request.token_times.append(delivered)
+            self.generation_tokens += kept
+            request.token_times.append(delivered)  # one chunk, however many tokens
             done = request.done
             if request.on_tokens is not None:
-                request.on_tokens(request, 1, done)
+                request.on_tokens(request, kept, done)
             if done:
                 self.running.remove(request)
                 self.pool.release(request)
                 finished.append(request)
         return finished
+
+    def _kept(self, request: SimRequest, verified: int) -> int:
+        """Tokens a decode step that verified ``verified`` (1 + proposals) keeps: the
+        expected count (``SpecDecoding.expected_tokens`` for its proposals) accumulated per
+        request and emitted in whole tokens, so the mean is exact and the steps
+        deterministic; at least the target model's own token, at most all verified."""
+        spec = self.settings.speculative
+        assert spec is not None
+        proposals = verified - 1
+        if proposals:
+            self.spec_drafts += 1
+            self.spec_draft_tokens += proposals
+        expected = type(spec)(spec.method, proposals, spec.acceptance_rate).expected_tokens
+        request.spec_credit += expected
+        kept = max(1, min(verified, int(request.spec_credit)))
+        request.spec_credit -= kept
+        self.spec_accepted_tokens += kept - 1
+        return kept
 
     def _register(self, request: SimRequest) -> None:
         """Puts the request's newly completed full prompt blocks into the prefix cache."""
@@ -446,6 +479,18 @@ class DataParallelScheduler(Scheduler):
     @property  # type: ignore[override]
     def generation_tokens(self) -> int:
         return sum(rank.generation_tokens for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def spec_drafts(self) -> int:
+        return sum(rank.spec_drafts for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def spec_draft_tokens(self) -> int:
+        return sum(rank.spec_draft_tokens for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def spec_accepted_tokens(self) -> int:
+        return sum(rank.spec_accepted_tokens for rank in self.ranks)
 
     def add(self, request: SimRequest) -> None:
         admitted = self.front_end.admit(request.arrival, request.prompt_len)
