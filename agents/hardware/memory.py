@@ -8,7 +8,7 @@ Guarantees:
   does (``ServeSettings.from_flags``), then plans memory.
 - ``plan_memory`` follows vLLM 0.11's start-up accounting per GPU: ``gpu_memory_utilization``
   x the usable total (``GpuProfile.memory_bytes``, in GiB as CUDA reports it), minus the
-  weights at their served width (divided by the tensor-parallel size), minus the profile
+  weights at their served width (one GPU's share, ``weight_bytes_per_gpu``), minus the profile
   run's peak (``profile_peak_bytes``) and the memory outside torch, leaves the KV cache, cut
   into blocks; it refuses where vLLM's own check does (one ``max_model_len`` request must
   fit, in whole blocks).
