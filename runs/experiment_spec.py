@@ -16,7 +16,7 @@ from functools import lru_cache
 import pydantic
 from django.conf import settings
 
-from agents.hardware import GIB
+from agents.hardware import GIB, spec_decoding
 from agents.protocol import (
     SERVE_FLAGS_SCHEMA_VERSION,
     TRACE_FORMATS,
@@ -198,11 +198,15 @@ def experiment_spec_check(
         except ServeGridError as exc:
             for error in exc.errors:
                 add(f"serve_grid.{error.field}" if error.field else "serve_grid", error.message)
-        if engine == Engine.SIM and "speculative_config" in grid:
-            # Its trials would start a simulator that refuses the flag; and a figure it made
-            # without drafting must not pass for speculative decoding's.
-            add("serve_grid.speculative_config", "The simulator does not model speculative "
-                "decoding: measure it on real vLLM (engine 'vllm').")  # fmt: skip
+        if engine == Engine.SIM:
+            # A configuration the simulator cannot model would start one that refuses it.
+            for index, value in enumerate(grid.get("speculative_config", [])):
+                try:
+                    spec_decoding(value)
+                except ValueError as exc:
+                    field, _, message = str(exc).partition(": ")
+                    key = field.removeprefix("speculative_config")
+                    add(f"serve_grid.speculative_config[{index}]{key}", message)
     compared = _check_compare_image_tags(
         compare_image_tags,
         engine=engine,

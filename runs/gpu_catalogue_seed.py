@@ -2,17 +2,17 @@
 beside ``agents.hardware``'s.
 
 Prices: USD per GPU-hour, from third-party copies of Runpod's price page and its ``gpuTypes``
-listing, autumn 2026; ``None`` where no figure was found or Runpod offers no such GPU. The
-provider's API replaces them when the catalogue is refreshed (``runs.services.price_refresh``,
-which needs the operator's key); a type Runpod does not list keeps its seeded price (none).
+listing, autumn 2026; for a GPU Runpod does not offer (GB200), another cloud's on-demand
+rate, named in its note; ``None`` where no figure was found. The provider's API replaces them
+when the catalogue is refreshed (``runs.services.price_refresh``, which needs the operator's
+key); a type Runpod does not list keeps its seeded price.
 
 Physical facts are not stored in the database. A GPU's memory, bandwidth and BF16 TFLOP/s
 are ``agents.hardware``'s (``GpuType.hardware``), the simulator's own table. What that
-table does not state is in ``GPU_DATASHEETS`` here (``GpuType.datasheet``): dense FP8 and
-FP4 peaks, and for the GPUs the simulator has no profile of (GB200, GB300) their memory,
-bandwidth and BF16 peak too. No fact is stated in both places (tested). Every seeded id is
-known to one of the two; a type the daily refresh adds from Runpod's listing may be known to
-neither, and then has no hardware facts.
+table does not state is in ``GPU_DATASHEETS`` here (``GpuType.datasheet``): the sources of
+the Blackwell figures, and any fact of a GPU the simulator has no profile of. No fact is
+stated in both places (tested). Every seeded id is known to one of the two; a type the daily
+refresh adds from Runpod's listing may be known to neither, and then has no hardware facts.
 
 AMD GPUs (MI300X, MI355X) are not seeded: the agent's image is built on the CUDA
 ``vllm/vllm-openai`` image only (docker/agent.Dockerfile), so a ROCm pod could not run it.
@@ -27,6 +27,17 @@ from agents.hardware import gpu_profile
 
 PRICE_SOURCE = "Runpod price page (third-party copies)"
 PRICE_AS_OF = datetime.date(2026, 11, 1)
+
+# CoreWeave's price page as transcribed on 2026-09-20 (api-evangelist/coreweave,
+# plans/coreweave-plans-pricing.yml): "NVIDIA GB200 NVL72 (on-demand, North America)" $42.00
+# an hour for 4 GPUs, $10.50 per GPU-hour (the page's single-GPU inference price too).
+GB200_PRICE_NOTE = (
+    "not offered by Runpod; CoreWeave's on-demand GB200 NVL72 rate, $42.00/h for 4 GPUs "
+    "(coreweave.com/pricing as transcribed 2026-09-20), until the refresh or an "
+    "organization price replaces it"
+)
+# What the catalogue said of GB200 before it had that price (migration 0043 updates it).
+GB200_UNPRICED_NOTE = "not offered by Runpod; set an organization price"
 
 GPU_CATALOGUE = [
     # id, display name, secure $/h, community $/h, note
@@ -45,10 +56,23 @@ GPU_CATALOGUE = [
     ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB", None, None, "no price collected"),
     ("NVIDIA L40S", "L40S 48GB", "0.99", None, "one price listed, cloud type not stated"),
     ("NVIDIA GeForce RTX 4090", "RTX 4090 24GB", "0.44", "0.31", ""),
-    # Not among Runpod's GPU types (docs.runpod.io/references/gpu-types): no price until an
-    # organization sets its own (a negotiated rate, another cloud's).
-    ("NVIDIA GB200", "GB200 186GB", None, None, "not offered by Runpod; set an organization price"),
-    ("NVIDIA GB300", "GB300 279GB", None, None, "not offered by Runpod; set an organization price"),
+    # Not among Runpod's GPU types (docs.runpod.io/references/gpu-types): seeded with another
+    # cloud's on-demand rate, which the refresh replaces once Runpod lists the type.
+    (
+        "NVIDIA GB200",
+        "GB200 186GB",
+        "10.50",
+        None,
+        GB200_PRICE_NOTE,
+    ),
+    (
+        "NVIDIA GB300",
+        "GB300 279GB",
+        None,
+        None,
+        "not offered by Runpod and no on-demand price published (CoreWeave: 'Contact sales'); "
+        "set an organization price",
+    ),
 ]
 
 
@@ -80,26 +104,17 @@ GPU_DATASHEETS = {
         "FP8 4,500, FP4 13,125 (verda.com 'GB300 NVL72 architecture' lists 14 PFLOPS dense "
         "FP4 for B300; the lower figure is kept)",
     ),
+    # Every figure of theirs is agents.hardware's (gpus.py, with these sources).
     "NVIDIA GB200": GpuDatasheet(
         source="glennklockwood.com/garden/processors/B200, the GB200 variant at 1,200 W, dense "
         "matrix TFLOP/s: BF16 2,500, FP8 5,000, FP4 10,000; 8 TB/s per GPU (same page); "
         "186 GB HBM3e per GPU (MLCommons inference v6.1, Crusoe GB200-NVL72 system "
         "description, accelerator_memory_capacity)",
-        fp8_tflops=5000.0,
-        fp4_tflops=10000.0,
-        bf16_tflops=2500.0,
-        marketing_gb=186,
-        bandwidth_tbps=8.0,
     ),
     "NVIDIA GB300": GpuDatasheet(
         source="verda.com/blog/gb300-nvl72-architecture, per-GPU specifications without "
         "sparsity: FP4 15 PFLOPS, FP8 5 PFLOPS, FP16/BF16 2.5 PFLOPS, 279 GB HBM3E, 8 TB/s "
         "(the rack's 20 TB and 576 TB/s over 72 GPUs agree: glennklockwood.com B300 page)",
-        fp8_tflops=5000.0,
-        fp4_tflops=15000.0,
-        bf16_tflops=2500.0,
-        marketing_gb=279,
-        bandwidth_tbps=8.0,
     ),
 }
 

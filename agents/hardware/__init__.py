@@ -3,7 +3,8 @@
 ``gpus`` (each GPU's memory in GiB as CUDA reports it, bandwidth, FLOP/s), ``models`` (a
 model's architecture facts and bytes per element), ``presets`` (well-known models, for the
 simulator and the site alike), ``memory`` (``start_check``: does a serve configuration
-start, with how much KV cache), ``roofline`` (how long an engine step takes).
+start, with how much KV cache), ``roofline`` (how long an engine step takes),
+``speculative`` (what a speculative_config keeps per decode step).
 
 Pure: the standard library only, and nothing else of ``agents`` (an import contract says
 so), so the site may import it as it imports ``agents.protocol``.
@@ -25,6 +26,7 @@ from agents.hardware.models import (
 )
 from agents.hardware.presets import MODEL_PRESETS, ModelPreset, load_model_facts
 from agents.hardware.roofline import DEFAULT_EFFICIENCY, Efficiency, StepCost, StepModel
+from agents.hardware.speculative import SpecDecoding, spec_decoding
 
 __all__ = [
     "ARCHITECTURE_FACTS",
@@ -41,11 +43,13 @@ __all__ = [
     "ModelFacts",
     "ModelPreset",
     "ServeSettings",
+    "SpecDecoding",
     "StartRefusal",
     "StepCost",
     "StepModel",
     "gpu_profile",
     "load_model_facts",
     "plan_memory",
+    "spec_decoding",
     "start_check",
 ]

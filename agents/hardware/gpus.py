@@ -12,6 +12,8 @@ Guarantees:
   reports to PyTorch and vLLM (``torch.cuda.mem_get_info``, printed by an OOM as "GPU 0 has a
   total capacity of … GiB"). Every memory calculation uses ``memory_gib``; the product name
   is for labels only.
+- ``nvlink_domain`` is how many GPUs one NVLink fabric joins (8 on an HGX board, 72 in an
+  NVL72 rack; None for PCIe boards): GPUs beyond it talk over the network, not ``link_gbps``.
 - ``gpu_profile`` finds a profile by name, alias or Runpod id, or raises ``ValueError``.
 """
 
@@ -43,6 +45,7 @@ class GpuProfile:
     aliases: tuple[str, ...] = ()
     fp8_tflops: float | None = None
     fp4_tflops: float | None = None
+    nvlink_domain: int | None = None
 
     def tensor_tflops(self, precision: str) -> float | None:
         """Dense tensor-core TFLOP/s for ``"bf16"``, ``"fp8"`` or ``"fp4"`` operands."""
@@ -69,6 +72,7 @@ GPUS = (
         "TFLOPS with sparsity, half that dense, 3.35 TB/s, 80 GB, NVLink 900 GB/s)",
         ("h100", "h100-sxm", "h100sxm"),
         fp8_tflops=1979.0,
+        nvlink_domain=8,
     ),
     GpuProfile(
         "H200",
@@ -82,6 +86,7 @@ GPUS = (
         "with sparsity, 4.8 TB/s, 141 GB, NVLink 900 GB/s)",
         ("h200", "h200-sxm"),
         fp8_tflops=1979.0,
+        nvlink_domain=8,
     ),
     GpuProfile(
         "B200",
@@ -99,6 +104,7 @@ GPUS = (
         ("b200",),
         fp8_tflops=4500.0,
         fp4_tflops=9000.0,
+        nvlink_domain=8,
     ),
     GpuProfile(
         "B300",
@@ -120,6 +126,48 @@ GPUS = (
         ("b300", "b300-sxm", "b300-sxm6"),
         fp8_tflops=4500.0,
         fp4_tflops=13125.0,
+        nvlink_domain=8,
+    ),
+    GpuProfile(
+        "GB200",
+        "NVIDIA GB200",
+        2500.0,
+        8.0,
+        186,
+        185.03,
+        900,
+        "The GB200 NVL72's Blackwell GPU, NVIDIA's figures as third parties copied them "
+        "(NVIDIA's own datasheet was not among the stored sources): dense matrix TFLOP/s BF16 "
+        "2,500, FP8 5,000, FP4 10,000 and 8 TB/s per GPU (glennklockwood.com/garden/"
+        "processors/B200, the GB200 variant at 1,200 W); 186 GB HBM3e per GPU (MLCommons "
+        "inference v6.1, Crusoe GB200-NVL72 system description); NVLink 5 1.8 TB/s both "
+        "directions, 72 GPUs in one NVLink domain (NVL72). memory_gib: nvidia-smi's total on "
+        "GB200 nodes, 189,471 MiB (public logs); PyTorch's total is a little lower (0.5-0.9 "
+        "GiB on H100 and B300), not found published",
+        ("gb200", "gb200-nvl72"),
+        fp8_tflops=5000.0,
+        fp4_tflops=10000.0,
+        nvlink_domain=72,
+    ),
+    GpuProfile(
+        "GB300",
+        "NVIDIA GB300",
+        2500.0,
+        8.0,
+        279,
+        277.55,
+        900,
+        "The GB300 NVL72's Blackwell Ultra GPU, per-GPU specifications without sparsity as "
+        "verda.com copied them ('GB300 NVL72 architecture'): FP4 15 PFLOPS, FP8 5 PFLOPS, "
+        "FP16/BF16 2.5 PFLOPS, 279 GB HBM3E, 8 TB/s (the rack's 20 TB and 576 TB/s over 72 "
+        "GPUs agree: glennklockwood.com B300; Google Cloud's A4X Max: 'roughly 279 GB per "
+        "GPU'); NVLink 5 1.8 TB/s both directions, 72 GPUs in one NVLink domain. memory_gib: "
+        "nvidia-smi's total on GB300 nodes, 284,208 MiB (public logs); PyTorch's is a little "
+        "lower, not found published",
+        ("gb300", "gb300-nvl72"),
+        fp8_tflops=5000.0,
+        fp4_tflops=15000.0,
+        nvlink_domain=72,
     ),
     GpuProfile(
         "A100 80GB",
@@ -132,6 +180,7 @@ GPUS = (
         "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: BF16 312 TFLOPS dense, "
         "2,039 GB/s, NVLink 600 GB/s; no FP8 tensor cores)",
         ("a100", "a100-80gb", "a100-sxm"),
+        nvlink_domain=8,
     ),
     GpuProfile(
         "A100 80GB PCIe",
@@ -156,6 +205,7 @@ GPUS = (
         "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM: BF16 312 TFLOPS dense, "
         "1,555 GB/s, NVLink 600 GB/s)",
         ("a100-40gb", "a100-sxm4-40gb"),
+        nvlink_domain=8,
     ),
     GpuProfile(
         "L40S",

@@ -8,10 +8,17 @@ Guarantees:
   does (``ServeSettings.from_flags``), then plans memory.
 - ``plan_memory`` follows vLLM 0.11's start-up accounting per GPU: ``gpu_memory_utilization``
   x the usable total (``GpuProfile.memory_bytes``, in GiB as CUDA reports it), minus the
-  weights at their served width (divided by the tensor-parallel size), minus the profile
+  weights at their served width (one GPU's share, ``weight_bytes_per_gpu``), minus the profile
   run's peak (``profile_peak_bytes``) and the memory outside torch, leaves the KV cache, cut
   into blocks; it refuses where vLLM's own check does (one ``max_model_len`` request must
   fit, in whole blocks).
+- Data, expert and decode-context parallelism are vLLM's (``vllm/config/parallel.py`` and
+  ``docs/serving/{data,expert,context}_parallel_deployment.md`` on vLLM's main branch,
+  read 2026-12; DCP from vLLM PR #23734): a plan is one data-parallel rank's, each with its
+  own KV cache; a MoE model's routed experts are sharded over TP x DP GPUs (whole experts
+  with ``enable_expert_parallel``, a 1/(TP x DP) slice of each without), the rest of its
+  weights over TP; decode context parallelism stores each sequence's KV cache interleaved
+  over DCP of the TP GPUs, so a rank holds DCP times the tokens.
 - ``StartRefusal`` carries vLLM's kind of message and a short ``summary`` for people.
 - Pure arithmetic: the same inputs always give the same numbers.
 """
@@ -23,8 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agents.hardware.gpus import GIB, GpuProfile
-from agents.hardware.models import ModelFacts
+from agents.hardware.models import WEIGHT_BYTES, ModelFacts
 from agents.hardware.precision import served_weight_dtype
+from agents.hardware.speculative import SpecDecoding, spec_decoding
 from agents.hardware.vllm_defaults import batch_defaults
 
 
@@ -35,27 +43,6 @@ class StartRefusal(Exception):
     def __init__(self, message: str, *, summary: str):
         super().__init__(message)
         self.summary = summary
-
-
-# Parallelism flags the simulator does not model yet, with the value that means "off": a
-# configuration that turns one on is refused, never simulated as if it were off.
-_UNMODELLED_PARALLELISM = {
-    "data_parallel_size": 1,
-    "enable_expert_parallel": False,
-    "decode_context_parallel_size": 1,
-}
-
-
-def _refuse_unmodelled_parallelism(flags: Mapping[str, object]) -> None:
-    for name, off in _UNMODELLED_PARALLELISM.items():
-        value = flags.get(name)
-        if value is not None and value != off:
-            option = "--" + name.replace("_", "-")
-            raise StartRefusal(
-                f"error: argument {option}: the simulator does not model "
-                f"{name.replace('_', ' ')} {value} (only {off})",
-                summary=f"the simulator does not model {option}",
-            )
 
 
 @dataclass(frozen=True)
@@ -75,6 +62,10 @@ class ServeSettings:
     enforce_eager: bool
     quantization: str | None = None
     dtype: str = "auto"
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    decode_context_parallel_size: int = 1
+    speculative: SpecDecoding | None = None
 
     @classmethod
     def from_flags(
@@ -83,12 +74,19 @@ class ServeSettings:
         """Fills what ``flags`` leaves out the way the newest vLLM the defaults table knows
         does for ``vllm serve`` (``vllm_defaults``; a caller that knows the version fills
         them from the same table first)."""
-        _refuse_unmodelled_parallelism(flags)
         defaults = batch_defaults(None, gpu)
         batched, seqs = defaults.max_num_batched_tokens, defaults.max_num_seqs
         max_model_len = int(flags.get("max_model_len") or model.max_position_embeddings)
         chunked = flags.get("enable_chunked_prefill")
+        try:
+            speculative = spec_decoding(flags.get("speculative_config"))
+        except ValueError as exc:
+            raise StartRefusal(
+                f"error: argument --speculative-config: {exc}",
+                summary="the simulator cannot model this speculative_config",
+            ) from None
         settings = cls(
+            speculative=speculative,
             max_model_len=max_model_len,
             max_num_seqs=int(flags.get("max_num_seqs") or seqs),
             max_num_batched_tokens=int(flags.get("max_num_batched_tokens") or batched),
@@ -103,6 +101,9 @@ class ServeSettings:
             enforce_eager=bool(flags.get("enforce_eager")),
             quantization=str(flags["quantization"]) if flags.get("quantization") else None,
             dtype=str(flags.get("dtype") or "auto"),
+            data_parallel_size=int(flags.get("data_parallel_size") or 1),
+            enable_expert_parallel=bool(flags.get("enable_expert_parallel")),
+            decode_context_parallel_size=int(flags.get("decode_context_parallel_size") or 1),
         )
         settings.check(model)
         return settings
@@ -118,6 +119,26 @@ class ServeSettings:
                 f"ValueError: {exc}", summary="the quantization flag does not fit the checkpoint"
             ) from exc
         return model if weights == model.dtype else dataclasses.replace(model, dtype=weights)
+
+    def moe_group(self, model: ModelFacts) -> int:
+        """The GPUs a MoE model's routed experts are sharded over: TP x DP (vLLM's
+        ParallelConfig: "MoE layers will be sharded according to the product of the tensor
+        [...] and data parallel sizes"); TP for a dense model, whose replicas share nothing."""
+        if not model.num_experts:
+            return self.tensor_parallel_size
+        return self.tensor_parallel_size * self.data_parallel_size
+
+    def expert_parallel(self, model: ModelFacts) -> bool:
+        """Whether the MoE layers hold whole experts per GPU: ``enable_expert_parallel`` on a
+        MoE model over more than one GPU. vLLM ignores the flag otherwise (its FusedMoE uses
+        expert parallelism only when TP x DP > 1)."""
+        return self.enable_expert_parallel and self.moe_group(model) > 1
+
+    @property
+    def gpu_count(self) -> int:
+        """The GPUs the server occupies: vLLM's ``world_size_across_dp``, TP x PP x DP (DCP
+        reuses the TP GPUs)."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
     def check(self, model: ModelFacts) -> None:
         self.served(model)
@@ -144,6 +165,13 @@ class ServeSettings:
                 f"AssertionError: {larger} is not divisible by {smaller} (the model's "
                 f"{kv_heads} KV heads over tensor parallel size {tp})",
                 summary="the KV heads and tensor_parallel_size do not divide one another",
+            )
+        # vLLM's ParallelConfig: DCP reuses the TP ranks, splitting each TP group.
+        dcp = self.decode_context_parallel_size
+        if tp % dcp:
+            raise StartRefusal(
+                f"ValueError: tp_size={tp} must be divisible by dcp_size={dcp}.",
+                summary="decode_context_parallel_size does not divide tensor_parallel_size",
             )
         if self.pipeline_parallel_size != 1:
             raise StartRefusal(
@@ -172,7 +200,9 @@ class ServeSettings:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Per-GPU memory as vLLM would lay it out; KV figures are per GPU."""
+    """Per-GPU memory as vLLM would lay it out; KV bytes are per GPU. ``kv_bytes_per_token``
+    is one GPU's share of a token's KV (the whole of it over DCP); ``num_blocks`` and
+    ``kv_tokens`` count one data-parallel rank's cache, its DCP GPUs together."""
 
     budget_bytes: float
     weight_bytes: float
@@ -228,6 +258,17 @@ def profile_peak_bytes(model: ModelFacts, settings: ServeSettings) -> float:
     return max(forward, sampler)
 
 
+def weight_bytes_per_gpu(model: ModelFacts, settings: ServeSettings) -> float:
+    """The weights one GPU loads: the non-expert weights over TP (every DP rank holds its
+    own copy) and a MoE model's routed experts over ``settings.moe_group`` GPUs, whole
+    experts or slices of each alike in bytes. ``model`` is as served (``settings.served``)."""
+    tp, group = settings.tensor_parallel_size, settings.moe_group(model)
+    if group == tp:
+        return model.weight_bytes / tp
+    routed = model.routed_expert_parameters * WEIGHT_BYTES[model.dtype]
+    return (model.weight_bytes - routed) / tp + routed / group
+
+
 def plan_memory(
     model: ModelFacts, gpu: GpuProfile, settings: ServeSettings, *, check_context: bool = True
 ) -> MemoryPlan:
@@ -238,7 +279,7 @@ def plan_memory(
     tp = settings.tensor_parallel_size
     total = gpu.memory_bytes
     budget = settings.gpu_memory_utilization * total
-    weights = model.weight_bytes / tp
+    weights = weight_bytes_per_gpu(model, settings)
     if weights > budget:
         raise StartRefusal(
             f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
@@ -247,7 +288,9 @@ def plan_memory(
             f"{settings.gpu_memory_utilization} allows {budget / GIB:.2f} GiB.",
             summary="the weights do not fit",
         )
-    non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0.0)
+    # NCCL's buffers: a TP group's, or the expert group's of a MoE model over DP ranks.
+    communicates = tp > 1 or settings.moe_group(model) > 1
+    non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if communicates else 0.0)
     reserve = profile_peak_bytes(model, settings) + non_torch
     kv = budget - weights - reserve
     if kv <= 0:
@@ -256,15 +299,23 @@ def plan_memory(
             "`gpu_memory_utilization` when initializing the engine.",
             summary="no memory is left for the KV cache",
         )
-    per_token = model.kv_bytes_per_token(settings.kv_cache_dtype, tp)
+    # Per GPU per token of a sequence: with DCP each GPU of a DCP group stores every DCP-th
+    # token (PR #23734: "kvcache token budget always increased by dcp times").
+    dcp = settings.decode_context_parallel_size
+    per_gpu_token = model.kv_bytes_per_token(settings.kv_cache_dtype, tp)
     block = settings.block_size
-    num_blocks = int(kv // (per_token * block))
-    plan = MemoryPlan(budget, weights, reserve, kv, per_token, num_blocks, block)
+    # A rank's blocks of block_size tokens: each GPU's pages, times DCP (vLLM scales the
+    # scheduler's block to block_size x DCP tokens over the same pages).
+    num_blocks = int(kv // (per_gpu_token * block)) * dcp
+    plan = MemoryPlan(budget, weights, reserve, kv, per_gpu_token / dcp, num_blocks, block)
     # vLLM's check (v1/core/kv_cache_utils.py, check_enough_kv_cache_memory): one request of
     # max_model_len tokens, in whole blocks, must fit; its estimate is the longest that does.
-    needed = -(-settings.max_model_len // block) * block * per_token
+    # With DCP a GPU holds cdiv(max_model_len, dcp) of them (kv_cache_interface.py,
+    # max_memory_usage_bytes).
+    local_len = -(-settings.max_model_len // dcp)
+    needed = -(-local_len // block) * block * per_gpu_token
     if check_context and needed > kv:
-        estimated = int(kv // (per_token * block)) * block
+        estimated = int(kv // (per_gpu_token * block)) * block * dcp
         raise StartRefusal(
             f"ValueError: To serve at least one request with the models's max seq len "
             f"({settings.max_model_len}), ({needed / GIB:.2f} GiB KV cache is needed, which "

@@ -14,6 +14,19 @@ Guarantees:
   modelled. A MoE model computes with its *active* weights per token and reads its non-expert
   weights plus the routed experts the step's tokens are expected to touch (uniform routing);
   an MLA model attends over its cached latent (``_AttentionCost`` says how).
+- Parallelism as vLLM runs it (``agents.hardware.memory`` names the sources): a step is one
+  data-parallel rank's batch; a MoE model's routed experts run over TP x DP GPUs on the
+  tokens of every rank (``cost``'s ``moe_tokens``), as whole experts with expert
+  parallelism (so the narrow-slice penalty does not apply) or 1/(TP x DP) slices without;
+  with DP > 1 each MoE layer dispatches and combines its tokens across those GPUs (vLLM's
+  default all-to-all backend, all-gather + reduce-scatter) in place of the MLP's all-reduce.
+  Decode context parallelism reads 1/DCP of each context's KV per GPU and adds three
+  collectives per layer over the DCP group (vLLM's ``ag_rs``: all-gather Q, all-gather the
+  partial outputs and their log-sum-exp, reduce-scatter).
+- Speculative decoding (``agents.hardware.speculative``): a decode step verifies k + 1
+  tokens per sequence, costed as a chunk of k + 1 (attended in MLA's decode form), plus,
+  for EAGLE and MTP, k passes of a one-layer draft, each reading an average layer's weights
+  and the LM head on every GPU (memory-bound).
 - Pure arithmetic: the same inputs always give the same numbers.
 """
 
@@ -105,6 +118,9 @@ class StepModel:
         self.eff = efficiency
         self.precision = served_precision(model.dtype, gpu)
         tp = settings.tensor_parallel_size
+        # The GPUs the routed experts run on (TP x DP for a MoE model over DP ranks).
+        group = settings.moe_group(model)
+        self._moe_group = group
         embedding = model.vocab_size * model.hidden_size
         # FLOPs follow the weights one token runs through: all of a dense model's, the
         # active ones of a MoE model (its router picks k experts per token).
@@ -124,9 +140,12 @@ class StepModel:
         self._head_rate = bf16_rate * efficiency.flops
         self._attention_rate = bf16_rate * efficiency.attention_flops
         self._linear_rate = linear_rate
-        slice_width = (model.moe_intermediate_size or 0) / tp
+        # Each GPU multiplies by whole experts with expert parallelism, else by its slice of
+        # every expert; the experts' FLOP/s are the whole expert group's.
+        width = model.moe_intermediate_size or 0
+        slice_width = width if settings.expert_parallel(model) else width / group
         narrow = max(1.0, efficiency.expert_min_width / slice_width) if slice_width else 1.0
-        self._expert_rate = linear_rate / narrow
+        self._expert_rate = linear_rate * (group // tp) / narrow
         # Of the weights a token runs through, the routed experts' (k of E per MoE layer).
         self._routed_params = (
             model.routed_expert_parameters * model.num_experts_per_token / model.num_experts
@@ -135,16 +154,29 @@ class StepModel:
         )
         self._dense_params = max(self._linear_params - self._routed_params, 0.0)
         self._layer_floor_s = efficiency.layer_overhead_s * model.num_layers
+        spec = settings.speculative
+        # Queries this wide per sequence are decodes (k + 1 with speculative decoding).
+        self._decode_width = 1 + (spec.tokens if spec else 0)
         self._bytes_rate = gpu.bandwidth_tbps * 1e12 * efficiency.bandwidth
         self._overhead = efficiency.step_overhead_s + (
             efficiency.eager_overhead_s if settings.enforce_eager else 0.0
         )
+        if spec and spec.draft_passes:
+            # One draft layer (an average layer's weights per GPU) and the LM head per pass.
+            layer = plan.weight_bytes / model.num_layers
+            head = model.vocab_size * model.hidden_size * model.activation_bytes / tp
+            self._overhead += (
+                spec.draft_passes
+                * (layer + head)
+                / (gpu.bandwidth_tbps * 1e12 * efficiency.bandwidth)
+            )
         width = WEIGHT_BYTES[model.dtype]
-        # Per GPU: vLLM's tensor parallelism shards every expert (its intermediate
-        # dimension) over the GPUs, like the dense layers, so each GPU reads 1/tp of every
-        # touched expert. Expert parallelism (whole experts per GPU) is not modelled.
+        # Per GPU, in expectation: tensor parallelism shards every expert (its intermediate
+        # dimension) over the expert group, so each GPU reads 1/group of every touched
+        # expert; expert parallelism gives each GPU E/group whole experts, of which the same
+        # share is touched under uniform routing. The bytes agree; the products do not.
         self._expert_bytes = 3 * model.hidden_size * (model.moe_intermediate_size or 0) * width
-        self._expert_bytes /= tp
+        self._expert_bytes /= group
         routed = model.routed_expert_parameters * width
         self._non_expert_bytes = (model.weight_bytes - routed) / tp
 
@@ -164,10 +196,13 @@ class StepModel:
         touched = experts * (1 - missed)
         return self._non_expert_bytes + model.num_moe_layers * touched * self._expert_bytes
 
-    def cost(self, batch: Sequence[tuple[int, int]], sampled: int) -> StepCost:
+    def cost(
+        self, batch: Sequence[tuple[int, int]], sampled: int, moe_tokens: int | None = None
+    ) -> StepCost:
         """``batch``: (tokens computed this step, tokens already in the request's KV);
-        ``sampled``: how many requests sample a token at the end of the step."""
-        tp = self.settings.tensor_parallel_size
+        ``sampled``: how many requests sample a token at the end of the step;
+        ``moe_tokens``: the tokens every data-parallel rank routes through the MoE layers in
+        this step (None: this batch's, as with one rank)."""
         tokens = 0
         attended = 0.0
         context = 0
@@ -178,7 +213,7 @@ class StepModel:
             context += before + new
             # Each new token attends to everything before it and to itself.
             pairs = new * before + new * (new + 1) / 2
-            if new > 1 and self._attention.latent:
+            if new > self._decode_width and self._attention.latent:
                 prefill_attended += pairs
                 prefill_context += before
             else:
@@ -189,24 +224,20 @@ class StepModel:
                 self._attention.prefill_unit * prefill_attended
                 + self._attention.expand_unit * prefill_context
             )
+        routed_tokens = tokens if moe_tokens is None else moe_tokens
         compute_s = (
             2 * self._dense_params * tokens / self._linear_rate
-            + 2 * self._routed_params * tokens / self._expert_rate
+            + 2 * self._routed_params * routed_tokens / self._expert_rate
             + 2 * self._head_params * sampled / self._head_rate
             + attention_flops / self._attention_rate
         )
-        weight_bytes = self.weight_bytes_read(tokens)
-        # Per GPU: the plan's figure is MLA's whole latent on every GPU, GQA's share of heads.
+        weight_bytes = self.weight_bytes_read(routed_tokens)
+        # Per GPU: the plan's figure is MLA's whole latent on every GPU, GQA's share of heads,
+        # either over DCP.
         kv_bytes = context * self.plan.kv_bytes_per_token
         act_bytes = tokens * self.model.hidden_size * self.model.activation_bytes * 8
         memory_s = (weight_bytes + kv_bytes + act_bytes) / self._bytes_rate
-        comm_s = 0.0
-        if tp > 1:
-            payload = tokens * self.model.hidden_size * self.model.activation_bytes
-            per_reduce = self.eff.allreduce_latency_s + 2 * (tp - 1) / tp * payload / (
-                self.gpu.link_gbps * 1e9
-            )
-            comm_s = 2 * self.model.num_layers * per_reduce
+        comm_s = self._communication_s(tokens, routed_tokens)
         seconds = (
             max(compute_s, memory_s, self._layer_floor_s)
             + comm_s
@@ -214,6 +245,44 @@ class StepModel:
             + self.eff.per_sequence_s * len(batch)
         )
         return StepCost(seconds, compute_s, memory_s, comm_s)
+
+    def _communication_s(self, tokens: int, routed_tokens: int) -> float:
+        """Per step: TP's all-reduces (two per layer: attention's output and the MLP's); with
+        DP > 1 a MoE layer's MLP all-reduce becomes a dispatch and a combine over the expert
+        group; with DCP > 1 three collectives per layer over the DCP group. Each collective
+        costs ``allreduce_latency_s`` plus its bytes over ``link_gbps``."""
+        model, eff, tp = self.model, self.eff, self.settings.tensor_parallel_size
+        link = self.gpu.link_gbps * 1e9
+        hidden_bytes = model.hidden_size * model.activation_bytes
+        comm_s = 0.0
+        all_to_all = self._moe_group > tp
+        if tp > 1:
+            payload = tokens * hidden_bytes
+            per_reduce = eff.allreduce_latency_s + 2 * (tp - 1) / tp * payload / link
+            reduces = 2 * model.num_layers - (model.num_moe_layers if all_to_all else 0)
+            comm_s = reduces * per_reduce
+        if all_to_all:
+            # vLLM's default all2all backend (allgather_reducescatter): every GPU of the group
+            # gathers all ranks' tokens before the experts and reduce-scatters after.
+            group = self._moe_group
+            per_move = eff.allreduce_latency_s + (group - 1) / group * routed_tokens * (
+                hidden_bytes / link
+            )
+            comm_s += 2 * model.num_moe_layers * per_move
+        dcp = self.settings.decode_context_parallel_size
+        if dcp > 1:
+            # Each GPU's query heads gathered over the group, its partial outputs (and their
+            # log-sum-exp) gathered and reduce-scattered back: the heads' width each time.
+            head_width = (
+                model.kv_lora_rank + model.qk_rope_head_dim
+                if model.kv_lora_rank
+                else model.head_dim
+            )
+            heads = model.num_attention_heads * dcp / tp
+            payload = tokens * heads * head_width * model.activation_bytes
+            per_move = eff.allreduce_latency_s + (dcp - 1) / dcp * payload / link
+            comm_s += 3 * model.num_layers * per_move
+        return comm_s
 
 
 def _parameters_per_token(model: ModelFacts) -> float:

@@ -105,7 +105,16 @@ class _Gauges:
 class _Counters:
     """The scheduler's counters at a level's start, to report deltas over the level."""
 
-    NAMES = ("preemptions", "prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens")
+    NAMES = (
+        "preemptions",
+        "prefix_queries",
+        "prefix_hits",
+        "prompt_tokens",
+        "generation_tokens",
+        "spec_drafts",
+        "spec_draft_tokens",
+        "spec_accepted_tokens",
+    )
 
     def __init__(self, scheduler: Scheduler):
         self.start = {name: getattr(scheduler, name) for name in self.NAMES}
@@ -183,7 +192,8 @@ class OfflineBench:
         record.itl = [b - a for a, b in pairwise(times)]
         record.latency = times[-1] - record.start
         record.finished = times[-1]
-        record.chunks = record.output_tokens = request.output
+        record.chunks = len(times)  # a speculative step streams its tokens in one chunk
+        record.output_tokens = request.output
         record.success = True
 
     def drive(self, sender: Sender, on_finish: Callable[[SimRequest, float], None]) -> None:
@@ -440,9 +450,16 @@ class OfflineBench:
         report["generation_tokens"] = counters.delta(scheduler, "generation_tokens")
         queries = report["prefix_cache_queries"]
         report["prefix_cache_hit_rate"] = report["prefix_cache_hits"] / queries if queries else None
-        # The simulator models no speculative decoding: its /metrics has none of these.
-        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-            report[f"spec_decode_{name}"] = None
+        # vLLM exports these counters only with speculative decoding on.
+        speculating = scheduler.settings.speculative is not None
+        for name, counter in (
+            ("num_drafts", "spec_drafts"),
+            ("num_draft_tokens", "spec_draft_tokens"),
+            ("num_accepted_tokens", "spec_accepted_tokens"),
+        ):
+            report[f"spec_decode_{name}"] = (
+                counters.delta(scheduler, counter) if speculating else None
+            )
         report.update(spec_decode_acceptance(report))
         done = [r for r in records if r.success]
 

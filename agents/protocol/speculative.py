@@ -10,6 +10,9 @@ Guarantees:
   ``FieldError`` on its own key's path (``speculative_config[0].model``).
 - A method the grid's vLLM version cannot run is refused naming that version and the first
   version known to run it (``SpecMethod.since``, conservative like ``serve_flag_table``).
+- ``acceptance_rate`` (0 to 1) is the simulator's input, not vLLM's: the share of proposed
+  tokens accepted that a simulated trial assumes (``agents.hardware.speculative``). It is
+  refused for a real vLLM version, which measures the share instead.
 - The value comes back as an object with sorted keys: one spelling per setting, so two
   spellings of one configuration are duplicates.
 """
@@ -57,7 +60,7 @@ SPECULATIVE_METHODS: dict[str, SpecMethod] = {
 
 _NGRAM_KEYS = ("prompt_lookup_min", "prompt_lookup_max")
 _DRAFT_KEYS = ("model", "revision", "draft_tensor_parallel_size")
-_KEYS = ("method", "num_speculative_tokens", *_DRAFT_KEYS, *_NGRAM_KEYS)
+_KEYS = ("method", "num_speculative_tokens", "acceptance_rate", *_DRAFT_KEYS, *_NGRAM_KEYS)
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,16 @@ def check_speculative_config(
         refuse("method", f"must be one of {names}; {got_value(value.get('method'))}")
     elif method.since and version is not None and version < parse_vllm_version(method.since):
         refuse("method", f"{method.name} needs vLLM {method.since} or later")
+    if "acceptance_rate" in value:
+        rate = value["acceptance_rate"]
+        if version is not None:
+            refuse(
+                "acceptance_rate",
+                "only the simulator takes an acceptance rate; real vLLM measures it "
+                "(spec_decode_acceptance_rate)",
+            )
+        elif isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            refuse("acceptance_rate", f"must be a number from 0 to 1, {got_value(rate)}")
     tokens = value.get("num_speculative_tokens")
     if tokens is None:
         refuse("num_speculative_tokens", "say how many tokens to propose per step")

@@ -112,17 +112,11 @@ def test_a_step_smaller_than_the_sequences_it_runs_is_refused_as_vllm_does():
     start_check(LLAMA_8B, H100, {**flags, "max_num_seqs": 64})
 
 
-@pytest.mark.parametrize(
-    "flags",
-    [
-        {"data_parallel_size": 2},
-        {"enable_expert_parallel": True, "tensor_parallel_size": 2},
-        {"decode_context_parallel_size": 2, "tensor_parallel_size": 2},
-    ],
-)
-def test_parallelism_it_does_not_model_is_refused_not_ignored(flags):
-    with pytest.raises(StartRefusal, match="the simulator does not model"):
-        start_check(LLAMA_8B, H100, {"max_model_len": 4096, **flags})
+def test_a_decode_context_group_that_does_not_split_tensor_parallelism_is_refused():
+    # vLLM's ParallelConfig: DCP reuses the TP ranks, so it must divide TP.
+    flags = {"max_model_len": 4096, "tensor_parallel_size": 2, "decode_context_parallel_size": 4}
+    with pytest.raises(StartRefusal, match=r"tp_size=2 must be divisible by dcp_size=4"):
+        start_check(LLAMA_8B, H100, flags)
 
 
 def test_parallelism_flags_at_their_off_values_start():

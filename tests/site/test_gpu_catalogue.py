@@ -32,7 +32,7 @@ def test_it_knows_the_memory_and_bandwidth_of_every_seeded_gpu_type(alice):
     seeded = GpuType.objects.filter(id__in=[row[0] for row in GPU_CATALOGUE])
     assert seeded.count() == len(GPU_CATALOGUE)
     for gpu in seeded:
-        # The simulator's profile, or the catalogue's own cited datasheet (GB200, GB300).
+        # The simulator's profile, or the catalogue's own cited datasheet.
         facts = gpu.hardware or gpu.datasheet
         assert facts.marketing_gb and facts.bandwidth_tbps and facts.bf16_tflops, gpu.id
 
@@ -59,7 +59,7 @@ def test_the_newest_gpus_are_seeded_with_cited_facts_and_a_price(alice):
         # id: (GB, GB/s, BF16, FP8, FP4 dense TFLOP/s, secure $/h)
         "NVIDIA B200": (180, 8000, 2250.0, 4500.0, 9000.0, "6.7900"),
         "NVIDIA B300 SXM6 AC": (288, 8000, 2250.0, 4500.0, 13125.0, "7.8900"),
-        "NVIDIA GB200": (186, 8000, 2500.0, 5000.0, 10000.0, None),
+        "NVIDIA GB200": (186, 8000, 2500.0, 5000.0, 10000.0, "10.5000"),
         "NVIDIA GB300": (279, 8000, 2500.0, 5000.0, 15000.0, None),
     }
     for gpu_id, figures in expected.items():
@@ -68,9 +68,16 @@ def test_the_newest_gpus_are_seeded_with_cited_facts_and_a_price(alice):
         got = (*(row[k] for k in keys), row["fp4_tflops"], row["price_secure_usd_hr"])
         assert got == figures, gpu_id
         assert row["datasheet_source"], gpu_id
-    # GB200 and GB300 are not Runpod's: no price until an organization sets one, and said so.
+    # GB200 and GB300 are not Runpod's: GB200 carries another cloud's rate, said so; GB300
+    # has none until an organization sets one.
+    assert "CoreWeave" in api("NVIDIA GB200")["price_source"]
     assert "not offered by Runpod" in api("NVIDIA GB300")["price_source"]
-    assert api("NVIDIA GB300")["memory_gib"] is None  # no simulator profile
+    # Both are simulator profiles now: memory as CUDA sees it, and an NVL72 NVLink domain.
+    assert (api("NVIDIA GB200")["memory_gib"], api("NVIDIA GB300")["memory_gib"]) == (
+        185.03,
+        277.55,
+    )
+    assert gpu_profile("GB300").nvlink_domain == 72
 
 
 def test_it_answers_a_gpus_facts_from_the_hardware_module(alice):
@@ -103,11 +110,11 @@ def test_it_orders_the_gpu_types_by_memory_with_unknown_ones_last(alice):
         "H100 SXM 80GB",  # 79.19 GiB
         "H200 141GB",
         "B200 180GB",
-        "B300 288GB",
-        # No simulator profile, so no memory as CUDA reports it: last, by name.
+        "GB200 186GB",  # 185.03 GiB
+        "B300 288GB",  # 267.69 GiB
+        "GB300 279GB",  # 277.55 GiB
+        # No simulator profile, so no memory as CUDA reports it: last.
         "AAA Imaginary X1",
-        "GB200 186GB",
-        "GB300 279GB",
     ]
     assert [gpu.display_name for gpu in GpuType.by_memory()] == expected
     page = signed_in(alice).get("/o/acme/models/").content.decode()

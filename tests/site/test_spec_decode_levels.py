@@ -61,14 +61,30 @@ def test_a_level_without_it_shows_none(alice):
     assert "Speculative decoding" not in page
 
 
-def test_the_simulator_refuses_speculative_decoding_naming_the_flag(alice):
+def test_the_simulator_needs_an_acceptance_rate_it_has_no_default_for(alice):
     model = make_model(alice.org)
     grid = {"speculative_config": [{"method": "ngram", "num_speculative_tokens": 3}]}
     sim = experiment_payload(model.id, engine="sim", engine_image_tag="", serve_grid=grid)
     response = alice.client().post("/api/v1/orgs/acme/experiments/", sim, format="json")
     assert response.status_code == 400
-    (message,) = response.json()["error"]["fields"]["serve_grid.speculative_config"]
-    assert message.startswith("The simulator does not model speculative decoding")
+    fields = response.json()["error"]["fields"]
+    (message,) = fields["serve_grid.speculative_config[0].acceptance_rate"]
+    assert message.startswith("the simulator needs the share of proposed tokens ngram")
+    # Given one (or MTP's documented default), the simulator models it.
+    given = {"speculative_config": [
+        {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6},
+        {"method": "mtp", "num_speculative_tokens": 1},
+    ]}  # fmt: skip
+    sim = experiment_payload(model.id, engine="sim", engine_image_tag="", serve_grid=given)
+    sim["name"] = "simulated speculation"
+    response = alice.client().post("/api/v1/orgs/acme/experiments/", sim, format="json")
+    assert response.status_code == 201, response.json()
     real = experiment_payload(model.id, engine_image_tag="v0.13.0", serve_grid=grid)
     response = alice.client().post("/api/v1/orgs/acme/experiments/", real, format="json")
     assert response.status_code == 201, response.json()
+    # Real vLLM measures the rate: it is not an input there.
+    real = experiment_payload(model.id, engine_image_tag="v0.13.0", serve_grid=given)
+    real["name"] = "real speculation"
+    response = alice.client().post("/api/v1/orgs/acme/experiments/", real, format="json")
+    assert response.status_code == 400
+    assert "serve_grid.speculative_config[0].acceptance_rate" in response.json()["error"]["fields"]

@@ -66,7 +66,6 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-memory-utilization", type=float)
     parser.add_argument("--tensor-parallel-size", type=int)
     parser.add_argument("--pipeline-parallel-size", type=int)
-    # Taken so that the start check refuses them by name (not modelled yet).
     parser.add_argument("--data-parallel-size", type=int)
     parser.add_argument("--enable-expert-parallel", action="store_true", default=None)
     parser.add_argument("--decode-context-parallel-size", type=int)
@@ -78,6 +77,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--block-size", type=int)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--swap-space", type=float)
+    parser.add_argument("--speculative-config", help="JSON, as vllm serve takes it")
     return parser
 
 
@@ -98,6 +98,7 @@ FLAG_NAMES = (
     "quantization",
     "block_size",
     "enforce_eager",
+    "speculative_config",
 )
 
 
@@ -170,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         "EngineCore",
         "core",
         f"Initializing a V1 LLM engine (v{SIM_VERSION}) with config: model='{model.name}', "
-        f"tensor_parallel_size={settings.tensor_parallel_size}",
+        f"tensor_parallel_size={settings.tensor_parallel_size}, "
+        f"data_parallel_size={settings.data_parallel_size}, "
+        f"enable_expert_parallel={settings.enable_expert_parallel}, "
+        f"decode_context_parallel_size={settings.decode_context_parallel_size}",
     )
     _pause(phases["weights"], speed)
     _log(

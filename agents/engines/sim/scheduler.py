@@ -68,6 +68,8 @@ class SimRequest:
     scheduled_at: float | None = None
     token_times: list[float] = field(default_factory=list)
     preemptions: int = 0
+    # Speculative decoding: the expected tokens of its steps not yet emitted (a fraction).
+    spec_credit: float = 0.0
     on_tokens: Callable[[SimRequest, int, bool], None] | None = None
 
     @property
@@ -81,6 +83,14 @@ class SimRequest:
     @property
     def num_blocks(self) -> int:
         return len(self.cached) + self.private
+
+
+def batch_shape(items: Sequence[tuple[SimRequest, int]]) -> tuple[list[tuple[int, int]], int]:
+    """A picked batch as the step model costs it: (new tokens, tokens already computed) per
+    request, and how many requests sample a token at the step's end."""
+    batch = [(new, request.computed) for request, new in items]
+    sampled = sum(1 for request, new in items if request.computed + new >= request.total_len)
+    return batch, sampled
 
 
 def prompt_block_hashes(tokens: Sequence[object], block_size: int) -> tuple[int, ...]:
@@ -143,11 +153,13 @@ class BlockPool:
 
 @dataclass(frozen=True)
 class Step:
-    """What one engine step computes: (request, new tokens) pairs, and its duration."""
+    """What one engine step computes: (request, new tokens) pairs, and its duration; with
+    data parallelism, ``parts`` holds each rank's share (the rank and its step)."""
 
     items: tuple[tuple[SimRequest, int], ...]
     duration: float
     preempted: int
+    parts: tuple = ()
 
 
 class Scheduler:
@@ -173,6 +185,10 @@ class Scheduler:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.steps = 0
+        # vLLM's spec_decode counters: drafts, proposed tokens, accepted tokens.
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted_tokens = 0
 
     def add(self, request: SimRequest) -> None:
         """Queues ``request`` (sent at its ``arrival``); it can be scheduled from its
@@ -227,6 +243,18 @@ class Scheduler:
     def schedule(self, now: float) -> Step | None:
         """Picks the batch of the step starting at ``now``; ``None`` when there is nothing
         to run yet (see ``ready_later``)."""
+        picked = self.pick(now)
+        if picked is None:
+            return None
+        items, preempted = picked
+        cost = self.step_model.cost(*batch_shape(items))
+        seconds = cost.seconds if self.noise is None else self.noise.duration(now, cost.seconds)
+        return Step(tuple(items), seconds, preempted)
+
+    def pick(self, now: float) -> tuple[list[tuple[SimRequest, int]], int] | None:
+        """The (request, new tokens) pairs of the step starting at ``now`` and how many
+        requests it preempted, applied to the KV blocks; ``None`` when nothing can run. Not
+        yet timed: ``schedule`` (or a data-parallel engine, all ranks together) costs it."""
         budget = self.settings.max_num_batched_tokens
         items: list[tuple[SimRequest, int]] = []
         preempted = 0
@@ -237,6 +265,11 @@ class Scheduler:
             if preempted and request not in self.running:
                 continue  # preempted earlier in this loop
             new = min(request.total_len - request.computed, budget)
+            spec = self.settings.speculative
+            if spec is not None and request.output >= 1:
+                # A decode verifies its proposals too, never past the request's last token.
+                proposals = min(spec.tokens, request.max_tokens - request.output - 1)
+                new = min(1 + proposals, budget)
             while True:
                 # Most steps fit in the blocks a request holds (a decode needs a new block
                 # once every block_size tokens): checked inline, it is the hot path.
@@ -259,12 +292,7 @@ class Scheduler:
             budget = self._admit(items, budget, now)
         if not items:
             return None
-        cost = self.step_model.cost(
-            [(new, request.computed) for request, new in items],
-            sum(1 for request, new in items if request.computed + new >= request.total_len),
-        )
-        seconds = cost.seconds if self.noise is None else self.noise.duration(now, cost.seconds)
-        return Step(tuple(items), seconds, preempted)
+        return items, preempted
 
     def _admit(self, items: list[tuple[SimRequest, int]], budget: int, now: float) -> int:
         settings = self.settings
@@ -321,19 +349,41 @@ class Scheduler:
                 self._register(request)
             if request.computed < request.total_len:
                 continue  # a prefill chunk: no token sampled yet
-            request.output += 1
-            if request.output == 1:
+            kept = 1
+            if self.settings.speculative is not None and request.output >= 1:
+                kept = self._kept(request, new)
+                request.computed -= new - kept  # the rejected proposals' KV is dropped
+            request.output += kept
+            if request.output == kept:
                 self.prompt_tokens += request.prompt_len  # counted once, as vLLM does
-            self.generation_tokens += 1
-            request.token_times.append(delivered)
+            self.generation_tokens += kept
+            request.token_times.append(delivered)  # one chunk, however many tokens
             done = request.done
             if request.on_tokens is not None:
-                request.on_tokens(request, 1, done)
+                request.on_tokens(request, kept, done)
             if done:
                 self.running.remove(request)
                 self.pool.release(request)
                 finished.append(request)
         return finished
+
+    def _kept(self, request: SimRequest, verified: int) -> int:
+        """Tokens a decode step that verified ``verified`` (1 + proposals) keeps: the
+        expected count (``SpecDecoding.expected_tokens`` for its proposals) accumulated per
+        request and emitted in whole tokens, so the mean is exact and the steps
+        deterministic; at least the target model's own token, at most all verified."""
+        spec = self.settings.speculative
+        assert spec is not None
+        proposals = verified - 1
+        if proposals:
+            self.spec_drafts += 1
+            self.spec_draft_tokens += proposals
+        expected = type(spec)(spec.method, proposals, spec.acceptance_rate).expected_tokens
+        request.spec_credit += expected
+        kept = max(1, min(verified, int(request.spec_credit)))
+        request.spec_credit -= kept
+        self.spec_accepted_tokens += kept - 1
+        return kept
 
     def _register(self, request: SimRequest) -> None:
         """Puts the request's newly completed full prompt blocks into the prefix cache."""
@@ -348,6 +398,155 @@ class Scheduler:
             request.private -= 1
             self.pool.refs[block_hash] = 1
             request.cached.append(block_hash)
+
+
+class _PoolsView:
+    """The KV blocks of all data-parallel ranks as one server reports them: usage over all
+    ranks' blocks; ``num_blocks`` per rank, as vLLM's ``cache_config_info`` states it."""
+
+    def __init__(self, ranks: Sequence[Scheduler]):
+        self._ranks = ranks
+
+    @property
+    def num_blocks(self) -> int:
+        return self._ranks[0].pool.num_blocks
+
+    @property
+    def usage(self) -> float:
+        total = sum(rank.pool.num_blocks for rank in self._ranks)
+        used = sum(rank.pool.num_blocks - rank.pool.available for rank in self._ranks)
+        return used / total if total else 0.0
+
+
+class DataParallelScheduler(Scheduler):
+    """``data_parallel_size`` engine cores behind one API server, as vLLM runs them
+    (docs/serving/data_parallel_deployment.md; ``vllm/v1/engine/core_client.py``,
+    ``DPLBAsyncMPClient``).
+
+    Guarantees:
+
+    - Each rank is a ``Scheduler`` of its own: its own KV cache (the plan's blocks), its own
+      ``max_num_seqs`` and token budget. A request goes to the rank of lowest
+      ``4 x waiting + running`` when it reaches the API server (first rank on a tie) and
+      stays there; the counts are exact here, where vLLM's are up to 100 ms stale.
+    - The ranks step together: every step lasts as long as the slowest rank's batch, and a
+      MoE model's experts see every rank's tokens (``StepModel.cost``'s ``moe_tokens``).
+      vLLM runs a MoE model's ranks so ("forward passes must be aligned"); a dense model's
+      ranks are independent there, so for it lockstep is an approximation that makes a
+      step no shorter than its own rank's.
+    - The same interface as ``Scheduler``: counters summed over ranks; one front end.
+    """
+
+    def __init__(self, ranks: Sequence[Scheduler], noise: StepNoise | None = None):
+        # Not Scheduler.__init__: the state is the ranks'; these attributes are the server's.
+        self.ranks = list(ranks)
+        self.settings = ranks[0].settings
+        self.step_model = ranks[0].step_model
+        self.noise = noise
+        self.front_end = ranks[0].front_end  # shared by every rank: one API server
+        self.steps = 0
+        self._rank_of: dict[int, Scheduler] = {}
+
+    # The server's view of its ranks' state, read-only: each rank keeps its own.
+    @property  # type: ignore[override]
+    def pool(self) -> _PoolsView:
+        return _PoolsView(self.ranks)
+
+    @property  # type: ignore[override]
+    def running(self) -> list[SimRequest]:
+        return [request for rank in self.ranks for request in rank.running]
+
+    @property  # type: ignore[override]
+    def waiting(self) -> deque[SimRequest]:
+        return deque(request for rank in self.ranks for request in rank.waiting)
+
+    @property  # type: ignore[override]
+    def preemptions(self) -> int:
+        return sum(rank.preemptions for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def prefix_queries(self) -> int:
+        return sum(rank.prefix_queries for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def prefix_hits(self) -> int:
+        return sum(rank.prefix_hits for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def prompt_tokens(self) -> int:
+        return sum(rank.prompt_tokens for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def generation_tokens(self) -> int:
+        return sum(rank.generation_tokens for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def spec_drafts(self) -> int:
+        return sum(rank.spec_drafts for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def spec_draft_tokens(self) -> int:
+        return sum(rank.spec_draft_tokens for rank in self.ranks)
+
+    @property  # type: ignore[override]
+    def spec_accepted_tokens(self) -> int:
+        return sum(rank.spec_accepted_tokens for rank in self.ranks)
+
+    def add(self, request: SimRequest) -> None:
+        admitted = self.front_end.admit(request.arrival, request.prompt_len)
+        request.ready_at = admitted + self.step_model.eff.request_overhead_s
+        rank = min(self.ranks, key=lambda r: 4 * len(r.waiting) + len(r.running))
+        rank.waiting.append(request)
+        self._rank_of[request.id] = rank
+
+    def waiting_at(self, now: float) -> int:
+        return sum(rank.waiting_at(now) for rank in self.ranks)
+
+    def ready_later(self, now: float) -> float | None:
+        times = [t for rank in self.ranks if (t := rank.ready_later(now)) is not None]
+        return min(times) if times else None
+
+    def abort(self, request: SimRequest) -> None:
+        rank = self._rank_of.pop(request.id, None)
+        if rank is not None:
+            rank.abort(request)
+
+    @property
+    def has_work(self) -> bool:
+        return any(rank.has_work for rank in self.ranks)
+
+    def schedule(self, now: float) -> Step | None:
+        picked = [(rank, rank.pick(now)) for rank in self.ranks]
+        busy = [(rank, found) for rank, found in picked if found is not None]
+        if not busy:
+            return None
+        shapes = [batch_shape(items) for _, (items, _) in busy]
+        moe_tokens = sum(new for batch, _ in shapes for new, _ in batch)
+        seconds = max(
+            rank.step_model.cost(batch, sampled, moe_tokens).seconds
+            for (rank, _), (batch, sampled) in zip(busy, shapes, strict=True)
+        )
+        if self.noise is not None:
+            seconds = self.noise.duration(now, seconds)
+        parts = tuple(
+            (rank, Step(tuple(items), seconds, preempted)) for rank, (items, preempted) in busy
+        )
+        return Step(
+            tuple(item for _, part in parts for item in part.items),
+            seconds,
+            sum(part.preempted for _, part in parts),
+            parts,
+        )
+
+    def finish(self, step: Step, now: float) -> list[SimRequest]:
+        self.steps += 1
+        finished = []
+        for rank, part in step.parts:
+            done = rank.finish(part, now)
+            for request in done:
+                self._rank_of.pop(request.id, None)
+            finished.extend(done)
+        return finished
 
 
 @dataclass(frozen=True)
@@ -492,11 +691,20 @@ def make_scheduler(
     noise: StepNoise | None = None,
 ) -> Scheduler:
     """A scheduler for ``model`` on ``gpu`` with serve ``flags`` (protocol names), the rest
-    as ``vllm_version`` sets them at ``entry_point``; raises ``StartRefusal`` where vLLM would
-    refuse to start (``agents.hardware.start_check``). ``efficiency`` and ``front_end`` are
-    the constants of its step model and API server (a calibration's, or the defaults);
-    ``noise`` its seeded step-time noise, if any."""
+    as ``vllm_version`` sets them at ``entry_point`` (a ``DataParallelScheduler`` of one
+    ``Scheduler`` per rank when ``data_parallel_size`` > 1); raises ``StartRefusal`` where
+    vLLM would refuse to start (``agents.hardware.start_check``). ``efficiency`` and
+    ``front_end`` are the constants of its step model and API server (a calibration's, or
+    the defaults); ``noise`` its seeded step-time noise, if any."""
     flags = with_version_defaults(gpu, flags or {}, vllm_version, entry_point)
     settings, plan = start_check(model, gpu, flags)
     step_model = StepModel(model, gpu, settings, plan, efficiency)
-    return Scheduler(settings, step_model, noise, front_end=front_end)
+    if settings.data_parallel_size == 1:
+        return Scheduler(settings, step_model, noise, front_end=front_end)
+    ranks = [
+        Scheduler(settings, step_model, front_end=front_end)
+        for _ in range(settings.data_parallel_size)
+    ]
+    for rank in ranks[1:]:
+        rank.front_end = ranks[0].front_end  # one API server streams every rank's tokens
+    return DataParallelScheduler(ranks, noise)
