@@ -35,7 +35,7 @@ from tests.polling import wait_for
 from .conftest import make_experiment, make_model
 from .live_server import broker_queue_delete, celery_worker, daphne_server, unacked_messages
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 WAITING_AGENT = f"{sys.executable} -c 'import time; time.sleep(300)'"
 SIM_EXPERIMENT = {

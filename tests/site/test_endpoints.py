@@ -198,6 +198,7 @@ def test_a_run_of_an_endpoint_without_a_price_has_an_unknown_cost(alice, server,
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.needs_redis
 @pytest.mark.parametrize("pricing", ["per_token", "per_hour"])
+@pytest.mark.slow
 def test_an_endpoint_experiment_runs_end_to_end_and_is_priced_at_the_endpoint(
     alice, server, allowed, own_broker_queue, tmp_path, pricing
 ):
@@ -288,6 +289,7 @@ def test_the_settings_page_adds_an_endpoint_and_never_renders_the_key(
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_builder_picks_an_endpoint_and_sends_nothing_it_hides(alice, charlie, server, allowed):
     endpoint = add_endpoint(alice, server.base_url).json()
     model = make_model(alice.org)
@@ -426,6 +428,7 @@ def test_a_new_host_for_an_endpoint_needs_its_key_again(alice, server, allowed):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.needs_redis
+@pytest.mark.slow
 def test_the_agent_reaches_the_endpoint_only_at_the_address_the_site_checked(
     alice, server, allowed, own_broker_queue, tmp_path, monkeypatch
 ):

@@ -23,7 +23,7 @@ from .conftest import make_experiment, make_model, signed_in
 from .live_server import celery_worker
 from .runpod_setup import post_run, runpod_site
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 KEY = "rpa_images_00000000000000000000dddd"
 TAGS = ("v0.11.0", "v0.12.0")

@@ -23,7 +23,7 @@ from .runpod_setup import (
     runpod_site,
 )
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 KEY = "rpa_acme_live_0123456789abcdef"
 
