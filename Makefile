@@ -79,7 +79,7 @@ PYTEST := eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TE
 
 test: test-fast test-slow
 
-test-fast: lint
+test-fast: lint $(DOCKER_COMPOSE)
 	@start=$$(date +%s); $(PYTEST) -m "not slow" $(PYTEST_ARGS); status=$$?; \
 	  echo "test-fast took $$(( $$(date +%s) - start ))s"; exit $$status
 
