@@ -55,10 +55,13 @@ def add_endpoint(person, base_url: str, **fields):
 
 
 def endpoint_experiment(person, endpoint_id, **fields):
+    # The SLO is judged at p50, which a level of 6 requests can judge: at p99 each level
+    # needs 299, and these tests are about reaching and pricing the endpoint, not windows.
     model = ModelSpec.objects.filter(organization=person.org).first() or make_model(person.org)
     body = {"name": "prod as it is", "model": str(model.id), "gpu_type": "NVIDIA H100 80GB HBM3",
             "engine": "endpoint", "endpoint": str(endpoint_id), "workload": WORKLOAD,
-            "slos": {"ttft_ms": 2000}, "budget_cap_usd": "5.00"} | fields  # fmt: skip
+            "slos": {"ttft_ms": 2000, "ttft_percentile": 50},
+            "budget_cap_usd": "5.00"} | fields  # fmt: skip
     return person.client().post(f"/api/v1/orgs/{person.org.slug}/experiments/", body, format="json")
 
 
