@@ -47,7 +47,9 @@ SIM_EXPERIMENT = {
         "concurrency": [1, 4],
         "requests_per_level": 8,
     },
-    "slos": {"ttft_ms": 2000},
+    # Judged at p50, which a level of 8 requests can judge (a p99 needs 299): these tests
+    # are about the run's way through the worker, not about windows.
+    "slos": {"ttft_ms": 2000, "ttft_percentile": 50},
 }
 
 
