@@ -1,4 +1,5 @@
-# Benchsite: `make demo` serves the site on embedded defaults; `make test` runs every check.
+# Benchsite: `make demo` serves the site on embedded defaults; `make test` runs every check
+# (`make test-fast`: lint and the tests that start no process, in a few minutes).
 # Both create .venv and install the locked dependencies on first use.
 
 PYTHON ?= python3
@@ -7,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint lock clean-venv bench-api
+.PHONY: demo test test-fast test-slow lint lock clean-venv bench-api
 
 $(STAMP): requirements/dev.lock.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -69,10 +70,22 @@ $(DOCKER_COMPOSE):
 # tests/service_env.py picks PostgreSQL and Redis on 127.0.0.1 when they answer; with CI=true
 # it fails when they don't, otherwise it falls back to SQLite and skips the Redis tests.
 # TEST_WORKERS parallel workers (pytest-xdist; tests/conftest.py keeps them apart); 0 runs the
-# suite in this process. On 2 cores 5 workers take about 14 min instead of 27 (docs/testing.md).
+# suite in this process.
+# Two tiers (docs/testing.md): `make test-fast` runs every test not marked slow (none starts
+# a server, a worker or an agent) in a few minutes; `make test-slow` runs the rest. `make test`
+# is lint and both, one after the other, so that no test runs twice.
 TEST_WORKERS ?= 5
-test: lint $(CHROMIUM) $(DOCKER_COMPOSE)
-	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+PYTEST := eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+
+test: test-fast test-slow
+
+test-fast: lint $(DOCKER_COMPOSE)
+	@start=$$(date +%s); $(PYTEST) -m "not slow" $(PYTEST_ARGS); status=$$?; \
+	  echo "test-fast took $$(( $$(date +%s) - start ))s"; exit $$status
+
+test-slow: $(STAMP) $(CHROMIUM) $(DOCKER_COMPOSE)
+	@start=$$(date +%s); $(PYTEST) -m slow $(PYTEST_ARGS); status=$$?; \
+	  echo "test-slow took $$(( $$(date +%s) - start ))s"; exit $$status
 
 bench-api: $(STAMP)
 	eval "$$($(BIN)/python tests/service_env.py)" && $(BIN)/python benchmarks/api_latency.py

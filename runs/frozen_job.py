@@ -368,10 +368,6 @@ def run_workload(run: Run) -> protocol.Workload:
     return protocol.Workload.model_validate(run.job_spec["workload"])
 
 
-def run_slos(run: Run) -> dict:
-    return run.job_spec["slos"]
-
-
 def run_model(run: Run) -> protocol.ModelSource:
     return protocol.ModelSource.model_validate(run.job_spec["model"])
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 BLOCKER = """
@@ -27,6 +29,7 @@ print(len(names) + 1)
 """
 
 
+@pytest.mark.slow
 def test_it_imports_every_agents_module_without_the_site_or_django():
     result = subprocess.run(
         [sys.executable, "-c", BLOCKER], cwd=ROOT, capture_output=True, text=True, timeout=120

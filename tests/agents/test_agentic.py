@@ -113,6 +113,7 @@ def test_synthesized_sessions_share_the_system_prompt_and_grow_their_context():
     assert len(subagent_tasks) >= 2  # each sub-agent its own task
 
 
+@pytest.mark.slow
 def test_a_replay_waits_for_parents_and_runs_sub_agents_side_by_side(server, tmp_path):
     source = agentic_prompts(EXAMPLE)
     (finished,) = steady_bench(
@@ -133,6 +134,7 @@ def test_a_replay_waits_for_parents_and_runs_sub_agents_side_by_side(server, tmp
     assert a.start < b.finished and b.start < a.finished  # at the same time
 
 
+@pytest.mark.slow
 def test_an_open_loop_level_starts_the_files_sessions_at_their_scaled_times(server):
     (finished,) = steady_bench(
         server, source=agentic_prompts(EXAMPLE), levels=({"request_rate": 4.0},),
@@ -177,6 +179,7 @@ def test_a_workload_names_synthesized_or_uploaded_sessions(tmp_path):
     assert prompt_source(uploaded, dataset_path=EXAMPLE).trace.requests == 8
 
 
+@pytest.mark.slow
 def test_bench_takes_synthesized_and_uploaded_sessions(server, tmp_path, capsys):
     out = tmp_path / "out.json"
     base = ["bench", "--base-url", server.base_url, "--model", "fake?ttft_ms=1&itl_ms=1"]
@@ -211,6 +214,7 @@ def test_the_simulator_offline_replays_dependencies_and_caches_the_shared_contex
     assert uploaded["duration"] > 1.0 + 0.8 + 2.5
 
 
+@pytest.mark.slow
 def test_offline_and_live_agentic_sessions_on_the_simulator_agree(tmp_path):
     source = AgenticPrompts(shape=SHAPE)
     config = BenchConfig(

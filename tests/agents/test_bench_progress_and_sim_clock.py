@@ -100,6 +100,7 @@ def serve_sim_at_speed_4():
 LOAD = ["--concurrency", "8", "--num-prompts", "48", "--input-len", "256", "--output-len", "64"]
 
 
+@pytest.mark.slow
 def test_against_serve_sim_at_speed_4_it_reports_the_modelled_gpus_figures_marked_simulated(
     serve_sim_at_speed_4, tmp_path, capsys
 ):

@@ -231,6 +231,7 @@ def test_the_simulator_offline_starts_sessions_at_a_rate_with_think_time():
     assert 2.0 < level["duration"] < 6.0
 
 
+@pytest.mark.slow
 def test_offline_and_live_sessions_on_the_simulator_agree(tmp_path):
     source = sessions_source(min_turns=3, max_turns=3, system_len=200, user_len=40, output_len=16)
     config = BenchConfig(

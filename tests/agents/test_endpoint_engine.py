@@ -78,6 +78,7 @@ def test_a_job_is_refused_without_its_base_url_or_with_one_for_another_engine():
         protocol.EngineSpec(kind="vllm", gpu_type="H100", gpu_count=1, base_url="http://x")
 
 
+@pytest.mark.slow
 def test_a_run_measures_the_endpoint_sending_the_key_as_a_bearer_token(server, tmp_path):
     before = server.auth()
     job = endpoint_job(server.base_url)
@@ -98,6 +99,7 @@ def test_a_run_measures_the_endpoint_sending_the_key_as_a_bearer_token(server, t
 
 
 @pytest.mark.parametrize("route", ["completions", "chat"])
+@pytest.mark.slow
 def test_an_endpoint_that_refuses_ignore_eos_is_measured_without_it(tmp_path, route):
     with FakeServer(api_key=KEY, refuse_fields=("ignore_eos",)) as strict:
         engine = EndpointEngine(base_url=strict.base_url, model="fake", api_key=KEY, route=route)
@@ -138,6 +140,7 @@ def test_the_key_comes_from_the_environment_only():
     assert EngineOptions.from_environment({}).endpoint_api_key is None
 
 
+@pytest.mark.slow
 def test_the_endpoint_is_reached_at_the_addresses_the_site_checked(server, tmp_path):
     """The name is never looked up (``.invalid`` resolves nowhere): the check and the load go
     to the addresses given, in turn (the first refuses)."""

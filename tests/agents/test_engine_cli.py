@@ -46,6 +46,7 @@ def test_engine_up_refuses_a_bad_file_with_exit_2(tmp_path, capsys):
     assert "expected a JSON object" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_engine_up_prints_the_failure_class_and_evidence(tmp_path, capsys):
     path = tmp_path / "engine.json"
     path.write_text(
@@ -65,6 +66,7 @@ def test_engine_up_prints_the_failure_class_and_evidence(tmp_path, capsys):
     assert "oom_at_startup" in err and "CUDA out of memory" in err
 
 
+@pytest.mark.slow
 def test_engine_up_serves_until_ctrl_c(tmp_path):
     path = tmp_path / "engine.json"
     path.write_text(

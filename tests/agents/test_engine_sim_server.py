@@ -21,6 +21,9 @@ from agents.loadgen import (
     run_levels,
 )
 
+# Every test serves the simulator from a process of its own.
+pytestmark = pytest.mark.slow
+
 SPEED = 4.0
 # Slower than real time, so that a step (about 23 ms of wall time) is long beside a busy
 # machine's stalls (at 2x, 6 ms steps once read 31 % long in CI with five test workers).

@@ -42,6 +42,7 @@ def gpus_file(stand_in, tmp_path, monkeypatch):
     return path
 
 
+@pytest.mark.slow
 def test_a_host_without_nvml_or_without_a_driver_reports_no_gpus(stand_in, monkeypatch):
     # No library at all (a fresh process that never loaded the stand-in).
     code = "from agents.telemetry import open_gpus; print(open_gpus())"
@@ -102,6 +103,7 @@ def test_a_levels_samples_become_each_gpus_mean_and_max(gpus_file):
     )
 
 
+@pytest.mark.slow
 def test_a_runs_measurements_and_progress_carry_the_gpus(gpus_file, tmp_path):
     job = make_job([{"max_num_seqs": 8}], concurrency=(2,), output_len=64, speed=1)
     summary, recorder, _ = run(
@@ -120,6 +122,7 @@ def test_a_runs_measurements_and_progress_carry_the_gpus(gpus_file, tmp_path):
         protocol.parse_agent_message({**message, "seq": seq})
 
 
+@pytest.mark.slow
 def test_a_simulated_engine_reports_no_gpus_of_this_host(gpus_file, tmp_path):
     job = make_job([{"max_num_seqs": 8}], concurrency=(2,), speed=20)
     summary, recorder, _ = run(job, tmp_path)
@@ -128,6 +131,7 @@ def test_a_simulated_engine_reports_no_gpus_of_this_host(gpus_file, tmp_path):
     assert all(m.get("gpus") is None for m in recorder.of("level_progress"))
 
 
+@pytest.mark.slow
 def test_bench_reports_this_hosts_gpus_when_asked(gpus_file, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out.json"
     with FakeServer() as server:

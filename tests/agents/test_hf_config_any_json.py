@@ -61,6 +61,7 @@ def _read(config) -> None:
 
 
 @pytest.mark.parametrize("base", sorted(ALL_CONFIGS))
+@pytest.mark.slow
 def test_any_value_under_any_key_gives_facts_or_a_value_error(base):
     @settings(
         max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)

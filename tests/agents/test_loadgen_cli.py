@@ -146,6 +146,7 @@ def test_bad_arguments_are_named_and_exit_with_code_2(arguments, message, capsys
     assert message in capsys.readouterr().err.replace("\n", " ")
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_the_levels_finished_so_far(server, tmp_path):
     out = tmp_path / "out.json"
     command = [
@@ -178,6 +179,7 @@ def test_ctrl_c_writes_the_levels_finished_so_far(server, tmp_path):
 
 
 @pytest.mark.skipif(not os.access(ROOT / ".venv/bin/benchsite-agent", os.X_OK), reason="no venv")
+@pytest.mark.slow
 def test_the_console_script_is_installed():
     result = subprocess.run(
         [str(ROOT / ".venv/bin/benchsite-agent"), "bench", "--help"],
@@ -186,6 +188,7 @@ def test_the_console_script_is_installed():
     assert result.returncode == 0 and "--request-rate" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_capacity_search_writes_what_it_found(server, tmp_path, capsys):
     out = tmp_path / "out.json"
     code = bench(server, "--concurrency", "1", "--num-prompts", "4", "--slo",

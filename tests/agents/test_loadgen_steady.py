@@ -50,6 +50,7 @@ def traffic(finished: LevelFinished) -> list[tuple]:
     return [(r.prompt_sha, r.requested_output_len, r.scheduled) for r in finished.records]
 
 
+@pytest.mark.slow
 def test_every_trial_with_the_same_seed_sends_the_same_traffic(server):
     first, second = bench(server), bench(server)
     for a, b in zip(first, second, strict=True):
@@ -72,6 +73,7 @@ def test_every_trial_with_the_same_seed_sends_the_same_traffic(server):
     )
 
 
+@pytest.mark.slow
 def test_a_repeated_level_gets_fresh_prompts(server):
     once, again = bench(server, levels=({"concurrency": 2},), repeats=2)
     assert again.result["repeat"] == 1 and "repeat" not in once.result
@@ -199,6 +201,7 @@ def _waves(count: int, *, stalled_every: int = 0) -> list[RequestRecord]:
     return records
 
 
+@pytest.mark.slow
 def test_a_closed_loops_rate_interval_does_not_read_its_waves_as_noise():
     # Three waves in the window: spans of time catch them in different phases (no token in a
     # prefill, many in a decode) — the same in every re-run of this traffic. The interval is

@@ -68,6 +68,7 @@ def config(server: FakeServer, **overrides) -> BenchConfig:
     return BenchConfig(**settings)
 
 
+@pytest.mark.slow
 def test_a_stop_mid_level_reports_the_finished_requests_and_starts_no_other_level(server):
     server.reset()
     events, stopped_at = collect(config(server), stop_after_requests=6)
@@ -98,6 +99,7 @@ def test_a_stop_before_a_level_starts_reports_nothing(server):
     assert server.truth() == {}
 
 
+@pytest.mark.slow
 def test_a_stop_in_an_open_loop_level_abandons_the_scheduled_requests(server):
     server.reset()
     events, _ = collect(

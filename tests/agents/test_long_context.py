@@ -4,8 +4,12 @@ counts every token, and its prefix cache holds the shared part for every later r
 
 from __future__ import annotations
 
+import pytest
+
 from agents.engines.sim.engine import sim_engine
 from agents.loadgen import BenchConfig, PrefixPrompts, event_loop_runner, run_levels
+
+pytestmark = pytest.mark.slow
 
 CONTEXT = 131_072  # Llama 3.1's whole context
 SHARED, SUFFIX, OUTPUT = 126_000, 1_000, 16

@@ -81,6 +81,7 @@ def closed_loop_config(**fields) -> BenchConfig:
     return BenchConfig(**(defaults | fields))
 
 
+@pytest.mark.slow
 def test_offline_levels_match_the_simulators_server_over_http(tmp_path):
     """The same closed-loop level measured by the load generator against serve-sim and
     predicted offline: the same keys, and the same figures within 15 %."""

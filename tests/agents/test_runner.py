@@ -105,6 +105,7 @@ def run(job: protocol.JobSpec, tmp_path, *, setup=None, **options):
     return summary, recorder, time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_two_trials_run_in_order_and_every_message_is_valid(tmp_path):
     job = make_job([{"max_num_seqs": 8}, {"max_num_seqs": 2}], output_len=64, speed=2)
     summary, recorder, _ = run(job, tmp_path)
@@ -145,6 +146,7 @@ def test_two_trials_run_in_order_and_every_message_is_valid(tmp_path):
     assert second["server"]["num_requests_waiting"]["max"] >= 1
 
 
+@pytest.mark.slow
 def test_a_failed_trial_is_recorded_with_its_class_and_the_run_goes_on(tmp_path):
     # 3% of an H100 leaves nothing for the KV cache after the weights: vLLM (and so the
     # simulator) refuses with "No available memory for the cache blocks".
@@ -162,6 +164,7 @@ def test_a_failed_trial_is_recorded_with_its_class_and_the_run_goes_on(tmp_path)
     assert summary.outcome == "succeeded" and summary.trials_failed == 1
 
 
+@pytest.mark.slow
 def test_a_config_the_schema_refuses_fails_its_trial_only(tmp_path):
     job = make_job([{"max_num_seqs": 4}], concurrency=(1,), requests=2)
     job.trials.insert(0, protocol.TrialSpec(index=5, serve_config={"no_such_flag": 1}))
@@ -172,6 +175,7 @@ def test_a_config_the_schema_refuses_fails_its_trial_only(tmp_path):
     assert finished[0]["outcome"] == "succeeded"
 
 
+@pytest.mark.slow
 def test_the_deadline_ends_the_level_in_progress_and_skips_the_rest(tmp_path):
     # Each request lasts seconds at speed 1 (the first level minutes): the deadline falls
     # inside it, also when a busy machine (parallel test workers) slows the start-up down —
@@ -204,6 +208,7 @@ def test_the_deadline_ends_the_level_in_progress_and_skips_the_rest(tmp_path):
     assert elapsed < deadline_in + 15
 
 
+@pytest.mark.slow
 def test_a_stop_request_from_another_thread_ends_the_run_within_seconds(tmp_path):
     job = make_job(
         [{"max_num_seqs": 8}, {"max_num_seqs": 4}],
@@ -233,6 +238,7 @@ def test_a_stop_request_from_another_thread_ends_the_run_within_seconds(tmp_path
     assert stopped_at - asked[0] < 10
 
 
+@pytest.mark.slow
 def test_an_engine_dying_mid_level_fails_its_trial_as_a_crash(tmp_path):
     job = make_job(
         [{"max_num_seqs": 8}, {"max_num_seqs": 4}],
@@ -258,6 +264,7 @@ def test_an_engine_dying_mid_level_fails_its_trial_as_a_crash(tmp_path):
     assert summary.outcome == "succeeded" and summary.trials_failed == 1
 
 
+@pytest.mark.slow
 def test_progress_is_throttled_and_heartbeats_keep_coming(tmp_path):
     job = make_job([{"max_num_seqs": 8}], concurrency=(4,), requests=48, output_len=64, speed=4)
     _, recorder, elapsed = run(job, tmp_path, heartbeat_every=0.5, progress_every=0.5)
@@ -288,6 +295,7 @@ def test_a_stop_before_the_run_starts_skips_every_trial(tmp_path, outcome):
     assert not recorder.of("trial_started")
 
 
+@pytest.mark.slow
 def test_every_trial_is_sent_the_runs_traffic_and_searches_its_capacity(tmp_path, monkeypatch):
     import agents.runner.runner as runner_module
 
@@ -338,6 +346,7 @@ def test_every_trial_is_sent_the_runs_traffic_and_searches_its_capacity(tmp_path
             assert capacity["output_throughput"] > 0
 
 
+@pytest.mark.slow
 def test_a_simulated_rate_is_a_rate_of_the_modelled_hardware(tmp_path):
     # At speed 20 the simulator's second lasts 50 ms: 4 req/s of the modelled GPU are sent as
     # 80 req/s of wall time, and reported as 4 again.

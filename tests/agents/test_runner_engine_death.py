@@ -22,6 +22,8 @@ from agents.runner.summary import read_journal
 from tests.agents.test_runner import FAST_STARTUP, NO_RESTARTS, make_job, run
 from tests.polling import wait_for
 
+pytestmark = pytest.mark.slow
+
 LEVELS = (1, 2, 4)
 
 

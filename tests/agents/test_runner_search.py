@@ -7,12 +7,16 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
+import pytest
+
 from agents import protocol
 from agents.hardware import DEFAULT_EFFICIENCY, REGISTERED_FACTS, ModelFacts, gpu_profile
 from agents.predict import predict_workload
 from agents.runner.trial_engine import EngineOptions
 from tests.agents.test_runner import make_job
 from tests.agents.test_runner import run as run_with_options
+
+pytestmark = pytest.mark.slow
 
 
 def run(job: protocol.JobSpec, tmp_path, **options):

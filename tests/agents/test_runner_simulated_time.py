@@ -37,6 +37,7 @@ def _figures(recorder) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 def test_it_gives_the_same_figures_on_an_idle_machine_and_a_busy_one(tmp_path):
     job = _job(noise_seed=11)
     summary, quiet, _ = run(job, tmp_path / "quiet", engine_options=IN_SIMULATED_TIME)
@@ -56,6 +57,7 @@ def test_it_gives_the_same_figures_on_an_idle_machine_and_a_busy_one(tmp_path):
     assert phases["kv_cache_sized"]["detail"]["kv_cache_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_another_noise_seed_is_a_realistic_rerun(tmp_path):
     _, first, _ = run(_job(noise_seed=1), tmp_path / "a", engine_options=IN_SIMULATED_TIME)
     _, second, _ = run(_job(noise_seed=2), tmp_path / "b", engine_options=IN_SIMULATED_TIME)
@@ -69,6 +71,7 @@ def test_another_noise_seed_is_a_realistic_rerun(tmp_path):
     assert differ == len(pairs)
 
 
+@pytest.mark.slow
 def test_without_noise_it_is_the_offline_prediction(tmp_path):
     job = _job(noise_seed=None, trials=({"max_num_seqs": 8},))
     _, recorder, _ = run(job, tmp_path, engine_options=IN_SIMULATED_TIME)

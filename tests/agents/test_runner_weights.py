@@ -79,6 +79,7 @@ def of(messages, kind):
     return [m for m in messages if m["type"] == kind]
 
 
+@pytest.mark.slow
 def test_the_first_trial_downloads_and_every_trial_serves_the_cache_offline(tmp_path, hub):
     summary, messages, asked_at_start, runner = run(vllm_job("org/open"), tmp_path, hub)
     assert (summary.outcome, summary.trials_succeeded) == ("succeeded", 2)
@@ -104,6 +105,7 @@ def test_the_first_trial_downloads_and_every_trial_serves_the_cache_offline(tmp_
     assert runner.tokenizer is None  # this repository ships no tokenizer.json
 
 
+@pytest.mark.slow
 def test_a_later_run_on_the_same_volume_finds_the_weights_warm(tmp_path, hub):
     run(vllm_job("org/open", trials=1), tmp_path, hub)
     served = hub.bytes_served
@@ -127,6 +129,7 @@ def test_a_refused_token_fails_the_run_before_any_vllm_starts(tmp_path, hub, tok
         assert token not in json.dumps(messages)
 
 
+@pytest.mark.slow
 def test_the_right_token_downloads_and_never_appears_in_a_message(tmp_path, hub):
     summary, messages, _, _ = run(vllm_job("org/gated", trials=1), tmp_path, hub, hf_token=TOKEN)
     assert summary.outcome == "succeeded"
@@ -152,6 +155,7 @@ def adapter_folder(root: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_lora_adapters_come_with_the_weights_and_requests_spread_over_them(tmp_path, hub):
     hub.add_folder("org/sql-lora", adapter_folder(tmp_path / "sql"))
     hub.add_folder("org/chat-lora", adapter_folder(tmp_path / "chat"))
@@ -191,6 +195,7 @@ def test_lora_adapters_come_with_the_weights_and_requests_spread_over_them(tmp_p
     assert result["lora_requests"] == {"sql": 3, "chat": 2}
 
 
+@pytest.mark.slow
 def test_a_speculative_draft_model_comes_with_the_weights(tmp_path, hub):
     hub.add_folder("org/draft", repo_folder(tmp_path / "draft"))
     draft = {"method": "eagle", "num_speculative_tokens": 2, "model": "org/draft",

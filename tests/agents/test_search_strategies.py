@@ -223,6 +223,7 @@ def test_a_brief_measurement_is_the_benchmark_at_a_fraction_of_its_effort():
 # -- the simulator as the world --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_on_a_simulated_world_prune_calibrates_and_finds_the_exhaustive_winner_for_less():
     world = Efficiency(flops=0.5, bandwidth=0.7, step_overhead_s=0.002, per_sequence_s=40e-6)
     grid = expand_serve_grid({"max_num_seqs": [8, 32, 128], "max_num_batched_tokens": [512, 4096]})

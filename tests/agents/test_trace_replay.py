@@ -123,6 +123,7 @@ def test_a_closed_loop_level_sends_the_traces_requests_in_order(server):
     assert (result.replay.requests, result.replay.time_scale) == (5, None)
 
 
+@pytest.mark.slow
 def test_a_gamma_open_loop_level_reports_its_send_lateness_too(server):
     (finished,) = bench(
         server, trace(TraceRequest(0.0, 3, 2)), ({"concurrency": 1},), steady_multiple=None
@@ -181,6 +182,7 @@ def test_a_workload_names_a_trace_file_and_its_window(tmp_path):
         config_from_workload(workload, base_url="http://x", model="m")
 
 
+@pytest.mark.slow
 def test_bench_takes_a_trace_file_and_names_what_is_wrong(server, tmp_path, capsys):
     out = tmp_path / "out.json"
     code = main(
@@ -203,6 +205,7 @@ def test_bench_takes_a_trace_file_and_names_what_is_wrong(server, tmp_path, caps
     assert "--trace-model" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_replays_at_a_time_scale_of_the_traces_own_times(server, tmp_path, capsys):
     out = tmp_path / "out.json"
     code = main(

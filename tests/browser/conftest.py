@@ -15,8 +15,8 @@ Fixtures (names are shared with every browser test):
   (member), ``charlie`` (owner of globex), and ``org_a``/``org_b``; as there, tasks enqueued
   by this process run in it (the live server's own go to its queue, deleted afterwards).
 
-Every test in this folder is marked ``browser`` (select with ``-m browser``). When Chromium
-or Playwright is missing the tests skip, except with CI=true, where they fail.
+Every test in this folder is marked ``browser`` (select with ``-m browser``) and ``slow``.
+When Chromium or Playwright is missing the tests skip, except with CI=true, where they fail.
 """
 
 from __future__ import annotations
@@ -62,9 +62,11 @@ TIMEOUT_MS = 20_000
 
 
 def pytest_collection_modifyitems(config, items):
+    # Each test drives Chromium against a Daphne serving the site: all of them are slow.
     for item in items:
         if item.path.is_relative_to(HERE):
             item.add_marker(pytest.mark.browser)
+            item.add_marker(pytest.mark.slow)
 
 
 def _unavailable(reason: str):

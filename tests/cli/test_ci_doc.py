@@ -22,7 +22,7 @@ from tests.site.test_celery_worker import SIM_EXPERIMENT
 
 from .test_cli_runs import ON_SIM, ON_VLLM, promote, seed_run, site_and_worker, switch, weak_levels
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 CI_DOC = ROOT / "docs" / "ci.md"
 # What a pipeline's platform fills in: GitHub's expressions and GitLab's predefined variables.

@@ -24,7 +24,7 @@ from tests.site.test_celery_worker import broker_queue  # noqa: F401  (no worker
 
 from .conftest import benchsite
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

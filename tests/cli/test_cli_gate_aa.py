@@ -14,7 +14,7 @@ from runs.demo.plans import SIM_DEMO, demo_experiment
 from .conftest import benchsite
 from .test_cli_runs import THRESHOLDS, site_and_worker
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 
 def test_an_unchanged_rerun_of_the_demo_passes_the_gate(alice, pods_dir, tmp_path):

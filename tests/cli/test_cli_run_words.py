@@ -19,7 +19,7 @@ from tests.site.live_server import daphne_server
 from .conftest import benchsite
 from .test_cli_runs import THRESHOLDS, seed_run, weak_levels
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def _config(trial: int, serve_config: dict, *, capacity: float, cost: str) -> ConfigAnswer:

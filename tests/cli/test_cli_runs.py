@@ -23,7 +23,7 @@ from tests.site.test_celery_worker import SIM_EXPERIMENT
 
 from .conftest import benchsite
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 THRESHOLDS = "p99_ttft_ms=10%,output_throughput=-5%,cost_per_mtok=5%"
 

@@ -18,6 +18,8 @@ from tests.site.live_server import daphne_server
 
 from .conftest import benchsite
 
+pytestmark = pytest.mark.slow
+
 KEY = "sk-gate-endpoint-0042"
 
 

@@ -171,6 +171,7 @@ def seed_run(experiment, ttfts: dict[str, float]) -> Run:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_the_cli_gates_each_image_of_a_run_read_from_the_site(alice, tmp_path):
     experiment = make_experiment(
         alice.org,

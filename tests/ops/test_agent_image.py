@@ -70,6 +70,7 @@ def _python(folder: Path, *args: str, env: dict | None = None) -> subprocess.Com
     )
 
 
+@pytest.mark.slow
 def test_it_imports_the_entrypoint_module_without_django(agent_only):
     probe = agent_only / "probe.py"
     probe.write_text(
@@ -90,6 +91,7 @@ def test_it_would_notice_the_agent_importing_django(agent_only):
     assert "django is not installed in the agent image" in result.stderr
 
 
+@pytest.mark.slow
 def test_it_runs_the_entrypoint_reading_the_job_from_the_environment(agent_only):
     # `benchsite-agent run` with no BENCHSITE_JOB: exit 2 and one line naming the variable.
     result = _python(agent_only, "agents.cli", "run", env={"PATH": "/usr/bin:/bin"})
@@ -128,6 +130,7 @@ def _imports() -> set[str]:
     return names
 
 
+@pytest.mark.slow
 def test_it_declares_every_library_the_agent_imports():
     declared = {Requirement(r).name.lower() for r in AGENT_PROJECT["dependencies"]}
     # A declared library brings its own requirements (pydantic brings pydantic-core).

@@ -75,6 +75,7 @@ def _docker_compose() -> str:
 @pytest.mark.parametrize(
     "files", [["compose.yaml"], ["compose.yaml", "compose.secrets.yaml"]], ids=["env", "secrets"]
 )
+@pytest.mark.slow
 def test_it_validates_against_the_compose_specification(compose_dir, files):
     args = [_docker_compose()]
     for name in files:
@@ -173,6 +174,7 @@ def test_it_keeps_secrets_in_the_example_as_placeholders():
     assert env["DEBUG"] == "false"
 
 
+@pytest.mark.slow
 def test_it_runs_the_site_with_the_example_once_the_placeholders_are_filled():
     env = _env_example()
     env = {k: v for k, v in env.items() if not k.startswith(("POSTGRES_", "COMPOSE_"))}

@@ -152,6 +152,7 @@ def test_its_health_check_passes_only_while_the_site_answers_healthz():
     assert unhealthy.returncode == 1 and "unhealthy" in unhealthy.stderr
 
 
+@pytest.mark.slow
 def test_it_serves_the_project_asgi_application_with_the_command_it_names():
     argv = _in_checkout(_exec_form(_all(SITE, "CMD")[-1]))
     assert Path(argv[0]).exists(), f"{argv[0]} is not installed by the runtime lock"
@@ -198,6 +199,7 @@ def test_it_keeps_the_build_only_settings_out_of_the_image_environment():
         assert name not in declared, f"{name} would reach the running containers"
 
 
+@pytest.mark.slow
 def test_it_collects_static_files_with_the_build_only_settings():
     # The same command the image build runs, without writing (--dry-run), on those values only.
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEBUG", "SECRET_KEY"))}
@@ -215,6 +217,7 @@ def test_it_collects_static_files_with_the_build_only_settings():
     assert "static file" in result.stdout
 
 
+@pytest.mark.slow
 def test_it_builds_the_agent_on_the_vllm_image_of_the_requested_version():
     instructions = _instructions(AGENT)
     first_from = next(i for i, (key, _) in enumerate(instructions) if key == "FROM")

@@ -93,6 +93,7 @@ def test_it_never_echoes_a_malformed_secret_from_a_file(tmp_path, monkeypatch):
     assert "s3cret" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_it_starts_in_production_with_every_secret_from_a_file(tmp_path):
     env = {k: v for k, v in PRODUCTION.items() if k not in SECRETS}
     for name in SECRETS:
@@ -117,6 +118,7 @@ def test_it_starts_in_production_with_every_secret_from_a_file(tmp_path):
     assert deploy.returncode == 0, deploy.stderr
 
 
+@pytest.mark.slow
 def test_it_stops_start_up_on_a_secret_set_both_ways_without_echoing_it(tmp_path):
     (tmp_path / "database_url").write_text(PRODUCTION["DATABASE_URL"])
     env = PRODUCTION | {"DATABASE_URL_FILE": str(tmp_path / "database_url")}

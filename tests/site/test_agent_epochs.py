@@ -213,6 +213,7 @@ def _start_agent(job_path, workdir, token: str) -> subprocess.Popen:
 
 @pytest.mark.usefixtures("sim_over_http")
 @pytest.mark.needs_redis
+@pytest.mark.slow
 def test_an_agent_restarted_without_its_workdir_loses_nothing(alice, tmp_path):
     run, token = new_sim_run(
         alice.org,

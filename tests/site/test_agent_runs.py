@@ -211,6 +211,7 @@ def test_a_two_trial_simulated_run_streams_into_the_site(alice, tmp_path):
     assert_site_holds_the_journal(run, journal)
 
 
+@pytest.mark.slow
 def test_a_socket_cut_again_and_again_loses_nothing_and_stores_nothing_twice(alice, tmp_path):
     run, token = new_sim_run(alice.org)
     site = Site(run.id, token, cut_after=5)
@@ -222,6 +223,7 @@ def test_a_socket_cut_again_and_again_loses_nothing_and_stores_nothing_twice(ali
     assert_site_holds_the_journal(run, journal)
 
 
+@pytest.mark.slow
 def test_a_cancel_from_the_site_stops_the_agent_within_seconds(alice, tmp_path):
     run, token = new_sim_run(
         alice.org,
@@ -263,6 +265,7 @@ def test_a_cancel_from_the_site_stops_the_agent_within_seconds(alice, tmp_path):
     assert_site_holds_the_journal(run, journal)
 
 
+@pytest.mark.slow
 def test_the_deadline_stops_the_run_mid_level_and_its_partial_results_arrive(alice, tmp_path):
     run, token = new_sim_run(
         alice.org,

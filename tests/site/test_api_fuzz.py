@@ -35,6 +35,9 @@ from runs.services.tenancy import token_create
 
 from .conftest import SYSTEM, cast_create, frozen, make_experiment, rows_kept_for_the_module
 
+# Fuzzing: many cases of a second or more each.
+pytestmark = pytest.mark.slow
+
 EXAMPLES_PER_OPERATION = 25
 
 

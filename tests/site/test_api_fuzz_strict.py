@@ -17,6 +17,8 @@ from runs.services.experiments import EXPERIMENT_FIELDS
 
 from .conftest import MODEL_FIELDS, experiment_payload, make_model
 
+pytestmark = pytest.mark.slow
+
 # Scalars a coercing API would read as something else, and numbers no bound lets through.
 LOOK_ALIKES = st.sampled_from(
     ["2", "2.0", "true", "yes", "1e308", "", " ", "null", "[]", 2.0, 1e308, -1e308, 2**63, True]

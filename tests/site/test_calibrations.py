@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from django.urls import reverse
 from django.utils import timezone
 
@@ -139,6 +140,7 @@ def test_a_simulated_or_failed_run_stores_no_calibration(alice, django_capture_o
     assert list(calibration.runs.all()) == [measured]
 
 
+@pytest.mark.slow
 def test_a_prediction_names_its_calibration_and_its_fit_error(alice, charlie):
     experiment = calibrated_experiment(alice.org)
     default = experiment_prediction(experiment=experiment)
@@ -193,6 +195,7 @@ def test_a_prediction_names_its_calibration_and_its_fit_error(alice, charlie):
     assert experiment_prediction(experiment=other).calibration is None
 
 
+@pytest.mark.slow
 def test_a_pruning_run_starts_from_the_newest_calibration_and_its_page_says_which(alice):
     experiment = calibrated_experiment(
         alice.org,

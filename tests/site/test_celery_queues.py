@@ -68,6 +68,7 @@ def test_notification_tasks_go_to_their_own_queue_and_the_rest_to_the_default_on
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_worker_started_without_q_takes_notifications_too(broker_queue, tmp_path):  # noqa: F811
     log = tmp_path / "worker.log"
     with celery_worker(log):

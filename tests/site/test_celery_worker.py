@@ -35,7 +35,7 @@ from tests.polling import wait_for
 from .conftest import make_experiment, make_model
 from .live_server import broker_queue_delete, celery_worker, daphne_server, unacked_messages
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 WAITING_AGENT = f"{sys.executable} -c 'import time; time.sleep(300)'"
 SIM_EXPERIMENT = {
@@ -47,7 +47,9 @@ SIM_EXPERIMENT = {
         "concurrency": [1, 4],
         "requests_per_level": 8,
     },
-    "slos": {"ttft_ms": 2000},
+    # Judged at p50, which a level of 8 requests can judge (a p99 needs 299): these tests
+    # are about the run's way through the worker, not about windows.
+    "slos": {"ttft_ms": 2000, "ttft_percentile": 50},
 }
 
 

@@ -35,6 +35,7 @@ async def test_it_round_trips_a_message_through_the_configured_redis_layer(layer
 
 
 @pytest.mark.needs_redis
+@pytest.mark.slow
 async def test_it_keeps_waiting_on_an_idle_channel_longer_than_redis_py_s_default_timeout(layer):
     # redis-py 8 would abort the layer's blocking read after 5 s (channels_redis#422),
     # tearing down every quiet browser socket.

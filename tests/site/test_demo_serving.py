@@ -34,6 +34,8 @@ from tests.polling import wait_for
 
 from .live_server import free_port
 
+pytestmark = pytest.mark.slow
+
 QWEN = "Qwen 7B: prefix caching (simulated)"
 LLAMA = "Llama 8B on H100: max_num_batched_tokens (simulated)"
 TERMINAL = {"succeeded", "failed", "cancelled", "over_budget"}

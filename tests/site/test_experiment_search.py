@@ -174,6 +174,7 @@ SEARCH_GRID = {"max_num_seqs": [1, 4, 16], "max_num_batched_tokens": [256, 2048]
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_pruning_run_measures_the_survivors_and_the_site_shows_every_fate(alice, tmp_path):
     experiment = make_experiment(
         alice.org,
@@ -258,6 +259,7 @@ def test_a_pruning_run_starts_its_predictions_from_the_latest_calibration(alice)
 
 
 @pytest.mark.parametrize("kind", ["chat_sessions", "mooncake"])
+@pytest.mark.slow
 def test_a_pruning_search_predicts_sessions_and_traces(alice, kind):
     capacity = {"capacity": {"max_probes": 2, "max_load": 8}, "requests_per_level": 16}
     if kind == "mooncake":

@@ -18,7 +18,7 @@ from runs.models import AgentMessageRecord, Run
 from .live_server import ROOT, daphne_server, free_port
 from .test_agent_runs import assert_site_holds_the_journal, new_sim_run
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 # The simulator 10x faster than the GPU it models (results are rescaled and labelled).
 SIM_SPEED = 10.0

@@ -15,7 +15,7 @@ from runs.models import Measurement, Run
 from .live_server import daphne_server
 from .test_agent_ingest import RESULT, _new_run, messages
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -295,6 +295,7 @@ def test_the_stored_architecture_is_what_a_job_carries(alice):
         assert source.facts() == model.facts
 
 
+@pytest.mark.slow
 def test_it_never_fails_on_any_config_or_any_value_under_a_key_of_one(alice):
     model = make_model(alice.org)
     url = reverse("model-detail", kwargs={"org": "acme", "pk": model.pk})

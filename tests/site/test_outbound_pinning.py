@@ -48,6 +48,7 @@ def send_test(hook, capture):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.needs_redis
 @pytest.mark.usefixtures("broker_queue")  # tasks go over Redis to the worker below
+@pytest.mark.slow
 def test_a_worker_posts_a_hook_only_to_the_address_it_checked(
     alice, receiver, monkeypatch, tmp_path
 ):

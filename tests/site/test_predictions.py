@@ -26,6 +26,7 @@ GRID = {"max_num_seqs": [4, 64], "max_num_batched_tokens": [2048]}
 SLOS = {"ttft_ms": 1000, "tpot_ms": 25, "tpot_percentile": 95}
 
 
+@pytest.mark.slow
 def test_it_predicts_each_configurations_capacity_and_cost_at_the_slos(alice):
     experiment = make_experiment(alice.org, serve_grid=GRID, workload=SMALL_WORKLOAD, slos=SLOS)
     prediction = experiment_prediction(experiment=experiment)
@@ -67,6 +68,7 @@ def test_a_configuration_vllm_would_refuse_is_predicted_so(alice):
     assert row.capacity is None and row.cost_per_million_usd is None
 
 
+@pytest.mark.slow
 def test_the_api_predicts_a_saved_experiment_and_a_draft_storing_nothing(alice, bob):
     experiment = make_experiment(alice.org, serve_grid=GRID, workload=SMALL_WORKLOAD, slos=SLOS)
     runs, events = Run.objects.count(), AuditEvent.objects.count()
@@ -123,6 +125,7 @@ SESSIONS = {
 }
 
 
+@pytest.mark.slow
 def test_a_chat_session_workload_is_predicted_turn_by_turn(alice):
     experiment = make_experiment(alice.org, serve_grid=GRID, workload=SESSIONS, slos=SLOS)
     prediction = experiment_prediction(experiment=experiment)
@@ -182,6 +185,7 @@ def calibration_row(experiment, *, bandwidth=0.4, created_at=None) -> Calibratio
     return row
 
 
+@pytest.mark.slow
 def test_a_prediction_uses_the_organizations_latest_calibration_and_names_it(alice, charlie):
     experiment = make_experiment(alice.org, serve_grid=GRID, workload=SMALL_WORKLOAD, slos=SLOS)
     default = experiment_prediction(experiment=experiment)

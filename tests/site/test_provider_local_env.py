@@ -8,10 +8,14 @@ import json
 import uuid
 from pathlib import Path
 
+import pytest
+
 from runs.providers.base import PodSpec, PodState, pod_name
 from runs.providers.local import LocalProvider
 from tests.agents.test_runner import make_job
 from tests.polling import wait_for
+
+pytestmark = pytest.mark.slow
 
 SITE_SECRETS = {
     "SECRET_KEY": "recognizable-secret-key-4417",

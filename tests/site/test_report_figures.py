@@ -234,6 +234,7 @@ def _body(client, path: str, params: dict) -> bytes:
     return b"".join(response.streaming_content) if response.streaming else response.content
 
 
+@pytest.mark.slow
 def test_it_serves_every_report_page_and_csv_byte_for_byte_as_from_the_levels(history, web):
     choice = f"/o/acme/reports/choice/{history.small.id}/"
     pages = [

@@ -111,6 +111,7 @@ def levels_read(client, path: str) -> int:
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["figures kept", "from the levels"])
+@pytest.mark.slow
 def test_it_reads_the_cost_report_in_as_many_queries_for_ten_times_the_runs(history, web, kept):
     add_runs(history, 3)
     if kept:
@@ -134,6 +135,7 @@ def test_it_reads_the_cost_report_in_as_many_queries_for_ten_times_the_runs(hist
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["figures kept", "from the levels"])
+@pytest.mark.slow
 def test_it_reads_the_model_choice_in_as_many_queries_for_ten_times_the_runs(history, web, kept):
     path = f"/o/acme/reports/choice/{history.small.id}/"
     add_runs(history, 3)

@@ -184,6 +184,7 @@ def test_it_rents_exactly_one_pod_once_a_transient_fault_passes(
 
 
 @pytest.mark.parametrize("times", [1, 2])
+@pytest.mark.slow
 def test_a_create_the_client_gave_up_on_leaves_one_pod_after_reconcile(
     acme,
     fake,
@@ -217,6 +218,7 @@ def test_a_create_the_client_gave_up_on_leaves_one_pod_after_reconcile(
     assert fake.pods(KEY) == []
 
 
+@pytest.mark.slow
 def test_a_pod_rented_late_by_an_earlier_attempt_is_adopted_with_a_token_the_site_accepts(
     acme,
     fake,
@@ -419,6 +421,7 @@ def test_reconcile_fails_a_run_whose_pod_died_and_gives_the_pod_back(
     ],
 )
 @pytest.mark.usefixtures("sim_over_http")
+@pytest.mark.slow
 def test_a_pod_that_dies_mid_run_fails_the_run_and_keeps_its_measurements(
     alice, settings, monkeypatch, tmp_path, death, reason
 ):

@@ -23,7 +23,7 @@ from .conftest import make_experiment, make_model, signed_in
 from .live_server import celery_worker
 from .runpod_setup import post_run, runpod_site
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 KEY = "rpa_images_00000000000000000000dddd"
 TAGS = ("v0.11.0", "v0.12.0")
@@ -85,7 +85,8 @@ def test_two_image_tags_run_on_two_pods_one_after_another_and_split_the_results(
                 "concurrency": LEVELS,
                 "requests_per_level": 8,
             },
-            slos={"ttft_ms": 2000},
+            # Judged at p50, which a level of 8 requests can judge (a p99 needs 299).
+            slos={"ttft_ms": 2000, "ttft_percentile": 50},
         )
         with PodWatch(fake) as watch:
             response = post_run(alice, experiment, "which vLLM?")

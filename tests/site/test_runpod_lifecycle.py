@@ -113,6 +113,7 @@ def assert_billed_to_the_second(run, usd_per_hr: Decimal) -> None:
 
 
 @pytest.mark.needs_redis
+@pytest.mark.slow
 def test_it_uses_each_organizations_own_key_when_two_start_runs_at_once(
     alice, charlie, settings, monkeypatch, tmp_path, own_broker_queue
 ):
@@ -200,6 +201,7 @@ def test_it_uses_each_organizations_own_key_when_two_start_runs_at_once(
 
 @pytest.mark.usefixtures("sim_over_http")
 @pytest.mark.needs_redis
+@pytest.mark.slow
 def test_a_cancel_terminates_the_pod_within_one_reconcile_period_and_keeps_the_results(
     alice, settings, monkeypatch, tmp_path, own_broker_queue, record_property
 ):
@@ -342,6 +344,7 @@ def test_it_refuses_a_run_over_a_cap_before_anything_reaches_runpod(
 
 @pytest.mark.usefixtures("sim_over_http")
 @pytest.mark.needs_redis
+@pytest.mark.slow
 def test_it_stops_a_run_at_its_cap_mid_run_keeping_its_results_and_billing_it_exactly(
     alice, charlie, settings, monkeypatch, tmp_path, own_broker_queue
 ):

@@ -25,7 +25,7 @@ from tests.polling import wait_for
 from .conftest import make_experiment, make_model, signed_in
 from .runpod_setup import post_run, runpod_site
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 KEY = "rpa_resume_00000000000000000000cccc"
 GRID = [8, 4, 2]

@@ -403,6 +403,7 @@ def test_a_failed_or_unpromoted_run_is_not_called_passed(history, alice, waiting
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.needs_redis
+@pytest.mark.slow
 def test_a_real_beat_fires_the_schedule_and_a_worker_starts_the_run(
     alice, own_broker_queue, waiting_local_pods, tmp_path
 ):

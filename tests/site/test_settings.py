@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import WORKER_OWN_SETTINGS
 
+# Every test starts Django in a process of its own (manage.py check, or an import).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = {
     "SECRET_KEY": "k" * 20 + "-production-only-7f3a9c2e41d8b6a5c0e9f2d4b7a1c3e5",

@@ -27,7 +27,7 @@ from .live_server import daphne_server, free_port
 from .test_agent_runs import assert_site_holds_the_journal
 from .test_celery_worker import broker_queue  # noqa: F401  (Daphne's tasks go to our queue)
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_redis, pytest.mark.slow]
 
 # Long enough at 10x that a pass, a stop and a start of Daphne fit inside the run.
 SIM_EXPERIMENT = {

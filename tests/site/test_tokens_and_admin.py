@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
 from django.test import Client
 from django.utils import timezone
 
@@ -40,6 +41,7 @@ def _staff_client() -> Client:
     return client
 
 
+@pytest.mark.slow
 def test_it_shows_staff_the_audit_log_read_only(alice):
     client = _staff_client()
     event = AuditEvent.objects.filter(organization=alice.org).first()

@@ -490,6 +490,7 @@ def test_the_agent_downloads_its_runs_trace_as_uploaded(alice, kind, content_typ
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_trace_workload_is_predicted_on_its_window(alice):
     dataset = stored(alice.org, "mooncake")
     window = {"start_seconds": 4, "duration_seconds": 3}  # 7 of the 24 requests (above)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from django.apps import apps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,7 @@ def named_unscoped(read: Read) -> bool:
     return read.function.startswith("unscoped_")
 
 
+@pytest.mark.slow
 def test_it_names_every_lookup_by_secret_unscoped():
     found = [read for _, read in site_reads() if read.by_secret and read.is_a_read]
     assert found, "the token lookups were not found: the scan is void"

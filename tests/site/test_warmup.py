@@ -6,6 +6,7 @@ import gc
 import subprocess
 import sys
 
+import pytest
 from django.template import engines
 from django.test import override_settings
 
@@ -33,6 +34,7 @@ def test_it_compiles_every_site_template_into_the_cached_loader():
         assert set(_site_templates()) <= set(cached)
 
 
+@pytest.mark.slow
 def test_the_asgi_application_is_warm_when_it_is_imported():
     probe = (
         "import gc, benchsite.asgi;"

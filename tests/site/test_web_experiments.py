@@ -147,6 +147,7 @@ def test_it_sends_anonymous_visitors_to_sign_in(alice):
         assert response.url.startswith("/login/?next="), name
 
 
+@pytest.mark.slow
 def test_it_lets_every_member_read_every_page(alice, bob, mallory):
     experiment = make_experiment(alice.org, name="secret-sauce")
     urls = page_urls(alice.org, experiment.model, experiment)
@@ -446,6 +447,7 @@ def test_it_checks_and_estimates_a_draft_without_storing_it(alice):
     assert database_state() == before
 
 
+@pytest.mark.slow
 def test_it_predicts_a_draft_on_the_simulator_without_storing_it(alice, bob):
     """The builder's "Predict on the simulator": the same figures as the API's prediction,
     labelled simulated, for a viewer too; without JavaScript the page shows the table."""

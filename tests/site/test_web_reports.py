@@ -445,6 +445,7 @@ def test_it_sends_anonymous_visitors_to_sign_in(history, promotion):
         assert response.status_code == 302 and response.url.startswith("/login/"), path
 
 
+@pytest.mark.slow
 def test_it_lets_a_viewer_read_but_not_propose(history, promotion, bob):
     client = signed_in(bob)
     for path in _paths(history, promotion)[:-1]:

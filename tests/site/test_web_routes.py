@@ -107,6 +107,7 @@ def test_every_organization_page_is_found_and_checked():
 # the organization's history is built once, and the failures are listed together.
 
 
+@pytest.mark.slow
 def test_a_stranger_gets_404_for_every_page_of_another_organization(acme_world, charlie):
     client = Client()
     client.force_login(charlie.user)
