@@ -67,6 +67,8 @@ def test_decode_context_parallel_holds_eight_times_the_million_token_sessions():
         start_check(facts, b300, {**SERVE, "decode_context_parallel_size": 16})
 
 
+# A million-token prefill and its sessions in simulated time: 15–25 s of CPU (the slow tier).
+@pytest.mark.slow
 def test_the_talks_case_predicts_capacity_and_cost_simulated(tmp_path):
     model, serve, out = tmp_path / "config.json", tmp_path / "serve.json", tmp_path / "out.json"
     model.write_text(json.dumps(KIMI_CLASS))
