@@ -4,12 +4,21 @@ agents.hardware's, read through GpuType.hardware by the API and the pages (issue
 from __future__ import annotations
 
 import datetime
+import importlib
+from decimal import Decimal
 
 import pytest
+from django.apps import apps
 from django.urls import reverse
 
 from agents.hardware import gpu_profile
-from runs.gpu_catalogue_seed import GPU_CATALOGUE, GPU_DATASHEETS
+from runs.gpu_catalogue_seed import (
+    GB200_PRICE_NOTE,
+    GB200_UNPRICED_NOTE,
+    GPU_CATALOGUE,
+    GPU_DATASHEETS,
+    PRICE_SOURCE,
+)
 from runs.models import GpuType
 
 from .conftest import H100, make_model, signed_in
@@ -119,3 +128,26 @@ def test_it_orders_the_gpu_types_by_memory_with_unknown_ones_last(alice):
     assert [gpu.display_name for gpu in GpuType.by_memory()] == expected
     page = signed_in(alice).get("/o/acme/models/").content.decode()
     assert sorted(expected, key=page.index) == expected  # the fit table's rows, in that order
+
+
+GB200_PRICED = importlib.import_module("runs.migrations.0043_gb200_seeded_price").forwards
+
+
+def test_the_migration_prices_an_unpriced_seeded_gb200_and_nothing_an_operator_set(alice):
+    # A GB200 row as the seed wrote it before it had a price.
+    seeded_before = f"{PRICE_SOURCE}; {GB200_UNPRICED_NOTE}"
+    GpuType.objects.filter(id="NVIDIA GB200").update(
+        price_secure_usd_hr=None, price_source=seeded_before
+    )
+    GB200_PRICED(apps, None)
+    row = GpuType.objects.get(id="NVIDIA GB200")
+    expected = next(entry[2] for entry in GPU_CATALOGUE if entry[0] == "NVIDIA GB200")
+    assert expected is not None and row.price_secure_usd_hr == Decimal(expected)
+    assert row.price_source == f"{PRICE_SOURCE}; {GB200_PRICE_NOTE}"
+    # A row an operator re-sourced (still unpriced) is left as it is.
+    GpuType.objects.filter(id="NVIDIA GB200").update(
+        price_secure_usd_hr=None, price_source="our own contract"
+    )
+    GB200_PRICED(apps, None)
+    row.refresh_from_db()
+    assert (row.price_secure_usd_hr, row.price_source) == (None, "our own contract")
