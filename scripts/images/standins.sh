@@ -24,10 +24,15 @@ UBUNTU_SUITE=noble
 # only a key with this fingerprint is taken from it.
 UBUNTU_ARCHIVE_KEY=F6ECB3762474EDA9D21B7022871920D1991BC93C
 
-# What the bases are made of: a change to any of these makes new stand-ins.
+# What the bases are made of: a change to any of these makes new stand-ins. Each file is
+# hashed with its path relative to its own folder, in a fixed order, so every checkout of the
+# same commit (CI's fresh clone included) finds the bases the others built.
 inputs_digest() {
-  find "$here/standins.sh" "$here/buildah.sh" "$root/docker/standin" /usr/local/share/ca-certificates -type f -not -name '*.pyc' \
-    | sort | xargs cat | sha256sum | cut -c1-16
+  {
+    (cd "$root" && find scripts/images/standins.sh scripts/images/buildah.sh docker/standin \
+       -type f -not -name '*.pyc' | LC_ALL=C sort | xargs sha256sum)
+    (cd /usr/local/share/ca-certificates && find . -type f | LC_ALL=C sort | xargs -r sha256sum)
+  } | sha256sum | cut -c1-16
 }
 digest="$(inputs_digest)"
 stamp="$IMAGES_CACHE/standins-$digest-$vllm_version"
