@@ -250,6 +250,13 @@ def serve_flags(row: Row) -> dict:
 
 
 @cache
+def distinct_prompt(index: int, prompt_len: int, block_size: int) -> tuple[int, ...]:
+    """The block hashes of a prompt no other request shares, as `vllm bench serve`'s random
+    prompts are: no request hits another's cache, but a preempted request finds its own
+    computed blocks in vLLM's prefix cache (on by default in V1) until they are evicted."""
+    return tuple(hash((index, block)) for block in range(prompt_len // block_size))
+
+
 def _measure(
     model: str,
     gpu: str,
@@ -273,10 +280,14 @@ def _measure(
         efficiency=constants.efficiency,
         front_end=constants.front_end,
     )
-    if lengths:
-        make = lambda i: SimRequest(i, *lengths[i])  # noqa: E731
-    else:
-        make = lambda i: SimRequest(i, input_len, output_len)  # noqa: E731
+    block_size = scheduler.settings.block_size
+
+    def make(i: int) -> SimRequest:
+        prompt_len, out_len = lengths[i] if lengths else (input_len, output_len)
+        return SimRequest(
+            i, prompt_len, out_len, block_hashes=distinct_prompt(i, prompt_len, block_size)
+        )
+
     if math.isinf(rate):
         result = closed_loop(scheduler, concurrency=c or n, total=n, make=make)
     else:

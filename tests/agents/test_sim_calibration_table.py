@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import math
 
+from agents.engines.sim import SimRequest
+from agents.engines.sim.scheduler import make_scheduler, simulate
+from agents.hardware import gpu_profile
 from benchmarks.sim_calibration import (
     FAMILIES,
     PEAK_SHARE_LIMIT,
     ROWS,
     calibration_results,
+    distinct_prompt,
     mape,
+    model_facts,
     peak_share,
 )
 
@@ -69,3 +74,23 @@ def test_a_published_ttft_faster_than_the_hardware_allows_is_shown_but_not_count
         assert not plausible.implausible and "TTFT" in mape([plausible])
     # Only single-request TTFT rows are judged this way.
     assert all(peak_share(row) is None for row in ROWS if row.metric == "tpot_ms")
+
+
+def test_a_replayed_prompt_is_its_own_so_only_a_preempted_request_hits_the_cache():
+    # vllm bench's random prompts share nothing, but vLLM's prefix cache (on by default in
+    # V1) keeps a preempted request's computed blocks: replayed without block hashes, a
+    # preempted request recomputed its whole prompt where vLLM reuses it.
+    assert set(distinct_prompt(0, 64, 16)).isdisjoint(distinct_prompt(1, 64, 16))
+    assert len(distinct_prompt(0, 70, 16)) == 4
+    scheduler = make_scheduler(
+        model_facts("llama-3.1-8b"),
+        gpu_profile("H100"),
+        {"gpu_memory_utilization": 0.26, "max_model_len": 8192},
+    )
+    size = scheduler.settings.block_size
+    requests = [
+        SimRequest(i, 1024, 512, block_hashes=distinct_prompt(i, 1024, size)) for i in range(64)
+    ]
+    simulate(scheduler, requests)
+    assert scheduler.preemptions > 0
+    assert 0 < scheduler.prefix_hits <= scheduler.preemptions * 1024
