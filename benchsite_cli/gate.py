@@ -23,9 +23,9 @@ Guarantees (pure: no network, no clock; ``docs/cli.md`` documents the rules):
   again) is judged on all its measurements: the figure is their mean and its interval spans
   every measurement's interval.
 - ``cost_per_mtok`` is USD per 1M output tokens at the level: the run's pod rate × the GPUs
-  the configuration uses ÷ the pod's (``gpu_share``, the rule ``runs/costs.py`` prices by)
-  ÷ 3600 ÷ output tokens/s × 1e6, so costs compare per GPU used across pods of different
-  GPU counts. A run without a billed rate (the local
+  the configuration uses ÷ the pod's (``figures.gpu_share``) ÷ 3600 ÷ output tokens/s × 1e6
+  (``figures.costs``: the rules ``runs/costs.py`` prices by too), so costs compare per GPU
+  used across pods of different GPU counts. A run without a billed rate (the local
   provider) has none; such rows read ``n/a``, never fail (also at a level the new run did not
   measure), and the result says why in ``not_compared`` so a cost threshold never passes
   without saying it checked nothing.
@@ -48,8 +48,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from benchsite_cli.gpu_share import GpuShare
 from benchsite_cli.level_results import FIGURES, OUTPUT_THROUGHPUT, level_figure, level_interval
+from figures.costs import usd_per_million_output_tokens
+from figures.gpu_share import GpuShare
+from figures.levels import load_key
 
 # Every figure of a level's result may be gated, its cost per token (derived here) and a
 # configuration's capacity at the SLOs (its trial's capacity search).
@@ -235,12 +237,13 @@ def image_text(base_image: str, new_image: str) -> str:
 
 
 def level_label(level: dict[str, Any]) -> str:
-    """``concurrency=8`` or ``request_rate=2.0`` / ``request_rate=inf`` (a measurement's load)."""
-    if level.get("request_rate_infinite") or level.get("request_rate") == "inf":
-        return "request_rate=inf"
-    if level.get("concurrency") is not None:
-        return f"concurrency={level['concurrency']}"
-    return f"request_rate={level.get('request_rate')}"
+    """``concurrency=8`` or ``request_rate=2.0`` / ``request_rate=inf``: a measurement's load
+    as the gate pairs and reports it (``figures.levels.load_key``)."""
+    return load_key(
+        concurrency=level.get("concurrency"),
+        request_rate=level.get("request_rate"),
+        infinite=bool(level.get("request_rate_infinite")),
+    )
 
 
 def _number(value: Any) -> float | None:
@@ -260,7 +263,7 @@ def metric_value(level: dict[str, Any], metric: str, price_usd_hr: Any) -> float
     # A rate of 0 is "not billed" (local pods), not "free": it would make every cost equal.
     if rate is None or rate <= 0 or not throughput:
         return None
-    return rate / 3600 / throughput * 1_000_000
+    return usd_per_million_output_tokens(rate, throughput)
 
 
 def metric_interval(
@@ -273,7 +276,10 @@ def metric_interval(
         throughput = _interval(level_interval(level, OUTPUT_THROUGHPUT))
         if rate is None or rate <= 0 or throughput is None or throughput[0] <= 0:
             return None
-        return rate / 3600 / throughput[1] * 1_000_000, rate / 3600 / throughput[0] * 1_000_000
+        return (
+            usd_per_million_output_tokens(rate, throughput[1]),
+            usd_per_million_output_tokens(rate, throughput[0]),
+        )
     return _interval(level_interval(level, metric))
 
 
@@ -351,7 +357,7 @@ def run_prices(run: dict[str, Any], only_trial: int | None = None) -> dict[Confi
         price = run.get("price_usd_hr")
         if rate is not None and isinstance(pod_gpus, int) and pod_gpus >= 1:
             share = GpuShare.of(trial.get("serve_config"), pod_gpus=pod_gpus)
-            price = rate * share.used / share.pod
+            price = share.rate_for(rate)
         prices[_config_key(trial)] = price
     return prices
 

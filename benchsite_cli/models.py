@@ -6,6 +6,7 @@ from benchsite_cli import EXIT_OK
 from benchsite_cli.client import ApiClient
 from benchsite_cli.lookup import find_row
 from benchsite_cli.output import print_list, print_yaml
+from figures.model_size import parameter_count_text
 
 
 def models_list(api: ApiClient, args) -> int:
@@ -16,7 +17,7 @@ def models_list(api: ApiClient, args) -> int:
             "id": lambda m: m["id"],
             "name": lambda m: m["name"],
             "hf repo": lambda m: m.get("hf_repo", ""),
-            "params": lambda m: f"{(m.get('parameter_count') or 0) / 1e9:.1f}B",
+            "params": lambda m: parameter_count_text(m.get("parameter_count")),
         },
     )
     return EXIT_OK

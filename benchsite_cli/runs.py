@@ -35,6 +35,8 @@ from benchsite_cli.level_results import OUTPUT_THROUGHPUT, SUMMARY_FIGURES, leve
 from benchsite_cli.lookup import find_row, looks_like_run_id
 from benchsite_cli.output import dollars, err, out, table
 from benchsite_cli.progress import progress_for
+from figures.levels import level_name
+from figures.margins import margin_interval_words, margin_words
 
 TERMINAL_STATES = {"succeeded", "failed", "cancelled", "over_budget"}
 
@@ -243,10 +245,10 @@ def _print_run_summary(run: dict[str, Any]) -> None:
     for trial in trials:
         for m in trial.get("measurements") or []:
             result = m.get("result") or {}
-            load = (
-                f"c={m['concurrency']}"
-                if m.get("concurrency") is not None
-                else f"rate={m.get('request_rate')}"
+            load = level_name(
+                concurrency=m.get("concurrency"),
+                request_rate=m.get("request_rate"),
+                infinite=bool(m.get("request_rate_infinite")),
             )
             rows.append(
                 (
@@ -281,20 +283,11 @@ def _print_answer(answer: dict[str, Any] | None) -> None:
     )
     runner_up = answer.get("runner_up")
     if runner_up and answer.get("margin_pct") is not None:
-        ci = answer.get("margin_ci95_pct")
-        interval = f" (CI {round(ci[0])}–{round(ci[1])} %)" if ci else ""  # never "-0"
-        # The margin is the runner-up's extra cost in % of the winner's (as the run page says).
-        if answer.get("tie"):
-            out(
-                f"  tie, within noise, with trial {runner_up['trial']} "
-                f"({config_label(runner_up['serve_config'])}): "
-                f"{answer['margin_pct']:.0f} % apart{interval}"
-            )
-        else:
-            out(
-                f"  trial {runner_up['trial']} ({config_label(runner_up['serve_config'])}) "
-                f"costs {answer['margin_pct']:.0f} % more{interval}"
-            )
+        # In the words the run page and the demo use (figures.margins).
+        other = f"trial {runner_up['trial']} ({config_label(runner_up['serve_config'])})"
+        words = margin_words(answer["margin_pct"], tie=bool(answer.get("tie")), other=other)
+        ci = margin_interval_words(answer.get("margin_ci95_pct"))
+        out(f"  {words}" + (f" ({ci})" if ci else ""))
     out(f"  {winner['serve_command']}")
 
 

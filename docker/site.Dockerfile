@@ -35,6 +35,8 @@ COPY agents ./agents
 COPY frontend ./frontend
 # The site runs the CLI's regression gate on scheduled runs (runs/services/schedule_gate.py).
 COPY benchsite_cli ./benchsite_cli
+# The rules behind the figures the pages and the CLI show (a cost per token, the margin).
+COPY figures ./figures
 COPY docker/healthcheck.py /usr/local/bin/benchsite-healthcheck
 # collectstatic imports the production settings, which refuse to start without their
 # secrets: these values are dummies that live only in this RUN's environment, so they never

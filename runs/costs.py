@@ -34,8 +34,10 @@ from typing import Any
 from agents.protocol import LEVEL_RESULT_KEY as KEY
 from agents.protocol import MET, load_verdict
 
-# The rule a cost per token is priced by, shared with the CLI's gate: one rule for both.
-from benchsite_cli.gpu_share import GpuShare
+# The rules a cost per token is priced by, shared with the CLI's gate: one copy for both.
+from figures.costs import usd_per_million_output_tokens
+from figures.gpu_share import GpuShare
+from figures.levels import load_key
 
 USD_QUANTUM = Decimal("0.0001")
 SECONDS_PER_HOUR = Decimal(3600)
@@ -168,13 +170,12 @@ def _throughput(value: Any) -> Decimal | None:
 
 
 def _usd_per_million(throughput: Decimal, pod_rate: Decimal) -> Decimal:
-    # pod $/s ÷ tokens/s = $ per token; × 1e6. Unrounded: callers round once, at the end.
-    return pod_rate / SECONDS_PER_HOUR / throughput * ONE_MILLION
+    # Unrounded, in this module's context: callers round once, at the end.
+    return usd_per_million_output_tokens(pod_rate, throughput)
 
 
 def _share_of_rate(rate: Decimal, share: GpuShare | None) -> Decimal:
-    # Unrounded: a share's rate is a step on the way to a cost per token.
-    return rate if share is None else rate * share.used / share.pod
+    return rate if share is None else share.rate_for(rate)
 
 
 def level_cost_per_million_output_tokens(
@@ -213,8 +214,8 @@ def level_load(level: Mapping[str, Any]) -> tuple[str, Decimal]:
 
 
 def _load_text(level: Mapping[str, Any]) -> str:
-    kind, _ = level_load(level)
-    return f"{kind}={level[kind]}"
+    level_load(level)  # exactly one of the two, or ValueError
+    return load_key(concurrency=level.get(CLOSED_LOOP), request_rate=level.get(OPEN_LOOP))
 
 
 def qualifying_levels(levels: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

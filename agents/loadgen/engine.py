@@ -68,6 +68,7 @@ from agents.loadgen.levels import (
     finished_level_result,
     fixed_levels,
     is_steady,
+    level_key,
     level_load,
     level_prompt_count,
     level_rngs,
@@ -337,11 +338,11 @@ class _Runner:
         of a level too close to call (the result says either)."""
         config = self.config
         self.level_index = index
-        label = level_label(level)
-        repeat = self.level_runs[label]
-        self.level_runs[label] += 1
+        key = level_key(level)
+        repeat = self.level_runs[key]
+        self.level_runs[key] += 1
         concurrency, rate = level_load(level)
-        rng, arrivals_rng = level_rngs(config.seed, label, repeat)
+        rng, arrivals_rng = level_rngs(config.seed, key, repeat)
         prompt_count = level_prompt_count(config, concurrency, rate)
         source = config.source
         if isinstance(source, SessionPrompts):
@@ -519,8 +520,8 @@ class _Runner:
         """The result an earlier attempt on this configuration measured for the next level
         (``resume_results``, in order), counted as a run of its level; None once they are
         used up: from there on every level is measured."""
-        if self._resume and level_label(self._resume[0]) == level_label(level):
-            self.level_runs[level_label(level)] += 1
+        if self._resume and level_key(self._resume[0]) == level_key(level):
+            self.level_runs[level_key(level)] += 1
             return self._resume.pop(0)
         self._resume.clear()  # the earlier attempt went another way: measure from here
         return None

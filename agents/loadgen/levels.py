@@ -4,8 +4,9 @@
 Guarantees:
 
 - ``level_rngs``: a level's prompts and send times come from two generators seeded by the
-  benchmark's seed, the level's label and how many times the level ran before, never its
-  position: every driver and every trial sends the same traffic at a level.
+  benchmark's seed, the level's key (``level_key``: its kind and load, never its display
+  label) and how many times the level ran before, never its position: every driver and
+  every trial sends the same traffic at a level.
 - ``level_prompt_count``: how many prompts a level builds before its clock starts.
 - ``replays``/``send_offsets``: an open-loop level of a trace sends the trace's requests,
   each once, at the trace's times scaled to the level's mean rate (no steady window: the
@@ -31,7 +32,6 @@ from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.arrivals import arrival_offsets
 from agents.loadgen.confidence import confidence_intervals
 from agents.loadgen.config import BenchConfig
-from agents.loadgen.events import level_label
 from agents.loadgen.lora_spread import lora_requests
 from agents.loadgen.prompts import TracePrompts
 from agents.loadgen.records import RequestRecord
@@ -58,11 +58,21 @@ def level_load(level: dict) -> tuple[int | None, float | None]:
     return None, math.inf if rate == "inf" else float(rate)
 
 
-def level_rngs(seed: int, label: str, repeat: int) -> tuple[random.Random, random.Random]:
+def level_key(level: dict) -> str:
+    """A level's identity: what seeds its traffic (``level_rngs``) and counts its runs.
+    Data, not presentation: these exact strings seeded every level measured so far, so a
+    level's traffic stays that of its earlier runs; ``events.level_label`` is free to change."""
+    if "concurrency" in level:
+        return f"concurrency {level['concurrency']}"
+    return f"rate {level['request_rate']} req/s"
+
+
+def level_rngs(seed: int, key: str, repeat: int) -> tuple[random.Random, random.Random]:
     """The generators of a level's prompts and of its send times (two, so that neither
-    shifts the other). Sampling for a benchmark, not secrecy: seeded and reproducible."""
-    prompts = random.Random(f"{seed}:{label}:{repeat}")  # noqa: S311
-    arrivals = random.Random(f"{seed}:{label}:{repeat}:arrivals")  # noqa: S311
+    shifts the other), from its ``level_key``. Sampling for a benchmark, not secrecy:
+    seeded and reproducible."""
+    prompts = random.Random(f"{seed}:{key}:{repeat}")  # noqa: S311
+    arrivals = random.Random(f"{seed}:{key}:{repeat}:arrivals")  # noqa: S311
     return prompts, arrivals
 
 
@@ -162,8 +172,8 @@ def extension_due(config: BenchConfig, level: dict, results: list[dict]) -> int:
     that extension (1, 2, …), or 0 — no SLOs, decided, or ``max_extensions`` used up."""
     if config.slos is None or not config.slos.given or not config.max_extensions:
         return 0
-    label = level_label(level)
-    mine = [result for result in results if level_label(result) == label]
+    key = level_key(level)
+    mine = [result for result in results if level_key(result) == key]
     done = sum(1 for result in mine if result.get("extension"))
     if done >= config.max_extensions or load_verdict(mine) != TOO_CLOSE:
         return 0

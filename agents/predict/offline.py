@@ -37,12 +37,13 @@ from agents.engines.sim.scheduler import Scheduler, SimRequest, prompt_block_has
 from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.capacity import CapacityPlanner
 from agents.loadgen.config import BenchConfig
-from agents.loadgen.events import CapacityFound, LevelFinished, LevelStarted, level_label
+from agents.loadgen.events import CapacityFound, LevelFinished, LevelStarted
 from agents.loadgen.levels import (
     extension_due,
     finished_level_result,
     fixed_levels,
     is_steady,
+    level_key,
     level_load,
     level_prompt_count,
     level_rngs,
@@ -352,12 +353,12 @@ class OfflineBench:
     def run_level(self, level: dict, *, probe: bool = False) -> dict:
         """Runs one level to its end and returns its result (``bench --json``'s keys)."""
         config = self.config
-        label = level_label(level)
-        repeat = self.level_runs[label]
-        self.level_runs[label] += 1
+        key = level_key(level)
+        repeat = self.level_runs[key]
+        self.level_runs[key] += 1
         concurrency, rate = level_load(level)
         prompts, warm_prompts, arrivals_rng = _level_prompts(
-            config, label, repeat, level_prompt_count(config, concurrency, rate), concurrency
+            config, key, repeat, level_prompt_count(config, concurrency, rate), concurrency
         )
         steady = is_steady(config, rate)
         target = window_target(config, concurrency, rate)
@@ -531,12 +532,12 @@ class OfflineBench:
 
 
 def _level_prompts(
-    config: BenchConfig, label: str, repeat: int, count: int, concurrency: int | None
+    config: BenchConfig, key: str, repeat: int, count: int, concurrency: int | None
 ) -> tuple[list[Prompt] | SessionPlans, list[Prompt], random.Random]:
     """A level's prompts (a session level's sessions), its warm-up's and the generator of
     its send times, drawn as the load generator draws them (one generator for both, in this
     order)."""
-    rng, arrivals_rng = level_rngs(config.seed, label, repeat)
+    rng, arrivals_rng = level_rngs(config.seed, key, repeat)
     source = config.source
     if isinstance(source, AgenticPrompts):
         plans = source.sessions(source.sessions_for(count, concurrency), rng)
@@ -552,7 +553,7 @@ def _level_prompts(
         warm = config.source.sample(config.warmup, rng, config.tokenizer) if config.warmup else []
         return prompts, warm, arrivals_rng
     prompts, warm = _untokenized_prompts(
-        config.source, config.seed, label, repeat, count, config.warmup
+        config.source, config.seed, key, repeat, count, config.warmup
     )
     return list(prompts), list(warm), arrivals_rng
 
@@ -561,9 +562,9 @@ def _level_prompts(
 # most of a simulated level's set-up) are drawn once. Keyed by everything they depend on.
 @lru_cache(maxsize=64)
 def _untokenized_prompts(
-    source: object, seed: int, label: str, repeat: int, count: int, warmup: int
+    source: object, seed: int, key: str, repeat: int, count: int, warmup: int
 ) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
-    rng, _ = level_rngs(seed, label, repeat)
+    rng, _ = level_rngs(seed, key, repeat)
     prompts = tuple(source.sample(count, rng, None))
     warm = tuple(source.sample(warmup, rng, None)) if warmup else ()
     return prompts, warm

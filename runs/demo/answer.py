@@ -16,6 +16,7 @@ from rich.table import Table
 
 from agents import protocol
 from agents.protocol import VERDICT_WORDS, level_verdict, load_verdict
+from figures.margins import margin_interval_words, margin_words
 from runs.costs import level_cost_per_million_output_tokens
 from runs.demo.plans import DemoPlan
 from runs.demo.vllm_cpu import VllmSetup
@@ -172,20 +173,11 @@ def _load(value: float | None) -> str:
 
 
 def _margin_line(margin: Margin, other: str, whose: str, capacity: float | None) -> str:
-    """``OTHER costs 20 % more (95 % CI 19–22 %) at its capacity 12.``, or ``within noise of
-    OTHER (…)``: the margin is the other's extra cost in % of the winner's, as the run page
-    says it (an 89 % margin is the winner at 53 % of the other's cost, not 11 %)."""
-    # Whole percents, a bound just under 0 as 0 (not "-0").
-    ci = (
-        f" (95 % CI {round(margin.ci95_pct[0])}–{round(margin.ci95_pct[1])} %)"
-        if margin.ci95_pct
-        else ""
-    )
-    at = f"at {whose} capacity {_load(capacity)}"
-    if margin.tie:
-        return f"  within noise of {other}: {margin.pct:.0f} % apart{ci} {at}."
-    verb = "cost" if whose == "their" else "costs"
-    return f"  {other} {verb} {margin.pct:.0f} % more{ci} {at}."
+    """``OTHER costs 20 % more (95 % CI 19–22 %) at its capacity 12.``, or a tie: the
+    margin in ``figures.margins``' words, as every page and the CLI say it."""
+    ci = margin_interval_words(margin.ci95_pct)
+    words = margin_words(margin.pct, tie=margin.tie, other=other, plural=whose == "their")
+    return f"  {words}{f' ({ci})' if ci else ''} at {whose} capacity {_load(capacity)}."
 
 
 def _config_name(config: ConfigAnswer, plan: DemoPlan) -> str:

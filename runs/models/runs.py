@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from figures.levels import level_name
 from runs.models.experiments import Experiment
 from runs.models.tenancy import Organization, User
 from runs.providers.base import pod_name
@@ -229,6 +230,9 @@ class Measurement(models.Model):
         ordering = ["trial", "created_at"]
 
     def __str__(self) -> str:
-        rate = self.request_rate or "inf"
-        level = f"c={self.concurrency}" if self.concurrency else f"rate={rate}"
+        level = level_name(
+            concurrency=self.concurrency,
+            request_rate=self.request_rate,
+            infinite=self.request_rate_infinite,
+        )
         return f"{level} of trial {self.trial_id}"

@@ -30,6 +30,7 @@ import pydantic
 
 from agents import protocol
 from agents.protocol import VERDICT_WORDS, check_verdict, combined_verdict, load_verdict
+from figures.levels import level_name
 from runs.models import Measurement
 from runs.selectors.level_results import stored_level_result
 
@@ -75,10 +76,13 @@ def _gauge(server: dict, name: str, part: str = "max") -> float | None:
 
 
 def level_key(measurement: Measurement) -> str:
-    """``c=8``, ``rate=2.5`` or ``rate=inf``: how the page names (and dedupes) a level."""
-    if measurement.concurrency is not None:
-        return f"c={measurement.concurrency}"
-    return "rate=inf" if measurement.request_rate_infinite else f"rate={measurement.request_rate:g}"
+    """``c=8``, ``rate=2.5`` or ``rate=inf``: how the page names (and dedupes) a level
+    (``figures.levels.level_name``)."""
+    return level_name(
+        concurrency=measurement.concurrency,
+        request_rate=measurement.request_rate,
+        infinite=measurement.request_rate_infinite,
+    )
 
 
 def level_sort_key(key: str) -> tuple:

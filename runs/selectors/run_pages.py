@@ -24,6 +24,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from agents import protocol
+from figures.levels import level_name
 from runs.experiment_spec import PlannedTrial
 from runs.frozen_job import (
     run_budget_cap,
@@ -221,12 +222,10 @@ def _trial_state(trial: Trial, label: str, planned: PlannedTrial | None) -> dict
 
 
 def level_text(level: dict | None) -> str:
-    """``c=8`` or ``rate=2.5``: a level as the run page names it (empty for none)."""
-    if not level:
-        return ""
-    if level.get("concurrency") is not None:
-        return f"c={level['concurrency']}"
-    return f"rate={level.get('request_rate')}"
+    """``c=8`` or ``rate=2.5``: a level as the run page names it (``figures.levels``; empty
+    for none)."""
+    level = level or {}
+    return level_name(concurrency=level.get("concurrency"), request_rate=level.get("request_rate"))
 
 
 def _progress_point(epoch: int, seq: int, payload: dict, received_at: datetime) -> dict:

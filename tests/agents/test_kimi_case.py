@@ -13,7 +13,7 @@ import pytest
 
 from agents.cli import main
 from agents.hardware import ModelFacts, StartRefusal, gpu_profile, start_check
-from benchsite_cli.gpu_share import GpuShare
+from figures.gpu_share import GpuShare
 from runs.costs import level_cost_per_million_output_tokens
 from runs.gpu_catalogue_seed import GPU_CATALOGUE
 from tests.agents.test_hf_configs import DEEPSEEK_V3

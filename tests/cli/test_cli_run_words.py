@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from decimal import Decimal
 
 import pytest
 
 from benchsite_cli.runs import _print_answer
 from runs.models import Run
-from runs.selectors.run_answer import ConfigAnswer, RunAnswer
 from tests.site.conftest import frozen, make_experiment, make_model
 from tests.site.live_server import daphne_server
+from tests.site.run_answers import config_answer, simulated_answer
 
 from .conftest import benchsite
 from .test_cli_runs import THRESHOLDS, seed_run, weak_levels
@@ -22,40 +21,10 @@ from .test_cli_runs import THRESHOLDS, seed_run, weak_levels
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def _config(trial: int, serve_config: dict, *, capacity: float, cost: str) -> ConfigAnswer:
-    return ConfigAnswer(
-        trial=trial,
-        serve_config=serve_config,
-        image_tag="v0.11.0" if trial == 2 else "",
-        serve_command="vllm serve m --max-num-batched-tokens 2048",
-        axis="concurrency",
-        capacity=capacity,
-        bracket_low=capacity,
-        bracket_high=capacity + 4,
-        probes=4,
-        bracket_high_verdict="missed",
-        stop_reason="bracketed",
-        output_throughput=2000.0,
-        output_throughput_ci95=None,
-        usd_per_million_output_tokens=Decimal(cost),
-        usd_per_million_ci95=None,
-    )
-
-
 def test_it_prints_the_answer_as_people_read_it(capsys):
-    winner = _config(0, {"max_num_batched_tokens": 2048}, capacity=99, cost="0.547")
-    defaults = _config(2, {}, capacity=14, cost="1.010")
-    answer = RunAnswer(
-        simulated=True,
-        slos="ttft:p99<500ms",
-        pod_usd_per_hr=Decimal("3.99"),
-        configs=[winner, defaults],
-        winner=winner,
-        runner_up=defaults,
-        tie=False,
-        margin_pct=84.6,
-        margin_ci95_pct=None,
-    )
+    winner = config_answer(0, {"max_num_batched_tokens": 2048})
+    defaults = config_answer(2, {}, capacity=14, cost="1.010", image_tag="v0.11.0")
+    answer = simulated_answer(winner, defaults, margin_pct=84.6)
     _print_answer(json.loads(json.dumps(answer.as_json())))  # as the API sends it
     printed = capsys.readouterr().out.splitlines()
     assert printed[:2] == [

@@ -1,6 +1,7 @@
 """The answer's margin in words, in the demo and in ``benchsite runs show``: the other
-configuration's extra cost in % of the winner's, said as such (as the run page says it) —
-an 89 % margin is the winner at 53 % of the other's cost, which "cheaper by 89 %" misread."""
+configuration's extra cost in % of the winner's, said as such (``figures.margins``, as the
+run page says it) — an 89 % margin is the winner at 53 % of the other's cost, which
+"cheaper by 89 %" misread."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ def test_the_demo_says_how_much_more_the_other_costs():
     defaults = _margin_line(Margin(20.0, None, False), "vLLM's defaults", "their", 12)
     assert defaults == "  vLLM's defaults cost 20 % more at their capacity 12."
     tie = _margin_line(Margin(3.0, (-1.0, 7.0), True), "seqs=64", "its", 30)
-    assert tie == "  within noise of seqs=64: 3 % apart (95 % CI -1–7 %) at its capacity 30."
+    assert (
+        tie == "  tie, within noise, with seqs=64: 3 % apart (95 % CI -1–7 %) at its capacity 30."
+    )
     # A bound just under 0 reads 0, never "-0" (the demo printed "95 % CI -0–112 %").
     near = _margin_line(Margin(73.0, (-0.3, 112.0), True), "batched=16384", "its", 17)
     assert "(95 % CI 0–112 %)" in near
@@ -38,10 +41,10 @@ def test_the_cli_says_it_the_same_way(monkeypatch):
         "runner_up": {"trial": 2, "serve_config": {}},
     }
     cli_runs._print_answer(answer | {"margin_pct": 89.2, "margin_ci95_pct": [88.6, 90.1]})
-    assert "  trial 2 (vLLM defaults) costs 89 % more (CI 89–90 %)" in said
+    assert "  trial 2 (vLLM defaults) costs 89 % more (95 % CI 89–90 %)" in said
     said.clear()
     cli_runs._print_answer(answer | {"margin_pct": 73.0, "margin_ci95_pct": [-0.3, 112.0]})
-    assert "  trial 2 (vLLM defaults) costs 73 % more (CI 0–112 %)" in said
+    assert "  trial 2 (vLLM defaults) costs 73 % more (95 % CI 0–112 %)" in said
     said.clear()
     cli_runs._print_answer(answer | {"margin_pct": 3.0, "margin_ci95_pct": None, "tie": True})
     assert "  tie, within noise, with trial 2 (vLLM defaults): 3 % apart" in said

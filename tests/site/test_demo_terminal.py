@@ -4,11 +4,9 @@ recommended ``vllm serve`` command prints whole, on one line, so that it can be 
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import logging
 import re
-from decimal import Decimal
 
 from celery.signals import setup_logging
 from django.conf import settings as django_settings
@@ -20,7 +18,8 @@ from benchsite.celery import app as celery_app
 from runs.demo.answer import levels_table, print_capacity_answer
 from runs.demo.plans import SIM_DEMO
 from runs.demo.running import _keep_logging, log_to_file, progress_line
-from runs.selectors.run_answer import ConfigAnswer, Margin, RunAnswer
+from runs.selectors.run_answer import Margin
+from tests.site.run_answers import config_answer, simulated_answer
 
 # The site's logging settings, as the test process started with them.
 ORIGINAL_LOGGING = django_settings.LOGGING
@@ -59,43 +58,12 @@ def test_it_cuts_the_progress_line_rather_than_wrap_it_on_a_narrow_terminal():
         assert len(frame) == 40 and frame.endswith("…"), frame
 
 
-def _config(trial: int, batched: int, command: str) -> ConfigAnswer:
-    return ConfigAnswer(
-        trial=trial,
-        serve_config={"max_num_batched_tokens": batched},
-        image_tag="",
-        serve_command=command,
-        axis="concurrency",
-        capacity=99,
-        bracket_low=99,
-        bracket_high=105,
-        probes=4,
-        bracket_high_verdict="missed",
-        stop_reason="bracketed",
-        output_throughput=2026.0,
-        output_throughput_ci95=None,
-        usd_per_million_output_tokens=Decimal("0.547"),
-        usd_per_million_ci95=None,
-    )
-
-
 def test_it_prints_the_serve_command_whole_on_80_columns():
     command = (
         "vllm serve meta-llama/Llama-3.1-8B-Instruct --revision main --host 0.0.0.0 --port 8000 "
         "--served-model-name meta-llama/Llama-3.1-8B-Instruct --max-num-batched-tokens 2048"
     )
-    winner = _config(0, 2048, command)
-    answer = RunAnswer(
-        simulated=True,
-        slos="ttft:p99<500ms",
-        pod_usd_per_hr=Decimal("3.99"),
-        configs=[winner],
-        winner=winner,
-        runner_up=None,
-        tie=False,
-        margin_pct=None,
-        margin_ci95_pct=None,
-    )
+    answer = simulated_answer(config_answer(0, {"max_num_batched_tokens": 2048}, command=command))
     console, screen = terminal()
     print_capacity_answer(answer, SIM_DEMO, "simulated H100, catalogue price", console)
     assert f"  {command}" in screen.getvalue().splitlines()
@@ -133,16 +101,11 @@ def test_it_sends_log_records_to_the_named_file_not_the_terminal(tmp_path, capfd
 def test_it_names_vllms_defaults_once_when_they_come_second():
     # The demo printed "max_num_batched_tokens=default costs 109 % more" and then
     # "vLLM's defaults cost 109 % more" when the runner-up was the defaults' trial.
-    winner = _config(0, 2048, "vllm serve m --max-num-batched-tokens 2048")
-    defaults = dataclasses.replace(_config(3, 0, "vllm serve m"), serve_config={}, capacity=16)
-    answer = RunAnswer(
-        simulated=True,
-        slos="ttft:p99<500ms",
-        pod_usd_per_hr=Decimal("3.99"),
-        configs=[winner, defaults],
-        winner=winner,
-        runner_up=defaults,
-        tie=False,
+    winner = config_answer(0, {"max_num_batched_tokens": 2048})
+    defaults = config_answer(3, {}, command="vllm serve m", capacity=16)
+    answer = simulated_answer(
+        winner,
+        defaults,
         margin_pct=109.0,
         margin_ci95_pct=(70.0, 123.0),
         defaults=defaults,

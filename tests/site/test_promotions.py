@@ -301,7 +301,7 @@ def test_it_proposes_the_run_s_answer_with_its_capacity_cost_and_margin(history,
     # Another trial named: its own figures, and how far it is from the winner.
     other = web.get(f"/o/acme/promotions/propose/{run.id}/1/").content.decode()
     assert '<option value="1" selected>' in other and "<strong>0.1847</strong>" in other
-    assert "<strong>33.4 % dearer</strong> than the winner, trial #0" in other
+    assert "costs <strong>33.4 % more</strong> than the winner, trial #0" in other
     response = web.post(f"/o/acme/promotions/propose/{run.id}/", {"trial": "0", "note": "cheap"})
     promotion = Promotion.objects.get(trial=history.t64)
     assert response.status_code == 302 and response.url.endswith(f"/{promotion.id}/")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.template import Context, Template
 
-from frontend.templatetags.numbers import parameter_count_text
+from figures.model_size import parameter_count_text
 
 
 @pytest.mark.parametrize(

@@ -2,15 +2,18 @@
 
 Guarantee: one rule for the site (``runs.costs``, its pages and answer) and the CLI's gate
 (``benchsite_cli.gate``), so a cost compared across GPU counts is priced the same way
-wherever it is computed. Pure: no site, no HTTP, no money type (callers multiply their own
-rate by ``used`` ÷ ``pod``).
+wherever it is computed. Pure: no site, no HTTP, no money type (``rate_for`` keeps its
+caller's: a ``Decimal`` rate stays one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, TypeVar
+
+Rate = TypeVar("Rate", float, Decimal)
 
 # The serve flags whose product is the number of GPUs one vLLM server uses.
 PARALLEL_SIZE_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
@@ -49,6 +52,11 @@ class GpuShare:
             if size is not None:
                 used *= int(size)
         return cls(used=min(max(used, 1), pod_gpus), pod=pod_gpus)
+
+    def rate_for(self, pod_rate: Rate) -> Rate:
+        """The pod's rate × ``used`` ÷ ``pod``: what the trial's GPUs cost per hour, in the
+        pod rate's own type and unrounded (a step on the way to a cost per token)."""
+        return pod_rate * self.used / self.pod
 
     @property
     def whole_pod(self) -> bool:
