@@ -354,7 +354,6 @@ class JobRunner:
         )
         self.emit(
             protocol.Hello,
-            type="hello",
             agent_version=agent_version(),
             # The vLLM actually installed, whatever the job's image tag promised: the site
             # flags a difference.
@@ -401,7 +400,6 @@ class JobRunner:
         )
         self.emit(
             protocol.RunFinished,
-            type="run_finished",
             outcome=summary.outcome,
             reason=summary.reason[:2000],
         )
@@ -410,7 +408,7 @@ class JobRunner:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_every)
-            self.emit(protocol.Heartbeat, type="heartbeat", trial=self.current_trial)
+            self.emit(protocol.Heartbeat, trial=self.current_trial)
 
     async def measure_trial(self, trial: protocol.TrialSpec, effort: float) -> TrialRecord:
         """Measures ``trial`` for a search at ``effort`` (1: as any run does, reported; less:
@@ -432,7 +430,6 @@ class JobRunner:
         """Reports trial ``index`` skipped, with ``reason`` as its log line."""
         self.emit(
             protocol.TrialFinished,
-            type="trial_finished",
             trial=index,
             outcome="skipped",
             log_tail=reason,
@@ -442,7 +439,6 @@ class JobRunner:
         stop = self._stop_request
         self.emit(
             protocol.TrialFinished,
-            type="trial_finished",
             trial=trial.index,
             outcome="skipped",
             failure_class="deadline" if stop and stop.outcome == "deadline" else None,
@@ -465,7 +461,6 @@ class JobRunner:
             self._record.outcome, self._record.failure_class = outcome, failure_class
         self.emit(
             protocol.TrialFinished,
-            type="trial_finished",
             trial=trial,
             outcome=outcome,
             failure_class=failure_class,
@@ -504,7 +499,6 @@ class JobRunner:
             problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
             self.emit(
                 protocol.TrialStarted,
-                type="trial_started",
                 trial=index,
                 serve_config=trial.serve_config,
                 command=[],
@@ -512,7 +506,6 @@ class JobRunner:
             return self._finish_trial(index, "failed", "unsupported_flag", problems)
         self.emit(
             protocol.TrialStarted,
-            type="trial_started",
             trial=index,
             serve_config=trial.serve_config,
             command=engine.argv,
@@ -567,7 +560,6 @@ class JobRunner:
                 detail["companions"] = [weights.detail() for weights in fetched[1:]]
             self.emit(
                 protocol.ColdStartPhase,
-                type="cold_start_phase",
                 trial=index,
                 phase=protocol.WEIGHTS_PHASE,
                 seconds=sum(weights.seconds for weights in fetched),
@@ -634,7 +626,6 @@ class JobRunner:
             if attempt < self.engine_options.engine_restarts and self._stop_request is None:
                 self.emit(
                     protocol.EngineRestarted,
-                    type="engine_restarted",
                     trial=index,
                     attempt=attempt + 1,
                     failure_class=failure_class,
@@ -666,7 +657,6 @@ class JobRunner:
                 record.cold_start_s = max(record.cold_start_s, phase.at)
             self.emit(
                 protocol.ColdStartPhase,
-                type="cold_start_phase",
                 trial=index,
                 phase=phase.name,
                 seconds=max(phase.at, 0.0),
@@ -882,7 +872,6 @@ class JobRunner:
                 level = {"request_rate": rate}
         self.emit(
             protocol.LevelProgress,
-            type="level_progress",
             trial=index,
             level=protocol.Level(**level),
             **figures,
@@ -906,7 +895,6 @@ class JobRunner:
         level = {key: result[key] for key in ("concurrency", "request_rate") if key in result}
         self.emit(
             protocol.MeasurementReport,
-            type="measurement",
             trial=index,
             level=protocol.Level(**level),
             result=result,

@@ -40,6 +40,18 @@ def test_it_parses_every_message_type(kind):
     assert protocol.parse_agent_message(message.model_dump(mode="json")) == message
 
 
+MODELS = {model.model_fields["type"].default: model for model in protocol.AGENT_MESSAGE_MODELS}
+
+
+@pytest.mark.parametrize("kind", sorted(VALID))
+def test_it_gives_each_message_its_own_type_and_still_requires_it_on_the_wire(kind):
+    built = MODELS[kind].model_validate({"run_id": RUN, "seq": 5, **VALID[kind]})
+    assert built.model_dump(mode="json")["type"] == kind
+    schema = MODELS[kind].model_json_schema()
+    assert "type" in schema["required"] and "default" not in schema["properties"]["type"]
+    assert "type" in _errors({"run_id": RUN, "seq": 5, **VALID[kind]})
+
+
 def _errors(data) -> dict[str, str]:
     with pytest.raises(pydantic.ValidationError) as caught:
         protocol.parse_agent_message(data)
