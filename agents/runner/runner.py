@@ -108,18 +108,6 @@ logger = logging.getLogger(__name__)
 
 Emit = Callable[[dict], None]
 
-# The engine's failure kinds as the protocol names them.
-_FAILURE_CLASS = {
-    FailureKind.OOM_AT_STARTUP: "oom_at_startup",
-    FailureKind.KV_CACHE_TOO_SMALL: "kv_cache_too_small",
-    FailureKind.BAD_FLAG: "unsupported_flag",
-    FailureKind.MODEL_NOT_FOUND: "model_not_found",
-    FailureKind.STARTUP_TIMEOUT: "startup_timeout",
-    FailureKind.CRASH: "crash",
-    FailureKind.HANG: "hang",
-    FailureKind.ACCESS_DENIED: "model_access_denied",
-    FailureKind.ENDPOINT_UNREACHABLE: "other",
-}
 ENGINE_POLL_SECONDS = 0.5
 # A killed engine's port refuses connections a moment before its process can be reaped, and
 # vLLM's API server takes a moment to exit after its engine core died: how long an
@@ -621,7 +609,7 @@ class JobRunner:
             if isinstance(ended, str):
                 return ended
             failure, cut_short = ended
-            failure_class = _FAILURE_CLASS.get(failure.kind, "crash")
+            failure_class = failure.kind.value
             log_tail = f"{failure.message}\n{_tail(failure.log_tail)}"
             if attempt < self.engine_options.engine_restarts and self._stop_request is None:
                 self.emit(
@@ -673,9 +661,7 @@ class JobRunner:
                 return self._stopped_outcome(index, _tail(failure.log_tail))
             evidence = "\n".join(failure.evidence)
             log_tail = f"{failure.message}\n{evidence}\n{_tail(failure.log_tail)}".strip()
-            return self._finish_trial(
-                index, "failed", _FAILURE_CLASS.get(failure.kind, "other"), log_tail
-            )
+            return self._finish_trial(index, "failed", failure.kind.value, log_tail)
         finally:
             self._engine_starting = False
         # One event ends the level: the run's stop, or the engine dying (or hanging) under it.

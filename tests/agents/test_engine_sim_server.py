@@ -147,7 +147,11 @@ def test_client_timing_is_simulated_time_divided_by_speed(tmp_path):
     [
         ({"max_model_len": 131072}, "RTX 4090", FailureKind.KV_CACHE_TOO_SMALL),
         ({"max_model_len": 4096}, "L40S", FailureKind.OOM_AT_STARTUP),  # 70B on 48 GB
-        ({"max_model_len": 4096, "pipeline_parallel_size": 2}, "H100", FailureKind.BAD_FLAG),
+        (
+            {"max_model_len": 4096, "pipeline_parallel_size": 2},
+            "H100",
+            FailureKind.UNSUPPORTED_FLAG,
+        ),
     ],
 )
 def test_it_refuses_to_start_where_vllm_would(tmp_path, config, gpu, kind):

@@ -11,6 +11,7 @@ import pydantic
 import pytest
 
 from agents import protocol
+from agents.engines.base import FailureKind
 from agents.runner.site_link import read_site_frames
 
 RUN = str(uuid.uuid4())
@@ -164,3 +165,8 @@ def test_the_agent_reads_one_reply_or_an_array_of_them_in_order():
     )
     assert replies == [protocol.Ack(seq=5), protocol.Rejected(seq=6, reason="bad")]
     assert read_site_frames("[]") == []
+
+
+def test_it_names_every_engine_failure_by_a_trial_failure_class():
+    # One vocabulary: the runner sends an engine's failure kind as the trial's class.
+    assert {kind.value for kind in FailureKind} <= set(protocol.TRIAL_FAILURE_CLASSES)
