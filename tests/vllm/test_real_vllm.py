@@ -43,7 +43,7 @@ def level(
         request_timeout=120,
     )
     with event_loop_runner() as runner:
-        (result,) = runner.run(run_levels(config))
+        (result,) = [level.as_json() for level in runner.run(run_levels(config))]
     return result
 
 
