@@ -82,7 +82,7 @@ def timed_level(config: BenchConfig) -> tuple[dict, list, dict[str, float]]:
             elif isinstance(event, RequestDone):  # the last one's times stay
                 cpu["end"], cpu["wall_end"] = time.process_time(), time.perf_counter()
             elif isinstance(event, LevelFinished):
-                return event.result, event.records
+                return event.as_json(), event.records
         raise RuntimeError("the level did not finish")
 
     with event_loop_runner() as runner:

@@ -58,7 +58,7 @@ def run_level(concurrency: int, *, output_len: int, input_len: int, rounds: int)
                 num_prompts=concurrency * rounds,
             )
             with event_loop_runner() as runner:
-                (level,) = runner.run(run_levels(config))
+                (level,) = [level.as_json() for level in runner.run(run_levels(config))]
             sim = _sim_metrics(engine.base_url)
         finally:
             engine.stop()

@@ -379,12 +379,12 @@ async def _bench(
         async for raw in run_bench(wall):
             event = raw if speed is None else event_in_simulated_time(raw, speed)
             if gpu_levels is not None:
-                await gpu_levels.observe(event)  # the level's GPUs join its result first
+                event = await gpu_levels.observe(event)  # the level's GPUs join it first
             view.handle(event)
             if isinstance(event, LevelFinished):
-                done.append(event.result)
-                view.progress.console.print(level_table(event.result))
-                for line in gpu_lines(event.result.get("gpus") or ()):
+                done.append(event.as_json())
+                view.progress.console.print(level_table(done[-1]))
+                for line in gpu_lines(event.gpus or ()):
                     view.progress.console.print(line)
                 if args.per_request:
                     append_records(args.per_request, {"level": event.index}, event.records)
@@ -396,7 +396,7 @@ async def _bench(
                 write_json(
                     args.json,
                     described,
-                    event.levels,
+                    done,  # every level's result, with its server's and GPUs' figures
                     interrupted=False,
                     capacity=event.capacity,
                 )

@@ -19,6 +19,8 @@ import urllib.request
 
 from agents.loadgen import BenchConfig, BenchFinished, CapacityFound, LevelFinished
 from agents.loadgen.events import LevelStarted, RequestDone
+from agents.loadgen.levels import typed_level_result
+from agents.protocol import LevelResult
 from agents.runner.simulated import (
     capacity_in_simulated_time,
     result_in_simulated_time,
@@ -76,13 +78,20 @@ def event_in_simulated_time(event, speed: float):
     if isinstance(event, RequestDone):
         return dataclasses.replace(event, elapsed=event.elapsed * speed)
     if isinstance(event, LevelFinished):
-        return dataclasses.replace(event, result=result_in_simulated_time(event.result, speed))
+        figures = result_in_simulated_time(
+            event.result.model_dump() | {"server": event.server}, speed
+        )
+        result, server = typed_level_result(figures)
+        return dataclasses.replace(event, result=result, server=server)
     if isinstance(event, CapacityFound):
         return CapacityFound(_capacity(event.result, speed))
     if isinstance(event, BenchFinished):
         return dataclasses.replace(
             event,
-            levels=[result_in_simulated_time(level, speed) for level in event.levels],
+            levels=[
+                LevelResult.model_validate(result_in_simulated_time(level.model_dump(), speed))
+                for level in event.levels
+            ],
             capacity=None if event.capacity is None else _capacity(event.capacity, speed),
         )
     return event

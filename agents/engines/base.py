@@ -32,18 +32,20 @@ PHASES = (
 
 
 class FailureKind(enum.StrEnum):
-    """Why an engine did not start or stopped serving."""
+    """Why an engine did not start or stopped serving, in the protocol's words: each value is
+    a trial failure class (``agents.protocol.TRIAL_FAILURE_CLASSES``), sent as it is."""
 
     OOM_AT_STARTUP = "oom_at_startup"
     KV_CACHE_TOO_SMALL = "kv_cache_too_small"  # max_model_len beyond what the KV cache holds
-    BAD_FLAG = "bad_flag"  # unknown or unsupported flag or value
+    UNSUPPORTED_FLAG = "unsupported_flag"  # unknown or unsupported flag or value
     MODEL_NOT_FOUND = "model_not_found"
     STARTUP_TIMEOUT = "startup_timeout"
     CRASH = "crash"  # exited on its own: at start-up without a known cause, or mid-run
     HANG = "hang"  # alive, but sent nothing for too long while requests waited
-    # An existing endpoint (agents.engines.endpoint): not reachable, or it refused the key.
-    ENDPOINT_UNREACHABLE = "endpoint_unreachable"
-    ACCESS_DENIED = "access_denied"
+    # An existing endpoint (agents.engines.endpoint) that refused the key, or cannot be
+    # reached: the protocol has no class of its own for that, the message says which.
+    MODEL_ACCESS_DENIED = "model_access_denied"
+    ENDPOINT_UNREACHABLE = "other"
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ Guarantees:
 
 - ``start`` is a check, not a start: ``GET <base>/v1/models`` (with the API key as a bearer
   token when there is one) must answer 200 with an OpenAI model list naming the served model.
-  Otherwise it raises ``EngineFailed``: ``endpoint_unreachable`` (no connection, a timeout, an
-  unexpected status or body, a redirect — never followed), ``access_denied`` (401 or 403) or
-  ``model_not_found`` (the list lacks the model, with what it lists). No cold-start phase is
+  Otherwise it raises ``EngineFailed``: ``ENDPOINT_UNREACHABLE`` (no connection, a timeout, an
+  unexpected status or body, a redirect — never followed), ``MODEL_ACCESS_DENIED`` (401 or
+  403) or ``MODEL_NOT_FOUND`` (the list lacks the model, with what it lists). No cold-start phase is
   reported: there is none.
 - The check also asks the endpoint for one token on the workload's route with vLLM's
   ``ignore_eos``, the way every measured request asks: an endpoint that refuses it (a 400 or
@@ -169,7 +169,7 @@ class EndpointEngine:
             raise self._failed(FailureKind.ENDPOINT_UNREACHABLE, str(exc)) from None
         if status in (401, 403):
             raise self._failed(
-                FailureKind.ACCESS_DENIED,
+                FailureKind.MODEL_ACCESS_DENIED,
                 f"the endpoint refused the API key (HTTP {status})",
             )
         if status != 200:

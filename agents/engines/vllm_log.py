@@ -170,7 +170,7 @@ FAILURE_RULES = (
         "out of memory at start-up",
     ),
     FailureRule(
-        FailureKind.BAD_FLAG,
+        FailureKind.UNSUPPORTED_FLAG,
         re.compile(
             r"error: unrecognized arguments|error: argument [-\w/ ]+:|invalid choice:"
             r"|error: ambiguous option|User-specified max_model_len \(\d+\) is greater"

@@ -2,7 +2,7 @@
 
 Measures TTFT, ITL, TPOT and E2EL with ``vllm bench serve``'s semantics over a hand-written
 HTTP/1.1 + SSE client (see ``docs/loadgen.md``). Use ``run_bench`` for a stream of progress
-events, ``run_levels`` for the results alone, and ``event_loop_runner`` to run either on
+events, ``run_levels`` for the finished levels alone, and ``event_loop_runner`` to run either on
 uvloop when it is installed. ``config_from_workload`` runs the site's ``Workload``.
 """
 
@@ -12,7 +12,7 @@ import asyncio
 
 from agents.loadgen.agentic_prompts import AgenticPrompts
 from agents.loadgen.config import BenchConfig
-from agents.loadgen.engine import ServerUnreachable, run_bench, run_levels
+from agents.loadgen.driver import ServerUnreachable, run_bench, run_levels
 from agents.loadgen.events import (
     BenchFinished,
     CapacityFound,

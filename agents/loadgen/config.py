@@ -15,7 +15,7 @@ from agents.loadgen.openai import Endpoint
 from agents.loadgen.prompts import PrefixPrompts, RandomPrompts, ShareGptPrompts, TracePrompts
 from agents.loadgen.session_prompts import SessionPrompts
 from agents.loadgen.tokenizer import Tokenizer
-from agents.protocol import CapacitySearch, Slos
+from agents.protocol import CapacitySearch, LevelResult, Slos
 
 # What a level's requests are drawn from.
 PromptSource = (
@@ -66,8 +66,8 @@ class BenchConfig:
     # How often a level too close to call at the SLOs' confidence is measured again.
     max_extensions: int = 0
     # Levels an earlier attempt on this configuration measured (their results, in order):
-    # not measured again (``agents.loadgen.engine``).
-    resume_results: tuple[dict, ...] = ()
+    # not measured again (``agents.loadgen.driver``).
+    resume_results: tuple[LevelResult, ...] = ()
     # The served names of the LoRA adapters requests are spread over (``lora_spread``);
     # empty: every request asks for ``model``.
     lora_models: tuple[str, ...] = ()

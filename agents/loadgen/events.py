@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agents.loadgen.records import RequestRecord
+from agents.protocol import LevelResult
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,20 @@ class ServerSample:
 
 @dataclass(frozen=True)
 class LevelFinished:
-    """A level's result (``agents.loadgen.results``) and its per-request records."""
+    """A level's result, its per-request records, the server's metrics over it
+    (``agents.loadgen.server_metrics``; None: not scraped) and, when they were sampled, each
+    GPU's figures (``agents.protocol.GpuLevelFigures`` as JSON; ``agents.telemetry``)."""
 
     index: int
-    result: dict
+    result: LevelResult
     records: list[RequestRecord] = field(repr=False)
+    server: dict | None = None
+    gpus: list[dict] | None = None
+
+    def as_json(self) -> dict:
+        """The result as one JSON object, with the server's metrics and the GPUs in it."""
+        gpus = {} if self.gpus is None else {"gpus": self.gpus}
+        return self.result.model_dump(mode="json") | {"server": self.server} | gpus
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class BenchFinished:
     ``capacity`` what the capacity search found, when there was one."""
 
     config: dict
-    levels: list[dict]
+    levels: list[LevelResult]
     stopped: bool = False
     capacity: dict | None = None
 

@@ -1,5 +1,5 @@
 """What one level sends and how its result is read, whatever drives it: the live engine
-(``agents.loadgen.engine``, over HTTP) or the simulator offline (``agents.predict``).
+(``agents.loadgen.driver``, over HTTP) or the simulator offline (``agents.predict``).
 
 Guarantees:
 
@@ -39,7 +39,7 @@ from agents.loadgen.results import level_result
 from agents.loadgen.session_prompts import SessionPrompts
 from agents.loadgen.stats import percentile
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow, ramped_offsets, split_window
-from agents.protocol import LevelFigures, steady_window_requests
+from agents.protocol import LevelFigures, LevelResult, steady_window_requests
 from agents.protocol.slo_verdicts import TOO_CLOSE, load_verdict
 
 # In duration mode a level cycles through this many pre-built prompts at most.
@@ -166,18 +166,31 @@ def fixed_levels(config: BenchConfig) -> list[dict]:
     return [level for level in config.levels for _ in range(config.repeats)]
 
 
-def extension_due(config: BenchConfig, level: dict, results: list[dict]) -> int:
+def extension_due(config: BenchConfig, level: dict, results: list[LevelResult]) -> int:
     """Whether ``level`` is measured once more because the measurements of its load so far
     (those in ``results``) are too close to call at the SLOs' confidence: the number of
     that extension (1, 2, …), or 0 — no SLOs, decided, or ``max_extensions`` used up."""
     if config.slos is None or not config.slos.given or not config.max_extensions:
         return 0
     key = level_key(level)
-    mine = [result for result in results if level_key(result) == key]
+    # Verdicts read results as JSON, the way the site reads what it stored.
+    mine = [result.model_dump() for result in results if result_key(result) == key]
     done = sum(1 for result in mine if result.get("extension"))
     if done >= config.max_extensions or load_verdict(mine) != TOO_CLOSE:
         return 0
     return done + 1
+
+
+def result_key(result: LevelResult) -> str:
+    """The ``level_key`` of the level ``result`` measured."""
+    return level_key(result.model_dump(include={"concurrency", "request_rate"}, exclude_none=True))
+
+
+def typed_level_result(result: dict) -> tuple[LevelResult, dict | None]:
+    """A level's result as the protocol types it, and the server's metrics it held."""
+    figures = dict(result)
+    server = figures.pop("server", None)
+    return LevelResult.model_validate(figures), server
 
 
 def shown_level(config: BenchConfig, level: dict) -> dict:

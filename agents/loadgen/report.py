@@ -94,7 +94,7 @@ class ProgressView:
         elif isinstance(event, LevelFinished):
             task = self._tasks.pop(event.index, None)
             if task is not None:
-                done = event.result["completed"] + event.result["failed"]
+                done = event.result.completed + event.result.failed
                 self.progress.update(task, completed=done, total=done)
                 if not self.progress.disable:
                     finished = self.progress.tasks[self._index(task)]

@@ -3,7 +3,7 @@ no wall clock — seconds of CPU for what would take minutes on a GPU.
 
 Guarantees:
 
-- The same benchmark as ``agents.loadgen.engine`` runs over HTTP, driven by the same rules
+- The same benchmark as ``agents.loadgen.driver`` runs over HTTP, driven by the same rules
   (``agents.loadgen.levels``): each level's prompts and send times from the same seeded
   generators, the same warm-up, closed-loop slots (a slot sends its next request the moment
   its last one ended; ``ramp_up_seconds`` staggers them) or open-loop send times
@@ -50,6 +50,7 @@ from agents.loadgen.levels import (
     level_send_limit,
     level_wants_more,
     send_offsets,
+    typed_level_result,
     window_target,
 )
 from agents.loadgen.prompts import Prompt
@@ -61,6 +62,7 @@ from agents.predict.offline_agentic import run_agentic
 from agents.predict.offline_sessions import run_sessions
 from agents.predict.senders import Sender
 from agents.predict.senders import words as _words
+from agents.protocol import LevelResult
 from agents.workloads.agentic import AgenticSession
 
 # How often the simulated /metrics is sampled during a level (simulated seconds), as the
@@ -486,14 +488,17 @@ class OfflineBench:
         ``LevelStarted``, so a caller may stop between levels."""
         config = self.config
         results: list[dict] = []
+        typed: list[LevelResult] = []  # the same results, as the load generator types them
         for level in fixed_levels(config):
-            result = yield from self._level_events(len(results), level, probe=False)
+            result, measured = yield from self._level_events(len(results), level, probe=False)
             results.append(result)
-            while extension := extension_due(config, level, results):
-                result = yield from self._level_events(
+            typed.append(measured)
+            while extension := extension_due(config, level, typed):
+                result, measured = yield from self._level_events(
                     len(results), level, probe=False, extension=extension
                 )
                 results.append(result)
+                typed.append(measured)
         if config.capacity is not None and config.slos is not None and config.slos.given:
             planner = CapacityPlanner(config.capacity, max_extensions=config.max_extensions)
             for result in results:
@@ -501,7 +506,7 @@ class OfflineBench:
             while (load := planner.next_load()) is not None:
                 axis = planner.axis
                 level = {axis: int(load) if axis == "concurrency" else load}
-                result = yield from self._level_events(len(results), level, probe=True)
+                result, _ = yield from self._level_events(len(results), level, probe=True)
                 results.append(result)
                 planner.record(result, probe=True)
             yield CapacityFound(planner.outcome())
@@ -516,8 +521,9 @@ class OfflineBench:
         result = self.run_level(level, probe=probe)
         if extension:
             result["extension"] = extension
-        yield LevelFinished(index, result, [])
-        return result
+        typed, server = typed_level_result(result)
+        yield LevelFinished(index, typed, [], server)
+        return result, typed
 
     def run(self) -> OfflineBenchResult:
         """Every level of ``events``, computed at once."""
@@ -525,7 +531,7 @@ class OfflineBench:
         capacity = None
         for event in self.events():
             if isinstance(event, LevelFinished):
-                levels.append(event.result)
+                levels.append(event.result.model_dump() | {"server": event.server})
             elif isinstance(event, CapacityFound):
                 capacity = event.result
         return OfflineBenchResult(levels, capacity, self.now)

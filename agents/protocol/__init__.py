@@ -126,6 +126,7 @@ from agents.protocol.lora import (
     lora_serve_flags,
 )
 from agents.protocol.messages import (
+    AGENT_MESSAGE_MODELS,
     MAX_LOG_TAIL_CHARS,
     PROTOCOL_VERSION,
     SITE_FRAME_MODELS,
@@ -252,6 +253,7 @@ __all__ = [
     "AGENT_HOST_SETTINGS",
     "AGENT_JOB_ROUTE",
     "AGENT_MESSAGES_ROUTE",
+    "AGENT_MESSAGE_MODELS",
     "AGENT_POD_ENV",
     "AGENT_SOCKET_ROUTE",
     "API_BASE_ROUTE",

@@ -61,13 +61,24 @@ class Level(StrictModel):
         return self
 
 
+def _tag_required(schema: dict) -> None:
+    """The schema of an agent message, with ``type`` required and no default: on the wire it
+    is the message's tag, and a message without one is refused. (Its default only spares the
+    agent's code from naming the type twice.)"""
+    schema["properties"]["type"].pop("default", None)
+    required = {*schema.get("required", ()), "type"}
+    schema["required"] = [name for name in schema["properties"] if name in required]
+
+
 class AgentMessageBase(StrictModel):
     """Agent → site. Every message names its run, the sequence space of the agent that sent
     it (``epoch``: issued by the site to each agent start without its spool, see
     ``EpochGrant``) and a sequence number unique within that space. The site stores each
     ``(run_id, epoch, seq)`` once: a resend with the same content is acknowledged again, one
     with other content is refused as a conflict. Epoch 0 is the space of protocol 1 agents
-    and of agents without a site."""
+    and of agents without a site. Each subclass's ``type`` defaults to its own tag."""
+
+    model_config = pydantic.ConfigDict(json_schema_extra=_tag_required)
 
     protocol: Literal[1, 2, 3, 4, 5, 6, 7] = PROTOCOL_VERSION
     run_id: RunId
@@ -106,7 +117,7 @@ class HostFacts(StrictModel):
 class Hello(AgentMessageBase):
     """The agent is up: who it is and what it runs on. Sent first, once per agent start."""
 
-    type: Literal["hello"]
+    type: Literal["hello"] = "hello"
     agent_version: str = Field(max_length=100)
     host: HostFacts
 
@@ -114,14 +125,14 @@ class Hello(AgentMessageBase):
 class Heartbeat(AgentMessageBase):
     """The agent is alive (about every 10 s); a silent agent is reaped by the site."""
 
-    type: Literal["heartbeat"]
+    type: Literal["heartbeat"] = "heartbeat"
     trial: TrialIndex | None = None
 
 
 class TrialStarted(AgentMessageBase):
     """A trial's engine is being started with exactly this configuration and argv."""
 
-    type: Literal["trial_started"]
+    type: Literal["trial_started"] = "trial_started"
     trial: TrialIndex
     serve_config: FiniteJson
     command: list[Annotated[str, Field(max_length=4096)]] = Field(max_length=512)
@@ -136,7 +147,7 @@ class ColdStartPhase(AgentMessageBase):
     ``weights_downloaded`` (the run's first trial, before its engine starts) how long fetching
     the weights took, with ``bytes``, ``mb_per_s`` and ``cached`` in ``detail``."""
 
-    type: Literal["cold_start_phase"]
+    type: Literal["cold_start_phase"] = "cold_start_phase"
     trial: TrialIndex
     phase: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
     seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -146,7 +157,7 @@ class ColdStartPhase(AgentMessageBase):
 class LevelProgress(AgentMessageBase):
     """Live figures of the running level (throttled to about 2 per second)."""
 
-    type: Literal["level_progress"]
+    type: Literal["level_progress"] = "level_progress"
     trial: TrialIndex
     level: Level
     requests_done: Count
@@ -167,7 +178,7 @@ class MeasurementReport(AgentMessageBase):
     the ``vllm bench serve`` keys and ours), the server's metrics and each GPU's telemetry
     over the level (``gpus``; None where the host has none)."""
 
-    type: Literal["measurement"]
+    type: Literal["measurement"] = "measurement"
     trial: TrialIndex
     level: Level
     result: LevelResult
@@ -197,7 +208,7 @@ class EngineRestarted(AgentMessageBase):
     number, from 1); the level it cut short (``level``) runs again from its start, and its
     requests up to the failure (``requests_lost``) are in no measurement."""
 
-    type: Literal["engine_restarted"]
+    type: Literal["engine_restarted"] = "engine_restarted"
     trial: TrialIndex
     attempt: Annotated[int, Field(ge=1, le=10)]
     failure_class: Literal["crash", "hang"]
@@ -210,7 +221,7 @@ class TrialFinished(AgentMessageBase):
     """A trial ended; a failed one says why, with the log lines that show it; one whose
     workload searched for its capacity at the SLOs carries what the search found."""
 
-    type: Literal["trial_finished"]
+    type: Literal["trial_finished"] = "trial_finished"
     trial: TrialIndex
     outcome: Literal["succeeded", "failed", "skipped"]
     failure_class: Literal[TRIAL_FAILURE_CLASSES] | None = None  # type: ignore[valid-type]
@@ -255,7 +266,7 @@ class SearchFinished(AgentMessageBase):
     beyond both 95 % intervals (``decided``), the pod seconds spent measuring against what
     measuring every trial would take on the simulator's prediction, and the calibration."""
 
-    type: Literal["search_finished"]
+    type: Literal["search_finished"] = "search_finished"
     strategy: Literal["exhaustive", "prune", "halving", "bayes", "prune+halving"]
     fates: list[TrialFate] = Field(max_length=1024)
     winner: TrialIndex | None = None
@@ -272,7 +283,7 @@ class SearchFinished(AgentMessageBase):
 class RunFinished(AgentMessageBase):
     """The agent is done with the run (all trials, a cancel, or its deadline)."""
 
-    type: Literal["run_finished"]
+    type: Literal["run_finished"] = "run_finished"
     outcome: Literal["succeeded", "failed", "cancelled", "deadline"]
     reason: str = Field(default="", max_length=2000)
 
@@ -291,11 +302,11 @@ AgentMessage = Annotated[
     Field(discriminator="type"),
 ]
 _AGENT_MESSAGE = pydantic.TypeAdapter(AgentMessage)
+# Every agent message's model, in the union's order.
+AGENT_MESSAGE_MODELS: tuple[type[AgentMessageBase], ...] = get_args(get_args(AgentMessage)[0])
 
 
-_AGENT_MESSAGE_TYPES = frozenset(
-    get_args(cls.model_fields["type"].annotation)[0] for cls in get_args(get_args(AgentMessage)[0])
-)
+_AGENT_MESSAGE_TYPES = frozenset(cls.model_fields["type"].default for cls in AGENT_MESSAGE_MODELS)
 
 
 def parse_agent_message(data: object) -> AgentMessage:

@@ -108,18 +108,6 @@ logger = logging.getLogger(__name__)
 
 Emit = Callable[[dict], None]
 
-# The engine's failure kinds as the protocol names them.
-_FAILURE_CLASS = {
-    FailureKind.OOM_AT_STARTUP: "oom_at_startup",
-    FailureKind.KV_CACHE_TOO_SMALL: "kv_cache_too_small",
-    FailureKind.BAD_FLAG: "unsupported_flag",
-    FailureKind.MODEL_NOT_FOUND: "model_not_found",
-    FailureKind.STARTUP_TIMEOUT: "startup_timeout",
-    FailureKind.CRASH: "crash",
-    FailureKind.HANG: "hang",
-    FailureKind.ACCESS_DENIED: "model_access_denied",
-    FailureKind.ENDPOINT_UNREACHABLE: "other",
-}
 ENGINE_POLL_SECONDS = 0.5
 # A killed engine's port refuses connections a moment before its process can be reaped, and
 # vLLM's API server takes a moment to exit after its engine core died: how long an
@@ -209,14 +197,36 @@ async def _in_daemon_thread(function: Callable, /, *args, **kwargs):
     return await future
 
 
-def _level_of(result: dict) -> protocol.Level:
-    return protocol.Level(
-        **{key: result[key] for key in ("concurrency", "request_rate") if key in result}
-    )
+def _level_of(result: protocol.LevelResult) -> protocol.Level:
+    return protocol.Level(concurrency=result.concurrency, request_rate=result.request_rate)
 
 
-def _requests_in(result: dict) -> int:
-    return int(result.get("completed", 0)) + int(result.get("failed", 0))
+@dataclass(frozen=True)
+class TrialEnded:
+    """An engine's life ended its trial: ``trial_finished`` was sent with ``outcome``."""
+
+    outcome: str
+
+
+@dataclass(frozen=True)
+class EngineDied:
+    """The engine died or hung while measuring; ``cut_short``: the level it cut short."""
+
+    failure: EngineFailed
+    cut_short: LevelFinished | None
+
+
+@dataclass(frozen=True)
+class LevelsMeasured:
+    """How measuring on one engine ended: its last finished level, not yet reported (it
+    stands once the engine's fate is known), whether that level is ``suspect`` (cut short,
+    or it lost connections: a dying server's level), whether any request or scrape lost its
+    connection, and the error of a server that could not be reached before a level."""
+
+    last: LevelFinished | None = None
+    suspect: bool = False
+    lost_connections: bool = False
+    unreachable: ServerUnreachable | None = None
 
 
 def _tail(lines: list[str]) -> str:
@@ -354,7 +364,6 @@ class JobRunner:
         )
         self.emit(
             protocol.Hello,
-            type="hello",
             agent_version=agent_version(),
             # The vLLM actually installed, whatever the job's image tag promised: the site
             # flags a difference.
@@ -401,7 +410,6 @@ class JobRunner:
         )
         self.emit(
             protocol.RunFinished,
-            type="run_finished",
             outcome=summary.outcome,
             reason=summary.reason[:2000],
         )
@@ -410,7 +418,7 @@ class JobRunner:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_every)
-            self.emit(protocol.Heartbeat, type="heartbeat", trial=self.current_trial)
+            self.emit(protocol.Heartbeat, trial=self.current_trial)
 
     async def measure_trial(self, trial: protocol.TrialSpec, effort: float) -> TrialRecord:
         """Measures ``trial`` for a search at ``effort`` (1: as any run does, reported; less:
@@ -432,7 +440,6 @@ class JobRunner:
         """Reports trial ``index`` skipped, with ``reason`` as its log line."""
         self.emit(
             protocol.TrialFinished,
-            type="trial_finished",
             trial=index,
             outcome="skipped",
             log_tail=reason,
@@ -442,7 +449,6 @@ class JobRunner:
         stop = self._stop_request
         self.emit(
             protocol.TrialFinished,
-            type="trial_finished",
             trial=trial.index,
             outcome="skipped",
             failure_class="deadline" if stop and stop.outcome == "deadline" else None,
@@ -465,7 +471,6 @@ class JobRunner:
             self._record.outcome, self._record.failure_class = outcome, failure_class
         self.emit(
             protocol.TrialFinished,
-            type="trial_finished",
             trial=trial,
             outcome=outcome,
             failure_class=failure_class,
@@ -504,7 +509,6 @@ class JobRunner:
             problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
             self.emit(
                 protocol.TrialStarted,
-                type="trial_started",
                 trial=index,
                 serve_config=trial.serve_config,
                 command=[],
@@ -512,7 +516,6 @@ class JobRunner:
             return self._finish_trial(index, "failed", "unsupported_flag", problems)
         self.emit(
             protocol.TrialStarted,
-            type="trial_started",
             trial=index,
             serve_config=trial.serve_config,
             command=engine.argv,
@@ -567,7 +570,6 @@ class JobRunner:
                 detail["companions"] = [weights.detail() for weights in fetched[1:]]
             self.emit(
                 protocol.ColdStartPhase,
-                type="cold_start_phase",
                 trial=index,
                 phase=protocol.WEIGHTS_PHASE,
                 seconds=sum(weights.seconds for weights in fetched),
@@ -622,24 +624,25 @@ class JobRunner:
         again with the same configuration (up to ``engine_restarts`` times), and the levels
         it finished are kept while the one it cut short runs again from its start."""
         index = trial.index
-        measured: list[dict] = []  # this configuration's finished levels, as measured
+        measured: list[protocol.LevelResult] = []  # this configuration's finished levels
         for attempt in itertools.count():
             self._engine = engine
             ended = await self._serve_and_measure(index, engine, measured, first=attempt == 0)
-            if isinstance(ended, str):
-                return ended
-            failure, cut_short = ended
-            failure_class = _FAILURE_CLASS.get(failure.kind, "crash")
+            if isinstance(ended, TrialEnded):
+                return ended.outcome
+            failure, cut_short = ended.failure, ended.cut_short
+            failure_class = failure.kind.value
             log_tail = f"{failure.message}\n{_tail(failure.log_tail)}"
             if attempt < self.engine_options.engine_restarts and self._stop_request is None:
                 self.emit(
                     protocol.EngineRestarted,
-                    type="engine_restarted",
                     trial=index,
                     attempt=attempt + 1,
                     failure_class=failure_class,
-                    level=_level_of(cut_short) if cut_short else None,
-                    requests_lost=_requests_in(cut_short) if cut_short else 0,
+                    level=_level_of(cut_short.result) if cut_short else None,
+                    requests_lost=cut_short.result.completed + cut_short.result.failed
+                    if cut_short
+                    else 0,
                     log_tail=self._redacted(log_tail),
                 )
                 logger.warning("trial %s: engine %s; starting it again", index, failure_class)
@@ -652,11 +655,16 @@ class JobRunner:
         raise AssertionError("unreachable")
 
     async def _serve_and_measure(
-        self, index: int, engine: ProcessEngine, measured: list[dict], *, first: bool
-    ) -> str | tuple[EngineFailed, dict | None]:
+        self,
+        index: int,
+        engine: ProcessEngine,
+        measured: list[protocol.LevelResult],
+        *,
+        first: bool,
+    ) -> TrialEnded | EngineDied:
         """One engine's life: start it, measure the levels ``measured`` lacks. The trial's
-        outcome when it ended (``trial_finished`` sent), or the failure of an engine that
-        died or hung while measuring, with the result of the level it cut short."""
+        end (``trial_finished`` sent), or the failure of an engine that died or hung while
+        measuring, with the level it cut short."""
 
         def on_phase(phase) -> None:  # called from the engine's log thread
             if not first:
@@ -666,7 +674,6 @@ class JobRunner:
                 record.cold_start_s = max(record.cold_start_s, phase.at)
             self.emit(
                 protocol.ColdStartPhase,
-                type="cold_start_phase",
                 trial=index,
                 phase=phase.name,
                 seconds=max(phase.at, 0.0),
@@ -674,71 +681,67 @@ class JobRunner:
             )
 
         if self._stop_request is not None:
-            return self._stopped_outcome(index)
+            return TrialEnded(self._stopped_outcome(index))
         self._engine_starting = True
         try:
             await asyncio.to_thread(engine.start, on_phase)
         except EngineFailed as failure:
             if self._stop_request is not None:
-                return self._stopped_outcome(index, _tail(failure.log_tail))
+                return TrialEnded(self._stopped_outcome(index, _tail(failure.log_tail)))
             evidence = "\n".join(failure.evidence)
             log_tail = f"{failure.message}\n{evidence}\n{_tail(failure.log_tail)}".strip()
-            return self._finish_trial(
-                index, "failed", _FAILURE_CLASS.get(failure.kind, "other"), log_tail
-            )
+            return TrialEnded(self._finish_trial(index, "failed", failure.kind.value, log_tail))
         finally:
             self._engine_starting = False
         # One event ends the level: the run's stop, or the engine dying (or hanging) under it.
         self._level_stop = asyncio.Event()
         if self._stop.is_set():
             self._level_stop.set()
-        crash: list[EngineFailed] = []
         activity = Activity()
-        watcher = asyncio.create_task(self._watch_engine(engine, crash, activity))
-        held: list[tuple[dict, bool]] = []
+        watcher = asyncio.create_task(self._watch_engine(engine, activity))
         try:
-            lost_connections = await self._measure(index, engine, measured, activity, held)
-        except ServerUnreachable as exc:
-            failure = crash[0] if crash else await self._death_of(engine)
-            if failure is None:
-                log_tail = f"{exc}\n(the engine was still running: not a crash)\n"
-                return self._finish_trial(
-                    index, "failed", "other", log_tail + _tail(list(engine.tail))
-                )
-            crash[:] = [failure]
+            levels = await self._measure(index, engine, measured, activity)
         finally:
             watcher.cancel()
-        if not crash:
+        # The watcher's finding, if it found one before it was cancelled.
+        watched = watcher.done() and not watcher.cancelled() and watcher.exception() is None
+        failure = watcher.result() if watched else None
+        if failure is None and levels.unreachable is not None:
+            failure = await self._death_of(engine)
+            if failure is None:
+                log_tail = f"{levels.unreachable}\n(the engine was still running: not a crash)\n"
+                return TrialEnded(
+                    self._finish_trial(
+                        index, "failed", "other", log_tail + _tail(list(engine.tail))
+                    )
+                )
+        elif failure is None:
             # A level can finish (every request refused) before the watcher's next look, and
             # before a killed engine can be reaped: lost connections are worth the wait.
             failure = (
                 await self._death_of(engine)
-                if lost_connections
+                if levels.lost_connections
                 else await asyncio.to_thread(engine.exit_status)
             )
-            if failure is not None:
-                crash.append(failure)
-        last, suspect = held[0] if held else (None, False)
-        if crash:
-            if last is not None and suspect:
-                return crash[0], last  # the level the failure cut short
+        last = levels.last
+        if failure is not None:
+            if last is not None and levels.suspect:
+                return EngineDied(failure, last)  # the level the failure cut short
             if last is not None:
                 self._keep(index, measured, last)
-            return crash[0], None
-        if last is not None and last.get("partial"):
+            return EngineDied(failure, None)
+        if last is not None and last.result.partial:
             self._measurement(index, last)  # a stop (not a failure) ended it: as far as it got
         elif last is not None:
             self._keep(index, measured, last)
         if self._stop_request is not None:
-            return self._stopped_outcome(index)
-        return self._finish_trial(index, "succeeded")
+            return TrialEnded(self._stopped_outcome(index))
+        return TrialEnded(self._finish_trial(index, "succeeded"))
 
-    async def _watch_engine(
-        self, engine: ProcessEngine, crash: list[EngineFailed], activity: Activity
-    ) -> None:
+    async def _watch_engine(self, engine: ProcessEngine, activity: Activity) -> EngineFailed:
         """Ends the level at once when the engine dies under it, or when it has sent nothing
         for ``hang_seconds`` while requests wait (a hung engine is killed: it is not
-        measured further)."""
+        measured further); returns that failure."""
         hang_after = self.engine_options.hang_seconds
         while True:
             await asyncio.sleep(ENGINE_POLL_SECONDS)
@@ -754,9 +757,8 @@ class JobRunner:
                 )
                 engine.kill()
             if failure is not None:
-                crash.append(failure)
                 self._level_stop.set()
-                return
+                return failure
 
     async def _death_of(self, engine: ProcessEngine) -> EngineFailed | None:
         """The engine's failure if its process has exited or exits within the grace period;
@@ -773,17 +775,14 @@ class JobRunner:
         self,
         index: int,
         engine: ProcessEngine,
-        measured: list[dict],
+        measured: list[protocol.LevelResult],
         activity: Activity,
-        held: list[tuple[dict, bool]],
-    ) -> bool:
+    ) -> LevelsMeasured:
         """Runs the workload's levels on ``engine`` (those in ``measured`` are taken as they
         were). A finished level is kept (reported, and added to ``measured``) once the next
-        level has started on a live server; the last one is left in ``held`` with whether it
-        is suspect (cut short, or it lost connections: a dying server's level), for the
-        caller, who knows whether the engine failed and the level runs again.
-        Returns whether a request or a metrics scrape lost its connection (refused, reset or
-        closed early: what a dying server does)."""
+        level has started on a live server; the last one is left to the caller, who knows
+        whether the engine failed and the level runs again. A lost connection is a request
+        or a metrics scrape refused, reset or closed early: what a dying server does."""
         job = self.job
         uploaded = getattr(job.workload.dataset, "dataset_id", None)
         config = config_from_workload(
@@ -825,9 +824,9 @@ class JobRunner:
             else GpuLevels(self._gpus, period=self.gpu_period, on_sample=lambda r: live.gpu(r))
         )
         level: dict = {}
-        lost_connections = False
+        held: LevelFinished | None = None
+        suspect = lost_connections = level_lost = False
         try:
-            level_lost = False
             events = (
                 engine.bench_events(config, self._level_stop)
                 if isinstance(engine, OfflineSimEngine)
@@ -835,10 +834,11 @@ class JobRunner:
             )
             async for event in events:
                 if gpu_levels is not None:
-                    await gpu_levels.observe(event)
+                    event = await gpu_levels.observe(event)
                 if isinstance(event, LevelStarted):
-                    if held:  # the server took the next level: the last one stands
-                        self._keep(index, measured, held.pop()[0])
+                    if held is not None:  # the server took the next level: the last one stands
+                        self._keep(index, measured, held)
+                        held = None
                     level = event.level
                     live = LiveLevel(event.total, every=self.progress_every)
                     level_lost = False
@@ -858,16 +858,18 @@ class JobRunner:
                     self.capacity = capacity
                 elif isinstance(event, LevelFinished):
                     # "<kind>: <message>" (``agents.loadgen.server_metrics``).
-                    scrape_error = (event.result.get("server") or {}).get("last_scrape_error")
+                    scrape_error = (event.server or {}).get("last_scrape_error")
                     kind = (scrape_error or "").partition(":")[0]
                     level_lost |= kind in _LOST_CONNECTION
                     lost_connections |= level_lost
-                    held[:] = [(event.result, bool(event.result.get("partial")) or level_lost)]
+                    held, suspect = event, bool(event.result.partial) or level_lost
+        except ServerUnreachable as exc:
+            return LevelsMeasured(held, suspect, lost_connections, unreachable=exc)
         finally:
             relay.cancel()
             if gpu_levels is not None:  # a level the engine's failure cut short: not reported
                 await gpu_levels.close()
-        return lost_connections
+        return LevelsMeasured(held, suspect, lost_connections)
 
     async def _relay_stop(self) -> None:
         await self._stop.wait()
@@ -882,31 +884,31 @@ class JobRunner:
                 level = {"request_rate": rate}
         self.emit(
             protocol.LevelProgress,
-            type="level_progress",
             trial=index,
             level=protocol.Level(**level),
             **figures,
         )
 
-    def _keep(self, index: int, measured: list[dict], result: dict) -> None:
+    def _keep(self, index: int, measured: list[protocol.LevelResult], level: LevelFinished) -> None:
         """A level that stands: reported, and never measured again on this configuration."""
-        measured.append(result)
-        self._measurement(index, result)
+        measured.append(level.result)
+        self._measurement(index, level)
 
-    def _measurement(self, index: int, result: dict) -> None:
+    def _measurement(self, index: int, finished: LevelFinished) -> None:
+        # The result as JSON, its server's figures in it: as the search reads a level.
+        result = finished.result.model_dump() | {"server": finished.server}
         if self.sim_speed:
             result = result_in_simulated_time(result, self.sim_speed)
         elif self.job.engine.kind == "sim":  # in the simulator's own time: labelled so
             result = {**result, "simulated": {"speed": 1.0, "clock": "simulated"}}
+        gpus = finished.gpus
         if self._record is not None:
-            self._record.levels.append(dict(result))  # with its server figures
+            self._record.levels.append(result | ({} if gpus is None else {"gpus": gpus}))
         result = dict(result)
         server = result.pop("server", None) or {}
-        gpus = result.pop("gpus", None)
         level = {key: result[key] for key in ("concurrency", "request_rate") if key in result}
         self.emit(
             protocol.MeasurementReport,
-            type="measurement",
             trial=index,
             level=protocol.Level(**level),
             result=result,

@@ -198,7 +198,7 @@ async def run_job_search(runner) -> dict[str, int]:
     report = search_report(result, trials, [trial.index for trial in runner.job.trials])
     prior = runner.job.search.prior
     report["prior_run"] = str(prior.run_id) if prior is not None else None
-    runner.emit(protocol.SearchFinished, type="search_finished", **report)
+    runner.emit(protocol.SearchFinished, **report)
     return counts
 
 

@@ -2,19 +2,23 @@
 the one wiring the agent's runner and ``benchsite-agent bench --gpu-telemetry`` share.
 
 Guarantees: ``observe`` starts sampling at each ``LevelStarted`` (after the level's warm-up)
-and, at its ``LevelFinished``, stops and puts each GPU's figures in the level's result under
-``gpus`` (``agents.protocol.GpuLevelFigures`` as JSON) before anyone else reads the result;
-``close`` stops a level that never finished (its figures are dropped, as its result is).
+and, at its ``LevelFinished``, stops and gives back the event with each GPU's figures in its
+``gpus`` (``agents.protocol.GpuLevelFigures`` as JSON); every other event comes back as it
+is. ``close`` stops a level that never finished (its figures are dropped, as its result is).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import TypeVar
 
 from agents.loadgen import LevelFinished, LevelStarted
 from agents.protocol import GpuReading
 from agents.telemetry.nvml import NvmlGpus
 from agents.telemetry.sampler import GpuSampler
+
+E = TypeVar("E")
 
 
 class GpuLevels:
@@ -32,7 +36,7 @@ class GpuLevels:
         self.on_sample = on_sample
         self._sampler: GpuSampler | None = None
 
-    async def observe(self, event: object) -> None:
+    async def observe(self, event: E) -> E:
         if isinstance(event, LevelStarted):
             await self.close()
             self._sampler = GpuSampler(self.gpus, period=self.period, on_sample=self.on_sample)
@@ -40,7 +44,8 @@ class GpuLevels:
         elif isinstance(event, LevelFinished) and self._sampler is not None:
             figures = await self._sampler.finish()
             self._sampler = None
-            event.result["gpus"] = [gpu.model_dump(mode="json") for gpu in figures]
+            return dataclasses.replace(event, gpus=[gpu.model_dump(mode="json") for gpu in figures])
+        return event
 
     async def close(self) -> None:
         if self._sampler is not None:

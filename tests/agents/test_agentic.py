@@ -142,8 +142,8 @@ def test_an_open_loop_level_starts_the_files_sessions_at_their_scaled_times(serv
     )  # fmt: skip
     roots = sorted(r.scheduled for r in finished.records if r.turn == 1)
     assert roots == pytest.approx([0.0, 0.25])  # 2 s apart at 0.5/s, so 0.25 s at 4/s
-    assert finished.result["send_lateness"]["max_ms"] >= 0
-    assert finished.result["completed"] == 8
+    assert finished.as_json()["send_lateness"]["max_ms"] >= 0
+    assert finished.as_json()["completed"] == 8
 
 
 def test_nothing_follows_a_failed_request(server):
@@ -161,8 +161,8 @@ def test_synthesized_sessions_run_closed_loop(server):
         server, source=source, levels=({"concurrency": 3},),
         model="fake?ttft_ms=2&itl_ms=1", num_prompts=30, seed=4, slos=None, steady_multiple=1.0,
     )  # fmt: skip
-    assert finished.result["failed"] == 0 and len(finished.records) >= 30
-    assert finished.result["window"]["requests"] >= 30
+    assert finished.as_json()["failed"] == 0 and len(finished.records) >= 30
+    assert finished.as_json()["window"]["requests"] >= 30
 
 
 def test_a_workload_names_synthesized_or_uploaded_sessions(tmp_path):

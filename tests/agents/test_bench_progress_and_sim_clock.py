@@ -20,6 +20,7 @@ from agents.cli import main
 from agents.cli.sim_clock import simulator_speed
 from agents.loadgen.events import LevelFinished, LevelStarted, RequestDone
 from agents.loadgen.report import ProgressView, capacity_line
+from agents.protocol import LevelResult
 from tests.agents.fake_openai_server import FakeServer
 from tests.site.live_server import free_port
 
@@ -40,7 +41,8 @@ def test_the_bar_grows_with_a_level_that_outruns_its_estimate_and_shows_the_time
             view.handle(RequestDone(0, done, 0, done * 16, elapsed=done / 10, record=None))
             if done in (100, 192, 193, 222):
                 view.progress.refresh()
-        view.handle(LevelFinished(0, {"completed": 222, "failed": 0}, records=[]))
+        result = LevelResult(completed=222, failed=0, duration=22.2)
+        view.handle(LevelFinished(0, result, records=[]))
         view.progress.console.print(capacity_line(CAPACITY))
     drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())  # every drawing
     counts = [tuple(map(int, pair)) for pair in re.findall(r"\b(\d+)/(\d+)\b", drawn)]

@@ -50,8 +50,14 @@ def test_it_checks_the_endpoint_serves_the_model_with_the_key(server):
 @pytest.mark.parametrize(
     ("url", "model", "key", "kind", "words"),
     [
-        ("server", "fake", "sk-wrong", FailureKind.ACCESS_DENIED, "refused the API key (HTTP 401)"),
-        ("server", "fake", None, FailureKind.ACCESS_DENIED, "refused the API key (HTTP 401)"),
+        (
+            "server",
+            "fake",
+            "sk-wrong",
+            FailureKind.MODEL_ACCESS_DENIED,
+            "refused the API key (HTTP 401)",
+        ),
+        ("server", "fake", None, FailureKind.MODEL_ACCESS_DENIED, "refused the API key (HTTP 401)"),
         (
             "server",
             "llama",

@@ -96,7 +96,7 @@ def test_the_load_generator_sees_queueing_kv_use_and_scaled_timing(tmp_path):
             metrics_period=0.05,
         )
         with event_loop_runner() as runner:
-            (level,) = runner.run(run_levels(config))
+            (level,) = [level.as_json() for level in runner.run(run_levels(config))]
     finally:
         engine.stop()
     assert level["completed"] == 48 and level["failed"] == 0
@@ -130,7 +130,7 @@ def test_client_timing_is_simulated_time_divided_by_speed(tmp_path):
             num_prompts=16,  # four waves: the median request is not one wave's
         )
         with event_loop_runner() as runner:
-            (level,) = runner.run(run_levels(config))
+            (level,) = [level.as_json() for level in runner.run(run_levels(config))]
     finally:
         engine.stop()
     # The server's histograms hold simulated seconds; the client sees them SPEED x faster.
@@ -147,7 +147,11 @@ def test_client_timing_is_simulated_time_divided_by_speed(tmp_path):
     [
         ({"max_model_len": 131072}, "RTX 4090", FailureKind.KV_CACHE_TOO_SMALL),
         ({"max_model_len": 4096}, "L40S", FailureKind.OOM_AT_STARTUP),  # 70B on 48 GB
-        ({"max_model_len": 4096, "pipeline_parallel_size": 2}, "H100", FailureKind.BAD_FLAG),
+        (
+            {"max_model_len": 4096, "pipeline_parallel_size": 2},
+            "H100",
+            FailureKind.UNSUPPORTED_FLAG,
+        ),
     ],
 )
 def test_it_refuses_to_start_where_vllm_would(tmp_path, config, gpu, kind):
@@ -208,7 +212,7 @@ def test_chat_streams_and_prefix_caching_are_seen_by_the_load_generator(small_ba
         num_prompts=12,
     )
     with event_loop_runner() as runner:
-        (level,) = runner.run(run_levels(config))
+        (level,) = [level.as_json() for level in runner.run(run_levels(config))]
     assert level["completed"] == 12 and level["failed"] == 0
     assert level["total_output_tokens"] == 12 * 8
     assert level["usage_missing"] == 0

@@ -132,7 +132,7 @@ def test_it_refuses_a_config_the_schema_refuses_before_starting_anything(tmp_pat
     [
         ({"max_model_len": 100_000}, (), FailureKind.KV_CACHE_TOO_SMALL, "estimated maximum"),
         ({"gpu_memory_utilization": 0.05}, (), FailureKind.OOM_AT_STARTUP, "No available memory"),
-        ({"max_model_len": 512}, ("--bogus-flag",), FailureKind.BAD_FLAG, "unrecognized"),
+        ({"max_model_len": 512}, ("--bogus-flag",), FailureKind.UNSUPPORTED_FLAG, "unrecognized"),
     ],
 )
 def test_it_classifies_a_start_up_failure_with_its_evidence(

@@ -57,7 +57,7 @@ def run_level(server: FakeServer, **overrides):
     async def go():
         async for event in run_bench(BenchConfig(**settings)):
             if isinstance(event, LevelFinished):
-                return event.result, event.records
+                return event.as_json(), event.records
         raise AssertionError("no level finished")
 
     with event_loop_runner() as runner:

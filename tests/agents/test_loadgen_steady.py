@@ -76,13 +76,13 @@ def test_every_trial_with_the_same_seed_sends_the_same_traffic(server):
 @pytest.mark.slow
 def test_a_repeated_level_gets_fresh_prompts(server):
     once, again = bench(server, levels=({"concurrency": 2},), repeats=2)
-    assert again.result["repeat"] == 1 and "repeat" not in once.result
+    assert again.as_json()["repeat"] == 1 and "repeat" not in once.as_json()
     assert {r.prompt_sha for r in once.records}.isdisjoint({r.prompt_sha for r in again.records})
 
 
 def test_a_closed_loop_window_excludes_the_first_wave_and_holds_its_target(server):
     (level,) = bench(server, levels=({"concurrency": 3},))
-    result, records = level.result, level.records
+    result, records = level.as_json(), level.records
     window = result["window"]
     assert window["requests"] == result["completed"] == steady_window_requests(12, 4.0, 3) == 12
     start = min(r.start for r in records)
@@ -99,15 +99,15 @@ def test_a_closed_loop_window_excludes_the_first_wave_and_holds_its_target(serve
 
 def test_an_open_loop_window_starts_after_the_first_answer(server):
     (level,) = bench(server, levels=({"request_rate": 300.0},), ramp_up_seconds=0.05)
-    window = level.result["window"]
+    window = level.as_json()["window"]
     first_answer = min(r.finished for r in level.records) - min(r.start for r in level.records)
     assert window["start_s"] >= first_answer - 0.005
-    assert window["requests"] == 12 and level.result["whole_level"]["completed"] > 12
+    assert window["requests"] == 12 and level.as_json()["whole_level"]["completed"] > 12
 
 
 def test_an_unbounded_rate_has_no_window(server):
     (level,) = bench(server, levels=({"request_rate": "inf"},))
-    assert "window" not in level.result and level.result["completed"] == 12
+    assert "window" not in level.as_json() and level.as_json()["completed"] == 12
 
 
 def test_the_ramp_raises_the_rate_linearly_and_keeps_the_gaps():
@@ -225,7 +225,7 @@ def test_a_closed_loops_rate_interval_does_not_read_its_waves_as_noise():
 
 def test_a_timed_level_closes_its_window_when_sending_stops(server):
     (level,) = bench(server, levels=({"concurrency": 2},), duration=0.4)
-    window = level.result["window"]
+    window = level.as_json()["window"]
     assert window["end_s"] == pytest.approx(0.4)
     assert window["start_s"] < 0.3 and window["requests"] > 2
-    assert level.result["whole_level"]["completed"] >= window["requests"]
+    assert level.as_json()["whole_level"]["completed"] >= window["requests"]

@@ -74,7 +74,7 @@ def test_a_stop_mid_level_reports_the_finished_requests_and_starts_no_other_leve
     events, stopped_at = collect(config(server), stop_after_requests=6)
     levels = [event for event in events if isinstance(event, LevelFinished)]
     assert len(levels) == 1, "no level may start after the stop"
-    result = levels[0].result
+    result = levels[0].as_json()
     assert result["partial"] is True
     # 4 in flight when the 6th finished: those are cut off, none counted as failed.
     assert 6 <= result["completed"] < 40 and result["failed"] == 0

@@ -38,7 +38,7 @@ def test_prompts_of_127k_tokens_are_sent_counted_and_their_shared_prefix_cached(
             ignore_eos=True,
         )
         with event_loop_runner() as runner:
-            (level,) = runner.run(run_levels(config))
+            (level,) = [level.as_json() for level in runner.run(run_levels(config))]
     finally:
         engine.stop()
     assert (level["completed"], level["failed"]) == (4, 0)

@@ -56,7 +56,12 @@ def live_on_the_simulator(config: BenchConfig, workdir) -> list[dict]:
     engine.start()
     try:
         with event_loop_runner() as runner:
-            return runner.run(run_levels(dataclasses.replace(config, base_url=engine.base_url)))
+            return [
+                level.as_json()
+                for level in runner.run(
+                    run_levels(dataclasses.replace(config, base_url=engine.base_url))
+                )
+            ]
     finally:
         engine.stop()
 

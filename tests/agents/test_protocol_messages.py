@@ -11,6 +11,7 @@ import pydantic
 import pytest
 
 from agents import protocol
+from agents.engines.base import FailureKind
 from agents.runner.site_link import read_site_frames
 
 RUN = str(uuid.uuid4())
@@ -38,6 +39,18 @@ def test_it_parses_every_message_type(kind):
     assert message.protocol == protocol.PROTOCOL_VERSION
     # What the agent sends is what the site parses back.
     assert protocol.parse_agent_message(message.model_dump(mode="json")) == message
+
+
+MODELS = {model.model_fields["type"].default: model for model in protocol.AGENT_MESSAGE_MODELS}
+
+
+@pytest.mark.parametrize("kind", sorted(VALID))
+def test_it_gives_each_message_its_own_type_and_still_requires_it_on_the_wire(kind):
+    built = MODELS[kind].model_validate({"run_id": RUN, "seq": 5, **VALID[kind]})
+    assert built.model_dump(mode="json")["type"] == kind
+    schema = MODELS[kind].model_json_schema()
+    assert "type" in schema["required"] and "default" not in schema["properties"]["type"]
+    assert "type" in _errors({"run_id": RUN, "seq": 5, **VALID[kind]})
 
 
 def _errors(data) -> dict[str, str]:
@@ -152,3 +165,8 @@ def test_the_agent_reads_one_reply_or_an_array_of_them_in_order():
     )
     assert replies == [protocol.Ack(seq=5), protocol.Rejected(seq=6, reason="bad")]
     assert read_site_frames("[]") == []
+
+
+def test_it_names_every_engine_failure_by_a_trial_failure_class():
+    # One vocabulary: the runner sends an engine's failure kind as the trial's class.
+    assert {kind.value for kind in FailureKind} <= set(protocol.TRIAL_FAILURE_CLASSES)

@@ -308,7 +308,7 @@ def test_every_trial_is_sent_the_runs_traffic_and_searches_its_capacity(tmp_path
                 seen.append(
                     {
                         "seed": config.seed,
-                        "level": event.result.get("concurrency"),
+                        "level": event.as_json().get("concurrency"),
                         "traffic": [r.prompt_sha for r in event.records],
                     }
                 )

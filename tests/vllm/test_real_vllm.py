@@ -43,7 +43,7 @@ def level(
         request_timeout=120,
     )
     with event_loop_runner() as runner:
-        (result,) = runner.run(run_levels(config))
+        (result,) = [level.as_json() for level in runner.run(run_levels(config))]
     return result
 
 
@@ -140,7 +140,7 @@ def test_two_configs_one_after_the_other_with_phases_a_load_level_and_a_healed_k
             False,
             FailureKind.KV_CACHE_TOO_SMALL,
         ),
-        ({**EAGER, "max_model_len": 512}, ["--no-such-flag"], True, FailureKind.BAD_FLAG),
+        ({**EAGER, "max_model_len": 512}, ["--no-such-flag"], True, FailureKind.UNSUPPORTED_FLAG),
     ],
 )
 def test_an_impossible_config_fails_with_its_class(

@@ -1,4 +1,5 @@
-"""The load generator's engine: runs load levels in order and streams progress events.
+"""The load generator's driver: runs load levels in order and streams progress events; each
+finished level's result is the protocol's ``LevelResult``.
 
 Guarantees:
 
@@ -42,9 +43,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import hashlib
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from time import perf_counter
 
@@ -58,7 +58,6 @@ from agents.loadgen.events import (
     Event,
     LevelFinished,
     LevelStarted,
-    RequestDone,
     ServerSample,
     level_label,
 )
@@ -73,24 +72,26 @@ from agents.loadgen.levels import (
     level_prompt_count,
     level_rngs,
     level_send_limit,
-    level_wants_more,
+    result_key,
     send_offsets,
+    typed_level_result,
     window_target,
 )
-from agents.loadgen.lora_spread import request_model
-from agents.loadgen.openai import encode_request, send_request
-from agents.loadgen.prompts import Prompt
+from agents.loadgen.loops import (
+    LevelPlan,
+    LevelSamples,
+    Progress,
+    closed_loop,
+    encode_requests,
+    open_loop,
+    prompt_digest,
+)
 from agents.loadgen.records import RequestRecord
-from agents.loadgen.schedule import run_on_schedule
 from agents.loadgen.server_metrics import MetricsScraper
 from agents.loadgen.session_prompts import SessionPrompts
 from agents.loadgen.sessions import SessionDriver
 from agents.loadgen.steady import ClosedLoopWindow, OpenLoopWindow
-
-
-def prompt_digest(text: str) -> str:
-    """A short digest of a prompt, to show that trials sent the same traffic."""
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+from agents.protocol import LevelResult
 
 
 class ServerUnreachable(RuntimeError):
@@ -98,35 +99,9 @@ class ServerUnreachable(RuntimeError):
     (or of any later one) was measured."""
 
 
-class _Progress:
-    """Counts a level's finished requests and reports each one."""
-
-    def __init__(self, index: int, emit: Callable[[Event], None]):
-        self.index = index
-        self.emit = emit
-        self.completed = self.failed = self.output_tokens = 0
-        self.started = perf_counter()
-
-    def done(self, record: RequestRecord) -> None:
-        if record.success:
-            self.completed += 1
-            self.output_tokens += record.served_output_tokens
-        else:
-            self.failed += 1
-        self.emit(
-            RequestDone(
-                self.index,
-                self.completed,
-                self.failed,
-                self.output_tokens,
-                record.finished - self.started,
-                record,
-            )
-        )
-
-
-class _Runner:
-    """Runs one benchmark: preflight, then each level in order, reporting through ``emit``."""
+class LevelDriver:
+    """Runs one benchmark: preflight, then each level in order (``prepare``, ``drive``,
+    ``finish``), reporting through ``emit``."""
 
     def __init__(
         self,
@@ -214,128 +189,21 @@ class _Runner:
             await task
         return True
 
-    def _prepare(self, prompts: list[Prompt]) -> list[bytes]:
-        config = self.config
-        return [
-            encode_request(
-                self.origin,
-                endpoint=config.endpoint,
-                model=request_model(config, key),
-                prompt=prompt.text,
-                output_len=prompt.output_len,
-                api_key=config.api_key,
-                ignore_eos=config.ignore_eos,
-            )
-            for key, prompt in enumerate(prompts)
-        ]
-
-    async def _closed_loop(
-        self,
-        concurrency: int,
-        prompts: list[Prompt],
-        requests: list[bytes],
-        count: int | None,
-        deadline: float | None,
-        progress: _Progress | None,
-        records: list[RequestRecord],
-        window: ClosedLoopWindow | None = None,
-        digests: list[str] | None = None,
-    ) -> None:
-        timeout = self.config.request_timeout
-        ramp = self.config.ramp_up_seconds if window is not None else 0.0
-        pool = self.pool
-        start = perf_counter()
-
-        async def slot(number: int) -> None:
-            if ramp > 0:
-                # A staggered ramp: slot i joins at i/concurrency of the ramp.
-                await asyncio.sleep(max(start + ramp * number / concurrency - perf_counter(), 0))
-            first = True
-            while True:
-                index = len(records)
-                if not level_wants_more(index, perf_counter(), count, deadline, window):
-                    return
-                prompt = prompts[index % len(prompts)]
-                record = RequestRecord(index, prompt.output_len, prompt.prompt_len)
-                record.model = request_model(self.config, index % len(requests))
-                if digests is not None:
-                    record.prompt_sha = digests[index % len(digests)]
-                records.append(record)
-                await send_request(
-                    pool,
-                    requests[index % len(requests)],
-                    record,
-                    timeout=timeout,
-                    activity=self.config.activity,
-                )
-                if window is not None:
-                    window.finished(record, first_of_slot=first)
-                first = False
-                if progress is not None:
-                    progress.done(record)
-
-        await asyncio.gather(*(slot(number) for number in range(concurrency)))
-
-    async def _open_loop(
-        self,
-        offsets: Iterable[float],
-        start: float,
-        prompts: list[Prompt],
-        requests: list[bytes],
-        count: int | None,
-        duration: float | None,
-        progress: _Progress,
-        records: list[RequestRecord],
-        window: OpenLoopWindow | None = None,
-        digests: list[str] | None = None,
-    ) -> None:
-        timeout = self.config.request_timeout
-        limit = self.config.max_concurrency
-        gate = asyncio.Semaphore(limit) if limit else None
-
-        async def send(record: RequestRecord, request: bytes) -> None:
-            if gate is None:
-                await send_request(
-                    self.pool, request, record, timeout=timeout, activity=self.config.activity
-                )
-            else:
-                async with gate:
-                    await send_request(
-                        self.pool, request, record, timeout=timeout, activity=self.config.activity
-                    )
-            if window is not None:
-                window.answer()
-            progress.done(record)
-
-        if window is not None:
-            window.begin(start)
-
-        def ended(index: int, offset: float) -> bool:
-            return (
-                (count is not None and index >= count)
-                or (duration is not None and offset >= duration)
-                or (window is not None and window.draining)
-            )
-
-        def launch(index: int, offset: float) -> Awaitable[None]:
-            prompt = prompts[index % len(prompts)]
-            record = RequestRecord(index, prompt.output_len, prompt.prompt_len, offset)
-            record.model = request_model(self.config, index % len(requests))
-            if digests is not None:
-                record.prompt_sha = digests[index % len(digests)]
-            records.append(record)
-            if window is not None:
-                window.sent(offset)
-            return send(record, requests[index % len(requests)])
-
-        await run_on_schedule(offsets, start, ended=ended, launch=launch)
-
     async def run_level(
         self, index: int, level: dict, *, probe: bool = False, extension: int = 0
-    ) -> dict | None:
+    ) -> LevelResult | None:
         """Runs one level; its result, or None when ``stop`` came before its clock started.
         ``probe``: a capacity search asked for it; ``extension``: the n-th measurement again
         of a level too close to call (the result says either)."""
+        plan = await self.prepare(index, level)
+        if plan is None:
+            return None
+        samples = await self.drive(plan)
+        return await self.finish(plan, samples, probe=probe, extension=extension)
+
+    async def prepare(self, index: int, level: dict) -> LevelPlan | None:
+        """Everything costly before the level's clock starts: its traffic sampled and
+        encoded, connections opened, the warm-up sent. None when ``stop`` came first."""
         config = self.config
         self.level_index = index
         key = level_key(level)
@@ -344,22 +212,30 @@ class _Runner:
         concurrency, rate = level_load(level)
         rng, arrivals_rng = level_rngs(config.seed, key, repeat)
         prompt_count = level_prompt_count(config, concurrency, rate)
+        plan = LevelPlan(
+            index,
+            level,
+            repeat,
+            concurrency,
+            rate,
+            arrivals_rng,
+            steady=is_steady(config, rate),
+            target=window_target(config, concurrency, rate),
+            # A steady level ends when its window is full, a classic one after its count.
+            count=level_send_limit(config, rate),
+        )
         source = config.source
         if isinstance(source, SessionPrompts):
-            plans = source.sessions(
+            plan.sessions = source.sessions(
                 source.sessions_for(prompt_count, concurrency), rng, config.tokenizer
             )
         elif isinstance(source, AgenticPrompts):
-            plans = source.sessions(source.sessions_for(prompt_count, concurrency), rng)
-            salt = rng.getrandbits(64)
+            plan.sessions = source.sessions(source.sessions_for(prompt_count, concurrency), rng)
+            plan.salt = rng.getrandbits(64)
         else:
-            prompts = source.sample(prompt_count, rng, config.tokenizer)
-            requests = self._prepare(prompts)
-            digests = [prompt_digest(prompt.text) for prompt in prompts]
-        steady = is_steady(config, rate)
-        target = window_target(config, concurrency, rate)
-        # A steady level ends when its window is full, a classic one after its count.
-        count = level_send_limit(config, rate)
+            plan.prompts = source.sample(prompt_count, rng, config.tokenizer)
+            plan.requests = encode_requests(config, self.origin, plan.prompts)
+            plan.digests = [prompt_digest(prompt.text) for prompt in plan.prompts]
         try:
             # An uncapped open-loop level opens one: every level starts only on a server that
             # takes connections.
@@ -372,10 +248,12 @@ class _Runner:
             ) from None
         if config.warmup:
             warm_prompts = config.source.sample(config.warmup, rng, config.tokenizer)
-            warm_up = self._closed_loop(
+            warm_up = closed_loop(
+                config,
+                self.pool,
                 min(config.warmup, concurrency or config.max_concurrency or config.warmup),
                 warm_prompts,
-                self._prepare(warm_prompts),
+                encode_requests(config, self.origin, warm_prompts),
                 config.warmup,
                 None,
                 None,
@@ -383,8 +261,11 @@ class _Runner:
             )
             if await self._unless_stopped(warm_up):
                 return None
-        if self.stopped:
-            return None
+        return None if self.stopped else plan
+
+    async def drive(self, plan: LevelPlan) -> LevelSamples:
+        """Starts the level's clock and sends its traffic until it is done or stopped."""
+        config = self.config
         if self.scraper is not None:
             await self.scraper.begin()
         # A full collection now, and none of the survivors scanned again during the level:
@@ -396,97 +277,115 @@ class _Runner:
         gc_was_enabled = gc.isenabled()
         if config.duration is None:
             gc.disable()
+        concurrency, count, target = plan.concurrency, plan.count, plan.target
         # What a progress bar counts to: a steady level's window, its ramp and its drain.
         expected = count if target is None else target + 2 * (concurrency or 0)
-        self.emit(LevelStarted(index, level, expected, config.duration))
-        progress = _Progress(index, self.emit)
+        self.emit(LevelStarted(plan.index, plan.level, expected, config.duration))
+        progress = Progress(plan.index, self.emit)
         records: list[RequestRecord] = []
-        closed_window = open_window = None
+        window: ClosedLoopWindow | OpenLoopWindow | None = None
         start = progress.started = perf_counter()
         deadline = start + config.duration if config.duration is not None else None
         try:
-            if isinstance(source, SessionPrompts | AgenticPrompts):
+            if isinstance(config.source, SessionPrompts | AgenticPrompts):
                 driver = (
                     AgenticDriver(
-                        config, self.pool, self.origin, plans, records, progress.done, salt
+                        config,
+                        self.pool,
+                        self.origin,
+                        plan.sessions,
+                        records,
+                        progress.done,
+                        plan.salt,
                     )
-                    if isinstance(source, AgenticPrompts)
+                    if isinstance(config.source, AgenticPrompts)
                     else SessionDriver(
-                        config, self.pool, self.origin, plans, records, progress.done
+                        config, self.pool, self.origin, plan.sessions, records, progress.done
                     )
                 )
                 if concurrency is not None:
-                    closed_window = ClosedLoopWindow(concurrency, target) if steady else None
+                    window = ClosedLoopWindow(concurrency, target) if plan.steady else None
                     work = driver.closed_loop(
                         concurrency,
                         count,
                         deadline,
-                        closed_window,
-                        config.ramp_up_seconds if steady else 0.0,
+                        window,
+                        config.ramp_up_seconds if plan.steady else 0.0,
                     )
                 else:
-                    offsets = send_offsets(config, rate, arrivals_rng, steady=steady)
+                    offsets = send_offsets(config, plan.rate, plan.arrivals_rng, steady=plan.steady)
                     work = driver.open_loop(offsets, start, count, config.duration)
             elif concurrency is not None:
-                closed_window = ClosedLoopWindow(concurrency, target) if steady else None
-                work = self._closed_loop(
+                window = ClosedLoopWindow(concurrency, target) if plan.steady else None
+                work = closed_loop(
+                    config,
+                    self.pool,
                     concurrency,
-                    prompts,
-                    requests,
+                    plan.prompts,
+                    plan.requests,
                     count,
                     deadline,
                     progress,
                     records,
-                    closed_window,
-                    digests,
+                    window,
+                    plan.digests,
                 )
             else:
-                open_window = OpenLoopWindow(config.ramp_up_seconds, target) if steady else None
-                work = self._open_loop(
-                    send_offsets(config, rate, arrivals_rng, steady=steady),
+                window = OpenLoopWindow(config.ramp_up_seconds, target) if plan.steady else None
+                work = open_loop(
+                    config,
+                    self.pool,
+                    send_offsets(config, plan.rate, plan.arrivals_rng, steady=plan.steady),
                     start,
-                    prompts,
-                    requests,
+                    plan.prompts,
+                    plan.requests,
                     count,
                     config.duration,
                     progress,
                     records,
-                    open_window,
-                    digests,
+                    window,
+                    plan.digests,
                 )
             stopped = await self._unless_stopped(work)
         finally:
             gc.unfreeze()
             if gc_was_enabled:
                 gc.enable()
-        finished = [record for record in records if record.finished] if stopped else records
+        return LevelSamples(records, start, window, stopped)
+
+    async def finish(
+        self, plan: LevelPlan, samples: LevelSamples, *, probe: bool, extension: int
+    ) -> LevelResult:
+        """The level's result from what its clock measured; reported with its records."""
+        finished = samples.finished
         end = max((record.finished for record in finished), default=perf_counter())
         server = await self.scraper.finish() if self.scraper is not None else None
-        result = finished_level_result(
-            config,
-            level,
+        figures = finished_level_result(
+            self.config,
+            plan.level,
             finished,
-            start=start,
+            start=samples.start,
             end=end,
-            window=closed_window or open_window,
+            window=samples.window,
             server=server,
         )
         if probe:
-            result["probe"] = True
-        if repeat:
-            result["repeat"] = repeat
+            figures["probe"] = True
+        if plan.repeat:
+            figures["repeat"] = plan.repeat
         if extension:
-            result["extension"] = extension
-        if stopped:
-            result["partial"] = True
-            result["aborted"] = len(records) - len(finished)
-        self.emit(LevelFinished(index, result, finished))
+            figures["extension"] = extension
+        if samples.stopped:
+            figures["partial"] = True
+            figures["aborted"] = samples.aborted
+        result, server = typed_level_result(figures)
+        self.emit(LevelFinished(plan.index, result, finished, server))
         return result
 
     async def run(self) -> None:
         try:
             await self.preflight()
-            results = []
+            results: list[LevelResult] = []
             # Each fixed level `repeats` times in a row (fresh prompts each time).
             # A level too close to call is measured again right after (``extension_due``).
             index = 0
@@ -516,11 +415,11 @@ class _Runner:
             if self.scraper is not None:
                 self.scraper.close()
 
-    def _resumed(self, level: dict) -> dict | None:
+    def _resumed(self, level: dict) -> LevelResult | None:
         """The result an earlier attempt on this configuration measured for the next level
         (``resume_results``, in order), counted as a run of its level; None once they are
         used up: from there on every level is measured."""
-        if self._resume and level_key(self._resume[0]) == level_key(level):
+        if self._resume and result_key(self._resume[0]) == level_key(level):
             self.level_runs[level_key(level)] += 1
             return self._resume.pop(0)
         self._resume.clear()  # the earlier attempt went another way: measure from here
@@ -530,12 +429,13 @@ class _Runner:
         slos = self.config.slos
         return self.config.capacity is not None and slos is not None and slos.given
 
-    async def _search_capacity(self, results: list[dict], index: int) -> dict:
+    async def _search_capacity(self, results: list[LevelResult], index: int) -> dict:
         """Measures probe levels until the capacity planner is done; appends them to
         ``results`` and returns what the search found."""
         planner = CapacityPlanner(self.config.capacity, max_extensions=self.config.max_extensions)
+        # The planner reads results as JSON, the way the site reads what it stored.
         for result in results:
-            planner.record(result)
+            planner.record(result.model_dump())
         while not self.stopped and (load := planner.next_load()) is not None:
             axis = planner.axis
             level = {axis: int(load) if axis == "concurrency" else load}
@@ -544,7 +444,7 @@ class _Runner:
             if result is None:
                 break
             results.append(result)
-            planner.record(result, probe=True)
+            planner.record(result.model_dump(), probe=True)
         return planner.outcome()
 
 
@@ -561,7 +461,7 @@ async def run_bench(
     the first if the server does not answer at all).
     """
     queue: asyncio.Queue = asyncio.Queue()
-    runner = _Runner(config, queue.put_nowait, stop)
+    runner = LevelDriver(config, queue.put_nowait, stop)
 
     async def produce() -> None:
         try:
@@ -581,10 +481,7 @@ async def run_bench(
                 await task
 
 
-async def run_levels(config: BenchConfig) -> list[dict]:
-    """Runs the benchmark and returns the level results (no progress)."""
-    results: list[dict] = []
-    async for event in run_bench(config):
-        if isinstance(event, LevelFinished):
-            results.append(event.result)
-    return results
+async def run_levels(config: BenchConfig) -> list[LevelFinished]:
+    """Runs the benchmark and returns each level as it finished (its result, records and
+    server's metrics), without the progress events."""
+    return [event async for event in run_bench(config) if isinstance(event, LevelFinished)]
