@@ -23,6 +23,7 @@ from runs.models import (
     ApiToken,
     Budget,
     Endpoint,
+    EvaluationSet,
     Experiment,
     Membership,
     ModelSpec,
@@ -117,6 +118,11 @@ def access_experiment(*, membership: Membership, experiment_id) -> Experiment:
 def access_dataset(*, membership: Membership, dataset_id) -> WorkloadDataset:
     """One of the organization's uploaded datasets."""
     return _get_scoped(membership, WorkloadDataset, dataset_id)
+
+
+def access_evaluation_set(*, membership: Membership, evaluation_set_id) -> EvaluationSet:
+    """One of the organization's uploaded evaluation sets."""
+    return _get_scoped(membership, EvaluationSet, evaluation_set_id)
 
 
 def access_token(*, membership: Membership, token_id) -> ApiToken:

@@ -10,7 +10,7 @@ raises ``DomainValidationError`` listing every problem by field path
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import pydantic
@@ -31,6 +31,7 @@ from agents.protocol import (
 from agents.workloads import TraceError
 from agents.workloads.agentic import parse_agentic
 from runs.errors import DomainValidationError
+from runs.experiment_evaluation import evaluation_check
 from runs.experiment_search import search_check
 from runs.models import Endpoint, GpuType, ModelSpec, Organization, WorkloadDataset
 from runs.models.experiments import AGENTIC_TRACE, DATASET_FORMAT_CHOICES, Engine
@@ -57,6 +58,7 @@ class CheckedSpec:
     fallback_gpu_types: list[str]
     compare_image_tags: list[str]
     search: dict
+    evaluation: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ def experiment_spec_check(
     defaults_trial: bool = False,
     trust_remote_code: bool = False,
     lora_adapters: object = (),
+    evaluation: object = None,
 ) -> CheckedSpec:
     """Checks the parts of an experiment that depend on each other (see module docstring)."""
     errors: dict[str, list[str]] = {}
@@ -245,6 +248,8 @@ def experiment_spec_check(
         add=add,
     )
 
+    checked_evaluation = evaluation_check(evaluation, org=org, add=add)
+
     fallbacks = _check_placement(
         model=model,
         gpu_type=gpu_type,
@@ -266,6 +271,7 @@ def experiment_spec_check(
         fallback_gpu_types=fallbacks,
         compare_image_tags=compared,
         search=checked_search,
+        evaluation=checked_evaluation,
     )
 
 

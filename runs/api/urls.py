@@ -17,6 +17,7 @@ from runs.api.views_audit import AuditEventViewSet
 from runs.api.views_catalogue import GpuTypeViewSet, ModelSpecViewSet, ServeFlagsView
 from runs.api.views_credentials import ProviderKeyViewSet
 from runs.api.views_endpoints import EndpointViewSet
+from runs.api.views_evaluations import EvaluationSetViewSet
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
 from runs.api.views_notifications import NotificationHookViewSet
 from runs.api.views_promotions import PromotionViewSet
@@ -34,6 +35,7 @@ tenant.register("models", ModelSpecViewSet, basename="model")
 tenant.register("gpu-types", GpuTypeViewSet, basename="gpu-type")
 tenant.register("experiments", ExperimentViewSet, basename="experiment")
 tenant.register("datasets", DatasetViewSet, basename="dataset")
+tenant.register("evaluation-sets", EvaluationSetViewSet, basename="evaluation-set")
 tenant.register("budgets", BudgetViewSet, basename="budget")
 tenant.register("runs", RunViewSet, basename="run")
 tenant.register("audit", AuditEventViewSet, basename="audit")

@@ -12,6 +12,7 @@ from runs.experiment_spec import (
     experiment_trial_plan,
 )
 from runs.inputs.json_schemas import (
+    EVALUATION_FIELD,
     LORA_ADAPTERS_FIELD,
     SEARCH_FIELD,
     SERVE_GRID_FIELD,
@@ -99,6 +100,9 @@ class ExperimentSerializer(StrictModelSerializer):
     slos = StrictJSONField(required=False, default=dict, **SLOS_FIELD)
     # How runs search the grid ({}: every trial); runs.experiment_search, the service checks.
     search = StrictJSONField(required=False, default=dict, **SEARCH_FIELD)
+    # What the configurations are scored on and the quality floor they must keep ({}: none);
+    # runs.experiment_evaluation, the service checks.
+    evaluation = StrictJSONField(required=False, default=dict, **EVALUATION_FIELD)
     budget_cap_usd = StrictDecimalField(
         max_digits=10, decimal_places=2, min_value=Decimal("0.01"), max_value=Decimal(10_000_000)
     )

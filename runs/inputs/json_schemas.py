@@ -24,6 +24,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from agents import protocol
+from runs.experiment_evaluation import ExperimentEvaluation
 from runs.experiment_search import ExperimentSearch
 from runs.frozen_job import PER_ATTEMPT
 
@@ -155,6 +156,10 @@ SERVE_GRID_FIELD = _json_field(openapi_schema(_serve_grid_json_schema()), EXAMPL
 WORKLOAD_FIELD = _json_field(model_openapi_schema(protocol.Workload), EXAMPLE_WORKLOAD)
 SLOS_FIELD = _json_field(model_openapi_schema(protocol.Slos), EXAMPLE_SLOS)
 SEARCH_FIELD = _json_field(model_openapi_schema(ExperimentSearch), EXAMPLE_SEARCH)
+EVALUATION_FIELD = _json_field(
+    model_openapi_schema(ExperimentEvaluation),
+    {"pack": "arithmetic", "quality_floor": {"max_points_below_best": 2}},
+)
 LORA_ADAPTERS_FIELD = _json_field(
     model_openapi_schema(pydantic.TypeAdapter(list[protocol.LoraAdapter])),
     [{"name": "sql", "hf_repo": "org/llama-3.1-8b-sql-lora", "revision": "main"}],

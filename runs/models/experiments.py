@@ -144,6 +144,9 @@ class Experiment(models.Model):
     slos = models.JSONField(default=dict, blank=True)
     # How runs search the grid (runs.experiment_search.ExperimentSearch; {}: every trial).
     search = models.JSONField(default=dict, blank=True)
+    # What the served configurations are scored on, and the quality they must keep
+    # (runs.experiment_evaluation.ExperimentEvaluation; {}: no evaluation).
+    evaluation = models.JSONField(default=dict, blank=True)
     budget_cap_usd = models.DecimalField(max_digits=10, decimal_places=2)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

@@ -7,7 +7,6 @@ import hashlib
 from typing import IO
 
 from django.conf import settings
-from django.core.files.base import ContentFile
 from django.db import transaction
 
 from agents import protocol
@@ -27,6 +26,7 @@ from runs.services.recording import (
     update_recorded,
 )
 from runs.services.schedules import schedule_delete
+from runs.services.uploads import upload_create_recorded, upload_delete_recorded
 
 EXPERIMENT_FIELDS = (
     "name",
@@ -50,6 +50,7 @@ EXPERIMENT_FIELDS = (
     "workload",
     "slos",
     "search",
+    "evaluation",
     "budget_cap_usd",
 )
 
@@ -74,9 +75,11 @@ def _checked_fields(org: Organization, fields: dict) -> dict:
         defaults_trial=fields["defaults_trial"],
         trust_remote_code=fields["trust_remote_code"],
         lora_adapters=fields["lora_adapters"],
+        evaluation=fields["evaluation"],
     )
     return fields | {
         "search": spec.search,
+        "evaluation": spec.evaluation,
         "compare_image_tags": spec.compare_image_tags,
         "fallback_gpu_types": spec.fallback_gpu_types,
         "serve_grid": spec.serve_grid,
@@ -117,6 +120,7 @@ _CREATE_DEFAULTS = {
     "lora_adapters": [],
     "slos": {},
     "search": {},
+    "evaluation": {},
 }
 
 
@@ -321,15 +325,13 @@ def dataset_upload(
         created_by=actor.user,
         **counts,
     )
-    dataset.file.save(
-        f"{org.id}/{dataset.id}.{_EXTENSIONS[dataset_format]}", ContentFile(raw), save=False
+    return upload_create_recorded(
+        instance=dataset,
+        file_name=f"{org.id}/{dataset.id}.{_EXTENSIONS[dataset_format]}",
+        raw=raw,
+        actor=actor,
+        event="dataset.upload",
     )
-    try:
-        return create_recorded(instance=dataset, actor=actor, event="dataset.upload")
-    except Exception:
-        # The row was not written: do not leave its file behind either.
-        dataset.file.delete(save=False)
-        raise
 
 
 @transaction.atomic
@@ -340,6 +342,4 @@ def dataset_delete(*, dataset: WorkloadDataset, actor: Actor) -> None:
     )
     if in_use.exists():
         raise Conflict("This dataset is used by an experiment's workload.")
-    file_name, storage = dataset.file.name, dataset.file.storage
-    delete_recorded(instance=dataset, actor=actor, event="dataset.delete")
-    transaction.on_commit(lambda: storage.delete(file_name))
+    upload_delete_recorded(instance=dataset, actor=actor, event="dataset.delete")

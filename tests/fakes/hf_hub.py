@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.fakes.local_http import serve_in_thread, server_url, stop_serving
+
 # Files the real hub keeps in LFS (their listing carries an ``lfs`` entry).
 _LFS_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".gguf")
 
@@ -95,9 +97,7 @@ class FakeHub:
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "start() the hub first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return server_url(self._server)
 
     def start(self) -> FakeHub:
         hub = self
@@ -106,16 +106,12 @@ class FakeHub:
             pass
 
         Handler.hub = hub
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve_in_thread(Handler)
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop_serving(self._server)
+        self._server = None
 
     def file_requests(self, repo_id: str | None = None) -> list[HubRequest]:
         """The file downloads asked for (GET of ``/resolve/``), of one repository or all."""

@@ -22,6 +22,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.fakes.local_http import send_json
+
 KEY_ID = "test-key-1"
 
 
@@ -145,9 +147,4 @@ class OidcIssuer:
 
     @staticmethod
     def _json(handler, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
+        send_json(handler, status, body)
