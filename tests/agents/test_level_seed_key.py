@@ -12,7 +12,7 @@ import pytest
 
 from agents.engines.sim.scheduler import make_scheduler
 from agents.hardware import MODEL_PRESETS, gpu_profile
-from agents.loadgen import BenchConfig, RandomPrompts, engine, events
+from agents.loadgen import BenchConfig, RandomPrompts, driver, events
 from agents.loadgen.levels import level_key, level_rngs
 from agents.predict import OfflineBench
 
@@ -82,7 +82,7 @@ def test_it_seeds_a_live_level_by_its_key(reworded_labels, monkeypatch):
         seeded.append((seed, key, repeat))
         raise Seeded
 
-    monkeypatch.setattr(engine, "level_rngs", spy)
+    monkeypatch.setattr(driver, "level_rngs", spy)
     config = BenchConfig(
         base_url="http://127.0.0.1:9",
         model="m",
@@ -90,7 +90,7 @@ def test_it_seeds_a_live_level_by_its_key(reworded_labels, monkeypatch):
         levels=({"request_rate": 2.5},),
         seed=3,
     )
-    runner = engine._Runner(config, emit=lambda event: None)
+    runner = driver.LevelDriver(config, emit=lambda event: None)
     for _ in range(2):
         with pytest.raises(Seeded):
             asyncio.run(runner.run_level(0, {"request_rate": 2.5}))

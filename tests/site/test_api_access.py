@@ -40,6 +40,7 @@ from runs.schedule_spec import schedule_spec
 from runs.services.budgets import budget_set
 from runs.services.catalogue import gpu_price_set
 from runs.services.credentials import provider_key_set
+from runs.services.evaluations import evaluation_set_upload
 from runs.services.experiments import dataset_upload
 from runs.services.schedules import schedule_set
 from runs.services.tenancy import membership_add, token_create
@@ -116,6 +117,7 @@ def _world_build(cast: Cast) -> World:
     with_run = make_experiment(org, model=model, name="with a run")
     run = Run.objects.create(organization=org, experiment=with_run, **frozen(with_run))
     dataset = dataset_upload(org=org, actor=SYSTEM, name="chats", raw=json.dumps(SHAREGPT).encode())
+    evaluation_set = evaluation_set_upload(org=org, actor=SYSTEM, name="sums", raw=EVALUATION_SET)
     budget = budget_set(org=org, actor=SYSTEM, limit_usd=Decimal(50))
     token = token_create(org=org, user=alice.user, name="ci", actor=SYSTEM).token
     gpu_price_set(
@@ -156,6 +158,7 @@ def _world_build(cast: Cast) -> World:
             "gpu-type": H100,
             "experiment": experiment.pk,
             "dataset": dataset.pk,
+            "evaluation-set": evaluation_set.pk,
             "budget": budget.pk,
             "run": run.pk,
             "provider-key": "runpod",
@@ -176,6 +179,13 @@ def upload() -> dict:
         "name": "more chats",
         "file": SimpleUploadedFile("chats.json", json.dumps(SHAREGPT).encode()),
     }
+
+
+EVALUATION_SET = b'{"prompt": "2+2=", "reference": "4", "scorer": {"kind": "exact"}}\n'
+
+
+def evaluation_upload() -> dict:
+    return {"name": "more sums", "file": SimpleUploadedFile("sums.jsonl", EVALUATION_SET)}
 
 
 @dataclass(frozen=True)
@@ -292,6 +302,10 @@ ENDPOINTS = [
     Endpoint("dataset-list", "post", W, lambda w: upload()),
     Endpoint("dataset-detail", "get", R),
     Endpoint("dataset-detail", "delete", W),
+    Endpoint("evaluation-set-list", "get", R),
+    Endpoint("evaluation-set-list", "post", W, lambda w: evaluation_upload()),
+    Endpoint("evaluation-set-detail", "get", R),
+    Endpoint("evaluation-set-detail", "delete", W),
     Endpoint("budget-list", "get", R),
     Endpoint("budget-list", "post", M, lambda w: {"limit_usd": "100.00", "note": "raised"}),
     Endpoint("budget-detail", "get", R),
