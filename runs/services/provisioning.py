@@ -39,7 +39,6 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -73,7 +72,7 @@ from runs.services.credentials import provider_key_for_run
 from runs.services.endpoints import endpoint_api_key_for_run, endpoint_target
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.outbound import OutboundRefused
-from runs.services.run_end import run_end_settle
+from runs.services.run_lifecycle import run_fail, runs_transition
 from runs.services.run_tokens import run_token_issue
 
 logger = logging.getLogger(__name__)
@@ -97,8 +96,11 @@ def run_claim_for_provisioning(*, run_id, owner: str, task_id: str | None = None
     )
     if task_id:
         claimable |= Q(state=RunState.PROVISIONING, pod_id="", lease_owner__endswith=f":{task_id}")
-    claimed = Run.objects.filter(claimable, id=run_id, cancel_requested_at__isnull=True).update(
-        state=RunState.PROVISIONING, lease_owner=owner, lease_expires_at=now + LEASE
+    claimed = runs_transition(
+        Run.objects.filter(claimable, id=run_id, cancel_requested_at__isnull=True),
+        to=RunState.PROVISIONING,
+        lease_owner=owner,
+        lease_expires_at=now + LEASE,
     )
     return (
         Run.objects.select_related("experiment", "organization").get(id=run_id) if claimed else None
@@ -260,23 +262,6 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
     where = "" if name == "local" else f" at {placement}"
     logger.info("run %s: pod %s %s on %s%s", run.id, pod.pod_id, outcome, name, where)
     return outcome
-
-
-@transaction.atomic
-def run_fail(*, run_id, reason: str, state: str = RunState.FAILED) -> bool:
-    """Ends an active run in ``state`` with ``reason`` (conditional: a run that already ended
-    keeps its end) and settles its trials in the same transaction. Returns whether it
-    changed."""
-    from runs.models.runs import TERMINAL_RUN_STATES
-
-    ended = (
-        Run.objects.filter(id=run_id)
-        .exclude(state__in=TERMINAL_RUN_STATES)
-        .update(state=state, failure_reason=reason[:2000], finished_at=timezone.now())
-    )
-    if ended:
-        run_end_settle(run=Run.objects.get(id=run_id), reason=reason[:2000])
-    return bool(ended)
 
 
 def run_accrued_cost(run: Run, *, until: datetime.datetime) -> tuple[Decimal, Decimal]:

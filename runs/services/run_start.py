@@ -46,6 +46,7 @@ from runs.selectors.calibrations import search_prior
 from runs.selectors.estimates import CostEstimate, experiment_estimate
 from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 from runs.services.text_input import clean_short_text
+from runs.task_queue import enqueue_after_commit
 
 MAX_REASON_CHARS = Run._meta.get_field("reason").max_length
 
@@ -154,8 +155,6 @@ def run_start(
     noise_seed: int | None = None,
 ) -> Run:
     """Starts a run of ``experiment`` (see the module docstring)."""
-    from runs.tasks import run_provision  # the task module imports services
-
     reason = _clean_reason(reason)
     if noise_seed is not None and experiment.engine != Engine.SIM:
         raise DomainValidationError.single(
@@ -202,5 +201,5 @@ def run_start(
             **({"noise_seed": noise_seed} if noise_seed is not None else {}),
         },
     )
-    run_provision.delay_on_commit(str(run.id))
+    enqueue_after_commit("runs.tasks.run_provision", str(run.id))
     return run

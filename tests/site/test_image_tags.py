@@ -202,7 +202,7 @@ def test_a_finished_pod_moves_the_run_to_its_next_image_and_its_agent_is_shut_ou
     first_pod = run.pod_id
     with django_capture_on_commit_callbacks() as callbacks:
         Agent(run).finish_trials(0, 1)
-    assert len(callbacks) == 1  # the left pod's release and the next pod's provisioning
+    assert len(callbacks) == 2  # the left pod's release, then the next pod's provisioning
     run.refresh_from_db()
     assert (run.state, run.pod_id, run.pod_attempt, run.resumes) == (
         RunState.PROVISIONING,

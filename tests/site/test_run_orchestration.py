@@ -196,7 +196,7 @@ def test_reconcile_terminates_pods_no_active_run_owns(alice):
     assert [pod.name for pod in provider.list_bench_pods()] == [owned.pod_id]
 
 
-def test_reconcile_reprovisions_a_run_whose_task_was_lost(alice):
+def test_reconcile_reprovisions_a_run_whose_task_was_lost(alice, monkeypatch):
     experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
     run = Run.objects.create(
         organization=alice.org,
@@ -205,8 +205,13 @@ def test_reconcile_reprovisions_a_run_whose_task_was_lost(alice):
         created_at=timezone.now() - datetime.timedelta(minutes=5),
     )
     enqueued = []
-    report = runs_reconcile(enqueue_provision=enqueued.append)
-    assert enqueued == [str(run.id)] == report.reprovisioned
+    monkeypatch.setattr(
+        "runs.services.reconcile.enqueue_after_commit", lambda *task: enqueued.append(task)
+    )
+    assert runs_reconcile().reprovisioned == [] and enqueued == []  # a pass that only looks
+    report = runs_reconcile(reprovision=True)
+    assert enqueued == [("runs.tasks.run_provision", str(run.id))]
+    assert report.reprovisioned == [str(run.id)]
 
 
 @pytest.fixture
