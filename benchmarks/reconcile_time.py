@@ -51,10 +51,10 @@ from django.utils import timezone  # noqa: E402
 
 from agents.hardware import MODEL_PRESETS  # noqa: E402
 from runs.actors import Actor  # noqa: E402
-from runs.frozen_job import run_frozen_fields  # noqa: E402
 from runs.models import GpuType, Run, User  # noqa: E402
 from runs.models.runs import RunState  # noqa: E402
 from runs.providers.base import pod_name  # noqa: E402
+from runs.run_as_started import run_frozen_fields  # noqa: E402
 from runs.selectors.estimates import experiment_estimate  # noqa: E402
 from runs.services.catalogue import model_spec_create  # noqa: E402
 from runs.services.credentials import provider_key_set  # noqa: E402

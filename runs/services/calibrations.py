@@ -26,10 +26,10 @@ from django.db import transaction
 
 from agents.search.calibration import LevelPoint, calibrate, level_points
 from runs.experiment_spec import vllm_version_key
-from runs.frozen_job import ENGINE_KIND_PATH, MODEL_PATH, run_engine, run_model
 from runs.models import Calibration, GpuType, ModelSpec, Run, Trial
 from runs.models.experiments import Engine
 from runs.models.runs import MEASURED_OUTCOMES, RunState
+from runs.run_as_started import ENGINE_KIND_PATH, MODEL_PATH, run_engine, run_model
 from runs.task_queue import enqueue_after_commit
 
 logger = logging.getLogger(__name__)

@@ -35,9 +35,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents import protocol
-from runs.frozen_job import run_planned_trials
 from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelFigures
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
+from runs.run_as_started import run_planned_trials
 from runs.selectors.delivery import run_delivery_open
 from runs.services.gpu_drivers import gpu_type_driver_seen
 from runs.services.level_figures import trial_level_figures_record

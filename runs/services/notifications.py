@@ -62,6 +62,7 @@ from runs.models import (
 from runs.models.notifications import SENT_ON_REQUEST
 from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
 from runs.selectors.hook_recipients import hook_addresses
+from runs.services.audited_writes import clean_instance
 from runs.services.hook_limits import hook_cap_check, hook_send_check
 from runs.services.hook_recipients import confirmation_mails_send
 from runs.services.outbound import (
@@ -71,7 +72,6 @@ from runs.services.outbound import (
     outbound_url_problem,
     url_host,
 )
-from runs.services.recording import clean_instance
 from runs.services.text_input import has_control_characters, one_line
 from runs.task_queue import enqueue_after_commit
 

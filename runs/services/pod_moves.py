@@ -27,12 +27,12 @@ from decimal import Decimal
 
 from runs.actors import Actor
 from runs.audit import audit_record
-from runs.frozen_job import run_budget_cap, run_engine
-from runs.jobs import run_images_left
 from runs.models import Run
 from runs.models.runs import RunState
+from runs.pod_job import run_images_left
 from runs.providers.base import ProviderError
 from runs.providers.registry import provider_for
+from runs.run_as_started import run_budget_cap, run_engine
 from runs.services.provisioning import run_accrued_cost
 from runs.services.run_lifecycle import run_transition
 from runs.task_queue import enqueue_after_commit

@@ -20,7 +20,7 @@ Guarantees:
   (``BENCHSITE_ENDPOINT_ADDRESSES``).
 - An existing endpoint's run is billed at the endpoint's price per hour (its frozen one) for
   the agent's lifetime; one priced per token gets the cost of the tokens it measured when it
-  ends; one without a price costs nothing we know (``runs.frozen_job.run_cost_is_known``).
+  ends; one without a price costs nothing we know (``runs.run_as_started.run_cost_is_known``).
 - A pod with a network volume keeps the model's weights on it
   (``BENCHSITE_WEIGHTS_DIR``), so a later run with the same volume finds them there.
 - Billing starts when the create that rented the pod was sent (``pod_started_at`` is written
@@ -45,17 +45,10 @@ from django.utils import timezone
 
 from agents import protocol
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
-from runs.frozen_job import (
-    run_endpoint,
-    run_endpoint_price,
-    run_engine,
-    run_placements,
-    run_pod_storage,
-)
-from runs.jobs import run_job_spec, run_pod_image_tag
 from runs.models import CredentialProvider, Endpoint, GpuType, Run
 from runs.models.runs import RunState
 from runs.placement import Placement, recorded_placement
+from runs.pod_job import run_job_spec, run_pod_image_tag
 from runs.providers.base import (
     PermanentProviderError,
     PodInfo,
@@ -66,6 +59,13 @@ from runs.providers.base import (
 )
 from runs.providers.names import provider_name_for
 from runs.providers.registry import provider_for
+from runs.run_as_started import (
+    run_endpoint,
+    run_endpoint_price,
+    run_engine,
+    run_placements,
+    run_pod_storage,
+)
 from runs.selectors.endpoint_costs import run_endpoint_token_cost
 from runs.selectors.prices import gpu_price
 from runs.services.credentials import provider_key_for_run

@@ -48,7 +48,6 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from runs.costs import month_start
-from runs.frozen_job import BUDGET_CAP_PATH, ENGINE_KIND_PATH
 from runs.models import Organization, ProviderCredential, Run
 from runs.models.experiments import engine_is_simulated
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
@@ -62,6 +61,7 @@ from runs.providers.base import (
     run_id_of_pod,
 )
 from runs.providers.registry import local_provider, provider_for
+from runs.run_as_started import BUDGET_CAP_PATH, ENGINE_KIND_PATH
 from runs.services.ingest_watch import IngestHearing, ingest_hearing
 from runs.services.notifications import notify_budget_use
 from runs.services.provisioning import run_accrued_cost, run_release_pod

@@ -23,10 +23,10 @@ from django.utils import timezone
 
 from runs.actors import Actor
 from runs.audit import audit_record
-from runs.frozen_job import run_budget_cap
-from runs.jobs import run_images_left
 from runs.models import Measurement, Run, Trial
 from runs.models.runs import TERMINAL_RUN_STATES, UNFINISHED_OUTCOMES, TrialOutcome
+from runs.pod_job import run_images_left
+from runs.run_as_started import run_budget_cap
 from runs.services.pod_moves import left_pod_terminate, run_leave_pod
 from runs.services.provisioning import run_accrued_cost
 from runs.task_queue import enqueue_after_commit

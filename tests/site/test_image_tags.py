@@ -14,9 +14,9 @@ import pytest
 from django.utils import timezone
 
 from agents import protocol
-from runs.frozen_job import job_spec_for_attempt, run_planned_trials
 from runs.models import AuditEvent, Run, Trial
 from runs.models.runs import RunState
+from runs.run_as_started import job_spec_for_attempt, run_planned_trials
 from runs.selectors.estimates import experiment_estimate
 from runs.services.ingest import agent_messages_ingest
 from runs.services.provisioning import run_provision

@@ -12,11 +12,11 @@ import pytest
 from django.utils import timezone
 
 from agents import protocol
-from runs.frozen_job import run_planned_trials
 from runs.models import AuditEvent, Budget, Run
 from runs.models.runs import RunState
 from runs.providers.base import PodSpec, TransientProviderError, pod_name
 from runs.providers.registry import local_provider
+from runs.run_as_started import run_planned_trials
 from runs.services.budgets import budget_set
 from runs.services.provisioning import run_provision
 from runs.services.reconcile import runs_reconcile
