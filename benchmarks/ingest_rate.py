@@ -48,8 +48,8 @@ from agents.hardware import MODEL_PRESETS  # noqa: E402
 from agents.protocol import BATCH_SUBPROTOCOL, agent_site_urls, array_frame  # noqa: E402
 from agents.runner.outbox import Outbox, SiteEndpoints  # noqa: E402
 from runs.actors import Actor  # noqa: E402
-from runs.frozen_job import run_frozen_fields  # noqa: E402
 from runs.models import AgentMessageRecord, GpuType, Run, User  # noqa: E402
+from runs.run_as_started import run_frozen_fields  # noqa: E402
 from runs.selectors.estimates import experiment_estimate  # noqa: E402
 from runs.services.catalogue import model_spec_create  # noqa: E402
 from runs.services.experiments import experiment_create  # noqa: E402

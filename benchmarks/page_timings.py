@@ -89,7 +89,6 @@ from agents.hardware import MODEL_PRESETS  # noqa: E402
 from runs.actors import Actor  # noqa: E402
 from runs.audit import audit_chain_verify_full, audit_record  # noqa: E402
 from runs.costs import run_cost_usd  # noqa: E402
-from runs.frozen_job import run_frozen_fields  # noqa: E402
 from runs.models import (  # noqa: E402
     AgentMessageRecord,
     AuditChainCheckpoint,
@@ -101,6 +100,7 @@ from runs.models import (  # noqa: E402
     Trial,
     User,
 )
+from runs.run_as_started import run_frozen_fields  # noqa: E402
 from runs.selectors.ended_trial_figures import ended_trial_figures  # noqa: E402
 from runs.selectors.estimates import experiment_estimate  # noqa: E402
 from runs.services.budgets import budget_set  # noqa: E402

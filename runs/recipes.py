@@ -5,7 +5,7 @@ Guarantees:
   version-aware schema the agent uses to start the benchmark), so the recipe serves exactly
   the configuration that was measured; a configuration the schema refuses raises
   ``ServeGridError`` rather than giving a command that would differ.
-- Everything is read from what the run was started with (``runs.frozen_job``: its model,
+- Everything is read from what the run was started with (``runs.run_as_started``: its model,
   image and GPUs) and where its pod actually landed, never from the experiment or model as
   edited since.
 - The words after ``vllm serve`` come from ``agents.protocol.serve_command_args``, the
@@ -20,8 +20,8 @@ import shlex
 
 from agents.protocol import lora_serve_flags, serve_args, serve_command_args
 from runs.experiment_spec import vllm_version_of_tag
-from runs.frozen_job import run_cloud_type, run_engine, run_model, run_pod_storage
 from runs.models import Trial
+from runs.run_as_started import run_cloud_type, run_engine, run_model, run_pod_storage
 
 VLLM_IMAGE = "vllm/vllm-openai"
 SERVE_PORT = 8000

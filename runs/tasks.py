@@ -19,10 +19,12 @@ from runs.services.calibrations import calibration_refit as calibration_refit_se
 from runs.services.notifications import deliveries_due, delivery_attempt
 from runs.services.pod_moves import left_pod_terminate
 from runs.services.price_refresh import gpu_prices_refresh as price_refresh_service
-from runs.services.provisioning import run_fail, run_release_pod
 from runs.services.provisioning import run_provision as provision_service
+from runs.services.provisioning import run_release_pod
 from runs.services.reconcile import runs_reconcile as reconcile_service
+from runs.services.run_lifecycle import run_fail
 from runs.services.schedule_firing import schedule_fire as schedule_fire_service
+from runs.services.schedule_gate import schedule_run_gate
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ def left_pod_release(run_id: str, pod_id: str) -> bool:
 @shared_task(**TASK_OPTIONS)
 def runs_reconcile() -> dict:
     """The periodic safety net (Celery beat): see ``runs.services.reconcile``."""
-    report = reconcile_service(enqueue_provision=run_provision.delay)
+    report = reconcile_service(reprovision=True)
     return {key: len(value) for key, value in vars(report).items()}
 
 
@@ -133,6 +135,13 @@ def notifications_sweep() -> int:
     for delivery_id in due:
         notification_deliver.delay(str(delivery_id))
     return len(due)
+
+
+@shared_task(**TASK_OPTIONS)
+def schedule_gate(run_id: str) -> str:
+    """Gates a scheduled run that ended against its experiment's promoted baseline (enqueued
+    after the commit that ended it; idempotent): the firing's verdict."""
+    return schedule_run_gate(run_id=run_id)
 
 
 @shared_task(**TASK_OPTIONS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import template
 from django.template.defaultfilters import floatformat
 
-from runs.frozen_job import run_cost_is_known
+from runs.run_as_started import run_cost_is_known
 
 register = template.Library()
 

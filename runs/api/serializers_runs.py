@@ -7,10 +7,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from runs.frozen_job import run_cost_is_known
 from runs.inputs.json_schemas import FROZEN_JOB_FIELD
 from runs.inputs.strict_fields import StrictJSONField
 from runs.models import Measurement, Run, Trial
+from runs.run_as_started import run_cost_is_known
 from runs.selectors.run_answer import run_answer
 from runs.selectors.run_search import run_search_state
 from runs.selectors.vllm_versions import vllm_version_mismatch
@@ -95,7 +95,7 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class RunDetailSerializer(RunSerializer):
-    # What the run does, as it was started (runs.frozen_job): the truth, not the experiment now.
+    # What the run does, as it was started (runs.run_as_started): the truth, not the experiment now.
     job_spec = StrictJSONField(read_only=True, **FROZEN_JOB_FIELD)
     trials = TrialSerializer(many=True, read_only=True)
     # The run's answer: capacity at the SLOs per configuration, the cost per 1M output tokens

@@ -18,12 +18,12 @@ from rest_framework.views import APIView
 
 from agents import protocol
 from runs.api.parsers import AgentBatchParser
-from runs.frozen_job import run_workload
 from runs.inputs.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody, protocol_body
 from runs.inputs.strict_fields import StrictJSONField
-from runs.jobs import run_job_spec
 from runs.models import Run, WorkloadDataset
 from runs.placement import recorded_placement
+from runs.pod_job import run_job_spec
+from runs.run_as_started import run_workload
 from runs.services.agent_epochs import agent_epoch_issue
 from runs.services.agent_messages import agent_message_parse
 from runs.services.ingest import agent_messages_ingest, notify_run_watchers

@@ -34,7 +34,8 @@ from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.providers.base import run_id_of_pod
 from runs.providers.local import LocalProvider
 from runs.providers.registry import local_provider
-from runs.services.provisioning import run_fail, run_release_pod
+from runs.services.provisioning import run_release_pod
+from runs.services.run_lifecycle import run_fail
 
 
 def log_to_file(path: Path) -> None:

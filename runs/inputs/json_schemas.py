@@ -8,7 +8,7 @@ Guarantees:
   Schema 2020-12 into the OpenAPI 3.0 dialect the API schema is written in (``nullable``
   for a ``null`` alternative, ``enum`` for ``const``, boolean exclusive bounds, components
   for ``$defs``); it adds and drops no rule. A run's frozen job is ``JobSpec``'s schema less
-  the per-attempt fields (``runs.frozen_job.PER_ATTEMPT``), as it is stored.
+  the per-attempt fields (``runs.run_as_started.PER_ATTEMPT``), as it is stored.
 - Each experiment example is a real, valid value: the demo seeds an experiment with it
   (``seed_demo``), and the tests validate it with the protocol's models.
 """
@@ -26,7 +26,7 @@ from rest_framework import serializers
 from agents import protocol
 from runs.experiment_evaluation import ExperimentEvaluation
 from runs.experiment_search import ExperimentSearch
-from runs.frozen_job import PER_ATTEMPT
+from runs.run_as_started import PER_ATTEMPT
 
 COMPONENTS_REF = "#/components/schemas/"
 

@@ -52,7 +52,7 @@ class Run(models.Model):
     trigger = models.CharField(max_length=8, choices=RunTrigger.choices, default=RunTrigger.API)
     reason = models.CharField(max_length=500, blank=True)
     # What the run was started with, so later edits of its experiment change nothing it
-    # does or shows (read through runs.frozen_job): the agent's job less its per-attempt
+    # does or shows (read through runs.run_as_started): the agent's job less its per-attempt
     # parts, and beside it the experiment's facts that are not the agent's (name, budget
     # cap, cloud and placement choices, the estimate).
     job_spec = models.JSONField(default=dict)

@@ -22,8 +22,8 @@ import numpy as np
 from django.db.models import JSONField, Min, OuterRef, Subquery
 from django.db.models.fields.json import KT
 
-from runs.frozen_job import GPU_TYPE_PATH, IMAGE_TAG_PATH, SIMULATED_RUNS
 from runs.models import AgentMessageRecord, Organization, Run, Trial
+from runs.run_as_started import GPU_TYPE_PATH, IMAGE_TAG_PATH, SIMULATED_RUNS
 
 # The engine phase a deployment waits for: the first token (else the health check).
 _READY_PHASES = ("first_token", "health_ready")

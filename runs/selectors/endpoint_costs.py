@@ -3,7 +3,7 @@
 Guarantee: ``run_endpoint_token_cost`` is the measured levels' input and output tokens (the
 server's own ``usage`` counts, summed over every stored level of the run) at the endpoint's
 frozen price per 1M tokens; 0 for a run priced per hour, unpriced, or of another engine (its
-cost is its billed time, or unknown: ``runs.frozen_job.run_cost_is_known``). Warm-up requests
+cost is its billed time, or unknown: ``runs.run_as_started.run_cost_is_known``). Warm-up requests
 are not measured, so they are not in it.
 """
 
@@ -17,8 +17,8 @@ from django.db.models.functions import Cast
 
 from agents.protocol import LEVEL_RESULT_KEY as KEY
 from runs.costs import token_cost_usd
-from runs.frozen_job import run_endpoint_price
 from runs.models import Measurement, Run
+from runs.run_as_started import run_endpoint_price
 
 
 def run_endpoint_token_cost(run: Run) -> Decimal:

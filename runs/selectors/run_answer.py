@@ -39,9 +39,9 @@ from decimal import Decimal
 from agents import protocol
 from benchsite_cli.gate import capacity_upper_load
 from runs.costs import GpuShare, level_cost_per_million_output_tokens
-from runs.frozen_job import run_is_simulated
 from runs.models import Run, Trial
 from runs.recipes import trial_recipe
+from runs.run_as_started import run_is_simulated
 from runs.selectors.level_results import stored_level_result
 from runs.selectors.trial_costs import trial_costs, trial_gpu_share
 

@@ -4,7 +4,7 @@ with, and what a row of the page shows.
 Guarantees:
 - every read takes a membership, or runs already reached through ``runs.access``, and
   filters on their organization;
-- a run is filtered and named by its frozen job (``runs.frozen_job``), never by its
+- a run is filtered and named by its frozen job (``runs.run_as_started``), never by its
   experiment as it is now;
 - the number of queries of the page does not grow with the number of runs shown;
 - a row's answer (``with_answers``) is its run's answer's (``runs.selectors.run_answer``):
@@ -35,7 +35,9 @@ from django.db.models.functions import Coalesce, NullIf
 from django.utils import timezone
 
 from runs.access import scoped
-from runs.frozen_job import (
+from runs.models import Experiment, GpuType, Membership, Run, Trial
+from runs.models.experiments import Engine
+from runs.run_as_started import (
     GPU_TYPE_PATH,
     IMAGE_TAG_PATH,
     MODEL_PATH,
@@ -44,8 +46,6 @@ from runs.frozen_job import (
     run_engine,
     run_is_simulated,
 )
-from runs.models import Experiment, GpuType, Membership, Run, Trial
-from runs.models.experiments import Engine
 from runs.selectors.figure_deltas import FigureDelta, figure_delta
 from runs.selectors.prices import gpu_price, pod_rate_from_price
 from runs.selectors.run_answer import capacity_cost_ci95, capacity_usd_per_million
@@ -67,7 +67,7 @@ class HistoryFilters:
 def runs_history(*, membership: Membership, filters: HistoryFilters) -> QuerySet[Run]:
     """The organization's runs matching ``filters``, newest first, with what a row shows."""
     runs = scoped(membership, Run)
-    # Filtered on what each run was started with (runs.frozen_job), not its experiment now.
+    # Filtered on what each run was started with (runs.run_as_started), not its experiment now.
     if filters.model is not None:
         runs = runs.filter(**{MODEL_PATH: str(filters.model)})
     if filters.gpu:
@@ -112,7 +112,7 @@ def _day_start(day: date) -> datetime:
 
 
 def with_simulated(runs: list[Run]) -> list[Run]:
-    """Sets ``simulated`` on each run, for a template (``runs.frozen_job.run_is_simulated``)."""
+    """Sets ``simulated`` on each run, for a template (``runs.run_as_started.run_is_simulated``)."""
     for run in runs:
         run.simulated = run_is_simulated(run)
     return runs

@@ -26,15 +26,15 @@ from django.utils import timezone
 from agents import protocol
 from figures.levels import level_name
 from runs.experiment_spec import PlannedTrial
-from runs.frozen_job import (
+from runs.models import AgentMessageRecord, Measurement, Run, Trial
+from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
+from runs.run_as_started import (
     run_budget_cap,
     run_cost_is_known,
     run_is_simulated,
     run_planned_trials,
     run_workload,
 )
-from runs.models import AgentMessageRecord, Measurement, Run, Trial
-from runs.models.runs import TERMINAL_RUN_STATES, TrialOutcome
 from runs.selectors.cold_starts import WaterfallStep, run_cold_start
 from runs.selectors.run_answer import ConfigAnswer, RunAnswer, run_answer
 from runs.selectors.run_history import with_gpu_name

@@ -15,8 +15,8 @@ Guarantees:
 
 from __future__ import annotations
 
-from runs.frozen_job import run_engine, run_planned_trials
 from runs.models import Run
+from runs.run_as_started import run_engine, run_planned_trials
 from runs.selectors.run_levels import planned_trial_labels
 
 

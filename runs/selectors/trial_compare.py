@@ -28,8 +28,8 @@ from django.db.models import Prefetch
 
 from agents.protocol import LEVEL_RESULT_KEY
 from runs.access import scoped
-from runs.frozen_job import run_engine, run_is_simulated
 from runs.models import Measurement, Membership, Run, Trial
+from runs.run_as_started import run_engine, run_is_simulated
 from runs.selectors.figure_deltas import WITHIN_NOISE, Interval, figure_delta
 from runs.selectors.level_results import stored_level_result
 from runs.selectors.run_answer import capacity_usd_per_million

@@ -10,14 +10,14 @@ from runs.costs import (
     TrialCost,
     trial_cost_per_million_output_tokens,
 )
-from runs.frozen_job import (
+from runs.models import GpuType, Measurement, Run, Trial
+from runs.run_as_started import (
     run_cloud_type,
     run_endpoint,
     run_endpoint_price,
     run_engine,
     run_is_simulated,
 )
-from runs.models import GpuType, Measurement, Run, Trial
 from runs.selectors.prices import gpu_price, pod_rate_from_price
 
 

@@ -33,9 +33,8 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from agents import protocol
-from runs import frozen_job
+from runs import run_as_started
 from runs.costs import GpuShare, TrialCost, level_is_simulated
-from runs.frozen_job import frozen_value
 from runs.models import (
     Experiment,
     GpuType,
@@ -48,6 +47,7 @@ from runs.models import (
 )
 from runs.models.experiments import engine_is_simulated
 from runs.models.runs import MEASURED_OUTCOMES, TERMINAL_RUN_STATES
+from runs.run_as_started import frozen_value
 from runs.selectors import level_figures
 from runs.selectors.delivery import delivery_grace
 from runs.selectors.ended_trial_figures import PricedTrial, ended_trial_figures
@@ -204,7 +204,7 @@ def _partial_instance(model, db: str, **values):
 
 def trial_is_simulated(trial: Trial) -> bool:
     """Whether a trial's figures come from the simulator (see the module docstring)."""
-    if frozen_job.run_is_simulated(trial.run):
+    if run_as_started.run_is_simulated(trial.run):
         return True
     return any(level_is_simulated(m.result) for m in trial.measurements.all())
 
@@ -234,11 +234,11 @@ def trial_figures(
     # rows, where model instances and whole JSON documents would take most of the time.
     rows = list(
         trials.annotate(
-            frozen_engine=frozen_value(frozen_job.ENGINE_KIND_PATH, via="run__", text=True),
-            frozen_gpu_type=frozen_value(frozen_job.GPU_TYPE_PATH, via="run__", text=True),
-            frozen_gpu_count=frozen_value(frozen_job.GPU_COUNT_PATH, via="run__"),
-            frozen_cloud=frozen_value(frozen_job.CLOUD_TYPE_PATH, via="run__", text=True),
-            frozen_slos=frozen_value(frozen_job.SLOS_PATH, via="run__"),
+            frozen_engine=frozen_value(run_as_started.ENGINE_KIND_PATH, via="run__", text=True),
+            frozen_gpu_type=frozen_value(run_as_started.GPU_TYPE_PATH, via="run__", text=True),
+            frozen_gpu_count=frozen_value(run_as_started.GPU_COUNT_PATH, via="run__"),
+            frozen_cloud=frozen_value(run_as_started.CLOUD_TYPE_PATH, via="run__", text=True),
+            frozen_slos=frozen_value(run_as_started.SLOS_PATH, via="run__"),
             # Ids as text: thousands of UUID objects would outlive the loop, for the garbage
             # collector to walk.
             run_key=Cast("run_id", CharField()),

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from agents.protocol import parse_vllm_version
 from runs.experiment_spec import vllm_version_of_tag
-from runs.frozen_job import run_engine
 from runs.models import Run
+from runs.run_as_started import run_engine
 
 
 def _mismatch(tag: str | None, installed: str | None) -> str:

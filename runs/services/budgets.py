@@ -10,7 +10,7 @@ from django.db import transaction
 from runs.actors import Actor
 from runs.errors import DomainValidationError
 from runs.models import Budget, Experiment, Organization
-from runs.services.recording import create_recorded, delete_recorded, update_recorded
+from runs.services.audited_writes import create_recorded, delete_recorded, update_recorded
 
 
 @transaction.atomic

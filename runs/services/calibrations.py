@@ -26,10 +26,11 @@ from django.db import transaction
 
 from agents.search.calibration import LevelPoint, calibrate, level_points
 from runs.experiment_spec import vllm_version_key
-from runs.frozen_job import ENGINE_KIND_PATH, MODEL_PATH, run_engine, run_model
 from runs.models import Calibration, GpuType, ModelSpec, Run, Trial
 from runs.models.experiments import Engine
 from runs.models.runs import MEASURED_OUTCOMES, RunState
+from runs.run_as_started import ENGINE_KIND_PATH, MODEL_PATH, run_engine, run_model
+from runs.task_queue import enqueue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -178,16 +179,4 @@ def calibration_refit_on_commit(run: Run) -> None:
     commits, when its measurements calibrate (``run_feeds_calibration``)."""
     if not run_feeds_calibration(run):
         return
-    run_id = str(run.id)
-
-    def enqueue() -> None:
-        from runs.tasks import calibration_refit as refit_task  # the task module imports services
-
-        try:
-            refit_task.delay(run_id)
-        except Exception:  # a broker hiccup must not fail the run's end; the next run refits
-            logger.warning(
-                "could not enqueue the calibration refit of run %s", run_id, exc_info=True
-            )
-
-    transaction.on_commit(enqueue)
+    enqueue_after_commit("runs.tasks.calibration_refit", str(run.id))

@@ -18,7 +18,7 @@ from runs.experiment_spec import experiment_spec_check
 from runs.model_config import model_facts_problem
 from runs.models import GpuPriceOverride, GpuType, ModelSpec, Organization
 from runs.models.catalogue import MODEL_SPEC_FIELDS
-from runs.services.recording import (
+from runs.services.audited_writes import (
     clean_instance,
     create_recorded,
     delete_recorded,

@@ -19,7 +19,7 @@ from runs.errors import Conflict, DomainValidationError
 from runs.experiment_spec import experiment_spec_check
 from runs.models import Experiment, ExperimentSchedule, Organization, WorkloadDataset
 from runs.models.experiments import AGENTIC_TRACE, SHAREGPT
-from runs.services.recording import (
+from runs.services.audited_writes import (
     clean_instance,
     create_recorded,
     delete_recorded,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from runs.frozen_job import run_engine
 from runs.models import GpuType, Run
+from runs.run_as_started import run_engine
 
 
 def gpu_type_driver_seen(run: Run, *, driver: str | None, now: datetime) -> None:

@@ -15,17 +15,13 @@ Guarantees of ``agent_messages_ingest``:
   kept level figures derived again, in the same transaction; its state, end time and reason
   never change. After the grace it accepts nothing new (a resend of a stored message is
   still acked);
-- the run reaches its final state once ``run_finished`` and every message before it in its
-  epoch have arrived (resends after a reconnect may fill gaps in any order) — unless trials
-  of a later image are left: then it moves to that image's pod (``runs.services.pod_moves``)
-  —, its trials
-  settled in the same transaction (``runs.services.trial_settling``); an agent that stopped
-  as cancelled when nobody asked (its pod was stopped from outside) leaves the run ``failed``.
+- the run's state moves by ``runs.services.run_lifecycle``: starting at the agent's hello,
+  benchmarking at its first trial, and at its ``run_finished`` as
+  ``runs.services.run_finish`` decides, in the same transaction.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -39,25 +35,19 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents import protocol
-from runs.frozen_job import run_planned_trials
 from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelFigures
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
+from runs.run_as_started import run_planned_trials
 from runs.selectors.delivery import run_delivery_open
 from runs.services.gpu_drivers import gpu_type_driver_seen
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.pending_rows import JsonText, PendingRows
-from runs.services.pod_moves import run_next_image
-from runs.services.run_end import run_end_settle
+from runs.services.run_finish import run_finish_if_complete
+from runs.services.run_lifecycle import run_transition
 from runs.services.trial_settling import run_trials_settle
 
 logger = logging.getLogger(__name__)
 
-_FINAL_STATE = {
-    "succeeded": RunState.SUCCEEDED,
-    "failed": RunState.FAILED,
-    "cancelled": RunState.CANCELLED,
-    "deadline": RunState.FAILED,
-}
 _EARLY_STATES = (RunState.QUEUED, RunState.PROVISIONING, RunState.STARTING)
 
 
@@ -193,7 +183,7 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
         if not ended and (message.type == "run_finished" or run.state == RunState.FINALIZING):
             rows.flush()  # whether the run is complete is counted on the stored rows
             run.save(update_fields=changed)
-            _finish_if_complete(run)
+            run_finish_if_complete(run)
         outcomes.append(
             IngestOutcome(seq=message.seq, stored=True, update=_browser_update(message, payload))
         )
@@ -301,7 +291,7 @@ def _apply(
         fields.append("agent_info")
         gpu_type_driver_seen(run, driver=message.host.driver_version, now=now)
         if run.state in _EARLY_STATES:
-            run.state = RunState.STARTING
+            run_transition(run, RunState.STARTING)
             fields.append("state")
     elif isinstance(message, protocol.TrialStarted):
         trial = trials(message.trial)
@@ -309,7 +299,7 @@ def _apply(
         trial.outcome, trial.started_at = TrialOutcome.RUNNING, trial.started_at or now
         trial.save(update_fields=["serve_config", "command", "outcome", "started_at"])
         if run.state in _EARLY_STATES:
-            run.state = RunState.BENCHMARKING
+            run_transition(run, RunState.BENCHMARKING)
             run.started_at = run.started_at or now
             fields += ["state", "started_at"]
     elif isinstance(message, protocol.ColdStartPhase) and message.phase == protocol.WEIGHTS_PHASE:
@@ -364,66 +354,6 @@ def _apply(
             update_fields=["outcome", "failure_class", "log_tail", "capacity", "finished_at"]
         )
     return fields
-
-
-def _finish_if_complete(run: Run) -> None:
-    # Each agent incarnation numbers its own epoch from 0: a run_finished counts once every
-    # message before it in its epoch is here (normally there is one; after a restart without
-    # the spool the earlier agent may have sent one too).
-    # Only the current pod's agents count: a pod the run has left said its last word.
-    finishes = AgentMessageRecord.objects.filter(
-        run=run, type="run_finished", epoch__gte=run.epoch_floor
-    )
-    finished = next(
-        (
-            candidate
-            for candidate in finishes.order_by("-epoch")
-            if AgentMessageRecord.objects.filter(
-                run=run, epoch=candidate.epoch, seq__lte=candidate.seq
-            ).count()
-            == candidate.seq + 1
-        ),
-        None,
-    )
-    if finished is None:
-        if finishes.exists():
-            run.state = RunState.FINALIZING  # wait for the gaps to be resent
-            run.save(update_fields=["state"])
-        return
-    outcome = finished.payload["outcome"]
-    now = timezone.now()
-    # Its pod measured every trial of its image: a run over several images goes on with the
-    # next one on a new pod.
-    next_image = run_next_image(run, now=now) if outcome == "succeeded" else None
-    if next_image is not None and next_image.moved:
-        return
-    run.state = _FINAL_STATE[outcome]
-    run.finished_at = now
-    if next_image is not None and next_image.refused:
-        run.state, run.failure_reason = RunState.FAILED, next_image.refused
-    if outcome == "deadline":
-        run.failure_reason = "The agent stopped at the run's deadline; partial results kept."
-    elif outcome == "cancelled" and run.cancel_requested_at is None:
-        # Nobody here asked: the pod was stopped from outside (Runpod, its console, a host
-        # going down) and the agent said so on its way out. That is a failure, not a cancel.
-        said = finished.payload.get("reason") or "the agent gave no reason"
-        run.state = RunState.FAILED
-        run.failure_reason = f"The pod stopped before the run finished ({said})."
-    elif finished.payload.get("reason"):
-        run.failure_reason = finished.payload["reason"]
-    run.save(update_fields=["state", "finished_at", "failure_reason"])
-    run_end_settle(run=run, reason=run.failure_reason)
-    # The pod is given back as soon as the run is over (reconcile catches a lost task).
-    transaction.on_commit(functools.partial(_enqueue_finalize, run.id))
-
-
-def _enqueue_finalize(run_id) -> None:
-    from runs.tasks import run_finalize  # the task module imports services
-
-    try:
-        run_finalize.delay(str(run_id))
-    except Exception:  # a broker hiccup must not lose the stored messages; reconcile retries
-        logger.warning("could not enqueue finalizing run %s", run_id, exc_info=True)
 
 
 # The LevelResult fields of a measurement's notice (those the agent sent): what the live

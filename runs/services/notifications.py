@@ -62,6 +62,7 @@ from runs.models import (
 from runs.models.notifications import SENT_ON_REQUEST
 from runs.secrets import SecretUnreadable, decrypt_secret, encrypt_secret
 from runs.selectors.hook_recipients import hook_addresses
+from runs.services.audited_writes import clean_instance
 from runs.services.hook_limits import hook_cap_check, hook_send_check
 from runs.services.hook_recipients import confirmation_mails_send
 from runs.services.outbound import (
@@ -71,8 +72,8 @@ from runs.services.outbound import (
     outbound_url_problem,
     url_host,
 )
-from runs.services.recording import clean_instance
 from runs.services.text_input import has_control_characters, one_line
+from runs.task_queue import enqueue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -247,15 +248,8 @@ def _sent_on_request(hook: NotificationHook, event: str, summary: str) -> Notifi
 
 
 def _send_on_commit(delivery_ids: list) -> None:
-    if not delivery_ids:
-        return
-    from runs.tasks import notification_deliver  # the task module imports this one
-
-    def send() -> None:
-        for delivery_id in delivery_ids:
-            notification_deliver.delay(str(delivery_id))
-
-    transaction.on_commit(send)
+    for delivery_id in delivery_ids:
+        enqueue_after_commit("runs.tasks.notification_deliver", str(delivery_id))
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:

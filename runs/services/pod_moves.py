@@ -1,6 +1,6 @@
 """A run leaving its pod for the next one: after losing it (``runs.services.run_resume``), or
 once it has measured every trial of its image and the next image tag is left
-(``run_next_image``, called by ingest when the pod's agent reports ``run_finished``).
+(``run_move_to_next_image``, called by ``run_finish`` when the pod's agent has finished).
 
 Guarantees of ``run_leave_pod`` (inside the transaction that holds the run's row lock):
 - the pod goes to the run's ``pod_history`` (id, where, image, lifetime, billed seconds and
@@ -9,7 +9,7 @@ Guarantees of ``run_leave_pod`` (inside the transaction that holds the run's row
 - the run goes back to provisioning under the next pod name (``pod_attempt`` + 1), so the
   left pod is never adopted again, claimable at once.
 
-Guarantees of ``run_next_image``:
+Guarantees of ``run_move_to_next_image``:
 - it moves only a run whose first trial not yet ended is of another image than its pod's
   (so never a run of one image), only while budget is left; otherwise it changes nothing and
   says why when budget was what it lacked;
@@ -25,17 +25,17 @@ import logging
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db import transaction
-
 from runs.actors import Actor
 from runs.audit import audit_record
-from runs.frozen_job import run_budget_cap, run_engine
-from runs.jobs import run_images_left
 from runs.models import Run
 from runs.models.runs import RunState
+from runs.pod_job import run_images_left
 from runs.providers.base import ProviderError
 from runs.providers.registry import provider_for
+from runs.run_as_started import run_budget_cap, run_engine
 from runs.services.provisioning import run_accrued_cost
+from runs.services.run_lifecycle import run_transition
+from runs.task_queue import enqueue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def run_leave_pod(run: Run, *, now: datetime.datetime, reason: str, kind: str) -
     run.billed_seconds, run.cost_usd = float(seconds), cost
     run.pod_attempt += 1
     run.epoch_floor = run.agent_epoch + 1
-    run.state = RunState.PROVISIONING
+    run_transition(run, RunState.PROVISIONING)
     run.pod_id = ""
     run.pod_started_at = run.pod_running_at = run.pod_terminated_at = None
     run.price_usd_hr = None
@@ -95,14 +95,14 @@ def left_pod_terminate(*, run_id, pod_id: str) -> bool:
 
 @dataclass(frozen=True)
 class NextImage:
-    """What ``run_next_image`` did: moved the run on, or not and why ("" when no other image
+    """What ``run_move_to_next_image`` did: moved the run on, or not and why ("" when no other image
     was left to run)."""
 
     moved: bool
     refused: str = ""
 
 
-def run_next_image(run: Run, *, now: datetime.datetime) -> NextImage:
+def run_move_to_next_image(run: Run, *, now: datetime.datetime) -> NextImage:
     """Moves ``run`` (locked; its pod's agent has finished) to a pod of its next image, when
     one is left and the budget allows (see the module docstring)."""
     left_images = run_images_left(run)
@@ -131,16 +131,7 @@ def run_next_image(run: Run, *, now: datetime.datetime) -> NextImage:
         target=run,
         after={"left_pod": left["pod_id"], "image_tag": left["image_tag"], "next": next_tag},
     )
-    transaction.on_commit(lambda: _enqueue_next_pod(str(run.id), left["pod_id"]))
+    enqueue_after_commit("runs.tasks.left_pod_release", str(run.id), left["pod_id"])
+    enqueue_after_commit("runs.tasks.run_provision", str(run.id))
     logger.info("run %s: %s done; on to %s", run.id, left["image_tag"], next_tag)
     return NextImage(moved=True)
-
-
-def _enqueue_next_pod(run_id: str, left_pod_id: str) -> None:
-    from runs.tasks import left_pod_release, run_provision  # the task module imports services
-
-    try:
-        left_pod_release.delay(run_id, left_pod_id)
-        run_provision.delay(run_id)
-    except Exception:  # a broker hiccup: the reconcile pass provisions and sweeps the orphan
-        logger.warning("could not enqueue run %s's next pod", run_id, exc_info=True)

@@ -20,7 +20,7 @@ Guarantees:
   (``BENCHSITE_ENDPOINT_ADDRESSES``).
 - An existing endpoint's run is billed at the endpoint's price per hour (its frozen one) for
   the agent's lifetime; one priced per token gets the cost of the tokens it measured when it
-  ends; one without a price costs nothing we know (``runs.frozen_job.run_cost_is_known``).
+  ends; one without a price costs nothing we know (``runs.run_as_started.run_cost_is_known``).
 - A pod with a network volume keeps the model's weights on it
   (``BENCHSITE_WEIGHTS_DIR``), so a later run with the same volume finds them there.
 - Billing starts when the create that rented the pod was sent (``pod_started_at`` is written
@@ -39,24 +39,16 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents import protocol
 from runs.costs import billed_seconds, pod_usd_per_hr, run_cost_usd
-from runs.frozen_job import (
-    run_endpoint,
-    run_endpoint_price,
-    run_engine,
-    run_placements,
-    run_pod_storage,
-)
-from runs.jobs import run_job_spec, run_pod_image_tag
 from runs.models import CredentialProvider, Endpoint, GpuType, Run
 from runs.models.runs import RunState
 from runs.placement import Placement, recorded_placement
+from runs.pod_job import run_job_spec, run_pod_image_tag
 from runs.providers.base import (
     PermanentProviderError,
     PodInfo,
@@ -67,13 +59,20 @@ from runs.providers.base import (
 )
 from runs.providers.names import provider_name_for
 from runs.providers.registry import provider_for
+from runs.run_as_started import (
+    run_endpoint,
+    run_endpoint_price,
+    run_engine,
+    run_placements,
+    run_pod_storage,
+)
 from runs.selectors.endpoint_costs import run_endpoint_token_cost
 from runs.selectors.prices import gpu_price
 from runs.services.credentials import provider_key_for_run
 from runs.services.endpoints import endpoint_api_key_for_run, endpoint_target
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.outbound import OutboundRefused
-from runs.services.run_end import run_end_settle
+from runs.services.run_lifecycle import run_fail, runs_transition
 from runs.services.run_tokens import run_token_issue
 
 logger = logging.getLogger(__name__)
@@ -97,8 +96,11 @@ def run_claim_for_provisioning(*, run_id, owner: str, task_id: str | None = None
     )
     if task_id:
         claimable |= Q(state=RunState.PROVISIONING, pod_id="", lease_owner__endswith=f":{task_id}")
-    claimed = Run.objects.filter(claimable, id=run_id, cancel_requested_at__isnull=True).update(
-        state=RunState.PROVISIONING, lease_owner=owner, lease_expires_at=now + LEASE
+    claimed = runs_transition(
+        Run.objects.filter(claimable, id=run_id, cancel_requested_at__isnull=True),
+        to=RunState.PROVISIONING,
+        lease_owner=owner,
+        lease_expires_at=now + LEASE,
     )
     return (
         Run.objects.select_related("experiment", "organization").get(id=run_id) if claimed else None
@@ -260,23 +262,6 @@ def run_provision(*, run_id, owner: str, task_id: str | None = None) -> str:
     where = "" if name == "local" else f" at {placement}"
     logger.info("run %s: pod %s %s on %s%s", run.id, pod.pod_id, outcome, name, where)
     return outcome
-
-
-@transaction.atomic
-def run_fail(*, run_id, reason: str, state: str = RunState.FAILED) -> bool:
-    """Ends an active run in ``state`` with ``reason`` (conditional: a run that already ended
-    keeps its end) and settles its trials in the same transaction. Returns whether it
-    changed."""
-    from runs.models.runs import TERMINAL_RUN_STATES
-
-    ended = (
-        Run.objects.filter(id=run_id)
-        .exclude(state__in=TERMINAL_RUN_STATES)
-        .update(state=state, failure_reason=reason[:2000], finished_at=timezone.now())
-    )
-    if ended:
-        run_end_settle(run=Run.objects.get(id=run_id), reason=reason[:2000])
-    return bool(ended)
 
 
 def run_accrued_cost(run: Run, *, until: datetime.datetime) -> tuple[Decimal, Decimal]:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -49,7 +48,6 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from runs.costs import month_start
-from runs.frozen_job import BUDGET_CAP_PATH, ENGINE_KIND_PATH
 from runs.models import Organization, ProviderCredential, Run
 from runs.models.experiments import engine_is_simulated
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
@@ -63,11 +61,14 @@ from runs.providers.base import (
     run_id_of_pod,
 )
 from runs.providers.registry import local_provider, provider_for
+from runs.run_as_started import BUDGET_CAP_PATH, ENGINE_KIND_PATH
 from runs.services.ingest_watch import IngestHearing, ingest_hearing
 from runs.services.notifications import notify_budget_use
-from runs.services.provisioning import run_accrued_cost, run_fail, run_release_pod
+from runs.services.provisioning import run_accrued_cost, run_release_pod
+from runs.services.run_lifecycle import run_fail
 from runs.services.run_resume import run_resume
 from runs.services.runpod_holds import runs_holding_runpod_pods
+from runs.task_queue import enqueue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -170,15 +171,11 @@ def _end(run: Run, state: str, reason: str, report_list: list[str]) -> None:
 
 
 def _resume_or_end(
-    run: Run,
-    reason: str,
-    now: datetime.datetime,
-    enqueue_provision: Callable[[str], object] | None,
-    report: ReconcileReport,
+    run: Run, reason: str, now: datetime.datetime, reprovision: bool, report: ReconcileReport
 ) -> None:
     """A run that lost its pod goes on on a new one when it may (``run_resume``), else ends
     failed with ``reason``."""
-    if run_resume(run_id=run.id, reason=reason, now=now, enqueue_provision=enqueue_provision):
+    if run_resume(run_id=run.id, reason=reason, now=now, provision=reprovision):
         report.resumed.append(str(run.id))
     else:
         _end(run, RunState.FAILED, reason, report.failed)
@@ -255,11 +252,10 @@ def _record_costs(runs: list[Run], now: datetime.datetime) -> None:
 
 
 def runs_reconcile(
-    *,
-    now: datetime.datetime | None = None,
-    enqueue_provision: Callable[[str], object] | None = None,
+    *, now: datetime.datetime | None = None, reprovision: bool = False
 ) -> ReconcileReport:
-    """One reconcile pass (see the module docstring)."""
+    """One reconcile pass (see the module docstring). ``reprovision``: whether it enqueues
+    the provisioning of the runs it finds without a pod (the periodic task's pass does)."""
     now = now or timezone.now()
     report = ReconcileReport()
 
@@ -277,8 +273,8 @@ def runs_reconcile(
     for run in waiting:
         if run.cancel_requested_at is not None:
             _end(run, RunState.CANCELLED, run.cancel_reason or "cancelled", report.cancelled)
-        elif enqueue_provision is not None:
-            enqueue_provision(str(run.id))
+        elif reprovision:
+            enqueue_after_commit("runs.tasks.run_provision", str(run.id))
             report.reprovisioned.append(str(run.id))
 
     # 2. Active runs with a pod.
@@ -318,7 +314,7 @@ def runs_reconcile(
         elif hearing.reachable and now - _counted_from(heard, hearing) > silence:
             if run.last_heartbeat_at:
                 reason = f"The agent fell silent (last heard {heard:%H:%M:%S} UTC)."
-                _resume_or_end(run, reason, now, enqueue_provision, report)
+                _resume_or_end(run, reason, now, reprovision, report)
             else:
                 where = f"the pod is {pod.state}" if pod is not None else "the pod is not listed"
                 reason = (
@@ -332,7 +328,7 @@ def runs_reconcile(
             and now - heard > min(AGENT_SILENCE, datetime.timedelta(seconds=30))
         ):
             reason = "The pod stopped before the run finished."
-            _resume_or_end(run, reason, now, enqueue_provision, report)
+            _resume_or_end(run, reason, now, reprovision, report)
 
     if seen_running:  # the cold start's "pod running" moment: the first pass to see it
         Run.objects.filter(id__in=seen_running, pod_running_at__isnull=True).update(

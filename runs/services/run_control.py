@@ -28,6 +28,7 @@ from runs.errors import Conflict
 from runs.models import Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.services.run_end import run_end_settle
+from runs.services.run_lifecycle import run_transition
 from runs.services.text_input import clean_short_text
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ def run_cancel(*, actor: Actor, run: Run, reason: str = "") -> Run:
     fields = ["cancel_requested_at", "cancel_reason"]
     if run.state == RunState.QUEUED:
         # Nothing is rented yet; a provisioning task claims the run only while it is queued.
-        run.state, run.finished_at, run.failure_reason = RunState.CANCELLED, now, reason
+        run_transition(run, RunState.CANCELLED)
+        run.finished_at, run.failure_reason = now, reason
         fields += ["state", "finished_at", "failure_reason"]
     else:
         _tell_agent_on_commit(run)

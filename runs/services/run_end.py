@@ -1,10 +1,10 @@
-"""What follows every run's end, whichever path ends it (``run_fail``: reconcile's verdicts,
-the budget stop, a failed provisioning; ``run_cancel`` of a queued run; the agent's own
-``run_finished`` in ingest), in the transaction that ended it: its trials settled
-(``trial_settling``), its end and the month's budget use told to the organization's
-notification hooks (``notifications``), a scheduled run gated against the promoted
-baseline (``schedule_firing``), and once it commits, a measured run's success refitting
-the simulator's calibrations (``calibrations``)."""
+"""What follows every run's end, whichever path ends it (``run_lifecycle.run_fail``:
+reconcile's verdicts, the budget stop, a failed provisioning; ``run_cancel`` of a queued run;
+the agent's own ``run_finished``, ``run_finish``), in the transaction that ended it: its
+trials settled (``trial_settling``), its end and the month's budget use told to the
+organization's notification hooks (``notifications``), and once it commits, a scheduled run
+gated against the promoted baseline (``schedule_gate``) and a measured run's success
+refitting the simulator's calibrations (``calibrations``), each by a task."""
 
 from __future__ import annotations
 

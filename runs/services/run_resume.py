@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
 
 from django.db import transaction
 from django.utils import timezone
 
 from runs.actors import Actor
 from runs.audit import audit_record
-from runs.frozen_job import run_budget_cap
-from runs.jobs import run_images_left
 from runs.models import Measurement, Run, Trial
 from runs.models.runs import TERMINAL_RUN_STATES, UNFINISHED_OUTCOMES, TrialOutcome
+from runs.pod_job import run_images_left
+from runs.run_as_started import run_budget_cap
 from runs.services.pod_moves import left_pod_terminate, run_leave_pod
 from runs.services.provisioning import run_accrued_cost
+from runs.task_queue import enqueue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +48,10 @@ def run_resume(
     run_id,
     reason: str,
     now: datetime.datetime | None = None,
-    enqueue_provision: Callable[[str], object] | None = None,
+    provision: bool = False,
 ) -> bool:
-    """Moves the run to a new pod (see the module docstring); whether it did."""
+    """Moves the run to a new pod (see the module docstring); whether it did. ``provision``:
+    whether its provisioning is enqueued here (else the next reconcile pass does it)."""
     now = now or timezone.now()
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("organization").get(id=run_id)
@@ -94,8 +95,8 @@ def run_resume(
                 "measurements_discarded": discarded,
             },
         )
-        if enqueue_provision is not None:
-            transaction.on_commit(lambda: enqueue_provision(str(run.id)))
+        if provision:
+            enqueue_after_commit("runs.tasks.run_provision", str(run.id))
     logger.warning("run %s: resumed on a new pod (%s); lost pod %s", run.id, reason, lost["pod_id"])
     left_pod_terminate(run_id=run.id, pod_id=lost["pod_id"])
     return True

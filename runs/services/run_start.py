@@ -17,7 +17,7 @@ Guarantees of ``run_start``:
 - ``noise_seed`` (a simulated experiment only, refused on others) fixes the simulator's noise:
   a run with the same noise seed and traffic seed as another gives the same figures. Without
   one a simulated run draws its own (a realistic re-run); either way it is frozen in the job.
-- The run, its frozen job (``runs.frozen_job``: exactly what its agent will run), the
+- The run, its frozen job (``runs.run_as_started``: exactly what its agent will run), the
   experiment's other facts and the estimate, and its ``run.start`` audit event are committed
   together; provisioning is enqueued only after that commit, so a
   rolled-back start never rents a GPU.
@@ -38,14 +38,15 @@ from runs.audit import audit_record
 from runs.costs import month_start
 from runs.errors import DomainValidationError
 from runs.experiment_spec import grid_problem_on_image, image_tag_problem
-from runs.frozen_job import run_frozen_fields
 from runs.models import Budget, Experiment, Organization, Run
 from runs.models.experiments import Engine
 from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
+from runs.run_as_started import run_frozen_fields
 from runs.selectors.calibrations import search_prior
 from runs.selectors.estimates import CostEstimate, experiment_estimate
 from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 from runs.services.text_input import clean_short_text
+from runs.task_queue import enqueue_after_commit
 
 MAX_REASON_CHARS = Run._meta.get_field("reason").max_length
 
@@ -154,8 +155,6 @@ def run_start(
     noise_seed: int | None = None,
 ) -> Run:
     """Starts a run of ``experiment`` (see the module docstring)."""
-    from runs.tasks import run_provision  # the task module imports services
-
     reason = _clean_reason(reason)
     if noise_seed is not None and experiment.engine != Engine.SIM:
         raise DomainValidationError.single(
@@ -202,5 +201,5 @@ def run_start(
             **({"noise_seed": noise_seed} if noise_seed is not None else {}),
         },
     )
-    run_provision.delay_on_commit(str(run.id))
+    enqueue_after_commit("runs.tasks.run_provision", str(run.id))
     return run

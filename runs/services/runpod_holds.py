@@ -12,11 +12,11 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
 
-from runs.frozen_job import ENGINE_KIND_PATH
 from runs.models import Run
 from runs.models.experiments import Engine
 from runs.models.runs import TERMINAL_RUN_STATES
 from runs.providers.names import provider_name_for
+from runs.run_as_started import ENGINE_KIND_PATH
 
 
 def runs_holding_runpod_pods() -> QuerySet[Run]:

@@ -10,8 +10,10 @@ Guarantees:
   firing says why (audited as ``schedule.refused``). A refusal for the same reason as the
   schedule's latest firing is counted on that firing (no row, no audit event of its own):
   a run under way for a day is one refusal, not one a firing.
-- When a scheduled run ends, in the transaction that ended it, its firing gets the gate's
-  verdict (``schedule_gate``); a regression is notified (``regression.detected``) once.
+- When a scheduled run ends, its firing gets the gate's verdict (``schedule_gate``) from a
+  task enqueued after the commit that ended it (the gate reads both runs as the API shows
+  them: no ending transaction waits on it); a regression is notified
+  (``regression.detected``) once.
 """
 
 from __future__ import annotations
@@ -26,11 +28,10 @@ from runs.actors import Actor
 from runs.audit import audit_record
 from runs.errors import DomainValidationError
 from runs.models import ExperimentSchedule, GateVerdict, Membership, Role, Run, ScheduleFiring
-from runs.models.runs import TERMINAL_RUN_STATES, RunState, RunTrigger
+from runs.models.runs import TERMINAL_RUN_STATES, RunTrigger
 from runs.selectors.schedules import schedule_settings
-from runs.services.notifications import notify_regression
 from runs.services.run_start import run_start
-from runs.services.schedule_gate import promoted_gate
+from runs.task_queue import enqueue_after_commit
 
 SCHEDULE_ACTOR_VIA = "schedule"
 
@@ -116,22 +117,7 @@ def _repeated(firing: ScheduleFiring, *, slot: datetime.datetime, now: datetime.
 
 
 def schedule_run_ended(run: Run) -> None:
-    """Gates a scheduled ``run`` that just ended (in the transaction that ended it)."""
-    if run.trigger != RunTrigger.SCHEDULE:
-        return
-    firing = (
-        ScheduleFiring.objects.select_for_update(of=("self",))
-        .select_related("schedule__experiment")
-        .filter(run=run, verdict=GateVerdict.PENDING)
-        .first()
-    )
-    if firing is None:
-        return  # gated already (a late second report of the same end)
-    if run.state != RunState.SUCCEEDED:
-        firing.verdict = GateVerdict.NOT_GATED
-        firing.gate = {"why": f"the run ended {run.state}"}
-    else:
-        firing.verdict, firing.gate = promoted_gate(run=run, thresholds=firing.schedule.thresholds)
-    firing.save(update_fields=["verdict", "gate"])
-    if firing.verdict == GateVerdict.REGRESSION:
-        notify_regression(firing)
+    """Enqueues the gate of a scheduled ``run`` that just ended, for after the commit that
+    ended it (``schedule_gate.schedule_run_gate``)."""
+    if run.trigger == RunTrigger.SCHEDULE:
+        enqueue_after_commit("runs.tasks.schedule_gate", str(run.id))

@@ -1,5 +1,10 @@
 """A scheduled run against its experiment's promoted baseline: the CLI's regression gate.
 
+Guarantees of ``schedule_run_gate`` (a task's, after the commit that ended the run): the
+firing that started the run gets its verdict once (``not_gated`` for a run that did not
+succeed, else ``promoted_gate``'s), and a regression is notified (``regression.detected``)
+once, in the same transaction.
+
 Guarantees of ``promoted_gate``:
 - the verdict is exactly what ``benchsite runs start --gate --baseline promoted
   --max-regression THRESHOLDS`` would print for the same two runs: both are read as the API
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import json
 
+from django.db import transaction
 from rest_framework.renderers import JSONRenderer
 
 from benchsite_cli.gate import (
@@ -24,7 +30,9 @@ from benchsite_cli.gate import (
     promoted_baseline_kind,
 )
 from runs.api.serializers_runs import RunDetailSerializer
-from runs.models import GateVerdict, Promotion, PromotionState, Run
+from runs.models import GateVerdict, Promotion, PromotionState, Run, ScheduleFiring
+from runs.models.runs import TERMINAL_RUN_STATES, RunState
+from runs.services.notifications import notify_regression
 
 MAX_ROWS_KEPT = 20
 
@@ -71,3 +79,30 @@ def promoted_gate(*, run: Run, thresholds: str) -> tuple[str, dict]:
         "not_compared": result.not_compared,
     }
     return (GateVerdict.REGRESSION if result.failed else GateVerdict.PASSED), summary
+
+
+@transaction.atomic
+def schedule_run_gate(*, run_id) -> str:
+    """Gives the firing that started the ended run ``run_id`` its verdict, once (a later
+    call, or a run not ended, changes nothing); returns the firing's verdict ("" when no
+    firing started the run)."""
+    firing = (
+        ScheduleFiring.objects.select_for_update(of=("self",))
+        .select_related("schedule__experiment", "run")
+        .filter(run_id=run_id)
+        .first()
+    )
+    if firing is None:
+        return ""
+    run = firing.run
+    if firing.verdict != GateVerdict.PENDING or run.state not in TERMINAL_RUN_STATES:
+        return firing.verdict
+    if run.state != RunState.SUCCEEDED:
+        firing.verdict = GateVerdict.NOT_GATED
+        firing.gate = {"why": f"the run ended {run.state}"}
+    else:
+        firing.verdict, firing.gate = promoted_gate(run=run, thresholds=firing.schedule.thresholds)
+    firing.save(update_fields=["verdict", "gate"])
+    if firing.verdict == GateVerdict.REGRESSION:
+        notify_regression(firing)
+    return firing.verdict

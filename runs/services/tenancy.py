@@ -14,7 +14,7 @@ from runs.actors import Actor
 from runs.audit import audit_diff, audit_record, audit_snapshot
 from runs.errors import Conflict, DomainValidationError
 from runs.models import ApiToken, Membership, Organization, Role, User
-from runs.services.recording import clean_instance
+from runs.services.audited_writes import clean_instance
 
 TOKEN_PREFIX = "bsk_"
 # Characters kept in clear: "bsk_" plus 8 of the secret, enough to tell tokens apart.

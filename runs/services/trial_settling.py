@@ -22,9 +22,9 @@ from __future__ import annotations
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from runs.frozen_job import run_planned_trials
 from runs.models import Measurement, Run, Trial
 from runs.models.runs import FailureClass, TrialOutcome
+from runs.run_as_started import run_planned_trials
 
 # The outcomes a trial ends with by itself; the others are settled by the run's end.
 _UNSETTLED = (TrialOutcome.PENDING, TrialOutcome.RUNNING)

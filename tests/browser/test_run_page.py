@@ -12,8 +12,8 @@ import pytest
 from playwright.sync_api import expect
 from websockets.sync.client import connect
 
-from runs.jobs import run_job_spec
 from runs.models import AgentMessageRecord, Measurement, Run
+from runs.pod_job import run_job_spec
 from runs.services.agent_epochs import agent_epoch_issue
 from tests.site.conftest import make_experiment
 from tests.site.test_agent_ingest import RESULT, _new_run

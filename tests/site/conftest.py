@@ -17,9 +17,9 @@ from rest_framework.test import APIClient
 
 from agents.hardware import MODEL_PRESETS
 from runs.actors import Actor
-from runs.frozen_job import run_frozen_fields
 from runs.gpu_catalogue_seed import seed_gpu_catalogue
 from runs.models import GpuType, Organization, User
+from runs.run_as_started import run_frozen_fields
 from runs.selectors.ended_trial_figures import ended_trial_figures
 from runs.selectors.estimates import experiment_estimate
 from runs.services.catalogue import model_spec_create

@@ -19,7 +19,7 @@ from runs.services.run_start import run_start
 from runs.services.run_tokens import run_token_issue
 
 from .conftest import SYSTEM, make_experiment
-from .test_run_frozen_job import RecordingProvider
+from .test_run_as_started import RecordingProvider
 
 pytestmark = pytest.mark.django_db
 

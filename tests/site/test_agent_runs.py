@@ -24,8 +24,8 @@ from agents.runner.summary import read_journal
 from agents.runner.trial_engine import EngineOptions
 from benchsite.asgi import application
 from runs.actors import Actor
-from runs.jobs import run_job_spec
 from runs.models import AgentMessageRecord, Measurement, Run, Trial
+from runs.pod_job import run_job_spec
 from runs.services.run_control import run_cancel
 from runs.services.run_tokens import run_token_issue
 

@@ -16,8 +16,8 @@ from agents.hardware import DEFAULT_EFFICIENCY
 from agents.runner.search_run import RunnerTrials
 from runs.errors import DomainValidationError
 from runs.experiment_search import job_search
-from runs.jobs import run_job_spec
 from runs.models import Experiment, GpuType, ModelSpec, Run, Trial
+from runs.pod_job import run_job_spec
 from runs.selectors.run_search import run_search_state
 from runs.services.experiments import experiment_update
 from runs.services.run_start import run_start

@@ -16,7 +16,7 @@ from runs.services.credentials import provider_key_for_run, provider_key_set
 from runs.services.run_start import run_start
 
 from .conftest import SYSTEM, make_experiment, make_model, signed_in
-from .test_run_frozen_job import RecordingProvider
+from .test_run_as_started import RecordingProvider
 
 pytestmark = pytest.mark.django_db
 

@@ -14,9 +14,9 @@ import pytest
 from django.utils import timezone
 
 from agents import protocol
-from runs.frozen_job import job_spec_for_attempt, run_planned_trials
 from runs.models import AuditEvent, Run, Trial
 from runs.models.runs import RunState
+from runs.run_as_started import job_spec_for_attempt, run_planned_trials
 from runs.selectors.estimates import experiment_estimate
 from runs.services.ingest import agent_messages_ingest
 from runs.services.provisioning import run_provision
@@ -202,7 +202,7 @@ def test_a_finished_pod_moves_the_run_to_its_next_image_and_its_agent_is_shut_ou
     first_pod = run.pod_id
     with django_capture_on_commit_callbacks() as callbacks:
         Agent(run).finish_trials(0, 1)
-    assert len(callbacks) == 1  # the left pod's release and the next pod's provisioning
+    assert len(callbacks) == 2  # the left pod's release, then the next pod's provisioning
     run.refresh_from_db()
     assert (run.state, run.pod_id, run.pod_attempt, run.resumes) == (
         RunState.PROVISIONING,

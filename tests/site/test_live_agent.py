@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from runs.jobs import run_job_spec
 from runs.models import AgentMessageRecord, Run
+from runs.pod_job import run_job_spec
 
 from .live_server import ROOT, daphne_server, free_port
 from .test_agent_runs import assert_site_holds_the_journal, new_sim_run

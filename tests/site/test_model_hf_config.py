@@ -17,8 +17,8 @@ from agents import protocol
 from agents.hardware import GIB, MODEL_PRESETS, REGISTERED_FACTS, load_model_facts
 from agents.runner.trial_engine import sim_model_file
 from frontend.experiments.fit import model_fit_rows
-from runs.frozen_job import job_spec_for_attempt, job_spec_freeze
 from runs.models import AuditEvent, GpuType, ModelSpec, Run
+from runs.run_as_started import job_spec_for_attempt, job_spec_freeze
 from tests.agents.test_hf_configs import DEEPSEEK_V3, GEMMA_2_9B, LLAMA_3_1_8B, MIXTRAL_8X7B
 
 from .conftest import H100, frozen, make_experiment, make_model

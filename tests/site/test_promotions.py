@@ -14,8 +14,8 @@ from agents.runner.trial_engine import EngineOptions, trial_engine
 from runs.actors import Actor
 from runs.audit import audit_verify
 from runs.errors import Conflict, DomainValidationError
-from runs.frozen_job import job_spec_for_attempt
 from runs.models import AuditEvent, Membership, Promotion, PromotionState
+from runs.run_as_started import job_spec_for_attempt
 from runs.services.promotions import promotion_approve, promotion_propose, promotion_reject
 
 from .conftest import _person

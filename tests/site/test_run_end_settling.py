@@ -18,9 +18,10 @@ from runs.models import ModelSpec, Run, Trial, TrialLevelFigures
 from runs.models.runs import RunState
 from runs.selectors.trial_figures import trial_figures
 from runs.services.ingest import agent_messages_ingest
-from runs.services.provisioning import run_fail, run_provision
+from runs.services.provisioning import run_provision
 from runs.services.reconcile import runs_reconcile
 from runs.services.run_control import run_cancel
+from runs.services.run_lifecycle import run_fail
 from runs.services.run_tokens import run_token_issue
 
 from .conftest import frozen, make_experiment, make_model

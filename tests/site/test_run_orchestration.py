@@ -12,11 +12,11 @@ import pytest
 from django.utils import timezone
 
 from agents import protocol
-from runs.frozen_job import run_planned_trials
 from runs.models import AuditEvent, Budget, Run
 from runs.models.runs import RunState
 from runs.providers.base import PodSpec, TransientProviderError, pod_name
 from runs.providers.registry import local_provider
+from runs.run_as_started import run_planned_trials
 from runs.services.budgets import budget_set
 from runs.services.provisioning import run_provision
 from runs.services.reconcile import runs_reconcile
@@ -196,7 +196,7 @@ def test_reconcile_terminates_pods_no_active_run_owns(alice):
     assert [pod.name for pod in provider.list_bench_pods()] == [owned.pod_id]
 
 
-def test_reconcile_reprovisions_a_run_whose_task_was_lost(alice):
+def test_reconcile_reprovisions_a_run_whose_task_was_lost(alice, monkeypatch):
     experiment = make_experiment(alice.org, engine="sim", engine_image_tag="")
     run = Run.objects.create(
         organization=alice.org,
@@ -205,8 +205,13 @@ def test_reconcile_reprovisions_a_run_whose_task_was_lost(alice):
         created_at=timezone.now() - datetime.timedelta(minutes=5),
     )
     enqueued = []
-    report = runs_reconcile(enqueue_provision=enqueued.append)
-    assert enqueued == [str(run.id)] == report.reprovisioned
+    monkeypatch.setattr(
+        "runs.services.reconcile.enqueue_after_commit", lambda *task: enqueued.append(task)
+    )
+    assert runs_reconcile().reprovisioned == [] and enqueued == []  # a pass that only looks
+    report = runs_reconcile(reprovision=True)
+    assert enqueued == [("runs.tasks.run_provision", str(run.id))]
+    assert report.reprovisioned == [str(run.id)]
 
 
 @pytest.fixture

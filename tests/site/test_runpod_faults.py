@@ -493,10 +493,10 @@ def test_a_worker_killed_after_the_create_is_redelivered_and_adopts_the_pod(
     assert len(fake.pods(KEY)) == 1
     # Once the lease has run out, reconcile delivers it again and the pod is adopted.
     Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - SECOND)
-    report = runs_reconcile(
-        now=timezone.now() + reconcile.QUEUE_GRACE + SECOND,
-        enqueue_provision=tasks.run_provision.delay,
-    )
+    with django_capture_on_commit_callbacks(execute=True):
+        report = runs_reconcile(
+            now=timezone.now() + reconcile.QUEUE_GRACE + SECOND, reprovision=True
+        )
     assert report.reprovisioned == [str(run.id)]
     run.refresh_from_db()
     assert (run.state, run.provider, run.pod_id) == ("provisioning", "runpod", pod.id)

@@ -19,7 +19,6 @@ from runs.models import AgentMessageRecord, AuditEvent, Measurement, Run, Trial
 from runs.models.runs import UNFINISHED_OUTCOMES as UNFINISHED
 from runs.providers.base import pod_name
 from runs.services.reconcile import runs_reconcile
-from runs.tasks import run_provision
 from tests.polling import wait_for
 
 from .conftest import make_experiment, make_model, signed_in
@@ -78,7 +77,7 @@ def test_a_pod_lost_mid_run_is_replaced_and_every_measurement_is_stored_once(
         # The next pass past the pod-gone grace resumes it; provisioning rents a second pod.
         later = timezone.now() + datetime.timedelta(seconds=31)
         resumed_at, resumed_wall = time.monotonic(), timezone.now()
-        report = runs_reconcile(now=later, enqueue_provision=run_provision.delay)
+        report = runs_reconcile(now=later, reprovision=True)
         rented_in = time.monotonic() - resumed_at
         assert report.resumed == [str(run.id)] and report.failed == []
         second = next(pod for pod in fake.pods(KEY) if pod.id != first.id)

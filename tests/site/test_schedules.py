@@ -30,6 +30,7 @@ from runs.selectors.schedules import schedule_settings
 from runs.services.notifications import hook_create
 from runs.services.run_end import run_end_settle
 from runs.services.schedule_firing import schedule_fire
+from runs.services.schedule_gate import schedule_run_gate
 from runs.services.schedules import schedule_delete, schedule_pause, schedule_set
 from tests.polling import wait_for
 
@@ -309,6 +310,13 @@ def scheduled(history, alice, mallory, settings):
     return schedule
 
 
+def ended(run: Run) -> None:
+    """``run``'s end settled, then its gate as the task enqueued after that commit runs it
+    (the notices it records stay unsent: their tasks wait for a commit that never comes)."""
+    run_end_settle(run=run, reason="")
+    schedule_run_gate(run_id=run.id)
+
+
 def scheduled_run(schedule, levels, *, state=RunState.SUCCEEDED, minute=0) -> ScheduleFiring:
     """A run the schedule started (``minute`` minutes on), measured with ``levels`` at
     max_num_seqs=128, then ended."""
@@ -318,7 +326,7 @@ def scheduled_run(schedule, levels, *, state=RunState.SUCCEEDED, minute=0) -> Sc
     add_trial(run, 1, {"max_num_seqs": 128}, levels)
     Run.objects.filter(pk=run.pk).update(state=state)
     run.refresh_from_db()
-    run_end_settle(run=run, reason="")
+    ended(run)
     firing.refresh_from_db()
     return firing
 
@@ -350,7 +358,7 @@ def test_a_regressed_scheduled_run_is_notified_once(scheduled, waiting_local_pod
         scheduled.experiment.runs.earliest("created_at").id
     )
     # The same end reported again gates nothing twice.
-    run_end_settle(run=firing.run, reason="")
+    ended(firing.run)
     assert Notification.objects.filter(event="regression.detected").count() == 1
 
 
@@ -379,7 +387,7 @@ def test_a_sandbox_gates_against_its_simulated_promotion_and_says_so(
     add_trial(firing.run, 0, {"max_num_seqs": 64}, [simulated])
     Run.objects.filter(pk=firing.run.pk).update(state=RunState.SUCCEEDED)
     firing.run.refresh_from_db()
-    run_end_settle(run=firing.run, reason="")
+    ended(firing.run)
     firing.refresh_from_db()
     assert firing.verdict == GateVerdict.PASSED
     assert firing.gate["promotion"] == str(promotion.id)
@@ -399,6 +407,26 @@ def test_a_failed_or_unpromoted_run_is_not_called_passed(history, alice, waiting
     failed = scheduled_run(schedule, [], state=RunState.FAILED, minute=1)
     assert failed.verdict == GateVerdict.NOT_GATED
     assert failed.gate == {"why": "the run ended failed"}
+
+
+@pytest.mark.django_db
+def test_the_gate_runs_after_the_commit_that_ended_the_run(
+    history, alice, waiting_local_pods, django_capture_on_commit_callbacks
+):
+    schedule = schedule_set(
+        actor=actor(alice), experiment=history.small, spec=spec(cron="0 6 * * *")
+    )
+    firing = schedule_fire(schedule_id=str(schedule.id), now=timezone.now())
+    Run.objects.filter(pk=firing.run.pk).update(state=RunState.FAILED)
+    firing.run.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        run_end_settle(run=firing.run, reason="")
+        firing.refresh_from_db()
+        assert firing.verdict == GateVerdict.PENDING  # nothing gated in the ending transaction
+    firing.refresh_from_db()
+    assert (firing.verdict, firing.gate) == (GateVerdict.NOT_GATED, {"why": "the run ended failed"})
+    # The task delivered again (acks_late) changes nothing.
+    assert schedule_run_gate(run_id=firing.run.id) == GateVerdict.NOT_GATED
 
 
 @pytest.mark.django_db(transaction=True)

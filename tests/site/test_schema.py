@@ -21,7 +21,6 @@ from agents.protocol import (
     serve_flags_json_schema,
     validate_serve_grid,
 )
-from runs.frozen_job import PER_ATTEMPT
 from runs.inputs.json_schemas import (
     EXAMPLE_SERVE_GRID,
     EXAMPLE_SLOS,
@@ -29,6 +28,7 @@ from runs.inputs.json_schemas import (
     openapi_schema,
 )
 from runs.models import Experiment
+from runs.run_as_started import PER_ATTEMPT
 
 
 def test_it_generates_a_valid_schema_without_warnings(db):

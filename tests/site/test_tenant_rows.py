@@ -21,7 +21,7 @@ from runs.models.runs import RunState
 from runs.selectors.trial_figures import trial_figures
 from runs.services.ingest import agent_messages_ingest
 from runs.services.level_figures import trial_level_figures_record
-from runs.services.provisioning import run_fail
+from runs.services.run_lifecycle import run_fail
 from runs.services.run_start import run_start
 
 from .conftest import make_experiment, make_model

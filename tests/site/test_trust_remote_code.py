@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runs.frozen_job import run_model
 from runs.models import AuditEvent, Experiment, Trial
 from runs.recipes import trial_recipe
+from runs.run_as_started import run_model
 from runs.services.experiments import experiment_update
 from runs.services.run_start import run_start
 from tests.agents.test_hf_configs import MIXTRAL_8X7B

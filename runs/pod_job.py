@@ -1,12 +1,12 @@
 """The job an agent runs, for one provisioning attempt: the run's frozen job
-(``runs.frozen_job``) with this attempt's deadline, report URLs and GPU type.
+(``runs.run_as_started``) with this attempt's deadline, report URLs and GPU type.
 
 Guarantees: the job's deadline never lets a run outspend the budget cap it was started with
 at the GPU's price, or an existing endpoint's price per hour (less what its earlier pods cost,
 for a resumed run), and never exceeds
 twice the estimate it was started with (plus ten minutes of slack) — the agent enforces it on
 its own, so a lost site cannot keep a GPU busy. A pod's job holds only the trials that have not
-ended, on the first image that has any left (``runs.frozen_job.job_spec_for_attempt``).
+ended, on the first image that has any left (``runs.run_as_started.job_spec_for_attempt``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from decimal import Decimal
 from django.utils import timezone
 
 from agents import protocol
-from runs.frozen_job import (
+from runs.models import GpuType, Run, Trial
+from runs.models.runs import UNFINISHED_OUTCOMES
+from runs.placement import Placement
+from runs.run_as_started import (
     job_spec_for_attempt,
     run_budget_cap,
     run_cloud_type,
@@ -28,9 +31,6 @@ from runs.frozen_job import (
     run_next_image_tag,
     run_planned_trials,
 )
-from runs.models import GpuType, Run, Trial
-from runs.models.runs import UNFINISHED_OUTCOMES
-from runs.placement import Placement
 from runs.selectors.prices import gpu_price
 
 DEADLINE_SLACK = datetime.timedelta(minutes=10)

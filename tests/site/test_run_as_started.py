@@ -1,4 +1,4 @@
-"""A run does what it was started with: its frozen job (``runs.frozen_job``), whatever its
+"""A run does what it was started with: its frozen job (``runs.run_as_started``), whatever its
 experiment became since; the migration gives runs started before it their frozen job."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agents import protocol
-from runs.frozen_job import job_spec_freeze
-from runs.jobs import DEADLINE_SLACK, ESTIMATE_FACTOR
 from runs.models import Run
+from runs.pod_job import DEADLINE_SLACK, ESTIMATE_FACTOR
 from runs.providers.base import PodInfo, PodSpec, PodState
+from runs.run_as_started import job_spec_freeze
 from runs.services import provisioning
 from runs.services.experiments import experiment_update
 from runs.services.run_start import run_start
