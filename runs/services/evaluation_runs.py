@@ -1,0 +1,36 @@
+"""A run's evaluation on the site's side (issue 38, docs/quality.md): the judge's key its
+pod is given, and the results its agent reports per trial.
+
+Guarantees:
+
+- ``evaluation_pod_env`` gives a real engine's pod the judge's key (read from the endpoint
+  the job names; the job itself never holds it), once the judge's address passes the
+  operator's rule again, as an endpoint's does before its run (else
+  ``PermanentProviderError`` naming why: the run fails). A simulated run gets nothing: the
+  simulator serves no text to judge.
+"""
+
+from __future__ import annotations
+
+from agents import protocol
+from runs.models import Endpoint, Run
+from runs.providers.base import PermanentProviderError
+from runs.services.endpoints import endpoint_api_key_for_run, endpoint_url_problem
+
+
+def evaluation_pod_env(run: Run) -> dict[str, str]:
+    """The environment a run's pod needs for its evaluation: the judge's key, when its job
+    names a judge that takes one, for a real engine (module docstring)."""
+    frozen = run.job_spec.get("evaluation") or {}
+    judge = frozen.get("judge")
+    if judge is None or run.job_spec["engine"]["kind"] == "sim":
+        return {}
+    # Checked against the operator's rule again before the agent starts, as an endpoint's is.
+    problem = endpoint_url_problem(judge["base_url"])
+    if problem is not None:
+        raise PermanentProviderError(f"the judge endpoint's address is refused: {problem}")
+    endpoint = Endpoint.objects.filter(
+        organization_id=run.organization_id, id=judge["endpoint_id"]
+    ).first()
+    key = endpoint_api_key_for_run(endpoint) if endpoint is not None else None
+    return {protocol.JUDGE_API_KEY_ENV: key} if key else {}
