@@ -6,7 +6,8 @@ Guarantees:
 - ``job_spec_freeze`` builds and validates the whole ``protocol.JobSpec`` of an experiment,
   less the parts each provisioning attempt fills in (``PER_ATTEMPT``: the run's id, which is
   its row's, the deadline and where to report). The engine's GPU type is the experiment's
-  own; a placement may replace it for one attempt. A job the protocol refuses raises
+  own; a placement may replace it for one attempt. The evaluation's items are frozen in it
+  (``runs.evaluation_job``). A job the protocol refuses raises
   ``DomainValidationError`` naming the field, and nothing is written.
 - ``job_spec_for_attempt`` gives back exactly the frozen job, with only the per-attempt
   parts added and the trials this pod runs: the first image's with trials left (a run over
@@ -33,6 +34,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from agents import protocol
 from runs.errors import DomainValidationError
+from runs.evaluation_job import job_evaluation
 from runs.experiment_search import job_search
 from runs.experiment_spec import (
     PlannedTrial,
@@ -179,6 +181,9 @@ def job_spec_freeze(
                 price_usd_per_gpu_hour=price_usd_per_gpu_hour,
                 prior=search_prior,
             ),
+            # The set's items (or the pack) and the judge, as they are now: later edits of
+            # the set or the endpoint never change what this run scores.
+            evaluation=job_evaluation(experiment),
         )
     except protocol.ServeGridError as exc:
         raise _refusal(exc.errors, prefix="serve_grid.") from exc

@@ -25,6 +25,7 @@ Guarantees:
   - ``level_result``: ``LevelResult``, what one load level measured;
   - ``messages``: agent → site messages and the site's answers;
   - ``transport``: routes, socket close codes and the REST batch, for both sides;
+  - ``evaluation``: a job's evaluation and a trial's per-item results (issue 38);
   - ``job``: ``JobSpec`` and its parts;
   - ``host_env``: the environment variables an agent reads on its host;
   - ``schema``: the JSON Schema of all of it (``python -m agents.protocol``).
@@ -41,6 +42,18 @@ from agents.protocol.cuda_driver import (
     minimum_driver,
 )
 from agents.protocol.errors import FieldError, ServeGridError
+from agents.protocol.evaluation import (
+    MAX_EVALUATION_CONCURRENCY,
+    MAX_EVALUATION_OUTPUT_CHARS,
+    MAX_EVALUATION_PART_ITEMS,
+    MAX_EVALUATION_PARTS,
+    MAX_JOB_EVALUATION_BYTES,
+    EvaluationItemResult,
+    EvaluationJob,
+    EvaluationJudge,
+    EvaluationSummary,
+    evaluation_digest,
+)
 from agents.protocol.fields import (
     BIGINT_COLUMN_MAX,
     INTEGER_COLUMN_MAX,
@@ -72,6 +85,7 @@ from agents.protocol.host_env import (
     HUB_ENDPOINT_ENV,
     HUB_OFFLINE_ENV,
     JOB_ENV,
+    JUDGE_API_KEY_ENV,
     SIM_OVER_HTTP_ENV,
     TOKEN_ENV,
     VLLM_COMMAND_ENV,
@@ -139,6 +153,7 @@ from agents.protocol.messages import (
     ColdStartPhase,
     EngineRestarted,
     EpochGrant,
+    EvaluationReport,
     GpuInfo,
     Heartbeat,
     Hello,
@@ -273,6 +288,7 @@ __all__ = [
     "HUB_OFFLINE_ENV",
     "INTEGER_COLUMN_MAX",
     "JOB_ENV",
+    "JUDGE_API_KEY_ENV",
     "LATENCY_METRICS",
     "LATENCY_STATISTICS",
     "LEVEL_RESULT_KEY",
@@ -281,9 +297,14 @@ __all__ = [
     "MAX_BLOCK_SIZE",
     "MAX_CONCURRENCY",
     "MAX_EPOCH",
+    "MAX_EVALUATION_CONCURRENCY",
+    "MAX_EVALUATION_OUTPUT_CHARS",
+    "MAX_EVALUATION_PARTS",
+    "MAX_EVALUATION_PART_ITEMS",
     "MAX_GPUS",
     "MAX_GRID_TRIALS",
     "MAX_INPUT_LEN",
+    "MAX_JOB_EVALUATION_BYTES",
     "MAX_JOB_TRIALS",
     "MAX_JSON_DEPTH",
     "MAX_LOAD_LEVELS",
@@ -339,6 +360,11 @@ __all__ = [
     "EpochGrant",
     "EpochNumber",
     "ErrorCount",
+    "EvaluationItemResult",
+    "EvaluationJob",
+    "EvaluationJudge",
+    "EvaluationReport",
+    "EvaluationSummary",
     "FieldError",
     "FieldNames",
     "FiniteFloat",
@@ -413,6 +439,7 @@ __all__ = [
     "combined_verdict",
     "cuda_driver_problem",
     "draft_models",
+    "evaluation_digest",
     "expand_serve_grid",
     "hf_repo_problem",
     "json_depth_exceeds",

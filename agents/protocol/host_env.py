@@ -8,8 +8,8 @@ Guarantees:
   these, and what a Python process needs, from a worker's environment to the agents it
   starts (``runs.providers.local.AGENT_ENV_ALLOWLIST``).
 - What one run gives its agent (``AGENT_POD_ENV``: its job and run token, the organization's
-  Hugging Face token, an endpoint's API key and checked addresses) is never a host setting:
-  it comes with the pod, from the site, for that run alone.
+  Hugging Face token, an endpoint's API key and checked addresses, a judge's API key) is
+  never a host setting: it comes with the pod, from the site, for that run alone.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ JOB_ENV = "BENCHSITE_JOB"
 TOKEN_ENV = "BENCHSITE_TOKEN"
 HF_TOKEN_ENV = "HF_TOKEN"
 ENDPOINT_API_KEY_ENV = "BENCHSITE_ENDPOINT_API_KEY"
+# The judge endpoint's API key, for an evaluation scored by a judge (docs/quality.md).
+JUDGE_API_KEY_ENV = "BENCHSITE_JUDGE_API_KEY"
 # The addresses the site checked for an endpoint's host: the agent connects to no other.
 ENDPOINT_ADDRESSES_ENV = "BENCHSITE_ENDPOINT_ADDRESSES"
 
@@ -44,4 +46,11 @@ AGENT_HOST_SETTINGS = (
     HUB_OFFLINE_ENV,
     HUB_ENDPOINT_ENV,
 )
-AGENT_POD_ENV = (JOB_ENV, TOKEN_ENV, HF_TOKEN_ENV, ENDPOINT_API_KEY_ENV, ENDPOINT_ADDRESSES_ENV)
+AGENT_POD_ENV = (
+    JOB_ENV,
+    TOKEN_ENV,
+    HF_TOKEN_ENV,
+    ENDPOINT_API_KEY_ENV,
+    ENDPOINT_ADDRESSES_ENV,
+    JUDGE_API_KEY_ENV,
+)

@@ -12,6 +12,7 @@ from pydantic import (
 )
 
 from agents.hardware import REGISTERED_FACTS, ModelFacts
+from agents.protocol.evaluation import EvaluationJob
 from agents.protocol.fields import (
     BIGINT_COLUMN_MAX,
     INTEGER_COLUMN_MAX,
@@ -223,6 +224,11 @@ class JobSpec(StrictModel):
     # How to search the trials (None: measure every one). Left out of the JSON when None, so
     # a job without a search reads as it always did.
     search: SearchSettings | None = Field(default=None, exclude_if=lambda search: search is None)
+    # What every configuration is scored on after its levels (docs/quality.md; None: no
+    # evaluation). Left out of the JSON when None, so a job without one reads as it always did.
+    evaluation: EvaluationJob | None = Field(
+        default=None, exclude_if=lambda evaluation: evaluation is None
+    )
 
     @field_validator("deadline")
     @classmethod

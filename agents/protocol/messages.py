@@ -1,4 +1,4 @@
-"""Agent ↔ site messages: what an agent reports (``AgentMessage``, one of ten types,
+"""Agent ↔ site messages: what an agent reports (``AgentMessage``, one of eleven types,
 each carrying its run, epoch and ``seq``), what the site answers (``Ack``, ``Rejected``,
 ``EpochGrant``, ``Cancel``), and how a refused message is described."""
 
@@ -16,6 +16,12 @@ from pydantic import (
 
 from agents.protocol.capacity import CapacityResult
 from agents.protocol.errors import FieldError
+from agents.protocol.evaluation import (
+    MAX_EVALUATION_PART_ITEMS,
+    MAX_EVALUATION_PARTS,
+    EvaluationItemResult,
+    EvaluationSummary,
+)
 from agents.protocol.fields import (
     BIGINT_COLUMN_MAX,
     MAX_EPOCH,
@@ -42,8 +48,9 @@ from agents.protocol.workload import MAX_CONCURRENCY, PositiveFloat
 # ``engine_restarted`` (self-heal) and the failure class ``hang``. 5: ``search_finished``.
 # 6: level results carry ``send_lateness``, ``replay`` and ``turns``; trace and chat-session
 # datasets in the job. 7: GPU telemetry: ``gpus`` in ``level_progress`` (each GPU's latest
-# reading) and in ``measurement`` (each GPU's mean and max over the level).
-PROTOCOL_VERSION = 7
+# reading) and in ``measurement`` (each GPU's mean and max over the level). 8: ``evaluation``
+# (a trial's evaluation: per-item outcomes and the score with its interval).
+PROTOCOL_VERSION = 8
 MAX_LOG_TAIL_CHARS = 64 * 1024
 
 
@@ -80,7 +87,7 @@ class AgentMessageBase(StrictModel):
 
     model_config = pydantic.ConfigDict(json_schema_extra=_tag_required)
 
-    protocol: Literal[1, 2, 3, 4, 5, 6, 7] = PROTOCOL_VERSION
+    protocol: Literal[1, 2, 3, 4, 5, 6, 7, 8] = PROTOCOL_VERSION
     run_id: RunId
     epoch: EpochNumber = 0
     seq: SeqNumber
@@ -280,6 +287,29 @@ class SearchFinished(AgentMessageBase):
     prior_run: RunId | None = None
 
 
+class EvaluationReport(AgentMessageBase):
+    """A trial's evaluation on its served configuration, after its load levels (docs/
+    quality.md): ``part`` of ``parts`` of its items' results (a large set goes in parts of
+    at most ``MAX_EVALUATION_PART_ITEMS``), and the whole evaluation's ``summary`` in every
+    part. The site keeps each item's latest result by its id, so a resent part changes
+    nothing."""
+
+    type: Literal["evaluation"] = "evaluation"
+    trial: TrialIndex
+    parts: Annotated[int, Field(ge=1, le=MAX_EVALUATION_PARTS)] = 1
+    part: Annotated[int, Field(ge=0, lt=MAX_EVALUATION_PARTS)] = 0
+    items: list[EvaluationItemResult] = Field(max_length=MAX_EVALUATION_PART_ITEMS)
+    summary: EvaluationSummary
+
+    @field_validator("part")
+    @classmethod
+    def _part_within_parts(cls, part: int, info: ValidationInfo) -> int:
+        parts = info.data.get("parts")
+        if parts is not None and part >= parts:
+            raise ValueError(f"part must be below parts ({parts})")
+        return part
+
+
 class RunFinished(AgentMessageBase):
     """The agent is done with the run (all trials, a cancel, or its deadline)."""
 
@@ -298,6 +328,7 @@ AgentMessage = Annotated[
     | EngineRestarted
     | TrialFinished
     | SearchFinished
+    | EvaluationReport
     | RunFinished,
     Field(discriminator="type"),
 ]

@@ -52,6 +52,10 @@ Guarantees:
   (``agents.runner.search_run``; ``exhaustive``: all, in order, within its limits); every
   other trial is reported skipped with its fate, and ``search_finished`` precedes
   ``run_finished``.
+- A job with an ``evaluation`` scores each trial's served configuration on it after its
+  levels, on the same server, before ``trial_finished`` (``agents.runner.evaluation_run``:
+  ``evaluation`` messages; none on the simulator, which serves no text, and none for a
+  search's brief look). A stop or the deadline abandons it unreported.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ from agents.loadgen import (
 )
 from agents.loadgen.activity import Activity
 from agents.protocol import JobSpec, ServeGridError
+from agents.runner.evaluation_run import EvaluationKeys, trial_evaluation
 from agents.runner.hostfacts import agent_version, host_facts, vllm_version_of
 from agents.runner.live import LiveLevel
 from agents.runner.offline_sim import OfflineSimEngine
@@ -122,6 +127,7 @@ _TRIAL_MESSAGES = (
     protocol.LevelProgress,
     protocol.MeasurementReport,
     protocol.EngineRestarted,
+    protocol.EvaluationReport,
     protocol.TrialFinished,
 )
 LOG_TAIL_LINES = 60
@@ -459,6 +465,7 @@ class JobRunner:
         for secret, name in (
             (self.engine_options.hf_token, "[HF_TOKEN]"),
             (self.engine_options.endpoint_api_key, "[ENDPOINT_API_KEY]"),
+            (self.engine_options.judge_api_key, "[JUDGE_API_KEY]"),
         ):
             text = text.replace(secret, name) if secret else text
         return text
@@ -736,7 +743,38 @@ class JobRunner:
             self._keep(index, measured, last)
         if self._stop_request is not None:
             return TrialEnded(self._stopped_outcome(index))
+        await self._evaluate(index, engine)
+        if self._stop_request is not None:
+            return TrialEnded(self._stopped_outcome(index))
         return TrialEnded(self._finish_trial(index, "succeeded"))
+
+    async def _evaluate(self, index: int, engine: ProcessEngine) -> None:
+        """Scores the trial's served configuration on the job's evaluation, if it has one
+        (module docstring); a stop ends it unreported."""
+        if self.job.evaluation is None or self._effort < 1:
+            return
+        keys = EvaluationKeys(
+            served=self.engine_options.endpoint_api_key
+            if self.job.engine.kind == "endpoint"
+            else None,
+            judge=self.engine_options.judge_api_key,
+        )
+        evaluation = asyncio.create_task(
+            trial_evaluation(
+                self.job,
+                base_url=engine.base_url,
+                keys=keys,
+                timeout_s=self.seconds_to_deadline(),
+            )
+        )
+        stopped = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({evaluation, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not evaluation.done():
+            evaluation.cancel()
+            return
+        for fields in evaluation.result():
+            self.emit(protocol.EvaluationReport, trial=index, **fields)
 
     async def _watch_engine(self, engine: ProcessEngine, activity: Activity) -> EngineFailed:
         """Ends the level at once when the engine dies under it, or when it has sent nothing

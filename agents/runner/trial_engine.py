@@ -33,6 +33,7 @@ from agents.protocol import (
     HF_TOKEN_ENV,
     HUB_ENDPOINT_ENV,
     HUB_OFFLINE_ENV,
+    JUDGE_API_KEY_ENV,
     SIM_OVER_HTTP_ENV,
     VLLM_COMMAND_ENV,
     VLLM_CPU_ENV,
@@ -74,6 +75,8 @@ class EngineOptions:
     # The addresses the site resolved the endpoint's host to and checked: connect to these
     # only, never to what the name answers later (empty: look the name up).
     endpoint_addresses: tuple[str, ...] = ()
+    # The judge's API key, for an evaluation scored by a judge (a secret: never shown).
+    judge_api_key: str | None = field(default=None, repr=False)
     # The simulator as a server measured over HTTP in wall time at the job's ``sim_speed``,
     # instead of in its own time: for testing the agent's process and network paths on a
     # stand-in for vLLM (its figures then move with the host's load).
@@ -90,7 +93,7 @@ class EngineOptions:
         ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` (weights this machine has cached already), and
         ``BENCHSITE_ENDPOINT_API_KEY``, an existing endpoint's API key,
         ``BENCHSITE_ENDPOINT_ADDRESSES``, the IP addresses (comma-separated) the site checked
-        for the endpoint's host, and
+        for the endpoint's host, ``BENCHSITE_JUDGE_API_KEY``, an evaluation judge's key, and
         ``BENCHSITE_SIM_OVER_HTTP=1`` (the simulator as a server, measured over HTTP).
         Raises ``ValueError`` naming the variable for a value it cannot use."""
         environ = os.environ if environ is None else environ
@@ -131,6 +134,7 @@ class EngineOptions:
             hang_seconds=hang,
             endpoint_api_key=environ.get(ENDPOINT_API_KEY_ENV) or None,
             endpoint_addresses=_addresses(environ, ENDPOINT_ADDRESSES_ENV),
+            judge_api_key=environ.get(JUDGE_API_KEY_ENV) or None,
             sim_over_http=_true(environ.get(SIM_OVER_HTTP_ENV, "")),
         )
 

@@ -7,7 +7,7 @@ from runs.models.calibrations import Calibration
 from runs.models.catalogue import GpuPriceOverride, GpuType, ModelSpec
 from runs.models.credentials import CredentialProvider, ProviderCredential
 from runs.models.endpoints import Endpoint
-from runs.models.evaluations import EvaluationSet
+from runs.models.evaluations import EvaluationSet, TrialEvaluation
 from runs.models.experiments import Experiment, WorkloadDataset
 from runs.models.figures import TrialLevelFigures
 from runs.models.ingest import IngestProbe
@@ -61,6 +61,7 @@ __all__ = [
     "ScheduleFiring",
     "SsoIdentity",
     "Trial",
+    "TrialEvaluation",
     "TrialLevelFigures",
     "User",
     "WorkloadDataset",

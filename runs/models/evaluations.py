@@ -38,3 +38,29 @@ class EvaluationSet(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TrialEvaluation(models.Model):
+    """A trial's score on its run's evaluation, measured on its served configuration after
+    its load levels (``protocol.EvaluationReport``): the mean over the scored items with its
+    95 % Wilson interval (null when nothing was scored), the counts, and every item's
+    outcome by id (``outcomes``: id → score, output cut short, the whole output's digest,
+    latency, error). One per trial: a resent or repeated report updates it in place."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    trial = models.OneToOneField(
+        "runs.Trial", on_delete=models.CASCADE, related_name="evaluation_result"
+    )
+    score = models.FloatField(null=True, blank=True)
+    score_low = models.FloatField(null=True, blank=True)
+    score_high = models.FloatField(null=True, blank=True)
+    items = models.PositiveIntegerField(default=0)
+    scored = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    unscored = models.PositiveIntegerField(default=0)
+    seconds = models.FloatField(default=0.0)
+    outcomes = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"evaluation of trial {self.trial_id}"

@@ -17,6 +17,10 @@ what computing it takes here: a run's and each trial's fixed share, and each eng
 each sequence in a step of the modelled sweep (``Assumptions.sim_*``, measured by
 ``benchmarks/estimate_accuracy.py``); ``gpu_seconds`` keeps what it would take on the
 modelled GPU.
+
+A run that scores its configurations on an evaluation set (docs/quality.md) is allowed
+``Assumptions.evaluation_request_seconds`` per request of it, shared among the requests in
+flight, for every configuration (``evaluation_seconds``); a simulated run scores nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from agents.protocol import (
     level_requests,
     workload_levels,
 )
+from runs.evaluation_job import evaluation_requests
 from runs.experiment_spec import experiment_image_tags, experiment_trial_plan
 from runs.models import Experiment, GpuType, Run, WorkloadDataset
 from runs.models.experiments import Engine
@@ -85,6 +90,10 @@ class Assumptions:
     sim_level_seconds: float = SIM_LEVEL_SECONDS
     sim_step_seconds: float = SIM_STEP_SECONDS
     sim_sequence_step_seconds: float = SIM_SEQUENCE_STEP_SECONDS
+    # Scoring a configuration on its evaluation set (docs/quality.md): each request (an item,
+    # or a judge's reading of one) is allowed this long, greedy and a few hundred tokens at
+    # most, divided among the requests in flight. A simulated run scores nothing.
+    evaluation_request_seconds: float = 3.0
 
 
 @dataclass
@@ -114,6 +123,8 @@ class CostEstimate:
     # The calibration the sweep was timed with (CalibrationSource.as_json), None: the
     # simulator's defaults (``assumptions``).
     calibration: dict | None = None
+    # Scoring every configuration on the experiment's evaluation (0: none, or simulated).
+    evaluation_seconds: float = 0.0
 
 
 def _trace_window(
@@ -324,7 +335,9 @@ def experiment_estimate(
             engine_steps += level_sequence_steps / batch
             sequence_steps += level_sequence_steps
 
-    gpu_total = provisioning + cold_start + sweep
+    requests, in_flight = (0, 1) if experiment.simulated else evaluation_requests(experiment)
+    evaluation = len(configs) * requests * a.evaluation_request_seconds / in_flight
+    gpu_total = provisioning + cold_start + sweep + evaluation
     total = gpu_total
     if experiment.simulated:
         total = (
@@ -369,6 +382,7 @@ def experiment_estimate(
         assumptions=asdict(a),
         gpu_seconds=round(gpu_total, 1),
         calibration=None if calibration is None else calibration.as_json(),
+        evaluation_seconds=round(evaluation, 1),
     )
 
 

@@ -32,6 +32,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from decimal import Decimal
@@ -44,6 +45,7 @@ from runs.recipes import trial_recipe
 from runs.run_as_started import run_is_simulated
 from runs.selectors.level_results import stored_level_result
 from runs.selectors.trial_costs import trial_costs, trial_gpu_share
+from runs.selectors.trial_quality import run_quality
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class ConfigAnswer:
     note: str = ""
     # "priced for 1 of 4 GPUs" (runs.costs.GpuShare.describe); "" on a 1-GPU pod.
     priced_for: str = ""
+    # Its score on the run's evaluation and drift from the reference configuration
+    # (runs.selectors.trial_quality; None: the run has no evaluation).
+    quality: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -304,7 +309,13 @@ def run_answer(*, run: Run) -> RunAnswer:
     """The answer of ``run`` (see the module docstring)."""
     trials = list(run.trials.order_by("index").prefetch_related("measurements"))
     rate = trial_costs(trial=trials[0]).pod_usd_per_hr if trials else None
-    configs = [_config_answer(trial, rate) for trial in trials]
+    quality = run_quality(run=run, trials=trials)
+    configs = [
+        dataclasses.replace(answer, quality=quality[answer.trial].as_json())
+        if answer.trial in quality
+        else answer
+        for answer in (_config_answer(trial, rate) for trial in trials)
+    ]
     priced = sorted(
         (c for c in configs if c.usd_per_million_output_tokens is not None),
         key=lambda c: c.usd_per_million_output_tokens,

@@ -132,6 +132,38 @@ def _money(amount) -> str | None:
     return None if amount is None else f"${amount}"
 
 
+def _points(value: float, sign: bool = False) -> str:
+    return f"{value * 100:+.1f}" if sign else f"{value * 100:.1f}"
+
+
+def _quality_state(quality: dict | None) -> dict | None:
+    """A configuration's quality (``runs.selectors.trial_quality``) as the pages print it:
+    the score in %, its interval, and the drift from the reference in words."""
+    if quality is None:
+        return None
+    state = dict(quality)
+    if quality["score"] is not None:
+        state["score_text"] = f"{_points(quality['score'])} %"
+        state["interval_text"] = f"{_points(quality['low'])}–{_points(quality['high'])} %"
+    found = quality.get("drift")
+    if found is not None:
+        share = found["changed_share"]
+        drift = dict(found)
+        drift["changed_text"] = f"{found['changed']} of {found['compared']}"
+        if share is not None:
+            low_high = f"{_points(share[1])}–{_points(share[2])} %"
+            drift["changed_text"] += f" ({_points(share[0])} %, {low_high})"
+        difference = found["score_difference"]
+        drift["difference_text"] = (
+            None
+            if difference is None
+            else f"{_points(difference[0], True)} pts ({_points(difference[1], True)} to "
+            f"{_points(difference[2], True)})"
+        )
+        state["drift"] = drift
+    return state
+
+
 def _config_state(config: ConfigAnswer | None, labels: dict[int, str]) -> dict | None:
     if config is None:
         return None
@@ -162,6 +194,7 @@ def _config_state(config: ConfigAnswer | None, labels: dict[int, str]) -> dict |
         "usd_per_million_ci95": None if ci is None else [_money(ci[0]), _money(ci[1])],
         "output_throughput": config.output_throughput,
         "serve_command": config.serve_command,
+        "quality": _quality_state(config.quality),
         "note": config.note,
         "priced_for": config.priced_for,
     }
@@ -181,6 +214,8 @@ def answer_state(answer: RunAnswer, labels: dict[int, str]) -> dict:
         "margin_ci95_pct": None if margin_ci is None else list(margin_ci),
         "pod_usd_per_hr": _money(answer.pod_usd_per_hr),
         "configs": [_config_state(config, labels) for config in answer.configs],
+        # Whether the run scores its configurations on an evaluation (a column each).
+        "quality": any(config.quality is not None for config in answer.configs),
         "defaults": _config_state(answer.defaults, labels),
         "over_defaults": None if answer.over_defaults is None else answer.over_defaults.as_json(),
     }

@@ -39,6 +39,7 @@ from runs.models import AgentMessageRecord, Measurement, Run, Trial, TrialLevelF
 from runs.models.runs import TERMINAL_RUN_STATES, RunState, TrialOutcome
 from runs.run_as_started import run_planned_trials
 from runs.selectors.delivery import run_delivery_open
+from runs.services.evaluation_runs import trial_evaluation_record
 from runs.services.gpu_drivers import gpu_type_driver_seen
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.pending_rows import JsonText, PendingRows
@@ -341,6 +342,8 @@ def _apply(
         )
         run.search = {**run.search, run.pod_image_tag: report}
         fields.append("search")
+    elif isinstance(message, protocol.EvaluationReport):
+        trial_evaluation_record(run=run, trial=trials(message.trial), report=message, now=now)
     elif isinstance(message, protocol.TrialFinished):
         trial = trials(message.trial)
         trial.outcome = message.outcome

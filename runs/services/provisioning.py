@@ -70,6 +70,7 @@ from runs.selectors.endpoint_costs import run_endpoint_token_cost
 from runs.selectors.prices import gpu_price
 from runs.services.credentials import provider_key_for_run
 from runs.services.endpoints import endpoint_api_key_for_run, endpoint_target
+from runs.services.evaluation_runs import evaluation_pod_env
 from runs.services.level_figures import trial_level_figures_record
 from runs.services.outbound import OutboundRefused
 from runs.services.run_lifecycle import run_fail, runs_transition
@@ -119,6 +120,7 @@ def _pod_spec(run: Run, token: str, placement: Placement) -> PodSpec:
     }
     if job.engine.kind == "endpoint":
         env.update(_endpoint_env(run, job.engine.base_url or ""))
+    env.update(evaluation_pod_env(run))  # a judge's key, for an evaluation that has one
     if job.engine.kind == "vllm":
         hf_token = provider_key_for_run(run.organization, CredentialProvider.HUGGINGFACE)
         if hf_token:

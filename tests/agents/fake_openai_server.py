@@ -25,6 +25,9 @@ Guarantees:
 - With ``--refuse-field NAME`` (repeatable) a completion request carrying that field is
   answered 400 as OpenAI's API answers an unknown one ("Unrecognized request argument
   supplied: NAME"), before any token.
+- A request with ``"stream": false`` (an evaluation's) is answered whole, as vLLM answers one:
+  the reply is the prompt's last word (a chat request's last message's), so a test knows
+  which items a set of "Say X" prompts gets right.
 - ``GET /metrics`` serves Prometheus text with vLLM's metric names: requests running, KV-cache
   usage (running / 256), counters for tokens, prefix-cache queries (every prompt token) and
   hits (half of them), and TTFT histogram sum/count.
@@ -98,6 +101,22 @@ def _respond(writer: asyncio.Transport, status: str, body: bytes, kind: str) -> 
         f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
+
+
+def _answer_whole(writer: asyncio.Transport, request: dict, chat: bool) -> None:
+    """A completion without streaming: the prompt's last word (module docstring)."""
+    if chat:
+        prompt = (request.get("messages") or [{}])[-1].get("content", "")
+    else:
+        prompt = request.get("prompt", "")
+    words = prompt.split()
+    text = words[-1] if words else ""
+    choice = {"index": 0, "finish_reason": "stop"}
+    choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+    usage = {"prompt_tokens": len(words), "completion_tokens": 1, "total_tokens": len(words) + 1}
+    body = {"id": "cmpl-whole", "object": "chat.completion" if chat else "text_completion",
+            "model": request.get("model", "fake"), "choices": [choice], "usage": usage}  # fmt: skip
+    _respond(writer, "200 OK", json.dumps(body).encode(), "application/json")
 
 
 async def _stream(
@@ -257,6 +276,8 @@ class _Connection(asyncio.Protocol):
                 message = f"Unrecognized request argument supplied: {unknown[0]}"
                 error = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
                 _respond(transport, "400 Bad Request", error.encode(), "application/json")
+            elif request.get("stream") is False:
+                _answer_whole(transport, request, path.endswith("chat/completions"))
             else:
                 keep = await _stream(
                     state, transport, request, path.endswith("chat/completions"), t_recv

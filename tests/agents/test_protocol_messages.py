@@ -27,6 +27,11 @@ VALID = {
         "result": {"completed": 1, "failed": 0, "duration": 1.0},
     },
     "trial_finished": {"trial": 0, "outcome": "failed", "failure_class": "oom_at_startup"},
+    "evaluation": {
+        "trial": 0,
+        "items": [{"id": "q1", "score": 1.0, "output": "42", "output_sha256": "0" * 64}],
+        "summary": {"score": 1.0, "low": 0.2, "high": 1.0, "items": 1, "scored": 1},
+    },
     "run_finished": {"outcome": "deadline"},
 }
 
@@ -84,6 +89,10 @@ def _message(kind, **changes):
         (_message("cold_start_phase", seconds=math.inf), "seconds"),
         (_message("trial_finished", failure_class="gremlins"), "failure_class"),
         (_message("trial_started", serve_config={"x": [math.nan]}), "serve_config"),
+        (_message("evaluation", part=1), "part"),
+        (_message("evaluation", items=[{"id": "q", "score": 1.5}]), "items"),
+        (_message("evaluation", items=[{"id": "q", "output": "x" * 1001}]), "items"),
+        (_message("evaluation", summary={"score": 0.5, "items": 2, "scored": 1}), "summary"),
         ({"type": "telepathy", "run_id": RUN, "seq": 1}, "type"),
         ({"run_id": RUN, "seq": 1}, "type"),
     ],

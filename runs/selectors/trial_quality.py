@@ -1,0 +1,133 @@
+"""Each configuration's quality beside its speed (issue 38, docs/quality.md): its score on
+the run's evaluation with the 95 % interval, and its label-free drift from the run's
+reference configuration.
+
+Guarantees:
+
+- ``run_quality`` gives, for a run whose job has an evaluation, every trial's quality by
+  index: its score and interval from its stored ``TrialEvaluation``, or a note saying why
+  there is none — ``quality not judged: simulated`` for every trial of a simulated run (the
+  simulator serves no text), ``not scored yet`` otherwise. A run without an evaluation gets
+  nothing.
+- Drift compares a trial's answers with the reference trial's on the items both answered
+  (``agents.evaluation.drift``: the share changed with its Wilson interval, and where both
+  were scored the mean score difference with its paired interval), answers being compared
+  by the digest of their whole text. The reference is ``reference_trial``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agents.evaluation import Answer, Interval, drift
+from runs.frozen_job import run_is_simulated
+from runs.models import Run, Trial, TrialEvaluation
+
+SIMULATED_NOTE = "quality not judged: simulated"
+PENDING_NOTE = "not scored yet"
+# A trial serves the model's own weights and KV cache at 16 bits unless one of these says
+# otherwise (vLLM's defaults for a BF16 checkpoint).
+_FULL_PRECISION = {
+    "dtype": {"auto", "bfloat16", "bf16"},
+    "kv_cache_dtype": {"auto", "bfloat16"},
+}
+_QUANTIZING_FLAGS = ("quantization",)
+
+
+def _interval(interval: Interval | None) -> list[float] | None:
+    return None if interval is None else [interval.value, interval.low, interval.high]
+
+
+@dataclass(frozen=True)
+class TrialQuality:
+    """One trial's score (None: not scored, ``note`` says why), its interval and counts, and
+    its drift from the reference trial (None for the reference itself, or without one)."""
+
+    trial: int
+    score: float | None = None
+    low: float | None = None
+    high: float | None = None
+    scored: int = 0
+    items: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    note: str = ""
+    drift: dict | None = None
+
+    def as_json(self) -> dict:
+        """The quality as the API, the CLI and the pages read it."""
+        return dict(vars(self))
+
+
+def reference_trial(trials: Iterable[Trial]) -> Trial | None:
+    """The trial every other is compared with: vLLM's defaults (the trial whose serve
+    configuration is empty), else the first trial at full precision (no ``quantization``,
+    the model's own dtype or BF16, a 16-bit KV cache); None when no trial is either."""
+    ordered = sorted(trials, key=lambda trial: trial.index)
+    defaults = next((trial for trial in ordered if trial.serve_config == {}), None)
+    if defaults is not None:
+        return defaults
+    return next((trial for trial in ordered if _full_precision(trial.serve_config)), None)
+
+
+def _full_precision(config: dict) -> bool:
+    if any(config.get(flag) not in (None, "") for flag in _QUANTIZING_FLAGS):
+        return False
+    return all(config.get(flag, "auto") in allowed for flag, allowed in _FULL_PRECISION.items())
+
+
+def _answers(evaluation: TrialEvaluation) -> dict[str, Answer]:
+    return {
+        item_id: Answer(outcome["output_sha256"], outcome.get("score"))
+        for item_id, outcome in evaluation.outcomes.items()
+        if outcome.get("output_sha256")
+    }
+
+
+def _drift_json(reference: TrialEvaluation, candidate: TrialEvaluation, index: int) -> dict:
+    found = drift(_answers(reference), _answers(candidate))
+    return {
+        "reference_trial": index,
+        "compared": found.compared,
+        "changed": len(found.changed),
+        "changed_share": _interval(found.changed_share),
+        "missing": found.missing,
+        "score_difference": _interval(found.score_difference),
+    }
+
+
+def run_quality(*, run: Run, trials: list[Trial] | None = None) -> dict[int, TrialQuality]:
+    """Every trial's quality, by index (module docstring); ``trials``: the run's, when the
+    caller has them."""
+    if not run.job_spec.get("evaluation"):
+        return {}
+    trials = list(run.trials.all()) if trials is None else trials
+    if run_is_simulated(run):
+        return {trial.index: TrialQuality(trial.index, note=SIMULATED_NOTE) for trial in trials}
+    stored = {
+        evaluation.trial_id: evaluation
+        for evaluation in TrialEvaluation.objects.filter(trial__in=[t.id for t in trials])
+    }
+    reference = reference_trial(trial for trial in trials if trial.id in stored)
+    qualities = {}
+    for trial in trials:
+        evaluation = stored.get(trial.id)
+        if evaluation is None:
+            qualities[trial.index] = TrialQuality(trial.index, note=PENDING_NOTE)
+            continue
+        compared = reference is not None and reference.id != trial.id
+        qualities[trial.index] = TrialQuality(
+            trial=trial.index,
+            score=evaluation.score,
+            low=evaluation.score_low,
+            high=evaluation.score_high,
+            scored=evaluation.scored,
+            items=evaluation.items,
+            failed=evaluation.failed,
+            seconds=evaluation.seconds,
+            drift=_drift_json(stored[reference.id], evaluation, reference.index)
+            if compared
+            else None,
+        )
+    return qualities
