@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agents.evaluation import Answer, Interval, drift
-from runs.frozen_job import run_is_simulated
 from runs.models import Run, Trial, TrialEvaluation
+from runs.run_as_started import run_is_simulated
 
 SIMULATED_NOTE = "quality not judged: simulated"
 PENDING_NOTE = "not scored yet"

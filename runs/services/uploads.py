@@ -6,7 +6,7 @@ from django.core.files.base import ContentFile
 from django.db import models, transaction
 
 from runs.actors import Actor
-from runs.services.recording import create_recorded, delete_recorded
+from runs.services.audited_writes import create_recorded, delete_recorded
 
 
 def upload_create_recorded(

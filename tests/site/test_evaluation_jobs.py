@@ -13,8 +13,8 @@ from django.core.files.base import ContentFile
 from agents import protocol
 from agents.evaluation import parse_evaluation_set
 from runs.errors import DomainValidationError
-from runs.frozen_job import job_spec_freeze
 from runs.models import Endpoint, EvaluationSet
+from runs.run_as_started import job_spec_freeze
 from runs.secrets import encrypt_secret
 from runs.selectors.estimates import experiment_estimate
 from runs.services import provisioning
@@ -23,7 +23,7 @@ from runs.services.run_start import run_start
 
 from .conftest import SYSTEM, make_experiment
 from .test_evaluation_sets import JUDGED
-from .test_run_frozen_job import RecordingProvider
+from .test_run_as_started import RecordingProvider
 
 pytestmark = pytest.mark.django_db
 
