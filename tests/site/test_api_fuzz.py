@@ -30,6 +30,7 @@ from runs.models import (
     Trial,
 )
 from runs.services.budgets import budget_set
+from runs.services.evaluations import evaluation_set_upload
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
 
@@ -95,6 +96,12 @@ def _world_build(alice, bob):
         [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}]
     )
     dataset = dataset_upload(org=alice.org, actor=SYSTEM, name="chats", raw=sharegpt.encode())
+    evaluation_set = evaluation_set_upload(
+        org=alice.org,
+        actor=SYSTEM,
+        name="sums",
+        raw=b'{"prompt": "2+2=", "reference": "4", "scorer": {"kind": "exact"}}\n',
+    )
     budget = budget_set(org=alice.org, actor=SYSTEM, limit_usd=100)
     victim = token_create(org=alice.org, user=bob.user, name="victim", actor=SYSTEM).token
     run = Run.objects.create(organization=alice.org, experiment=experiment, **frozen(experiment))
@@ -117,6 +124,7 @@ def _world_build(alice, bob):
         "experiments": str(experiment.id),
         "models": str(experiment.model_id),
         "datasets": str(dataset.id),
+        "evaluation-sets": str(evaluation_set.id),
         "budgets": str(budget.id),
         "runs": str(run.id),
         "tokens": str(victim.id),
