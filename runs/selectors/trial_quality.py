@@ -107,7 +107,9 @@ def run_quality(*, run: Run, trials: list[Trial] | None = None) -> dict[int, Tri
         return {trial.index: TrialQuality(trial.index, note=SIMULATED_NOTE) for trial in trials}
     stored = {
         evaluation.trial_id: evaluation
-        for evaluation in TrialEvaluation.objects.filter(trial__in=[t.id for t in trials])
+        for evaluation in TrialEvaluation.objects.filter(
+            organization_id=run.organization_id, trial__in=[t.id for t in trials]
+        )
     }
     reference = reference_trial(trial for trial in trials if trial.id in stored)
     qualities = {}
