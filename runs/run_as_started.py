@@ -217,6 +217,9 @@ def experiment_snapshot(experiment: Experiment, estimate: CostEstimate) -> dict:
         "estimate_seconds": estimate.total_seconds,
         # Of which measuring the trials (cold starts and levels): what a search may save.
         "estimate_trial_seconds": estimate.cold_start_seconds + estimate.sweep_seconds,
+        # The least quality a recommendation must keep (runs.experiment_evaluation
+        # .QualityFloor as stored; None: none), applied by the answer.
+        "quality_floor": (experiment.evaluation or {}).get("quality_floor"),
         # The simulator's calibration the estimate (and a search's prior) used, None: none.
         "calibration": estimate.calibration,
         # An existing endpoint's id, name and price as the run started (None: no endpoint).
@@ -319,6 +322,12 @@ class EndpointPrice:
     @property
     def per_token(self) -> bool:
         return self.usd_per_1m_input_tokens is not None
+
+
+def run_quality_floor(run: Run) -> dict | None:
+    """The experiment's quality floor as the run started (``min_score`` or
+    ``max_points_below_best``); None: none (also for a run frozen before floors were)."""
+    return run.experiment_snapshot.get("quality_floor") or None
 
 
 def run_endpoint(run: Run) -> dict | None:

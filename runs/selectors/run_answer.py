@@ -23,6 +23,14 @@ Guarantees:
   then both are named. The same margin over
   vLLM's defaults (the first trial whose configuration is ``{}``, when the run has one: on the
   experiment's own image when it compares several).
+- A run whose experiment sets a quality floor (frozen when it started,
+  ``runs.run_as_started.run_quality_floor``) ranks only the configurations that keep it
+  (``runs.selectors.trial_quality.quality_floor_exclusions``: absolute, or within N
+  percentage points of the best priced configuration's score); the others are listed in
+  ``excluded_for_quality`` with the reason, after the ranked ones. A configuration without
+  a score stays in, marked ``quality not judged`` (why: not scored yet, or simulated) in its
+  ``quality_floor`` and in ``quality_not_judged``. Each configuration's ``quality_floor``
+  says how it stands ("" without a floor).
 - A run over several image tags answers across them: each configuration on each image is one
   candidate, named with its image.
 - Each configuration carries its exact ``vllm serve`` command, as promotion would ship it.
@@ -34,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from agents import protocol
@@ -42,10 +50,17 @@ from benchsite_cli.gate import capacity_upper_load
 from runs.costs import GpuShare, level_cost_per_million_output_tokens
 from runs.models import Run, Trial
 from runs.recipes import trial_recipe
-from runs.run_as_started import run_is_simulated
+from runs.run_as_started import run_is_simulated, run_quality_floor
 from runs.selectors.level_results import stored_level_result
 from runs.selectors.trial_costs import trial_costs, trial_gpu_share
-from runs.selectors.trial_quality import run_quality
+from runs.selectors.trial_quality import (
+    quality_floor_exclusions,
+    quality_floor_text,
+    run_quality,
+    unjudged_note,
+)
+
+MEETS_FLOOR = "meets the quality floor"
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,9 @@ class ConfigAnswer:
     # Its score on the run's evaluation and drift from the reference configuration
     # (runs.selectors.trial_quality; None: the run has no evaluation).
     quality: dict | None = None
+    # How it stands against the run's quality floor: MEETS_FLOOR, "excluded: <reason>",
+    # "quality not judged: <why>"; "" without a floor or a cost to rank by.
+    quality_floor: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,6 +148,11 @@ class RunAnswer:
     margin_ci95_pct: tuple[float, float] | None
     defaults: ConfigAnswer | None = None  # the trial with vLLM's defaults, if any
     over_defaults: Margin | None = None  # the winner's margin over it
+    quality_floor: dict | None = None  # the floor applied (run_quality_floor), None: none
+    # Priced configurations the floor excluded: {"trial", "image_tag", "reason"} each.
+    excluded_for_quality: list[dict] = field(default_factory=list)
+    # Priced configurations ranked without a score: {"trial", "image_tag", "reason"} each.
+    quality_not_judged: list[dict] = field(default_factory=list)
 
     def as_json(self) -> dict:
         """The answer as the API and the CLI show it (money as strings)."""
@@ -163,6 +186,12 @@ class RunAnswer:
             "defaults": config_json(self.defaults),
             "over_defaults": None if self.over_defaults is None else self.over_defaults.as_json(),
             "configs": [config_json(config) for config in self.configs],
+            "quality_floor": self.quality_floor,
+            "quality_floor_text": (
+                None if self.quality_floor is None else quality_floor_text(self.quality_floor)
+            ),
+            "excluded_for_quality": self.excluded_for_quality,
+            "quality_not_judged": self.quality_not_judged,
         }
 
 
@@ -320,20 +349,23 @@ def run_answer(*, run: Run) -> RunAnswer:
         (c for c in configs if c.usd_per_million_output_tokens is not None),
         key=lambda c: c.usd_per_million_output_tokens,
     )
+    floor = run_quality_floor(run) if quality else None
+    priced, excluded, unjudged = _apply_floor(floor, priced)
     winner = priced[0] if priced else None
     runner_up = priced[1] if len(priced) > 1 else None
     margin = cost_margin(winner, runner_up) if winner and runner_up else None
-    defaults = next((c for c in configs if c.serve_config == {}), None)
+    unpriced = [c for c in configs if c.usd_per_million_output_tokens is None]
+    ordered = priced + excluded + unpriced  # as the floor marked them
+    defaults = next((c for c in ordered if c.serve_config == {}), None)
     over_defaults = None
     if winner is not None and defaults is not None and defaults is not winner:
         over_defaults = cost_margin(winner, defaults)
-    unpriced = [c for c in configs if c.usd_per_million_output_tokens is None]
     slos = protocol.Slos.model_validate(run.job_spec.get("slos") or {})
     return RunAnswer(
         simulated=run_is_simulated(run),
         slos=slos.describe(),
         pod_usd_per_hr=rate,
-        configs=priced + unpriced,
+        configs=ordered,
         winner=winner,
         runner_up=runner_up,
         tie=margin is not None and margin.tie,
@@ -341,4 +373,37 @@ def run_answer(*, run: Run) -> RunAnswer:
         margin_ci95_pct=None if margin is None else margin.ci95_pct,
         defaults=defaults,
         over_defaults=over_defaults,
+        quality_floor=floor,
+        excluded_for_quality=[
+            _listed(c, c.quality_floor.removeprefix("excluded: ")) for c in excluded
+        ],
+        quality_not_judged=[_listed(c, c.quality_floor) for c in unjudged],
     )
+
+
+def _listed(config: ConfigAnswer, reason: str) -> dict:
+    return {"trial": config.trial, "image_tag": config.image_tag, "reason": reason}
+
+
+def _apply_floor(
+    floor: dict | None, priced: list[ConfigAnswer]
+) -> tuple[list[ConfigAnswer], list[ConfigAnswer], list[ConfigAnswer]]:
+    """``priced`` split by ``floor``: those ranked (unjudged ones included), those excluded,
+    and the ranked ones without a score; each marked with how it stands."""
+    if not floor:
+        return priced, [], []
+    scores = {c.trial: (c.quality or {}).get("score") for c in priced}
+    reasons = quality_floor_exclusions(floor, scores)
+    kept, excluded, unjudged = [], [], []
+    for config in priced:
+        if config.trial in reasons:
+            excluded.append(
+                dataclasses.replace(config, quality_floor=f"excluded: {reasons[config.trial]}")
+            )
+        elif scores[config.trial] is None:
+            marked = dataclasses.replace(config, quality_floor=unjudged_note(config.quality))
+            kept.append(marked)
+            unjudged.append(marked)
+        else:
+            kept.append(dataclasses.replace(config, quality_floor=MEETS_FLOOR))
+    return kept, excluded, unjudged

@@ -45,6 +45,7 @@ from runs.selectors.run_levels import (
     planned_trial_labels,
     varying_flags,
 )
+from runs.selectors.trial_quality import quality_floor_text
 from runs.selectors.vllm_versions import vllm_version_mismatch
 
 # At most this many level_progress points go to the page (evenly thinned beyond it).
@@ -197,6 +198,7 @@ def _config_state(config: ConfigAnswer | None, labels: dict[int, str]) -> dict |
         "quality": _quality_state(config.quality),
         "note": config.note,
         "priced_for": config.priced_for,
+        "quality_floor": config.quality_floor,
     }
 
 
@@ -218,7 +220,18 @@ def answer_state(answer: RunAnswer, labels: dict[int, str]) -> dict:
         "quality": any(config.quality is not None for config in answer.configs),
         "defaults": _config_state(answer.defaults, labels),
         "over_defaults": None if answer.over_defaults is None else answer.over_defaults.as_json(),
+        # The quality floor in words (None: none) and the configurations it excluded or could
+        # not judge, each under its label.
+        "quality_floor": (
+            None if answer.quality_floor is None else quality_floor_text(answer.quality_floor)
+        ),
+        "excluded_for_quality": _labelled(answer.excluded_for_quality, labels),
+        "quality_not_judged": _labelled(answer.quality_not_judged, labels),
     }
+
+
+def _labelled(listed: list[dict], labels: dict[int, str]) -> list[dict]:
+    return [{**item, "label": labels.get(item["trial"], "")} for item in listed]
 
 
 def run_answer_state(*, run: Run) -> dict:

@@ -13,6 +13,11 @@ Guarantees:
   (``agents.evaluation.drift``: the share changed with its Wilson interval, and where both
   were scored the mean score difference with its paired interval), answers being compared
   by the digest of their whole text. The reference is ``reference_trial``'s.
+- ``quality_floor_exclusions`` applies an experiment's quality floor to the candidates'
+  scores: absolute (``min_score``: score ≥ it) or relative (``max_points_below_best``:
+  score ≥ the best candidate's score − N points, a point being a percentage point of the
+  0–1 score, 0.01). A candidate without a score is never excluded: it is "quality not
+  judged" and says why.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from runs.run_as_started import run_is_simulated
 
 SIMULATED_NOTE = "quality not judged: simulated"
 PENDING_NOTE = "not scored yet"
+NOT_JUDGED = "quality not judged"
+# Scores are floats from sums of item scores: a score exactly at the floor meets it.
+_FLOOR_TOLERANCE = 1e-9
 # A trial serves the model's own weights and KV cache at 16 bits unless one of these says
 # otherwise (vLLM's defaults for a BF16 checkpoint).
 _FULL_PRECISION = {
@@ -133,3 +141,50 @@ def run_quality(*, run: Run, trials: list[Trial] | None = None) -> dict[int, Tri
             else None,
         )
     return qualities
+
+
+def unjudged_note(quality: dict | None) -> str:
+    """Why a configuration's quality cannot be held against a floor: ``quality not judged:
+    simulated`` or ``quality not judged: not scored yet``."""
+    note = (quality or {}).get("note") or PENDING_NOTE
+    return note if note.startswith(NOT_JUDGED) else f"{NOT_JUDGED}: {note}"
+
+
+def _percent(score: float) -> str:
+    return f"{score * 100:.1f} %"
+
+
+def quality_floor_text(floor: dict) -> str:
+    """The floor in words: ``a score of at least 90.0 %`` or ``at most 2 points below the
+    best configuration's score``."""
+    if floor.get("min_score") is not None:
+        return f"a score of at least {_percent(floor['min_score'])}"
+    return f"at most {floor['max_points_below_best']:g} points below the best configuration's score"
+
+
+def quality_floor_exclusions(floor: dict | None, scores: dict[int, float | None]) -> dict[int, str]:
+    """The candidates (trial index → score, None: not judged) that ``floor`` excludes, each
+    with the reason in words; {} without a floor (module docstring)."""
+    if not floor:
+        return {}
+    judged = {trial: score for trial, score in scores.items() if score is not None}
+    if not judged:
+        return {}
+    if floor.get("min_score") is not None:
+        least = float(floor["min_score"])
+        return {
+            trial: f"score {_percent(score)} is below the floor of {_percent(least)}"
+            for trial, score in judged.items()
+            if score < least - _FLOOR_TOLERANCE
+        }
+    allowed = float(floor["max_points_below_best"])
+    best_trial = max(judged, key=lambda trial: (judged[trial], -trial))
+    best = judged[best_trial]
+    return {
+        trial: (
+            f"score {_percent(score)} is {(best - score) * 100:.1f} points below the best, "
+            f"trial {best_trial} at {_percent(best)} (the floor allows {allowed:g})"
+        )
+        for trial, score in judged.items()
+        if score < best - allowed / 100 - _FLOOR_TOLERANCE
+    }

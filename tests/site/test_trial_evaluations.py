@@ -6,6 +6,7 @@ quality."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import pytest
 from django.urls import reverse
@@ -19,6 +20,7 @@ from runs.selectors.trial_quality import SIMULATED_NOTE, reference_trial, run_qu
 from runs.services.ingest import agent_messages_ingest
 
 from .conftest import frozen, make_experiment, signed_in
+from .report_data import add_trial, level
 
 pytestmark = pytest.mark.django_db
 
@@ -137,3 +139,103 @@ def test_a_run_without_an_evaluation_shows_no_quality(alice):
     Trial.objects.create(run=run, index=0, organization=alice.org, serve_config={})
     assert run_quality(run=run) == {}
     assert run_answer(run=run).configs[0].quality is None
+
+
+def floored_run(org, floor=None, model=None) -> Run:
+    """A run scored on the pack (under ``floor``, if any), its trials priced at $3.60/h: a
+    trial at ``throughput`` output tokens/s costs 1,000 / throughput USD per 1M."""
+    evaluation = {"pack": "arithmetic"} | ({"quality_floor": floor} if floor else {})
+    name = "floor-" + "-".join(f"{k}-{v}" for k, v in (floor or {}).items())
+    experiment = make_experiment(org, model, name=name, evaluation=evaluation)
+    return priced_run(org, experiment)
+
+
+def priced_run(org, experiment) -> Run:
+    return Run.objects.create(
+        organization=org, experiment=experiment, price_usd_hr=Decimal("3.60"), **frozen(experiment)
+    )
+
+
+def priced_trial(run, index, throughput):
+    trial = add_trial(run, index, {"max_num_seqs": 64 * (index + 1)}, [level(20, throughput, 300)])
+    trial.capacity = {
+        "axis": "concurrency", "capacity": 20, "bracket_low": 20, "bracket_high": 21,
+        "probes": 3, "stop_reason": "converged", "output_throughput": throughput,
+    }  # fmt: skip
+    trial.save(update_fields=["capacity"])
+
+
+def scored_pair(run):
+    """Trial 0 costs $1 per 1M and scores 80 %; trial 1 costs $0.50 and scores 60 %."""
+    priced_trial(run, 0, 1000.0)
+    priced_trial(run, 1, 2000.0)
+    ingest(run, report(run, 0, 0, REFERENCE), report(run, 1, 1, CANDIDATE))
+
+
+def test_without_a_floor_the_cheapest_wins_whatever_it_scores(alice):
+    run = floored_run(alice.org)
+    scored_pair(run)
+    answer = run_answer(run=run)
+    assert answer.winner.trial == 1 and answer.quality_floor is None
+    assert answer.excluded_for_quality == [] and answer.winner.quality_floor == ""
+
+
+def test_a_floor_that_excludes_the_cheapest_changes_the_winner(alice):
+    run = floored_run(alice.org, {"min_score": 0.7})
+    scored_pair(run)
+    answer = run_answer(run=run)
+    assert answer.winner.trial == 0 and answer.runner_up is None
+    assert answer.winner.quality_floor == "meets the quality floor"
+    reason = "score 60.0 % is below the floor of 70.0 %"
+    assert answer.excluded_for_quality == [{"trial": 1, "image_tag": "", "reason": reason}]
+    assert [c.trial for c in answer.configs] == [0, 1]  # the excluded one is still listed
+    api = answer.as_json()
+    assert api["excluded_for_quality"][0]["reason"] == reason
+    assert api["quality_floor"] == {"min_score": 0.7}
+    page = signed_in(alice).get(reverse("run-detail", args=[alice.org.slug, run.id]))
+    text = page.content.decode()
+    assert "Quality floor" in text and "a score of at least 70.0 %" in text
+    assert "Excluded for quality: trial 1" in text and reason in text
+
+
+def test_a_relative_floor_counts_points_below_the_best(alice):
+    narrow = floored_run(alice.org, {"max_points_below_best": 10})
+    scored_pair(narrow)
+    answer = run_answer(run=narrow)
+    assert answer.winner.trial == 0
+    assert answer.excluded_for_quality[0]["reason"] == (
+        "score 60.0 % is 20.0 points below the best, trial 0 at 80.0 % (the floor allows 10)"
+    )
+    wide = floored_run(
+        alice.org, {"max_points_below_best": 20}, narrow.experiment.model
+    )  # exactly at the floor
+    scored_pair(wide)
+    answer = run_answer(run=wide)
+    assert answer.winner.trial == 1 and answer.excluded_for_quality == []
+
+
+def test_unjudged_configurations_stay_in_and_say_so(alice):
+    run = floored_run(alice.org, {"min_score": 0.7})
+    scored_pair(run)
+    priced_trial(run, 2, 4000.0)  # the cheapest, never scored
+    answer = run_answer(run=run)
+    assert answer.winner.trial == 2 and answer.runner_up.trial == 0
+    assert answer.winner.quality_floor == "quality not judged: not scored yet"
+    assert answer.quality_not_judged == [
+        {"trial": 2, "image_tag": "", "reason": "quality not judged: not scored yet"}
+    ]
+    assert [x["trial"] for x in answer.excluded_for_quality] == [1]
+    page = signed_in(alice).get(reverse("run-detail", args=[alice.org.slug, run.id]))
+    assert "Trial 2: quality not judged: not scored yet." in page.content.decode()
+
+
+def test_a_simulated_run_under_a_floor_cannot_judge_quality(alice):
+    experiment = make_experiment(
+        alice.org, engine="sim", engine_image_tag="",
+        evaluation={"pack": "arithmetic", "quality_floor": {"min_score": 0.9}},
+    )  # fmt: skip
+    run = priced_run(alice.org, experiment)
+    priced_trial(run, 0, 1000.0)
+    answer = run_answer(run=run)
+    assert answer.winner.trial == 0 and answer.excluded_for_quality == []
+    assert answer.winner.quality_floor == SIMULATED_NOTE
