@@ -17,6 +17,8 @@ from runs.services.provisioning import run_provision
 from tests.polling import wait_for
 from tests.site.conftest import make_model
 
+PREDICTION_TIMEOUT_MS = 60_000
+
 RUN_SECONDS = 240  # two simulated trials of two short levels, on two busy shared cores
 
 
@@ -101,8 +103,10 @@ def test_it_builds_an_experiment_live_and_runs_it_on_the_simulator(
     page.get_by_label("TPOT", exact=True).fill("30")
     page.get_by_role("button", name="Predict on the simulator").click()
     prediction = page.locator("#live-prediction")
+    # A grid's prediction simulates every configuration's levels on the server: on two busy
+    # cores (the slow tier's five workers beside it) it has taken over 20 s.
     expect(prediction.locator("caption")).to_have_text(
-        "Predicted on the simulator (simulated figures)"
+        "Predicted on the simulator (simulated figures)", timeout=PREDICTION_TIMEOUT_MS
     )
     expect(prediction.locator("tbody tr")).to_have_count(2)
     expect(prediction.locator("tbody tr.best")).to_have_count(1)
