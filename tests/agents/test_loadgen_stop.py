@@ -106,7 +106,7 @@ def test_a_stop_in_an_open_loop_level_abandons_the_scheduled_requests(server):
         config(server, levels=({"request_rate": 20},), num_prompts=200), stop_after_requests=3
     )
     result = next(event for event in events if isinstance(event, LevelFinished)).result
-    assert result["partial"] is True and 3 <= result["completed"] < 200
+    assert result.partial is True and 3 <= result.completed < 200
     assert len(server.truth()) < 200
 
 
