@@ -6,11 +6,15 @@ Run from the repository root (Linux; pins the client to CPU 0 and the server to 
         [--loop-stamps] [--vllm-python PATH]
 
 The server (``tests/agents/fake_openai_server.py``) runs in its own process and records
-when each request's last byte arrived and when each content chunk was written, on the same
-monotonic clock as the client. For each concurrency it prints, over all requests:
+when each request's last byte arrived (the kernel's stamp on Linux) and when each content
+chunk was written, on the same monotonic clock as the client. For each concurrency it
+prints, over all requests:
 
 - ΔTTFT: reported TTFT minus the server's true TTFT (first chunk written − request received),
   median and p99, in ms. The error both sides of the wire add: send and receive.
+- srv lag: the median time a request waited in the server's socket for its event loop
+  (``t_read − t_recv``): what ΔTTFT would also hold, were the truth stamped when the server
+  read the request (as it was before issue 39).
 - ΔTPOT: reported minus true per-request TPOT (median, ms) and ΔITL: reported minus true
   mean pooled gap (ms).
 - CPU µs per output token: the client process's CPU time from the level's first request to
@@ -117,13 +121,14 @@ def measure(server: FakeServer, concurrency: int, requests: int, ttft_ms: float,
     )
     result, records, cpu = timed_level(config)
     truth = server.truth()
-    ttft_errors, tpot_errors, client_gaps, true_gaps = [], [], [], []
+    ttft_errors, tpot_errors, client_gaps, true_gaps, read_lags = [], [], [], [], []
     for record in records:
         if not record.success:
             continue
         done = truth[record.response_id]
         writes = done["writes"]
         ttft_errors.append(true_ttft_error_ms(record, done))
+        read_lags.append((done["t_read"] - done["t_recv"]) * 1000)
         if record.tpot is not None:
             true_tpot = (writes[-1] - writes[0]) / (len(writes) - 1)
             tpot_errors.append((record.tpot - true_tpot) * 1000)
@@ -132,6 +137,7 @@ def measure(server: FakeServer, concurrency: int, requests: int, ttft_ms: float,
     tokens = result["total_output_tokens"]
     ordered = sorted(ttft_errors)
     return {
+        "server_read_lag": statistics.median(read_lags),
         "failed": result["failed"],
         "ttft_p50": percentile(ordered, 50),
         "ttft_p99": percentile(ordered, 99),
@@ -313,7 +319,7 @@ def main() -> None:
     header = (
         f"{'scenario':<11}{'c':>5}{'reqs':>6}{'ΔTTFT p50':>11}{'ΔTTFT p99':>11}"
         f"{'ΔTPOT p50':>11}{'ΔITL mean':>11}{'CPU µs/tok':>12}{'tok/s':>10}{'failed':>8}"
-        f"{'load':>7}  client"
+        f"{'srv lag':>9}{'load':>7}  client"
     )
     with FakeServer(cpu=server_cpu) as server:
         # One unmeasured level: imports, first connections and the server's own warm-up.
@@ -331,7 +337,8 @@ def main() -> None:
                         f"{row['ttft_p50']:>+11.3f}{row['ttft_p99']:>+11.3f}"
                         f"{row['tpot_p50']:>+11.4f}{row['itl_mean']:>+11.4f}"
                         f"{row['cpu_us_per_token']:>12.2f}{row['tokens_per_s']:>10,.0f}"
-                        f"{row['failed']:>8}{os.getloadavg()[0]:>7.2f}  {client}",
+                        f"{row['failed']:>8}{row['server_read_lag']:>9.3f}"
+                        f"{os.getloadavg()[0]:>7.2f}  {client}",
                         flush=True,
                     )
         if args.vllm_python:

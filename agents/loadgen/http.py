@@ -441,6 +441,33 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
 
 
+class _WallClockOffset:
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC (ns), to put kernel stamps on ``perf_counter``'s
+    clock. NTP slews both clocks alike, so only a step of the wall clock changes it: it is
+    read again once a second. Each reading is the tightest of three pairs of monotonic reads
+    around one wall-clock read, so a process preempted between two reads cannot skew it."""
+
+    __slots__ = ("until", "value")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.until = 0  # monotonic ns after which it is read again
+
+    def refresh(self, now: int) -> None:
+        best = None
+        for _ in range(3):
+            before = perf_counter_ns()
+            wall = time_ns()
+            after = perf_counter_ns()
+            if best is None or after - before < best[0]:
+                best = (after - before, wall - (before + after) // 2)
+        self.value = best[1]
+        self.until = now + 1_000_000_000
+
+
+_WALL_OFFSET = _WallClockOffset()
+
+
 class StampedSocket:
     """A plain TCP connection read with ``recvmsg``, so that every read comes with the
     kernel's arrival stamp of its bytes, converted to the ``perf_counter`` clock (Linux's
@@ -456,6 +483,7 @@ class StampedSocket:
         self._protocol = protocol
         self._pending = bytearray()
         self._closing = False
+        sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         loop.add_reader(self._fd, self._read_ready)
 
@@ -473,16 +501,16 @@ class StampedSocket:
         except OSError as exc:
             self._lose(exc)
             return
-        # The offset between the two clocks, read now: a step of the wall clock between
-        # reads cannot skew a stamp (both clocks are slewed alike, so it is otherwise fixed).
         mono = perf_counter_ns()
         stamp = mono
         if ancillary:
             level, kind, payload = ancillary[0]
             if kind == _SO_TIMESTAMPNS and level == socket.SOL_SOCKET and len(payload) == 16:
                 seconds, nanos = _TIMESPEC.unpack(payload)
-                # Never later than now: a wall clock stepped back would say so.
-                stamp = min(mono, seconds * 1_000_000_000 + nanos - time_ns() + mono)
+                if mono >= _WALL_OFFSET.until:
+                    _WALL_OFFSET.refresh(mono)
+                # Never later than now, whatever the wall clock did since the offset was read.
+                stamp = min(mono, seconds * 1_000_000_000 + nanos - _WALL_OFFSET.value)
         if data:
             self._protocol.received(data, stamp / 1e9)
         else:
@@ -522,6 +550,8 @@ class StampedSocket:
         """Closes at once (the client closes only connections it has done with); the
         protocol hears ``connection_lost`` on the next loop turn, as from asyncio's."""
         self._lose(None)
+
+    abort = close  # asyncio's name for a close that drops what is not sent yet
 
     def _lose(self, exc: Exception | None) -> None:
         if self._closing:
@@ -616,7 +646,7 @@ class ConnectionPool:
                 )
         except ConnectionRefusedError:
             # Named in words: the errno's text differs between loops and connect calls.
-            raise HttpError("connection_refused", f"{self._where()}: connection refused") from None
+            raise HttpError("connection_refused", f"{self._where()}: Connection refused") from None
         except TimeoutError:
             raise HttpError(
                 "connect_timeout", f"{self._where()}: no connection in {self.connect_timeout:g} s"
