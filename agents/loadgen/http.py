@@ -148,6 +148,8 @@ class ChunkedDecoder:
         buffer = self._buffer + data if self._buffer else data
         out: list[bytes] = []
         position, size = 0, len(buffer)
+        if self._state == self._SIZE:
+            position = self._whole_chunks(buffer, out)
         while position < size and not self.done:
             state = self._state
             if state == self._SIZE:
@@ -201,6 +203,25 @@ class ChunkedDecoder:
             return b""
         return out[0] if len(out) == 1 else b"".join(out)
 
+    @staticmethod
+    def _whole_chunks(buffer: bytes, out: list[bytes]) -> int:
+        """The common case, a run of whole chunks with bare sizes, in a tight loop: appends
+        their data to ``out`` and returns where the first other thing starts (the last chunk,
+        a part, an extension, an error), for ``feed``'s state machine to read."""
+        position = 0
+        find = buffer.find
+        while (end := find(b"\r\n", position)) >= 0:
+            digits = buffer[position:end]
+            if not digits or digits.strip(_HEX_DIGITS):
+                break
+            length = int(digits, 16)
+            data_end = end + 2 + length
+            if not length or buffer[data_end : data_end + 2] != b"\r\n":
+                break
+            out.append(buffer[end + 2 : data_end])
+            position = data_end + 2
+        return position
+
 
 class _Exchange:
     """One request/response on a connection: parses the head, then frames the body."""
@@ -210,6 +231,7 @@ class _Exchange:
         "_chunked",
         "_remaining",
         "_state",
+        "finished",
         "future",
         "keep_alive",
         "received",
@@ -223,14 +245,11 @@ class _Exchange:
         self.future = future
         self.received = 0
         self.keep_alive = False
+        self.finished = False  # read once per read: an attribute, not a property
         self._state = self._HEAD
         self._buffer = b""
         self._remaining = 0
         self._chunked: ChunkedDecoder | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self._state == self._DONE
 
     def feed(self, data: bytes, now: float) -> None:
         """Consumes bytes; raises ``HttpError`` on malformed framing."""
@@ -312,6 +331,7 @@ class _Exchange:
 
     def _finish(self) -> None:
         self._state = self._DONE
+        self.finished = True
         self.sink.on_end()
 
 
@@ -474,13 +494,14 @@ class StampedSocket:
     CLOCK_MONOTONIC, shared by every process). Offers ``HttpConnection`` what it uses of an
     asyncio transport: ``write``, ``close``, ``is_closing``, ``get_extra_info("socket")``."""
 
-    __slots__ = ("_closing", "_fd", "_loop", "_pending", "_protocol", "_sock")
+    __slots__ = ("_closing", "_fd", "_loop", "_pending", "_protocol", "_received", "_sock")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol):
         self._loop = loop
         self._sock = sock
         self._fd = sock.fileno()
         self._protocol = protocol
+        self._received = protocol.received
         self._pending = bytearray()
         self._closing = False
         sock.setblocking(False)
@@ -512,7 +533,7 @@ class StampedSocket:
                 # Never later than now, whatever the wall clock did since the offset was read.
                 stamp = min(mono, seconds * 1_000_000_000 + nanos - _WALL_OFFSET.value)
         if data:
-            self._protocol.received(data, stamp / 1e9)
+            self._received(data, stamp / 1e9)
         else:
             self._protocol.eof_received()
             self._lose(None)
