@@ -133,7 +133,8 @@ class StreamConsumer:
     """The ``ResponseSink`` of one streaming request: times content messages into a record.
 
     Runs inside the transport callback; it does the least work that still reads every
-    message (one JSON parse each), and raises ``HttpError`` to abort a broken stream.
+    message (all of a read's in one JSON parse), and raises ``HttpError`` to abort a broken
+    stream.
     """
 
     __slots__ = (

@@ -50,6 +50,16 @@ def test_chunked_decoding_survives_any_split():
         assert decoder.done
 
 
+def test_chunked_decoding_takes_whole_chunks_then_whatever_follows():
+    # Whole chunks with bare sizes go the fast way; an extension, a part of a chunk and the
+    # last chunk with its trailers the careful way, in the same feed or the next.
+    stream = b"5\r\nhello\r\n1\r\n \r\n5;x=1\r\nworld\r\n3\r\n!!!\r\n0\r\nT: 1\r\n\r\n"
+    for cut in range(len(stream) + 1):
+        decoder = ChunkedDecoder()
+        decoded = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
+        assert decoded == b"hello world!!!" and decoder.done
+
+
 @pytest.mark.parametrize(
     "stream", [b"zz\r\nabc", b"3\r\nabcX\r\n", b"\r\n", b"0x3\r\nabc\r\n", b"-1\r\n"]
 )
