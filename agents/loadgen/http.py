@@ -2,9 +2,12 @@
 
 Guarantees:
 
-- Response bytes are handed to a ``ResponseSink`` straight from the transport's
-  ``data_received`` callback together with ``time.perf_counter()`` read on arrival, before any
-  other work: no task wake-up sits between the socket and the timestamp.
+- Response bytes are handed to a ``ResponseSink`` together with the time they arrived, on the
+  ``time.perf_counter()`` clock. Plain-HTTP connections on Linux read that time from the
+  kernel, which stamps every segment as it reaches the socket (``SO_TIMESTAMPNS``): however
+  many streams the event loop serves and however late it reads, the stamp is the arrival.
+  Elsewhere (TLS, other systems) it is read in the transport's ``data_received`` callback,
+  before any other work: no task wake-up sits between the socket and the timestamp.
 - A request is written with one ``transport.write`` of pre-built bytes, which sends at once on
   an idle socket; building the bytes is the caller's job, before the clock starts.
 - Bodies framed by ``Content-Length``, ``Transfer-Encoding: chunked`` or connection close are
@@ -21,9 +24,11 @@ import asyncio
 import contextlib
 import socket
 import ssl as ssl_module
+import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from time import perf_counter
+from time import perf_counter, perf_counter_ns, time_ns
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -32,6 +37,16 @@ MAX_HEAD_BYTES = 64 * 1024
 # The longest chunk-size line (hex digits plus extensions) we accept.
 MAX_CHUNK_LINE = 4096
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+# Kernel receive stamps (Linux): the socket option and its control message share one number,
+# the same on x86-64 and arm64 (the generic ABI); Python's socket module does not name it.
+# A TCP read carries the stamp of the latest segment it consumed, in CLOCK_REALTIME.
+KERNEL_STAMPS = sys.platform == "linux"
+_SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@qq")
+# One read takes at most this much: a streamed response arrives in far smaller pieces, and a
+# larger buffer costs an allocation of its size on every read.
+_READ_SIZE = 64 * 1024
 
 
 class HttpError(Exception):
@@ -106,6 +121,15 @@ def build_request(
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+def _chunk_size_digits(line: bytes) -> bytes:
+    """The hex digits of a chunk-size line with extensions or spaces; ``ValueError`` when it
+    has none or anything else."""
+    digits = line.split(b";", 1)[0].strip()
+    if not digits or digits.strip(_HEX_DIGITS):
+        raise ValueError(f"bad chunk size {line[:40]!r}")
+    return digits
+
+
 class ChunkedDecoder:
     """Decodes ``Transfer-Encoding: chunked`` incrementally; ``done`` after the last chunk
     and its trailers. Raises ``ValueError`` on malformed framing."""
@@ -124,6 +148,8 @@ class ChunkedDecoder:
         buffer = self._buffer + data if self._buffer else data
         out: list[bytes] = []
         position, size = 0, len(buffer)
+        if self._state == self._SIZE:
+            position = self._whole_chunks(buffer, out)
         while position < size and not self.done:
             state = self._state
             if state == self._SIZE:
@@ -132,11 +158,10 @@ class ChunkedDecoder:
                     if size - position > MAX_CHUNK_LINE:
                         raise ValueError("chunk size line too long")
                     break
-                line = buffer[position:end]
-                position = end + 2
-                digits = line.split(b";", 1)[0].strip() if b";" in line else line.strip()
+                digits = buffer[position:end]
                 if not digits or digits.strip(_HEX_DIGITS):
-                    raise ValueError(f"bad chunk size {line[:40]!r}")
+                    digits = _chunk_size_digits(digits)  # extensions, spaces, or malformed
+                position = end + 2
                 length = int(digits, 16)
                 if not length:
                     self._state = self._TRAILER
@@ -178,6 +203,25 @@ class ChunkedDecoder:
             return b""
         return out[0] if len(out) == 1 else b"".join(out)
 
+    @staticmethod
+    def _whole_chunks(buffer: bytes, out: list[bytes]) -> int:
+        """The common case, a run of whole chunks with bare sizes, in a tight loop: appends
+        their data to ``out`` and returns where the first other thing starts (the last chunk,
+        a part, an extension, an error), for ``feed``'s state machine to read."""
+        position = 0
+        find = buffer.find
+        while (end := find(b"\r\n", position)) >= 0:
+            digits = buffer[position:end]
+            if not digits or digits.strip(_HEX_DIGITS):
+                break
+            length = int(digits, 16)
+            data_end = end + 2 + length
+            if not length or buffer[data_end : data_end + 2] != b"\r\n":
+                break
+            out.append(buffer[end + 2 : data_end])
+            position = data_end + 2
+        return position
+
 
 class _Exchange:
     """One request/response on a connection: parses the head, then frames the body."""
@@ -187,6 +231,7 @@ class _Exchange:
         "_chunked",
         "_remaining",
         "_state",
+        "finished",
         "future",
         "keep_alive",
         "received",
@@ -200,14 +245,11 @@ class _Exchange:
         self.future = future
         self.received = 0
         self.keep_alive = False
+        self.finished = False  # read once per read: an attribute, not a property
         self._state = self._HEAD
         self._buffer = b""
         self._remaining = 0
         self._chunked: ChunkedDecoder | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self._state == self._DONE
 
     def feed(self, data: bytes, now: float) -> None:
         """Consumes bytes; raises ``HttpError`` on malformed framing."""
@@ -289,6 +331,7 @@ class _Exchange:
 
     def _finish(self) -> None:
         self._state = self._DONE
+        self.finished = True
         self.sink.on_end()
 
 
@@ -332,7 +375,10 @@ class HttpConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        now = perf_counter()  # first thing: this is the arrival time of these bytes
+        self.received(data, perf_counter())  # first thing: the arrival time of these bytes
+
+    def received(self, data: bytes, now: float) -> None:
+        """Bytes that arrived at ``now`` (``perf_counter`` clock)."""
         exchange = self._exchange
         if exchange is None:
             self.close()  # bytes nobody asked for: the connection is not trustworthy
@@ -415,22 +461,177 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
 
 
-async def _connect_pinned(loop, factory, origin: Origin, ssl: ssl_module.SSLContext | None):
+class _WallClockOffset:
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC (ns), to put kernel stamps on ``perf_counter``'s
+    clock. NTP slews both clocks alike, so only a step of the wall clock changes it: it is
+    read again once a second. Each reading is the tightest of three pairs of monotonic reads
+    around one wall-clock read, so a process preempted between two reads cannot skew it."""
+
+    __slots__ = ("until", "value")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.until = 0  # monotonic ns after which it is read again
+
+    def refresh(self, now: int) -> None:
+        best = None
+        for _ in range(3):
+            before = perf_counter_ns()
+            wall = time_ns()
+            after = perf_counter_ns()
+            if best is None or after - before < best[0]:
+                best = (after - before, wall - (before + after) // 2)
+        self.value = best[1]
+        self.until = now + 1_000_000_000
+
+
+_WALL_OFFSET = _WallClockOffset()
+
+
+class StampedSocket:
+    """A plain TCP connection read with ``recvmsg``, so that every read comes with the
+    kernel's arrival stamp of its bytes, converted to the ``perf_counter`` clock (Linux's
+    CLOCK_MONOTONIC, shared by every process). Offers ``HttpConnection`` what it uses of an
+    asyncio transport: ``write``, ``close``, ``is_closing``, ``get_extra_info("socket")``."""
+
+    __slots__ = ("_closing", "_fd", "_loop", "_pending", "_protocol", "_received", "_sock")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol):
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        self._received = protocol.received
+        self._pending = bytearray()
+        self._closing = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        loop.add_reader(self._fd, self._read_ready)
+
+    def get_extra_info(self, name: str, default=None):
+        return self._sock if name == "socket" else default
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def _read_ready(self) -> None:
+        try:
+            data, ancillary, _, _ = self._sock.recvmsg(_READ_SIZE, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lose(exc)
+            return
+        mono = perf_counter_ns()
+        stamp = mono
+        if ancillary:
+            level, kind, payload = ancillary[0]
+            if kind == _SO_TIMESTAMPNS and level == socket.SOL_SOCKET and len(payload) == 16:
+                seconds, nanos = _TIMESPEC.unpack(payload)
+                if mono >= _WALL_OFFSET.until:
+                    _WALL_OFFSET.refresh(mono)
+                # Never later than now, whatever the wall clock did since the offset was read.
+                stamp = min(mono, seconds * 1_000_000_000 + nanos - _WALL_OFFSET.value)
+        if data:
+            self._received(data, stamp / 1e9)
+        else:
+            self._protocol.eof_received()
+            self._lose(None)
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._pending:
+            self._pending += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._lose(exc)
+            return
+        if sent < len(data):
+            self._pending += data[sent:]
+            self._loop.add_writer(self._fd, self._write_ready)
+
+    def _write_ready(self) -> None:
+        try:
+            sent = self._sock.send(self._pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lose(exc)
+            return
+        del self._pending[:sent]
+        if not self._pending:
+            self._loop.remove_writer(self._fd)
+
+    def close(self) -> None:
+        """Closes at once (the client closes only connections it has done with); the
+        protocol hears ``connection_lost`` on the next loop turn, as from asyncio's."""
+        self._lose(None)
+
+    abort = close  # asyncio's name for a close that drops what is not sent yet
+
+    def _lose(self, exc: Exception | None) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if self._pending:
+            self._loop.remove_writer(self._fd)
+            self._pending.clear()
+        self._sock.close()
+        self._loop.call_soon(self._protocol.connection_lost, exc)
+
+
+async def _open_stamped(loop, factory, host: str, port: int):
+    """A ``StampedSocket`` connected to ``host`` (each of its addresses in turn) and its
+    protocol, as ``loop.create_connection`` returns them."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    error: OSError = OSError(f"{host} has no address")
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        protocol = factory()
+        transport = StampedSocket(loop, sock, protocol)
+        protocol.connection_made(transport)
+        return transport, protocol
+    raise error
+
+
+async def _connect_pinned(
+    loop, factory, origin: Origin, ssl: ssl_module.SSLContext | None, stamped: bool
+):
     """A connection to ``origin``: to its ``addresses`` in turn when it has them (the host
-    name only for TLS), else to its host."""
+    name only for TLS), else to its host. ``stamped``: plain TCP read with kernel stamps."""
+
+    def connect(host: str, server_hostname: str | None = None):
+        if stamped:
+            return _open_stamped(loop, factory, host, origin.port)
+        return loop.create_connection(
+            factory, host, origin.port, ssl=ssl, server_hostname=server_hostname
+        )
+
     if not origin.addresses:
-        return await loop.create_connection(factory, origin.host, origin.port, ssl=ssl)
+        return await connect(origin.host)
     server_hostname = origin.host if ssl is not None else None
     for address in origin.addresses[:-1]:
         try:
-            return await loop.create_connection(
-                factory, address, origin.port, ssl=ssl, server_hostname=server_hostname
-            )
+            return await connect(address, server_hostname)
         except OSError:  # refused or unreachable: nothing was sent, the next may answer
             continue
-    return await loop.create_connection(
-        factory, origin.addresses[-1], origin.port, ssl=ssl, server_hostname=server_hostname
-    )
+    return await connect(origin.addresses[-1], server_hostname)
 
 
 class ConnectionPool:
@@ -442,9 +643,14 @@ class ConnectionPool:
         *,
         connect_timeout: float = 10.0,
         ssl_context: ssl_module.SSLContext | None = None,
+        kernel_stamps: bool | None = None,
     ):
         self.origin = origin
         self.connect_timeout = connect_timeout
+        # Kernel arrival stamps need the raw socket: plain HTTP only (TLS decrypts first).
+        # None: where the system has them (``KERNEL_STAMPS``, read now).
+        stamps = KERNEL_STAMPS if kernel_stamps is None else kernel_stamps
+        self.kernel_stamps = stamps and origin.scheme == "http"
         if origin.scheme == "https" and ssl_context is None:
             ssl_context = ssl_module.create_default_context()
         self._ssl = ssl_context if origin.scheme == "https" else None
@@ -456,9 +662,12 @@ class ConnectionPool:
         factory: Callable[[], HttpConnection] = lambda: HttpConnection(self)  # noqa: E731
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, connection = await _connect_pinned(loop, factory, self.origin, self._ssl)
-        except ConnectionRefusedError as exc:
-            raise HttpError("connection_refused", f"{self._where()}: {exc}") from None
+                _, connection = await _connect_pinned(
+                    loop, factory, self.origin, self._ssl, self.kernel_stamps
+                )
+        except ConnectionRefusedError:
+            # Named in words: the errno's text differs between loops and connect calls.
+            raise HttpError("connection_refused", f"{self._where()}: Connection refused") from None
         except TimeoutError:
             raise HttpError(
                 "connect_timeout", f"{self._where()}: no connection in {self.connect_timeout:g} s"

@@ -14,6 +14,8 @@ from __future__ import annotations
 _LF = b"\n"
 _CR = b"\r"
 _BLANK_LINE = b"\n\n"
+_DATA = b"data: "
+_NEXT_DATA = b"\n\ndata: "
 
 
 def _block_data(block: bytes) -> bytes | None:
@@ -55,12 +57,19 @@ class SseParser:
                 self._skip_lf = True
             chunk = chunk.replace(b"\r\n", _LF).replace(_CR, _LF)
         buffer = self._buffer + chunk if self._buffer else chunk
+        # The common case, whole events of one "data: " line each (vLLM's), split at once:
+        # as many line ends as twice the events means no other lines among them.
+        if buffer[:6] == _DATA and buffer[-2:] == _BLANK_LINE:
+            events = buffer[6:-2].split(_NEXT_DATA)
+            if buffer.count(_LF) == 2 * len(events):
+                self._buffer = b""
+                return events
         blocks = buffer.split(_BLANK_LINE)
         self._buffer = blocks.pop()  # after the last blank line: an unfinished event
         events: list[bytes] = []
         for block in blocks:
             # The common case, one "data: {...}" line per event, without a per-line loop.
-            if block[:6] == b"data: " and _LF not in block:
+            if block[:6] == _DATA and _LF not in block:
                 events.append(block[6:])
             elif block:
                 data = _block_data(block.lstrip(_LF))

@@ -16,10 +16,13 @@ Guarantees:
   keeps each chat request's messages in its ground truth. Token ``i`` of a reply is the text
   `` t<i>``.
 - Ground truth: for every response id, ``GET /truth`` returns when the request's last byte
-  arrived (``t_recv``), when each content chunk was handed to the socket (``writes``, stamped
-  just before the write), and the token counts; ``POST /truth/reset`` clears it. Times are
-  ``time.perf_counter``, the system-wide monotonic clock on Linux, comparable across
-  processes.
+  arrived (``t_recv``: on Linux the kernel's receive stamp, as the load generator reads
+  its own, so the time the request waited in the socket for this server's busy event loop
+  counts as the server's; elsewhere when the loop read it), when the loop read it
+  (``t_read``), when each content chunk was handed to the socket (``writes``, stamped just
+  before the write), and the token counts; ``POST /truth/reset`` clears it. The first token is
+  due ``ttft_ms`` after ``t_recv``. Times are ``time.perf_counter``, the system-wide
+  monotonic clock on Linux, comparable across processes.
 - With ``--api-key KEY`` every ``/v1/`` request must carry ``Authorization: Bearer KEY``, or
   it is answered 401; ``GET /auth`` counts the requests it let in and those it refused.
 - With ``--refuse-field NAME`` (repeatable) a completion request carrying that field is
@@ -40,12 +43,15 @@ import asyncio
 import contextlib
 import itertools
 import json
+import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 from time import perf_counter
 from urllib.parse import parse_qsl, urlsplit
+
+from agents.loadgen.http import KERNEL_STAMPS, StampedSocket
 
 KV_CAPACITY = 256
 
@@ -120,7 +126,12 @@ def _answer_whole(writer: asyncio.Transport, request: dict, chat: bool) -> None:
 
 
 async def _stream(
-    state: State, writer: asyncio.Transport, request: dict, chat: bool, t_recv: float
+    state: State,
+    writer: asyncio.Transport,
+    request: dict,
+    chat: bool,
+    t_recv: float,
+    t_read: float,
 ) -> bool:
     """Streams one completion; returns False when the connection must close."""
     model = request.get("model", "fake")
@@ -158,6 +169,7 @@ async def _stream(
     writes: list[float] = []
     truth = {
         "t_recv": t_recv,
+        "t_read": t_read,
         "writes": writes,
         "served": served,
         "requested": requested,
@@ -230,12 +242,16 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.busy = False
         self.authorization: str | None = None  # the request's Authorization header
+        self.t_read = 0.0  # when the loop read the current request
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        now = perf_counter()
+        self.received(data, perf_counter())
+
+    def received(self, data: bytes, now: float) -> None:
+        """Bytes that arrived at ``now`` (a ``StampedSocket`` gives the kernel's stamp)."""
         self.buffer += data
         if not self.busy:
             self._next(now)
@@ -257,6 +273,7 @@ class _Connection(asyncio.Protocol):
         method, target, _ = lines[0].split(" ", 2)
         self.busy = True
         self.authorization = headers.get("authorization")
+        self.t_read = perf_counter()
         asyncio.get_running_loop().create_task(self._answer(method, target, body, now))
 
     async def _answer(self, method: str, target: str, body: bytes, t_recv: float) -> None:
@@ -279,9 +296,8 @@ class _Connection(asyncio.Protocol):
             elif request.get("stream") is False:
                 _answer_whole(transport, request, path.endswith("chat/completions"))
             else:
-                keep = await _stream(
-                    state, transport, request, path.endswith("chat/completions"), t_recv
-                )
+                chat = path.endswith("chat/completions")
+                keep = await _stream(state, transport, request, chat, t_recv, self.t_read)
         elif method == "GET" and path == "/v1/models":
             data = {"object": "list", "data": [{"id": "fake", "object": "model"}]}
             _respond(transport, "200 OK", json.dumps(data).encode(), "application/json")
@@ -308,11 +324,18 @@ async def serve(port: int, api_key: str | None = None, refused_fields=()) -> Non
     state.api_key = api_key
     state.refused_fields = tuple(refused_fields)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Connection(state), "127.0.0.1", port, backlog=1024)
-    bound = server.sockets[0].getsockname()[1]
-    print(f"PORT {bound}", flush=True)
-    async with server:
-        await server.serve_forever()
+    listener = socket.create_server(("127.0.0.1", port), backlog=1024)
+    listener.setblocking(False)
+    print(f"PORT {listener.getsockname()[1]}", flush=True)
+    with listener:
+        while True:
+            connection, _ = await loop.sock_accept(listener)
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            protocol = _Connection(state)
+            if KERNEL_STAMPS:  # requests timed by their arrival, as the client times answers
+                protocol.connection_made(StampedSocket(loop, connection, protocol))
+            else:
+                await loop.connect_accepted_socket(lambda p=protocol: p, connection)
 
 
 def main() -> None:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import sys
+import threading
+import time
 
 import pytest
 
+from agents.loadgen import http
 from agents.loadgen.http import (
     BufferSink,
     ChunkedDecoder,
@@ -21,6 +25,21 @@ from agents.loadgen.http import (
 CHUNKED = b"4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-Trailer: 1\r\n\r\n"
 
 
+@pytest.fixture(
+    autouse=True,
+    params=[
+        pytest.param(True, id="kernel-stamps", marks=pytest.mark.skipif(
+            sys.platform != "linux", reason="kernel receive stamps are Linux's")),
+        pytest.param(False, id="loop-stamps"),
+    ],
+)  # fmt: skip
+def kernel_stamps(request, monkeypatch):
+    """Every test runs over both connection kinds: the raw socket read with the kernel's
+    receive stamps, and asyncio's transport (what TLS and other systems use)."""
+    monkeypatch.setattr(http, "KERNEL_STAMPS", request.param)
+    return request.param
+
+
 def test_chunked_decoding_survives_any_split():
     for cut_size in range(1, len(CHUNKED) + 1):
         decoder = ChunkedDecoder()
@@ -29,6 +48,16 @@ def test_chunked_decoding_survives_any_split():
         )
         assert decoded == b"Wikipedia in\r\n\r\nchunks."
         assert decoder.done
+
+
+def test_chunked_decoding_takes_whole_chunks_then_whatever_follows():
+    # Whole chunks with bare sizes go the fast way; an extension, a part of a chunk and the
+    # last chunk with its trailers the careful way, in the same feed or the next.
+    stream = b"5\r\nhello\r\n1\r\n \r\n5;x=1\r\nworld\r\n3\r\n!!!\r\n0\r\nT: 1\r\n\r\n"
+    for cut in range(len(stream) + 1):
+        decoder = ChunkedDecoder()
+        decoded = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
+        assert decoded == b"hello world!!!" and decoder.done
 
 
 @pytest.mark.parametrize(
@@ -208,3 +237,47 @@ async def test_a_closed_port_fails_as_connection_refused():
     with pytest.raises(HttpError) as caught:
         await fetch(pool, "/")
     assert caught.value.kind == "connection_refused"
+
+
+async def test_it_stamps_bytes_when_they_arrived_not_when_the_loop_read_them(kernel_stamps):
+    """The server (a thread) writes a piece while the client's event loop is busy for 0.3 s:
+    with kernel stamps the piece is timed when it arrived, else when the loop got to it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    written: list[float] = []
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            time.sleep(0.05)  # the client is asleep in on_head by now
+            written.append(time.perf_counter())
+            connection.sendall(b"5\r\nfirst\r\n0\r\n\r\n")
+
+    class BusySink(BufferSink):
+        pieces: list[float] = []
+
+        def on_head(self, status, headers):
+            super().on_head(status, headers)
+            time.sleep(0.3)  # the whole event loop stops, as under a burst of other streams
+
+        def on_body(self, data, now):
+            super().on_body(data, now)
+            self.pieces.append(now)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    port = listener.getsockname()[1]
+    pool = ConnectionPool(parse_base_url(f"http://127.0.0.1:{port}"), connect_timeout=2)
+    sink = BusySink()
+    try:
+        await pool.send(build_request(pool.origin, "GET", "/"), sink, timeout=5)
+    finally:
+        pool.close()
+        listener.close()
+        server.join(5)
+    late = sink.pieces[0] - written[0]
+    if kernel_stamps:
+        assert 0 <= late < 0.1
+    else:
+        assert late > 0.2

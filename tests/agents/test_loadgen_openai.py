@@ -134,11 +134,23 @@ def test_a_stream_without_content_is_a_failure():
     ],
 )
 def test_a_broken_message_aborts_the_stream_with_its_kind(payload, kind):
-    consumer = StreamConsumer(RequestRecord(0, 3))
-    consumer.on_head(200, {})
-    with pytest.raises(HttpError) as caught:
-        consumer.on_body(sse(payload), 1.0)
-    assert caught.value.kind == kind
+    # Alone in its read, and among good messages (a read's messages are parsed together).
+    for read in (sse(payload), sse(content("a"), payload, content("b"))):
+        consumer = StreamConsumer(RequestRecord(0, 3))
+        consumer.on_head(200, {})
+        with pytest.raises(HttpError) as caught:
+            consumer.on_body(read, 1.0)
+        assert caught.value.kind == kind
+
+
+def test_a_read_of_many_messages_counts_each_and_ends_at_done():
+    record = consume(
+        [
+            (10.1, sse(content("a"))),
+            (10.3, sse(*(content(f" {i}") for i in range(5)), b"[DONE]")),
+        ]
+    )
+    assert record.chunks == 6 and record.itl == pytest.approx([0.2, 0, 0, 0, 0])
 
 
 def test_surrounding_whitespace_in_a_payload_is_fine():
