@@ -67,13 +67,14 @@ def test_a_multi_turn_workload_hits_the_prefix_cache_as_much_as_it_shares(tiny_s
         if later.prompt_tokens > earlier.prompt_tokens
     )
     most = sum(record.prompt_tokens - 1 for record in records)
-    server = finished.result["server"]
+    result = finished.as_json()  # the level's figures with the server's metrics beside them
+    server = result["server"]
     print(f"\nblock {block}: hits {server['prefix_cache_hits']}, shared ≥ {shared}, most {most}")
     assert shared > 0
     assert shared <= server["prefix_cache_hits"] <= most
     assert server["prefix_cache_hit_rate"] > 0.3
     # The history grows turn by turn, as the server counted it.
-    turns = finished.result["turns"]
+    turns = result["turns"]
     assert [t["turn"] for t in turns] == [1, 2, 3]
     assert turns[0]["mean_prompt_tokens"] < turns[1]["mean_prompt_tokens"]
     assert turns[1]["mean_prompt_tokens"] < turns[2]["mean_prompt_tokens"]
