@@ -13,26 +13,16 @@ import pytest
 from agents.evaluation import EvaluationSet, drift, parse_evaluation_set, wilson
 from agents.evaluation.client import OpenAITarget, run_evaluation
 from agents.evaluation.packs import load_pack
-from tests.fakes.openai_answers import FakeAnswers
+from runs.demo.stand_in import StandInServer, right_except
 
 PACK = load_pack("arithmetic")
 ANSWERS = {item.prompt: item.reference for item in PACK.items}
 _NUMBER = re.compile(r"\d+")
 
 
-def right_on(wrong_on: set[str]):
-    """A served model that answers every pack prompt right, but those in ``wrong_on``."""
-
-    def answer(prompt: str) -> str:
-        right = ANSWERS[prompt]
-        return f"{int(right) + 1}" if prompt in wrong_on else right
-
-    return answer
-
-
 async def test_the_score_is_the_share_answered_right_with_wilsons_interval():
-    wrong = {item.prompt for item in PACK.items[::4]}  # 20 of 80 wrong: 75 % right
-    with FakeAnswers(right_on(wrong), delay_s=0.01) as served:
+    wrong = {item.id for item in PACK.items[::4]}  # 20 of 80 wrong: 75 % right
+    with StandInServer(right_except(PACK, wrong), delay_s=0.01) as served:
         outcome = await run_evaluation(
             PACK, OpenAITarget(served.url, "tiny"), seed=38, concurrency=3
         )
@@ -58,7 +48,7 @@ async def test_a_failed_request_scores_zero_and_says_why():
     def answer(prompt: str) -> str | None:
         return None if prompt == failing else ANSWERS[prompt]
 
-    with FakeAnswers(answer) as served:
+    with StandInServer(answer) as served:
         outcome = await run_evaluation(PACK, OpenAITarget(served.url, "tiny"))
     first = outcome.outcomes[0]
     assert (first.output, first.score, first.error) == (None, 0.0, "http_500")
@@ -67,7 +57,7 @@ async def test_a_failed_request_scores_zero_and_says_why():
 
 
 async def test_an_unreachable_server_fails_every_item_without_raising():
-    with FakeAnswers(lambda prompt: "1") as served:
+    with StandInServer(lambda prompt: "1") as served:
         url = served.url
     outcome = await run_evaluation(PACK, OpenAITarget(url, "tiny"), concurrency=2)
     assert outcome.failed == 80 and outcome.score.value == 0.0
@@ -119,7 +109,7 @@ async def test_a_judge_scores_through_a_second_endpoint():
         "Capital of Spain?": "Lisbon",
         "Say confuse": "confuse",
     }
-    with FakeAnswers(replies.get) as served, FakeAnswers(grader) as judge:
+    with StandInServer(replies.get) as served, StandInServer(grader) as judge:
         outcome = await run_evaluation(
             evaluation,
             OpenAITarget(served.url, "tiny"),
@@ -138,7 +128,7 @@ async def test_a_judge_scores_through_a_second_endpoint():
 
 async def test_a_failing_judge_leaves_items_unscored():
     evaluation = parse_evaluation_set(judged_set(("Capital of France?", "Paris")))
-    with FakeAnswers(lambda prompt: "Paris") as served, FakeAnswers(lambda p: None) as judge:
+    with StandInServer(lambda prompt: "Paris") as served, StandInServer(lambda p: None) as judge:
         outcome = await run_evaluation(
             evaluation, OpenAITarget(served.url, "m"), judge=OpenAITarget(judge.url, "j")
         )
@@ -155,15 +145,18 @@ async def test_a_judge_set_needs_a_judge():
 
 async def test_drift_between_two_servers_differing_on_known_items():
     half = EvaluationSet(PACK.items[:40])
-    differs = {item.prompt for item in half.items[5:12]}  # 7 items: wrong on the candidate
+    differs = {item.id for item in half.items[5:12]}  # 7 items: wrong on the candidate
 
     def rephrased(prompt: str) -> str:
         # Right, but worded differently on 3 more items: changed, not worse.
         if prompt in {item.prompt for item in half.items[30:33]}:
             return f"The answer is {ANSWERS[prompt]}."
-        return right_on(differs)(prompt)
+        return right_except(half, differs)(prompt)
 
-    with FakeAnswers(right_on(set())) as baseline, FakeAnswers(rephrased) as candidate:
+    with (
+        StandInServer(right_except(PACK, set())) as baseline,
+        StandInServer(rephrased) as candidate,
+    ):
         reference = await run_evaluation(half, OpenAITarget(baseline.url, "bf16"))
         other = await run_evaluation(half, OpenAITarget(candidate.url, "fp8"))
     result = drift(reference.answers(), other.answers())
@@ -175,7 +168,7 @@ async def test_drift_between_two_servers_differing_on_known_items():
 
 
 async def test_prompt_items_may_go_to_the_completions_endpoint():
-    with FakeAnswers(right_on(set())) as served:
+    with StandInServer(right_except(PACK, set())) as served:
         outcome = await run_evaluation(PACK, OpenAITarget(served.url, "m"), endpoint="completions")
     assert outcome.score.value == 1.0
     assert {("prompt" in r, r["max_tokens"]) for r in served.requests} == {(True, 16)}

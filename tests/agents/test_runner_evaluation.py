@@ -13,8 +13,8 @@ from agents.evaluation import score_interval
 from agents.evaluation.client import EvaluationOutcome, ItemOutcome
 from agents.runner.evaluation_run import EvaluationKeys, evaluation_parts, trial_evaluation
 from agents.runner.trial_engine import EngineOptions
+from runs.demo.stand_in import StandInServer
 from tests.agents.fake_openai_server import FakeServer
-from tests.fakes.openai_answers import FakeAnswers
 
 from .test_endpoint_engine import endpoint_job
 from .test_runner import make_job, run
@@ -48,7 +48,7 @@ def with_evaluation(job: protocol.JobSpec, **evaluation) -> protocol.JobSpec:
 
 @pytest.mark.slow
 def test_each_trial_is_scored_after_its_levels_on_the_same_server(server, tmp_path):
-    with FakeAnswers(lambda prompt: "Fine. SCORE: 3") as judge:
+    with StandInServer(lambda prompt: "Fine. SCORE: 3") as judge:
         judge_spec = protocol.EvaluationJudge(base_url=judge.url, model="judge", endpoint_id="j")
         job = with_evaluation(
             endpoint_job(server.base_url, trials=({}, {})),

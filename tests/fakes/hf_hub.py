@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.fakes.local_http import serve_in_thread, server_url, stop_serving
+from runs.demo.local_http import serve_in_thread, server_url, stop_serving
 
 # Files the real hub keeps in LFS (their listing carries an ``lfs`` entry).
 _LFS_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".gguf")

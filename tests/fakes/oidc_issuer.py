@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.fakes.local_http import send_json
+from runs.demo.local_http import send_json
 
 KEY_ID = "test-key-1"
 

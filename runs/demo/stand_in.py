@@ -1,12 +1,16 @@
-"""An OpenAI-compatible stand-in on 127.0.0.1 that answers with known text, for evaluation
-tests: a served model that is right on chosen items, or a judge.
+"""An OpenAI-compatible stand-in on 127.0.0.1 that answers with known text: a served model
+that is right on chosen items of an evaluation set, or a judge. It is no model and measures
+nothing: the demo shows quality scoring on it, labelled as a stand-in (``runs.demo.quality``),
+and the evaluation tests score against it.
 
-``FakeAnswers(answer)`` serves ``POST /v1/chat/completions`` and ``POST /v1/completions``
+``StandInServer(answer)`` serves ``POST /v1/chat/completions`` and ``POST /v1/completions``
 without streaming, as vLLM answers them (``choices[0].message.content`` or
 ``choices[0].text``, and ``usage``). ``answer(prompt)`` gives the reply text for the request's
 prompt (a chat request's last message); returning None answers 500. Every request body is
 kept in ``requests``, so a test can check what a client sent (temperature, seed, lengths);
 ``peak_in_flight`` is the most requests it was answering at once (each held ``delay_s``).
+``right_except(evaluation_set, wrong)`` is an ``answer`` that replies each item's reference,
+but a wrong number on the items named: a known share right, by construction.
 """
 
 from __future__ import annotations
@@ -18,11 +22,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.fakes.local_http import send_json, serve_in_thread, server_url, stop_serving
+from agents.evaluation import EvaluationSet
+from runs.demo.local_http import send_json, serve_in_thread, server_url, stop_serving
+
+
+def right_except(evaluation_set: EvaluationSet, wrong: set[str]) -> Callable[[str], str]:
+    """Replies with the reference of the item whose prompt was asked, or, for the items whose
+    ids are in ``wrong``, the reference plus one (whole-number references: a numeric scorer's
+    miss). Prompts must be unique in the set and every wrong item's reference a whole number."""
+    references = {item.prompt: (item.id, item.reference) for item in evaluation_set.items}
+    if len(references) != len(evaluation_set.items):
+        raise ValueError("right_except needs one item per prompt")
+
+    def answer(prompt: str) -> str:
+        item_id, reference = references[prompt]
+        return f"{int(reference) + 1}" if item_id in wrong else str(reference)
+
+    return answer
 
 
 @dataclass
-class FakeAnswers:
+class StandInServer:
+    """The stand-in (module docstring): ``start`` (or ``with``) serves it, ``stop`` ends it."""
+
     answer: Callable[[str], str | None]
     delay_s: float = 0.0
     requests: list[dict] = field(default_factory=list)
@@ -35,11 +57,11 @@ class FakeAnswers:
     def url(self) -> str:
         return server_url(self._server)
 
-    def start(self) -> FakeAnswers:
-        fake = self
+    def start(self) -> StandInServer:
+        stand_in = self
 
         class Handler(_AnswerHandler):
-            owner = fake
+            owner = stand_in
 
         self._server = serve_in_thread(Handler)
         return self
@@ -47,7 +69,7 @@ class FakeAnswers:
     def stop(self) -> None:
         stop_serving(self._server)
 
-    def __enter__(self) -> FakeAnswers:
+    def __enter__(self) -> StandInServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -72,18 +94,19 @@ class FakeAnswers:
         choice = {"index": 0, "finish_reason": "stop"}
         choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
-        return 200, {"id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion",
-                     "model": body.get("model"), "choices": [choice], "usage": usage}  # fmt: skip
+        kind = "chat.completion" if chat else "text_completion"
+        return 200, {"id": "cmpl-stand-in", "object": kind, "model": body.get("model"),
+                     "choices": [choice], "usage": usage}  # fmt: skip
 
 
 class _AnswerHandler(BaseHTTPRequestHandler):
-    owner: FakeAnswers
+    owner: StandInServer
     protocol_version = "HTTP/1.1"
     # Headers and body go out in two writes: without this, Nagle's algorithm holds the body
     # back for the client's delayed ACK (about 40 ms a request on Linux).
     disable_nagle_algorithm = True
 
-    def log_message(self, format, *args):  # keep test output clean
+    def log_message(self, format, *args):  # keep the demo's and the tests' output clean
         pass
 
     def do_POST(self):

@@ -1,5 +1,8 @@
-"""What every stand-in server here shares: a ``ThreadingHTTPServer`` on 127.0.0.1 at a free
-port, served from a daemon thread, and a JSON answer written in one go."""
+"""What the demo's stand-in servers and the tests' share: a ``ThreadingHTTPServer`` on
+127.0.0.1 at a free port, served from a daemon thread, and a JSON answer written in one go.
+
+Guarantees: a server listens on 127.0.0.1 only, on a port the system picks; ``stop_serving``
+returns within moments (its handler threads are daemons)."""
 
 from __future__ import annotations
 
