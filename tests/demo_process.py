@@ -4,11 +4,13 @@ process on embedded defaults, whatever the test session itself was given."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS_ANSWER = ROOT / "docs" / "answer.md"
 # What the test session may have set that the demo must not see: it runs on SQLite, with
 # in-memory layers and pods under its own folder, as on a machine with no services.
 _SESSION_ONLY = {"DATABASE_URL", "REDIS_URL", "BENCHSITE_LOCAL_PODS_DIR"}
@@ -59,3 +61,13 @@ def demo_started(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def demo_answer_in_docs() -> list[str]:
+    """The lines of docs/answer.md's sample of the end of ``make demo``: the code block
+    after "the end of `make demo`"."""
+    text = DOCS_ANSWER.read_text()
+    after = text[text.index("the end of `make demo`") :]
+    block = re.search(r"```\n(.*?)\n```", after, re.S)
+    assert block, "docs/answer.md has no sample of the demo's answer"
+    return block.group(1).splitlines()

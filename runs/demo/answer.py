@@ -180,7 +180,7 @@ def _margin_line(margin: Margin, other: str, whose: str, capacity: float | None)
     return f"  {words}{f' ({ci})' if ci else ''} at {whose} capacity {_load(capacity)}."
 
 
-def _config_name(config: ConfigAnswer, plan: DemoPlan) -> str:
+def config_name(config: ConfigAnswer, plan: DemoPlan) -> str:
     """``max_num_batched_tokens=2048``, or "vLLM's defaults" for the trial that sets none."""
     value = config.serve_config.get(plan.flag)
     return "vLLM's defaults" if value is None else f"{plan.flag}={value}"
@@ -210,7 +210,7 @@ def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console
     if winner is None:
         console.print("[red]No configuration met the SLOs at any load.[/]")
         return
-    name = _config_name(winner, plan)
+    name = config_name(winner, plan)
     console.print(
         f"[bold green]Answer[/] ({where}): {name} carries {_load(winner.capacity)} concurrent "
         f"users within {answer.slos}, at ${winner.usd_per_million_output_tokens:.3f} per 1M "
@@ -220,7 +220,7 @@ def print_capacity_answer(answer: RunAnswer, plan: DemoPlan, where: str, console
     said_below = second is answer.defaults and answer.over_defaults is not None
     if second is not None and answer.margin_pct is not None and not said_below:
         margin = Margin(answer.margin_pct, answer.margin_ci95_pct, answer.tie)
-        console.print(_margin_line(margin, _config_name(second, plan), "its", second.capacity))
+        console.print(_margin_line(margin, config_name(second, plan), "its", second.capacity))
     if answer.over_defaults is not None:
         defaults = answer.defaults.capacity
         console.print(_margin_line(answer.over_defaults, "vLLM's defaults", "their", defaults))

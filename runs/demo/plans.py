@@ -3,12 +3,13 @@ the demo organization.
 
 Guarantees: the demo's experiment is created once per organization and plan, through the
 same services as a user's (``model_spec_create``, ``experiment_create``: validated and
-audited); a later demo reuses it as it is.
+audited); a later demo reuses it as it is, but gives one that names no evaluation the plan's
+(``experiment_update``: an experiment made by a demo older than evaluations).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from agents.hardware import MODEL_PRESETS
@@ -16,7 +17,7 @@ from runs.actors import Actor
 from runs.demo.vllm_cpu import VllmSetup, tiny_model_spec
 from runs.models import Experiment, GpuType, ModelSpec, Organization
 from runs.services.catalogue import model_spec_create
-from runs.services.experiments import experiment_create
+from runs.services.experiments import experiment_create, experiment_update
 
 DEMO_ACTOR = "manage.py demo_run"
 # The simulator's noise in the demo's run: fixed, so that the demo shows the same answer every
@@ -39,6 +40,8 @@ class DemoPlan:
     flag_heading: str
     # A trial with vLLM's defaults beside the grid: the baseline the answer is compared with.
     defaults_trial: bool = False
+    # What every configuration is scored on (runs.experiment_evaluation; {}: nothing).
+    evaluation: dict = field(default_factory=dict)
 
 
 SIM_DEMO = DemoPlan(
@@ -62,6 +65,9 @@ SIM_DEMO = DemoPlan(
     flag="max_num_batched_tokens",
     flag_heading="batched",
     defaults_trial=True,
+    # The simulator serves no text: every configuration says "quality not judged: simulated",
+    # as a simulated run of a team's own experiment with a set does.
+    evaluation={"pack": "arithmetic"},
 )
 
 # Real vLLM on a 2-core CPU: each start takes about a minute, so two configurations and two
@@ -102,9 +108,11 @@ def demo_experiment(org: Organization, plan: DemoPlan, vllm: VllmSetup | None) -
     """The organization's experiment of ``plan`` (created, with its model, the first time):
     the 8B preset for the simulator, the tiny model ``vllm`` built for real vLLM."""
     existing = Experiment.objects.filter(organization=org, name=plan.experiment).first()
+    actor = Actor.system(DEMO_ACTOR)
+    if existing is not None and plan.evaluation and not existing.evaluation:
+        return experiment_update(experiment=existing, actor=actor, evaluation=plan.evaluation)
     if existing is not None:
         return existing
-    actor = Actor.system(DEMO_ACTOR)
     if vllm is None:
         spec = MODEL_PRESETS["llama-3.1-8b"].registered
     else:
@@ -125,4 +133,5 @@ def demo_experiment(org: Organization, plan: DemoPlan, vllm: VllmSetup | None) -
         workload=plan.workload,
         slos=plan.slos,
         budget_cap_usd=plan.budget_cap_usd,
+        evaluation=plan.evaluation,
     )

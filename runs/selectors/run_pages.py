@@ -137,7 +137,7 @@ def _points(value: float, sign: bool = False) -> str:
     return f"{value * 100:+.1f}" if sign else f"{value * 100:.1f}"
 
 
-def _quality_state(quality: dict | None) -> dict | None:
+def quality_state(quality: dict | None) -> dict | None:
     """A configuration's quality (``runs.selectors.trial_quality``) as the pages print it:
     the score in %, its interval, and the drift from the reference in words."""
     if quality is None:
@@ -195,7 +195,7 @@ def _config_state(config: ConfigAnswer | None, labels: dict[int, str]) -> dict |
         "usd_per_million_ci95": None if ci is None else [_money(ci[0]), _money(ci[1])],
         "output_throughput": config.output_throughput,
         "serve_command": config.serve_command,
-        "quality": _quality_state(config.quality),
+        "quality": quality_state(config.quality),
         "note": config.note,
         "priced_for": config.priced_for,
         "quality_floor": config.quality_floor,

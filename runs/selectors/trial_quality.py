@@ -22,7 +22,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from agents.evaluation import Answer, Interval, drift
@@ -93,8 +93,13 @@ def _answers(evaluation: TrialEvaluation) -> dict[str, Answer]:
     }
 
 
-def _drift_json(reference: TrialEvaluation, candidate: TrialEvaluation, index: int) -> dict:
-    found = drift(_answers(reference), _answers(candidate))
+def drift_json(
+    reference: Mapping[str, Answer], candidate: Mapping[str, Answer], index: int
+) -> dict:
+    """``candidate``'s drift from ``reference`` (trial ``index``'s answers) as the API, the
+    CLI and the pages read it: compared, changed (a count), the changed share's interval,
+    missing, and the score difference's interval."""
+    found = drift(reference, candidate)
     return {
         "reference_trial": index,
         "compared": found.compared,
@@ -136,7 +141,7 @@ def run_quality(*, run: Run, trials: list[Trial] | None = None) -> dict[int, Tri
             items=evaluation.items,
             failed=evaluation.failed,
             seconds=evaluation.seconds,
-            drift=_drift_json(stored[reference.id], evaluation, reference.index)
+            drift=drift_json(_answers(stored[reference.id]), _answers(evaluation), reference.index)
             if compared
             else None,
         )

@@ -29,7 +29,7 @@ import pytest
 
 from runs.providers.local import LocalProvider
 from tests.cli.conftest import benchsite
-from tests.demo_process import demo_started, migrated_demo_env
+from tests.demo_process import demo_answer_in_docs, demo_started, migrated_demo_env
 from tests.polling import wait_for
 
 from .live_server import free_port
@@ -183,6 +183,16 @@ def assert_the_demo_printed_its_run_and_answer(out: str, port: int) -> None:
     if "Answer (simulated H100" in words:
         assert "concurrent users within ttft:p99<500ms, tpot:p99<50ms" in words
         assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in words
+    # The answer, each configuration's quality and the stand-ins' scores: the same every
+    # time (fixed traffic and noise seeds; stand-ins that answer by construction), exactly
+    # as docs/answer.md shows them. The simulator serves no text: nothing of the run is scored.
+    printed = [line.rstrip() for line in out.splitlines()]
+    docs = demo_answer_in_docs()
+    assert docs[0] in printed, out[-3000:]
+    start = printed.index(docs[0])
+    assert printed[start : start + len(docs)] == docs, out[-4000:]
+    unjudged = [line for line in docs if line.endswith(": quality not judged: simulated")]
+    assert len(unjudged) == 4
     assert "Password:" in out
     # Every address printed is where the demo serves, not a default port.
     assert f"Sign in:  http://127.0.0.1:{port}/login/" in out

@@ -6,7 +6,9 @@ run of the demo experiment through the real path — ``run_start`` (budget check
 audit), the provisioning task taken by the worker, the local provider (the agent as a child
 process), the agent streaming to the site's socket, ``run_finalize`` — and shows progress,
 then the final table: per configuration and load level, TTFT / ITL / TPOT p50 and p99, output
-tokens/s and the cost per 1M output tokens, and the winner under the SLOs.
+tokens/s and the cost per 1M output tokens, and the winner under the SLOs; then each
+configuration's quality on the experiment's evaluation, and quality scoring shown on two
+labelled stand-in servers (``runs.demo.quality``).
 
 ``--engine sim`` (the default) asks the question the product answers: an 8B Llama-class model
 on an H100, ``max_num_batched_tokens`` ∈ {2048, 8192, 16384} × concurrency {1, 8, 64, 192},
@@ -46,6 +48,7 @@ from runs.demo.answer import print_answer
 from runs.demo.hooks import demo_hooks_seed
 from runs.demo.inbox import inbox_start
 from runs.demo.plans import DEMO_ACTOR, DEMO_NOISE_SEED, SIM_DEMO, VLLM_DEMO, demo_experiment
+from runs.demo.quality import print_run_quality, print_stand_in_quality
 from runs.demo.running import (
     follow_run,
     log_to_file,
@@ -147,6 +150,8 @@ class Command(BaseCommand):
             print_started(console, run, experiment, base, vllm, log=log)
             run = follow_run(run, experiment, console)
             print_answer(run, plan, vllm, console)
+            print_run_quality(run, plan, console)
+            print_stand_in_quality(console)
             print_next_steps(console, run, base)
             if not exit:
                 console.print(
