@@ -6,12 +6,15 @@ whole by ``tests/site/test_demo_serving.py``.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from rich.console import Console
 
 from agents.evaluation import paired_difference, wilson
+from runs.demo.plans import SIM_DEMO, demo_experiment
 from runs.demo.quality import print_stand_in_quality
+from runs.models import AuditEvent
 from tests.demo_process import demo_answer_in_docs
 
 
@@ -54,3 +57,13 @@ def test_docs_answer_ends_with_exactly_what_the_demo_prints_of_the_stand_ins():
     lines = printed()
     docs = demo_answer_in_docs()
     assert docs[-len(lines) :] == lines
+
+
+def test_a_demo_experiment_made_before_evaluations_is_given_the_pack(org_a):
+    older = demo_experiment(org_a, dataclasses.replace(SIM_DEMO, evaluation={}), None)
+    assert older.evaluation == {}
+    again = demo_experiment(org_a, SIM_DEMO, None)
+    assert again.id == older.id and again.evaluation["pack"] == "arithmetic"
+    assert AuditEvent.objects.filter(organization=org_a, event="experiment.update").count() == 1
+    # Given once: a later demo reuses it as it is.
+    assert demo_experiment(org_a, SIM_DEMO, None).evaluation == again.evaluation
