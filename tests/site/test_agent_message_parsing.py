@@ -16,8 +16,8 @@ from django.urls import resolve
 
 from agents import protocol
 from agents.runner.site_link import SiteEndpoints
-from runs.api.parsers import NUL_REFUSAL
 from runs.api.views_agent import AgentEpochView, AgentMessagesView
+from runs.inputs.nul_characters import NUL_REFUSAL
 from runs.models import AgentMessageRecord
 from runs.services.agent_messages import agent_frame_parse
 
