@@ -81,7 +81,7 @@ def test_it_refuses_a_batch_over_the_protocols_limit_naming_the_field(alice):
 
 
 def test_the_sockets_close_with_the_protocols_codes_as_plain_integers():
-    from runs import consumers
+    from runs.consumers import sockets as consumers
 
     assert consumers.CLOSE_NOT_FOUND == protocol.CloseCode.NOT_FOUND
     assert consumers.CLOSE_INTERNAL_ERROR == protocol.CloseCode.INTERNAL_ERROR
