@@ -32,7 +32,7 @@ from benchsite_cli.gate import (
 from runs.models import GateVerdict, Promotion, PromotionState, Run, ScheduleFiring
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
 from runs.run_documents import RunDetailSerializer
-from runs.services.notifications import notify_regression
+from runs.services.notifications.events import notify_regression
 
 MAX_ROWS_KEPT = 20
 
