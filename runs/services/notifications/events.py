@@ -10,6 +10,7 @@ import datetime
 
 from django.conf import settings
 
+from runs.answer_text import run_answer_state
 from runs.models import NotificationEvent, Organization
 from runs.services.notifications.outbox import hooks_for, notify
 
@@ -29,8 +30,6 @@ def notify_run_ended(run) -> None:
     """A run's end (in the transaction that ended it): finished, failed or over budget, with
     its answer as the run page gives it (the recommended configuration, its capacity at the
     SLOs and cost per 1M output tokens, its serve command), named in the summary."""
-    from runs.selectors.run_pages import run_answer_state  # pages' reads; only at a run's end
-
     event = _RUN_END_EVENTS.get(str(run.state))
     if event is None or not hooks_for(run.organization_id, event):
         return  # nobody to tell: the answer is not even read
