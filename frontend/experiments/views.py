@@ -33,6 +33,7 @@ from frontend.experiments.schedule_form import schedule_form_values
 from frontend.org_pages import org_context, org_page
 from runs.access import Need, access_experiment, access_model_spec, scoped
 from runs.actors import actor_from_request
+from runs.answer_text import run_answer_state
 from runs.errors import Conflict, DomainValidationError
 from runs.models import Endpoint, Experiment, GpuType, ModelSpec, WorkloadDataset
 from runs.models.catalogue import WeightDtype
@@ -40,7 +41,6 @@ from runs.models.experiments import DATASET_FORMAT_CHOICES, CloudType, Engine
 from runs.models.runs import RunState, RunTrigger
 from runs.selectors.estimates import experiment_estimate
 from runs.selectors.run_history import with_simulated
-from runs.selectors.run_pages import run_answer_state
 from runs.selectors.schedules import experiment_schedule, schedule_state
 from runs.selectors.software_stacks import run_stacks
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_delete

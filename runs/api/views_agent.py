@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from agents import protocol
 from runs.api.parsers import AgentBatchParser
+from runs.consumers.notices import notify_run_watchers
 from runs.inputs.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody, protocol_body
 from runs.inputs.strict_fields import StrictJSONField
 from runs.models import Run, WorkloadDataset
@@ -26,7 +27,7 @@ from runs.pod_job import run_job_spec
 from runs.run_as_started import run_workload
 from runs.services.agent_epochs import agent_epoch_issue
 from runs.services.agent_messages import agent_message_parse
-from runs.services.ingest import agent_messages_ingest, notify_run_watchers
+from runs.services.ingest import agent_messages_ingest
 from runs.services.run_control import run_stop_request
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, unscoped_run_for_token
 

@@ -37,7 +37,7 @@ from runs.models import (
 from runs.models.runs import TrialOutcome
 from runs.recipes import trial_recipe
 from runs.selectors.trial_figures import trial_is_simulated
-from runs.services.notifications import notify_promotion
+from runs.services.notifications.events import notify_promotion
 from runs.services.text_input import clean_short_text
 
 MAX_TEXT_CHARS = 2000
