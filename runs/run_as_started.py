@@ -59,6 +59,13 @@ SLOS_PATH = "job_spec__slos"
 CLOUD_TYPE_PATH = "experiment_snapshot__cloud_type"
 BUDGET_CAP_PATH = "experiment_snapshot__budget_cap_usd"
 MODEL_PATH = "experiment_snapshot__model"
+# What a run's evaluation was (the set's file itself is left out: up to 64 KiB a run).
+EVALUATION_PACK_PATH = "job_spec__evaluation__pack"
+EVALUATION_SET_ID_PATH = "job_spec__evaluation__set_id"
+EVALUATION_SET_SHA256_PATH = "job_spec__evaluation__set_sha256"
+QUALITY_FLOOR_PATH = "experiment_snapshot__quality_floor"
+# The runs whose job has an evaluation (the job leaves the key out when it has none).
+EVALUATED_RUNS = Q(job_spec__has_key="evaluation")
 
 
 def frozen_value(path: str, *, via: str = "", text: bool = False):

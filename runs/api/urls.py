@@ -21,6 +21,7 @@ from runs.api.views_evaluations import EvaluationSetViewSet
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
 from runs.api.views_notifications import NotificationHookViewSet
 from runs.api.views_promotions import PromotionViewSet
+from runs.api.views_reports import ReportViewSet
 from runs.api.views_runs import RunViewSet
 from runs.api.views_tenancy import MemberViewSet, OrganizationViewSet, TokenViewSet
 
@@ -43,6 +44,7 @@ tenant.register("promotions", PromotionViewSet, basename="promotion")
 tenant.register("provider-keys", ProviderKeyViewSet, basename="provider-key")
 tenant.register("endpoints", EndpointViewSet, basename="endpoint")
 tenant.register("notification-hooks", NotificationHookViewSet, basename="notification-hook")
+tenant.register("reports", ReportViewSet, basename="reports")
 
 
 def _agent(route: str) -> str:

@@ -213,6 +213,7 @@ class Endpoint:
                 "-test",
                 "-deliveries",
                 "-schedule",
+                "-choice",
             )
         )
 
@@ -283,6 +284,9 @@ ENDPOINTS = [
     Endpoint("experiment-detail", "patch", W, lambda w: {"description": "patched"}),
     Endpoint("experiment-detail", "delete", W),
     Endpoint("experiment-estimate", "get", R),
+    # Reports read what every member may see on the report pages.
+    Endpoint("experiment-choice", "get", R),
+    Endpoint("reports-models", "get", R),
     # A prediction runs the simulator and stores nothing: a viewer may ask for one.
     Endpoint("experiment-prediction", "get", R),
     Endpoint(
