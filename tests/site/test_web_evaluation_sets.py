@@ -68,7 +68,7 @@ def test_a_member_uploads_a_set_and_sees_its_summary(mallory):
 def test_a_set_that_needs_a_judge_says_so(alice):
     evaluation_set_upload(org=alice.org, actor=SYSTEM, name="judged", raw=JUDGED)
     page = signed_in(alice).get(page_url(alice.org)).content.decode()
-    assert "judge 1" in page and "yes: an experiment names a judge endpoint" in page
+    assert "judge 1" in page and "yes: an experiment using it names a judge endpoint" in page
 
 
 @pytest.mark.parametrize(
