@@ -6,7 +6,8 @@ Guarantees:
 - ``job_spec_freeze`` builds and validates the whole ``protocol.JobSpec`` of an experiment,
   less the parts each provisioning attempt fills in (``PER_ATTEMPT``: the run's id, which is
   its row's, the deadline and where to report). The engine's GPU type is the experiment's
-  own; a placement may replace it for one attempt. The evaluation's items are frozen in it
+  own; a placement may replace it for one attempt. The evaluation is frozen in it: an
+  uploaded set by id and digest, so the run scores exactly that file
   (``runs.evaluation_job``). A job the protocol refuses raises
   ``DomainValidationError`` naming the field, and nothing is written.
 - ``job_spec_for_attempt`` gives back exactly the frozen job, with only the per-attempt

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import protocol
+from runs.access import access_run_evaluation_set
 from runs.api.parsers import AgentBatchParser
 from runs.consumers.notices import notify_run_watchers
 from runs.inputs.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody, protocol_body
@@ -200,3 +201,15 @@ class AgentDatasetView(APIView):
         return FileResponse(
             dataset.file.open("rb"), content_type=_CONTENT_TYPES.get(dataset.format, "text/csv")
         )
+
+
+class AgentEvaluationSetView(APIView):
+    """The uploaded evaluation set (JSONL) the run's job names by id, exactly as uploaded;
+    no other set. The agent uses it only when its sha256 is the job's."""
+
+    authentication_classes = [RunTokenAuthentication]
+
+    @extend_schema(responses={(200, "application/jsonl"): OpenApiTypes.BINARY})
+    def get(self, request, run_id, set_id):
+        evaluation_set = access_run_evaluation_set(run=request.auth, evaluation_set_id=set_id)
+        return FileResponse(evaluation_set.file.open("rb"), content_type="application/jsonl")

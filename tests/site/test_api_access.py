@@ -236,12 +236,14 @@ GLOBAL_ROUTES = {"api-root", "org-list", "org-detail", "serve-flags-list"}
 # Documentation, public by design (SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]): no tenant data.
 PUBLIC_ROUTES = {("api-schema", "get"), ("api-docs", "get"), ("api-redoc", "get")}
 # The agent's endpoints take a run token, never a user's: tested in test_agent_ingest.py,
-# test_agent_epochs.py (epoch) and test_run_cancel.py (datasets).
+# test_agent_epochs.py (epoch), test_run_cancel.py (datasets) and test_evaluation_jobs.py
+# (evaluation sets).
 AGENT_ROUTES = {
     ("agent-messages", "post"),
     ("agent-job", "get"),
     ("agent-epoch", "post"),
     ("agent-dataset", "get"),
+    ("agent-evaluation-set", "get"),
 }
 
 R, W, M = Need.READ, Need.WRITE, Need.MANAGE
