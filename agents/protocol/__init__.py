@@ -85,6 +85,7 @@ from agents.protocol.host_env import (
     HUB_ENDPOINT_ENV,
     HUB_OFFLINE_ENV,
     JOB_ENV,
+    JUDGE_ADDRESSES_ENV,
     JUDGE_API_KEY_ENV,
     SIM_OVER_HTTP_ENV,
     TOKEN_ENV,
@@ -206,6 +207,7 @@ from agents.protocol.strict import StrictModel
 from agents.protocol.transport import (
     AGENT_DATASET_ROUTE,
     AGENT_EPOCH_ROUTE,
+    AGENT_EVALUATION_SET_ROUTE,
     AGENT_JOB_ROUTE,
     AGENT_MESSAGES_ROUTE,
     AGENT_SOCKET_ROUTE,
@@ -265,6 +267,7 @@ from agents.protocol.workload import (
 __all__ = [
     "AGENT_DATASET_ROUTE",
     "AGENT_EPOCH_ROUTE",
+    "AGENT_EVALUATION_SET_ROUTE",
     "AGENT_HOST_SETTINGS",
     "AGENT_JOB_ROUTE",
     "AGENT_MESSAGES_ROUTE",
@@ -288,6 +291,7 @@ __all__ = [
     "HUB_OFFLINE_ENV",
     "INTEGER_COLUMN_MAX",
     "JOB_ENV",
+    "JUDGE_ADDRESSES_ENV",
     "JUDGE_API_KEY_ENV",
     "LATENCY_METRICS",
     "LATENCY_STATISTICS",

@@ -251,6 +251,7 @@ class JobRunner:
         workdir: Path,
         engine_options: EngineOptions | None = None,
         dataset_path: Callable[[str], Path] | None = None,
+        evaluation_set: Callable[[str, str], bytes] | None = None,
         deadline_margin: float = 15.0,
         heartbeat_every: float = 10.0,
         progress_every: float = 0.5,
@@ -265,6 +266,8 @@ class JobRunner:
         self.engine_options = engine_options or EngineOptions()
         self._host: protocol.HostFacts | None = None  # read once, in run()
         self.dataset_path = dataset_path
+        # An uploaded evaluation set's file by (id, sha256), checked (session.py); None: none.
+        self.evaluation_set = evaluation_set
         self.deadline_margin = deadline_margin
         self.heartbeat_every = heartbeat_every
         self.progress_every = progress_every
@@ -765,6 +768,12 @@ class JobRunner:
                 base_url=engine.base_url,
                 keys=keys,
                 timeout_s=self.seconds_to_deadline(),
+                fetch_set=self.evaluation_set,
+                # Sent only where the site checked, as the load generator's traffic is.
+                served_addresses=self.engine_options.endpoint_addresses
+                if self.job.engine.kind == "endpoint"
+                else (),
+                judge_addresses=self.engine_options.judge_addresses,
             )
         )
         stopped = asyncio.create_task(self._stop.wait())

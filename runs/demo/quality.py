@@ -24,12 +24,12 @@ from rich.console import Console
 
 from agents.evaluation.client import EvaluationOutcome, OpenAITarget, run_evaluation
 from agents.evaluation.packs import load_pack
+from runs.answer_text import quality_state
 from runs.demo.answer import config_name
 from runs.demo.plans import DemoPlan
 from runs.demo.stand_in import StandInServer, right_except
 from runs.models import Run
 from runs.selectors.run_answer import run_answer
-from runs.selectors.run_pages import quality_state
 from runs.selectors.trial_quality import (
     TrialQuality,
     drift_json,

@@ -7,7 +7,8 @@ and the evaluation tests score against it.
 without streaming, as vLLM answers them (``choices[0].message.content`` or
 ``choices[0].text``, and ``usage``). ``answer(prompt)`` gives the reply text for the request's
 prompt (a chat request's last message); returning None answers 500. Every request body is
-kept in ``requests``, so a test can check what a client sent (temperature, seed, lengths);
+kept in ``requests`` and its Host header in ``hosts``, so a test can check what a client sent
+(temperature, seed, lengths, the name it asked for);
 ``peak_in_flight`` is the most requests it was answering at once (each held ``delay_s``).
 ``right_except(evaluation_set, wrong)`` is an ``answer`` that replies each item's reference,
 but a wrong number on the items named: a known share right, by construction.
@@ -48,6 +49,7 @@ class StandInServer:
     answer: Callable[[str], str | None]
     delay_s: float = 0.0
     requests: list[dict] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
     peak_in_flight: int = 0
     _in_flight: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -113,6 +115,8 @@ class _AnswerHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", 0))
         body = json.loads(self.rfile.read(length))
         if self.path in ("/v1/chat/completions", "/v1/completions"):
+            with self.owner._lock:
+                self.owner.hosts.append(self.headers.get("Host", ""))
             status, reply = self.owner._reply(self.path, body)
         else:
             status, reply = 404, {"error": {"message": f"no route {self.path}"}}
