@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -153,6 +154,7 @@ class Row:
     dtype: str = "bfloat16"
     quote: str = ""
     vllm_version: str | None = None  # the release the source names, None where it names none
+    chat: bool = False  # sent to /v1/chat/completions (the ``endpoint`` column)
 
     @property
     def version(self) -> int:
@@ -202,6 +204,7 @@ def _row(record: dict) -> Row:
         dtype=record["dtype"],
         quote=record["quote"],
         vllm_version=_release(record["vllm_version"]),
+        chat=record["endpoint"] == "chat",
     )
 
 
@@ -270,6 +273,7 @@ def _measure(
     vllm_version: str | None = None,
     offline: bool = False,
     constants: Constants = DEFAULT_CONSTANTS,
+    chat: bool = False,
 ) -> dict:
     scheduler = make_scheduler(
         model_facts(model),
@@ -284,9 +288,8 @@ def _measure(
 
     def make(i: int) -> SimRequest:
         prompt_len, out_len = lengths[i] if lengths else (input_len, output_len)
-        return SimRequest(
-            i, prompt_len, out_len, block_hashes=distinct_prompt(i, prompt_len, block_size)
-        )
+        hashes = distinct_prompt(i, prompt_len, block_size)
+        return SimRequest(i, prompt_len, out_len, block_hashes=hashes, chat=chat)
 
     if math.isinf(rate):
         result = closed_loop(scheduler, concurrency=c or n, total=n, make=make)
@@ -309,7 +312,8 @@ def _measure(
         "req_s": len(result.requests) / result.duration,
         "tpot_ms": 1000 * statistics.median(tpots),
         "mean_tpot_ms": 1000 * statistics.fmean(tpots),
-        "decode_tok_s": 1 / statistics.median(tpots),
+        # A burst's tokens can all leave the API server together (TPOT 0): no finite rate.
+        "decode_tok_s": 1 / statistics.median(tpots) if statistics.median(tpots) else math.inf,
         "median_ttft_ms": 1000 * statistics.median(result.ttfts()),
         "mean_ttft_ms": 1000 * statistics.fmean(result.ttfts()),
         "batch_latency_ms": 1000 * result.duration,
@@ -331,9 +335,12 @@ def simulated(row: Row, constants: Constants = DEFAULT_CONSTANTS) -> float:
         row.vllm_version,
         row.offline,
         constants,
+        row.chat,
     )
     if row.metric == "gain_vs_c1":
-        base = _measure(*setup, 1, 20, flags, vllm_version=row.vllm_version, constants=constants)
+        base = _measure(
+            *setup, 1, 20, flags, vllm_version=row.vllm_version, constants=constants, chat=row.chat
+        )
         return figures["output_tok_s"] / base["output_tok_s"]
     return figures[row.metric]
 
@@ -497,7 +504,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay with FITTED_CONSTANTS (benchmarks/sim_fit.py's) instead of the defaults",
     )
-    constants = FITTED_CONSTANTS if parser.parse_args(argv).fitted else DEFAULT_CONSTANTS
+    parser.add_argument(
+        "--chat-request-s",
+        type=float,
+        metavar="SECONDS",
+        help="the API server's serial cost of a chat request (FrontEnd.chat_request_s) to "
+        "replay with, in place of the chosen constants' (a grid's point)",
+    )
+    args = parser.parse_args(argv)
+    constants = FITTED_CONSTANTS if args.fitted else DEFAULT_CONSTANTS
+    if args.chat_request_s is not None:
+        if not args.chat_request_s >= 0:
+            parser.error("--chat-request-s must be 0 or more seconds")
+        front_end = dataclasses.replace(constants.front_end, chat_request_s=args.chat_request_s)
+        constants = dataclasses.replace(constants, front_end=front_end)
     results = calibration_results(constants)
     print(
         "| set | source | model | GPU | TP | in/out | c | metric | published | simulator | error |"
