@@ -13,7 +13,13 @@ import pytest
 
 from agents.engines.sim import SimRequest, closed_loop
 from agents.engines.sim.frontend import DEFAULT_FRONT_END, FrontEnd
-from agents.engines.sim.scheduler import Scheduler, make_scheduler, prompt_block_hashes, simulate
+from agents.engines.sim.scheduler import (
+    BlockPool,
+    Scheduler,
+    make_scheduler,
+    prompt_block_hashes,
+    simulate,
+)
 from agents.hardware import (
     MODEL_PRESETS,
     Efficiency,
@@ -296,3 +302,16 @@ def test_a_chat_request_costs_the_one_api_server_more_than_a_completions_request
     assert [r.ready_at for r in chat.requests[:3]] == pytest.approx(
         [(n + 1) * cost + HAND_OFF for n in range(3)]
     )
+
+
+def test_a_released_requests_tail_blocks_are_evicted_before_its_prefix():
+    # vLLM frees a request's blocks tail first, so a preempted request finds its prefix.
+    pool = BlockPool(4)
+    assert pool.take(4)
+    request = SimRequest(0, 64, 1, block_hashes=(1, 2, 3, 4))
+    for block_hash in request.block_hashes:
+        pool.refs[block_hash] = 1
+    request.cached = list(request.block_hashes)
+    pool.release(request)
+    assert pool.take(2)  # evicts two cached blocks: the last two of the prompt
+    assert [pool.is_cached(h) for h in (1, 2, 3, 4)] == [True, True, False, False]

@@ -141,7 +141,9 @@ class BlockPool:
             self.refs[block_hash] += 1
 
     def release(self, request: SimRequest) -> None:
-        for block_hash in request.cached:
+        # Tail first, as vLLM frees a request's blocks (``reversed(req_blocks)`` in its KV
+        # cache manager): the prefix is evicted last, so a preempted request resumes from it.
+        for block_hash in reversed(request.cached):
             self.refs[block_hash] -= 1
             if self.refs[block_hash] == 0:
                 del self.refs[block_hash]
