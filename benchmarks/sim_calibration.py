@@ -497,6 +497,25 @@ def _shown(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
 
 
+def with_constant(constants: Constants, given: str) -> Constants:
+    """``constants`` with ``OWNER.NAME=VALUE`` set (OWNER ``efficiency`` or ``front_end``);
+    raises ``ValueError`` naming what is wrong."""
+    target, _, text = given.partition("=")
+    owner, _, name = target.partition(".")
+    if owner not in ("efficiency", "front_end"):
+        raise ValueError("give efficiency.NAME=VALUE or front_end.NAME=VALUE")
+    part = getattr(constants, owner)
+    if name not in {f.name for f in dataclasses.fields(part)}:
+        raise ValueError(f"{owner} has no constant {name!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError("must be a finite number of 0 or more")
+    return dataclasses.replace(constants, **{owner: dataclasses.replace(part, **{name: value})})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The simulator against published vLLM runs.")
     parser.add_argument(
@@ -505,19 +524,20 @@ def main(argv: list[str] | None = None) -> int:
         help="replay with FITTED_CONSTANTS (benchmarks/sim_fit.py's) instead of the defaults",
     )
     parser.add_argument(
-        "--chat-request-s",
-        type=float,
-        metavar="SECONDS",
-        help="the API server's serial cost of a chat request (FrontEnd.chat_request_s) to "
-        "replay with, in place of the chosen constants' (a grid's point)",
+        "--constant",
+        action="append",
+        default=[],
+        metavar="OWNER.NAME=VALUE",
+        help="replay with one constant changed, e.g. front_end.chat_request_s=0.02 or "
+        "efficiency.expert_min_width=1800 (a grid's point); repeatable",
     )
     args = parser.parse_args(argv)
     constants = FITTED_CONSTANTS if args.fitted else DEFAULT_CONSTANTS
-    if args.chat_request_s is not None:
-        if not args.chat_request_s >= 0:
-            parser.error("--chat-request-s must be 0 or more seconds")
-        front_end = dataclasses.replace(constants.front_end, chat_request_s=args.chat_request_s)
-        constants = dataclasses.replace(constants, front_end=front_end)
+    for given in args.constant:
+        try:
+            constants = with_constant(constants, given)
+        except ValueError as error:
+            parser.error(f"--constant {given}: {error}")
     results = calibration_results(constants)
     print(
         "| set | source | model | GPU | TP | in/out | c | metric | published | simulator | error |"
