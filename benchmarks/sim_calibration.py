@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -153,6 +154,7 @@ class Row:
     dtype: str = "bfloat16"
     quote: str = ""
     vllm_version: str | None = None  # the release the source names, None where it names none
+    chat: bool = False  # sent to /v1/chat/completions (the ``endpoint`` column)
 
     @property
     def version(self) -> int:
@@ -202,6 +204,7 @@ def _row(record: dict) -> Row:
         dtype=record["dtype"],
         quote=record["quote"],
         vllm_version=_release(record["vllm_version"]),
+        chat=record["endpoint"] == "chat",
     )
 
 
@@ -270,6 +273,7 @@ def _measure(
     vllm_version: str | None = None,
     offline: bool = False,
     constants: Constants = DEFAULT_CONSTANTS,
+    chat: bool = False,
 ) -> dict:
     scheduler = make_scheduler(
         model_facts(model),
@@ -284,9 +288,8 @@ def _measure(
 
     def make(i: int) -> SimRequest:
         prompt_len, out_len = lengths[i] if lengths else (input_len, output_len)
-        return SimRequest(
-            i, prompt_len, out_len, block_hashes=distinct_prompt(i, prompt_len, block_size)
-        )
+        hashes = distinct_prompt(i, prompt_len, block_size)
+        return SimRequest(i, prompt_len, out_len, block_hashes=hashes, chat=chat)
 
     if math.isinf(rate):
         result = closed_loop(scheduler, concurrency=c or n, total=n, make=make)
@@ -309,7 +312,8 @@ def _measure(
         "req_s": len(result.requests) / result.duration,
         "tpot_ms": 1000 * statistics.median(tpots),
         "mean_tpot_ms": 1000 * statistics.fmean(tpots),
-        "decode_tok_s": 1 / statistics.median(tpots),
+        # A burst's tokens can all leave the API server together (TPOT 0): no finite rate.
+        "decode_tok_s": 1 / statistics.median(tpots) if statistics.median(tpots) else math.inf,
         "median_ttft_ms": 1000 * statistics.median(result.ttfts()),
         "mean_ttft_ms": 1000 * statistics.fmean(result.ttfts()),
         "batch_latency_ms": 1000 * result.duration,
@@ -331,9 +335,12 @@ def simulated(row: Row, constants: Constants = DEFAULT_CONSTANTS) -> float:
         row.vllm_version,
         row.offline,
         constants,
+        row.chat,
     )
     if row.metric == "gain_vs_c1":
-        base = _measure(*setup, 1, 20, flags, vllm_version=row.vllm_version, constants=constants)
+        base = _measure(
+            *setup, 1, 20, flags, vllm_version=row.vllm_version, constants=constants, chat=row.chat
+        )
         return figures["output_tok_s"] / base["output_tok_s"]
     return figures[row.metric]
 
@@ -490,6 +497,25 @@ def _shown(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
 
 
+def with_constant(constants: Constants, given: str) -> Constants:
+    """``constants`` with ``OWNER.NAME=VALUE`` set (OWNER ``efficiency`` or ``front_end``);
+    raises ``ValueError`` naming what is wrong."""
+    target, _, text = given.partition("=")
+    owner, _, name = target.partition(".")
+    if owner not in ("efficiency", "front_end"):
+        raise ValueError("give efficiency.NAME=VALUE or front_end.NAME=VALUE")
+    part = getattr(constants, owner)
+    if name not in {f.name for f in dataclasses.fields(part)}:
+        raise ValueError(f"{owner} has no constant {name!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError("must be a finite number of 0 or more")
+    return dataclasses.replace(constants, **{owner: dataclasses.replace(part, **{name: value})})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The simulator against published vLLM runs.")
     parser.add_argument(
@@ -497,7 +523,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay with FITTED_CONSTANTS (benchmarks/sim_fit.py's) instead of the defaults",
     )
-    constants = FITTED_CONSTANTS if parser.parse_args(argv).fitted else DEFAULT_CONSTANTS
+    parser.add_argument(
+        "--constant",
+        action="append",
+        default=[],
+        metavar="OWNER.NAME=VALUE",
+        help="replay with one constant changed, e.g. front_end.chat_request_s=0.02 or "
+        "efficiency.expert_min_width=1800 (a grid's point); repeatable",
+    )
+    args = parser.parse_args(argv)
+    constants = FITTED_CONSTANTS if args.fitted else DEFAULT_CONSTANTS
+    for given in args.constant:
+        try:
+            constants = with_constant(constants, given)
+        except ValueError as error:
+            parser.error(f"--constant {given}: {error}")
     results = calibration_results(constants)
     print(
         "| set | source | model | GPU | TP | in/out | c | metric | published | simulator | error |"

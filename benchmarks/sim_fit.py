@@ -53,6 +53,7 @@ FITTED: dict[tuple[str, str], tuple[float, float]] = {
     ("front_end", "request_s"): (1e-4, 0.05),
     ("front_end", "prompt_token_s"): (1e-8, 2e-5),
     ("front_end", "output_token_s"): (1e-7, 2e-4),
+    ("front_end", "chat_request_s"): (1e-4, 0.1),
 }
 
 

@@ -50,8 +50,9 @@ class Efficiency:
     held-out ones): prefill reaches about 65 % of peak FLOP/s, decode reads memory at about
     85 % of peak; the host's cost per request in a step and the all-reduce latency are what
     the batched and tensor-parallel rows missed without them, the server's front end what
-    single requests' TTFT missed. FP8/FP4 products and MoE experts' slices are as
-    ``benchmarks/sim_fit.py`` fitted them (2026-12-07); its other constants are recorded in
+    single requests' TTFT missed. FP8/FP4 products are as ``benchmarks/sim_fit.py`` fitted
+    them (2026-12-07), MoE experts' slices as a grid refit them on the MoE calibration rows
+    (2026-12-08); the fit's other constants are recorded in
     ``benchmarks.sim_calibration.FITTED_CONSTANTS``, not adopted (docs/simulator.md says why).
     """
 
@@ -63,7 +64,7 @@ class Efficiency:
     # Routed experts' grouped GEMMs: each GPU multiplies by its slice of every expert (the
     # intermediate width over TP), and a slice narrower than this many columns takes as
     # long as one this wide — small per-expert matrices leave the tensor cores idle.
-    expert_min_width: float = 2100.0
+    expert_min_width: float = 1800.0
     bandwidth: float = 0.85
     # Each layer's kernels take at least this long per step, whatever the batch: the floor
     # of a small batch's decode that bandwidth alone does not explain.

@@ -184,7 +184,12 @@ class OfflineBench:
         )
         self._ids += 1
         return SimRequest(
-            self._ids, prompt_len, output_len, arrival=record.start, block_hashes=hashes
+            self._ids,
+            prompt_len,
+            output_len,
+            arrival=record.start,
+            block_hashes=hashes,
+            chat=self.config.endpoint == "chat",
         )
 
     @staticmethod

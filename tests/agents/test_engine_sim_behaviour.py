@@ -13,7 +13,13 @@ import pytest
 
 from agents.engines.sim import SimRequest, closed_loop
 from agents.engines.sim.frontend import DEFAULT_FRONT_END, FrontEnd
-from agents.engines.sim.scheduler import Scheduler, make_scheduler, prompt_block_hashes, simulate
+from agents.engines.sim.scheduler import (
+    BlockPool,
+    Scheduler,
+    make_scheduler,
+    prompt_block_hashes,
+    simulate,
+)
 from agents.hardware import (
     MODEL_PRESETS,
     Efficiency,
@@ -28,6 +34,7 @@ from agents.hardware import (
 LLAMA8 = MODEL_PRESETS["llama-3.1-8b"].facts
 LLAMA70 = MODEL_PRESETS["llama-3.1-70b"].facts
 H100 = gpu_profile("H100")
+HAND_OFF = Efficiency().request_overhead_s  # the fixed hand-off, not serial
 
 
 def run(concurrency, *, flags=None, prompt=512, output=128, total=None, model=LLAMA8, gpu=H100):
@@ -275,3 +282,36 @@ def test_the_front_end_tokenizes_the_prompt_before_the_engine_sees_it():
         return request.ready_at
 
     assert ready_at(4000) - ready_at(100) == pytest.approx(3900 * DEFAULT_FRONT_END.prompt_token_s)
+
+
+def test_a_chat_request_costs_the_one_api_server_more_than_a_completions_request():
+    # 1,000 requests of 128 in and 4 out at once, as GPUStack sent them to the chat endpoint:
+    # the default front end takes chat requests in at CHAT_REQUEST_S each, one after another.
+    def run_of(chat):
+        scheduler = make_scheduler(LLAMA8, H100, {"max_model_len": 4096})
+        requests = [SimRequest(i, 128, 4, chat=chat) for i in range(1000)]
+        return simulate(scheduler, requests)
+
+    chat, completions = run_of(True), run_of(False)
+    cost = DEFAULT_FRONT_END.chat_request_s
+    assert cost > 0
+    assert len(chat.requests) / chat.duration == pytest.approx(1 / cost, rel=0.03)
+    # The engine alone, as a completions request sees it (no serial cost by default).
+    assert len(completions.requests) / completions.duration > 2 / cost
+    # The n-th chat request reaches the engine n x the cost after they were sent.
+    assert [r.ready_at for r in chat.requests[:3]] == pytest.approx(
+        [(n + 1) * cost + HAND_OFF for n in range(3)]
+    )
+
+
+def test_a_released_requests_tail_blocks_are_evicted_before_its_prefix():
+    # vLLM frees a request's blocks tail first, so a preempted request finds its prefix.
+    pool = BlockPool(4)
+    assert pool.take(4)
+    request = SimRequest(0, 64, 1, block_hashes=(1, 2, 3, 4))
+    for block_hash in request.block_hashes:
+        pool.refs[block_hash] = 1
+    request.cached = list(request.block_hashes)
+    pool.release(request)
+    assert pool.take(2)  # evicts two cached blocks: the last two of the prompt
+    assert [pool.is_cached(h) for h in (1, 2, 3, 4)] == [True, True, False, False]

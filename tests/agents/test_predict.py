@@ -13,6 +13,7 @@ import pytest
 from agents import protocol
 from agents.cli import main
 from agents.engines.sim.engine import sim_engine
+from agents.engines.sim.frontend import DEFAULT_FRONT_END
 from agents.engines.sim.scheduler import make_scheduler
 from agents.hardware import MODEL_PRESETS, gpu_profile
 from agents.loadgen import BenchConfig, PrefixPrompts, RandomPrompts, event_loop_runner, run_levels
@@ -258,3 +259,22 @@ def test_a_bad_serve_config_is_named(tmp_path, capsys):
     code = main(["predict", "--model-spec", str(spec), "--gpu", "H100", "--concurrency", "1"])
     assert code == 2
     assert "--model-spec" in capsys.readouterr().err
+
+
+def test_a_chat_endpoint_pays_the_api_servers_chat_cost():
+    # 200 requests at 200/s, as the load generator sends them: the chat endpoint's serial
+    # cost in the one API-server process (CHAT_REQUEST_S each) cannot keep up; the
+    # completions endpoint's (none by default) can.
+    def level(endpoint):
+        config = closed_loop_config(
+            levels=({"request_rate": 200.0},), num_prompts=200, endpoint=endpoint
+        )
+        return offline(config, {"max_model_len": 4096}).levels[0]
+
+    chat, completions = level("chat"), level("completions")
+    cost = DEFAULT_FRONT_END.chat_request_s
+    assert cost * 200 > 1  # more than a second's work a second
+    # Capped by the one process (the level's duration also holds the last steps).
+    assert 0.7 / cost < chat["request_throughput"] <= 1 / cost
+    assert completions["request_throughput"] > 1.2 * chat["request_throughput"]
+    assert chat["median_ttft_ms"] > 2 * completions["median_ttft_ms"]

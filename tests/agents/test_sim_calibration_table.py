@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from agents.engines.sim import SimRequest
 from agents.engines.sim.scheduler import make_scheduler, simulate
 from agents.hardware import gpu_profile
 from benchmarks.sim_calibration import (
+    DEFAULT_CONSTANTS,
     FAMILIES,
     PEAK_SHARE_LIMIT,
     ROWS,
@@ -20,6 +23,7 @@ from benchmarks.sim_calibration import (
     mape,
     model_facts,
     peak_share,
+    with_constant,
 )
 
 
@@ -94,3 +98,20 @@ def test_a_replayed_prompt_is_its_own_so_only_a_preempted_request_hits_the_cache
     simulate(scheduler, requests)
     assert scheduler.preemptions > 0
     assert 0 < scheduler.prefix_hits <= scheduler.preemptions * 1024
+
+
+def test_a_grid_point_changes_one_constant_and_names_a_bad_one():
+    changed = with_constant(DEFAULT_CONSTANTS, "front_end.chat_request_s=0.03")
+    assert changed.front_end.chat_request_s == 0.03
+    assert changed.efficiency == DEFAULT_CONSTANTS.efficiency
+    width = with_constant(DEFAULT_CONSTANTS, "efficiency.expert_min_width=1500")
+    assert width.efficiency.expert_min_width == 1500.0
+    for bad, named in (
+        ("front_end.nope=1", "no constant 'nope'"),
+        ("engine.flops=1", "efficiency.NAME=VALUE"),
+        ("efficiency.flops=fast", "not a number"),
+        ("efficiency.flops=-0.5", "0 or more"),
+        ("efficiency.flops=nan", "0 or more"),
+    ):
+        with pytest.raises(ValueError, match=named):
+            with_constant(DEFAULT_CONSTANTS, bad)

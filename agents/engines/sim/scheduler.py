@@ -59,6 +59,7 @@ class SimRequest:
     arrival: float = 0.0  # when its client sent it
     ready_at: float = 0.0  # when the scheduler may first see it (set by Scheduler.add)
     block_hashes: tuple[int, ...] = ()  # of the prompt's full blocks (prefix caching)
+    chat: bool = False  # sent to /v1/chat/completions (the front end's cost differs)
     computed: int = 0
     output: int = 0
     # Blocks this request holds: shared cached ones (hashes) and private ones (a count).
@@ -140,7 +141,9 @@ class BlockPool:
             self.refs[block_hash] += 1
 
     def release(self, request: SimRequest) -> None:
-        for block_hash in request.cached:
+        # Tail first, as vLLM frees a request's blocks (``reversed(req_blocks)`` in its KV
+        # cache manager): the prefix is evicted last, so a preempted request resumes from it.
+        for block_hash in reversed(request.cached):
             self.refs[block_hash] -= 1
             if self.refs[block_hash] == 0:
                 del self.refs[block_hash]
@@ -194,7 +197,7 @@ class Scheduler:
         """Queues ``request`` (sent at its ``arrival``); it can be scheduled from its
         ``ready_at`` on. The front end serves requests in the order they are added, so the
         queue stays in order of readiness."""
-        admitted = self.front_end.admit(request.arrival, request.prompt_len)
+        admitted = self.front_end.admit(request.arrival, request.prompt_len, request.chat)
         request.ready_at = admitted + self.step_model.eff.request_overhead_s
         self.waiting.append(request)
 
@@ -493,7 +496,7 @@ class DataParallelScheduler(Scheduler):
         return sum(rank.spec_accepted_tokens for rank in self.ranks)
 
     def add(self, request: SimRequest) -> None:
-        admitted = self.front_end.admit(request.arrival, request.prompt_len)
+        admitted = self.front_end.admit(request.arrival, request.prompt_len, request.chat)
         request.ready_at = admitted + self.step_model.eff.request_overhead_s
         rank = min(self.ranks, key=lambda r: 4 * len(r.waiting) + len(r.running))
         rank.waiting.append(request)

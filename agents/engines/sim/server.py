@@ -132,6 +132,7 @@ class SimServer:
             max_tokens,
             arrival=arrival,
             block_hashes=hashes,
+            chat=client.chat,
             on_tokens=self._emit,
         )
         self.clients[client.id] = client
