@@ -26,7 +26,7 @@ Guarantees:
   - ``messages``: agent → site messages and the site's answers;
   - ``transport``: routes, socket close codes and the REST batch, for both sides;
   - ``evaluation``: a job's evaluation and a trial's per-item results (issue 38);
-  - ``job``: ``JobSpec`` and its parts;
+  - ``job_spec``: ``JobSpec`` and its parts;
   - ``host_env``: the environment variables an agent reads on its host;
   - ``schema``: the JSON Schema of all of it (``python -m agents.protocol``).
 - Validation is strict and complete: a boolean is not a number, ``"8"`` is not ``8``, and
@@ -94,7 +94,7 @@ from agents.protocol.host_env import (
     WEIGHTS_DIR_ENV,
 )
 from agents.protocol.hub_names import hf_repo_problem, revision_problem
-from agents.protocol.job import (
+from agents.protocol.job_spec import (
     MAX_JOB_TRIALS,
     MAX_SPEND_SECONDS,
     SEARCH_STRATEGIES,
