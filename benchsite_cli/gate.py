@@ -49,10 +49,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from benchsite_cli.level_results import FIGURES, OUTPUT_THROUGHPUT, level_figure, level_interval
+from benchsite_cli.level_results import level_figure, level_interval
 from figures.costs import usd_per_million_output_tokens
 from figures.deltas import change_interval_pct, change_pct, change_wording
 from figures.gpu_share import GpuShare
+from figures.level_results import FIGURES, OUTPUT_THROUGHPUT
 from figures.levels import load_key
 
 # Every figure of a level's result may be gated, its cost per token (derived here) and a
