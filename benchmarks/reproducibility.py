@@ -213,8 +213,8 @@ def read_vllm_runs() -> int:
     often they agree on the winner and pass the gate against the one before."""
     from rest_framework.renderers import JSONRenderer
 
-    from runs.api.serializers_runs import RunDetailSerializer
     from runs.models import Run
+    from runs.run_documents import RunDetailSerializer
 
     runs = Run.objects.filter(state="succeeded").order_by("created_at", "id")
     details = [json.loads(JSONRenderer().render(RunDetailSerializer(run).data)) for run in runs]

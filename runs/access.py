@@ -125,6 +125,19 @@ def access_evaluation_set(*, membership: Membership, evaluation_set_id) -> Evalu
     return _get_scoped(membership, EvaluationSet, evaluation_set_id)
 
 
+def access_run_evaluation_set(*, run: Run, evaluation_set_id) -> EvaluationSet:
+    """The uploaded evaluation set ``run``'s frozen job names, for the run's agent (its
+    token is the run's, not a member's). Any other set, of the organization or not,
+    existing or not, is ``Http404`` alike."""
+    named = (run.job_spec.get("evaluation") or {}).get("set_id")
+    if named is None or str(named) != str(evaluation_set_id):
+        raise Http404
+    found = EvaluationSet.objects.filter(organization_id=run.organization_id, pk=named).first()
+    if found is None:
+        raise Http404
+    return found
+
+
 def access_token(*, membership: Membership, token_id) -> ApiToken:
     """One of the organization's API tokens."""
     return _get_scoped(membership, ApiToken, token_id)

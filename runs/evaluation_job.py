@@ -3,11 +3,13 @@
 Guarantees:
 
 - ``job_evaluation`` freezes the experiment's evaluation into the job when the run starts:
-  the uploaded set's file exactly as stored (with its id and digest), or the pack's name;
-  the judge endpoint's URL, served model and id. Nothing secret: the judge's key reaches
-  the pod only in its environment (``runs.services.evaluation_runs``), never the job, a log
-  or a message. A set too large to travel in a job, or a judge endpoint gone since the
-  experiment was saved, is refused by field and nothing is written.
+  the uploaded set by its id and the sha256 of its stored file (the agent fetches the file
+  by route, ``protocol.AGENT_EVALUATION_SET_ROUTE``, and uses it only when the digest
+  matches; so a set of any size the upload allows runs), or the pack's name; the judge
+  endpoint's URL, served model and id. Nothing secret: the judge's key reaches the pod only
+  in its environment (``runs.services.evaluation_runs``), never the job, a log or a
+  message. A set or judge endpoint gone since the experiment was saved is refused by field
+  and nothing is written.
 - ``evaluation_requests`` is how many requests scoring one configuration sends (each item,
   and each judge item's judge), for the estimate.
 """
@@ -45,15 +47,7 @@ def job_evaluation(experiment: Experiment) -> protocol.EvaluationJob | None:
     source: dict = {"pack": evaluation.pack}
     if evaluation.set_id is not None:
         stored = _own_row(experiment, EvaluationSet, evaluation.set_id, "evaluation.set_id")
-        if stored.size_bytes > protocol.MAX_JOB_EVALUATION_BYTES:
-            raise DomainValidationError.single(
-                "evaluation.set_id",
-                f"The set's file is {stored.size_bytes:,} bytes; a run carries at most "
-                f"{protocol.MAX_JOB_EVALUATION_BYTES:,} bytes of evaluation items.",
-            )
-        with stored.file.open("rb") as file:
-            text = file.read().decode("utf-8-sig")
-        source = {"set_jsonl": text, "set_id": str(stored.id), "set_sha256": stored.sha256}
+        source = {"set_id": str(stored.id), "set_sha256": stored.sha256}
     judge = None
     if evaluation.judge_endpoint_id is not None:
         endpoint = _own_row(

@@ -11,11 +11,13 @@ Guarantees:
   configuration (``max_points_below_best``, percentage points), not both.
 - ``evaluation_check`` returns the evaluation as it will be stored, or reports every problem
   by field (``evaluation.set_id``, ``evaluation.quality_floor.min_score`` …).
+- ``builtin_packs`` describes every pack an experiment may name, as the pages show them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Literal
 from uuid import UUID
 
@@ -95,3 +97,23 @@ def evaluation_check(
             "The set has items scored by a judge: name one of the organization's endpoints.",
         )
     return checked.model_dump(mode="json", exclude_none=True)
+
+
+@dataclass(frozen=True)
+class BuiltinPack:
+    """A built-in pack as the pages show it: its name, what it is, its licence and its
+    summary (``items``, ``scorers``, ``with_reference``, ``needs_judge``)."""
+
+    name: str
+    description: str
+    licence: str
+    summary: dict
+
+
+def builtin_packs() -> list[BuiltinPack]:
+    """Every built-in pack, by name."""
+    found = []
+    for name in sorted(BUILTIN_PACKS):
+        pack = load_pack(name)
+        found.append(BuiltinPack(name, pack.description, pack.licence, pack.summary()))
+    return found

@@ -6,7 +6,7 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
 from agents import protocol
-from runs.consumers import AgentIngestConsumer, RunLiveConsumer
+from runs.consumers.sockets import AgentIngestConsumer, RunLiveConsumer
 
 websocket_urlpatterns = [
     path(protocol.AGENT_SOCKET_ROUTE.format(run_id="<str:run_id>"), AgentIngestConsumer.as_asgi()),

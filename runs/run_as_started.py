@@ -6,7 +6,8 @@ Guarantees:
 - ``job_spec_freeze`` builds and validates the whole ``protocol.JobSpec`` of an experiment,
   less the parts each provisioning attempt fills in (``PER_ATTEMPT``: the run's id, which is
   its row's, the deadline and where to report). The engine's GPU type is the experiment's
-  own; a placement may replace it for one attempt. The evaluation's items are frozen in it
+  own; a placement may replace it for one attempt. The evaluation is frozen in it: an
+  uploaded set by id and digest, so the run scores exactly that file
   (``runs.evaluation_job``). A job the protocol refuses raises
   ``DomainValidationError`` naming the field, and nothing is written.
 - ``job_spec_for_attempt`` gives back exactly the frozen job, with only the per-attempt
@@ -59,6 +60,13 @@ SLOS_PATH = "job_spec__slos"
 CLOUD_TYPE_PATH = "experiment_snapshot__cloud_type"
 BUDGET_CAP_PATH = "experiment_snapshot__budget_cap_usd"
 MODEL_PATH = "experiment_snapshot__model"
+# What a run's evaluation was (the set's file itself is left out: up to 64 KiB a run).
+EVALUATION_PACK_PATH = "job_spec__evaluation__pack"
+EVALUATION_SET_ID_PATH = "job_spec__evaluation__set_id"
+EVALUATION_SET_SHA256_PATH = "job_spec__evaluation__set_sha256"
+QUALITY_FLOOR_PATH = "experiment_snapshot__quality_floor"
+# The runs whose job has an evaluation (the job leaves the key out when it has none).
+EVALUATED_RUNS = Q(job_spec__has_key="evaluation")
 
 
 def frozen_value(path: str, *, via: str = "", text: bool = False):

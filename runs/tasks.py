@@ -16,7 +16,7 @@ from celery import shared_task
 
 from runs.providers.base import TransientProviderError
 from runs.services.calibrations import calibration_refit as calibration_refit_service
-from runs.services.notifications import deliveries_due, delivery_attempt
+from runs.services.notifications.delivery import deliveries_due, delivery_attempt
 from runs.services.pod_moves import left_pod_terminate
 from runs.services.price_refresh import gpu_prices_refresh as price_refresh_service
 from runs.services.provisioning import run_provision as provision_service
@@ -120,7 +120,7 @@ def audit_chains_verify() -> dict:
 @shared_task(**TASK_OPTIONS)
 def notification_deliver(delivery_id: str) -> str:
     """One attempt at a notification's delivery; a failed one is sent again after its
-    backoff (``runs.services.notifications``), and the sweep catches a lost retry."""
+    backoff (``runs.services.notifications.delivery``), and the sweep catches a lost retry."""
     retry_in = delivery_attempt(delivery_id)
     if retry_in is None:
         return "done"

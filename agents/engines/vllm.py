@@ -30,6 +30,7 @@ from pathlib import Path
 
 from agents.engines.process import PASSTHROUGH_ENV, ProcessEngine, free_port
 from agents.protocol import serve_args, serve_command_args
+from agents.protocol.speculative import refuse_simulator_only_keys
 
 
 def vllm_env(
@@ -100,6 +101,7 @@ def vllm_engine(
     anything is started. ``trust_remote_code`` lets vLLM run the model repository's own code
     (``--trust-remote-code``).
     """
+    refuse_simulator_only_keys(config)
     flags = serve_args(config, vllm_version=vllm_version)
     port = port or free_port(host)
     name = served_model_name or "model"

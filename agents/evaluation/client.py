@@ -13,6 +13,10 @@ Guarantees:
   (``agents.evaluation.intervals.score_interval``); None when nothing was scored.
 - At most ``concurrency`` items are in flight at once (the judge's calls included), so the
   evaluation loads the server modestly whatever the set's size.
+- A target with ``addresses`` (what the site resolved its host to and checked) is reached at
+  those addresses only, in turn when one cannot be connected to, never at what its name
+  answers now, and through no proxy of the environment; the Host header and the TLS server
+  name stay the host's, so certificates are verified against the name.
 """
 
 from __future__ import annotations
@@ -39,11 +43,13 @@ _MAX_KEPT = 2_000
 @dataclass(frozen=True)
 class OpenAITarget:
     """An OpenAI-compatible server: its base URL (``http://host:port``, no ``/v1``), the
-    model name it serves, and its key if it asks for one."""
+    model name it serves, its key if it asks for one, and the addresses to reach it at
+    (empty: look the name up)."""
 
     base_url: str
     model: str
     api_key: str | None = None
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,33 @@ class _Refused(Exception):
         self.kind, self.detail = kind, detail[:_MAX_KEPT]
 
 
+async def _post(
+    client: httpx.AsyncClient, target: OpenAITarget, path: str, *, body: dict, headers: dict
+) -> httpx.Response:
+    """The target's answer to ``body`` at ``path``, at its addresses when it has them (module
+    docstring); raises ``_Refused`` for a timeout or a transport error."""
+    url = httpx.URL(target.base_url.rstrip("/") + path)
+    routes: list[tuple[httpx.URL, dict, dict]] = [(url, {}, {})]
+    if target.addresses:
+        # httpx would take both from the URL, which names an address now: keep the host's.
+        pinned = {"Host": url.netloc.decode("ascii")}
+        extensions = {"sni_hostname": url.raw_host.decode("ascii")}
+        routes = [(url.copy_with(host=ip), pinned, extensions) for ip in target.addresses]
+    failure = _Refused("transport")
+    for address, pinned_headers, extensions in routes:
+        try:
+            return await client.post(
+                address, json=body, headers=headers | pinned_headers, extensions=extensions
+            )
+        except httpx.ConnectError as error:  # nothing was sent: the next address may answer
+            failure = _Refused("transport", type(error).__name__)
+        except httpx.TimeoutException:
+            raise _Refused("timeout") from None
+        except httpx.HTTPError as error:
+            raise _Refused("transport", type(error).__name__) from None
+    raise failure
+
+
 async def _complete(
     client: httpx.AsyncClient,
     target: OpenAITarget,
@@ -115,12 +148,7 @@ async def _complete(
         body["max_tokens"] = max_tokens
         path = "/v1/completions"
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
-    try:
-        response = await client.post(target.base_url.rstrip("/") + path, json=body, headers=headers)
-    except httpx.TimeoutException:
-        raise _Refused("timeout") from None
-    except httpx.HTTPError as error:
-        raise _Refused("transport", type(error).__name__) from None
+    response = await _post(client, target, path, body=body, headers=headers)
     if response.status_code != 200:
         raise _Refused(f"http_{response.status_code}", response.text)
     try:
@@ -195,7 +223,9 @@ async def run_evaluation(
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     slots = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+    # A pinned target's requests go where the site checked: no proxy of the environment.
+    pinned = bool(target.addresses or (judge is not None and judge.addresses))
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits, trust_env=not pinned) as client:
         outcomes = await asyncio.gather(
             *(
                 _run_item(item, client, target, judge, endpoint=endpoint, seed=seed, slots=slots)

@@ -46,7 +46,10 @@ def wilson(successes: float, n: int, confidence: float = CONFIDENCE) -> Interval
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
+    # The interval holds p exactly; rounding can leave an end a hair inside it (all 80 of
+    # the arithmetic pack right gave a high of 0.9999999999999999), which the protocol's
+    # summary rightly refuses.
+    return Interval(p, min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half)), n)
 
 
 def score_interval(scores: Sequence[float]) -> Interval:

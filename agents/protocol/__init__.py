@@ -87,6 +87,7 @@ from agents.protocol.host_env import (
     HUB_ENDPOINT_ENV,
     HUB_OFFLINE_ENV,
     JOB_ENV,
+    JUDGE_ADDRESSES_ENV,
     JUDGE_API_KEY_ENV,
     SIM_OVER_HTTP_ENV,
     TOKEN_ENV,
@@ -204,6 +205,7 @@ from agents.protocol.strict import StrictModel
 from agents.protocol.transport import (
     AGENT_DATASET_ROUTE,
     AGENT_EPOCH_ROUTE,
+    AGENT_EVALUATION_SET_ROUTE,
     AGENT_JOB_ROUTE,
     AGENT_MESSAGES_ROUTE,
     AGENT_SOCKET_ROUTE,
@@ -269,6 +271,7 @@ from figures.level_results import (
 __all__ = [
     "AGENT_DATASET_ROUTE",
     "AGENT_EPOCH_ROUTE",
+    "AGENT_EVALUATION_SET_ROUTE",
     "AGENT_HOST_SETTINGS",
     "AGENT_JOB_ROUTE",
     "AGENT_MESSAGES_ROUTE",
@@ -292,6 +295,7 @@ __all__ = [
     "HUB_OFFLINE_ENV",
     "INTEGER_COLUMN_MAX",
     "JOB_ENV",
+    "JUDGE_ADDRESSES_ENV",
     "JUDGE_API_KEY_ENV",
     "LATENCY_METRICS",
     "LATENCY_STATISTICS",

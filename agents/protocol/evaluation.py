@@ -4,10 +4,13 @@ score each configuration on (``EvaluationJob``), and what it reports back per tr
 
 Guarantees:
 
-- A job's evaluation is a set's file as uploaded (``set_jsonl``, at most
-  ``MAX_JOB_EVALUATION_BYTES``, parsed by the agent with the site's own parser) or a
-  built-in pack's name, never both; a judge is named by its URL and model only: its key
-  travels apart from the job (``BENCHSITE_JUDGE_API_KEY``), like an endpoint's.
+- A job's evaluation is one of: an uploaded set named by id and digest (``set_id``,
+  ``set_sha256``), which the agent fetches from the site by route
+  (``AGENT_EVALUATION_SET_ROUTE``) and uses only when its sha256 matches; a set's file
+  carried whole (``set_jsonl``, at most ``MAX_JOB_EVALUATION_BYTES``: a job written by
+  hand); or a built-in pack's name. The agent parses a set with the site's own parser. A
+  judge is named by its URL and model only: its key travels apart from the job
+  (``BENCHSITE_JUDGE_API_KEY``), like an endpoint's.
 - An item's result is bounded whatever the model answered: its output is cut to
   ``MAX_EVALUATION_OUTPUT_CHARS`` and identified whole by ``output_sha256`` (of the text,
   surrounding whitespace aside: what drift compares); a report holds at most
@@ -27,8 +30,8 @@ from agents.protocol.strict import StrictModel
 from agents.protocol.workload import MAX_SEED
 
 # The job travels in the pod's environment (base64 JSON), and Linux allows one variable 128
-# KiB: a set's file of this size leaves room for the rest of the job. Larger sets are for a
-# later fetch by route, as uploaded datasets are.
+# KiB: a file carried in the job stays this small to leave room for the rest of it. The site
+# sends an uploaded set by id instead, whatever its size (fetched by route).
 MAX_JOB_EVALUATION_BYTES = 64 * 1024
 MAX_EVALUATION_CONCURRENCY = 32
 # Enough of an answer to read it on the run page; the digest stands for the whole of it.
@@ -51,13 +54,17 @@ class EvaluationJudge(StrictModel):
 
 class EvaluationJob(StrictModel):
     """What every configuration of the run is scored on, after its load levels, on the same
-    server: a set's file (``set_jsonl``, with the uploaded set's id and digest for the record)
-    or a built-in ``pack``; the judge for judge items; requests in flight and the seed."""
+    server: an uploaded set fetched from the site (``set_id`` and ``set_sha256``), a set's
+    file carried whole (``set_jsonl``; its id and digest, when given, are for the record) or
+    a built-in ``pack``; the judge for judge items; requests in flight and the seed."""
 
     set_jsonl: str | None = Field(
         default=None, max_length=MAX_JOB_EVALUATION_BYTES, exclude_if=lambda v: v is None
     )
-    set_id: str | None = Field(default=None, max_length=64, exclude_if=lambda v: v is None)
+    # Part of a route and of a file name in the agent's work folder: no "/" or "..".
+    set_id: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$", exclude_if=lambda v: v is None
+    )
     set_sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$", exclude_if=lambda v: v is None
     )
@@ -70,9 +77,17 @@ class EvaluationJob(StrictModel):
 
     @pydantic.model_validator(mode="after")
     def _one_source(self) -> EvaluationJob:
-        if (self.set_jsonl is None) == (self.pack is None):
-            raise ValueError("give set_jsonl or pack, one of them")
+        named_set = self.set_jsonl is not None or self.set_id is not None
+        if named_set == (self.pack is not None):
+            raise ValueError("give a set (set_id, or set_jsonl) or a pack, one of them")
+        if self.set_jsonl is None and self.set_id is not None and self.set_sha256 is None:
+            raise ValueError("a set fetched from the site (set_id) needs its set_sha256")
         return self
+
+    @property
+    def fetched(self) -> bool:
+        """Whether the agent fetches the set from the site (it is not in the job)."""
+        return self.set_jsonl is None and self.set_id is not None
 
 
 class EvaluationItemResult(StrictModel):

@@ -8,8 +8,9 @@ Guarantees:
   these, and what a Python process needs, from a worker's environment to the agents it
   starts (``runs.providers.local.AGENT_ENV_ALLOWLIST``).
 - What one run gives its agent (``AGENT_POD_ENV``: its job and run token, the organization's
-  Hugging Face token, an endpoint's API key and checked addresses, a judge's API key) is
-  never a host setting: it comes with the pod, from the site, for that run alone.
+  Hugging Face token, an endpoint's API key and checked addresses, a judge's API key and
+  checked addresses) is never a host setting: it comes with the pod, from the site, for
+  that run alone.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ ENDPOINT_API_KEY_ENV = "BENCHSITE_ENDPOINT_API_KEY"
 JUDGE_API_KEY_ENV = "BENCHSITE_JUDGE_API_KEY"
 # The addresses the site checked for an endpoint's host: the agent connects to no other.
 ENDPOINT_ADDRESSES_ENV = "BENCHSITE_ENDPOINT_ADDRESSES"
+# The same for an evaluation judge's host.
+JUDGE_ADDRESSES_ENV = "BENCHSITE_JUDGE_ADDRESSES"
 
 AGENT_HOST_SETTINGS = (
     VLLM_COMMAND_ENV,
@@ -53,4 +56,5 @@ AGENT_POD_ENV = (
     ENDPOINT_API_KEY_ENV,
     ENDPOINT_ADDRESSES_ENV,
     JUDGE_API_KEY_ENV,
+    JUDGE_ADDRESSES_ENV,
 )

@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agents.protocol.errors import FieldError, got_value, json_literal
+from agents.protocol.errors import FieldError, ServeGridError, got_value, json_literal
 from agents.protocol.hub_names import hf_repo_problem, revision_problem
 from agents.protocol.versions import VersionKey, parse_vllm_version
 
@@ -92,6 +92,26 @@ def _positive_int(value: object, maximum: int) -> str | None:
     return None
 
 
+_SIMULATOR_ONLY = (
+    "only the simulator takes an acceptance rate; real vLLM measures it "
+    "(spec_decode_acceptance_rate)"
+)
+
+
+def refuse_simulator_only_keys(config: Mapping[str, object]) -> None:
+    """Raises ``ServeGridError`` when a configuration bound for real vLLM carries a key only
+    the simulator takes (``speculative_config.acceptance_rate``), whatever vLLM version is
+    named: real vLLM refuses the key at start, and measures the rate itself."""
+    value = config.get("speculative_config")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return  # not JSON: the flag's own check names that
+    if isinstance(value, Mapping) and "acceptance_rate" in value:
+        raise ServeGridError([FieldError("speculative_config.acceptance_rate", _SIMULATOR_ONLY)])
+
+
 def check_speculative_config(
     value: object, path: str, version: VersionKey | None
 ) -> tuple[dict | None, list[FieldError]]:
@@ -122,11 +142,7 @@ def check_speculative_config(
     if "acceptance_rate" in value:
         rate = value["acceptance_rate"]
         if version is not None:
-            refuse(
-                "acceptance_rate",
-                "only the simulator takes an acceptance rate; real vLLM measures it "
-                "(spec_decode_acceptance_rate)",
-            )
+            refuse("acceptance_rate", _SIMULATOR_ONLY)
         elif isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
             refuse("acceptance_rate", f"must be a number from 0 to 1, {got_value(rate)}")
     tokens = value.get("num_speculative_tokens")

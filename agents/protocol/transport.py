@@ -49,6 +49,7 @@ AGENT_MESSAGES_ROUTE = "agent/runs/{run_id}/messages/"
 AGENT_JOB_ROUTE = "agent/runs/{run_id}/job/"
 AGENT_EPOCH_ROUTE = "agent/runs/{run_id}/epoch/"
 AGENT_DATASET_ROUTE = "agent/runs/{run_id}/datasets/{dataset_id}/"
+AGENT_EVALUATION_SET_ROUTE = "agent/runs/{run_id}/evaluation-sets/{set_id}/"
 
 
 def agent_route(base: str, route: str, **parts: str | UUID) -> str:

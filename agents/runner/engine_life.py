@@ -59,7 +59,8 @@ def _tail(lines: list[str]) -> str:
 
 class EngineLife:
     """The engine's part of ``JobRunner``: uses its ``job``, ``engine_options``, stop events,
-    ``emit``, ``_finish_trial``, ``_stopped_outcome``, ``_new_engine`` and ``_measure``."""
+    ``emit``, ``evaluation_set``, ``_finish_trial``, ``_stopped_outcome``, ``_new_engine`` and
+    ``_measure``."""
 
     async def _serve_with_restarts(self, trial: protocol.TrialSpec, engine: ProcessEngine) -> str:
         """Serves and measures ``trial``; an engine that dies or hangs mid-measuring is started
@@ -200,6 +201,12 @@ class EngineLife:
                 base_url=engine.base_url,
                 keys=keys,
                 timeout_s=self.seconds_to_deadline(),
+                fetch_set=self.evaluation_set,
+                # Sent only where the site checked, as the load generator's traffic is.
+                served_addresses=self.engine_options.endpoint_addresses
+                if self.job.engine.kind == "endpoint"
+                else (),
+                judge_addresses=self.engine_options.judge_addresses,
             )
         )
         stopped = asyncio.create_task(self._stop.wait())

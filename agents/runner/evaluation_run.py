@@ -7,13 +7,18 @@ Guarantees:
 - ``trial_evaluation`` returns the fields of each ``EvaluationReport`` part (the caller adds
   the trial), or none: for a job without an evaluation, and for a simulated engine, which
   serves no text to score. It never raises for the set or the server: a set that cannot be
-  read, or an evaluation that outlives ``timeout_s``, is logged and sends nothing; an item
-  the server failed scores 0 and says why (the client's rule).
+  read (an uploaded set the site does not serve, or whose sha256 is not the job's, included),
+  or an evaluation that outlives ``timeout_s``, is logged and sends nothing; an item the
+  server failed scores 0 and says why (the client's rule).
 - Each item is reported by id with its score (None: unscored), its output cut to
   ``MAX_EVALUATION_OUTPUT_CHARS`` with the digest of the whole text, its latency and its
   error kind; the summary (score, 95 % interval, counts, seconds) rides in every part.
 - The judge's key and the endpoint's key are used as bearer tokens only: no message holds
   them, and neither does a log line written here.
+- An existing endpoint's requests go to the addresses the site checked for its host
+  (``BENCHSITE_ENDPOINT_ADDRESSES``), the judge's to those it checked for the judge's
+  (``BENCHSITE_JUDGE_ADDRESSES``), as the load generator's traffic does; none given: the
+  name is looked up.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agents import protocol
@@ -43,12 +49,22 @@ class EvaluationKeys:
         return "EvaluationKeys(…)"
 
 
-def _load_set(evaluation: protocol.EvaluationJob):
+# An uploaded set's file by its id and sha256, checked (``agents.runner.session``).
+FetchSet = Callable[[str, str], bytes]
+
+
+async def _load_set(evaluation: protocol.EvaluationJob, fetch_set: FetchSet | None):
     if evaluation.pack is not None:
         if evaluation.pack not in BUILTIN_PACKS:
             raise EvaluationSetError(f"no built-in pack {evaluation.pack!r} in this agent")
         return load_pack(evaluation.pack)
-    return parse_evaluation_set((evaluation.set_jsonl or "").encode())
+    if not evaluation.fetched:
+        return parse_evaluation_set((evaluation.set_jsonl or "").encode())
+    if fetch_set is None:
+        raise EvaluationSetError(f"set {evaluation.set_id}: this agent has no site to fetch it")
+    # A download: off the event loop, which the engine's watchers share.
+    raw = await asyncio.to_thread(fetch_set, evaluation.set_id, evaluation.set_sha256)
+    return parse_evaluation_set(raw)
 
 
 def item_result(outcome) -> protocol.EvaluationItemResult:
@@ -87,21 +103,32 @@ def evaluation_parts(outcome: EvaluationOutcome, seconds: float) -> list[dict]:
 
 
 async def trial_evaluation(
-    job: protocol.JobSpec, *, base_url: str, keys: EvaluationKeys, timeout_s: float
+    job: protocol.JobSpec,
+    *,
+    base_url: str,
+    keys: EvaluationKeys,
+    timeout_s: float,
+    fetch_set: FetchSet | None = None,
+    served_addresses: tuple[str, ...] = (),
+    judge_addresses: tuple[str, ...] = (),
 ) -> list[dict]:
-    """Runs the job's evaluation against the server at ``base_url`` (module docstring)."""
+    """Runs the job's evaluation against the server at ``base_url`` (module docstring);
+    ``fetch_set`` gives an uploaded set's file the job names by id; the addresses pin the
+    served endpoint's and the judge's requests."""
     evaluation = job.evaluation
     if evaluation is None or job.engine.kind == "sim":
         return []
     try:
-        evaluation_set = _load_set(evaluation)
+        evaluation_set = await _load_set(evaluation, fetch_set)
     except EvaluationSetError as error:
         logger.error("the job's evaluation set cannot be read: %s", error)
         return []
     judge = None
     if evaluation.judge is not None:
-        judge = OpenAITarget(evaluation.judge.base_url, evaluation.judge.model, keys.judge)
-    target = OpenAITarget(base_url, job.model.served_model_name, keys.served)
+        judge = OpenAITarget(
+            evaluation.judge.base_url, evaluation.judge.model, keys.judge, judge_addresses
+        )
+    target = OpenAITarget(base_url, job.model.served_model_name, keys.served, served_addresses)
     start = time.monotonic()
     try:
         outcome = await asyncio.wait_for(

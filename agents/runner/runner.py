@@ -136,6 +136,7 @@ class JobRunner(RunWeights, EngineLife, LevelMeasuring):
         workdir: Path,
         engine_options: EngineOptions | None = None,
         dataset_path: Callable[[str], Path] | None = None,
+        evaluation_set: Callable[[str, str], bytes] | None = None,
         deadline_margin: float = 15.0,
         heartbeat_every: float = 10.0,
         progress_every: float = 0.5,
@@ -150,6 +151,8 @@ class JobRunner(RunWeights, EngineLife, LevelMeasuring):
         self.engine_options = engine_options or EngineOptions()
         self._host: protocol.HostFacts | None = None  # read once, in run()
         self.dataset_path = dataset_path
+        # An uploaded evaluation set's file by (id, sha256), checked (session.py); None: none.
+        self.evaluation_set = evaluation_set
         self.deadline_margin = deadline_margin
         self.heartbeat_every = heartbeat_every
         self.progress_every = progress_every

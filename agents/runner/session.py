@@ -15,6 +15,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import signal
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from agents import protocol
+from agents.evaluation import EvaluationSetError
 from agents.loadgen import event_loop_runner
 from agents.protocol import JobSpec
 from agents.runner.outbox import DeliveryReport, Outbox, SiteEndpoints
@@ -79,6 +81,26 @@ def site_endpoints(job: JobSpec, token: str | None) -> SiteEndpoints | None:
     )
 
 
+def _site_file(site: SiteEndpoints, route: str, *, what: str, accept: str, **parts: str) -> bytes:
+    """The run's file at ``route`` on the site, with the run token; ``SessionError`` naming
+    ``what`` and the HTTP status when the site does not answer 200."""
+    url = protocol.agent_route(site.rest_url, route, run_id=site.run_id, **parts)
+    response = httpx.get(
+        url, headers={"Authorization": f"Bearer {site.token}", "Accept": accept}, timeout=60
+    )
+    if response.status_code != 200:
+        raise SessionError(f"{what}: the site answered {response.status_code}")
+    return response.content
+
+
+def _keep(target: Path, raw: bytes) -> None:
+    """Writes ``target`` whole or not at all (a file cut short is never found later)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".part")
+    partial.write_bytes(raw)
+    partial.replace(target)
+
+
 def dataset_fetcher(
     site: SiteEndpoints | None, workdir: Path, local_dir: Path | None
 ) -> Callable[[str], Path]:
@@ -94,23 +116,50 @@ def dataset_fetcher(
             return target
         if site is None or not site.rest_url:
             raise SessionError(f"dataset {dataset_id}: no --dataset-dir and no site to fetch from")
-        url = protocol.agent_route(
-            site.rest_url, protocol.AGENT_DATASET_ROUTE, run_id=site.run_id, dataset_id=dataset_id
-        )
-        response = httpx.get(
-            url,
-            headers={"Authorization": f"Bearer {site.token}", "Accept": "application/json"},
-            timeout=60,
-        )
-        if response.status_code != 200:
-            raise SessionError(f"dataset {dataset_id}: the site answered {response.status_code}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".part")
-        partial.write_bytes(response.content)
-        partial.replace(target)
+        raw = _site_file(
+            site, protocol.AGENT_DATASET_ROUTE, what=f"dataset {dataset_id}",
+            accept="application/json", dataset_id=dataset_id,
+        )  # fmt: skip
+        _keep(target, raw)
         return target
 
     return path_of
+
+
+def evaluation_set_fetcher(
+    site: SiteEndpoints | None, workdir: Path
+) -> Callable[[str, str], bytes]:
+    """Fetches an uploaded evaluation set's file from the site, once (kept in
+    ``<workdir>/evaluation-sets``), and gives it only when its sha256 is the one the job
+    names: a file that differs is refused (``EvaluationSetError`` saying so) and not kept,
+    as is a set the site does not serve."""
+
+    def fetch(set_id: str, sha256: str) -> bytes:
+        target = workdir / "evaluation-sets" / f"{set_id}.jsonl"
+        if target.exists():
+            kept = target.read_bytes()
+            if hashlib.sha256(kept).hexdigest() == sha256:
+                return kept
+        if site is None or not site.rest_url:
+            raise EvaluationSetError(f"set {set_id}: no site to fetch it from")
+        try:
+            raw = _site_file(
+                site, protocol.AGENT_EVALUATION_SET_ROUTE, what=f"set {set_id}",
+                accept="application/jsonl", set_id=set_id,
+            )  # fmt: skip
+        except SessionError as error:
+            raise EvaluationSetError(str(error)) from None
+        except httpx.HTTPError as error:
+            raise EvaluationSetError(f"set {set_id}: {type(error).__name__}") from None
+        found = hashlib.sha256(raw).hexdigest()
+        if found != sha256:
+            raise EvaluationSetError(
+                f"set {set_id}: the site's file has sha256 {found}, the job names {sha256}"
+            )
+        _keep(target, raw)
+        return raw
+
+    return fetch
 
 
 @contextmanager
@@ -172,6 +221,7 @@ def run_session(
         workdir=workdir,
         engine_options=engine_options,
         dataset_path=dataset_fetcher(site, workdir, dataset_dir),
+        evaluation_set=evaluation_set_fetcher(site, workdir),
         deadline_margin=deadline_margin,
         **(runner_options or {}),
     )

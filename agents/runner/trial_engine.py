@@ -33,6 +33,7 @@ from agents.protocol import (
     HF_TOKEN_ENV,
     HUB_ENDPOINT_ENV,
     HUB_OFFLINE_ENV,
+    JUDGE_ADDRESSES_ENV,
     JUDGE_API_KEY_ENV,
     SIM_OVER_HTTP_ENV,
     VLLM_COMMAND_ENV,
@@ -77,6 +78,8 @@ class EngineOptions:
     endpoint_addresses: tuple[str, ...] = ()
     # The judge's API key, for an evaluation scored by a judge (a secret: never shown).
     judge_api_key: str | None = field(default=None, repr=False)
+    # The addresses the site checked for the judge's host (empty: look the name up).
+    judge_addresses: tuple[str, ...] = ()
     # The simulator as a server measured over HTTP in wall time at the job's ``sim_speed``,
     # instead of in its own time: for testing the agent's process and network paths on a
     # stand-in for vLLM (its figures then move with the host's load).
@@ -93,7 +96,8 @@ class EngineOptions:
         ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` (weights this machine has cached already), and
         ``BENCHSITE_ENDPOINT_API_KEY``, an existing endpoint's API key,
         ``BENCHSITE_ENDPOINT_ADDRESSES``, the IP addresses (comma-separated) the site checked
-        for the endpoint's host, ``BENCHSITE_JUDGE_API_KEY``, an evaluation judge's key, and
+        for the endpoint's host, ``BENCHSITE_JUDGE_API_KEY``, an evaluation judge's key,
+        ``BENCHSITE_JUDGE_ADDRESSES``, those the site checked for the judge's host, and
         ``BENCHSITE_SIM_OVER_HTTP=1`` (the simulator as a server, measured over HTTP).
         Raises ``ValueError`` naming the variable for a value it cannot use."""
         environ = os.environ if environ is None else environ
@@ -135,6 +139,7 @@ class EngineOptions:
             endpoint_api_key=environ.get(ENDPOINT_API_KEY_ENV) or None,
             endpoint_addresses=_addresses(environ, ENDPOINT_ADDRESSES_ENV),
             judge_api_key=environ.get(JUDGE_API_KEY_ENV) or None,
+            judge_addresses=_addresses(environ, JUDGE_ADDRESSES_ENV),
             sim_over_http=_true(environ.get(SIM_OVER_HTTP_ENV, "")),
         )
 

@@ -13,6 +13,11 @@ import json
 from dataclasses import dataclass, field
 
 from agents.protocol import SERVE_FLAGS, json_loads_bounded
+from frontend.experiments.evaluation_form import (
+    EVALUATION_INPUTS,
+    evaluation_from_form,
+    evaluation_values,
+)
 from frontend.experiments.form_slots import (
     CAPACITY_FIELDS,
     DATASET_FIELDS,
@@ -85,6 +90,7 @@ _BUILDER_TEXT_FIELDS = (
     *CAPACITY_TEXT_FIELDS,
     *(f"slo_{name}" for name in SLO_NAMES),
     *(f"search_{name}" for name in SEARCH_FIELDS),
+    *EVALUATION_INPUTS,
     "budget_cap_usd",
 )
 
@@ -142,6 +148,7 @@ def builder_form_from_experiment(experiment: Experiment, *, name: str | None = N
         "budget_cap_usd": str(experiment.budget_cap_usd),
     }
     values |= _capacity_values(workload.get("capacity"))
+    values |= evaluation_values(experiment.evaluation)
     values |= {f"search_{name}": shown_text(experiment.search.get(name)) for name in SEARCH_FIELDS}
     for name_ in DATASET_FIELDS:
         values[dataset_input(name_)] = shown_text(dataset.get(name_))
@@ -310,6 +317,9 @@ def experiment_payload(form: BuilderForm) -> tuple[dict, dict[str, list[str]]]:
         "workload": _workload_from_form(values),
         "slos": slos,
         "search": search,
+        # Always sent whole: an edit stores what the form shows (frontend.experiments
+        # .evaluation_form).
+        "evaluation": evaluation_from_form(values),
         "budget_cap_usd": values.get("budget_cap_usd", ""),
     }
     if payload["engine"] == Engine.ENDPOINT:

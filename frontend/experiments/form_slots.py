@@ -19,6 +19,7 @@ from agents.protocol import (
     TraceDataset,
     Workload,
 )
+from frontend.experiments.evaluation_form import EVALUATION_SLOTS
 from runs.experiment_search import ExperimentSearch
 from runs.services.catalogue import MODEL_SPEC_FIELDS
 from runs.services.experiments import EXPERIMENT_FIELDS
@@ -113,6 +114,8 @@ def error_slot(path: str) -> str:
             name = tail.split(".", 1)[0]
             return f"capacity_{name}" if name in CAPACITY_FIELDS else "capacity"
         return first if first in WORKLOAD_FIELDS else "workload"
+    if head == "evaluation":
+        return EVALUATION_SLOTS.get(rest.split(".", 1)[0], "evaluation")
     if head == "endpoint" and not rest:
         # The existing endpoint's picker: "endpoint" alone is the workload's API route's slot.
         return "existing_endpoint"
@@ -131,6 +134,7 @@ def _shown(path: str, slot: str, message: str) -> str:
         f"slos.{slot.removeprefix('slo_')}",
         f"workload.capacity.{slot.removeprefix('capacity_')}",
         f"search.{slot.removeprefix('search_')}",
+        f"evaluation.{slot.removeprefix('evaluation_')}",
     }
     return message if path in whole else f"{path}: {message}"
 

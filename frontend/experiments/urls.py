@@ -1,8 +1,8 @@
-"""Models, workload datasets and the experiment builder."""
+"""Models, workload datasets, evaluation sets and the experiment builder."""
 
 from django.urls import path
 
-from frontend.experiments import views, views_datasets, views_schedule
+from frontend.experiments import views, views_datasets, views_evaluation_sets, views_schedule
 
 urlpatterns = [
     path("o/<slug:org>/models/", views.models_list, name="models"),
@@ -20,6 +20,16 @@ urlpatterns = [
         "o/<slug:org>/experiments/datasets/<uuid:dataset_id>/delete/",
         views_datasets.dataset_remove,
         name="dataset-delete",
+    ),
+    path(
+        "o/<slug:org>/experiments/evaluation-sets/",
+        views_evaluation_sets.evaluation_sets,
+        name="evaluation-sets",
+    ),
+    path(
+        "o/<slug:org>/experiments/evaluation-sets/<uuid:evaluation_set_id>/delete/",
+        views_evaluation_sets.evaluation_set_remove,
+        name="evaluation-set-delete",
     ),
     path("o/<slug:org>/experiments/new/", views.experiment_new, name="experiment-new"),
     path("o/<slug:org>/experiments/check/", views.experiment_check, name="experiment-check"),

@@ -30,17 +30,19 @@ from frontend.experiments import (
     prediction_panel,
 )
 from frontend.experiments.schedule_form import schedule_form_values
+from frontend.experiments.views_evaluation_sets import items_text
 from frontend.org_pages import org_context, org_page
 from runs.access import Need, access_experiment, access_model_spec, scoped
 from runs.actors import actor_from_request
+from runs.answer_text import run_answer_state
 from runs.errors import Conflict, DomainValidationError
-from runs.models import Endpoint, Experiment, GpuType, ModelSpec, WorkloadDataset
+from runs.experiment_evaluation import MAX_EVALUATION_CONCURRENCY, builtin_packs
+from runs.models import Endpoint, EvaluationSet, Experiment, GpuType, ModelSpec, WorkloadDataset
 from runs.models.catalogue import WeightDtype
 from runs.models.experiments import DATASET_FORMAT_CHOICES, CloudType, Engine
 from runs.models.runs import RunState, RunTrigger
 from runs.selectors.estimates import experiment_estimate
 from runs.selectors.run_history import with_simulated
-from runs.selectors.run_pages import run_answer_state
 from runs.selectors.schedules import experiment_schedule, schedule_state
 from runs.selectors.software_stacks import run_stacks
 from runs.services.catalogue import MODEL_SPEC_FIELDS, model_spec_delete
@@ -180,6 +182,24 @@ def _dataset_groups(membership) -> list[tuple[str, list[WorkloadDataset]]]:
     return [(labels[name], groups[name]) for name in labels if name in groups]
 
 
+def _evaluation_choices(membership) -> list[tuple[str, list[tuple[str, str]]]]:
+    """What the builder's evaluation set may be, by group: the built-in packs and the
+    organization's uploaded sets, each as (the input's value, its label)."""
+    packs = [
+        (f"pack:{pack.name}", f"{pack.name} ({items_text(pack.summary['items'])})")
+        for pack in builtin_packs()
+    ]
+    uploaded = [
+        (
+            f"set:{s.id}",
+            f"{s.name} ({items_text(s.items)}{', needs a judge' if s.needs_judge else ''})",
+        )
+        for s in scoped(membership, EvaluationSet).order_by("name", "id")
+    ]
+    groups = (("Built-in packs", packs), ("Uploaded sets", uploaded))
+    return [(label, options) for label, options in groups if options]
+
+
 def _render_builder(request, membership, *, form, outcome, experiment=None):
     org = membership.organization
     labels = dict(DATASET_FORMAT_CHOICES)
@@ -192,6 +212,7 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         check = reverse("experiment-edit-check", args=[org.slug, experiment.id])
         predict = reverse("experiment-edit-builder-predict", args=[org.slug, experiment.id])
     flags = builder.serve_flag_choices()
+    evaluation_choices = _evaluation_choices(membership)
     context = org_context(
         membership,
         experiment=experiment,
@@ -217,6 +238,11 @@ def _render_builder(request, membership, *, form, outcome, experiment=None):
         flag_names={flag["name"] for flag in flags},
         engines=Engine.values,
         existing_endpoints=scoped(membership, Endpoint).order_by("name"),
+        evaluation_choices=evaluation_choices,
+        # A choice that is no longer offered (a set deleted since) stays shown, to be named.
+        evaluation_unknown=form.values.get("evaluation_source", "")
+        not in {"", *(value for _, options in evaluation_choices for value, _ in options)},
+        evaluation_max_concurrency=MAX_EVALUATION_CONCURRENCY,
         clouds=CloudType.values,
         slo_names=form_slots.SLO_NAMES,
         slo_percentiles=SLO_PERCENTILES,

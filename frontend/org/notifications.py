@@ -20,7 +20,7 @@ from runs.inputs.notifications import HOOK_EVENTS
 from runs.models import HookKind, NotificationDelivery, NotificationHook
 from runs.selectors.demo_inbox import demo_inbox
 from runs.selectors.hook_recipients import hook_addresses
-from runs.services.notifications import hook_create, hook_delete, hook_send_test
+from runs.services.notifications.hooks import hook_create, hook_delete, hook_send_test
 
 _LABELS = {"name": "Name", "kind": "Kind", "url": "URL", "email_to": "E-mail to",
            "events": "Events"}  # fmt: skip

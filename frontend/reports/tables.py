@@ -156,7 +156,7 @@ def run_cell(figure: TrialFigure, run_href: RunHref) -> Cell:
     return Cell(f"{str(figure.run_id)[:8]} #{figure.trial_index}", href=run_href(figure))
 
 
-def _simulated_first(table: ReportTable, rows: list[list[Cell]]) -> list[list[Cell]]:
+def simulated_first(table: ReportTable, rows: list[list[Cell]]) -> list[list[Cell]]:
     if not table.simulated:
         return rows
     table.columns.insert(0, "Source")
@@ -270,7 +270,7 @@ def cost_table(
                 num(f"{best.trials_priced} / {best.trials_compared}"),
             ]
         )
-    table.rows = _simulated_first(table, rows)
+    table.rows = simulated_first(table, rows)
     return table
 
 
@@ -346,7 +346,7 @@ def model_table(key: str, title: str, points: list[ModelPoint], *, simulated: bo
                 Cell(f.ranked_by),
             ]
         )
-    table.rows = _simulated_first(table, rows)
+    table.rows = simulated_first(table, rows)
     return table
 
 
@@ -366,24 +366,6 @@ def model_chart_data(points: list[ModelPoint]) -> list[dict]:
             "simulated": p.figure.simulated,
         }
         for p in points
-    ]
-
-
-def capacity_chart_data(figures: list[TrialFigure]) -> list[dict]:
-    """The model choice's chart: each configuration with a capacity at the SLOs, that
-    capacity against its cost per 1M output tokens there (as the table's texts), simulated
-    ones marked so that they are drawn apart."""
-    return [
-        {
-            "label": f"{f.model.name} · {config_text(f.serve_config)} · run "
-            f"{str(f.run_id)[:8]} #{f.trial_index}",
-            "axis": (f.capacity or {}).get("axis") or "concurrency",
-            "capacity": (f.capacity or {}).get("capacity"),
-            "usd_per_million": text(f.usd_per_million_at_capacity),
-            "simulated": f.simulated,
-        }
-        for f in figures
-        if f.usd_per_million_at_capacity is not None
     ]
 
 
@@ -483,81 +465,6 @@ def experiment_spend_table(rows: list[ExperimentSpend], experiment_href) -> Repo
                 num(e.budget_cap_usd),
             ]
         )
-    return table
-
-
-# --- Model choice ------------------------------------------------------------------------------
-
-CHOICE_COLUMNS = [
-    "Rank",
-    "Model",
-    "Experiment",
-    "GPUs",
-    IMAGE,
-    "Config",
-    CAPACITY_USD,
-    CAPACITY,
-    "Load at SLOs",
-    "USD / 1M output tokens",
-    "USD / 1M, cold start amortized",
-    "Headroom under SLOs",
-    "Levels meeting SLOs",
-    "Run · trial",
-    RANKED_BY,
-]
-CHOICE_FOLDED = frozenset(
-    {
-        "GPUs",
-        "Load at SLOs",
-        "USD / 1M output tokens",
-        "USD / 1M, cold start amortized",
-        "Headroom under SLOs",
-        "Levels meeting SLOs",
-        RANKED_BY,
-    }
-)
-
-
-def choice_table(
-    key: str,
-    title: str,
-    figures: list[TrialFigure],
-    *,
-    run_href: RunHref,
-    first_rank: int = 1,
-    simulated: bool = False,
-    empty: str = "Nothing to show yet.",
-) -> ReportTable:
-    table = ReportTable(
-        key=key,
-        title=title,
-        columns=list(CHOICE_COLUMNS),
-        simulated=simulated,
-        empty=empty,
-        folded=CHOICE_FOLDED,
-    )
-    rows = []
-    for rank, f in enumerate(figures, start=first_rank):
-        rows.append(
-            [
-                num(rank),
-                Cell(f.model.name),
-                Cell(f.experiment.name),
-                Cell(gpus_text(f)),
-                Cell(f.image_tag),
-                Cell(config_text(f.serve_config), wrap=True),
-                num(f.usd_per_million_at_capacity),
-                Cell(capacity_text(f.capacity)),
-                Cell(f.cost.load or ""),
-                num(f.usd_per_million),
-                num(f.cost.usd_per_million_output_tokens_cold_start_amortized),
-                Cell(headroom_text(f), wrap=True),
-                Cell(", ".join(f.qualifying_loads()), wrap=True),
-                run_cell(f, run_href),
-                Cell(f.ranked_by),
-            ]
-        )
-    table.rows = _simulated_first(table, rows)
     return table
 
 

@@ -13,12 +13,13 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from frontend.org_pages import org_context, org_page
-from frontend.reports import tables
+from frontend.reports import choice_tables, quality_tables, tables
 from runs.access import access_experiment, scoped
 from runs.models import Experiment
 from runs.selectors.cold_starts import cold_start_report
-from runs.selectors.cost_rankings import best_configs, model_points
+from runs.selectors.cost_rankings import best_configs
 from runs.selectors.model_choice import model_choice
+from runs.selectors.models_report import models_report
 from runs.selectors.spend import spend_by_experiment, spend_by_month
 from runs.selectors.trial_figures import trial_figures
 
@@ -115,27 +116,83 @@ def report_costs(request, membership):
 
 @org_page()
 def report_models(request, membership):
-    figures = trial_figures(org=membership.organization)
-    measured_points = model_points(f for f in figures if not f.simulated)
-    simulated_points = model_points(f for f in figures if f.simulated)
+    report = models_report(org=membership.organization)
+    href = _run_href(membership.organization.slug)
     measured = tables.model_table(
-        "measured", "Measured on real vLLM", measured_points, simulated=False
+        "measured", "Measured on real vLLM", report.measured, simulated=False
     )
     measured.empty = "No model has a measured cost per token yet."
     simulated = tables.model_table(
-        "simulated", "Simulated (not measurements)", simulated_points, simulated=True
+        "simulated", "Simulated (not measurements)", report.simulated, simulated=True
     )
     simulated.empty = "No simulated figures."
+    quality = quality_tables.quality_table(
+        "quality",
+        "Quality against cost at the SLOs",
+        report.quality_measured,
+        simulated=False,
+        run_href=href,
+    )
+    quality.empty = (
+        "No measured configuration has a score yet: an experiment's evaluation scores each "
+        "configuration on real vLLM (docs/quality.md)."
+    )
+    quality.note = QUALITY_NOTE
+    quality_simulated = quality_tables.quality_table(
+        "quality-simulated",
+        "Quality of simulated configurations",
+        report.quality_simulated,
+        simulated=True,
+        run_href=href,
+    )
+    quality_simulated.empty = "No simulated run had an evaluation."
+    excluded = _excluded_table(report.excluded_for_quality, report.quality, href)
     return _report(
         request,
         membership,
         "frontend/reports/models.html",
-        [measured, simulated],
+        [measured, simulated, quality, quality_simulated, excluded],
         # Without a measured model (the demo's simulator), the simulated figures are charted,
         # labelled so: a chart of nothing would tell a manager nothing.
-        chart=tables.model_chart_data(measured_points or simulated_points),
-        chart_simulated=not measured_points and bool(simulated_points),
+        chart=tables.model_chart_data(report.measured or report.simulated),
+        chart_simulated=not report.measured and bool(report.simulated),
+        quality_chart=quality_tables.quality_chart_data(quality),
+        excluded=_with_reasons(report.excluded_for_quality[:CHOICE_TAIL_ROWS], report.quality),
     )
+
+
+# What the quality table says of itself (and why one chart never mixes evaluations).
+QUALITY_NOTE = (
+    "Per model and evaluation, its cheapest configuration that keeps its run's quality floor "
+    "(among those with a score): its cost per 1M output tokens at the SLOs against its score "
+    "on the run's evaluation, with the 95 % interval. Scores on different evaluations are "
+    "not on one scale: the chart draws each evaluation apart. Simulated configurations serve "
+    "no text: their quality is not judged."
+)
+
+
+def _excluded_table(figures, quality, href) -> tables.ReportTable:
+    """The configurations excluded for quality, cheapest first, cut at ``CHOICE_TAIL_ROWS``."""
+    table = choice_tables.choice_table(
+        "excluded-quality",
+        "Excluded for quality (below their run's quality floor, never recommended)",
+        figures[:CHOICE_TAIL_ROWS],
+        run_href=href,
+        empty="None: every measured configuration keeps its run's quality floor, or has none.",
+        quality=lambda f: quality.get(f.trial_id),
+    )
+    table.note = _tail_note(len(figures), f"The {CHOICE_TAIL_ROWS} cheapest")
+    return table
+
+
+def _with_reasons(figures, quality) -> list[dict]:
+    """Each configuration a floor excluded or could not judge, as the page lists it, with
+    the reason."""
+    return [
+        {"figure": f, "config": tables.config_text(f.serve_config),
+         "reason": quality[f.trial_id].standing.reason}
+        for f in figures
+    ]  # fmt: skip
 
 
 @org_page()
@@ -204,14 +261,16 @@ def report_choice(request, membership, experiment_id):
     experiment = access_experiment(membership=membership, experiment_id=experiment_id)
     choice = model_choice(experiment=experiment)
     href = _run_href(membership.organization.slug)
-    recommended = tables.choice_table(
+    quality = choice.quality_of
+    recommended = choice_tables.choice_table(
         "recommended",
         "Recommended",
         choice.measured[:1],
         run_href=href,
         empty=f"No measured trial met the SLOs: nothing to recommend yet. {MEASURE_HINT}",
+        quality=quality,
     )
-    runners_up = tables.choice_table(
+    runners_up = choice_tables.choice_table(
         "runners-up",
         "Runners-up",
         choice.runners_up,
@@ -219,20 +278,22 @@ def report_choice(request, membership, experiment_id):
         first_rank=2,
         empty="None yet: the measured configurations after the recommended one, cheapest "
         "first, are listed here once two or more meet the SLOs.",
+        quality=quality,
     )
-    per_model = tables.choice_table(
+    per_model = choice_tables.choice_table(
         "per-model",
         "Best configuration per model",
         choice.per_model,
         run_href=href,
         empty="None yet: each model's cheapest measured configuration meeting the SLOs is "
         "listed here, one row per model.",
+        quality=quality,
     )
     per_model.note = (
         "Each model's cheapest configuration: its capacity at the SLOs and the cost per 1M "
         "output tokens there, beside its best fixed load level's figures."
     )
-    unpriced = tables.choice_table(
+    unpriced = choice_tables.choice_table(
         "unpriced",
         "Measured, but no level met the SLOs (or no price is known)",
         choice.unpriced[:CHOICE_TAIL_ROWS],
@@ -241,25 +302,31 @@ def report_choice(request, membership, experiment_id):
         empty="None: every measured trial met the SLOs at a priced level."
         if choice.measured
         else "None: measured trials that meet no SLO, or have no price, are listed here.",
+        quality=quality,
     )
     unpriced.note = _tail_note(len(choice.unpriced), f"The first {CHOICE_TAIL_ROWS}")
-    simulated = tables.choice_table(
+    simulated = choice_tables.choice_table(
         "simulated",
         "Simulated (not measurements, never recommended)",
         choice.simulated[:CHOICE_TAIL_ROWS],
         run_href=href,
         simulated=True,
         empty="No simulated trial: the simulator's predictions for this workload appear here.",
+        quality=quality,
     )
+    excluded = _excluded_table(choice.excluded_for_quality, choice.quality, href)
     simulated.note = _tail_note(len(choice.simulated), f"The {CHOICE_TAIL_ROWS} cheapest")
     return _report(
         request,
         membership,
         "frontend/reports/choice.html",
-        [recommended, runners_up, per_model, unpriced, simulated],
+        [recommended, runners_up, per_model, excluded, unpriced, simulated],
         experiment=experiment,
         choice=choice,
-        chart=tables.capacity_chart_data([*choice.measured, *choice.simulated]),
+        best_quality=choice.quality_of(choice.recommended) if choice.recommended else None,
+        excluded=_with_reasons(choice.excluded_for_quality[:CHOICE_TAIL_ROWS], choice.quality),
+        unjudged=_with_reasons(choice.quality_not_judged[:CHOICE_TAIL_ROWS], choice.quality),
+        chart=choice_tables.capacity_chart_data([*choice.measured, *choice.simulated]),
         best=choice.recommended,
         best_config=(
             tables.config_text(choice.recommended.serve_config) if choice.recommended else ""

@@ -2,8 +2,8 @@
 
 Like every page they reach tenant rows only through ``runs.access``: another organization's
 run answers 404 exactly like a missing one, and a viewer may read but not cancel (403).
-Reads are in ``runs.selectors`` (``run_pages``, ``run_history``, ``trial_compare``); the one
-write (cancel) is ``runs.services``'.
+Reads are in ``runs.selectors`` (``run_pages``, ``run_history``, ``trial_compare``), the live
+page's words in ``frontend.runs.live_state``; the one write (cancel) is ``runs.services``'.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from django.views.decorators.cache import never_cache
 
 from frontend.org_pages import org_context, org_page
 from frontend.runs.forms import HistoryFilterForm, RunCancelForm
+from frontend.runs.live_state import run_live_state
 from runs.access import Need, access_run
 from runs.actors import actor_from_request
 from runs.errors import Conflict, DomainValidationError
@@ -28,7 +29,6 @@ from runs.selectors.run_history import (
     with_simulated,
     with_trial_counts,
 )
-from runs.selectors.run_pages import run_live_state
 from runs.selectors.run_search import run_search_state
 from runs.selectors.schedules import run_firing
 from runs.selectors.trial_compare import (

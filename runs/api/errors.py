@@ -8,7 +8,8 @@
 An error answer says what is wrong and never repeats the input at length: ``error_body``
 bounds every text in it (message, field paths, which carry the keys a client sent, and their
 messages) to ``MAX_ERROR_TEXT_CHARS`` and lists at most ``MAX_ERROR_FIELDS`` fields, however
-large the refused input was. Field paths come from ``runs.inputs.errors.flatten_errors``.
+large the refused input was. The bound (``clip_text``) and the field paths
+(``flatten_errors``) come from ``runs.inputs.errors``.
 """
 
 from __future__ import annotations
@@ -24,20 +25,12 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from runs.errors import Conflict, DomainValidationError, RateLimited
-from runs.inputs.errors import flatten_errors
+from runs.inputs.errors import clip_text, flatten_errors
 
 logger = logging.getLogger(__name__)
 
-MAX_ERROR_TEXT_CHARS = 300
 MAX_ERROR_FIELDS = 50
 MAX_MESSAGES_PER_FIELD = 5
-
-
-def clip_text(text: str, limit: int = MAX_ERROR_TEXT_CHARS) -> str:
-    """``text`` cut to ``limit`` characters (marked "..."): the one rule for any text an
-    error answer carries that may repeat what the client sent."""
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def error_body(status_code: int, code: str, message: str, fields: dict | None = None) -> dict:

@@ -10,6 +10,7 @@ from agents import protocol
 from runs.api.views_agent import (
     AgentDatasetView,
     AgentEpochView,
+    AgentEvaluationSetView,
     AgentJobView,
     AgentMessagesView,
 )
@@ -21,6 +22,7 @@ from runs.api.views_evaluations import EvaluationSetViewSet
 from runs.api.views_experiments import BudgetViewSet, DatasetViewSet, ExperimentViewSet
 from runs.api.views_notifications import NotificationHookViewSet
 from runs.api.views_promotions import PromotionViewSet
+from runs.api.views_reports import ReportViewSet
 from runs.api.views_runs import RunViewSet
 from runs.api.views_tenancy import MemberViewSet, OrganizationViewSet, TokenViewSet
 
@@ -43,11 +45,14 @@ tenant.register("promotions", PromotionViewSet, basename="promotion")
 tenant.register("provider-keys", ProviderKeyViewSet, basename="provider-key")
 tenant.register("endpoints", EndpointViewSet, basename="endpoint")
 tenant.register("notification-hooks", NotificationHookViewSet, basename="notification-hook")
+tenant.register("reports", ReportViewSet, basename="reports")
 
 
 def _agent(route: str) -> str:
     """A protocol route template as a Django route (its ids are UUIDs)."""
-    return route.format(run_id="<uuid:run_id>", dataset_id="<uuid:dataset_id>")
+    return route.format(
+        run_id="<uuid:run_id>", dataset_id="<uuid:dataset_id>", set_id="<uuid:set_id>"
+    )
 
 
 urlpatterns = [
@@ -60,5 +65,10 @@ urlpatterns = [
     path(_agent(protocol.AGENT_JOB_ROUTE), AgentJobView.as_view(), name="agent-job"),
     path(_agent(protocol.AGENT_EPOCH_ROUTE), AgentEpochView.as_view(), name="agent-epoch"),
     path(_agent(protocol.AGENT_DATASET_ROUTE), AgentDatasetView.as_view(), name="agent-dataset"),
+    path(
+        _agent(protocol.AGENT_EVALUATION_SET_ROUTE),
+        AgentEvaluationSetView.as_view(),
+        name="agent-evaluation-set",
+    ),
     path("", include(root.urls)),
 ]

@@ -17,7 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents import protocol
+from runs.access import access_run_evaluation_set
 from runs.api.parsers import AgentBatchParser
+from runs.consumers.notices import notify_run_watchers
 from runs.inputs.json_schemas import AGENT_MESSAGES_FIELD, JobSpecBody, protocol_body
 from runs.inputs.strict_fields import StrictJSONField
 from runs.models import Run, WorkloadDataset
@@ -26,7 +28,7 @@ from runs.pod_job import run_job_spec
 from runs.run_as_started import run_workload
 from runs.services.agent_epochs import agent_epoch_issue
 from runs.services.agent_messages import agent_message_parse
-from runs.services.ingest import agent_messages_ingest, notify_run_watchers
+from runs.services.ingest import agent_messages_ingest
 from runs.services.run_control import run_stop_request
 from runs.services.run_tokens import RUN_TOKEN_PREFIX, unscoped_run_for_token
 
@@ -199,3 +201,15 @@ class AgentDatasetView(APIView):
         return FileResponse(
             dataset.file.open("rb"), content_type=_CONTENT_TYPES.get(dataset.format, "text/csv")
         )
+
+
+class AgentEvaluationSetView(APIView):
+    """The uploaded evaluation set (JSONL) the run's job names by id, exactly as uploaded;
+    no other set. The agent uses it only when its sha256 is the job's."""
+
+    authentication_classes = [RunTokenAuthentication]
+
+    @extend_schema(responses={(200, "application/jsonl"): OpenApiTypes.BINARY})
+    def get(self, request, run_id, set_id):
+        evaluation_set = access_run_evaluation_set(run=request.auth, evaluation_set_id=set_id)
+        return FileResponse(evaluation_set.file.open("rb"), content_type="application/jsonl")

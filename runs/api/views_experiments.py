@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -27,6 +28,7 @@ from runs.inputs.schedules import SchedulePauseSerializer, ScheduleSetSerializer
 from runs.models import Budget, Experiment, WorkloadDataset
 from runs.schedule_spec import schedule_spec
 from runs.selectors.estimates import experiment_estimate
+from runs.selectors.model_choice import model_choice, model_choice_json
 from runs.selectors.predictions import experiment_prediction
 from runs.selectors.schedules import experiment_schedule, schedule_state
 from runs.services.budgets import budget_delete, budget_set
@@ -41,6 +43,9 @@ from runs.services.experiments import (
     experiment_update,
 )
 from runs.services.schedules import schedule_delete, schedule_pause, schedule_set
+
+# The model choice's ranked and simulated lists in the API: the head of each (totals given).
+MODEL_CHOICE_LISTED = 50
 
 
 class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
@@ -118,6 +123,17 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgSco
         data.is_valid(raise_exception=True)
         draft = experiment_draft_check(org=self.org, actor=self.actor, **data.validated_data)
         return Response(PredictionSerializer(asdict(experiment_prediction(experiment=draft))).data)
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"], url_path="model-choice", url_name="choice")
+    def model_choice(self, request, org, pk):
+        """The model choice for the experiment's workload and SLOs (docs/quality.md): its
+        recommendation, the measured configurations ranked by cost at the SLOs (the first
+        ``MODEL_CHOICE_LISTED``), each model's best, and the configurations excluded for
+        quality by their run's floor or ranked without a score, each with the reason."""
+        experiment = access_experiment(membership=self.membership, experiment_id=pk)
+        choice = model_choice(experiment=experiment)
+        return Response(model_choice_json(choice, listed=MODEL_CHOICE_LISTED))
 
     @extend_schema(methods=["PUT"], request=ScheduleSetSerializer, responses=ScheduleSerializer)
     @extend_schema(methods=["PATCH"], request=SchedulePauseSerializer, responses=ScheduleSerializer)

@@ -15,7 +15,7 @@ from runs.api.scoping import OrgScopedViewSet
 from runs.inputs.notifications import HookCreateSerializer
 from runs.models import NotificationDelivery, NotificationHook
 from runs.selectors.hook_recipients import hook_addresses
-from runs.services.notifications import hook_create, hook_delete, hook_send_test
+from runs.services.notifications.hooks import hook_create, hook_delete, hook_send_test
 
 DELIVERY_LOG_ROWS = 100
 

@@ -12,10 +12,10 @@ from rest_framework.response import Response
 
 from runs.access import access_run, scoped
 from runs.api.scoping import OrgScopedViewSet
-from runs.api.serializers_runs import RunDetailSerializer, RunSerializer
 from runs.errors import DomainValidationError
 from runs.inputs.runs import RunCancelSerializer, RunStartSerializer
 from runs.models import Experiment, Run, Trial
+from runs.run_documents import RunDetailSerializer, RunSerializer
 from runs.services.run_control import run_cancel
 from runs.services.run_start import run_start
 

@@ -16,7 +16,7 @@ from runs.demo.inbox import Inbox
 from runs.inputs.notifications import HOOK_EVENTS
 from runs.models import HookKind, NotificationHook, Organization
 from runs.services.hook_recipients import confirmation_token, recipient_confirm
-from runs.services.notifications import hook_create, hook_delete
+from runs.services.notifications.hooks import hook_create, hook_delete
 
 WEBHOOK_NAME = "Demo receiver"
 EMAIL_NAME = "Demo mail sink"

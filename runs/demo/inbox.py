@@ -32,7 +32,7 @@ from django.conf import settings
 from django.core.mail.backends.base import BaseEmailBackend
 
 from runs.selectors.demo_inbox import MAIL_FILE, WEBHOOKS_FILE
-from runs.services.notifications import signature
+from runs.services.notifications.transport import signature
 
 MAX_BODY_BYTES = 64 * 1024
 # A webhook delivery's signature older than this is refused by a careful receiver.

@@ -1,12 +1,16 @@
-"""A serializer's errors as field paths: the one naming of a field in an error message.
+"""How an error names a field (a path), and how much of the input its text may repeat.
 
 ``flatten_errors`` turns DRF's nested error detail into ``{"serve_grid.max_num_seqs[1]":
 ["…"]}``; the API's error answers and the pages' forms both name fields this way, so a
 client and a page show the same path for the same mistake. A pydantic error dict
-contributes its message, never the ``input`` it carries.
+contributes its message, never the ``input`` it carries. ``clip_text`` bounds any text an
+error carries that may repeat what was sent (the API's error answers, an agent message's
+refusal).
 """
 
 from __future__ import annotations
+
+MAX_ERROR_TEXT_CHARS = 300
 
 # The keys of a pydantic error dict ({"type", "loc", "msg", "input", "ctx", "url"}).
 _PYDANTIC_ERROR_KEYS = {"type", "loc", "msg"}
@@ -39,3 +43,10 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
     else:
         flat[prefix or "non_field_errors"] = [str(detail)]
     return flat
+
+
+def clip_text(text: str, limit: int = MAX_ERROR_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (marked "..."): the one rule for any text an
+    error answer carries that may repeat what the client sent."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "..."

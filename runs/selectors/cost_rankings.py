@@ -1,5 +1,6 @@
 """Rankings of priced trial figures: the cheapest configuration per model × GPU × vLLM image,
-and each model's cheapest against its size (the Pareto front). Pure: they read no row; callers pass
+each model's cheapest against its size (the Pareto front), and each model's cheapest judged
+configuration against its score (``quality_points``). Pure: they read no row; callers pass
 measured and simulated figures separately.
 
 Both rank by ``runs.selectors.trial_figures.cost_order``: the cost per 1M output tokens at
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from runs.selectors.report_quality import FigureQuality
 from runs.selectors.trial_figures import TrialFigure, cost_order
 
 
@@ -81,4 +83,41 @@ def model_points(figures: Iterable[TrialFigure]) -> list[ModelPoint]:
     return sorted(
         (ModelPoint(figure=p, pareto=not dominated(p)) for p in points),
         key=lambda point: (-point.figure.model.parameter_count, point.figure.model.name),
+    )
+
+
+@dataclass(frozen=True)
+class QualityPoint:
+    """A model's cheapest configuration on one evaluation: its cost at the SLOs and its
+    quality (``score`` None: not judged, the quality's note says why)."""
+
+    figure: TrialFigure
+    quality: FigureQuality
+
+
+def quality_points(
+    figures: Iterable[TrialFigure], quality: dict[int, FigureQuality]
+) -> list[QualityPoint]:
+    """Per (model, evaluation): the cheapest priced figure (``cost_order``) that keeps its
+    run's floor, among those with a score when any has one; a model whose figures on that
+    evaluation have none gives its cheapest, not judged. Figures of runs without an
+    evaluation take no part. By evaluation, then largest model first."""
+    groups: dict[tuple, list[TrialFigure]] = {}
+    for figure in figures:
+        found = quality.get(figure.trial_id)
+        if found is None or not found.kept or figure.ranking_usd_per_million is None:
+            continue
+        groups.setdefault((found.evaluation_key, figure.model.id), []).append(figure)
+    points = []
+    for group in groups.values():
+        judged = [f for f in group if quality[f.trial_id].judged]
+        best = min(judged or group, key=cost_order)
+        points.append(QualityPoint(figure=best, quality=quality[best.trial_id]))
+    return sorted(
+        points,
+        key=lambda p: (
+            p.quality.evaluation,
+            -(p.figure.model.parameter_count or 0),
+            p.figure.model.name,
+        ),
     )

@@ -54,13 +54,10 @@ from runs.run_as_started import run_is_simulated, run_quality_floor
 from runs.selectors.level_results import stored_level_result
 from runs.selectors.trial_costs import trial_costs, trial_gpu_share
 from runs.selectors.trial_quality import (
-    quality_floor_exclusions,
+    quality_floor_standings,
     quality_floor_text,
     run_quality,
-    unjudged_note,
 )
-
-MEETS_FLOOR = "meets the quality floor"
 
 
 @dataclass(frozen=True)
@@ -88,8 +85,9 @@ class ConfigAnswer:
     # Its score on the run's evaluation and drift from the reference configuration
     # (runs.selectors.trial_quality; None: the run has no evaluation).
     quality: dict | None = None
-    # How it stands against the run's quality floor: MEETS_FLOOR, "excluded: <reason>",
-    # "quality not judged: <why>"; "" without a floor or a cost to rank by.
+    # How it stands against the run's quality floor (trial_quality.FloorStanding's text):
+    # "meets the quality floor", "excluded: <reason>", "quality not judged: <why>"; ""
+    # without a floor or a cost to rank by.
     quality_floor: str = ""
 
 
@@ -154,6 +152,11 @@ class RunAnswer:
     # Priced configurations ranked without a score: {"trial", "image_tag", "reason"} each.
     quality_not_judged: list[dict] = field(default_factory=list)
 
+    @property
+    def quality_floor_text(self) -> str | None:
+        """The floor in words (``trial_quality.quality_floor_text``); None without one."""
+        return None if self.quality_floor is None else quality_floor_text(self.quality_floor)
+
     def as_json(self) -> dict:
         """The answer as the API and the CLI show it (money as strings)."""
 
@@ -187,9 +190,7 @@ class RunAnswer:
             "over_defaults": None if self.over_defaults is None else self.over_defaults.as_json(),
             "configs": [config_json(config) for config in self.configs],
             "quality_floor": self.quality_floor,
-            "quality_floor_text": (
-                None if self.quality_floor is None else quality_floor_text(self.quality_floor)
-            ),
+            "quality_floor_text": self.quality_floor_text,
             "excluded_for_quality": self.excluded_for_quality,
             "quality_not_judged": self.quality_not_judged,
         }
@@ -390,20 +391,14 @@ def _apply_floor(
 ) -> tuple[list[ConfigAnswer], list[ConfigAnswer], list[ConfigAnswer]]:
     """``priced`` split by ``floor``: those ranked (unjudged ones included), those excluded,
     and the ranked ones without a score; each marked with how it stands."""
-    if not floor:
+    standings = quality_floor_standings(floor, {c.trial: c.quality for c in priced})
+    if not standings:
         return priced, [], []
-    scores = {c.trial: (c.quality or {}).get("score") for c in priced}
-    reasons = quality_floor_exclusions(floor, scores)
     kept, excluded, unjudged = [], [], []
     for config in priced:
-        if config.trial in reasons:
-            excluded.append(
-                dataclasses.replace(config, quality_floor=f"excluded: {reasons[config.trial]}")
-            )
-        elif scores[config.trial] is None:
-            marked = dataclasses.replace(config, quality_floor=unjudged_note(config.quality))
-            kept.append(marked)
+        standing = standings[config.trial]
+        marked = dataclasses.replace(config, quality_floor=standing.text)
+        (kept if standing.kept else excluded).append(marked)
+        if not standing.judged:
             unjudged.append(marked)
-        else:
-            kept.append(dataclasses.replace(config, quality_floor=MEETS_FLOOR))
     return kept, excluded, unjudged

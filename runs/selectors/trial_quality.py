@@ -17,7 +17,8 @@ Guarantees:
   scores: absolute (``min_score``: score ≥ it) or relative (``max_points_below_best``:
   score ≥ the best candidate's score − N points, a point being a percentage point of the
   0–1 score, 0.01). A candidate without a score is never excluded: it is "quality not
-  judged" and says why.
+  judged" and says why. ``quality_floor_standings`` words each candidate's standing: the
+  one rule the run's answer, the reports and promotions hold configurations to.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from runs.models import Run, Trial, TrialEvaluation
 from runs.run_as_started import run_is_simulated
 
 SIMULATED_NOTE = "quality not judged: simulated"
+MEETS_FLOOR = "meets the quality floor"
 PENDING_NOTE = "not scored yet"
 NOT_JUDGED = "quality not judged"
 # Scores are floats from sums of item scores: a score exactly at the floor meets it.
@@ -188,3 +190,39 @@ def quality_floor_exclusions(floor: dict | None, scores: dict[int, float | None]
         for trial, score in judged.items()
         if score < best - allowed / 100 - _FLOOR_TOLERANCE
     }
+
+
+@dataclass(frozen=True)
+class FloorStanding:
+    """How one candidate stands against its run's quality floor: ``kept`` (ranked) or
+    excluded; ``text`` as the pages and the API show it (``meets the quality floor``,
+    ``excluded: <reason>``, ``quality not judged: <why>``); ``reason``: the exclusion's
+    reason or why it was not judged ("" when it meets the floor)."""
+
+    kept: bool
+    judged: bool
+    text: str
+    reason: str = ""
+
+
+def quality_floor_standings(
+    floor: dict | None, candidates: dict[int, dict | None]
+) -> dict[int, FloorStanding]:
+    """Each candidate (trial index → its quality as ``TrialQuality.as_json`` gives it, None:
+    none) against ``floor`` by ``quality_floor_exclusions``; {} without a floor."""
+    if not floor:
+        return {}
+    scores = {trial: (quality or {}).get("score") for trial, quality in candidates.items()}
+    reasons = quality_floor_exclusions(floor, scores)
+    standings = {}
+    for trial, quality in candidates.items():
+        if trial in reasons:
+            standings[trial] = FloorStanding(
+                kept=False, judged=True, text=f"excluded: {reasons[trial]}", reason=reasons[trial]
+            )
+        elif scores[trial] is None:
+            note = unjudged_note(quality)
+            standings[trial] = FloorStanding(kept=True, judged=False, text=note, reason=note)
+        else:
+            standings[trial] = FloorStanding(kept=True, judged=True, text=MEETS_FLOOR)
+    return standings

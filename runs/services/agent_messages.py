@@ -18,8 +18,8 @@ from uuid import UUID
 import pydantic
 
 from agents import protocol
-from runs.api.errors import clip_text
-from runs.api.parsers import NUL_REFUSAL, has_nul_character
+from runs.inputs.errors import clip_text
+from runs.inputs.nul_characters import NUL_REFUSAL, has_nul_character
 
 NOT_JSON_REFUSAL = "not a JSON message"
 FRAME_TOO_LARGE_REFUSAL = f"an array frame holds at most {protocol.MAX_BATCH_MESSAGES} messages"

@@ -11,10 +11,11 @@ Guarantees:
   ledger (``AgentMessageRecord``), not the audit log: no person acted.
 
 - ``evaluation_pod_env`` gives a real engine's pod the judge's key (read from the endpoint
-  the job names; the job itself never holds it), once the judge's address passes the
-  operator's rule again, as an endpoint's does before its run (else
-  ``PermanentProviderError`` naming why: the run fails). A simulated run gets nothing: the
-  simulator serves no text to judge.
+  the job names; the job itself never holds it) and the addresses the judge's host
+  resolves to now, checked against the operator's rule, as an endpoint's are before its run
+  (else ``PermanentProviderError`` naming why: the run fails); the agent sends the judge's
+  requests to those addresses only. A simulated run gets nothing: the simulator serves no
+  text to judge.
 """
 
 from __future__ import annotations
@@ -24,25 +25,32 @@ import datetime
 from agents import protocol
 from runs.models import Endpoint, Run, Trial, TrialEvaluation
 from runs.providers.base import PermanentProviderError
-from runs.services.endpoints import endpoint_api_key_for_run, endpoint_url_problem
+from runs.services.endpoints import endpoint_api_key_for_run, endpoint_target
+from runs.services.outbound import OutboundRefused
 
 
 def evaluation_pod_env(run: Run) -> dict[str, str]:
-    """The environment a run's pod needs for its evaluation: the judge's key, when its job
-    names a judge that takes one, for a real engine (module docstring)."""
+    """The environment a run's pod needs for its evaluation: the judge's checked addresses
+    and its key, when its job names a judge (that takes one), for a real engine (module
+    docstring)."""
     frozen = run.job_spec.get("evaluation") or {}
     judge = frozen.get("judge")
     if judge is None or run.job_spec["engine"]["kind"] == "sim":
         return {}
-    # Checked against the operator's rule again before the agent starts, as an endpoint's is.
-    problem = endpoint_url_problem(judge["base_url"])
-    if problem is not None:
-        raise PermanentProviderError(f"the judge endpoint's address is refused: {problem}")
+    # Resolved and checked again before the agent starts, as an endpoint's is: the agent
+    # connects to these addresses, never to what the name answers later.
+    try:
+        target = endpoint_target(judge["base_url"])
+    except OutboundRefused as refused:
+        raise PermanentProviderError(
+            f"the judge endpoint's address is refused: {refused}"
+        ) from None
+    env = {protocol.JUDGE_ADDRESSES_ENV: ",".join(target.addresses)}
     endpoint = Endpoint.objects.filter(
         organization_id=run.organization_id, id=judge["endpoint_id"]
     ).first()
     key = endpoint_api_key_for_run(endpoint) if endpoint is not None else None
-    return {protocol.JUDGE_API_KEY_ENV: key} if key else {}
+    return env | {protocol.JUDGE_API_KEY_ENV: key} if key else env
 
 
 def trial_evaluation_record(

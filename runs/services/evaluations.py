@@ -11,7 +11,8 @@ from django.db import transaction
 from agents.evaluation import EvaluationSetError, parse_evaluation_set
 from runs.actors import Actor
 from runs.errors import Conflict, DomainValidationError
-from runs.models import EvaluationSet, Experiment, Organization
+from runs.models import EvaluationSet, Experiment, Organization, Run
+from runs.models.runs import TERMINAL_RUN_STATES
 from runs.services.uploads import upload_create_recorded, upload_delete_recorded
 
 
@@ -55,12 +56,19 @@ def evaluation_set_upload(
 
 @transaction.atomic
 def evaluation_set_delete(*, evaluation_set: EvaluationSet, actor: Actor) -> None:
-    """Deletes an evaluation set no experiment names (409 otherwise); its file goes once the
-    deletion commits. Recorded as ``evaluation_set.delete``."""
+    """Deletes an evaluation set that no experiment names and no run under way carries
+    (its agent fetches the file by route): 409 otherwise. Its file goes once the deletion
+    commits. Recorded as ``evaluation_set.delete``."""
     in_use = Experiment.objects.filter(
         organization_id=evaluation_set.organization_id,
         evaluation__set_id=str(evaluation_set.id),
     )
     if in_use.exists():
         raise Conflict("This evaluation set is named by an experiment.")
+    running = Run.objects.filter(
+        organization_id=evaluation_set.organization_id,
+        job_spec__evaluation__set_id=str(evaluation_set.id),
+    ).exclude(state__in=TERMINAL_RUN_STATES)
+    if running.exists():
+        raise Conflict("This evaluation set is being scored by a run under way.")
     upload_delete_recorded(instance=evaluation_set, actor=actor, event="evaluation_set.delete")

@@ -12,7 +12,7 @@ Guarantees:
   that address of that hook only, once however often it is done, audited
   (``notification_hook.confirm_recipient``).
 - Which addresses may be written to is ``runs.selectors.hook_recipients``; the rounds of
-  asking are sent and rate-limited as tests are (``runs.services.notifications``).
+  asking are sent and rate-limited as tests are (``runs.services.notifications.hooks``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Guarantees of ``agent_messages_ingest``:
 - a batch is stored together with everything it implies (trials, measurements, run state)
   in one transaction, its ledger rows and its measurements one statement each
   (``PendingRows``: a batch costs a handful of statements, not two per message); callers
-  acknowledge it and notify the run's browsers only after it has committed;
+  acknowledge it and notify the run's browsers (``runs.consumers.notices``, from the
+  outcomes) only after it has committed;
 - a run that has ended accepts, for ``BENCHSITE_AGENT_DELIVERY_GRACE_SECONDS`` after its
   end, what its agent still delivers (a spool it could not send while the site was down):
   levels, cold-start phases and trial outcomes are stored, its trials settled again and its
@@ -29,8 +30,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -52,11 +51,6 @@ logger = logging.getLogger(__name__)
 _EARLY_STATES = (RunState.QUEUED, RunState.PROVISIONING, RunState.STARTING)
 
 
-def run_group(run_id) -> str:
-    """The channel-layer group of browsers watching one run."""
-    return f"run-{run_id}"
-
-
 @dataclass(frozen=True)
 class IngestOutcome:
     """What became of one message: stored now, stored before (a resend), or refused."""
@@ -64,7 +58,9 @@ class IngestOutcome:
     seq: int
     stored: bool  # False: this (run, epoch, seq) was stored before (or refused), nothing changed
     refused: str | None = None  # why it will never be stored
-    update: dict | None = None  # the notice for the run's watchers: stored now, or a conflict
+    conflict: bool = False  # refused: its (epoch, seq) is stored with other content
+    message: protocol.AgentMessage | None = None  # stored now: the message
+    payload: dict | None = None  # stored now: its JSON form
     run_ended: bool = False  # refused because the run has ended: nothing more will be taken
 
 
@@ -100,7 +96,8 @@ def message_digest(payload: dict, text: str | None = None) -> str:
 def agent_messages_ingest(*, run_id, messages: list) -> list[IngestOutcome]:
     """Applies validated messages of one run in order, in ONE transaction (one commit for
     the batch: a commit's disk flush, not the message, is what costs). Returns an outcome per
-    message, in order. Notify the run's watchers with ``notify_run_watchers`` afterwards."""
+    message, in order. Notify the run's watchers with them afterwards
+    (``runs.consumers.notices.notify_run_watchers``)."""
     try:
         with transaction.atomic():
             return _ingest_batch(run_id, messages)
@@ -186,7 +183,7 @@ def _ingest_batch(run_id, messages: list) -> list[IngestOutcome]:
             run.save(update_fields=changed)
             run_finish_if_complete(run)
         outcomes.append(
-            IngestOutcome(seq=message.seq, stored=True, update=_browser_update(message, payload))
+            IngestOutcome(seq=message.seq, stored=True, message=message, payload=payload)
         )
     rows.flush()
     if changed:
@@ -235,9 +232,7 @@ def _conflict(run: Run, message, stored_type: str, changed: set) -> IngestOutcom
         f"differed from the stored {stored_type}"
     )
     changed.update(["agent_conflicts", "agent_conflict_last"])
-    # The run's page re-reads the run on this notice and warns; it carries no content.
-    update = {"kind": "agent_conflict"}
-    return IngestOutcome(seq=message.seq, stored=False, refused=reason, update=update)
+    return IngestOutcome(seq=message.seq, stored=False, refused=reason, conflict=True)
 
 
 class _BatchTrials:
@@ -357,77 +352,3 @@ def _apply(
             update_fields=["outcome", "failure_class", "log_tail", "capacity", "finished_at"]
         )
     return fields
-
-
-# The LevelResult fields of a measurement's notice (those the agent sent): what the live
-# page charts (p50 and p99 of TTFT, ITL and TPOT, throughput), its counts and the label.
-_NOTICE_RESULT_FIELDS = {
-    *(
-        protocol.latency_field(statistic, metric)
-        for statistic in ("median", "p99")
-        for metric in ("ttft", "itl", "tpot")
-    ),
-    protocol.LEVEL_RESULT_KEY.output_throughput,
-    protocol.LEVEL_RESULT_KEY.completed,
-    protocol.LEVEL_RESULT_KEY.failed,
-    protocol.LEVEL_RESULT_KEY.simulated,
-}
-
-
-# The message fields a notice carries, where the message has them.
-_NOTICE_FIELDS = (
-    "trial",
-    "level",
-    "requests_done",
-    "requests_total",
-    "outcome",
-    "phase",
-    "seconds",
-    "ttft_ms_p99",
-    "itl_ms_p99",
-    "output_tokens_per_s",
-    "kv_cache_usage",
-    "num_requests_waiting",
-    "failure_class",
-    "sent_at",
-)
-
-
-def _browser_update(message, payload: dict) -> dict:
-    """A compact notice for the live page; the page re-reads REST for the full picture.
-    (epoch, seq) names the stored message: a restarted agent's seqs start at 0 again."""
-    update = {"kind": message.type, "epoch": message.epoch, "seq": message.seq}
-    for field in _NOTICE_FIELDS:
-        # Read off the message's JSON form: a model's attribute lookup, missing fields
-        # included, cost more than the rest of the notice.
-        value = payload.get(field)
-        if isinstance(value, dict):  # the level: its fields that are set
-            value = {key: item for key, item in value.items() if item is not None}
-        if value is not None:
-            update[field] = value
-    if isinstance(message, protocol.MeasurementReport):
-        # Every figure the page charts (p50 and p99, throughput) and the simulator's label:
-        # a level's point is drawn from its notice, without re-reading the run.
-        result = payload["result"]
-        update["result"] = {key: result[key] for key in _NOTICE_RESULT_FIELDS if key in result}
-    return update
-
-
-def notify_run_watchers(run_id, outcomes: list[IngestOutcome]) -> None:
-    """Sends the notices of freshly stored messages to the run's browsers (from sync code).
-    A lost notice costs nothing: the page re-reads REST."""
-    updates = [outcome.update for outcome in outcomes if outcome.update is not None]
-    if updates:
-        async_to_sync(anotify_run_watchers)(run_id, updates)
-
-
-async def anotify_run_watchers(run_id, updates: list[dict]) -> None:
-    """The same, from async code (the ingest consumer)."""
-    layer = get_channel_layer()
-    if layer is None or not updates:
-        return
-    try:
-        # One channel-layer message per batch; the browser consumer unpacks it.
-        await layer.group_send(run_group(run_id), {"type": "run.updates", "updates": updates})
-    except Exception:  # the stored fact is what counts; a lost notice is re-read via REST
-        logger.warning("could not notify browsers of run %s", run_id, exc_info=True)

@@ -5,6 +5,10 @@ Guarantees:
   vLLM (a simulated trial is not a measurement); a viewer may not (``PermissionDenied``).
   A sandbox organization (``Organization.sandbox``, the demo's) may also propose a simulated
   trial: the promotion is then ``simulated`` for good, and says so wherever it is named.
+- A configuration its run's answer excluded for quality (below the run's quality floor,
+  ``runs.selectors.run_answer``) is neither proposed nor approved: ``DomainValidationError``
+  on ``trial`` with the answer's reason. There is no override: the floor is the
+  experiment's, frozen with each run; a team that wants another floor sets it and runs again.
 - A refused proposal writes nothing: no promotion, no audit row, no notification.
 - Only an owner or admin may decide, and never on their own proposal (``PermissionDenied``).
 - A proposal is decided once: the decision is a conditional UPDATE from ``proposed``, so two
@@ -36,8 +40,10 @@ from runs.models import (
 )
 from runs.models.runs import TrialOutcome
 from runs.recipes import trial_recipe
+from runs.selectors.run_answer import run_answer
 from runs.selectors.trial_figures import trial_is_simulated
-from runs.services.notifications import notify_promotion
+from runs.selectors.trial_quality import quality_floor_text
+from runs.services.notifications.events import notify_promotion
 from runs.services.text_input import clean_short_text
 
 MAX_TEXT_CHARS = 2000
@@ -46,6 +52,21 @@ SIMULATED_REFUSAL = (
     "measured on real vLLM (only a sandbox organization, such as the demo's, may promote a "
     "simulated one)."
 )
+
+
+def _quality_check(trial: Trial) -> None:
+    """Refuses a configuration its run's answer excluded for quality (module docstring)."""
+    answer = run_answer(run=trial.run)
+    reason = next(
+        (x["reason"] for x in answer.excluded_for_quality if x["trial"] == trial.index), None
+    )
+    if reason is not None:
+        raise DomainValidationError.single(
+            "trial",
+            f"Excluded for quality by its run's answer: {reason} (the run's quality floor: "
+            f"{quality_floor_text(answer.quality_floor)}). Promote a configuration that keeps "
+            "the floor.",
+        )
 
 
 def _same_org(membership: Membership, org_id) -> None:
@@ -71,6 +92,7 @@ def promotion_propose(
     simulated = trial_is_simulated(trial)
     if simulated and not run.organization.sandbox:
         raise DomainValidationError.single("trial", SIMULATED_REFUSAL)
+    _quality_check(trial)
     try:
         recipe = trial_recipe(trial=trial)
     except ServeGridError as exc:
@@ -132,6 +154,9 @@ def _decide(
     if state == PromotionState.REJECTED and not comment:
         raise DomainValidationError.single("comment", "Say why the proposal is rejected.")
     Experiment.objects.select_for_update().filter(pk=promotion.experiment_id).first()
+    if state == PromotionState.APPROVED:
+        # A trial scored after it was proposed may have moved a relative floor's best.
+        _quality_check(promotion.trial)
     now = timezone.now()
     superseded = None
     if state == PromotionState.APPROVED:

@@ -63,7 +63,7 @@ from runs.providers.base import (
 from runs.providers.registry import local_provider, provider_for
 from runs.run_as_started import BUDGET_CAP_PATH, ENGINE_KIND_PATH
 from runs.services.ingest_watch import IngestHearing, ingest_hearing
-from runs.services.notifications import notify_budget_use
+from runs.services.notifications.events import notify_budget_use
 from runs.services.provisioning import run_accrued_cost, run_release_pod
 from runs.services.run_lifecycle import run_fail
 from runs.services.run_resume import run_resume

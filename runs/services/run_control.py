@@ -7,23 +7,22 @@ Guarantees of ``run_cancel``:
 - any other run is marked once: the first request's time and reason stand, a repeat writes
   nothing and records no second event. The run becomes cancelled when its agent reports
   ``run_finished`` with the outcome ``cancelled`` (``runs.services.ingest``);
-- the change and its ``run.cancel`` audit event are committed together. Telling the agent is
-  a side effect after the commit whose loss costs nothing: the agent also learns of the
-  request when its socket (re)connects and in the answer to every REST batch.
+- the change and its ``run.cancel`` audit event are committed together. Telling the agent
+  (``runs.consumers.notices``) is a side effect after the commit whose loss costs nothing:
+  the agent also learns of the request when its socket (re)connects and in the answer to
+  every REST batch.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
 from runs.actors import Actor
 from runs.audit import audit_diff, audit_record, audit_snapshot
+from runs.consumers.notices import agent_cancel_notify
 from runs.errors import Conflict
 from runs.models import Run
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
@@ -31,14 +30,7 @@ from runs.services.run_end import run_end_settle
 from runs.services.run_lifecycle import run_transition
 from runs.services.text_input import clean_short_text
 
-logger = logging.getLogger(__name__)
-
 MAX_CANCEL_REASON_CHARS = Run._meta.get_field("cancel_reason").max_length
-
-
-def agent_run_group(run_id) -> str:
-    """The channel-layer group of the agent sockets of one run."""
-    return f"agent-run-{run_id}"
 
 
 def _clean_reason(reason: object) -> str:
@@ -89,16 +81,4 @@ def run_stop_request(run: Run) -> str | None:
 
 
 def _tell_agent_on_commit(run: Run) -> None:
-    transaction.on_commit(functools.partial(_tell_agent, run.id, run.cancel_reason))
-
-
-def _tell_agent(run_id, reason: str) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(
-            agent_run_group(run_id), {"type": "agent.cancel", "reason": reason}
-        )
-    except Exception:  # the request is stored; the agent reads it on reconnect or via REST
-        logger.warning("could not tell the agent of run %s to cancel", run_id, exc_info=True)
+    transaction.on_commit(functools.partial(agent_cancel_notify, run.id, run.cancel_reason))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from runs.costs import month_start
 from runs.models import Run
 from runs.services.calibrations import calibration_refit_on_commit
-from runs.services.notifications import notify_budget_use, notify_run_ended
+from runs.services.notifications.events import notify_budget_use, notify_run_ended
 from runs.services.schedule_firing import schedule_run_ended
 from runs.services.trial_settling import run_trials_settle
 

@@ -29,10 +29,10 @@ from benchsite_cli.gate import (
     parse_thresholds,
     promoted_baseline_kind,
 )
-from runs.api.serializers_runs import RunDetailSerializer
 from runs.models import GateVerdict, Promotion, PromotionState, Run, ScheduleFiring
 from runs.models.runs import TERMINAL_RUN_STATES, RunState
-from runs.services.notifications import notify_regression
+from runs.run_documents import RunDetailSerializer
+from runs.services.notifications.events import notify_regression
 
 MAX_ROWS_KEPT = 20
 

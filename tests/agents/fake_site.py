@@ -9,6 +9,9 @@ Guarantees:
   REST; every message is validated with ``agents.protocol`` (so a ``"poison": true`` field,
   unknown to the protocol, is answered ``rejected``); a valid one is stored once per
   ``(epoch, seq)`` in ``ledger`` and acknowledged every time it arrives.
+- ``files``: what ``GET …/evaluation-sets/<id>/`` serves (bytes by set id; 404 for any
+  other id), with the run token only, as the real site's route does; ``downloads`` counts
+  the files served.
 - Bookkeeping for tests: ``receipts`` counts every arrival per seq (resends included),
   ``conflicts`` lists (epoch, seq) that arrived twice with different contents (a reused
   number), ``epochs_issued`` counts the epochs handed out,
@@ -79,6 +82,8 @@ class FakeSite:
         self.arrays = False
         self.array_frames = 0
         self.max_frame = 0
+        self.files: dict[str, bytes] = {}
+        self.downloads = 0
 
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -272,6 +277,23 @@ class FakeSite:
 
 
 class _RestHandler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        site: FakeSite = self.server.site  # type: ignore[attr-defined]
+        base = f"/api/v1/agent/runs/{site.run_id}/evaluation-sets/"
+        set_id = self.path.removeprefix(base).removesuffix("/")
+        if not self.path.startswith(base) or set_id not in site.files:
+            return self._answer(404, {"detail": "Not found."})
+        if self.headers.get("Authorization") != f"Bearer {site.token}":
+            return self._answer(401, {"detail": "Invalid run token for this run."})
+        with site.changed:
+            site.downloads += 1
+        data = site.files[set_id]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/jsonl")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_POST(self):
         site: FakeSite = self.server.site  # type: ignore[attr-defined]
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))

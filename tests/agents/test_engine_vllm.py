@@ -127,6 +127,26 @@ def test_it_refuses_a_config_the_schema_refuses_before_starting_anything(tmp_pat
     assert not (tmp_path / "trial").exists()
 
 
+@pytest.mark.parametrize("vllm_version", [None, "0.13.0"])
+def test_it_refuses_the_simulators_acceptance_rate_whatever_the_version(
+    tmp_path, model_dir, vllm_version
+):
+    # Real vLLM measures the rate and refuses the key at start: named before anything runs,
+    # also when no version was given (the simulator's check takes it then).
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    with pytest.raises(ServeGridError) as caught:
+        engine_for(
+            tmp_path,
+            model_dir,
+            {"speculative_config": {**spec, "acceptance_rate": 0.7}},
+            vllm_version=vllm_version,
+        )
+    assert [error.field for error in caught.value.errors] == ["speculative_config.acceptance_rate"]
+    assert "only the simulator" in caught.value.errors[0].message
+    assert not (tmp_path / "trial").exists()
+    engine_for(tmp_path, model_dir, {"speculative_config": spec}, vllm_version=vllm_version)
+
+
 @pytest.mark.parametrize(
     ("config", "extra", "kind", "needle"),
     [

@@ -1,7 +1,8 @@
 """Running an evaluation set against OpenAI-compatible stand-ins on 127.0.0.1 (issue 38): a
 served model right on a known share of the items gets that share as its score with Wilson's
 interval; a judge is asked through a second stand-in; two stand-ins differing on known items
-drift on exactly those; failures are scored as the module promises."""
+drift on exactly those; failures are scored as the module promises; a pinned target is
+reached at the addresses given, never at what its name answers."""
 
 from __future__ import annotations
 
@@ -179,3 +180,33 @@ async def test_prompt_items_may_go_to_the_completions_endpoint():
         outcome = await run_evaluation(PACK, OpenAITarget(served.url, "m"), endpoint="completions")
     assert outcome.score.value == 1.0
     assert {("prompt" in r, r["max_tokens"]) for r in served.requests} == {(True, 16)}
+
+
+async def test_a_pinned_target_is_reached_at_its_addresses_under_its_own_name():
+    evaluation = parse_evaluation_set(
+        judged_set(("Capital of France?", "Paris"), ("Capital of Italy?", "Rome"))
+    )
+    replies = {"Capital of France?": "Paris", "Capital of Italy?": "Rome"}
+    with FakeAnswers(replies.get) as served, FakeAnswers(grader) as judge:
+        served_port, judge_port = served.url.rsplit(":", 1)[1], judge.url.rsplit(":", 1)[1]
+        # Names that resolve nowhere: only the addresses given reach the stand-ins; the
+        # first refuses (nothing listens on 127.0.0.2), the next one answers.
+        outcome = await run_evaluation(
+            evaluation,
+            OpenAITarget(f"http://served.invalid:{served_port}", "tiny",
+                         addresses=("127.0.0.2", "127.0.0.1")),
+            judge=OpenAITarget(f"http://judge.invalid:{judge_port}", "judge-model",
+                               addresses=("127.0.0.1",)),
+        )  # fmt: skip
+    assert [o.score for o in outcome.outcomes] == [1.0, 1.0]
+    assert set(served.hosts) == {f"served.invalid:{served_port}"}
+    assert set(judge.hosts) == {f"judge.invalid:{judge_port}"}
+    # Unpinned, the same name is looked up and answers nothing: every item fails.
+    with FakeAnswers(replies.get) as served:
+        port = served.url.rsplit(":", 1)[1]
+        plain = await run_evaluation(
+            parse_evaluation_set(b'{"prompt": "Capital of France?", "reference": "Paris", '
+                                 b'"scorer": {"kind": "exact"}}\n'),
+            OpenAITarget(f"http://served.invalid:{port}", "tiny"),
+        )  # fmt: skip
+    assert plain.failed == 1 and served.requests == []

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents import protocol
 from agents.evaluation import (
     Answer,
     drift,
@@ -139,6 +140,18 @@ def test_the_wilson_interval_matches_published_figures():
         interval = wilson(successes, n)
         assert (round(interval.low, 4), round(interval.high, 4)) == (low, high)
         assert interval.value == successes / n and interval.n == n
+
+
+@pytest.mark.parametrize("n", range(1, 301))
+def test_the_interval_holds_an_all_right_or_all_wrong_score(n):
+    # All 80 of the built-in pack right once gave a high end of 0.9999999999999999: a
+    # summary the protocol refuses (low <= score <= high).
+    for right in (n, 0):
+        interval = score_interval([1.0] * right + [0.0] * (n - right))
+        assert interval.low <= interval.value <= interval.high
+        protocol.EvaluationSummary(
+            score=interval.value, low=interval.low, high=interval.high, items=n, scored=n
+        )
 
 
 def test_partial_scores_use_the_mean_in_wilsons_interval():

@@ -1,10 +1,13 @@
 """A trial's evaluation in the runner (issue 38): after its load levels, against the same
 server, reported per item with the score and its interval; a judge through a second stand-in;
-nothing on the simulator; keys never in a message."""
+nothing on the simulator; keys never in a message; an uploaded set of any size fetched from
+the site by route, used only when its sha256 is the job's."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 
 import pytest
 
@@ -12,8 +15,10 @@ from agents import protocol
 from agents.evaluation import score_interval
 from agents.evaluation.client import EvaluationOutcome, ItemOutcome
 from agents.runner.evaluation_run import EvaluationKeys, evaluation_parts, trial_evaluation
+from agents.runner.session import evaluation_set_fetcher
 from agents.runner.trial_engine import EngineOptions
 from tests.agents.fake_openai_server import FakeServer
+from tests.agents.fake_site import FakeSite
 from tests.fakes.openai_answers import FakeAnswers
 
 from .test_endpoint_engine import endpoint_job
@@ -22,13 +27,15 @@ from .test_runner import make_job, run
 KEY, JUDGE_KEY = "sk-served-secret-77", "sk-judge-secret-88"
 
 
-def say_set(right: int, wrong: int, judged: int = 0) -> str:
+def say_set(right: int, wrong: int, judged: int = 0, *, pad: int = 0) -> str:
     """Items "Say N" whose reference is N (the stand-in echoes the last word: right) or
-    N + 1 (wrong), and judge items the judge scores."""
+    N + 1 (wrong), and judge items the judge scores; ``pad`` words before each prompt's
+    last (a larger file, the same answers)."""
+    words = "word " * pad
     lines = [json.dumps({"set": {"scorer": {"kind": "exact"}, "max_tokens": 4}})]
-    lines += [json.dumps({"id": f"r{i}", "prompt": f"Say {i}", "reference": str(i)})
+    lines += [json.dumps({"id": f"r{i}", "prompt": f"{words}Say {i}", "reference": str(i)})
               for i in range(right)]  # fmt: skip
-    lines += [json.dumps({"id": f"w{i}", "prompt": f"Say {i}", "reference": str(i + 1)})
+    lines += [json.dumps({"id": f"w{i}", "prompt": f"{words}Say {i}", "reference": str(i + 1)})
               for i in range(wrong)]  # fmt: skip
     rubric = {"kind": "judge", "rubric": "Rate {output}. End with SCORE: n", "max_score": 4}
     lines += [json.dumps({"id": f"j{i}", "prompt": f"Say {i}", "scorer": rubric})
@@ -121,3 +128,129 @@ async def test_an_unreadable_set_or_an_unanswering_server_sends_what_it_can(tmp_
     # Nothing answered: every item scores 0 and says why.
     assert part["summary"].failed == 2 and part["summary"].score == 0.0
     assert all(item.error == "transport" and item.output is None for item in part["items"])
+
+
+RUN_TOKEN = "bsr_evaluation-run-token"
+# 60 items of about 1,250 bytes: a file larger than any job may carry whole.
+LARGE = say_set(right=45, wrong=15, pad=240).encode()
+
+
+@pytest.fixture
+def site():
+    running = FakeSite(run_id="00000000-0000-4000-8000-000000000038", token=RUN_TOKEN).start()
+    running.files["set-large"] = LARGE
+    yield running
+    running.close()
+
+
+def fetched_job(base_url: str, sha256: str) -> protocol.JobSpec:
+    return with_evaluation(
+        endpoint_job(base_url), set_id="set-large", set_sha256=sha256, concurrency=4
+    )
+
+
+@pytest.mark.slow
+def test_a_set_over_64_kib_is_fetched_from_the_site_once_and_scored(server, site, tmp_path):
+    assert len(LARGE) > protocol.MAX_JOB_EVALUATION_BYTES
+    job = with_evaluation(
+        endpoint_job(server.base_url, trials=({}, {})),
+        set_id="set-large", set_sha256=hashlib.sha256(LARGE).hexdigest(), concurrency=4,
+    )  # fmt: skip
+    assert job.evaluation.set_jsonl is None and "Say 4" not in job.model_dump_json()
+    fetch = evaluation_set_fetcher(site.endpoints(), tmp_path)
+    summary, recorder, _ = run(
+        job, tmp_path, engine_options=EngineOptions(endpoint_api_key=KEY), evaluation_set=fetch
+    )
+    assert (summary.outcome, summary.trials_succeeded) == ("succeeded", 2)
+    reports = recorder.of("evaluation")
+    assert [r["trial"] for r in reports] == [0, 1]
+    expected = score_interval([1.0] * 45 + [0.0] * 15)
+    found = reports[0]["summary"]
+    assert (found["items"], found["scored"], found["failed"]) == (60, 60, 0)
+    assert found["score"] == pytest.approx(expected.value) == pytest.approx(0.75)
+    assert (found["low"], found["high"]) == pytest.approx((expected.low, expected.high))
+    # Downloaded for the first trial, kept for the second.
+    assert site.downloads == 1
+    assert (tmp_path / "evaluation-sets" / "set-large.jsonl").read_bytes() == LARGE
+
+
+async def test_a_set_whose_sha256_is_not_the_jobs_is_refused_and_not_kept(
+    server, site, tmp_path, caplog
+):
+    fetch = evaluation_set_fetcher(site.endpoints(), tmp_path)
+    job = fetched_job(server.base_url, "0" * 64)
+    with caplog.at_level(logging.ERROR, logger="agents.runner.evaluation_run"):
+        parts = await trial_evaluation(
+            job, base_url=server.base_url, keys=EvaluationKeys(served=KEY), timeout_s=30,
+            fetch_set=fetch,
+        )  # fmt: skip
+    assert parts == [] and site.downloads == 1
+    assert f"the job names {'0' * 64}" in caplog.text
+    assert not (tmp_path / "evaluation-sets" / "set-large.jsonl").exists()
+    # The right digest then scores it: nothing wrong was kept in between.
+    right = fetched_job(server.base_url, hashlib.sha256(LARGE).hexdigest())
+    (part, *_) = await trial_evaluation(
+        right, base_url=server.base_url, keys=EvaluationKeys(served=KEY), timeout_s=30,
+        fetch_set=fetch,
+    )  # fmt: skip
+    assert part["summary"].items == 60
+
+
+async def test_a_set_the_site_does_not_serve_sends_nothing(server, site, tmp_path, caplog):
+    sha256 = hashlib.sha256(LARGE).hexdigest()
+    refused_token = evaluation_set_fetcher(site.endpoints(token="bsr_not-this-run"), tmp_path)
+    no_site = evaluation_set_fetcher(None, tmp_path)
+    job = fetched_job(server.base_url, sha256)
+    with caplog.at_level(logging.ERROR, logger="agents.runner.evaluation_run"):
+        for fetch in (refused_token, no_site, None):
+            assert await trial_evaluation(
+                job, base_url=server.base_url, keys=EvaluationKeys(served=KEY), timeout_s=30,
+                fetch_set=fetch,
+            ) == []  # fmt: skip
+    assert "the site answered 401" in caplog.text and "no site" in caplog.text
+    assert RUN_TOKEN not in caplog.text and site.downloads == 0
+
+
+def test_a_job_names_a_fetched_set_by_its_digest_and_one_source_only():
+    with pytest.raises(ValueError, match="needs its set_sha256"):
+        protocol.EvaluationJob(set_id="set-large")
+    with pytest.raises(ValueError, match="one of them"):
+        protocol.EvaluationJob(set_id="s", set_sha256="0" * 64, pack="arithmetic")
+    with pytest.raises(ValueError, match="set_id"):
+        protocol.EvaluationJob(set_id="../other", set_sha256="0" * 64)
+    assert protocol.EvaluationJob(set_id="s", set_sha256="0" * 64).fetched
+    assert not protocol.EvaluationJob(set_jsonl="{}", set_id="s").fetched
+
+
+@pytest.mark.slow
+def test_the_served_endpoint_and_the_judge_are_reached_at_the_checked_addresses(server, tmp_path):
+    """Names that resolve nowhere (``.invalid``): the evaluation reaches the endpoint and the
+    judge only at the addresses the site checked, as the load does."""
+    with FakeAnswers(lambda prompt: "Fine. SCORE: 4") as judge:
+        judge_port = judge.url.rsplit(":", 1)[1]
+        judge_spec = protocol.EvaluationJudge(
+            base_url=f"http://judge.invalid:{judge_port}", model="judge", endpoint_id="j"
+        )
+        job = with_evaluation(
+            endpoint_job(f"http://llm.endpoint.invalid:{server.port}"),
+            set_jsonl=say_set(right=3, wrong=1, judged=1), judge=judge_spec,
+        )  # fmt: skip
+        options = EngineOptions(
+            endpoint_api_key=KEY, endpoint_addresses=("127.0.0.2", "127.0.0.1"),
+            judge_api_key=JUDGE_KEY, judge_addresses=("127.0.0.1",),
+        )  # fmt: skip
+        summary, recorder, _ = run(job, tmp_path, engine_options=options)
+    assert summary.trials_succeeded == 1
+    (report,) = recorder.of("evaluation")
+    assert (report["summary"]["items"], report["summary"]["failed"]) == (5, 0)
+    assert report["summary"]["score"] == pytest.approx(4 / 5)
+    assert set(judge.hosts) == {f"judge.invalid:{judge_port}"}
+
+
+def test_the_judges_checked_addresses_come_from_the_environment():
+    variable = protocol.JUDGE_ADDRESSES_ENV
+    options = EngineOptions.from_environment({variable: "192.0.2.8, 2001:db8::2"})
+    assert options.judge_addresses == ("192.0.2.8", "2001:db8::2")
+    assert EngineOptions.from_environment({}).judge_addresses == ()
+    with pytest.raises(ValueError, match=variable):
+        EngineOptions.from_environment({variable: "judge.example.com"})

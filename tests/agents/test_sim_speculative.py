@@ -62,3 +62,70 @@ def test_mtp_has_deepseeks_published_rate_and_the_others_need_one_named():
     draft = {"method": "draft_model", "num_speculative_tokens": 3, "acceptance_rate": 0.5}
     with pytest.raises(StartRefusal, match=r"speculative_config\.method: the simulator does not"):
         start_check(LLAMA_8B, H100, {**FLAGS, "speculative_config": draft})
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_serve_sim_streams_each_kept_token_as_a_word(chat):
+    """A speculative step's tokens leave in one chunk, one word per token: the text a client
+    reads holds as many words as ``completion_tokens`` says, as vLLM's would."""
+    import asyncio
+    import json
+
+    from agents.engines.sim.command import argument_parser, build
+    from agents.engines.sim.http import Connection
+
+    args = argument_parser().parse_args(
+        [
+            "llama-3.1-8b",
+            "--gpu",
+            "H100",
+            "--max-model-len",
+            "4096",
+            "--speed",
+            "50",
+            "--speculative-config",
+            json.dumps(NGRAM),
+        ]
+    )
+    server = build(args)
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    body = {
+        "model": server.name,
+        "max_tokens": 40,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    body |= {"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hi"}
+
+    async def stream() -> bytes:
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(lambda: Connection(server), "127.0.0.1", 0)
+        engine = asyncio.create_task(server.run_engine())
+        port = listener.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        payload = json.dumps(body).encode()
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+            + payload
+        )
+        received = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+        engine.cancel()
+        listener.close()
+        return received
+
+    received = asyncio.run(stream())
+    events = [line[6:] for line in received.split(b"\n") if line.startswith(b"data: {")]
+    messages = [json.loads(event) for event in events]
+    texts = [
+        (m["choices"][0]["delta"].get("content") if chat else m["choices"][0]["text"])
+        for m in messages
+        if m["choices"]
+    ]
+    texts = [text for text in texts if text]  # a chat stream's first chunk: the role alone
+    usage = messages[-1]["usage"]["completion_tokens"]
+    words = [len(text.split()) for text in texts]
+    assert usage == 40 and sum(words) == 40
+    assert max(words) > 1  # some step kept several tokens, streamed in one chunk
+    assert len(texts) < 40

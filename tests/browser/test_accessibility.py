@@ -28,6 +28,7 @@ from playwright.sync_api import expect
 
 from runs.actors import Actor
 from runs.models import Endpoint, Membership, Run
+from runs.services.evaluations import evaluation_set_upload
 from runs.services.experiments import dataset_upload
 from runs.services.promotions import promotion_approve, promotion_propose
 from tests.site.report_data import History, build_history
@@ -90,6 +91,7 @@ AREAS: dict[str, list[Page]] = {
         ("builder", "alice", lambda s: f"/o/{s.org}/experiments/new/"),
         ("experiment", "alice", lambda s: f"/o/{s.org}/experiments/{s.history.small.id}/"),
         ("datasets", "alice", lambda s: f"/o/{s.org}/experiments/datasets/"),
+        ("evaluation-sets", "alice", lambda s: f"/o/{s.org}/experiments/evaluation-sets/"),
     ],
     "runs": [
         # An ended simulated run with its measurements, and a warning of refused agent
@@ -135,8 +137,8 @@ def axe() -> Axe:
 @pytest.fixture
 def seeded(alice, mallory, charlie) -> Seeded:
     """Acme's report history with one approved promotion (mallory proposed, alice approved),
-    one uploaded dataset, an existing endpoint, and two conflicts counted on the simulated
-    run."""
+    one uploaded dataset and evaluation set, an existing endpoint, and two conflicts counted
+    on the simulated run."""
     history = build_history(alice.org)
     Run.objects.filter(pk=history.tsim.run_id).update(
         agent_conflicts=2,
@@ -156,6 +158,12 @@ def seeded(alice, mallory, charlie) -> Seeded:
         actor=as_person(alice)["actor"],
         name="support chats",
         raw=json.dumps(chats).encode(),
+    )
+    evaluation_set_upload(
+        org=alice.org,
+        actor=as_person(alice)["actor"],
+        name="sums",
+        raw=b'{"id": "a", "prompt": "2 + 2?", "reference": 4, "scorer": {"kind": "numeric"}}\n',
     )
     # An existing endpoint, so that its row's forms (replace the key, delete) are checked.
     Endpoint.objects.create(

@@ -98,3 +98,23 @@ def test_it_fits_the_cost_report_on_a_phone(page, sign_in, screenshot, alice):
     # The page itself never scrolls sideways; wide tables scroll inside their own box.
     assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
     screenshot(page, "report-costs-phone")
+
+
+def test_it_charts_quality_against_cost_per_evaluation(page, sign_in, alice):
+    from tests.site.test_quality_reports import _two_models
+
+    _two_models(alice.org)
+    sign_in(page, alice)
+    page.goto("/o/acme/reports/models/")
+    page.wait_for_function(
+        "() => window.Chart && Chart.getChart(document.getElementById('quality-cost-chart'))"
+    )
+    # One series (the pack), one point per model: Llama's trial 1 is excluded for quality.
+    series = page.evaluate(
+        "() => Chart.getChart(document.getElementById('quality-cost-chart')).data.datasets"
+        ".map(d => [d.label, d.data.map(p => [p.x, p.y])])"
+    )
+    assert series == [["pack arithmetic", [[1, 80], [0.25, 90]]]]
+    expect(page.locator("#quality-cost .excluded-for-quality")).to_contain_text(
+        "score 60.0 % is below the floor of 70.0 %"
+    )

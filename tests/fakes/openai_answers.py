@@ -5,7 +5,8 @@ tests: a served model that is right on chosen items, or a judge.
 without streaming, as vLLM answers them (``choices[0].message.content`` or
 ``choices[0].text``, and ``usage``). ``answer(prompt)`` gives the reply text for the request's
 prompt (a chat request's last message); returning None answers 500. Every request body is
-kept in ``requests``, so a test can check what a client sent (temperature, seed, lengths);
+kept in ``requests`` and its Host header in ``hosts``, so a test can check what a client sent
+(temperature, seed, lengths, the name it asked for);
 ``peak_in_flight`` is the most requests it was answering at once (each held ``delay_s``).
 """
 
@@ -26,6 +27,7 @@ class FakeAnswers:
     answer: Callable[[str], str | None]
     delay_s: float = 0.0
     requests: list[dict] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
     peak_in_flight: int = 0
     _in_flight: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -90,6 +92,8 @@ class _AnswerHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", 0))
         body = json.loads(self.rfile.read(length))
         if self.path in ("/v1/chat/completions", "/v1/completions"):
+            with self.owner._lock:
+                self.owner.hosts.append(self.headers.get("Host", ""))
             status, reply = self.owner._reply(self.path, body)
         else:
             status, reply = 404, {"error": {"message": f"no route {self.path}"}}

@@ -312,13 +312,13 @@ async def test_an_agent_hanging_up_on_its_ack_never_loses_the_browsers_notice(al
     the end of a run); the notice of that message must already be on its way."""
     import asyncio
 
-    from runs import consumers
+    from runs.consumers import sockets as consumers
 
     real_notify = consumers.anotify_run_watchers
 
-    async def slow_notify(run_id, updates):
+    async def slow_notify(run_id, outcomes):
         await asyncio.sleep(0.3)  # a busy channel layer
-        await real_notify(run_id, updates)
+        await real_notify(run_id, outcomes)
 
     monkeypatch.setattr(consumers, "anotify_run_watchers", slow_notify)
     run, token = await sync_to_async(_new_run)(alice.org)
@@ -477,7 +477,7 @@ async def test_it_closes_the_socket_when_an_ingest_fails(alice, monkeypatch):
     and resends; the close code must be one the ASGI server can send (1000, 3000-4999)."""
     from django.db import OperationalError
 
-    from runs import consumers
+    from runs.consumers import sockets as consumers
 
     async def failing_ingest(**kwargs):
         raise OperationalError("the database went away")

@@ -16,8 +16,8 @@ from django.urls import resolve
 
 from agents import protocol
 from agents.runner.site_link import SiteEndpoints
-from runs.api.parsers import NUL_REFUSAL
 from runs.api.views_agent import AgentEpochView, AgentMessagesView
+from runs.inputs.nul_characters import NUL_REFUSAL
 from runs.models import AgentMessageRecord
 from runs.services.agent_messages import agent_frame_parse
 
@@ -81,7 +81,7 @@ def test_it_refuses_a_batch_over_the_protocols_limit_naming_the_field(alice):
 
 
 def test_the_sockets_close_with_the_protocols_codes_as_plain_integers():
-    from runs import consumers
+    from runs.consumers import sockets as consumers
 
     assert consumers.CLOSE_NOT_FOUND == protocol.CloseCode.NOT_FOUND
     assert consumers.CLOSE_INTERNAL_ERROR == protocol.CloseCode.INTERNAL_ERROR

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from agents import protocol
 from runs.api.views_agent import AgentEpochView, AgentJobView, AgentMessagesView
-from runs.consumers import AgentIngestConsumer
+from runs.consumers.sockets import AgentIngestConsumer
 from runs.routing import websocket_urlpatterns
 from runs.services import provisioning
 from runs.services.run_start import run_start

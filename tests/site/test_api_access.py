@@ -213,6 +213,7 @@ class Endpoint:
                 "-test",
                 "-deliveries",
                 "-schedule",
+                "-choice",
             )
         )
 
@@ -235,12 +236,14 @@ GLOBAL_ROUTES = {"api-root", "org-list", "org-detail", "serve-flags-list"}
 # Documentation, public by design (SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]): no tenant data.
 PUBLIC_ROUTES = {("api-schema", "get"), ("api-docs", "get"), ("api-redoc", "get")}
 # The agent's endpoints take a run token, never a user's: tested in test_agent_ingest.py,
-# test_agent_epochs.py (epoch) and test_run_cancel.py (datasets).
+# test_agent_epochs.py (epoch), test_run_cancel.py (datasets) and test_evaluation_jobs.py
+# (evaluation sets).
 AGENT_ROUTES = {
     ("agent-messages", "post"),
     ("agent-job", "get"),
     ("agent-epoch", "post"),
     ("agent-dataset", "get"),
+    ("agent-evaluation-set", "get"),
 }
 
 R, W, M = Need.READ, Need.WRITE, Need.MANAGE
@@ -283,6 +286,9 @@ ENDPOINTS = [
     Endpoint("experiment-detail", "patch", W, lambda w: {"description": "patched"}),
     Endpoint("experiment-detail", "delete", W),
     Endpoint("experiment-estimate", "get", R),
+    # Reports read what every member may see on the report pages.
+    Endpoint("experiment-choice", "get", R),
+    Endpoint("reports-models", "get", R),
     # A prediction runs the simulator and stores nothing: a viewer may ask for one.
     Endpoint("experiment-prediction", "get", R),
     Endpoint(

@@ -1058,7 +1058,8 @@ def test_it_never_repeats_a_long_input_in_an_error(alice, model, changes, field)
 def test_it_lists_a_bounded_number_of_field_errors():
     from rest_framework.exceptions import ValidationError
 
-    from runs.api.errors import MAX_ERROR_FIELDS, MAX_ERROR_TEXT_CHARS, api_exception_handler
+    from runs.api.errors import MAX_ERROR_FIELDS, api_exception_handler
+    from runs.inputs.errors import MAX_ERROR_TEXT_CHARS
 
     detail = {f"field_{n}": ["bad " * 1000] for n in range(5_000)}
     # A pydantic error dict that reached DRF as is: its message counts, its input never.

@@ -15,7 +15,7 @@ from benchsite.env import env_demo_receiver_url
 from runs.demo.hooks import EMAIL_NAME, EMAIL_TO, WEBHOOK_NAME, demo_hooks_seed
 from runs.demo.inbox import inbox_start
 from runs.models import AuditEvent, ConfirmedRecipient, NotificationDelivery, NotificationHook
-from runs.services.notifications import hook_create, hook_send_test
+from runs.services.notifications.hooks import hook_create, hook_send_test
 from runs.services.outbound import outbound_url_problem
 
 from .conftest import SYSTEM, signed_in

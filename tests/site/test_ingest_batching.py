@@ -13,7 +13,7 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from agents import protocol
-from runs import consumers
+from runs.consumers import sockets as consumers
 from runs.models import AgentMessageRecord, Measurement
 from runs.services import pending_rows
 from runs.services.ingest import agent_messages_ingest

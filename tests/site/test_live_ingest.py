@@ -80,7 +80,7 @@ def test_it_closes_the_agent_socket_for_real_when_an_ingest_fails(live_asgi, ali
     and the resend after the database is back is stored once."""
     from django.db import connection
 
-    from runs.consumers import CLOSE_INTERNAL_ERROR
+    from runs.consumers.sockets import CLOSE_INTERNAL_ERROR
     from runs.models import AgentMessageRecord
 
     run, token = _new_run(alice.org)

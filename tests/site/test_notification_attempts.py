@@ -15,12 +15,8 @@ from django.core.mail.backends.base import BaseEmailBackend
 from django.utils import timezone
 
 from runs.models import DeliveryStatus, NotificationHook
-from runs.services.notifications import (
-    MAX_ATTEMPTS,
-    deliveries_due,
-    delivery_attempt,
-    hook_send_test,
-)
+from runs.services.notifications.delivery import MAX_ATTEMPTS, deliveries_due, delivery_attempt
+from runs.services.notifications.hooks import hook_send_test
 
 from .conftest import SYSTEM, signed_in
 from .db_state import database_state

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from runs.models import Notification, NotificationDelivery, NotificationHook
-from runs.services.notifications import hook_create
+from runs.services.notifications.hooks import hook_create
 
 from .conftest import SYSTEM, signed_in
 from .db_state import database_state

@@ -15,7 +15,7 @@ from django.core import mail
 from django.test import Client
 
 from runs.models import AuditEvent, ConfirmedRecipient, NotificationHook
-from runs.services.notifications import notify
+from runs.services.notifications.outbox import notify
 
 from .conftest import signed_in
 from .db_state import database_state

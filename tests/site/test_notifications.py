@@ -28,16 +28,11 @@ from runs.models import (
     NotificationHook,
     Run,
 )
+from runs.secrets import decrypt_secret
 from runs.selectors.spend import org_month_spend_usd
-from runs.services import notifications
-from runs.services.notifications import (
-    BACKOFF_SECONDS,
-    MAX_ATTEMPTS,
-    delivery_attempt,
-    hook_create,
-    notify_budget_use,
-    notify_run_ended,
-)
+from runs.services.notifications.delivery import BACKOFF_SECONDS, MAX_ATTEMPTS, delivery_attempt
+from runs.services.notifications.events import notify_budget_use, notify_run_ended
+from runs.services.notifications.hooks import hook_create
 from runs.services.run_tokens import run_token_issue
 
 from .conftest import SYSTEM, frozen, make_experiment, make_model, signed_in
@@ -175,7 +170,7 @@ def test_a_failing_receiver_is_retried_and_every_attempt_logged(alice, receiver,
     # The page's delivery log shows both; no secret or URL path anywhere.
     page = signed_in(alice).get("/o/acme/settings/notifications/").content.decode()
     assert "Delivered" in page and "Failed (no attempt left)" in page and "HTTP 500" in page
-    secret = notifications.decrypt_secret(hook.encrypted_secret)
+    secret = decrypt_secret(hook.encrypted_secret)
     for text in (page, caplog.text):
         assert "s3cr3t-path" not in text and secret not in text
     assert "attempt 1 HTTP 500" in caplog.text
@@ -220,7 +215,7 @@ def test_send_test_from_the_page_and_the_secret_shown_once(alice, receiver, sent
             "events": ["run.finished", "promotion.approved"]}  # fmt: skip
     page = client.post("/o/acme/settings/notifications/", form).content.decode()
     hook = NotificationHook.objects.get()
-    secret = notifications.decrypt_secret(hook.encrypted_secret)
+    secret = decrypt_secret(hook.encrypted_secret)
     assert secret in page and "Copy it now" in page
     assert secret not in client.get("/o/acme/settings/notifications/").content.decode()
     # Stored encrypted: neither the secret nor the URL's path is in any column.

@@ -14,7 +14,7 @@ import pytest
 
 from runs.models import DeliveryStatus, Endpoint
 from runs.services.endpoints import MODEL_LIST_MAX_BYTES
-from runs.services.notifications import hook_create, hook_send_test
+from runs.services.notifications.hooks import hook_create, hook_send_test
 
 from .conftest import SYSTEM
 

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from runs.models import DeliveryStatus, Endpoint, NotificationDelivery
-from runs.services.notifications import hook_create, hook_send_test
+from runs.services.notifications.hooks import hook_create, hook_send_test
 from tests.agents.fake_openai_server import FakeServer
 from tests.polling import wait_for
 

@@ -335,7 +335,7 @@ def test_it_pre_selects_the_first_trial_when_the_answer_names_no_winner(history,
 @pytest.fixture
 def promotion_hook(alice, settings):
     """A webhook asking for promotions: a refused proposal must notify nobody."""
-    from runs.services.notifications import hook_create
+    from runs.services.notifications.hooks import hook_create
 
     settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
     hook_create(

@@ -12,10 +12,10 @@ import pytest
 
 from agents import protocol
 from benchsite_cli.gate import capacity_upper_load
+from runs.answer_text import answer_state, capacity_text
 from runs.experiment_spec import experiment_trial_plan
 from runs.models import Trial
 from runs.selectors.run_answer import capacity_throughput_interval, run_answer
-from runs.selectors.run_pages import answer_state, capacity_text
 from runs.services.ingest import agent_messages_ingest
 
 from .conftest import experiment_payload, make_experiment, make_model

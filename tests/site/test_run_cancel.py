@@ -194,7 +194,7 @@ def test_it_keeps_the_request_when_the_channel_layer_fails(
         async def group_send(self, group, message):
             raise ConnectionError("redis is down")
 
-    monkeypatch.setattr("runs.services.run_control.get_channel_layer", BrokenLayer)
+    monkeypatch.setattr("runs.consumers.notices.get_channel_layer", BrokenLayer)
     run, _ = _new_run(alice.org, state="benchmarking")
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = alice.client().post(_cancel_url(run), {"reason": "stop"}, format="json")

@@ -27,7 +27,7 @@ from runs.models import (
 from runs.models.runs import RunState, RunTrigger
 from runs.schedule_spec import schedule_spec
 from runs.selectors.schedules import schedule_settings
-from runs.services.notifications import hook_create
+from runs.services.notifications.hooks import hook_create
 from runs.services.run_end import run_end_settle
 from runs.services.schedule_firing import schedule_fire
 from runs.services.schedule_gate import schedule_run_gate

@@ -229,13 +229,19 @@ def test_unjudged_configurations_stay_in_and_say_so(alice):
     assert "Trial 2: quality not judged: not scored yet." in page.content.decode()
 
 
-def test_a_simulated_run_under_a_floor_cannot_judge_quality(alice):
+def simulated_floored_run(org) -> Run:
+    """A simulated run under a floor of 90 %, its one trial priced at $1 per 1M."""
     experiment = make_experiment(
-        alice.org, engine="sim", engine_image_tag="",
+        org, engine="sim", engine_image_tag="",
         evaluation={"pack": "arithmetic", "quality_floor": {"min_score": 0.9}},
     )  # fmt: skip
-    run = priced_run(alice.org, experiment)
+    run = priced_run(org, experiment)
     priced_trial(run, 0, 1000.0)
+    return run
+
+
+def test_a_simulated_run_under_a_floor_cannot_judge_quality(alice):
+    run = simulated_floored_run(alice.org)
     answer = run_answer(run=run)
     assert answer.winner.trial == 0 and answer.excluded_for_quality == []
     assert answer.winner.quality_floor == SIMULATED_NOTE

@@ -16,6 +16,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from runs.models import Endpoint, Membership, NotificationHook
 from runs.services.budgets import budget_set
+from runs.services.evaluations import evaluation_set_upload
 from runs.services.experiments import dataset_upload
 from runs.services.tenancy import token_create
 
@@ -64,6 +65,12 @@ def acme_world(alice, mallory):
         "promotion_id": promotion.id,
         "dataset_id": dataset_upload(
             org=alice.org, actor=SYSTEM, name="chats", raw=json.dumps(chats).encode()
+        ).id,
+        "evaluation_set_id": evaluation_set_upload(
+            org=alice.org,
+            actor=SYSTEM,
+            name="sums",
+            raw=b'{"prompt": "2+2=", "reference": "4", "scorer": {"kind": "exact"}}\n',
         ).id,
         "budget_id": budget_set(org=alice.org, actor=SYSTEM, limit_usd=Decimal(100)).id,
         "member_id": Membership.objects.get(organization=alice.org, user=mallory.user).id,

@@ -172,18 +172,28 @@ def stream_template(response_id: str, client: Client) -> StreamTemplate:
 
 
 def stream_chunks(
-    template: StreamTemplate, client: Client, request: SimRequest, word: int, done: bool
+    template: StreamTemplate,
+    client: Client,
+    request: SimRequest,
+    words: tuple[int, ...],
+    done: bool,
 ) -> bytes:
-    """The HTTP chunks (SSE events) that carry token ``word``; the last one also ends the
-    stream."""
+    """The HTTP chunks (SSE events) that carry the tokens of one step, one word each (several
+    when a speculative step kept more than one), in one event as vLLM streams them; the last
+    one also ends the stream."""
     head, tail, tail_done, base = template
     out = b""
-    if client.chat and request.output == 1:
+    if client.chat and request.output == len(words):
         # vLLM's first chat chunk carries the role; it comes with the first token.
         role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
         role.update({"logprobs": None, "finish_reason": None})
         out += _event({**base, "choices": [role]})
-    out += _event(head + _TOKENS_JSON[word] + (tail_done if done else tail))
+    text = (
+        _TOKENS_JSON[words[0]]
+        if len(words) == 1
+        else dumps("".join(" " + WORDS[word] for word in words))
+    )
+    out += _event(head + text + (tail_done if done else tail))
     if done:
         if client.include_usage:
             out += _event({**base, "choices": [], "usage": _usage(request)})

@@ -172,13 +172,15 @@ class Connection(asyncio.Protocol):
             )
         server.submit(client, request.words, request.max_tokens)
 
-    def on_token(self, client: Client, request: SimRequest, word: int, done: bool) -> None:
+    def on_token(
+        self, client: Client, request: SimRequest, words: tuple[int, ...], done: bool
+    ) -> None:
         if client.stream:
-            if request.output == 1 or self._template is None:
+            if request.output == len(words) or self._template is None:
                 self._template = stream_template(self.response_id, client)
-            self._write(stream_chunks(self._template, client, request, word, done))
+            self._write(stream_chunks(self._template, client, request, words, done))
         else:
-            self.text_parts.append(" " + WORDS[word])
+            self.text_parts.extend(" " + WORDS[word] for word in words)
             if done:
                 text = "".join(self.text_parts)
                 self._respond(200, completion_body(self.response_id, client, request, text))

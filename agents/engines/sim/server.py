@@ -147,17 +147,20 @@ class SimServer:
                 self.scheduler.abort(request)
                 self.clients.pop(request.id, None)
             return
-        word = client.rng.randrange(len(WORDS))
+        # A step may keep several tokens (speculative decoding): one word each, in one chunk.
+        words = tuple(client.rng.randrange(len(WORDS)) for _ in range(count))
         # The token leaves when the API server's queue has streamed it (token_times[-1]),
         # which may be after the step's end.
         loop = asyncio.get_running_loop()
         deadline = self.t0 + request.token_times[-1] / self.speed
         if deadline > loop.time():
-            loop.call_at(deadline, self._write_token, client, request, word, done)
+            loop.call_at(deadline, self._write_token, client, request, words, done)
         else:
-            self._write_token(client, request, word, done)
+            self._write_token(client, request, words, done)
 
     @staticmethod
-    def _write_token(client: Client, request: SimRequest, word: int, done: bool) -> None:
+    def _write_token(
+        client: Client, request: SimRequest, words: tuple[int, ...], done: bool
+    ) -> None:
         if not client.conn.closed:
-            client.conn.on_token(client, request, word, done)
+            client.conn.on_token(client, request, words, done)

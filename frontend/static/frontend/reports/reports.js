@@ -144,6 +144,47 @@
     });
   }
 
+  // Quality against cost at the SLOs: one series per evaluation (scores on different sets
+  // are not on one scale); only configurations with a score are points.
+  var SERIES = ["#2f5bea", "#1b7a3d", "#b3261e", "#d99a1c", "#6b3fa0", "#00838f"];
+
+  function qualityChart() {
+    var points = data("quality-chart-data");
+    var canvas = document.getElementById("quality-cost-chart");
+    if (!points || !canvas) return;
+    var evaluations = [];
+    points.forEach(function (p) {
+      if (evaluations.indexOf(p.evaluation) < 0) evaluations.push(p.evaluation);
+    });
+    new Chart(canvas, {
+      type: "scatter",
+      data: {
+        datasets: evaluations.map(function (evaluation, i) {
+          var colour = SERIES[i % SERIES.length];
+          return {
+            label: evaluation, backgroundColor: colour, borderColor: colour, pointRadius: 6,
+            data: points.filter(function (p) { return p.evaluation === evaluation; })
+              .map(function (p) {
+                return { x: num(p.usd_per_million), y: num(p.score_pct), label: p.label,
+                         low: p.low_pct, high: p.high_pct };
+              })
+          };
+        })
+      },
+      options: {
+        maintainAspectRatio: false, animation: false,
+        plugins: { tooltip: { callbacks: { label: function (ctx) {
+          var interval = ctx.raw.low !== "" ? " (95 % CI " + ctx.raw.low + "–" + ctx.raw.high + " %)" : "";
+          return ctx.raw.label + ": " + ctx.raw.y + " %" + interval + ", " + ctx.raw.x + " USD / 1M";
+        } } } },
+        scales: {
+          x: { beginAtZero: true, title: { display: true, text: "USD per 1M output tokens at the SLOs" } },
+          y: { min: 0, max: 100, title: { display: true, text: "Score on the evaluation (%)" } }
+        }
+      }
+    });
+  }
+
   function spendChart() {
     var rows = data("spend-chart-data");
     var canvas = document.getElementById("spend-chart");
@@ -170,5 +211,6 @@
     modelCharts();
     spendChart();
     capacityChart();
+    qualityChart();
   });
 })();

@@ -1,4 +1,5 @@
-"""WebSocket consumers: the agent's ingest socket and the browser's live socket.
+"""WebSocket consumers: the agent's ingest socket and the browser's live socket (what
+they pass on, and the groups they listen in: ``runs.consumers.notices``).
 
 Both close with the same code (``CloseCode.NOT_FOUND``) for "no such run" and "not yours",
 so a socket tells a stranger nothing. The browser socket only notifies; the REST API stays
@@ -18,9 +19,10 @@ from django.http import Http404
 
 from agents import protocol
 from runs.access import Principal, access_run_of_user
+from runs.consumers.notices import agent_run_group, anotify_run_watchers, run_group
 from runs.services.agent_messages import Parsed, agent_frame_parse
-from runs.services.ingest import agent_messages_ingest, anotify_run_watchers, run_group
-from runs.services.run_control import agent_run_group, run_stop_request
+from runs.services.ingest import agent_messages_ingest
+from runs.services.run_control import run_stop_request
 from runs.services.run_tokens import unscoped_run_for_token
 
 logger = logging.getLogger(__name__)
@@ -146,8 +148,7 @@ class AgentIngestConsumer(AsyncJsonWebsocketConsumer):
                 outcomes = await self._ingest(run_id=self.run.id, messages=batch) if batch else []
                 # Browsers first, acks after: an agent that hangs up on its last ack cancels
                 # this task, and a notice still unsent then would be lost.
-                updates = [o.update for o in outcomes if o.update is not None]
-                await anotify_run_watchers(self.run.id, updates)
+                await anotify_run_watchers(self.run.id, outcomes)
                 await self._answer(frames, iter(outcomes))
                 # Only an ended run closes the socket; a conflict refuses that one message.
                 if any(outcome.run_ended for outcome in outcomes):

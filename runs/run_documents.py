@@ -1,5 +1,10 @@
-"""Response shapes of runs, their trials and measurements (read-only: the orchestration and
-the agent write them; a request to start or stop a run is parsed by runs.inputs.runs)."""
+"""A run as the API answers it: the response shapes of runs, their trials and measurements
+(read-only: the orchestration and the agent write them; a request to start or stop a run is
+parsed by ``runs.inputs.runs``).
+
+They stand below the API because a schedule's gate (``runs.services.schedule_gate``) reads
+a run through them too: it compares exactly the document the CLI's gate reads from the API.
+"""
 
 from __future__ import annotations
 
