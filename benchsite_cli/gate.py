@@ -30,11 +30,12 @@ Guarantees (pure: no network, no clock; ``docs/cli.md`` documents the rules):
   measure), and the result says why in ``not_compared`` so a cost threshold never passes
   without saying it checked nothing.
 - Where both levels carry a 95 % interval of a figure (``ci95``), the change has one too,
-  conservatively from the two (``change_interval_pct``), and a threshold fails only when that
-  whole interval lies beyond it; an interval that holds 0 reads "within noise". A figure
-  without intervals (results stored before them, ITL) is gated on its point estimate, as
-  before, and its row says "no interval". Every row says the change in words:
-  ``worse by 12 % (CI 8–16 %)``, ``better by 5 % (CI 2–9 %)``, ``within noise (CI −3–+4 %)``.
+  conservatively from the two, and a threshold fails only when that whole interval lies
+  beyond it; an interval that holds 0 reads "within noise". A figure without intervals
+  (results stored before them, ITL) is gated on its point estimate, and its row says "no
+  interval". The change, its interval and its words (``worse by 12 % (CI 8–16 %)``,
+  ``better by 5 % (CI 2–9 %)``, ``within noise (CI −3–+4 %)``) are ``figures.deltas``', the
+  site's history and comparison pages' own.
 - When both runs' answers name a winner (a capacity search ran), each paired configuration
   also compares its capacity at the SLOs (the trials' ``capacity``; ``[bracket_low,
   capacity_upper_load)`` is its interval); informational unless a ``capacity``
@@ -48,9 +49,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from benchsite_cli.level_results import FIGURES, OUTPUT_THROUGHPUT, level_figure, level_interval
+from benchsite_cli.level_results import level_figure, level_interval
 from figures.costs import usd_per_million_output_tokens
+from figures.deltas import change_interval_pct, change_pct, change_wording
 from figures.gpu_share import GpuShare
+from figures.level_results import FIGURES, OUTPUT_THROUGHPUT
 from figures.levels import load_key
 
 # Every figure of a level's result may be gated, its cost per token (derived here) and a
@@ -90,92 +93,6 @@ class Threshold:
         if self.limit_pct > 0:
             return change_pct > self.limit_pct
         return change_pct < self.limit_pct
-
-
-# -- a change and its interval: the CLI's copy of runs/selectors/figure_deltas.py (the CLI
-# shares no code with the site; tests/cli/test_figure_deltas_agree.py holds the two to one
-# answer) ----------------------------------------------------------------------------------
-
-WITHIN_NOISE = "within noise"
-
-
-def change_pct(new: float, base: float) -> float:
-    """``(new − base) ÷ base`` in %; from 0, any rise is +inf (and no change is 0)."""
-    if base == 0:
-        return 0.0 if new == 0 else math.copysign(math.inf, new)
-    return (new - base) / abs(base) * 100
-
-
-def _bound_change(value: float, against: float, *, upper: bool) -> float:
-    if against > 0:
-        return (value / against - 1) * 100
-    if value > 0:
-        return math.inf
-    # 0 against 0: anything from −100 % (the least a non-negative figure can fall) up.
-    return math.inf if upper else -100.0
-
-
-def change_interval_pct(
-    new: tuple[float, float], base: tuple[float, float]
-) -> tuple[float, float] | None:
-    """The change's interval in %, conservatively: the new low against the baseline's high,
-    the new high against its low. None unless both are intervals of a non-negative figure
-    (a high may be +inf: a capacity search that never failed)."""
-    for low, high in (new, base):
-        if not (math.isfinite(low) and 0 <= low <= high) or math.isnan(high):
-            return None
-    return (
-        _bound_change(new[0], base[1], upper=False),
-        _bound_change(new[1], base[0], upper=True),
-    )
-
-
-def change_verdict(
-    change: float, interval: tuple[float, float] | None, *, higher_is_better: bool
-) -> str:
-    """``better``, ``worse`` or ``within noise`` (the interval holds 0); without an interval
-    the point decides (``same`` when it did not move)."""
-    if interval is not None:
-        low, high = interval
-        if low <= 0 <= high:
-            return WITHIN_NOISE
-        rose = low > 0
-    elif change == 0:
-        return "same"
-    else:
-        rose = change > 0
-    return "better" if rose == higher_is_better else "worse"
-
-
-def _magnitude(pct: float) -> str:
-    pct = abs(pct)
-    if math.isinf(pct):
-        return "∞"
-    return f"{pct:.0f}" if pct >= 9.95 else f"{pct:.1f}".removesuffix(".0")
-
-
-def _signed(pct: float) -> str:
-    text = _magnitude(pct)
-    if text == "0":
-        return text
-    return ("+" if pct > 0 else "−") + text
-
-
-def change_wording(
-    change: float, interval: tuple[float, float] | None, *, higher_is_better: bool
-) -> str:
-    """``worse by 12 % (CI 8–16 %)``, ``better by 5 % (CI 2–9 %)``, ``within noise
-    (CI −3–+4 %)``, or without an interval ``worse by 12 % (no interval)``."""
-    verdict = change_verdict(change, interval, higher_is_better=higher_is_better)
-    if interval is None:
-        if verdict == "same":
-            return "unchanged (no interval)"
-        return f"{verdict} by {_magnitude(change)} % (no interval)"
-    low, high = interval
-    if verdict == WITHIN_NOISE:
-        return f"{WITHIN_NOISE} (CI {_signed(low)}–{_signed(high)} %)"
-    near, far = sorted((abs(low), abs(high)))
-    return f"{verdict} by {_magnitude(change)} % (CI {_magnitude(near)}–{_magnitude(far)} %)"
 
 
 def parse_thresholds(spec: str) -> list[Threshold]:

@@ -31,10 +31,11 @@ from benchsite_cli.gate import (
     shows_images,
 )
 from benchsite_cli.gate_files import junit_write, markdown_write
-from benchsite_cli.level_results import OUTPUT_THROUGHPUT, SUMMARY_FIGURES, level_figure
+from benchsite_cli.level_results import SUMMARY_FIGURES, level_figure
 from benchsite_cli.lookup import find_row, looks_like_run_id
 from benchsite_cli.output import dollars, err, out, table
 from benchsite_cli.progress import progress_for
+from figures.level_results import OUTPUT_THROUGHPUT
 from figures.levels import level_name
 from figures.margins import margin_interval_words, margin_words
 

@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# The agent's image: the official vLLM image plus the `agents` package alone (no Django), with
-# the agent runner as the entrypoint; the runner starts `vllm serve` itself for each trial.
+# The agent's image: the official vLLM image plus the `agents` package and the pure `figures`
+# its protocol names a result's figures by (no Django), with the agent runner as the
+# entrypoint; the runner starts `vllm serve` itself for each trial.
 # The vLLM version is a build argument, so one image per tag puts the engine on the grid:
 #   docker build -f docker/agent.Dockerfile --build-arg VLLM_VERSION=v0.11.0 \
 #       -t benchsite/agent:v0.11.0 .          (BENCHSITE_AGENT_IMAGE=benchsite/agent:{tag})
@@ -10,12 +11,14 @@ ARG VLLM_VERSION=v0.11.0
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 ARG VLLM_IMAGE=vllm/vllm-openai
 
-# ---- build: a wheel of the agent alone (docker/agent.pyproject.toml + agents/) ------------
+# ---- build: a wheel of the agent alone (docker/agent.pyproject.toml + agents/, figures/) ---
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY docker/agent.pyproject.toml ./pyproject.toml
 COPY agents ./agents
+# The pure rules its protocol names a level result's figures by (stdlib only).
+COPY figures ./figures
 RUN python -m pip wheel --no-deps --wheel-dir /wheels .
 
 # ---- runtime: vLLM's image, the agent installed into vLLM's own Python ---------------------

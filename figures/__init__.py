@@ -9,6 +9,7 @@ computed or said.
 - ``gpu_share``: the GPUs a trial's cost per token is priced for;
 - ``margins``: the answer's margin in words (the other's extra cost, or a tie);
 - ``levels``: a load level's name, short and as the gate keys it;
+- ``deltas``: a change between two figures, its interval and its words;
 - ``level_results``: the names of a level result's figures;
 - ``model_size``: a parameter count as text (``7.0 B``).
 """

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from agents.cli.bench import run_bench_command
 from agents.cli.engine import run_engine_up, run_serve_sim
-from agents.cli.job import run_flush_command, run_job_command
 from agents.cli.parser import build_parser
 from agents.cli.predict import run_predict_command
+from agents.cli.run_and_flush import run_flush_command, run_job_command
 from agents.cli.usage import EXIT_USAGE
 
 __all__ = ["main"]

@@ -3,9 +3,9 @@ the messages both ways and the job.
 
 Guarantees:
 
-- Pure Python: stdlib, pydantic and ``agents.hardware`` (itself stdlib only: a job's model
-  source gives its ``ModelFacts``). The site imports this package; the agent runs it in a GPU
-  pod where Django does not exist.
+- Pure Python: stdlib, pydantic, ``agents.hardware`` (itself stdlib only: a job's model
+  source gives its ``ModelFacts``) and ``figures.level_results`` (stdlib only). The site
+  imports this package; the agent runs it in a GPU pod where Django does not exist.
 - Every public name is importable from ``agents.protocol`` itself; the modules only say which
   job each name belongs to:
 
@@ -22,11 +22,13 @@ Guarantees:
   - ``workload``: datasets, ``Workload``, ``Slos`` and a workload's levels;
   - ``json_bounds``: the nesting depth of JSON documents, checked before decoding;
   - ``fields``: the bounded number and JSON field types (each fits its site column);
-  - ``level_result``: ``LevelResult``, what one load level measured;
+  - ``level_result``: ``LevelResult``, what one load level measured (its figures' names,
+    ``LATENCY_METRICS``, ``latency_field`` …, are the pure ``figures.level_results``', which
+    the CLI reads a result by: the agent ships that package beside this one);
   - ``messages``: agent → site messages and the site's answers;
   - ``transport``: routes, socket close codes and the REST batch, for both sides;
   - ``evaluation``: a job's evaluation and a trial's per-item results (issue 38);
-  - ``job``: ``JobSpec`` and its parts;
+  - ``job_spec``: ``JobSpec`` and its parts;
   - ``host_env``: the environment variables an agent reads on its host;
   - ``schema``: the JSON Schema of all of it (``python -m agents.protocol``).
 - Validation is strict and complete: a boolean is not a number, ``"8"`` is not ``8``, and
@@ -95,7 +97,7 @@ from agents.protocol.host_env import (
     WEIGHTS_DIR_ENV,
 )
 from agents.protocol.hub_names import hf_repo_problem, revision_problem
-from agents.protocol.job import (
+from agents.protocol.job_spec import (
     MAX_JOB_TRIALS,
     MAX_SPEND_SECONDS,
     SEARCH_STRATEGIES,
@@ -115,8 +117,6 @@ from agents.protocol.json_bounds import (
     json_loads_bounded,
 )
 from agents.protocol.level_result import (
-    LATENCY_METRICS,
-    LATENCY_STATISTICS,
     LEVEL_RESULT_KEY,
     SLO_CHECK_KEY,
     ErrorCount,
@@ -131,8 +131,6 @@ from agents.protocol.level_result import (
     SteadyWindow,
     TraceReplay,
     TurnFigures,
-    latency_field,
-    percentile_statistic,
 )
 from agents.protocol.lora import (
     MAX_LORA_ADAPTERS,
@@ -262,6 +260,12 @@ from agents.protocol.workload import (
     parse_slos,
     steady_window_requests,
     workload_levels,
+)
+from figures.level_results import (
+    LATENCY_METRICS,
+    LATENCY_STATISTICS,
+    latency_field,
+    percentile_statistic,
 )
 
 __all__ = [

@@ -21,12 +21,10 @@ from pydantic import Field
 
 from agents.protocol.fields import BIGINT_COLUMN_MAX, FiniteFloat
 from agents.protocol.strict import StrictModel
+from figures.level_results import DURATION, LATENCY_FIGURES, RATE_FIGURES, latency_field
 
 # An integer figure: within the site's bigint column, as protocol 2's free-form JSON was.
 Integer = Annotated[int, Field(ge=-BIGINT_COLUMN_MAX, le=BIGINT_COLUMN_MAX)]
-# The latency metrics, in the order vllm bench serve reports them, and their statistics.
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
-LATENCY_STATISTICS = ("mean", "median", "std", "p90", "p95", "p99")
 
 
 class AsSent(StrictModel):
@@ -140,46 +138,30 @@ class Interval(AsSent):
     high: FiniteFloat
 
 
-class LevelFigures(AsSent):
+def _optional_figures(names: tuple[str, ...]) -> dict:
+    return {name: (FiniteFloat | None, None) for name in names}
+
+
+# The figures' fields, declared from their names (``figures.level_results``: the CLI reads a
+# result by the same names), in the order ``vllm bench serve`` writes them.
+_LevelFigureFields = pydantic.create_model(
+    "_LevelFigureFields",
+    __base__=AsSent,
+    __module__=__name__,
+    **{DURATION: (FiniteFloat, ...)},
+    completed=(Integer, ...),
+    failed=(Integer, ...),
+    total_input_tokens=(Integer | None, None),
+    total_output_tokens=(Integer | None, None),
+    **_optional_figures(RATE_FIGURES),
+    max_concurrent_requests=(Integer | None, None),
+    **_optional_figures(LATENCY_FIGURES),
+)
+
+
+class LevelFigures(_LevelFigureFields):
     """Counts, throughputs and latency statistics in milliseconds (``p99_ttft_ms``, …) as
     ``vllm bench serve`` names them, over one set of requests."""
-
-    duration: FiniteFloat
-    completed: Integer
-    failed: Integer
-    total_input_tokens: Integer | None = None
-    total_output_tokens: Integer | None = None
-    request_throughput: FiniteFloat | None = None
-    request_goodput: FiniteFloat | None = None
-    output_throughput: FiniteFloat | None = None
-    total_token_throughput: FiniteFloat | None = None
-    max_output_tokens_per_s: FiniteFloat | None = None
-    max_concurrent_requests: Integer | None = None
-
-    mean_ttft_ms: FiniteFloat | None = None
-    median_ttft_ms: FiniteFloat | None = None
-    std_ttft_ms: FiniteFloat | None = None
-    p90_ttft_ms: FiniteFloat | None = None
-    p95_ttft_ms: FiniteFloat | None = None
-    p99_ttft_ms: FiniteFloat | None = None
-    mean_tpot_ms: FiniteFloat | None = None
-    median_tpot_ms: FiniteFloat | None = None
-    std_tpot_ms: FiniteFloat | None = None
-    p90_tpot_ms: FiniteFloat | None = None
-    p95_tpot_ms: FiniteFloat | None = None
-    p99_tpot_ms: FiniteFloat | None = None
-    mean_itl_ms: FiniteFloat | None = None
-    median_itl_ms: FiniteFloat | None = None
-    std_itl_ms: FiniteFloat | None = None
-    p90_itl_ms: FiniteFloat | None = None
-    p95_itl_ms: FiniteFloat | None = None
-    p99_itl_ms: FiniteFloat | None = None
-    mean_e2el_ms: FiniteFloat | None = None
-    median_e2el_ms: FiniteFloat | None = None
-    std_e2el_ms: FiniteFloat | None = None
-    p90_e2el_ms: FiniteFloat | None = None
-    p95_e2el_ms: FiniteFloat | None = None
-    p99_e2el_ms: FiniteFloat | None = None
 
     def latency_ms(self, statistic: str, metric: str) -> float | None:
         """``latency_ms("p99", "ttft")`` is ``p99_ttft_ms``: one statistic of one metric."""
@@ -222,22 +204,6 @@ class LevelResult(LevelFigures):
     turns: list[TurnFigures] | None = None
     # Requests of the level sent to each LoRA adapter, by its name (a run with adapters).
     lora_requests: dict[str, Integer] | None = Field(default=None, max_length=64)
-
-
-def percentile_statistic(percentile: int) -> str:
-    """The statistic that is a percentile: 50 is ``"median"``, 99 is ``"p99"``."""
-    statistic = "median" if percentile == 50 else f"p{percentile}"
-    if statistic not in LATENCY_STATISTICS:
-        raise ValueError(f"no latency statistic for percentile {percentile}")
-    return statistic
-
-
-def latency_field(statistic: str, metric: str) -> str:
-    """``latency_field("p99", "ttft")`` is ``"p99_ttft_ms"``: the ``LevelResult`` field of one
-    statistic of one latency metric; ValueError for a statistic or metric it has not."""
-    if statistic not in LATENCY_STATISTICS or metric not in LATENCY_METRICS:
-        raise ValueError(f"no latency figure {statistic}_{metric}_ms")
-    return f"{statistic}_{metric}_ms"
 
 
 class FieldNames:

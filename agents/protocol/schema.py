@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pydantic
 
-from agents.protocol.job import JobSpec
+from agents.protocol.job_spec import JobSpec
 from agents.protocol.messages import (
     PROTOCOL_VERSION,
     SITE_FRAME_MODELS,

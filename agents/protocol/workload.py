@@ -21,9 +21,9 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agents.protocol.errors import json_literal
-from agents.protocol.level_result import LATENCY_METRICS
 from agents.protocol.slo_verdicts import DEFAULT_CONFIDENCE_PCT, requests_to_judge
 from agents.protocol.strict import StrictModel
+from figures.level_results import LATENCY_METRICS
 
 MAX_INPUT_LEN = 1_048_576
 MAX_OUTPUT_LEN = 262_144

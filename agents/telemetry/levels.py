@@ -10,11 +10,10 @@ is. ``close`` stops a level that never finished (its figures are dropped, as its
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import TypeVar
+import functools
+from typing import Any, TypeVar
 
 from agents.loadgen import LevelFinished, LevelStarted
-from agents.protocol import GpuReading
 from agents.telemetry.nvml import NvmlGpus
 from agents.telemetry.sampler import GpuSampler
 
@@ -24,22 +23,15 @@ E = TypeVar("E")
 class GpuLevels:
     """Samples ``gpus`` level by level; ``on_sample`` gets every sample (live figures)."""
 
-    def __init__(
-        self,
-        gpus: NvmlGpus,
-        *,
-        period: float = 1.0,
-        on_sample: Callable[[list[GpuReading]], None] | None = None,
-    ):
-        self.gpus = gpus
-        self.period = period
-        self.on_sample = on_sample
+    def __init__(self, gpus: NvmlGpus, **sampling: Any):
+        """``sampling``: ``GpuSampler``'s ``period`` and ``on_sample``, for every level."""
+        self._new_sampler = functools.partial(GpuSampler, gpus, **sampling)
         self._sampler: GpuSampler | None = None
 
     async def observe(self, event: E) -> E:
         if isinstance(event, LevelStarted):
             await self.close()
-            self._sampler = GpuSampler(self.gpus, period=self.period, on_sample=self.on_sample)
+            self._sampler = self._new_sampler()
             self._sampler.start()
         elif isinstance(event, LevelFinished) and self._sampler is not None:
             figures = await self._sampler.finish()

@@ -10,7 +10,7 @@ Guarantees:
 - a row's answer (``with_answers``) is its run's answer's (``runs.selectors.run_answer``):
   the winner is the trial cheapest at capacity, priced by the same rule at the run's pod rate
   (``runs.selectors.trial_costs``' rule), and its change from the experiment's previous run
-  with a capacity search is worded by ``runs.selectors.figure_deltas`` with its interval.
+  with a capacity search is worded by ``figures.deltas`` with its interval.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, NullIf
 from django.utils import timezone
 
+from figures.deltas import FigureDelta, figure_delta
 from runs.access import scoped
 from runs.models import Experiment, GpuType, Membership, Run, Trial
 from runs.models.experiments import Engine
@@ -46,7 +47,6 @@ from runs.run_as_started import (
     run_engine,
     run_is_simulated,
 )
-from runs.selectors.figure_deltas import FigureDelta, figure_delta
 from runs.selectors.prices import gpu_price, pod_rate_from_price
 from runs.selectors.run_answer import capacity_cost_ci95, capacity_usd_per_million
 from runs.selectors.trial_costs import run_gpu_share

@@ -9,7 +9,7 @@ Guarantees:
   the compared trials ran on several (``v0.12.0 · max_num_seqs=64``), so one configuration
   on two images is two columns told apart;
 - a level figure that carries a 95 % interval (``ci95``) in both columns says how it moved
-  in words with the change's interval (``runs.selectors.figure_deltas``: "better by 12 %
+  in words with the change's interval (``figures.deltas``: "better by 12 %
   (CI 8–16 %)", "within noise (CI −3–+4 %)"), and a change within noise is never
   highlighted, whatever the threshold;
 - the number of queries does not grow with the number of measurements compared.
@@ -27,10 +27,10 @@ from typing import Any
 from django.db.models import Prefetch
 
 from agents.protocol import LEVEL_RESULT_KEY
+from figures.deltas import WITHIN_NOISE, Interval, figure_delta
 from runs.access import scoped
 from runs.models import Measurement, Membership, Run, Trial
 from runs.run_as_started import run_engine, run_is_simulated
-from runs.selectors.figure_deltas import WITHIN_NOISE, Interval, figure_delta
 from runs.selectors.level_results import stored_level_result
 from runs.selectors.run_answer import capacity_usd_per_million
 from runs.selectors.run_levels import (

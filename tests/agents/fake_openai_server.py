@@ -51,7 +51,8 @@ from pathlib import Path
 from time import perf_counter
 from urllib.parse import parse_qsl, urlsplit
 
-from agents.loadgen.http import KERNEL_STAMPS, StampedSocket
+from agents.loadgen.http import KERNEL_STAMPS
+from agents.loadgen.stamped_socket import StampedSocket
 
 KV_CAPACITY = 256
 

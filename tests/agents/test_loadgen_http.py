@@ -14,13 +14,13 @@ import pytest
 from agents.loadgen import http
 from agents.loadgen.http import (
     BufferSink,
-    ChunkedDecoder,
     ConnectionPool,
     HttpError,
     build_request,
     fetch,
     parse_base_url,
 )
+from agents.loadgen.http_framing import ChunkedDecoder
 
 CHUNKED = b"4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-Trailer: 1\r\n\r\n"
 

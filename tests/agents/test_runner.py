@@ -297,10 +297,10 @@ def test_a_stop_before_the_run_starts_skips_every_trial(tmp_path, outcome):
 
 @pytest.mark.slow
 def test_every_trial_is_sent_the_runs_traffic_and_searches_its_capacity(tmp_path, monkeypatch):
-    import agents.runner.runner as runner_module
+    import agents.runner.level_measuring as level_measuring
 
     seen: list[dict] = []
-    real_run_bench = runner_module.run_bench
+    real_run_bench = level_measuring.run_bench
 
     async def recording_run_bench(config, **options):
         async for event in real_run_bench(config, **options):
@@ -314,7 +314,7 @@ def test_every_trial_is_sent_the_runs_traffic_and_searches_its_capacity(tmp_path
                 )
             yield event
 
-    monkeypatch.setattr(runner_module, "run_bench", recording_run_bench)
+    monkeypatch.setattr(level_measuring, "run_bench", recording_run_bench)
     job = make_job([{"max_num_seqs": 64}, {"max_num_seqs": 2}], concurrency=(1,), requests=4)
     job = job.model_copy(
         update={

@@ -1,6 +1,6 @@
-"""What the agent image installs — docker/agent.pyproject.toml over a copy of agents/ — works
-without Django: its entrypoint module imports and `benchsite-agent run` reads its job from
-the environment with the site's packages made unimportable."""
+"""What the agent image installs — docker/agent.pyproject.toml over copies of agents/ and the
+pure figures/ — works without Django: its entrypoint module imports and `benchsite-agent run`
+reads its job from the environment with the site's packages made unimportable."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from packaging.requirements import Requirement
 from setuptools import find_packages
 
 ROOT = Path(__file__).resolve().parents[2]
-AGENT_PROJECT = tomllib.loads((ROOT / "docker" / "agent.pyproject.toml").read_text())["project"]
+AGENT_PYPROJECT = tomllib.loads((ROOT / "docker" / "agent.pyproject.toml").read_text())
+AGENT_PROJECT = AGENT_PYPROJECT["project"]
+# What the agent's wheel holds: the agent, and the pure rules its protocol names figures by.
+AGENT_PACKAGES = ("agents", "figures")
 SITE_PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 FORBIDDEN = ["django", "rest_framework", "celery", "channels", "runs", "benchsite", "frontend",
              "runpod", "kombu", "daphne", "psycopg"]  # fmt: skip
@@ -45,10 +48,12 @@ BLOCKER = textwrap.dedent(
 
 @pytest.fixture
 def agent_only(tmp_path):
-    """A folder holding agents/ alone and a sitecustomize that makes the site unimportable."""
-    shutil.copytree(
-        ROOT / "agents", tmp_path / "agents", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    """A folder holding what the agent's wheel holds and a sitecustomize that makes the site
+    unimportable."""
+    for package in AGENT_PACKAGES:
+        shutil.copytree(
+            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(forbidden=FORBIDDEN))
     return tmp_path
 
@@ -101,8 +106,9 @@ def test_it_runs_the_entrypoint_reading_the_job_from_the_environment(agent_only)
 
 
 def test_it_packages_the_agent_alone_with_its_console_script():
-    packages = find_packages(where=str(ROOT), include=["agents*"])
-    assert packages and all(name.split(".")[0] == "agents" for name in packages)
+    include = AGENT_PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = find_packages(where=str(ROOT), include=include)
+    assert {name.split(".")[0] for name in packages} == set(AGENT_PACKAGES)
     assert AGENT_PROJECT["scripts"] == {"benchsite-agent": "agents.cli:main"}
     assert SITE_PROJECT["scripts"]["benchsite-agent"] == "agents.cli:main"
     assert AGENT_PROJECT["version"] == SITE_PROJECT["version"]
@@ -118,10 +124,10 @@ def test_it_declares_the_same_lower_bounds_as_the_site():
 
 
 def _imports() -> set[str]:
-    """Top-level names agents/ imports anywhere: at module level and inside functions (a
-    function's import runs in the pod as surely as a module's, only later)."""
+    """Top-level names the agent's packages import anywhere: at module level and inside
+    functions (a function's import runs in the pod as surely as a module's, only later)."""
     names = set()
-    for path in (ROOT / "agents").rglob("*.py"):
+    for path in (path for package in AGENT_PACKAGES for path in (ROOT / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names |= {alias.name.split(".")[0] for alias in node.names}
@@ -140,7 +146,7 @@ def test_it_declares_every_library_the_agent_imports():
             if requirement.marker is None:
                 declared.add(requirement.name.lower())
     providers = importlib.metadata.packages_distributions()
-    third_party = _imports() - set(sys.stdlib_module_names) - {"agents"}
+    third_party = _imports() - set(sys.stdlib_module_names) - set(AGENT_PACKAGES)
     for module in sorted(third_party - LAZY_OPTIONAL):
         distributions = {d.lower().replace("_", "-") for d in providers.get(module, [module])}
         assert distributions & declared, f"agents imports {module}; declare it in agent.pyproject"

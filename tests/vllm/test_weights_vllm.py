@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-import agents.runner.runner as runner_module
+import agents.runner.level_measuring as level_measuring
 from agents import protocol
 from agents.loadgen import LevelFinished, event_loop_runner
 from agents.runner.runner import JobRunner
@@ -79,7 +79,7 @@ def hub(tiny_model):
 def level_records(monkeypatch) -> list[list]:
     """The per-request records of every level the runner's load generator finishes."""
     seen: list[list] = []
-    real_run_bench = runner_module.run_bench
+    real_run_bench = level_measuring.run_bench
 
     async def run_bench(config, *, stop=None):
         async for event in real_run_bench(config, stop=stop):
@@ -87,7 +87,7 @@ def level_records(monkeypatch) -> list[list]:
                 seen.append(event.records)
             yield event
 
-    monkeypatch.setattr(runner_module, "run_bench", run_bench)
+    monkeypatch.setattr(level_measuring, "run_bench", run_bench)
     return seen
 
 

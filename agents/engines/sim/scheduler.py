@@ -421,6 +421,11 @@ class _PoolsView:
         return used / total if total else 0.0
 
 
+def _summed_over_ranks(counter: str) -> property:
+    """A counter of a data-parallel server: the sum of its ranks' ``counter``."""
+    return property(lambda self: sum(getattr(rank, counter) for rank in self.ranks))
+
+
 class DataParallelScheduler(Scheduler):
     """``data_parallel_size`` engine cores behind one API server, as vLLM runs them
     (docs/serving/data_parallel_deployment.md; ``vllm/v1/engine/core_client.py``,
@@ -463,37 +468,15 @@ class DataParallelScheduler(Scheduler):
     def waiting(self) -> deque[SimRequest]:
         return deque(request for rank in self.ranks for request in rank.waiting)
 
-    @property  # type: ignore[override]
-    def preemptions(self) -> int:
-        return sum(rank.preemptions for rank in self.ranks)
-
-    @property  # type: ignore[override]
-    def prefix_queries(self) -> int:
-        return sum(rank.prefix_queries for rank in self.ranks)
-
-    @property  # type: ignore[override]
-    def prefix_hits(self) -> int:
-        return sum(rank.prefix_hits for rank in self.ranks)
-
-    @property  # type: ignore[override]
-    def prompt_tokens(self) -> int:
-        return sum(rank.prompt_tokens for rank in self.ranks)
-
-    @property  # type: ignore[override]
-    def generation_tokens(self) -> int:
-        return sum(rank.generation_tokens for rank in self.ranks)
-
-    @property  # type: ignore[override]
-    def spec_drafts(self) -> int:
-        return sum(rank.spec_drafts for rank in self.ranks)
-
-    @property  # type: ignore[override]
-    def spec_draft_tokens(self) -> int:
-        return sum(rank.spec_draft_tokens for rank in self.ranks)
-
-    @property  # type: ignore[override]
-    def spec_accepted_tokens(self) -> int:
-        return sum(rank.spec_accepted_tokens for rank in self.ranks)
+    # The server's counters, each the sum of its ranks' (properties over the base's fields).
+    preemptions = _summed_over_ranks("preemptions")  # type: ignore[assignment]
+    prefix_queries = _summed_over_ranks("prefix_queries")  # type: ignore[assignment]
+    prefix_hits = _summed_over_ranks("prefix_hits")  # type: ignore[assignment]
+    prompt_tokens = _summed_over_ranks("prompt_tokens")  # type: ignore[assignment]
+    generation_tokens = _summed_over_ranks("generation_tokens")  # type: ignore[assignment]
+    spec_drafts = _summed_over_ranks("spec_drafts")  # type: ignore[assignment]
+    spec_draft_tokens = _summed_over_ranks("spec_draft_tokens")  # type: ignore[assignment]
+    spec_accepted_tokens = _summed_over_ranks("spec_accepted_tokens")  # type: ignore[assignment]
 
     def add(self, request: SimRequest) -> None:
         admitted = self.front_end.admit(request.arrival, request.prompt_len, request.chat)
@@ -603,16 +586,8 @@ def simulate(scheduler: Scheduler, requests: Iterable[SimRequest]) -> OfflineRes
         while pending and pending[0].arrival <= now:
             scheduler.add(pending.popleft())
         done.extend(scheduler.finish(step, now))
-    return OfflineResult(
-        sorted(done, key=lambda r: r.id),
-        _last_token(done, now) - start,
-        scheduler.steps,
-        scheduler.preemptions,
-        max_waiting,
-        max_running,
-        scheduler.prefix_queries,
-        scheduler.prefix_hits,
-    )
+    duration = _last_token(done, now) - start
+    return _offline_result(scheduler, done, duration, max_waiting, max_running)
 
 
 def closed_loop(
@@ -651,9 +626,20 @@ def closed_loop(
                 follow.arrival = request.token_times[-1]  # its client saw the last token
                 scheduler.add(follow)
                 issued += 1
+    return _offline_result(scheduler, done, _last_token(done, now), max_waiting, max_running)
+
+
+def _offline_result(
+    scheduler: Scheduler,
+    done: list[SimRequest],
+    duration: float,
+    max_waiting: int,
+    max_running: int,
+) -> OfflineResult:
+    """An offline run's result: its requests in id order and the scheduler's counters."""
     return OfflineResult(
         sorted(done, key=lambda r: r.id),
-        _last_token(done, now),
+        duration,
         scheduler.steps,
         scheduler.preemptions,
         max_waiting,

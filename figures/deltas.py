@@ -1,6 +1,7 @@
 """How a figure moved between two load levels, and whether the move is more than noise.
 
-Guarantees (pure arithmetic on numbers; the one place the site computes it):
+Guarantees (pure arithmetic on numbers; the one place it is computed: the site's history
+and comparison pages and the CLI's regression gate both import it):
 
 - The change is ``(new − base) ÷ base`` in %; from a base of 0 any rise is +inf.
 - Where both figures carry a 95 % interval (a level's ``ci95``), the change's interval is
@@ -11,9 +12,6 @@ Guarantees (pure arithmetic on numbers; the one place the site computes it):
   by the figure's direction. Without intervals the point decides, and the wording says so.
 - Wording: ``worse by 12 % (CI 8–16 %)``, ``better by 5 % (CI 2–9 %)``,
   ``within noise (CI −3–+4 %)``, ``worse by 12 % (no interval)``.
-
-The CLI (``benchsite_cli/gate.py``) may not import the site and keeps its own copy of these
-formulas; ``tests/cli/test_figure_deltas_agree.py`` feeds both the same pairs.
 """
 
 from __future__ import annotations

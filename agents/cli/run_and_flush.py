@@ -15,7 +15,7 @@ from rich.console import Console
 
 from agents.cli.bench import allow_many_connections
 from agents.cli.usage import EXIT_USAGE, print_error
-from agents.runner.job import JobError, load_job, run_token
+from agents.runner.job_source import JobError, load_job, run_token
 from agents.runner.outbox import Outbox
 from agents.runner.session import (
     EXIT_UNDELIVERED,
