@@ -117,9 +117,15 @@ def _recipients(text: str) -> tuple[list[str], str | None]:
 
 
 def hook_create(
-    *, org: Organization, actor: Actor, name: str, kind: str, events: list, url: str = "",
+    *,
+    org: Organization,
+    actor: Actor,
+    name: str,
+    kind: str,
+    events: list,
+    url: str = "",
     email_to: str = "",
-) -> HookCreated:  # fmt: skip
+) -> HookCreated:
     """A new hook (checked field by field: ``DomainValidationError`` names each; ``Conflict``
     when the organization has all the hooks it may keep); a webhook gets a signing secret,
     returned once; an e-mail hook's addresses are asked to confirm it (``RateLimited``,
@@ -167,8 +173,13 @@ def hook_create(
         with transaction.atomic():
             hook_cap_check(org=org)
             hook.save()
-            audit_record(org=org, actor=actor, event="notification_hook.create", target=hook,
-                         after=_audited(hook))  # fmt: skip
+            audit_record(
+                org=org,
+                actor=actor,
+                event="notification_hook.create",
+                target=hook,
+                after=_audited(hook),
+            )
             if kind == HookKind.EMAIL:
                 summary = f"Confirmation asked of the addresses of “{hook.name}”."
                 _sent_on_request(hook, NotificationEvent.HOOK_CONFIRM, summary)
@@ -180,14 +191,25 @@ def hook_create(
 
 
 def _audited(hook: NotificationHook) -> dict:
-    return {"name": hook.name, "kind": hook.kind, "host": hook.url_host,
-            "email_to": hook.email_to, "events": hook.events, "enabled": hook.enabled}  # fmt: skip
+    return {
+        "name": hook.name,
+        "kind": hook.kind,
+        "host": hook.url_host,
+        "email_to": hook.email_to,
+        "events": hook.events,
+        "enabled": hook.enabled,
+    }
 
 
 def hook_delete(*, hook: NotificationHook, actor: Actor) -> None:
     with transaction.atomic():
-        audit_record(org=hook.organization, actor=actor, event="notification_hook.delete",
-                     target=hook, before=_audited(hook))  # fmt: skip
+        audit_record(
+            org=hook.organization,
+            actor=actor,
+            event="notification_hook.delete",
+            target=hook,
+            before=_audited(hook),
+        )
         hook.delete()
 
 
@@ -202,9 +224,12 @@ def notify(*, org_id, event: str, key: str, summary: str, data: dict) -> Notific
     try:
         with transaction.atomic():  # a savepoint: a duplicate leaves the caller's work whole
             notification = Notification.objects.create(
-                organization_id=org_id, event=event, key=key[:200], summary=summary[:500],
+                organization_id=org_id,
+                event=event,
+                key=key[:200],
+                summary=summary[:500],
                 data=data,
-            )  # fmt: skip
+            )
     except IntegrityError:
         return None
     deliveries = NotificationDelivery.objects.bulk_create(
@@ -292,8 +317,9 @@ def _post(url: str, body: bytes, headers: dict) -> Attempt:
     except OutboundRefused as refused:
         return Attempt(error=f"refused: {refused}")
     try:
-        with outbound_request(target, "POST", headers=headers, content=body,
-                              timeout=TIMEOUT_SECONDS) as response:  # fmt: skip
+        with outbound_request(
+            target, "POST", headers=headers, content=body, timeout=TIMEOUT_SECONDS
+        ) as response:
             status = response.status_code
     except httpx.TimeoutException:
         return Attempt(error="timed out")
@@ -401,8 +427,11 @@ def delivery_attempt(delivery_id) -> float | None:
     if error:
         logger.warning(
             "notification %s to hook %s: attempt %d %s",
-            delivery.id, delivery.hook_id, delivery.attempts, error,
-        )  # fmt: skip
+            delivery.id,
+            delivery.hook_id,
+            delivery.attempts,
+            error,
+        )
     return retry_in
 
 
@@ -474,8 +503,11 @@ def notify_regression(firing) -> None:
     run, gate = firing.run, firing.gate
     name = firing.schedule.experiment.name
     worst = gate["regressions"][0] if gate.get("regressions") else None
-    detail = f": {worst['metric']} at {worst['config']} {worst['level']}, {worst['change']}" \
-        if worst else ""  # fmt: skip
+    detail = (
+        f": {worst['metric']} at {worst['config']} {worst['level']}, {worst['change']}"
+        if worst
+        else ""
+    )
     notify(
         org_id=run.organization_id,
         event=NotificationEvent.REGRESSION_DETECTED,
@@ -517,8 +549,10 @@ def notify_budget_use(*, org: Organization, month: datetime.date) -> None:
     after it records the active runs' costs, and at each run's end."""
     from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 
-    if not any(_hooks_for(org.id, event) for event in (NotificationEvent.BUDGET_80,
-                                                        NotificationEvent.BUDGET_100)):  # fmt: skip
+    if not any(
+        _hooks_for(org.id, event)
+        for event in (NotificationEvent.BUDGET_80, NotificationEvent.BUDGET_100)
+    ):
         return
     budget = budget_capping_month(org.budgets.all(), month)
     if budget is None or not budget.limit_usd:
@@ -531,9 +565,12 @@ def notify_budget_use(*, org: Organization, month: datetime.date) -> None:
                 event=event,
                 key=f"{event}:{budget.id}:{month.isoformat()}:{budget.limit_usd}",
                 summary=(
-                    f"{share} % of the {month:%B %Y} budget used: ${spend} of "
-                    f"${budget.limit_usd}"
+                    f"{share} % of the {month:%B %Y} budget used: ${spend} of ${budget.limit_usd}"
                 ),
-                data={"month": month.isoformat(), "spend_usd": str(spend),
-                      "budget_usd": str(budget.limit_usd), "share": share},
-            )  # fmt: skip
+                data={
+                    "month": month.isoformat(),
+                    "spend_usd": str(spend),
+                    "budget_usd": str(budget.limit_usd),
+                    "share": share,
+                },
+            )

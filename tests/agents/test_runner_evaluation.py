@@ -26,13 +26,17 @@ def say_set(right: int, wrong: int, judged: int = 0) -> str:
     """Items "Say N" whose reference is N (the stand-in echoes the last word: right) or
     N + 1 (wrong), and judge items the judge scores."""
     lines = [json.dumps({"set": {"scorer": {"kind": "exact"}, "max_tokens": 4}})]
-    lines += [json.dumps({"id": f"r{i}", "prompt": f"Say {i}", "reference": str(i)})
-              for i in range(right)]  # fmt: skip
-    lines += [json.dumps({"id": f"w{i}", "prompt": f"Say {i}", "reference": str(i + 1)})
-              for i in range(wrong)]  # fmt: skip
+    lines += [
+        json.dumps({"id": f"r{i}", "prompt": f"Say {i}", "reference": str(i)}) for i in range(right)
+    ]
+    lines += [
+        json.dumps({"id": f"w{i}", "prompt": f"Say {i}", "reference": str(i + 1)})
+        for i in range(wrong)
+    ]
     rubric = {"kind": "judge", "rubric": "Rate {output}. End with SCORE: n", "max_score": 4}
-    lines += [json.dumps({"id": f"j{i}", "prompt": f"Say {i}", "scorer": rubric})
-              for i in range(judged)]  # fmt: skip
+    lines += [
+        json.dumps({"id": f"j{i}", "prompt": f"Say {i}", "scorer": rubric}) for i in range(judged)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -52,8 +56,10 @@ def test_each_trial_is_scored_after_its_levels_on_the_same_server(server, tmp_pa
         judge_spec = protocol.EvaluationJudge(base_url=judge.url, model="judge", endpoint_id="j")
         job = with_evaluation(
             endpoint_job(server.base_url, trials=({}, {})),
-            set_jsonl=say_set(right=9, wrong=3, judged=2), judge=judge_spec, concurrency=2,
-        )  # fmt: skip
+            set_jsonl=say_set(right=9, wrong=3, judged=2),
+            judge=judge_spec,
+            concurrency=2,
+        )
         options = EngineOptions(endpoint_api_key=KEY, judge_api_key=JUDGE_KEY)
         summary, recorder, _ = run(job, tmp_path, engine_options=options)
     assert (summary.outcome, summary.trials_succeeded) == ("succeeded", 2)
@@ -101,8 +107,10 @@ def test_a_large_set_goes_in_parts_each_with_the_summary():
     outcome = EvaluationOutcome(outcomes, score_interval([o.score for o in outcomes]))
     parts = evaluation_parts(outcome, seconds=2.5)
     assert [(p["part"], p["parts"], len(p["items"])) for p in parts] == [
-        (0, 3, 250), (1, 3, 250), (2, 3, 1)
-    ]  # fmt: skip
+        (0, 3, 250),
+        (1, 3, 250),
+        (2, 3, 1),
+    ]
     assert all(p["summary"] == parts[0]["summary"] for p in parts)
     first = parts[0]["items"][0]
     assert len(first.output) == protocol.MAX_EVALUATION_OUTPUT_CHARS
@@ -112,8 +120,12 @@ def test_a_large_set_goes_in_parts_each_with_the_summary():
 
 async def test_an_unreadable_set_or_an_unanswering_server_sends_what_it_can(tmp_path):
     job = with_evaluation(endpoint_job("http://127.0.0.1:9"), set_jsonl="not json\n")
-    assert await trial_evaluation(job, base_url="http://127.0.0.1:9",
-                                  keys=EvaluationKeys(), timeout_s=5) == []  # fmt: skip
+    assert (
+        await trial_evaluation(
+            job, base_url="http://127.0.0.1:9", keys=EvaluationKeys(), timeout_s=5
+        )
+        == []
+    )
     job = with_evaluation(endpoint_job("http://127.0.0.1:9"), set_jsonl=say_set(2, 0))
     (part,) = await trial_evaluation(
         job, base_url="http://127.0.0.1:9", keys=EvaluationKeys(), timeout_s=5

@@ -72,8 +72,13 @@ class FakeAnswers:
         choice = {"index": 0, "finish_reason": "stop"}
         choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
-        return 200, {"id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion",
-                     "model": body.get("model"), "choices": [choice], "usage": usage}  # fmt: skip
+        return 200, {
+            "id": "cmpl-fake",
+            "object": "chat.completion" if chat else "text_completion",
+            "model": body.get("model"),
+            "choices": [choice],
+            "usage": usage,
+        }
 
 
 class _AnswerHandler(BaseHTTPRequestHandler):

@@ -20,8 +20,19 @@ from setuptools import find_packages
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_PROJECT = tomllib.loads((ROOT / "docker" / "agent.pyproject.toml").read_text())["project"]
 SITE_PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-FORBIDDEN = ["django", "rest_framework", "celery", "channels", "runs", "benchsite", "frontend",
-             "runpod", "kombu", "daphne", "psycopg"]  # fmt: skip
+FORBIDDEN = [
+    "django",
+    "rest_framework",
+    "celery",
+    "channels",
+    "runs",
+    "benchsite",
+    "frontend",
+    "runpod",
+    "kombu",
+    "daphne",
+    "psycopg",
+]
 # Imported only inside the function that needs them, and shipped by the vLLM image (vllm
 # itself: the flag tables' generator reads its version). tests/images checks that they import
 # there, on CI's stand-in of that image.

@@ -273,9 +273,12 @@ def signed_in(url: str, email: str, password: str) -> httpx.Client:
     client.get("/login/")
     answer = client.post(
         "/login/",
-        data={"username": email, "password": password,
-              "csrfmiddlewaretoken": client.cookies["csrftoken"]},
-    )  # fmt: skip
+        data={
+            "username": email,
+            "password": password,
+            "csrfmiddlewaretoken": client.cookies["csrftoken"],
+        },
+    )
     assert answer.status_code == 302, answer.text[-2000:]
     return client
 
@@ -292,8 +295,12 @@ def test_a_newcomer_promotes_the_demo_run_gates_on_it_and_reads_the_inbox(start_
     port = free_port()
     log = tmp_path / "demo.log"
     start_demo("--port", str(port), "--sim-speed", "50")
-    wait_for(lambda: "The site keeps serving" in log.read_text(), timeout=300,
-             what="the demo's own run to end", every=0.5)  # fmt: skip
+    wait_for(
+        lambda: "The site keeps serving" in log.read_text(),
+        timeout=300,
+        what="the demo's own run to end",
+        every=0.5,
+    )
     out = log.read_text()
     url = f"http://127.0.0.1:{port}"
     password = re.search(r"Password: (\S+)", out).group(1)
@@ -321,19 +328,28 @@ def test_a_newcomer_promotes_the_demo_run_gates_on_it_and_reads_the_inbox(start_
     gated = benchsite(
         *("runs", "start", LLAMA, "--wait", "--poll", "0.5", "--baseline", "promoted"),
         *("--max-regression", "p99_ttft_ms=1000%"),
-        url=url, token=token, org="demo", timeout=240,
-    )  # fmt: skip
+        url=url,
+        token=token,
+        org="demo",
+        timeout=240,
+    )
     # The gate's verdict is the simulator's noise; what it compared against is the point.
     assert gated.code in (0, 1), gated.text
     trial = promotion["trial_index"]
     assert f"promoted (trial {trial}, simulated)" in gated.out, gated.text
 
     inbox = wait_for(
-        lambda: (page := alice.get("/o/demo/settings/notifications/").text).count(
-            "<code>promotion.approved</code>"
-        ) >= 2 and page,  # the delivery log's row and the receiver's
-        timeout=60, every=0.5, what="the approval's webhook",
-    )  # fmt: skip
+        lambda: (
+            (page := alice.get("/o/demo/settings/notifications/").text).count(
+                "<code>promotion.approved</code>"
+            )
+            >= 2
+            and page
+        ),  # the delivery log's row and the receiver's
+        timeout=60,
+        every=0.5,
+        what="the approval's webhook",
+    )
     section = inbox.split('id="demo-inbox"', 1)[1]
     assert "<code>run.finished</code>" in section
     assert '<td class="signature-valid">valid</td>' in section

@@ -32,9 +32,13 @@ KEY = "sk-judge-secret-0123456789"
 
 def judge_endpoint(org, base_url="http://127.0.0.1:9") -> Endpoint:
     return Endpoint.objects.create(
-        organization=org, name="judge", base_url=base_url, served_model_name="judge-model",
-        encrypted_api_key=encrypt_secret(KEY), api_key_fingerprint="abcd",
-    )  # fmt: skip
+        organization=org,
+        name="judge",
+        base_url=base_url,
+        served_model_name="judge-model",
+        encrypted_api_key=encrypt_secret(KEY),
+        api_key_fingerprint="abcd",
+    )
 
 
 def test_a_run_freezes_the_sets_items_and_later_edits_change_nothing(alice):
