@@ -235,8 +235,13 @@ def weights_fetch(
             f"{_human(disk_reserve_bytes)} kept free beside them, but the disk has "
             f"{_human(free)} free: give the pod a larger disk or a network volume",
         )
-    path = _download(model, commit=commit, files=wanted, cache_dir=cache_dir, token=token,
-                     endpoint=endpoint) if missing else None  # fmt: skip
+    path = (
+        _download(
+            model, commit=commit, files=wanted, cache_dir=cache_dir, token=token, endpoint=endpoint
+        )
+        if missing
+        else None
+    )
     if path is None:  # everything was cached: the snapshot folder of that commit
         path = Path(
             snapshot_download(

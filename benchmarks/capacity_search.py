@@ -97,7 +97,7 @@ CONFIGS = {
         Config("a100-qwen-attain", "qwen2.5-7b", "A100 80GB", {}, 1024, 128,
                "ttft<500ms, tpot<40ms, attainment>=95%"),
     )
-}  # fmt: skip
+}  # fmt: skip  # a table
 
 
 @dataclass(frozen=True)

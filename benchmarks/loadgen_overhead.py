@@ -202,7 +202,7 @@ def vllm_bench(
         "--result-dir", str(workdir), "--result-filename", name,
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--disable-tqdm",
-    ]  # fmt: skip
+    ]  # fmt: skip  # a table
     if cpu is not None:
         command = ["taskset", "-c", str(cpu), *command]  # taskset execs: the same process
     env = os.environ | {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
@@ -251,8 +251,10 @@ def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) 
         tokenizer = str(workdir / "tokenizer")
         subprocess.run([python, "-c", TOKENIZER_SCRIPT, tokenizer], check=True)
         print("vllm bench serve, same server and settings:")
-        print(f"{'scenario':<11}{'c':>5}{'reqs':>6}{'ΔTTFT p50':>11}{'ΔTTFT p99':>11}"
-              f"{'CPU µs/tok':>12}")  # fmt: skip
+        print(
+            f"{'scenario':<11}{'c':>5}{'reqs':>6}{'ΔTTFT p50':>11}{'ΔTTFT p99':>11}"
+            f"{'CPU µs/tok':>12}"
+        )
         for concurrency in (1, 8, 64, 192):
             requests = max(concurrency * rounds, 24)
             server.reset()
@@ -260,9 +262,10 @@ def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) 
                 python, server, tokenizer, concurrency, requests, 50, 10, cpu, workdir
             )
             true_ttfts = sorted(
-                (t["writes"][0] - t["t_recv"]) * 1000 for t in server.truth().values()
+                (t["writes"][0] - t["t_recv"]) * 1000
+                for t in server.truth().values()
                 if t["writes"]
-            )  # fmt: skip
+            )
             p50 = result["median_ttft_ms"] - percentile(true_ttfts, 50)
             p99 = result["p99_ttft_ms"] - percentile(true_ttfts, 99)
             figures[("accuracy", concurrency)] = {"ttft_p50": p50, "ttft_p99": p99}
@@ -282,8 +285,11 @@ def compare_vllm(python: str, server: FakeServer, cpu: int | None, rounds: int) 
             tokens = sum(len(t["writes"]) for t in server.truth().values())
             per_token = seconds / tokens * 1e6
             figures[("saturation", concurrency)] = {"cpu_us_per_token": per_token}
-            print(f"{'saturation':<11}{concurrency:>5}{requests:>6}{'':>22}{per_token:>12.2f}"
-                  f"  load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+            print(
+                f"{'saturation':<11}{concurrency:>5}{requests:>6}{'':>22}{per_token:>12.2f}"
+                f"  load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
     return figures
 
 
@@ -292,8 +298,10 @@ def summary(clients: dict[str, dict]) -> None:
     repeats) and CPU µs per token at saturation, c = 192; then ours against vLLM's."""
     levels = (1, 8, 64, 192)
     print("\nsummary (Δ = reported − true, ms; median over repeats):")
-    print(f"{'client':<24}{'ΔTTFT p50 c=1/8/64/192':>32}{'ΔTTFT p99 c=1/8/64/192':>32}"
-          f"{'CPU µs/tok c=192':>18}")  # fmt: skip
+    print(
+        f"{'client':<24}{'ΔTTFT p50 c=1/8/64/192':>32}{'ΔTTFT p99 c=1/8/64/192':>32}"
+        f"{'CPU µs/tok c=192':>18}"
+    )
 
     def cell(figures: dict, scenario: str, concurrency: int, key: str) -> float | None:
         rows = figures.get((scenario, concurrency))
@@ -338,9 +346,11 @@ def main() -> None:
         variants["bench, loop stamps"] = False
     clients: dict[str, dict] = {name: {} for name in variants}
     uvloop = importlib.util.find_spec("uvloop") is not None
-    print(f"uvloop: {'yes' if uvloop else 'no'}; kernel stamps: "
-          f"{'yes' if http.KERNEL_STAMPS else 'no'}; load average before: "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
+    print(
+        f"uvloop: {'yes' if uvloop else 'no'}; kernel stamps: "
+        f"{'yes' if http.KERNEL_STAMPS else 'no'}; load average before: "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     header = (
         f"{'scenario':<11}{'c':>5}{'reqs':>6}{'ΔTTFT p50':>11}{'ΔTTFT p99':>11}"
         f"{'ΔTPOT p50':>11}{'ΔITL mean':>11}{'CPU µs/tok':>12}{'tok/s':>10}{'failed':>8}"

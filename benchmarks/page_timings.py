@@ -148,7 +148,7 @@ EXPERIMENTS = [
      TIGHT_SLOS, 1.1),
     ("llama-8b simulated", "llama-3.1-8b", H100, 1, "sim", "", GRID, SLOS, 1.3),
     ("llama-70b simulated b200", "llama-3.1-70b", B200, 2, "sim", "", {}, SLOS, 0.5),
-]  # fmt: skip
+]  # fmt: skip  # a table
 # The model-choice page timed: the experiment most others share workload and SLOs with.
 CHOICE_EXPERIMENT = "llama-8b h100 v0.11.0"
 # The live page's run: a long one, with the progress notices of every level.

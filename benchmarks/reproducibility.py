@@ -176,8 +176,11 @@ def as_run_detail(run_id: str, trials: list[dict]) -> dict:
 
 
 def winner_of(trials: list[dict]) -> str | None:
-    costs = [(found[0], json.dumps(trial["serve_config"], sort_keys=True))
-             for trial in trials if (found := cost_at_capacity(trial))]  # fmt: skip
+    costs = [
+        (found[0], json.dumps(trial["serve_config"], sort_keys=True))
+        for trial in trials
+        if (found := cost_at_capacity(trial))
+    ]
     return min(costs)[1] if costs else None
 
 
@@ -299,12 +302,16 @@ def main(argv: list[str] | None = None) -> int:
     for config, truth in truths.items():
         print(f"  truth {config}: ${truth:.3f} per 1M output tokens" if truth else f"  {config}")
     print(f"recommendation agreement: {_share(agreement, len(runs))} ({dict(winners)})")
-    print(f"CI coverage of the true cost at capacity: {_share(covered, total)}"
-          f" (median width {statistics.median(widths):.0f} % of the cost)")  # fmt: skip
+    print(
+        f"CI coverage of the true cost at capacity: {_share(covered, total)}"
+        f" (median width {statistics.median(widths):.0f} % of the cost)"
+    )
     print(f"A/A gate pass rate ({CI_THRESHOLDS}): {_share(aa, len(pairs))}")
     print(f"A/A gate pass rate (+ capacity=-10%): {_share(aa_capacity, len(pairs))}")
-    print(f"power against a {SLOWER:g}x slower engine: {_share(power, len(slow))};"
-          f" with capacity: {_share(power_capacity, len(slow))}")  # fmt: skip
+    print(
+        f"power against a {SLOWER:g}x slower engine: {_share(power, len(slow))};"
+        f" with capacity: {_share(power_capacity, len(slow))}"
+    )
     print(f"figures identical with every core busy (same seeds): {identical}")
     print(f"({time.monotonic() - started:.0f} s)")
     return 0

@@ -40,7 +40,11 @@ def measure(server: FakeServer, sessions: int, turns: int, think: float) -> dict
         base_url=server.base_url,
         model="fake?ttft_ms=50&itl_ms=10",
         source=SessionPrompts(
-            min_turns=3, max_turns=8, system_len=200, user_len=50, output_len=32,
+            min_turns=3,
+            max_turns=8,
+            system_len=200,
+            user_len=50,
+            output_len=32,
             think_seconds=think,
         ),
         levels=({"concurrency": sessions},),
@@ -52,7 +56,7 @@ def measure(server: FakeServer, sessions: int, turns: int, think: float) -> dict
         steady_multiple=1.0,
         metrics_url=None,
         request_timeout=300,
-    )  # fmt: skip
+    )
     _, records, cpu = timed_level(config)
     truth = server.truth()
     errors = sorted(

@@ -63,9 +63,11 @@ class EmbeddedWorker:
         # Celery's embedded service defaults to its file scheduler; the app names the
         # database's (django-celery-beat), which also fires the experiments' schedules.
         self._beat = EmbeddedService(
-            self.app, thread=True, schedule_filename=str(self.state_path),
+            self.app,
+            thread=True,
+            schedule_filename=str(self.state_path),
             scheduler_cls=self.app.conf.beat_scheduler,
-        )  # fmt: skip
+        )
         self._beat.start()
 
     def stop(self, timeout: float = 15) -> None:

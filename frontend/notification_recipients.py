@@ -18,8 +18,9 @@ TEMPLATE = "frontend/notification_recipient.html"
 @require_http_methods(["GET", "POST"])
 def notification_recipient_confirm(request, token: str):
     if request.method == "POST":
-        actor = Actor(user=None, via="e-mail confirmation link",
-                      ip=request.META.get("REMOTE_ADDR") or None)  # fmt: skip
+        actor = Actor(
+            user=None, via="e-mail confirmation link", ip=request.META.get("REMOTE_ADDR") or None
+        )
         linked = recipient_confirm(token=token, actor=actor)
     else:
         linked = recipient_from_link(token)

@@ -156,10 +156,16 @@ def experiment_spec_check(
 
     if engine == Engine.ENDPOINT:
         _check_endpoint_experiment(
-            org=org, endpoint=endpoint, engine_image_tag=engine_image_tag,
-            serve_grid=serve_grid, defaults_trial=defaults_trial, search=search,
-            fallback_gpu_types=fallback_gpu_types, network_volume_id=network_volume_id, add=add,
-        )  # fmt: skip
+            org=org,
+            endpoint=endpoint,
+            engine_image_tag=engine_image_tag,
+            serve_grid=serve_grid,
+            defaults_trial=defaults_trial,
+            search=search,
+            fallback_gpu_types=fallback_gpu_types,
+            network_volume_id=network_volume_id,
+            add=add,
+        )
         if errors:  # what it refuses is not the grid's or the search's to explain further
             raise DomainValidationError(errors)
     elif endpoint is not None:
@@ -170,11 +176,17 @@ def experiment_spec_check(
         if problem:
             add("engine_image_tag", problem)
     elif trust_remote_code:
-        add("trust_remote_code", "Only real vLLM runs a model's own code; the simulator and an "
-            "existing endpoint have none to trust.")  # fmt: skip
+        add(
+            "trust_remote_code",
+            "Only real vLLM runs a model's own code; the simulator and an "
+            "existing endpoint have none to trust.",
+        )
     if engine != "vllm" and lora_adapters:
-        add("lora_adapters", "Only real vLLM serves LoRA adapters; the simulator and an existing "
-            "endpoint serve none.")  # fmt: skip
+        add(
+            "lora_adapters",
+            "Only real vLLM serves LoRA adapters; the simulator and an existing "
+            "endpoint serve none.",
+        )
     for error in lora_adapters_problems(
         list(lora_adapters) if isinstance(lora_adapters, tuple) else lora_adapters,
         served_model_name=model.hf_repo,
@@ -272,15 +284,25 @@ def experiment_spec_check(
 
 
 def _check_endpoint_experiment(
-    *, org, endpoint, engine_image_tag, serve_grid, defaults_trial, search, fallback_gpu_types,
-    network_volume_id, add,
-) -> None:  # fmt: skip
+    *,
+    org,
+    endpoint,
+    engine_image_tag,
+    serve_grid,
+    defaults_trial,
+    search,
+    fallback_gpu_types,
+    network_volume_id,
+    add,
+) -> None:
     """An existing endpoint is measured as it is: it names one endpoint of the organization,
     and nothing that would start, configure or place a server (one trial, vLLM's own words
     for what it serves are the endpoint's business)."""
     if endpoint is None:
-        add("endpoint", "An experiment with engine 'endpoint' names one of the organization's "
-                        "endpoints.")  # fmt: skip
+        add(
+            "endpoint",
+            "An experiment with engine 'endpoint' names one of the organization's endpoints.",
+        )
     elif endpoint.organization_id != org.id:
         add("endpoint", "No such endpoint in this organization.")
     why = "An existing endpoint's configuration is not ours to change: one trial measures it as "

@@ -63,7 +63,7 @@ def trial_recipe(*, trial: Trial) -> dict:
         "-e", "HF_TOKEN",
         "--entrypoint", "vllm",
         image, "serve", *args,
-    ]  # fmt: skip
+    ]  # fmt: skip  # a table
     pod = {
         "gpu_type_id": run.pod_gpu_type or engine.gpu_type,
         "gpu_count": engine.gpu_count,

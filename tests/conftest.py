@@ -6,10 +6,13 @@ alice owns org A ("acme"); bob is a viewer in A; mallory is a member of A; charl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
 import pytest
+
+from tests import db_template
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # The settings each parallel worker sets for itself and what it starts (pytest_configure); a
@@ -25,6 +28,7 @@ def pytest_configure(config):
     worker's reconcile pass sweeps another's pods nor takes its tasks."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
+        db_template.name_the_lock()
         return
     own = dict(
         zip(
@@ -50,6 +54,81 @@ def pytest_configure(config):
     from benchsite.celery import app
 
     app.conf.task_default_queue = own["CELERY_TASK_DEFAULT_QUEUE"]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    # In the controller, once every worker has ended (and dropped its copy).
+    config = session.config
+    if os.environ.get("PYTEST_XDIST_WORKER") or not config.pluginmanager.hasplugin("django"):
+        return
+    from pytest_django.plugin import blocking_manager_key
+
+    with config.stash[blocking_manager_key].unblock():
+        db_template.drop_template()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request,
+    django_test_environment,
+    django_db_blocker,
+    django_db_modify_db_settings,
+    django_db_use_migrations,
+    django_db_keepdb,
+    django_db_createdb,
+):
+    """pytest-django's test databases, but a parallel worker's is a copy of one template
+    migrated once per run (tests/db_template.py); anything else is set up as pytest-django
+    does (its fixture of this name, step by step)."""
+    from django.test.utils import setup_databases, teardown_databases
+    from pytest_django.fixtures import _disable_migrations, _get_databases_for_setup
+
+    verbosity = request.config.option.verbose
+    aliases, serialized_aliases = _get_databases_for_setup(request.session.items)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    applies = (
+        django_db_use_migrations
+        and not django_db_keepdb
+        and aliases <= {"default"}
+        and not serialized_aliases
+    )
+    with django_db_blocker.unblock():
+        copied = worker and db_template.setup(worker, verbosity=verbosity, applies=applies)
+        if copied:
+            next(copied)
+    if copied:
+        yield
+        with django_db_blocker.unblock(), _warned_on_failure(request):
+            next(copied, None)
+        return
+    if not django_db_use_migrations:
+        _disable_migrations()
+    keepdb = {"keepdb": True} if django_db_keepdb and not django_db_createdb else {}
+    with django_db_blocker.unblock():
+        databases = setup_databases(
+            verbosity=verbosity,
+            interactive=False,
+            aliases=aliases,
+            serialized_aliases=serialized_aliases,
+            **keepdb,
+        )
+    yield
+    if not django_db_keepdb:
+        with django_db_blocker.unblock(), _warned_on_failure(request):
+            teardown_databases(databases, verbosity=verbosity)
+
+
+@contextlib.contextmanager
+def _warned_on_failure(request):
+    """A test database that cannot be dropped (a connection some test left open) is a
+    warning, as pytest-django makes it, not an error of the last test."""
+    try:
+        yield
+    except Exception as exc:
+        request.node.warn(
+            pytest.PytestWarning(f"Error when trying to teardown test databases: {exc!r}")
+        )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -198,8 +198,9 @@ def _agentic_source(text: str) -> AgenticPrompts:
 def _sessions_source(args: argparse.Namespace) -> SessionPrompts:
     """Chat sessions, their options checked as the protocol checks them."""
     if args.endpoint != "chat":
-        raise UsageError("--dataset chat_sessions: sessions are sent to the chat endpoint; "
-                         "add --endpoint chat")  # fmt: skip
+        raise UsageError(
+            "--dataset chat_sessions: sessions are sent to the chat endpoint; add --endpoint chat"
+        )
     low, _, high = args.turns.partition("-")
     try:
         turns = (int(low), int(high or low))
@@ -216,9 +217,10 @@ def _sessions_source(args: argparse.Namespace) -> SessionPrompts:
             think_seconds=args.think_time,
         )
     except pydantic.ValidationError as exc:
-        options_of = {"min_turns": "--turns", "max_turns": "--turns", "system_len": "--system-len",
-                      "user_len": "--input-len", "output_len": "--output-len",
-                      "range_ratio": "--range-ratio", "think_seconds": "--think-time"}  # fmt: skip
+        options_of = {"min_turns": "--turns", "max_turns": "--turns",
+                      "system_len": "--system-len", "user_len": "--input-len",
+                      "output_len": "--output-len", "range_ratio": "--range-ratio",
+                      "think_seconds": "--think-time"}  # fmt: skip  # a table
         raise UsageError(_option_problems(exc, options_of)) from None
     return prompt_source(Workload(dataset=dataset, endpoint="chat", concurrency=[1]))
 
@@ -244,9 +246,13 @@ def _trace_source(args: argparse.Namespace, kind: str, path: Path) -> TracePromp
             log_type=args.trace_log_type,
         )
     except pydantic.ValidationError as exc:
-        options_of = {"start_seconds": "--trace-start", "duration_seconds": "--trace-duration",
-                      "block_size": "--block-size", "model": "--trace-model",
-                      "log_type": "--trace-log-type"}  # fmt: skip
+        options_of = {
+            "start_seconds": "--trace-start",
+            "duration_seconds": "--trace-duration",
+            "block_size": "--block-size",
+            "model": "--trace-model",
+            "log_type": "--trace-log-type",
+        }
         raise UsageError(_option_problems(exc, options_of)) from None
     try:
         return trace_prompts(

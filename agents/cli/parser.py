@@ -35,9 +35,12 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
         "--system-len", type=int, default=0, metavar="TOKENS", help="chat_sessions: system prompt"
     )
     command.add_argument(
-        "--think-time", type=float, default=0.0, metavar="SECONDS",
+        "--think-time",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
         help="chat_sessions: mean pause before each later turn",
-    )  # fmt: skip
+    )
     command.add_argument(
         "--time-scale",
         metavar="S[,S...]",
@@ -69,9 +72,12 @@ def add_workload_arguments(command: argparse.ArgumentParser) -> None:
         "--output-len", "--random-output-len", type=int, help="output tokens (default 128)"
     )
     command.add_argument(
-        "--range-ratio", "--random-range-ratio", type=float, default=0.0,
+        "--range-ratio",
+        "--random-range-ratio",
+        type=float,
+        default=0.0,
         help="random length spread",
-    )  # fmt: skip
+    )
     command.add_argument("--num-prefixes", type=int, default=1, help="prefix dataset: prefixes")
     amount = command.add_mutually_exclusive_group()
     amount.add_argument("--num-prompts", type=int, default=200, help="requests per level")

@@ -64,9 +64,16 @@ class EndpointEngine:
 
     name = "endpoint"
 
-    def __init__(self, *, base_url: str, model: str, api_key: str | None = None,
-                 route: str = "completions", timeout: float = CHECK_TIMEOUT_SECONDS,
-                 addresses: tuple[str, ...] = ()):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        route: str = "completions",
+        timeout: float = CHECK_TIMEOUT_SECONDS,
+        addresses: tuple[str, ...] = (),
+    ):
         self._base_url = base_url.rstrip("/")
         self._addresses = tuple(addresses)
         self.model = model

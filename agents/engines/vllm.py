@@ -106,9 +106,14 @@ def vllm_engine(
     port = port or free_port(host)
     name = served_model_name or "model"
     args = serve_command_args(
-        model=model, revision=revision, served_model_name=name, host=host, port=port,
-        flags=flags, trust_remote_code=trust_remote_code,
-    )  # fmt: skip
+        model=model,
+        revision=revision,
+        served_model_name=name,
+        host=host,
+        port=port,
+        flags=flags,
+        trust_remote_code=trust_remote_code,
+    )
     argv = [*command, *args, *extra_args]
     workdir = Path(workdir)
     env = vllm_env(

@@ -177,13 +177,18 @@ async def _run_item(
         start = perf_counter()
         try:
             output = await _complete(
-                client, target, endpoint=item_endpoint, prompt=item.prompt,
+                client,
+                target,
+                endpoint=item_endpoint,
+                prompt=item.prompt,
                 messages=list(item.messages) if item.messages else None,
-                max_tokens=item.max_tokens, seed=seed,
-            )  # fmt: skip
+                max_tokens=item.max_tokens,
+                seed=seed,
+            )
         except _Refused as refused:
-            return ItemOutcome(item.id, None, 0.0, perf_counter() - start, refused.kind,
-                               refused.detail)  # fmt: skip
+            return ItemOutcome(
+                item.id, None, 0.0, perf_counter() - start, refused.kind, refused.detail
+            )
         latency = perf_counter() - start
     if item.scorer.kind != "judge":
         verdict = score_output(item, output)
@@ -192,16 +197,23 @@ async def _run_item(
     async with slots:
         try:
             reply = await _complete(
-                client, judge, endpoint="chat", prompt=judge_prompt(item, output), messages=None,
-                max_tokens=JUDGE_MAX_TOKENS, seed=seed,
-            )  # fmt: skip
+                client,
+                judge,
+                endpoint="chat",
+                prompt=judge_prompt(item, output),
+                messages=None,
+                max_tokens=JUDGE_MAX_TOKENS,
+                seed=seed,
+            )
         except _Refused as refused:
             verdict = Verdict(None, f"the judge failed: {refused.kind}")
-            return ItemOutcome(item.id, output, None, latency, f"judge_{refused.kind}",
-                               verdict.detail)  # fmt: skip
+            return ItemOutcome(
+                item.id, output, None, latency, f"judge_{refused.kind}", verdict.detail
+            )
     verdict = judge_verdict(item, reply)
-    return ItemOutcome(item.id, output, verdict.score, latency, None, verdict.detail,
-                       reply[:_MAX_KEPT])  # fmt: skip
+    return ItemOutcome(
+        item.id, output, verdict.score, latency, None, verdict.detail, reply[:_MAX_KEPT]
+    )
 
 
 async def run_evaluation(

@@ -47,7 +47,7 @@ _PUBLISHED = (
      7_248_023_552, 32, 4096, 32, 8, 14_336, 32_768, 32_768),
     ("qwen2.5-7b", "Qwen2.5 7B Instruct", "apache-2.0", "Qwen/Qwen2.5-7B-Instruct",
      7_615_616_512, 28, 3584, 28, 4, 18_944, 152_064, 32_768),
-)  # fmt: skip
+)  # fmt: skip  # a table
 
 
 def _preset(name, licence, repo, parameters, layers, hidden, heads, kv_heads, ffn, vocab, context):

@@ -110,9 +110,11 @@ def run_agentic(
         if chat:
             words = [role_marker("user"), *words]
         record = RequestRecord(
-            len(records), request.output_len, request.input_len,
+            len(records),
+            request.output_len,
+            request.input_len,
             state.scheduled if index == 0 else None,
-        )  # fmt: skip
+        )
         record.session, record.turn, record.start = state.number, index + 1, moment
         records.append(record)
         simulated = bench.request_for(words, request.output_len, record)

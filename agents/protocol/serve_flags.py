@@ -111,8 +111,13 @@ def _flag_available(spec: FlagSpec, version: VersionKey | None) -> str | None:
 def _table_spec(flag: TableFlag) -> FlagSpec:
     """A flag of a generated table as a spec: its type and choices, no range."""
     if flag.type == "none":  # a switch: true gives the option, false leaves it out
-        return FlagSpec(name=flag.name, kind="bool", cli=flag.option, help=flag.help,
-                        negative_cli=flag.negative_option)  # fmt: skip
+        return FlagSpec(
+            name=flag.name,
+            kind="bool",
+            cli=flag.option,
+            help=flag.help,
+            negative_cli=flag.negative_option,
+        )
     multiple = None
     if flag.action == "append":
         multiple = "append"
@@ -472,8 +477,9 @@ def _check_parallelism(
       every combination (vLLM's fused MoE layer uses expert parallelism only then, and
       otherwise silently runs without it).
     """
-    widest = {axis: max((size for _, size in accepted.get(axis, [])), default=1)
-              for axis in _GPU_AXES}  # fmt: skip
+    widest = {
+        axis: max((size for _, size in accepted.get(axis, [])), default=1) for axis in _GPU_AXES
+    }
     varied = [axis for axis in _GPU_AXES if accepted.get(axis)]
     if varied:
         axis = varied[0]

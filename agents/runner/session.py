@@ -117,9 +117,12 @@ def dataset_fetcher(
         if site is None or not site.rest_url:
             raise SessionError(f"dataset {dataset_id}: no --dataset-dir and no site to fetch from")
         raw = _site_file(
-            site, protocol.AGENT_DATASET_ROUTE, what=f"dataset {dataset_id}",
-            accept="application/json", dataset_id=dataset_id,
-        )  # fmt: skip
+            site,
+            protocol.AGENT_DATASET_ROUTE,
+            what=f"dataset {dataset_id}",
+            accept="application/json",
+            dataset_id=dataset_id,
+        )
         _keep(target, raw)
         return target
 
@@ -144,9 +147,12 @@ def evaluation_set_fetcher(
             raise EvaluationSetError(f"set {set_id}: no site to fetch it from")
         try:
             raw = _site_file(
-                site, protocol.AGENT_EVALUATION_SET_ROUTE, what=f"set {set_id}",
-                accept="application/jsonl", set_id=set_id,
-            )  # fmt: skip
+                site,
+                protocol.AGENT_EVALUATION_SET_ROUTE,
+                what=f"set {set_id}",
+                accept="application/jsonl",
+                set_id=set_id,
+            )
         except SessionError as error:
             raise EvaluationSetError(str(error)) from None
         except httpx.HTTPError as error:

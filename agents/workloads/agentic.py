@@ -85,8 +85,9 @@ class AgenticTrace:
 
 def _key(value: object, line: int, field: str) -> str | int:
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise TraceError(f"must be a string or a whole number, got {_shown(value)}", line=line,
-                         field=field)  # fmt: skip
+        raise TraceError(
+            f"must be a string or a whole number, got {_shown(value)}", line=line, field=field
+        )
     return value
 
 
@@ -100,26 +101,34 @@ def parse_agentic(data: bytes, *, block_size: int = 512) -> AgenticTrace:
             session = _key(item["session"], number, "session")
             request_id = _key(item["id"], number, "id")
             if request_id in where:
-                raise TraceError(f"{_shown(request_id)} is used by an earlier line", line=number,
-                                 field="id")  # fmt: skip
+                raise TraceError(
+                    f"{_shown(request_id)} is used by an earlier line", line=number, field="id"
+                )
             raw_parents = item.get("parent")
             named = raw_parents if isinstance(raw_parents, list) else [raw_parents]
             parents = []
             for parent in (p for p in named if p is not None):
                 parent = _key(parent, number, "parent")
                 if parent not in where:
-                    raise TraceError(f"{_shown(parent)} is not the id of an earlier line",
-                                     line=number, field="parent")  # fmt: skip
+                    raise TraceError(
+                        f"{_shown(parent)} is not the id of an earlier line",
+                        line=number,
+                        field="parent",
+                    )
                 if where[parent][0] != session:
-                    raise TraceError(f"{_shown(parent)} belongs to another session", line=number,
-                                     field="parent")  # fmt: skip
+                    raise TraceError(
+                        f"{_shown(parent)} belongs to another session", line=number, field="parent"
+                    )
                 parents.append(where[parent][1])
             delay = _seconds(item.get("delay_ms", 0), number, "delay_ms", scale=0.001)
             input_len, output_len, hash_ids = _lengths_and_blocks(item, number, block_size)
             kind = item.get("type", "main")
             if not isinstance(kind, str) or not 0 < len(kind) <= MAX_LABEL:
-                raise TraceError(f"must be a label of 1 to {MAX_LABEL} characters, got "
-                                 f"{_shown(kind)}", line=number, field="type")  # fmt: skip
+                raise TraceError(
+                    f"must be a label of 1 to {MAX_LABEL} characters, got {_shown(kind)}",
+                    line=number,
+                    field="type",
+                )
             requests = sessions.setdefault(session, [])
             where[request_id] = (session, len(requests))
             request = AgenticRequest(tuple(parents), delay, input_len, output_len, hash_ids, kind)
@@ -134,13 +143,15 @@ def parse_agentic(data: bytes, *, block_size: int = 512) -> AgenticTrace:
             AgenticSession(
                 start,
                 tuple(
-                    r if offset is None else AgenticRequest(
+                    r
+                    if offset is None
+                    else AgenticRequest(
                         r.parents, offset - start, r.input_len, r.output_len, r.hash_ids, r.kind
                     )
                     for offset, r in requests
                 ),
             )
-        )  # fmt: skip
+        )
     built.sort(key=lambda session: session.start)
     origin = built[0].start
     return AgenticTrace(
@@ -210,9 +221,11 @@ def synthesize_sessions(shape: SessionShape, count: int, rng: random.Random) -> 
         for turn in range(rng.randint(shape.min_turns, shape.max_turns)):
             if context + shape.output_len > MAX_INPUT_LEN:
                 break
-            requests.append(AgenticRequest(
-                waits, pause() if turn else 0.0, context, shape.output_len, tuple(ids), "main"
-            ))  # fmt: skip
+            requests.append(
+                AgenticRequest(
+                    waits, pause() if turn else 0.0, context, shape.output_len, tuple(ids), "main"
+                )
+            )
             main = len(requests) - 1
             waits = (main,)
             if shape.subagents and rng.random() < shape.subagent_probability:
@@ -222,10 +235,16 @@ def synthesize_sessions(shape: SessionShape, count: int, rng: random.Random) -> 
                     sub_ids = stream_ids(sub_context)
                     parent = main
                     for _ in range(shape.subagent_turns):
-                        requests.append(AgenticRequest(
-                            (parent,), pause(), sub_context, shape.output_len,
-                            tuple(sub_ids), "subagent",
-                        ))  # fmt: skip
+                        requests.append(
+                            AgenticRequest(
+                                (parent,),
+                                pause(),
+                                sub_context,
+                                shape.output_len,
+                                tuple(sub_ids),
+                                "subagent",
+                            )
+                        )
                         parent = len(requests) - 1
                         sub_context += shape.output_len + shape.tool_output_len
                         sub_ids = grown(sub_ids, sub_context)

@@ -378,9 +378,15 @@ def _slo_text(slos: dict) -> str:
 
 
 def render_detail(
-    request, membership, experiment, *, start_errors=None, reason="", schedule_errors=None,
+    request,
+    membership,
+    experiment,
+    *,
+    start_errors=None,
+    reason="",
+    schedule_errors=None,
     schedule_values=None,
-):  # fmt: skip
+):
     """The experiment's page; a refused start or schedule shows its errors and what was typed."""
     runs = experiment.runs.select_related("started_by").order_by("-created_at", "-id")[:100]
     runs = with_simulated(list(runs))

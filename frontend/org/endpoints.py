@@ -17,10 +17,15 @@ from runs.inputs.endpoints import EndpointCreateSerializer
 from runs.models import Endpoint
 from runs.services.endpoints import endpoint_create, endpoint_delete, endpoint_update
 
-_LABELS = {"name": "Name", "base_url": "Base URL", "served_model_name": "Served model name",
-           "api_key": "API key", "price_usd_per_hour": "$ per hour",
-           "price_usd_per_1m_input_tokens": "$ per 1M input tokens",
-           "price_usd_per_1m_output_tokens": "$ per 1M output tokens"}  # fmt: skip
+_LABELS = {
+    "name": "Name",
+    "base_url": "Base URL",
+    "served_model_name": "Served model name",
+    "api_key": "API key",
+    "price_usd_per_hour": "$ per hour",
+    "price_usd_per_1m_input_tokens": "$ per 1M input tokens",
+    "price_usd_per_1m_output_tokens": "$ per 1M output tokens",
+}
 
 
 def _form_data(form) -> dict[str, str]:

@@ -22,8 +22,13 @@ from runs.selectors.demo_inbox import demo_inbox
 from runs.selectors.hook_recipients import hook_addresses
 from runs.services.notifications.hooks import hook_create, hook_delete, hook_send_test
 
-_LABELS = {"name": "Name", "kind": "Kind", "url": "URL", "email_to": "E-mail to",
-           "events": "Events"}  # fmt: skip
+_LABELS = {
+    "name": "Name",
+    "kind": "Kind",
+    "url": "URL",
+    "email_to": "E-mail to",
+    "events": "Events",
+}
 # Where the summary lists what no one field is at fault for (the organization is full).
 _WHOLE_FORM = "hook"
 DELIVERY_LOG_ROWS = 50

@@ -189,10 +189,13 @@ def _with_reasons(figures, quality) -> list[dict]:
     """Each configuration a floor excluded or could not judge, as the page lists it, with
     the reason."""
     return [
-        {"figure": f, "config": tables.config_text(f.serve_config),
-         "reason": quality[f.trial_id].standing.reason}
+        {
+            "figure": f,
+            "config": tables.config_text(f.serve_config),
+            "reason": quality[f.trial_id].standing.reason,
+        }
         for f in figures
-    ]  # fmt: skip
+    ]
 
 
 @org_page()

@@ -13,6 +13,15 @@ class EvaluationSetSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = EvaluationSet
-        fields = ["id", "name", "description", "sha256", "size_bytes", "items", "needs_judge",
-                  "summary", "created_at"]  # fmt: skip
+        fields = [
+            "id",
+            "name",
+            "description",
+            "sha256",
+            "size_bytes",
+            "items",
+            "needs_judge",
+            "summary",
+            "created_at",
+        ]
         read_only_fields = fields

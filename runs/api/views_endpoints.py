@@ -19,9 +19,17 @@ from runs.services.endpoints import endpoint_create, endpoint_delete, endpoint_u
 class EndpointSerializer(serializers.ModelSerializer):
     class Meta:
         model = Endpoint
-        fields = ["id", "name", "base_url", "served_model_name", "api_key_fingerprint",
-                  "price_usd_per_hour", "price_usd_per_1m_input_tokens",
-                  "price_usd_per_1m_output_tokens", "created_at"]  # fmt: skip
+        fields = [
+            "id",
+            "name",
+            "base_url",
+            "served_model_name",
+            "api_key_fingerprint",
+            "price_usd_per_hour",
+            "price_usd_per_1m_input_tokens",
+            "price_usd_per_1m_output_tokens",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -52,6 +60,7 @@ class EndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScope
 
     @extend_schema(request=None, responses={204: None})
     def destroy(self, request, org, pk):
-        endpoint_delete(endpoint=access_endpoint(membership=self.membership, endpoint_id=pk),
-                        actor=self.actor)  # fmt: skip
+        endpoint_delete(
+            endpoint=access_endpoint(membership=self.membership, endpoint_id=pk), actor=self.actor
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -152,9 +152,11 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgSco
             fields = dict(data.validated_data)
             paused = fields.pop("paused")
             schedule = schedule_set(
-                actor=self.actor, experiment=experiment, spec=schedule_spec(**fields),
+                actor=self.actor,
+                experiment=experiment,
+                spec=schedule_spec(**fields),
                 paused=paused,
-            )  # fmt: skip
+            )
         elif schedule is None:
             raise NotFound("This experiment has no schedule.")
         elif request.method == "PATCH":

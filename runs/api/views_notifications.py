@@ -27,8 +27,18 @@ class HookSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NotificationHook
-        fields = ["id", "name", "kind", "url_host", "secret_fingerprint", "email_to",
-                  "awaiting_confirmation", "events", "enabled", "created_at"]  # fmt: skip
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "url_host",
+            "secret_fingerprint",
+            "email_to",
+            "awaiting_confirmation",
+            "events",
+            "enabled",
+            "created_at",
+        ]
         read_only_fields = fields
 
     def get_awaiting_confirmation(self, hook) -> list[str]:
@@ -51,15 +61,23 @@ class DeliverySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NotificationDelivery
-        fields = ["id", "event", "summary", "status", "attempts", "last_status_code",
-                  "last_error", "next_attempt_at", "last_attempt_at", "delivered_at",
-                  "created_at"]  # fmt: skip
+        fields = [
+            "id",
+            "event",
+            "summary",
+            "status",
+            "attempts",
+            "last_status_code",
+            "last_error",
+            "next_attempt_at",
+            "last_attempt_at",
+            "delivered_at",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
-class NotificationHookViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet
-):  # fmt: skip
+class NotificationHookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, OrgScopedViewSet):
     """Where the organization's news goes (docs/operating.md, "Notifications")."""
 
     model = NotificationHook
@@ -77,8 +95,9 @@ class NotificationHookViewSet(
 
     @extend_schema(request=None, responses={204: None})
     def destroy(self, request, org, pk):
-        hook_delete(hook=access_notification_hook(membership=self.membership, hook_id=pk),
-                    actor=self.actor)  # fmt: skip
+        hook_delete(
+            hook=access_notification_hook(membership=self.membership, hook_id=pk), actor=self.actor
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={202: DeliverySerializer})

@@ -97,8 +97,13 @@ class StandInServer:
         choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
         kind = "chat.completion" if chat else "text_completion"
-        return 200, {"id": "cmpl-stand-in", "object": kind, "model": body.get("model"),
-                     "choices": [choice], "usage": usage}  # fmt: skip
+        return 200, {
+            "id": "cmpl-stand-in",
+            "object": kind,
+            "model": body.get("model"),
+            "choices": [choice],
+            "usage": usage,
+        }
 
 
 class _AnswerHandler(BaseHTTPRequestHandler):

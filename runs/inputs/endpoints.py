@@ -13,9 +13,15 @@ from runs.models import Endpoint
 
 def _price(help_text: str) -> StrictDecimalField:
     return StrictDecimalField(
-        max_digits=10, decimal_places=4, min_value=Decimal(0), max_value=Decimal(100_000),
-        required=False, allow_null=True, default=None, help_text=help_text,
-    )  # fmt: skip
+        max_digits=10,
+        decimal_places=4,
+        min_value=Decimal(0),
+        max_value=Decimal(100_000),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=help_text,
+    )
 
 
 class EndpointCreateSerializer(serializers.Serializer):
@@ -28,9 +34,13 @@ class EndpointCreateSerializer(serializers.Serializer):
         max_length=Endpoint._meta.get_field("served_model_name").max_length
     )
     api_key = StrictCharField(
-        max_length=500, required=False, default="", allow_blank=True, write_only=True,
+        max_length=500,
+        required=False,
+        default="",
+        allow_blank=True,
+        write_only=True,
         help_text="Sent as a bearer token; stored encrypted, never shown again.",
-    )  # fmt: skip
+    )
     price_usd_per_hour = _price("What the deployment costs per hour (or price per token).")
     price_usd_per_1m_input_tokens = _price("Per 1M input tokens (with the output price).")
     price_usd_per_1m_output_tokens = _price("Per 1M output tokens (with the input price).")

@@ -20,11 +20,15 @@ class HookCreateSerializer(serializers.Serializer):
     kind = StrictChoiceField(choices=HookKind.choices)
     events = StrictListField(child=StrictChoiceField(choices=HOOK_EVENTS), max_length=16)
     url = StrictCharField(
-        max_length=2000, required=False, default="",
+        max_length=2000,
+        required=False,
+        default="",
         help_text="Webhook and Slack kinds; stored encrypted, only its host is shown again.",
-    )  # fmt: skip
+    )
     email_to = StrictCharField(
-        max_length=1000, required=False, default="",
+        max_length=1000,
+        required=False,
+        default="",
         help_text="E-mail kind: addresses, comma-separated; each is mailed a link to confirm, "
         "and nothing else is sent to it until it does.",
-    )  # fmt: skip
+    )

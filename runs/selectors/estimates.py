@@ -352,8 +352,9 @@ def experiment_estimate(
     if experiment.simulated:
         cost, source = Decimal(0), "the simulator rents no GPU"
     elif endpoint:
-        cost, source = _endpoint_cost(experiment, total, workload, slos, levels, window,
-                                      input_len, output_len, warnings)  # fmt: skip
+        cost, source = _endpoint_cost(
+            experiment, total, workload, slos, levels, window, input_len, output_len, warnings
+        )
     elif price.usd_per_gpu_hour is None:
         cost, source = None, price.source
         warnings.append(f"No price for {placement}; set one to get a cost.")
@@ -386,8 +387,9 @@ def experiment_estimate(
     )
 
 
-def _endpoint_cost(experiment, seconds, workload, slos, levels, window, input_len, output_len,
-                   warnings) -> tuple[Decimal | None, str]:  # fmt: skip
+def _endpoint_cost(
+    experiment, seconds, workload, slos, levels, window, input_len, output_len, warnings
+) -> tuple[Decimal | None, str]:
     """An existing endpoint's run at its price: per hour over the estimated time (the sweep
     timed on the experiment's GPU type by the simulator), or per token over the requests'
     estimated lengths; unknown without a price or for timed levels priced per token."""

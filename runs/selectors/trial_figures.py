@@ -246,12 +246,27 @@ def trial_figures(
         )
         .order_by("run__created_at", "run_id", "index")
         .values_list(
-            "id", "index", "serve_config", "image_tag", "cold_start", "run_key", "experiment_key",
-            "outcome", "run__state", "run__finished_at", "run__pod_gpu_type", "run__price_usd_hr",
-            "frozen_engine", "frozen_gpu_type", "frozen_gpu_count", "frozen_cloud",
-            "frozen_slos", "capacity", named=True,
+            "id",
+            "index",
+            "serve_config",
+            "image_tag",
+            "cold_start",
+            "run_key",
+            "experiment_key",
+            "outcome",
+            "run__state",
+            "run__finished_at",
+            "run__pod_gpu_type",
+            "run__price_usd_hr",
+            "frozen_engine",
+            "frozen_gpu_type",
+            "frozen_gpu_count",
+            "frozen_cloud",
+            "frozen_slos",
+            "capacity",
+            named=True,
         )
-    )  # fmt: skip
+    )
     # Few experiments, models and GPU types: read once each, not once per trial.
     experiment_rows = {}
     experiments_read = Experiment.objects.filter(
@@ -267,9 +282,12 @@ def trial_figures(
     def pricing_of(row) -> tuple:
         # A few distinct pricings (GPUs as started, a billed rate): worked out once each.
         key = (
-            row.frozen_gpu_type, row.frozen_cloud, row.frozen_gpu_count, row.run__price_usd_hr,
+            row.frozen_gpu_type,
+            row.frozen_cloud,
+            row.frozen_gpu_count,
+            row.run__price_usd_hr,
             row.frozen_engine,
-        )  # fmt: skip
+        )
         if key not in pricings:
             pricings[key] = _pricing(
                 org=org,

@@ -96,10 +96,12 @@ def _served_models(target: OutboundTarget, api_key: str) -> tuple[list[str] | No
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     try:
-        with outbound_request(target, "GET", path="/v1/models", headers=headers,
-                              timeout=CHECK_TIMEOUT_SECONDS) as response:  # fmt: skip
-            body = outbound_body(response, limit=MODEL_LIST_MAX_BYTES,
-                                 timeout=CHECK_TIMEOUT_SECONDS)  # fmt: skip
+        with outbound_request(
+            target, "GET", path="/v1/models", headers=headers, timeout=CHECK_TIMEOUT_SECONDS
+        ) as response:
+            body = outbound_body(
+                response, limit=MODEL_LIST_MAX_BYTES, timeout=CHECK_TIMEOUT_SECONDS
+            )
     except httpx.TimeoutException:
         return None, "base_url", f"The endpoint did not answer within {CHECK_TIMEOUT_SECONDS} s."
     except httpx.HTTPError as exc:
@@ -116,10 +118,14 @@ def _served_models(target: OutboundTarget, api_key: str) -> tuple[list[str] | No
             ),
         )
     if not body.complete:
-        return None, "base_url", (
-            f"GET /v1/models answered a model list larger than {MODEL_LIST_MAX_BYTES // 1024} "
-            "KiB; give an endpoint that serves fewer models."
-        )  # fmt: skip
+        return (
+            None,
+            "base_url",
+            (
+                f"GET /v1/models answered a model list larger than {MODEL_LIST_MAX_BYTES // 1024} "
+                "KiB; give an endpoint that serves fewer models."
+            ),
+        )
     try:
         listed = json.loads(body.content)["data"]
         ids = [str(model["id"]) for model in listed]
@@ -133,9 +139,7 @@ def _price_problems(prices: dict[str, Decimal | None]) -> dict[str, list[str]]:
     per_input = prices["price_usd_per_1m_input_tokens"] is not None
     per_output = prices["price_usd_per_1m_output_tokens"] is not None
     if hourly and (per_input or per_output):
-        return {"price_usd_per_hour": [
-            "Price the endpoint per hour or per token, not both."
-        ]}  # fmt: skip
+        return {"price_usd_per_hour": ["Price the endpoint per hour or per token, not both."]}
     if per_input != per_output:
         missing = "price_usd_per_1m_output_tokens" if per_input else "price_usd_per_1m_input_tokens"
         return {missing: ["A per-token price needs both the input and the output price."]}
@@ -144,9 +148,13 @@ def _price_problems(prices: dict[str, Decimal | None]) -> dict[str, list[str]]:
 
 def _audited(endpoint: Endpoint) -> dict:
     # Never the key, not even its fingerprint's ciphertext: the name, where, and the price.
-    return {"name": endpoint.name, "base_url": endpoint.base_url,
-            "served_model_name": endpoint.served_model_name,
-            "api_key": bool(endpoint.encrypted_api_key), **endpoint.price_snapshot()}  # fmt: skip
+    return {
+        "name": endpoint.name,
+        "base_url": endpoint.base_url,
+        "served_model_name": endpoint.served_model_name,
+        "api_key": bool(endpoint.encrypted_api_key),
+        **endpoint.price_snapshot(),
+    }
 
 
 PRICE_FIELDS = (
@@ -157,9 +165,16 @@ PRICE_FIELDS = (
 
 
 def _checked(
-    *, org: Organization, name: str, base_url: str, served_model_name: str, api_key: str,
-    prices: dict[str, Decimal | None], ask: bool, other_than: Endpoint | None = None,
-) -> None:  # fmt: skip
+    *,
+    org: Organization,
+    name: str,
+    base_url: str,
+    served_model_name: str,
+    api_key: str,
+    prices: dict[str, Decimal | None],
+    ask: bool,
+    other_than: Endpoint | None = None,
+) -> None:
     """Raises ``DomainValidationError`` on the fields at fault (see the module docstring);
     ``ask``: then asks the endpoint whether it serves the model with the key."""
     errors: dict[str, list[str]] = {}
@@ -198,16 +213,24 @@ def _checked(
 
 
 def _key_fields(api_key: str) -> dict[str, str]:
-    return {"encrypted_api_key": encrypt_secret(api_key) if api_key else "",
-            "api_key_fingerprint": api_key[-4:] if api_key else ""}  # fmt: skip
+    return {
+        "encrypted_api_key": encrypt_secret(api_key) if api_key else "",
+        "api_key_fingerprint": api_key[-4:] if api_key else "",
+    }
 
 
 def endpoint_create(
-    *, org: Organization, actor: Actor, name: str, base_url: str, served_model_name: str,
-    api_key: str = "", price_usd_per_hour: Decimal | None = None,
+    *,
+    org: Organization,
+    actor: Actor,
+    name: str,
+    base_url: str,
+    served_model_name: str,
+    api_key: str = "",
+    price_usd_per_hour: Decimal | None = None,
     price_usd_per_1m_input_tokens: Decimal | None = None,
     price_usd_per_1m_output_tokens: Decimal | None = None,
-) -> Endpoint:  # fmt: skip
+) -> Endpoint:
     """A new endpoint, checked (see the module docstring); nothing is saved when it fails."""
     name, served_model_name = name.strip(), served_model_name.strip()
     base_url = endpoint_base_url(base_url)
@@ -216,17 +239,34 @@ def endpoint_create(
         "price_usd_per_1m_input_tokens": price_usd_per_1m_input_tokens,
         "price_usd_per_1m_output_tokens": price_usd_per_1m_output_tokens,
     }
-    _checked(org=org, name=name, base_url=base_url, served_model_name=served_model_name,
-             api_key=api_key, prices=prices, ask=True)  # fmt: skip
+    _checked(
+        org=org,
+        name=name,
+        base_url=base_url,
+        served_model_name=served_model_name,
+        api_key=api_key,
+        prices=prices,
+        ask=True,
+    )
     endpoint = Endpoint(
-        organization=org, name=name, base_url=base_url, served_model_name=served_model_name,
-        created_by=actor.user, **_key_fields(api_key), **prices,
-    )  # fmt: skip
+        organization=org,
+        name=name,
+        base_url=base_url,
+        served_model_name=served_model_name,
+        created_by=actor.user,
+        **_key_fields(api_key),
+        **prices,
+    )
     try:
         with transaction.atomic():
             endpoint.save()
-            audit_record(org=org, actor=actor, event="endpoint.create", target=endpoint,
-                         after=_audited(endpoint))  # fmt: skip
+            audit_record(
+                org=org,
+                actor=actor,
+                event="endpoint.create",
+                target=endpoint,
+                after=_audited(endpoint),
+            )
     except IntegrityError:  # another request took the name a moment ago
         raise DomainValidationError.single("name", _NAME_TAKEN) from None
     logger.info("endpoint %s added for %s", endpoint.id, org.slug)
@@ -264,11 +304,19 @@ def endpoint_update(*, endpoint: Endpoint, actor: Actor, **changes) -> Endpoint:
     if any(field in changes for field in PRICE_FIELDS):
         prices = {field: changes.get(field) for field in PRICE_FIELDS}
     reached_otherwise = (base_url, served_model_name) != (
-        endpoint.base_url, endpoint.served_model_name
-    )  # fmt: skip
-    _checked(org=endpoint.organization, name=name, base_url=base_url,
-             served_model_name=served_model_name, api_key=api_key, prices=prices,
-             ask=new_key or reached_otherwise, other_than=endpoint)  # fmt: skip
+        endpoint.base_url,
+        endpoint.served_model_name,
+    )
+    _checked(
+        org=endpoint.organization,
+        name=name,
+        base_url=base_url,
+        served_model_name=served_model_name,
+        api_key=api_key,
+        prices=prices,
+        ask=new_key or reached_otherwise,
+        other_than=endpoint,
+    )
     before = _audited(endpoint)
     endpoint.name, endpoint.base_url = name, base_url
     endpoint.served_model_name = served_model_name
@@ -280,8 +328,14 @@ def endpoint_update(*, endpoint: Endpoint, actor: Actor, **changes) -> Endpoint:
     try:
         with transaction.atomic():
             endpoint.save()
-            audit_record(org=endpoint.organization, actor=actor, event="endpoint.update",
-                         target=endpoint, before=before, after=_audited(endpoint))  # fmt: skip
+            audit_record(
+                org=endpoint.organization,
+                actor=actor,
+                event="endpoint.update",
+                target=endpoint,
+                before=before,
+                after=_audited(endpoint),
+            )
     except IntegrityError:  # another request took the name a moment ago
         raise DomainValidationError.single("name", _NAME_TAKEN) from None
     logger.info("endpoint %s changed", endpoint.id)
@@ -293,8 +347,13 @@ def endpoint_delete(*, endpoint: Endpoint, actor: Actor) -> None:
     if endpoint.experiments.exists():
         raise Conflict("Experiments name this endpoint; delete them or change their engine first.")
     with transaction.atomic():
-        audit_record(org=endpoint.organization, actor=actor, event="endpoint.delete",
-                     target=endpoint, before=_audited(endpoint))  # fmt: skip
+        audit_record(
+            org=endpoint.organization,
+            actor=actor,
+            event="endpoint.delete",
+            target=endpoint,
+            before=_audited(endpoint),
+        )
         endpoint.delete()
 
 

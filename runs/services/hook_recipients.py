@@ -70,10 +70,14 @@ def confirmation_mails_send(hook: NotificationHook, addresses: list[str]) -> Non
     raises what the e-mail backend raises."""
     org, name = one_line(hook.organization.name), one_line(hook.name)
     send_mass_mail(
-        (CONFIRMATION_SUBJECT, _TEXT.format(org=org, hook=name, link=_link(hook, address)),
-         settings.DEFAULT_FROM_EMAIL, [address])
+        (
+            CONFIRMATION_SUBJECT,
+            _TEXT.format(org=org, hook=name, link=_link(hook, address)),
+            settings.DEFAULT_FROM_EMAIL,
+            [address],
+        )
         for address in addresses
-    )  # fmt: skip
+    )
 
 
 def recipient_from_link(token: str) -> LinkedRecipient | None:
@@ -83,9 +87,11 @@ def recipient_from_link(token: str) -> LinkedRecipient | None:
         hook_id, address = signing.loads(
             token, salt=_SALT, max_age=datetime.timedelta(days=LINK_DAYS)
         )
-        hook = NotificationHook.objects.select_related("organization").filter(
-            id=hook_id, kind=HookKind.EMAIL
-        ).first()  # fmt: skip
+        hook = (
+            NotificationHook.objects.select_related("organization")
+            .filter(id=hook_id, kind=HookKind.EMAIL)
+            .first()
+        )
     except (signing.BadSignature, ValueError, TypeError):
         return None
     if hook is None or address not in hook.email_to.split(", "):
@@ -106,9 +112,13 @@ def recipient_confirm(*, token: str, actor: Actor) -> LinkedRecipient | None:
             ConfirmedRecipient.objects.create(
                 organization_id=hook.organization_id, hook=hook, address=linked.address
             )
-            audit_record(org=hook.organization, actor=actor,
-                         event="notification_hook.confirm_recipient", target=hook,
-                         after={"address": linked.address})  # fmt: skip
+            audit_record(
+                org=hook.organization,
+                actor=actor,
+                event="notification_hook.confirm_recipient",
+                target=hook,
+                after={"address": linked.address},
+            )
     except IntegrityError:  # the same link, confirmed a moment ago in another request
         pass
     return LinkedRecipient(hook, linked.address, confirmed=True)

@@ -134,9 +134,14 @@ def outbound_url_problem(
 
 @contextlib.contextmanager
 def outbound_request(
-    target: OutboundTarget, method: str, *, path: str = "", headers: dict[str, str],
-    content: bytes | None = None, timeout: float,
-) -> Iterator[httpx.Response]:  # fmt: skip
+    target: OutboundTarget,
+    method: str,
+    *,
+    path: str = "",
+    headers: dict[str, str],
+    content: bytes | None = None,
+    timeout: float,
+) -> Iterator[httpx.Response]:
     """The response to ``method`` on ``target``'s URL (plus ``path``), its body not yet read
     (read what you need of it); sent to the checked addresses only, the next one tried when
     one cannot be connected to, as a client does with a name's answers (see the module
@@ -147,12 +152,18 @@ def outbound_request(
     headers = {**headers, "Host": url.netloc.decode("ascii"), "Accept-Encoding": "identity"}
     extensions = {"sni_hostname": url.raw_host.decode("ascii")}
     # A transport of our own: httpx then takes no proxy from the environment.
-    with httpx.Client(transport=httpx.HTTPTransport(), follow_redirects=False,
-                      timeout=timeout) as client:  # fmt: skip
+    with httpx.Client(
+        transport=httpx.HTTPTransport(), follow_redirects=False, timeout=timeout
+    ) as client:
         last = len(target.addresses) - 1
         for index, address in enumerate(target.addresses):
-            request = client.build_request(method, url.copy_with(host=address), headers=headers,
-                                           content=content, extensions=extensions)  # fmt: skip
+            request = client.build_request(
+                method,
+                url.copy_with(host=address),
+                headers=headers,
+                content=content,
+                extensions=extensions,
+            )
             try:
                 response = client.send(request, stream=True)
             except httpx.ConnectError:  # nothing was sent: the next address may answer

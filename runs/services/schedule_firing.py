@@ -93,17 +93,21 @@ def schedule_fire(
                     )
                 firing.verdict = GateVerdict.PENDING
             except DomainValidationError as exc:
-                refused = " ".join(message for messages in exc.fields.values()
-                                   for message in messages)  # fmt: skip
+                refused = " ".join(
+                    message for messages in exc.fields.values() for message in messages
+                )
         if refused:
             firing.refused = refused[:2000]
             latest = schedule.firings.order_by("-slot").first()
             if latest is not None and latest.run_id is None and latest.refused == firing.refused:
                 return _repeated(latest, slot=slot, now=now)
             audit_record(
-                org=schedule.organization, actor=Actor.system(SCHEDULE_ACTOR_VIA),
-                event="schedule.refused", target=schedule, after={"why": firing.refused},
-            )  # fmt: skip
+                org=schedule.organization,
+                actor=Actor.system(SCHEDULE_ACTOR_VIA),
+                event="schedule.refused",
+                target=schedule,
+                after={"why": firing.refused},
+            )
         firing.save()
     return firing
 

@@ -64,10 +64,15 @@ def promoted_gate(*, run: Run, thresholds: str) -> tuple[str, dict]:
     except NothingToCompare as exc:
         return GateVerdict.NO_BASELINE, {"why": str(exc)}
     regressions = [
-        {"config": row.config, "level": row.level, "metric": row.metric,
-         "change": row.change_text, "why": row.why}
+        {
+            "config": row.config,
+            "level": row.level,
+            "metric": row.metric,
+            "change": row.change_text,
+            "why": row.why,
+        }
         for row in result.regressions()[:MAX_ROWS_KEPT]
-    ]  # fmt: skip
+    ]
     summary = {
         "baseline_run": str(baseline.id),
         "baseline_trial": promotion.trial.index,

@@ -55,9 +55,13 @@ def schedule_set(
     task.kwargs = json.dumps({"schedule_id": str(schedule.id)})
     task.save(update_fields=["kwargs"])
     audit_record(
-        org=experiment.organization, actor=actor, event="schedule.set", target=schedule,
-        before=before, after=schedule_settings(schedule),
-    )  # fmt: skip
+        org=experiment.organization,
+        actor=actor,
+        event="schedule.set",
+        target=schedule,
+        before=before,
+        after=schedule_settings(schedule),
+    )
     return schedule
 
 
@@ -72,19 +76,25 @@ def schedule_pause(*, actor: Actor, schedule: ExperimentSchedule, paused: bool) 
     task.save()
     schedule.periodic_task = task
     audit_record(
-        org=schedule.organization, actor=actor,
-        event="schedule.pause" if paused else "schedule.resume", target=schedule,
-        before=before, after=schedule_settings(schedule),
-    )  # fmt: skip
+        org=schedule.organization,
+        actor=actor,
+        event="schedule.pause" if paused else "schedule.resume",
+        target=schedule,
+        before=before,
+        after=schedule_settings(schedule),
+    )
 
 
 @transaction.atomic
 def schedule_delete(*, actor: Actor, schedule: ExperimentSchedule) -> None:
     """Removes ``schedule`` and its history; the runs it started stay (trigger ``schedule``)."""
     audit_record(
-        org=schedule.organization, actor=actor, event="schedule.delete", target=schedule,
+        org=schedule.organization,
+        actor=actor,
+        event="schedule.delete",
+        target=schedule,
         before=schedule_settings(schedule),
-    )  # fmt: skip
+    )
     task = schedule.periodic_task
     schedule.delete()
     task.delete()

@@ -121,8 +121,13 @@ def _answer_whole(writer: asyncio.Transport, request: dict, chat: bool) -> None:
     choice = {"index": 0, "finish_reason": "stop"}
     choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
     usage = {"prompt_tokens": len(words), "completion_tokens": 1, "total_tokens": len(words) + 1}
-    body = {"id": "cmpl-whole", "object": "chat.completion" if chat else "text_completion",
-            "model": request.get("model", "fake"), "choices": [choice], "usage": usage}  # fmt: skip
+    body = {
+        "id": "cmpl-whole",
+        "object": "chat.completion" if chat else "text_completion",
+        "model": request.get("model", "fake"),
+        "choices": [choice],
+        "usage": usage,
+    }
     _respond(writer, "200 OK", json.dumps(body).encode(), "application/json")
 
 

@@ -161,8 +161,12 @@ def main(argv: list[str] | None = None) -> None:
         if not args.enable_lora or not (Path(path) / "adapter_config.json").is_file():
             fail([f"ValueError: Loading lora {name} failed: No adapter found for {path}"])
         # vLLM's serving_models.py: "Loaded new LoRA adapter: name '%s', path '%s'".
-        log("APIServer", "INFO", "serving_models.py:184",
-            f"Loaded new LoRA adapter: name '{name}', path '{path}'")  # fmt: skip
+        log(
+            "APIServer",
+            "INFO",
+            "serving_models.py:184",
+            f"Loaded new LoRA adapter: name '{name}', path '{path}'",
+        )
     pool = "GPU" if flavour == "gpu" else "CPU"
     log(
         core,

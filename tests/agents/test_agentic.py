@@ -81,10 +81,18 @@ def test_any_bytes_give_sessions_or_a_trace_error(data):
 
 
 SHAPE = SessionShape(
-    min_turns=3, max_turns=5, system_len=1000, task_len=100, output_len=50,
-    tool_output_len=200, tool_seconds=0.01, subagent_probability=0.5, subagents=2,
-    subagent_turns=2, block_size=64,
-)  # fmt: skip
+    min_turns=3,
+    max_turns=5,
+    system_len=1000,
+    task_len=100,
+    output_len=50,
+    tool_output_len=200,
+    tool_seconds=0.01,
+    subagent_probability=0.5,
+    subagents=2,
+    subagent_turns=2,
+    block_size=64,
+)
 
 
 def test_synthesized_sessions_share_the_system_prompt_and_grow_their_context():
@@ -103,9 +111,11 @@ def test_synthesized_sessions_share_the_system_prompt_and_grow_their_context():
             assert len(request.hash_ids) == -(-request.input_len // 64)
     # Someone fanned out: two chains of two sub-agent turns, joined by the next main turn.
     fans = [
-        (index, r) for s in trace.sessions for index, r in enumerate(s.requests)
+        (index, r)
+        for s in trace.sessions
+        for index, r in enumerate(s.requests)
         if len(r.parents) == 2
-    ]  # fmt: skip
+    ]
     assert fans and all(r.kind == "main" for _, r in fans)
     subagent_tasks = {
         r.hash_ids[shared] for s in trace.sessions for r in s.requests if r.kind == "subagent"
@@ -117,9 +127,15 @@ def test_synthesized_sessions_share_the_system_prompt_and_grow_their_context():
 def test_a_replay_waits_for_parents_and_runs_sub_agents_side_by_side(server, tmp_path):
     source = agentic_prompts(EXAMPLE)
     (finished,) = steady_bench(
-        server, source=source, levels=({"concurrency": 2},),
-        model="fake?ttft_ms=5&itl_ms=1", num_prompts=8, seed=4, slos=None, steady_multiple=None,
-    )  # fmt: skip
+        server,
+        source=source,
+        levels=({"concurrency": 2},),
+        model="fake?ttft_ms=5&itl_ms=1",
+        num_prompts=8,
+        seed=4,
+        slos=None,
+        steady_multiple=None,
+    )
     records = {(r.session, r.turn): r for r in finished.records}
     assert all(r.success for r in records.values())
     sessions = [source.trace.sessions[n % 2] for n in range(1 + max(r[0] for r in records))]
@@ -137,9 +153,14 @@ def test_a_replay_waits_for_parents_and_runs_sub_agents_side_by_side(server, tmp
 @pytest.mark.slow
 def test_an_open_loop_level_starts_the_files_sessions_at_their_scaled_times(server):
     (finished,) = steady_bench(
-        server, source=agentic_prompts(EXAMPLE), levels=({"request_rate": 4.0},),
-        model="fake?ttft_ms=5&itl_ms=1", num_prompts=8, seed=4, slos=None,
-    )  # fmt: skip
+        server,
+        source=agentic_prompts(EXAMPLE),
+        levels=({"request_rate": 4.0},),
+        model="fake?ttft_ms=5&itl_ms=1",
+        num_prompts=8,
+        seed=4,
+        slos=None,
+    )
     roots = sorted(r.scheduled for r in finished.records if r.turn == 1)
     assert roots == pytest.approx([0.0, 0.25])  # 2 s apart at 0.5/s, so 0.25 s at 4/s
     assert finished.as_json()["send_lateness"]["max_ms"] >= 0
@@ -148,9 +169,15 @@ def test_an_open_loop_level_starts_the_files_sessions_at_their_scaled_times(serv
 
 def test_nothing_follows_a_failed_request(server):
     (finished,) = steady_bench(
-        server, source=agentic_prompts(EXAMPLE), levels=({"concurrency": 2},),
-        model="fake?mode=http500", num_prompts=8, seed=4, slos=None, steady_multiple=None,
-    )  # fmt: skip
+        server,
+        source=agentic_prompts(EXAMPLE),
+        levels=({"concurrency": 2},),
+        model="fake?mode=http500",
+        num_prompts=8,
+        seed=4,
+        slos=None,
+        steady_multiple=None,
+    )
     # Only the sessions' roots were sent: every other request waits for a failed one.
     assert all(r.turn == 1 for r in finished.records)
 
@@ -158,9 +185,15 @@ def test_nothing_follows_a_failed_request(server):
 def test_synthesized_sessions_run_closed_loop(server):
     source = AgenticPrompts(shape=SHAPE)
     (finished,) = steady_bench(
-        server, source=source, levels=({"concurrency": 3},),
-        model="fake?ttft_ms=2&itl_ms=1", num_prompts=30, seed=4, slos=None, steady_multiple=1.0,
-    )  # fmt: skip
+        server,
+        source=source,
+        levels=({"concurrency": 3},),
+        model="fake?ttft_ms=2&itl_ms=1",
+        num_prompts=30,
+        seed=4,
+        slos=None,
+        steady_multiple=1.0,
+    )
     assert finished.as_json()["failed"] == 0 and len(finished.records) >= 30
     assert finished.as_json()["window"]["requests"] >= 30
 
@@ -173,9 +206,14 @@ def test_a_workload_names_synthesized_or_uploaded_sessions(tmp_path):
     assert source.shape.max_turns == 6 and source.trace is None
     assert workload.dataset.longest_context() == 8000 + 500 + 5 * 1800 + 300
     uploaded = Workload.model_validate(
-        {"dataset": {"kind": "agentic_trace", "dataset_id": "6f1e2a3b-0000-4000-8000-000000000000"},
-         "request_rates": [1]}
-    )  # fmt: skip
+        {
+            "dataset": {
+                "kind": "agentic_trace",
+                "dataset_id": "6f1e2a3b-0000-4000-8000-000000000000",
+            },
+            "request_rates": [1],
+        }
+    )
     assert prompt_source(uploaded, dataset_path=EXAMPLE).trace.requests == 8
 
 
@@ -184,19 +222,23 @@ def test_bench_takes_synthesized_and_uploaded_sessions(server, tmp_path, capsys)
     out = tmp_path / "out.json"
     base = ["bench", "--base-url", server.base_url, "--model", "fake?ttft_ms=1&itl_ms=1"]
     assert main([*base, "--dataset", f"agentic_trace:{EXAMPLE}", "--concurrency", "2",
-                 "--num-prompts", "8", "--json", str(out)]) == 0  # fmt: skip
+                 "--num-prompts", "8", "--json", str(out)]) == 0  # fmt: skip  # flag, value
     assert json.loads(out.read_text())["levels"][0]["completed"] == 8
     assert main([*base, "--dataset", 'agentic:{"min_turns": 2, "max_turns": 3, "system_len": 200}',
-                 "--concurrency", "2", "--num-prompts", "6"]) == 0  # fmt: skip
+                 "--concurrency", "2", "--num-prompts", "6"]) == 0  # fmt: skip  # flag, value
     assert main([*base, "--dataset", 'agentic:{"max_turns": 0}', "--concurrency", "1"]) == 2
     assert "max_turns" in capsys.readouterr().err
 
 
 def offline_levels(source, levels, **fields):
     config = BenchConfig(
-        base_url="simulator://offline", model="m", source=source, levels=levels,
-        metrics_url=None, **({"num_prompts": 40} | fields),
-    )  # fmt: skip
+        base_url="simulator://offline",
+        model="m",
+        source=source,
+        levels=levels,
+        metrics_url=None,
+        **({"num_prompts": 40} | fields),
+    )
     scheduler = make_scheduler(MODEL_PRESETS["llama-3.1-8b"].facts, gpu_profile("H100"), {})
     return OfflineBench(config, scheduler).run().levels
 
@@ -218,9 +260,13 @@ def test_the_simulator_offline_replays_dependencies_and_caches_the_shared_contex
 def test_offline_and_live_agentic_sessions_on_the_simulator_agree(tmp_path):
     source = AgenticPrompts(shape=SHAPE)
     config = BenchConfig(
-        base_url="http://replaced", model="m", source=source, levels=({"concurrency": 4},),
-        num_prompts=40, metrics_url="auto",
-    )  # fmt: skip
+        base_url="http://replaced",
+        model="m",
+        source=source,
+        levels=({"concurrency": 4},),
+        num_prompts=40,
+        metrics_url="auto",
+    )
     (live,) = live_on_the_simulator(config, tmp_path)
     (predicted,) = offline_levels(source, ({"concurrency": 4},))
     assert predicted["completed"] == live["completed"]

@@ -81,7 +81,7 @@ def serve_sim_at_speed_4():
          "--gpu", "H100", "--speed", "4", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     try:
@@ -109,7 +109,7 @@ def test_against_serve_sim_at_speed_4_it_reports_the_modelled_gpus_figures_marke
     model = "meta-llama/Llama-3.1-8B-Instruct"
     served = tmp_path / "served.json"
     code = main(["bench", "--base-url", serve_sim_at_speed_4, "--model", model, *LOAD,
-                 "--json", str(served)])  # fmt: skip
+                 "--json", str(served)])  # fmt: skip  # flag, value
     shown = capsys.readouterr().out
     assert code == 0
     assert "SIMULATED" in shown and "simulator at speed 4" in shown
@@ -124,7 +124,7 @@ def test_against_serve_sim_at_speed_4_it_reports_the_modelled_gpus_figures_marke
     # noise aside); read in the client's wall time they would be 4x off.
     predicted = tmp_path / "predicted.json"
     assert main(["predict", "--model-spec", "llama-3.1-8b", "--gpu", "H100", *LOAD,
-                 "--json", str(predicted)]) == 0  # fmt: skip
+                 "--json", str(predicted)]) == 0  # fmt: skip  # flag, value
     [model_level] = json.loads(predicted.read_text())["levels"]
     for figure in ("median_tpot_ms", "output_throughput", "median_e2el_ms"):
         ratio = level[figure] / model_level[figure]

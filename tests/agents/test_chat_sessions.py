@@ -176,7 +176,7 @@ def test_bench_runs_chat_sessions_and_names_a_bad_option(server, tmp_path, capsy
     arguments = ["bench", "--base-url", server.base_url, "--model", "fake?ttft_ms=1&itl_ms=1",
                  "--dataset", "chat_sessions", "--endpoint", "chat", "--turns", "2-3",
                  "--system-len", "4", "--input-len", "5", "--output-len", "2",
-                 "--concurrency", "2", "--num-prompts", "10"]  # fmt: skip
+                 "--concurrency", "2", "--num-prompts", "10"]  # fmt: skip  # flag, value
     assert main([*arguments, "--json", str(out)]) == 0
     (level,) = json.loads(out.read_text())["levels"]
     assert level["completed"] == 10 and level["turns"][0]["turn"] == 1

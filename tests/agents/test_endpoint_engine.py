@@ -152,8 +152,9 @@ def test_the_endpoint_is_reached_at_the_addresses_the_site_checked(server, tmp_p
     to the addresses given, in turn (the first refuses)."""
     base = f"http://llm.endpoint.invalid:{server.port}"
     refusing = "127.0.0.2"  # nothing listens there: the next address is tried
-    engine = EndpointEngine(base_url=base, model="fake", api_key=KEY,
-                            addresses=(refusing, "127.0.0.1"))  # fmt: skip
+    engine = EndpointEngine(
+        base_url=base, model="fake", api_key=KEY, addresses=(refusing, "127.0.0.1")
+    )
     assert engine.start().base_url == base
     with pytest.raises(EngineFailed, match="cannot reach"):
         EndpointEngine(base_url=base, model="fake", api_key=KEY).start()

@@ -186,11 +186,13 @@ async def test_a_pinned_target_is_reached_at_its_addresses_under_its_own_name():
         # first refuses (nothing listens on 127.0.0.2), the next one answers.
         outcome = await run_evaluation(
             evaluation,
-            OpenAITarget(f"http://served.invalid:{served_port}", "tiny",
-                         addresses=("127.0.0.2", "127.0.0.1")),
-            judge=OpenAITarget(f"http://judge.invalid:{judge_port}", "judge-model",
-                               addresses=("127.0.0.1",)),
-        )  # fmt: skip
+            OpenAITarget(
+                f"http://served.invalid:{served_port}", "tiny", addresses=("127.0.0.2", "127.0.0.1")
+            ),
+            judge=OpenAITarget(
+                f"http://judge.invalid:{judge_port}", "judge-model", addresses=("127.0.0.1",)
+            ),
+        )
     assert [o.score for o in outcome.outcomes] == [1.0, 1.0]
     assert set(served.hosts) == {f"served.invalid:{served_port}"}
     assert set(judge.hosts) == {f"judge.invalid:{judge_port}"}
@@ -198,8 +200,10 @@ async def test_a_pinned_target_is_reached_at_its_addresses_under_its_own_name():
     with StandInServer(replies.get) as served:
         port = served.url.rsplit(":", 1)[1]
         plain = await run_evaluation(
-            parse_evaluation_set(b'{"prompt": "Capital of France?", "reference": "Paris", '
-                                 b'"scorer": {"kind": "exact"}}\n'),
+            parse_evaluation_set(
+                b'{"prompt": "Capital of France?", "reference": "Paris", '
+                b'"scorer": {"kind": "exact"}}\n'
+            ),
             OpenAITarget(f"http://served.invalid:{port}", "tiny"),
-        )  # fmt: skip
+        )
     assert plain.failed == 1 and served.requests == []

@@ -21,8 +21,9 @@ TABLES = {table.vllm_version: table for table in _tables()}
 
 def messages(grid: dict, version: str | None, **kwargs) -> dict[str, str]:
     with pytest.raises(ServeGridError) as caught:
-        validate_serve_grid(grid, gpu_count=kwargs.pop("gpu_count", 8), vllm_version=version,
-                            **kwargs)  # fmt: skip
+        validate_serve_grid(
+            grid, gpu_count=kwargs.pop("gpu_count", 8), vllm_version=version, **kwargs
+        )
     return {error.field: error.message for error in caught.value.errors}
 
 
@@ -62,8 +63,9 @@ def test_it_refuses_an_unknown_flag_naming_the_version_and_the_nearest_flag():
 def test_it_refuses_a_flag_the_version_dropped():
     assert "max_num_partial_prefills" in TABLES["0.13.0"].flags
     assert "max_num_partial_prefills" not in TABLES["0.32.0"].flags
-    assert validate_serve_grid({"max_num_partial_prefills": [2]}, gpu_count=1,
-                               vllm_version="0.13.0")  # fmt: skip
+    assert validate_serve_grid(
+        {"max_num_partial_prefills": [2]}, gpu_count=1, vllm_version="0.13.0"
+    )
     assert messages({"max_num_partial_prefills": [2]}, "0.32.0") == {
         "max_num_partial_prefills": "--max-num-partial-prefills was removed after vLLM 0.13.0: "
         "vLLM 0.32.0 has no such flag; did you mean max_num_active_seqs?"
@@ -108,7 +110,7 @@ def test_it_accepts_and_renders_any_flag_of_the_version_by_its_type():
         "--cudagraph-capture-sizes", "1", "2", "4",
         "--max-cudagraph-capture-size", "256",
         "--middleware", "my.module.Middleware",
-    ]  # fmt: skip
+    ]  # fmt: skip  # flag, value
 
 
 def test_it_checks_the_type_of_a_generated_flag():
@@ -149,13 +151,17 @@ def test_it_refuses_the_trust_remote_code_flag_pointing_at_the_experiment_settin
 
 def test_it_refuses_tp_x_pp_x_dp_above_the_pods_gpus():
     assert messages(
-        {"tensor_parallel_size": [2, 4], "pipeline_parallel_size": [1, 2],
-         "data_parallel_size": [2]}, "0.13.0", gpu_count=8,
+        {
+            "tensor_parallel_size": [2, 4],
+            "pipeline_parallel_size": [1, 2],
+            "data_parallel_size": [2],
+        },
+        "0.13.0",
+        gpu_count=8,
     ) == {
-        "tensor_parallel_size[1]":
-            "tensor_parallel_size 4 x pipeline_parallel_size 2 x data_parallel_size 2 needs "
-            "16 GPUs; the experiment has 8",
-    }  # fmt: skip
+        "tensor_parallel_size[1]": "tensor_parallel_size 4 x pipeline_parallel_size 2 x "
+        "data_parallel_size 2 needs 16 GPUs; the experiment has 8",
+    }
     assert messages({"data_parallel_size": [2, 8]}, "0.13.0", gpu_count=4) == {
         "data_parallel_size[1]": "data_parallel_size 8 needs 8 GPUs; the experiment has 4"
     }
@@ -211,7 +217,7 @@ def test_it_renders_the_parallel_flags():
     ) == [
         "--tensor-parallel-size", "2", "--data-parallel-size", "4",
         "--enable-expert-parallel", "--decode-context-parallel-size", "2",
-    ]  # fmt: skip
+    ]  # fmt: skip  # flag, value
 
 
 # --- the generator, on a parser of its own --------------------------------------------------
@@ -241,6 +247,6 @@ def test_the_generator_records_each_option_of_a_parser():
         "name": "enable_x", "option": "--enable-x", "aliases": ["--no-enable-x"],
         "dest": "enable_x", "type": "none", "choices": None, "default": False, "nargs": 0,
         "action": "boolean_optional", "help": "",
-    }  # fmt: skip
+    }  # fmt: skip  # a table
     assert entries["dtype"]["choices"] == ["auto", "half"]
     assert entries["sizes"]["nargs"] == "+"

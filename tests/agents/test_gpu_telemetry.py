@@ -137,7 +137,7 @@ def test_bench_reports_this_hosts_gpus_when_asked(gpus_file, tmp_path, capsys, m
     with FakeServer() as server:
         argv = ["bench", "--base-url", server.base_url, "--model", "fake?ttft_ms=5&itl_ms=5",
                 "--concurrency", "2", "--num-prompts", "8", "--output-len", "16",
-                "--gpu-telemetry", "--json", str(out)]  # fmt: skip
+                "--gpu-telemetry", "--json", str(out)]  # fmt: skip  # flag, value
         assert main(argv) == 0
         (level,) = json.loads(out.read_text())["levels"]
         first, second = level["gpus"]

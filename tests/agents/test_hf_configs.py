@@ -234,10 +234,14 @@ def test_it_counts_deepseek_v3_total_and_active_parameters_from_its_config():
     # kv_a_proj_with_mqa to the 512 latent + 64 rope, its norm; kv_b_proj from the latent to
     # 128 heads of (128 nope + 128 v); o_proj back from 128 x 128.
     mla = (
-        hidden * 1536 + 1536 + 1536 * heads * (128 + 64)
-        + hidden * (512 + 64) + 512 + 512 * heads * (128 + 128)
+        hidden * 1536
+        + 1536
+        + 1536 * heads * (128 + 64)
+        + hidden * (512 + 64)
+        + 512
+        + 512 * heads * (128 + 128)
         + heads * 128 * hidden
-    )  # fmt: skip
+    )
     norms = 2 * hidden
     dense_mlp = 3 * hidden * 18432  # layers 0-2 (first_k_dense_replace = 3)
     expert = 3 * hidden * 2048
@@ -245,11 +249,12 @@ def test_it_counts_deepseek_v3_total_and_active_parameters_from_its_config():
     moe_layers = layers - 3
     embeddings = 2 * vocab * hidden  # embed_tokens and an untied lm_head
     total = (
-        embeddings + hidden  # + the final norm
+        embeddings
+        + hidden  # + the final norm
         + layers * (mla + norms)
         + 3 * dense_mlp
         + moe_layers * (router + 1 * expert + 256 * expert)  # 1 shared, 256 routed
-    )  # fmt: skip
+    )
     active = total - moe_layers * (256 - 8) * expert  # 8 routed experts per token
     assert (facts.parameters, facts.active_parameters) == (total, active)
     # DeepSeek publishes 671 B total and 37 B activated (the 14 B MTP module aside).
@@ -394,10 +399,18 @@ def test_it_round_trips_every_fact_through_json(key, tmp_path):
 
 def test_it_keeps_a_dense_models_mapping_and_kv_figures_as_they_were():
     before = {
-        "name", "parameters", "num_layers", "hidden_size", "num_attention_heads",
-        "num_kv_heads", "head_dim", "vocab_size", "intermediate_size",
-        "max_position_embeddings", "dtype",
-    }  # fmt: skip
+        "name",
+        "parameters",
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_kv_heads",
+        "head_dim",
+        "vocab_size",
+        "intermediate_size",
+        "max_position_embeddings",
+        "dtype",
+    }
     for preset in MODEL_PRESETS.values():
         facts = preset.facts
         assert facts.to_mapping().keys() == before

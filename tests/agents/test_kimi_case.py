@@ -44,8 +44,15 @@ SERVE = {
 }
 # A coding agent's session: a 1M-token repository context shared by every session, then
 # two turns of a task, tool output and a 400-token answer.
-SESSIONS = {"min_turns": 2, "max_turns": 2, "system_len": CONTEXT, "task_len": 1000,
-            "output_len": 400, "tool_output_len": 2000, "subagent_probability": 0}  # fmt: skip
+SESSIONS = {
+    "min_turns": 2,
+    "max_turns": 2,
+    "system_len": CONTEXT,
+    "task_len": 1000,
+    "output_len": 400,
+    "tool_output_len": 2000,
+    "subagent_probability": 0,
+}
 
 
 def test_the_model_is_kimi_k2_class():
@@ -77,7 +84,7 @@ def test_the_talks_case_predicts_capacity_and_cost_simulated(tmp_path):
                  "--dataset", f"agentic:{json.dumps(SESSIONS)}", "--concurrency", "1",
                  "--num-prompts", "4", "--slo", "ttft:p90<120s, tpot:p90<15ms",
                  "--capacity-search", "concurrency", "--max-probes", "1",
-                 "--json", str(out)]) == 0  # fmt: skip
+                 "--json", str(out)]) == 0  # fmt: skip  # flag, value
     answer = json.loads(out.read_text())
     assert answer["simulated"] is True
     assert answer["prediction"]["kv_cache_tokens"] > 8 * CONTEXT

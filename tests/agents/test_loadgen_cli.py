@@ -72,7 +72,7 @@ def test_it_writes_the_results_and_one_line_per_request(server, tmp_path, capsys
         "--slo", "ttft_ms=500,tpot_ms=50",
         "--json", str(out),
         "--per-request", str(lines),
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     assert code == 0
     document = json.loads(out.read_text())
     assert document["interrupted"] is False
@@ -104,7 +104,8 @@ def test_an_unreachable_server_is_one_error_line_and_exit_code_2(tmp_path, capsy
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     code = main(["bench", "--base-url", f"http://127.0.0.1:{port}", "--model", "m",
-                 "--concurrency", "1", "--json", str(tmp_path / "out.json")])  # fmt: skip
+                 "--concurrency", "1",
+                 "--json", str(tmp_path / "out.json")])  # fmt: skip  # flag, value
     assert code == 2
     error = capsys.readouterr().err
     assert "cannot reach" in error and "Connection refused" in error
@@ -154,7 +155,7 @@ def test_ctrl_c_writes_the_levels_finished_so_far(server, tmp_path):
         "--model", "fake?ttft_ms=5&itl_ms=1", "--output-len", "4",
         "--concurrency", "2", "--request-rate", "0.01", "--num-prompts", "4",
         "--json", str(out),
-    ]  # fmt: skip
+    ]  # fmt: skip  # flag, value
     # The second level would take about 300 s: it is interrupted once the first is written.
     child = subprocess.Popen(
         command,
@@ -183,8 +184,11 @@ def test_ctrl_c_writes_the_levels_finished_so_far(server, tmp_path):
 def test_the_console_script_is_installed():
     result = subprocess.run(
         [str(ROOT / ".venv/bin/benchsite-agent"), "bench", "--help"],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode == 0 and "--request-rate" in result.stdout
 
 
@@ -193,7 +197,7 @@ def test_a_capacity_search_writes_what_it_found(server, tmp_path, capsys):
     out = tmp_path / "out.json"
     code = bench(server, "--concurrency", "1", "--num-prompts", "4", "--slo",
                  "ttft:p90<2000ms, attainment>=90%", "--capacity-search", "concurrency",
-                 "--max-probes", "1", "--json", str(out))  # fmt: skip
+                 "--max-probes", "1", "--json", str(out))  # fmt: skip  # flag, value
     assert code == 0
     document = json.loads(out.read_text())
     capacity = document["capacity"]

@@ -28,11 +28,16 @@ CHUNKED = b"4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-T
 @pytest.fixture(
     autouse=True,
     params=[
-        pytest.param(True, id="kernel-stamps", marks=pytest.mark.skipif(
-            sys.platform != "linux", reason="kernel receive stamps are Linux's")),
+        pytest.param(
+            True,
+            id="kernel-stamps",
+            marks=pytest.mark.skipif(
+                sys.platform != "linux", reason="kernel receive stamps are Linux's"
+            ),
+        ),
         pytest.param(False, id="loop-stamps"),
     ],
-)  # fmt: skip
+)
 def kernel_stamps(request, monkeypatch):
     """Every test runs over both connection kinds: the raw socket read with the kernel's
     receive stamps, and asyncio's transport (what TLS and other systems use)."""

@@ -181,7 +181,7 @@ def test_predict_takes_a_hugging_face_config_json_as_published(tmp_path, capsys)
             "--config", str(serve), "--concurrency", "1,16", "--input-len", "256",
             "--output-len", "64", "--num-prompts", "40", "--json", str(out),
         ]
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     assert code == 0
     assert "SIMULATED" in capsys.readouterr().out
     document = json.loads(out.read_text())
@@ -206,7 +206,7 @@ def test_predict_with_slos_writes_the_capacity(tmp_path):
             "--tensor-parallel-size", "2", "--concurrency", "8", "--num-prompts", "40",
             "--slo", "tpot:p95<8ms", "--capacity-search", "concurrency", "--json", str(out),
         ]
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     assert code == 0
     document = json.loads(out.read_text())
     assert document["prediction"]["flags"] == {"tensor_parallel_size": 2}
@@ -220,7 +220,7 @@ def test_predict_says_vllm_would_refuse_and_exits_3(tmp_path, capsys):
     code = main(
         ["predict", "--model-spec", "llama-3.1-70b", "--gpu", "H100", "--concurrency", "1",
          "--json", str(out)]
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     assert code == 3
     assert "vLLM would refuse to start" in capsys.readouterr().err
     document = json.loads(out.read_text())
@@ -250,7 +250,7 @@ def test_a_bad_serve_config_is_named(tmp_path, capsys):
     code = main(
         ["predict", "--model-spec", "llama-3.1-8b", "--gpu", "H100", "--config", str(serve),
          "--concurrency", "1"]
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     assert code == 2
     err = capsys.readouterr().err
     assert "--config" in err and "max_num_seqs" in err

@@ -35,21 +35,26 @@ def test_the_grid_may_set_max_loras_itself():
     adapters = [LoraAdapter(**adapter("a")), LoraAdapter(**adapter("b"))]
     paths = {"a": "/w/a", "b": "/w/b"}
     assert lora_serve_flags(adapters, paths, {"max_loras": 1}) == [
-        "--enable-lora", "--lora-modules", "a=/w/a", "b=/w/b",
-    ]  # fmt: skip
+        "--enable-lora",
+        "--lora-modules",
+        "a=/w/a",
+        "b=/w/b",
+    ]
     assert lora_serve_flags([], {}, {}) == []
 
 
 def test_requests_go_to_the_adapters_in_turn_and_the_spread_names_every_adapter():
     config = BenchConfig(
-        base_url="http://x", model="m", source=RandomPrompts(input_len=4, output_len=2),
-        levels=({"concurrency": 1},), lora_models=("a", "b", "c"),
-    )  # fmt: skip
+        base_url="http://x",
+        model="m",
+        source=RandomPrompts(input_len=4, output_len=2),
+        levels=({"concurrency": 1},),
+        lora_models=("a", "b", "c"),
+    )
     assert [request_model(config, key) for key in range(5)] == ["a", "b", "c", "a", "b"]
     records = [RequestRecord(i, 2) for i in range(2)]
     for record in records:
         record.model = request_model(config, record.index)
     assert lora_requests(config, records) == {"a": 1, "b": 1, "c": 0}
-    plain = BenchConfig(base_url="http://x", model="m", source=config.source,
-                        levels=config.levels)  # fmt: skip
+    plain = BenchConfig(base_url="http://x", model="m", source=config.source, levels=config.levels)
     assert request_model(plain, 7) == "m" and lora_requests(plain, records) is None

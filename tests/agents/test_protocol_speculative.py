@@ -42,8 +42,12 @@ def test_it_accepts_each_method_with_what_it_needs():
     values = grid["speculative_config"]
     # One spelling per setting: objects with sorted keys, JSON text read as its object.
     assert list(values[2]) == ["method", "model", "num_speculative_tokens", "revision"]
-    assert values[3] == {"method": "eagle", "model": "a/b", "num_speculative_tokens": 2,
-                         "revision": "v1"}  # fmt: skip
+    assert values[3] == {
+        "method": "eagle",
+        "model": "a/b",
+        "num_speculative_tokens": 2,
+        "revision": "v1",
+    }
 
 
 def test_it_refuses_each_missing_or_wrong_part_on_its_own_path():
@@ -53,14 +57,22 @@ def test_it_refuses_each_missing_or_wrong_part_on_its_own_path():
             {"method": "eagle3", "num_speculative_tokens": 0},
             {"method": "ngram", "num_speculative_tokens": 2, "model": "a/b", "speed": 1},
             {"method": "mtp", "prompt_lookup_max": 3},
-            {"method": "eagle", "num_speculative_tokens": 2, "model": "not a repo",
-             "revision": ".."},
-            {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 5,
-             "prompt_lookup_max": 3},
+            {
+                "method": "eagle",
+                "num_speculative_tokens": 2,
+                "model": "not a repo",
+                "revision": "..",
+            },
+            {
+                "method": "ngram",
+                "num_speculative_tokens": 2,
+                "prompt_lookup_min": 5,
+                "prompt_lookup_max": 3,
+            },
             "fast",
             7,
         ]
-    )  # fmt: skip
+    )
     assert errors["speculative_config[0].method"].startswith('must be one of "ngram", "eagle"')
     assert "medusa2" in errors["speculative_config[0].method"]
     assert errors["speculative_config[1].num_speculative_tokens"] == "must be 1 to 32; got 0"
@@ -82,14 +94,17 @@ def test_it_refuses_each_missing_or_wrong_part_on_its_own_path():
 
 
 def test_it_refuses_a_method_the_version_cannot_run():
-    draft = {"method": "draft_model", "num_speculative_tokens": 4, "model": "Qwen/Qwen3-0.6B",
-             "revision": "main"}  # fmt: skip
+    draft = {
+        "method": "draft_model",
+        "num_speculative_tokens": 4,
+        "model": "Qwen/Qwen3-0.6B",
+        "revision": "main",
+    }
     errors = errors_of([draft], vllm_version="0.13.0")
     assert errors == {
         "speculative_config[0].method": "draft_model needs vLLM 0.32.0 or later",
     }
-    assert validate_serve_grid({"speculative_config": [draft]}, gpu_count=1,
-                               vllm_version="0.32.0")  # fmt: skip
+    assert validate_serve_grid({"speculative_config": [draft]}, gpu_count=1, vllm_version="0.32.0")
 
 
 def test_two_spellings_of_one_setting_are_duplicates():

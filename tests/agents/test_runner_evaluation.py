@@ -33,13 +33,18 @@ def say_set(right: int, wrong: int, judged: int = 0, *, pad: int = 0) -> str:
     last (a larger file, the same answers)."""
     words = "word " * pad
     lines = [json.dumps({"set": {"scorer": {"kind": "exact"}, "max_tokens": 4}})]
-    lines += [json.dumps({"id": f"r{i}", "prompt": f"{words}Say {i}", "reference": str(i)})
-              for i in range(right)]  # fmt: skip
-    lines += [json.dumps({"id": f"w{i}", "prompt": f"{words}Say {i}", "reference": str(i + 1)})
-              for i in range(wrong)]  # fmt: skip
+    lines += [
+        json.dumps({"id": f"r{i}", "prompt": f"{words}Say {i}", "reference": str(i)})
+        for i in range(right)
+    ]
+    lines += [
+        json.dumps({"id": f"w{i}", "prompt": f"{words}Say {i}", "reference": str(i + 1)})
+        for i in range(wrong)
+    ]
     rubric = {"kind": "judge", "rubric": "Rate {output}. End with SCORE: n", "max_score": 4}
-    lines += [json.dumps({"id": f"j{i}", "prompt": f"Say {i}", "scorer": rubric})
-              for i in range(judged)]  # fmt: skip
+    lines += [
+        json.dumps({"id": f"j{i}", "prompt": f"Say {i}", "scorer": rubric}) for i in range(judged)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -59,8 +64,10 @@ def test_each_trial_is_scored_after_its_levels_on_the_same_server(server, tmp_pa
         judge_spec = protocol.EvaluationJudge(base_url=judge.url, model="judge", endpoint_id="j")
         job = with_evaluation(
             endpoint_job(server.base_url, trials=({}, {})),
-            set_jsonl=say_set(right=9, wrong=3, judged=2), judge=judge_spec, concurrency=2,
-        )  # fmt: skip
+            set_jsonl=say_set(right=9, wrong=3, judged=2),
+            judge=judge_spec,
+            concurrency=2,
+        )
         options = EngineOptions(endpoint_api_key=KEY, judge_api_key=JUDGE_KEY)
         summary, recorder, _ = run(job, tmp_path, engine_options=options)
     assert (summary.outcome, summary.trials_succeeded) == ("succeeded", 2)
@@ -108,8 +115,10 @@ def test_a_large_set_goes_in_parts_each_with_the_summary():
     outcome = EvaluationOutcome(outcomes, score_interval([o.score for o in outcomes]))
     parts = evaluation_parts(outcome, seconds=2.5)
     assert [(p["part"], p["parts"], len(p["items"])) for p in parts] == [
-        (0, 3, 250), (1, 3, 250), (2, 3, 1)
-    ]  # fmt: skip
+        (0, 3, 250),
+        (1, 3, 250),
+        (2, 3, 1),
+    ]
     assert all(p["summary"] == parts[0]["summary"] for p in parts)
     first = parts[0]["items"][0]
     assert len(first.output) == protocol.MAX_EVALUATION_OUTPUT_CHARS
@@ -119,8 +128,12 @@ def test_a_large_set_goes_in_parts_each_with_the_summary():
 
 async def test_an_unreadable_set_or_an_unanswering_server_sends_what_it_can(tmp_path):
     job = with_evaluation(endpoint_job("http://127.0.0.1:9"), set_jsonl="not json\n")
-    assert await trial_evaluation(job, base_url="http://127.0.0.1:9",
-                                  keys=EvaluationKeys(), timeout_s=5) == []  # fmt: skip
+    assert (
+        await trial_evaluation(
+            job, base_url="http://127.0.0.1:9", keys=EvaluationKeys(), timeout_s=5
+        )
+        == []
+    )
     job = with_evaluation(endpoint_job("http://127.0.0.1:9"), set_jsonl=say_set(2, 0))
     (part,) = await trial_evaluation(
         job, base_url="http://127.0.0.1:9", keys=EvaluationKeys(), timeout_s=5
@@ -154,8 +167,10 @@ def test_a_set_over_64_kib_is_fetched_from_the_site_once_and_scored(server, site
     assert len(LARGE) > protocol.MAX_JOB_EVALUATION_BYTES
     job = with_evaluation(
         endpoint_job(server.base_url, trials=({}, {})),
-        set_id="set-large", set_sha256=hashlib.sha256(LARGE).hexdigest(), concurrency=4,
-    )  # fmt: skip
+        set_id="set-large",
+        set_sha256=hashlib.sha256(LARGE).hexdigest(),
+        concurrency=4,
+    )
     assert job.evaluation.set_jsonl is None and "Say 4" not in job.model_dump_json()
     fetch = evaluation_set_fetcher(site.endpoints(), tmp_path)
     summary, recorder, _ = run(
@@ -181,18 +196,24 @@ async def test_a_set_whose_sha256_is_not_the_jobs_is_refused_and_not_kept(
     job = fetched_job(server.base_url, "0" * 64)
     with caplog.at_level(logging.ERROR, logger="agents.runner.evaluation_run"):
         parts = await trial_evaluation(
-            job, base_url=server.base_url, keys=EvaluationKeys(served=KEY), timeout_s=30,
+            job,
+            base_url=server.base_url,
+            keys=EvaluationKeys(served=KEY),
+            timeout_s=30,
             fetch_set=fetch,
-        )  # fmt: skip
+        )
     assert parts == [] and site.downloads == 1
     assert f"the job names {'0' * 64}" in caplog.text
     assert not (tmp_path / "evaluation-sets" / "set-large.jsonl").exists()
     # The right digest then scores it: nothing wrong was kept in between.
     right = fetched_job(server.base_url, hashlib.sha256(LARGE).hexdigest())
     (part, *_) = await trial_evaluation(
-        right, base_url=server.base_url, keys=EvaluationKeys(served=KEY), timeout_s=30,
+        right,
+        base_url=server.base_url,
+        keys=EvaluationKeys(served=KEY),
+        timeout_s=30,
         fetch_set=fetch,
-    )  # fmt: skip
+    )
     assert part["summary"].items == 60
 
 
@@ -203,10 +224,16 @@ async def test_a_set_the_site_does_not_serve_sends_nothing(server, site, tmp_pat
     job = fetched_job(server.base_url, sha256)
     with caplog.at_level(logging.ERROR, logger="agents.runner.evaluation_run"):
         for fetch in (refused_token, no_site, None):
-            assert await trial_evaluation(
-                job, base_url=server.base_url, keys=EvaluationKeys(served=KEY), timeout_s=30,
-                fetch_set=fetch,
-            ) == []  # fmt: skip
+            assert (
+                await trial_evaluation(
+                    job,
+                    base_url=server.base_url,
+                    keys=EvaluationKeys(served=KEY),
+                    timeout_s=30,
+                    fetch_set=fetch,
+                )
+                == []
+            )
     assert "the site answered 401" in caplog.text and "no site" in caplog.text
     assert RUN_TOKEN not in caplog.text and site.downloads == 0
 
@@ -233,12 +260,15 @@ def test_the_served_endpoint_and_the_judge_are_reached_at_the_checked_addresses(
         )
         job = with_evaluation(
             endpoint_job(f"http://llm.endpoint.invalid:{server.port}"),
-            set_jsonl=say_set(right=3, wrong=1, judged=1), judge=judge_spec,
-        )  # fmt: skip
+            set_jsonl=say_set(right=3, wrong=1, judged=1),
+            judge=judge_spec,
+        )
         options = EngineOptions(
-            endpoint_api_key=KEY, endpoint_addresses=("127.0.0.2", "127.0.0.1"),
-            judge_api_key=JUDGE_KEY, judge_addresses=("127.0.0.1",),
-        )  # fmt: skip
+            endpoint_api_key=KEY,
+            endpoint_addresses=("127.0.0.2", "127.0.0.1"),
+            judge_api_key=JUDGE_KEY,
+            judge_addresses=("127.0.0.1",),
+        )
         summary, recorder, _ = run(job, tmp_path, engine_options=options)
     assert summary.trials_succeeded == 1
     (report,) = recorder.of("evaluation")

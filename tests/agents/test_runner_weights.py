@@ -179,8 +179,10 @@ def test_lora_adapters_come_with_the_weights_and_requests_spread_over_them(tmp_p
     command = started["command"]
     links = tmp_path / "weights" / "lora"
     lora_at = command.index("--enable-lora")
-    assert command[lora_at:] == ["--enable-lora", "--lora-modules", f"sql={links / 'sql'}",
-                                 f"chat={links / 'chat'}", "--max-loras", "2"]  # fmt: skip
+    assert command[lora_at:] == [
+        "--enable-lora", "--lora-modules", f"sql={links / 'sql'}", f"chat={links / 'chat'}",
+        "--max-loras", "2",
+    ]  # fmt: skip  # flag, value
     snapshots = tmp_path / "weights" / "hub"
     sql = snapshots / "models--org--sql-lora" / "snapshots" / companions[0]["commit"]
     assert (links / "sql").resolve() == sql.resolve()
@@ -198,8 +200,12 @@ def test_lora_adapters_come_with_the_weights_and_requests_spread_over_them(tmp_p
 @pytest.mark.slow
 def test_a_speculative_draft_model_comes_with_the_weights(tmp_path, hub):
     hub.add_folder("org/draft", repo_folder(tmp_path / "draft"))
-    draft = {"method": "eagle", "num_speculative_tokens": 2, "model": "org/draft",
-             "revision": "main"}  # fmt: skip
+    draft = {
+        "method": "eagle",
+        "num_speculative_tokens": 2,
+        "model": "org/draft",
+        "revision": "main",
+    }
     job = vllm_job("org/open", trials=1)
     trial = protocol.TrialSpec(index=0, serve_config={"speculative_config": draft})
     summary, messages, _, _ = run(job.model_copy(update={"trials": [trial]}), tmp_path, hub)

@@ -98,9 +98,16 @@ def test_it_fits_only_the_constants_the_running_efficiency_has(points, monkeypat
 
 
 def test_it_reads_no_point_from_a_level_without_completions_or_gauges():
-    level = {"completed": 10, "total_input_tokens": 1000, "total_output_tokens": 1000,
-             "mean_itl_ms": 10.0, "median_ttft_ms": 50.0, "output_throughput": 100.0,
-             "concurrency": 1, "server": {"num_requests_running": {"mean": 1.0}}}  # fmt: skip
+    level = {
+        "completed": 10,
+        "total_input_tokens": 1000,
+        "total_output_tokens": 1000,
+        "mean_itl_ms": 10.0,
+        "median_ttft_ms": 50.0,
+        "output_throughput": 100.0,
+        "concurrency": 1,
+        "server": {"num_requests_running": {"mean": 1.0}},
+    }
     assert len(level_points(MODEL, GPU, {}, [level])) == 1
     assert level_points(MODEL, GPU, {}, [{**level, "completed": 0}]) == []
     assert level_points(MODEL, GPU, {}, [{**level, "server": {}}]) == []

@@ -152,7 +152,7 @@ def test_serve_sim_takes_the_parallelism_flags():
         ["llama-3.1-8b", "--gpu", "H100", "--max-model-len", "4096", "--data-parallel-size", "2",
          "--tensor-parallel-size", "2", "--decode-context-parallel-size", "2",
          "--enable-expert-parallel"]
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     setup = build_scheduler(args)
     assert isinstance(setup.scheduler, DataParallelScheduler)
     assert (setup.settings.gpu_count, setup.settings.decode_context_parallel_size) == (4, 2)

@@ -15,12 +15,19 @@ LEVEL = {
     "median_ttft_ms": 3.0,
     "output_throughput": 500.0,
     "turns": [
-        {"turn": 1, "requests": 2, "completed": 2, "mean_prompt_tokens": 100.0,
-         "median_ttft_ms": 2.0, "p99_ttft_ms": 4.0, "median_tpot_ms": 1.0},
+        {
+            "turn": 1,
+            "requests": 2,
+            "completed": 2,
+            "mean_prompt_tokens": 100.0,
+            "median_ttft_ms": 2.0,
+            "p99_ttft_ms": 4.0,
+            "median_tpot_ms": 1.0,
+        },
     ],
     "send_lateness": {"p50_ms": 0.1, "p99_ms": 0.5, "max_ms": 1.0},
     "replay": {"requests": 4, "trace_rate": 2.0, "time_scale": 0.05},
-}  # fmt: skip
+}
 
 
 def test_nested_figures_of_protocol_6_are_in_simulated_time():

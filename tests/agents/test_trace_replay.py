@@ -170,11 +170,15 @@ def test_a_workload_names_a_trace_file_and_its_window(tmp_path):
     path.write_bytes((EXAMPLES / "azure.csv").read_bytes())
     workload = Workload.model_validate(
         {
-            "dataset": {"kind": "azure", "dataset_id": str(uuid.uuid4()),
-                        "start_seconds": 5, "duration_seconds": 10},
+            "dataset": {
+                "kind": "azure",
+                "dataset_id": str(uuid.uuid4()),
+                "start_seconds": 5,
+                "duration_seconds": 10,
+            },
             "request_rates": [4],
         }
-    )  # fmt: skip
+    )
     config = config_from_workload(workload, base_url="http://x", model="m", dataset_path=path)
     whole = trace_prompts(path, "azure")
     inside = [r for r in whole.trace.requests if 5 <= r.offset < 15]
@@ -191,7 +195,7 @@ def test_bench_takes_a_trace_file_and_names_what_is_wrong(server, tmp_path, caps
         ["bench", "--base-url", server.base_url, "--model", "fake?ttft_ms=1&itl_ms=1",
          "--dataset", f"burstgpt:{EXAMPLES / 'burstgpt.csv'}", "--trace-model", "GPT-4",
          "--request-rate", "20", "--json", str(out)]
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     assert code == 0
     (level,) = json.loads(out.read_text())["levels"]
     gpt4 = (EXAMPLES / "burstgpt.csv").read_text().count(",GPT-4,")
@@ -199,11 +203,12 @@ def test_bench_takes_a_trace_file_and_names_what_is_wrong(server, tmp_path, caps
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1}\n')
     assert main(["bench", "--base-url", server.base_url, "--model", "m",
-                 "--dataset", f"mooncake:{bad}", "--request-rate", "1"]) == 2  # fmt: skip
+                 "--dataset", f"mooncake:{bad}",
+                 "--request-rate", "1"]) == 2  # fmt: skip  # flag, value
     assert "line 2: input_length: missing" in capsys.readouterr().err.replace("\n", " ")
     assert main(["bench", "--base-url", server.base_url, "--model", "m",
                  "--dataset", f"azure:{EXAMPLES / 'azure.csv'}", "--trace-model", "x",
-                 "--request-rate", "1"]) == 2  # fmt: skip
+                 "--request-rate", "1"]) == 2  # fmt: skip  # flag, value
     assert "--trace-model" in capsys.readouterr().err
 
 
@@ -214,7 +219,7 @@ def test_bench_replays_at_a_time_scale_of_the_traces_own_times(server, tmp_path,
         ["bench", "--base-url", server.base_url, "--model", "fake?ttft_ms=1&itl_ms=1",
          "--dataset", f"mooncake:{EXAMPLES / 'mooncake.jsonl'}", "--output-len", "2",
          "--time-scale", "0.05,0.1", "--json", str(out)]
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     assert code == 0, capsys.readouterr().err
     levels = json.loads(out.read_text())["levels"]
     trace_rate = trace_prompts(EXAMPLES / "mooncake.jsonl", "mooncake").trace.mean_rate

@@ -34,9 +34,12 @@ def refusal(data: bytes, trace_format: str, **options) -> TraceError:
 
 @pytest.mark.parametrize(
     ("name", "trace_format", "count", "skipped"),
-    [("mooncake.jsonl", "mooncake", 24, 0), ("burstgpt.csv", "burstgpt", 22, 2),
-     ("azure.csv", "azure", 24, 0)],
-)  # fmt: skip
+    [
+        ("mooncake.jsonl", "mooncake", 24, 0),
+        ("burstgpt.csv", "burstgpt", 22, 2),
+        ("azure.csv", "azure", 24, 0),
+    ],
+)
 def test_the_shipped_examples_parse(name, trace_format, count, skipped):
     trace = parse_trace((EXAMPLES / name).read_bytes(), trace_format)
     assert (len(trace.requests), trace.skipped) == (count, skipped)
@@ -73,10 +76,13 @@ def test_mooncake_times_are_milliseconds_from_the_first_request_and_hash_ids_kep
         ({"timestamp": 0, "input_length": 1, "output_length": 10**9}, "output_length", "10000"),
         (ONE | {"hash_ids": 3}, "hash_ids", "list"),
         (ONE | {"hash_ids": [-1]}, "hash_ids[0]", "-1"),
-        ({"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1, 2]}, "hash_ids",
-         "fill only 1"),
+        (
+            {"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1, 2]},
+            "hash_ids",
+            "fill only 1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_mooncake_line_is_refused_by_line_and_field(item, field, words):
     good = {"timestamp": 0, "input_length": 5, "output_length": 5}
     error = refusal(mooncake(good, item), "mooncake")
@@ -88,15 +94,25 @@ def test_a_bad_mooncake_line_is_refused_by_line_and_field(item, field, words):
 def test_mooncake_lines_that_are_not_objects_are_refused_and_blank_lines_skipped():
     assert refusal(b'\n\n{"timestamp": 0,\n', "mooncake").line == 3
     assert "JSON object" in str(refusal(b"[1, 2]\n", "mooncake"))
-    assert len(parse_trace(mooncake({"timestamp": 0, "input_length": 1, "output_length": 1})
-                           + b"\n   \n", "mooncake").requests) == 1  # fmt: skip
+    assert (
+        len(
+            parse_trace(
+                mooncake({"timestamp": 0, "input_length": 1, "output_length": 1}) + b"\n   \n",
+                "mooncake",
+            ).requests
+        )
+        == 1
+    )
 
 
 def test_the_block_size_decides_how_many_hash_ids_fit():
     item = {"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1, 2, 3, 4]}
     assert parse_trace(mooncake(item), "mooncake", block_size=25).requests[0].hash_ids == (
-        1, 2, 3, 4,
-    )  # fmt: skip
+        1,
+        2,
+        3,
+        4,
+    )
     assert refusal(mooncake(item), "mooncake", block_size=34).field == "hash_ids"
     assert "block_size" in str(refusal(mooncake(item), "mooncake", block_size=0))
 
@@ -119,9 +135,12 @@ def test_burstgpt_skips_failed_requests_and_filters_by_model_and_log_type():
 
 @pytest.mark.parametrize(
     ("row", "field"),
-    [("x,ChatGPT,1,1,2,API log", "Timestamp"), ("1,ChatGPT,-3,1,2,API log", "Request tokens"),
-     ("1,ChatGPT,3,1.25,4,API log", "Response tokens")],
-)  # fmt: skip
+    [
+        ("x,ChatGPT,1,1,2,API log", "Timestamp"),
+        ("1,ChatGPT,-3,1,2,API log", "Request tokens"),
+        ("1,ChatGPT,3,1.25,4,API log", "Response tokens"),
+    ],
+)
 def test_a_bad_burstgpt_row_is_refused_by_line_and_column(row, field):
     error = refusal(
         (BURSTGPT_HEADER + "1,ChatGPT,1,1,2,API log\n" + row + "\n").encode(), "burstgpt"
@@ -183,11 +202,18 @@ def test_any_bytes_give_a_trace_or_a_trace_error(data, trace_format):
 @settings(max_examples=300, deadline=None)
 @given(
     values=st.lists(
-        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5),
-                  st.lists(st.integers(), max_size=3)),
-        min_size=4, max_size=4,
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(),
+            st.floats(),
+            st.text(max_size=5),
+            st.lists(st.integers(), max_size=3),
+        ),
+        min_size=4,
+        max_size=4,
     )
-)  # fmt: skip
+)
 def test_any_json_values_give_a_trace_or_a_trace_error(values):
     keys = ("timestamp", "input_length", "output_length", "hash_ids")
     line = json.dumps(dict(zip(keys, values, strict=True))).encode()

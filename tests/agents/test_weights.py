@@ -232,5 +232,8 @@ def test_it_picks_code_files_only_when_asked():
     names = ["config.json", "modeling_x.py", "model.safetensors", "sub/x.py", "tiktoken.model"]
     assert vllm_files(names) == ["config.json", "model.safetensors"]
     assert vllm_files(names, code=True) == [
-        "config.json", "model.safetensors", "modeling_x.py", "tiktoken.model",
-    ]  # fmt: skip
+        "config.json",
+        "model.safetensors",
+        "modeling_x.py",
+        "tiktoken.model",
+    ]

@@ -167,9 +167,13 @@ def seeded(alice, mallory, charlie) -> Seeded:
     )
     # An existing endpoint, so that its row's forms (replace the key, delete) are checked.
     Endpoint.objects.create(
-        organization=alice.org, name="prod", base_url="http://127.0.0.1:9", served_model_name="m",
-        api_key_fingerprint="abcd", price_usd_per_hour=2,
-    )  # fmt: skip
+        organization=alice.org,
+        name="prod",
+        base_url="http://127.0.0.1:9",
+        served_model_name="m",
+        api_key_fingerprint="abcd",
+        price_usd_per_hour=2,
+    )
     return Seeded(history=history, promotion_id=str(promotion.id))
 
 

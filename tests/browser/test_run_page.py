@@ -316,9 +316,15 @@ def test_it_draws_each_gpus_utilization_and_memory_beside_the_kv_cache(page, sig
         run=run,
         seq=100,
         type="level_progress",
-        payload={"type": "level_progress", "trial": 0, "level": {"concurrency": 8},
-                 "requests_done": 40, "gpus": READINGS, "sent_at": 1e9},
-    )  # fmt: skip
+        payload={
+            "type": "level_progress",
+            "trial": 0,
+            "level": {"concurrency": 8},
+            "requests_done": 40,
+            "gpus": READINGS,
+            "sent_at": 1e9,
+        },
+    )
     sign_in(page, alice)
     page.goto(f"/o/acme/runs/{run.id}/")  # an ended run: drawn from its stored notices
     expect(page.locator("#gpu-figure")).to_be_visible()
@@ -326,8 +332,11 @@ def test_it_draws_each_gpus_utilization_and_memory_beside_the_kv_cache(page, sig
         "() => benchsiteRunPage.charts['chart-gpu'].data.datasets.map(d => d.label)"
     )
     assert labels == [
-        "GPU 0 utilization %", "GPU 0 memory used %", "GPU 1 utilization %", "GPU 1 memory used %"
-    ]  # fmt: skip
+        "GPU 0 utilization %",
+        "GPU 0 memory used %",
+        "GPU 1 utilization %",
+        "GPU 1 memory used %",
+    ]
     memory = page.evaluate("() => benchsiteRunPage.charts['chart-gpu'].data.datasets[1].data")
     assert [point["y"] for point in memory] == [50.0]  # 40,779.5 of 81,559 MiB
 

@@ -46,9 +46,11 @@ def test_it_shows_a_run_by_the_short_id_the_site_shows(alice, site):
 
     def run_with_id(run_id: str) -> Run:
         return Run.objects.create(
-            id=uuid.UUID(run_id), organization=alice.org, experiment=experiment,
+            id=uuid.UUID(run_id),
+            organization=alice.org,
+            experiment=experiment,
             **frozen(experiment),
-        )  # fmt: skip
+        )
 
     run_with_id("75bae280-0000-4000-8000-000000000001")
     shown = benchsite("runs", "show", "75bae280", url=site, token=alice.token)

@@ -225,9 +225,12 @@ class PromotionsApi:
 
 @pytest.mark.parametrize(
     ("simulated", "kind"),
-    [(False, "promoted (trial 2)"), (True, "promoted (trial 2, simulated)"),
-     (None, "promoted (trial 2)")],  # a site that predates the field promoted measured trials
-)  # fmt: skip
+    [
+        (False, "promoted (trial 2)"),
+        (True, "promoted (trial 2, simulated)"),
+        (None, "promoted (trial 2)"),
+    ],  # a site that predates the field promoted measured trials
+)
 def test_it_names_a_sandbox_s_simulated_promoted_baseline_as_one(simulated, kind):
     from benchsite_cli.runs import _promoted_baseline
 
@@ -420,10 +423,10 @@ def test_cost_is_priced_for_the_gpus_a_configuration_uses_whatever_the_pods_size
         "job_spec": {"engine": {"gpu_count": 1}}
     }
     four = {"max_num_seqs": 8, "tensor_parallel_size": 4}
-    new = run("new", [(one, levels(100.0, 1000.0)), (four, levels(100.0, 3000.0))],
-              price="14.4") | {"job_spec": {"engine": {"gpu_count": 4}}}  # fmt: skip
-    result = gate_compare(new_run=new, baseline_run=base, thresholds=thresholds,
-                          baseline_kind="x")  # fmt: skip
+    new = run(
+        "new", [(one, levels(100.0, 1000.0)), (four, levels(100.0, 3000.0))], price="14.4"
+    ) | {"job_spec": {"engine": {"gpu_count": 4}}}
+    result = gate_compare(new_run=new, baseline_run=base, thresholds=thresholds, baseline_kind="x")
     (row,) = result.rows
     assert row.new == pytest.approx(1.0) and row.verdict == "ok"
     # TP=4 uses the whole pod: $14.4/h at 3000 tok/s.

@@ -25,36 +25,62 @@ KEY = "sk-gate-endpoint-0042"
 
 def endpoint_experiment(org, base_url: str):
     endpoint = endpoint_create(
-        org=org, actor=SYSTEM, name="prod", base_url=base_url, served_model_name="fake",
-        api_key=KEY, price_usd_per_hour=Decimal("4"),
-    )  # fmt: skip
+        org=org,
+        actor=SYSTEM,
+        name="prod",
+        base_url=base_url,
+        served_model_name="fake",
+        api_key=KEY,
+        price_usd_per_hour=Decimal("4"),
+    )
     return experiment_create(
-        org=org, actor=SYSTEM, name="prod as it is", model=make_model(org),
-        gpu_type=GpuType.objects.get(id=H100), gpu_count=1, engine="endpoint", endpoint=endpoint,
-        workload={"dataset": {"kind": "random", "input_len": 64, "output_len": 16},
-                  "concurrency": [1, 4], "requests_per_level": 10},
-        slos={"ttft_ms": 500}, budget_cap_usd=Decimal(5),
-    )  # fmt: skip
+        org=org,
+        actor=SYSTEM,
+        name="prod as it is",
+        model=make_model(org),
+        gpu_type=GpuType.objects.get(id=H100),
+        gpu_count=1,
+        engine="endpoint",
+        endpoint=endpoint,
+        workload={
+            "dataset": {"kind": "random", "input_len": 64, "output_len": 16},
+            "concurrency": [1, 4],
+            "requests_per_level": 10,
+        },
+        slos={"ttft_ms": 500},
+        budget_cap_usd=Decimal(5),
+    )
 
 
 def seed_run(experiment, ttfts: dict[int, float]) -> Run:
     """A succeeded run of the endpoint's one trial: p99 TTFT per concurrency."""
     now = timezone.now()
     run = Run.objects.create(
-        organization=experiment.organization, experiment=experiment, **frozen(experiment),
-        state="succeeded", provider="local", price_usd_hr=Decimal(4), started_at=now,
+        organization=experiment.organization,
+        experiment=experiment,
+        **frozen(experiment),
+        state="succeeded",
+        provider="local",
+        price_usd_hr=Decimal(4),
+        started_at=now,
         finished_at=now,
-    )  # fmt: skip
+    )
     trial = Trial.objects.create(
-        organization_id=run.organization_id, run=run, index=0, serve_config={},
-        outcome="succeeded", started_at=now, finished_at=now,
-    )  # fmt: skip
+        organization_id=run.organization_id,
+        run=run,
+        index=0,
+        serve_config={},
+        outcome="succeeded",
+        started_at=now,
+        finished_at=now,
+    )
     for concurrency, ttft in ttfts.items():
         Measurement.objects.create(
-            organization_id=trial.organization_id, trial=trial, concurrency=concurrency,
-            result={"p99_ttft_ms": ttft, "output_throughput": 500.0, "completed": 10,
-                    "failed": 0},
-        )  # fmt: skip
+            organization_id=trial.organization_id,
+            trial=trial,
+            concurrency=concurrency,
+            result={"p99_ttft_ms": ttft, "output_throughput": 500.0, "completed": 10, "failed": 0},
+        )
     return run
 
 
@@ -74,11 +100,11 @@ def test_the_gate_fails_an_endpoints_run_that_regressed_and_passes_one_that_held
         passed = benchsite(
             "runs", "compare", str(held.id), "--baseline", str(base.id), *gate,
             url=f"http://{address}", token=alice.token,
-        )  # fmt: skip
+        )  # fmt: skip  # flag, value
         failed = benchsite(
             "runs", "compare", str(regressed.id), "--baseline", str(base.id), *gate,
             "--json", str(tmp_path / "gate.json"), url=f"http://{address}", token=alice.token,
-        )  # fmt: skip
+        )  # fmt: skip  # flag, value
     assert passed.code == 0, passed.text
     assert failed.code == 1, failed.text
     assert "regression: p99_ttft_ms" in failed.err and "concurrency=4" in failed.err

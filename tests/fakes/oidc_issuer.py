@@ -125,8 +125,16 @@ class OidcIssuer:
         id_token = jwt.encode(claims, self._key, algorithm="RS256", headers={"kid": KEY_ID})
         access = secrets.token_urlsafe(24)
         self._access[access] = grant["user"]
-        self._json(handler, 200, {"access_token": access, "id_token": id_token,
-                                  "token_type": "Bearer", "expires_in": 300})  # fmt: skip
+        self._json(
+            handler,
+            200,
+            {
+                "access_token": access,
+                "id_token": id_token,
+                "token_type": "Bearer",
+                "expires_in": 300,
+            },
+        )
 
     def _userinfo(self, handler) -> None:
         token = handler.headers.get("Authorization", "").removeprefix("Bearer ")

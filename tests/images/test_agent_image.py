@@ -63,7 +63,7 @@ def test_its_command_line_answers_and_predicts(agent, tmp_path):
         "--concurrency", "1,4", "--num-prompts", "8", "--input-len", "128",
         "--output-len", "32", "--json", "/out/predict.json",
         env=NO_ENV, mounts=[f"{tmp_path}:/out"],
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     assert predicted.returncode == 0, predicted.stdout[-2000:] + predicted.stderr[-2000:]
     levels = json.loads((tmp_path / "predict.json").read_text())["levels"]
     assert [level["completed"] for level in levels] == [8, 8]

@@ -23,8 +23,19 @@ AGENT_PROJECT = AGENT_PYPROJECT["project"]
 # What the agent's wheel holds: the agent, and the pure rules its protocol names figures by.
 AGENT_PACKAGES = ("agents", "figures")
 SITE_PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-FORBIDDEN = ["django", "rest_framework", "celery", "channels", "runs", "benchsite", "frontend",
-             "runpod", "kombu", "daphne", "psycopg"]  # fmt: skip
+FORBIDDEN = [
+    "django",
+    "rest_framework",
+    "celery",
+    "channels",
+    "runs",
+    "benchsite",
+    "frontend",
+    "runpod",
+    "kombu",
+    "daphne",
+    "psycopg",
+]
 # Imported only inside the function that needs them, and shipped by the vLLM image (vllm
 # itself: the flag tables' generator reads its version). tests/images checks that they import
 # there, on CI's stand-in of that image.

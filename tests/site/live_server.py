@@ -152,7 +152,7 @@ def celery_beat(
     process once it has started, and stops it on the way out."""
     # Its local state file goes beside its log, not into the checkout.
     args = ["-A", "benchsite", "beat", "--loglevel", "DEBUG",
-            "--schedule", str(log_path.with_suffix(".schedule"))]  # fmt: skip
+            "--schedule", str(log_path.with_suffix(".schedule"))]  # fmt: skip  # flag, value
     return _celery_process(args, log_path, env=env, ready=b"beat: Starting...", timeout=timeout)
 
 

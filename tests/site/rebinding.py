@@ -30,8 +30,9 @@ class Rebinding:
     """``name`` answers ``first``, then ``then``; connections to ``first`` are refused and
     recorded in ``connects`` (and appended to ``record``, a file, when given)."""
 
-    def __init__(self, name: str, first: str = PUBLIC, then: str = "127.0.0.1",
-                 record: str | None = None):  # fmt: skip
+    def __init__(
+        self, name: str, first: str = PUBLIC, then: str = "127.0.0.1", record: str | None = None
+    ):
         self.name, self.first, self.then, self.record = name.lower(), first, then, record
         self.lookups = 0
         self.connects: list[str] = []
@@ -42,9 +43,11 @@ class Rebinding:
         self.lookups += 1
         address = self.first if self.lookups == 1 else self.then
         kind = socket.AF_INET6 if ":" in address else socket.AF_INET
-        sockaddr = (address, int(port or 0), 0, 0) if kind == socket.AF_INET6 else (
-            address, int(port or 0)
-        )  # fmt: skip
+        sockaddr = (
+            (address, int(port or 0), 0, 0)
+            if kind == socket.AF_INET6
+            else (address, int(port or 0))
+        )
         return [(kind, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", sockaddr)]
 
     def connect(self, sock, address):
@@ -59,9 +62,9 @@ class Rebinding:
     def patch(self, monkeypatch) -> Rebinding:
         """Installs it in this process until the test ends."""
         monkeypatch.setattr(socket, "getaddrinfo", self.getaddrinfo)
-        monkeypatch.setattr(socket.socket, "connect", lambda sock, address: self.connect(
-            sock, address
-        ))  # fmt: skip
+        monkeypatch.setattr(
+            socket.socket, "connect", lambda sock, address: self.connect(sock, address)
+        )
         return self
 
     def env(self) -> dict[str, str]:

@@ -590,9 +590,10 @@ def test_it_keeps_the_weights_fetch_on_the_run_and_a_refusal_on_its_trial(alice)
          "phase": "weights_downloaded", "seconds": 19.7, "detail": detail},
         {"type": "trial_finished", "run_id": rid, "seq": 4, "trial": 0, "outcome": "failed",
          "failure_class": "model_access_denied", "log_tail": "org/m is gated"},
-    ]  # fmt: skip
-    response = client.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
-                           format="json")  # fmt: skip
+    ]  # fmt: skip  # a table
+    response = client.post(
+        f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch}, format="json"
+    )
     assert response.json()["acked"] == [0, 1, 2, 3, 4]
     run.refresh_from_db()
     assert run.weights_fetch == {**detail, "seconds": 19.7}
@@ -607,18 +608,32 @@ def test_it_keeps_each_engine_restart_once_and_the_run_page_shows_it(alice):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     rid = str(run.id)
-    restart = {"type": "engine_restarted", "run_id": rid, "seq": 3, "trial": 0, "attempt": 1,
-               "failure_class": "crash", "level": {"concurrency": 8}, "requests_lost": 5,
-               "log_tail": "killed by signal 9"}  # fmt: skip
+    restart = {
+        "type": "engine_restarted",
+        "run_id": rid,
+        "seq": 3,
+        "trial": 0,
+        "attempt": 1,
+        "failure_class": "crash",
+        "level": {"concurrency": 8},
+        "requests_lost": 5,
+        "log_tail": "killed by signal 9",
+    }
     batch = [*messages(run.id)[:3], restart, restart]  # replayed: stored once
-    response = client.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
-                           format="json")  # fmt: skip
+    response = client.post(
+        f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch}, format="json"
+    )
     assert response.json()["acked"] == [0, 1, 2, 3, 3]
     trial = Trial.objects.get(run=run)
     assert trial.restarts == [
-        {"attempt": 1, "failure_class": "crash", "level": {"concurrency": 8, "request_rate": None},
-         "requests_lost": 5, "log_tail": "killed by signal 9"}
-    ]  # fmt: skip
+        {
+            "attempt": 1,
+            "failure_class": "crash",
+            "level": {"concurrency": 8, "request_rate": None},
+            "requests_lost": 5,
+            "log_tail": "killed by signal 9",
+        }
+    ]
     page = signed_in(alice).get(f"/o/acme/runs/{run.id}/").content.decode()
     assert "Engine died during c=8 and was started again (restart 1)" in page
     assert "5 requests before the crash are in no measurement" in page

@@ -135,13 +135,17 @@ def _world_build(cast: Cast) -> World:
         organization=org, experiment=run.experiment, trial=trial, proposed_by=mallory.user
     )
     hook = NotificationHook.objects.create(
-        organization=org, name="mail", kind="email", email_to="ops@acme.example",
+        organization=org,
+        name="mail",
+        kind="email",
+        email_to="ops@acme.example",
         events=["run.failed"],
-    )  # fmt: skip
+    )
     schedule_set(
-        actor=SYSTEM, experiment=experiment,
+        actor=SYSTEM,
+        experiment=experiment,
         spec=schedule_spec(cron="0 6 * * *", thresholds="p99_ttft_ms=10%"),
-    )  # fmt: skip
+    )
     endpoint = ExistingEndpoint.objects.create(
         organization=org, name="prod", base_url="http://127.0.0.1:9", served_model_name="fake"
     )

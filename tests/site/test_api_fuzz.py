@@ -112,13 +112,18 @@ def _world_build(alice, bob):
         organization=alice.org, experiment=experiment, trial=trial, proposed_by=bob.user
     )
     hook = NotificationHook.objects.create(
-        organization=alice.org, name="mail", kind="email", email_to="ops@acme.example",
+        organization=alice.org,
+        name="mail",
+        kind="email",
+        email_to="ops@acme.example",
         events=["run.failed"],
-    )  # fmt: skip
+    )
     endpoint = Endpoint.objects.create(
-        organization=alice.org, name="prod", base_url="http://127.0.0.1:9",
+        organization=alice.org,
+        name="prod",
+        base_url="http://127.0.0.1:9",
         served_model_name="fake",
-    )  # fmt: skip
+    )
     ids = {
         "endpoints": str(endpoint.id),
         "experiments": str(experiment.id),

@@ -80,9 +80,12 @@ def test_it_hides_other_tenants_runs(alice, charlie):
 def _run_with_id(org, run_id: str) -> Run:
     experiment = Experiment.objects.filter(organization=org).first() or make_experiment(org)
     return Run.objects.create(
-        id=uuid.UUID(run_id), organization=org, experiment=experiment, reason="r",
+        id=uuid.UUID(run_id),
+        organization=org,
+        experiment=experiment,
+        reason="r",
         **frozen(experiment),
-    )  # fmt: skip
+    )
 
 
 def test_it_finds_a_run_by_the_short_id_the_site_shows(alice):

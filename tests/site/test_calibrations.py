@@ -140,9 +140,15 @@ def test_a_simulated_or_failed_run_stores_no_calibration(alice, django_capture_o
     assert list(calibration.runs.all()) == [measured]
 
 
+# What a prediction's capacity search may probe: two loads up to 8 users, enough to compare
+# the calibrated world with the defaults at capacity, for a fraction of the defaults' CPU
+# (each prediction here simulates the whole grid, and the test makes several).
+SMALL_SEARCH = WORKLOAD | {"capacity": {"max_probes": 2, "max_load": 8}}
+
+
 @pytest.mark.slow
 def test_a_prediction_names_its_calibration_and_its_fit_error(alice, charlie):
-    experiment = calibrated_experiment(alice.org)
+    experiment = calibrated_experiment(alice.org, workload=SMALL_SEARCH)
     default = experiment_prediction(experiment=experiment)
     default_estimate = experiment_estimate(experiment=experiment)
     assert default.calibration is None and default_estimate.calibration is None
@@ -190,7 +196,11 @@ def test_a_prediction_names_its_calibration_and_its_fit_error(alice, charlie):
     assert named.items() <= body["calibration"].items()
     # A vLLM version it was not measured on is not calibrated.
     other = calibrated_experiment(
-        alice.org, model=experiment.model, name="newer", engine_image_tag="v0.12.0"
+        alice.org,
+        model=experiment.model,
+        name="newer",
+        engine_image_tag="v0.12.0",
+        workload=SMALL_SEARCH,
     )
     assert experiment_prediction(experiment=other).calibration is None
 
@@ -198,9 +208,7 @@ def test_a_prediction_names_its_calibration_and_its_fit_error(alice, charlie):
 @pytest.mark.slow
 def test_a_pruning_run_starts_from_the_newest_calibration_and_its_page_says_which(alice):
     experiment = calibrated_experiment(
-        alice.org,
-        search={"strategy": "prune"},
-        workload=WORKLOAD | {"capacity": {"max_probes": 2, "max_load": 8}},
+        alice.org, search={"strategy": "prune"}, workload=SMALL_SEARCH
     )
     first = measured_run(experiment)
     calibration_refit(run_id=first.id)

@@ -22,6 +22,8 @@ import socket
 import sqlite3
 import subprocess
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -93,31 +95,71 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-@pytest.fixture
-def start_demo(tmp_path):
-    """Starts ``demo_run ARGS`` on a fresh migrated database under ``tmp_path`` (its output
-    in ``tmp_path/demo.log``); whatever of it a failed test left running is killed
-    afterwards: its process group and its agents."""
+@contextlib.contextmanager
+def demos_started(folder: Path) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Yields ``start(*ARGS)``, which starts ``demo_run ARGS`` on a fresh migrated database
+    under ``folder`` (its output in ``folder/demo.log``); whatever of a demo is left running
+    at the end is killed: its process group and its agents."""
     started = []
 
     def start(*args: str) -> subprocess.Popen:
-        env = migrated_demo_env(tmp_path, columns=100)
-        started.append(demo_started(*args, env=env, log=tmp_path / "demo.log"))
+        env = migrated_demo_env(folder, columns=100)
+        started.append(demo_started(*args, env=env, log=folder / "demo.log"))
         return started[-1]
 
-    yield start
-    for demo in started:
-        # The group (and Daphne, in a group of its own) outlive a demo that died without
-        # stopping its children.
-        for pid in descendants(demo.pid):
+    try:
+        yield start
+    finally:
+        for demo in started:
+            # The group (and Daphne, in a group of its own) outlive a demo that died without
+            # stopping its children.
+            for pid in descendants(demo.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(demo.pid, signal.SIGKILL)
-        demo.wait()
-    pods = LocalProvider(tmp_path / "media" / "pods")
-    for pod in pods.list_bench_pods():
-        pods.terminate(pod.name)
+                os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+        pods = LocalProvider(folder / "media" / "pods")
+        for pod in pods.list_bench_pods():
+            pods.terminate(pod.name)
+
+
+@pytest.fixture
+def start_demo(tmp_path):
+    """``demos_started`` under this test's ``tmp_path``."""
+    with demos_started(tmp_path) as start:
+        yield start
+
+
+@dataclass(frozen=True)
+class ServedDemo:
+    url: str
+    out: str  # what it printed up to "The site keeps serving"
+
+
+@pytest.fixture(scope="module")
+def served_demo(tmp_path_factory) -> Iterator[ServedDemo]:
+    """One demo whose own run has ended, serving: the tests of what a newcomer does on it
+    afterwards share it, since each demo's own run costs minutes of CPU on a loaded machine.
+    What they start there touches no figure the other reads. Stopped at the end of the
+    module, as a user stops it after using it: it exits 0 and frees its port."""
+    folder = tmp_path_factory.mktemp("demo")
+    log = folder / "demo.log"
+    port = free_port()
+    with demos_started(folder) as start:
+        # Fast: the runs after its own are about the path (provision, stream, finish,
+        # cancel, gate), not figures.
+        demo = start("--port", str(port), "--sim-speed", "50")
+        wait_for(
+            lambda: "The site keeps serving" in log.read_text(),
+            timeout=300,
+            what="the demo's own run to end",
+            every=0.5,
+        )
+        yield ServedDemo(f"http://127.0.0.1:{port}", log.read_text())
+        stop(demo)
+        assert demo.returncode == 0, log.read_text()[-3000:]
+        assert port_is_free(port)
 
 
 def stop(demo, *, ctrl_c: bool = False, timeout: float = 30) -> float:
@@ -200,20 +242,10 @@ def assert_the_demo_printed_its_run_and_answer(out: str, port: int) -> None:
     assert f"Run page:   http://127.0.0.1:{port}/o/demo/runs/" in out
 
 
-def test_it_shows_its_answer_then_runs_what_the_api_and_the_cli_start(start_demo, tmp_path):
-    port = free_port()
-    log = tmp_path / "demo.log"
-    # Fast: these runs are about the path (provision, stream, finish, cancel), not figures.
-    demo = start_demo("--port", str(port), "--sim-speed", "50")
-    wait_for(
-        lambda: "The site keeps serving" in log.read_text(),
-        timeout=300,
-        what="the demo's own run to end",
-        every=0.5,
-    )
-    assert_the_demo_printed_its_run_and_answer(log.read_text(), port)
-    url = f"http://127.0.0.1:{port}"
-    token = re.search(r"Authorization: Bearer (\S+)'", log.read_text()).group(1)
+def test_it_shows_its_answer_then_runs_what_the_api_and_the_cli_start(served_demo, tmp_path):
+    url = served_demo.url
+    assert_the_demo_printed_its_run_and_answer(served_demo.out, int(url.rsplit(":", 1)[1]))
+    token = re.search(r"Authorization: Bearer (\S+)'", served_demo.out).group(1)
     api = httpx.Client(
         base_url=f"{url}/api/v1/orgs/demo", headers={"Authorization": f"Bearer {token}"}
     )
@@ -272,9 +304,6 @@ def test_it_shows_its_answer_then_runs_what_the_api_and_the_cli_start(start_demo
     assert "seen enough" in ended["failure_reason"]
 
     api.close()
-    stop(demo)
-    assert demo.returncode == 0
-    assert port_is_free(port)
 
 
 def signed_in(url: str, email: str, password: str) -> httpx.Client:
@@ -283,9 +312,12 @@ def signed_in(url: str, email: str, password: str) -> httpx.Client:
     client.get("/login/")
     answer = client.post(
         "/login/",
-        data={"username": email, "password": password,
-              "csrfmiddlewaretoken": client.cookies["csrftoken"]},
-    )  # fmt: skip
+        data={
+            "username": email,
+            "password": password,
+            "csrfmiddlewaretoken": client.cookies["csrftoken"],
+        },
+    )
     assert answer.status_code == 302, answer.text[-2000:]
     return client
 
@@ -294,18 +326,12 @@ def form_post(client: httpx.Client, path: str, **fields) -> httpx.Response:
     return client.post(path, data={"csrfmiddlewaretoken": client.cookies["csrftoken"], **fields})
 
 
-def test_a_newcomer_promotes_the_demo_run_gates_on_it_and_reads_the_inbox(start_demo, tmp_path):
+def test_a_newcomer_promotes_the_demo_run_gates_on_it_and_reads_the_inbox(served_demo):
     """Issue 35 points 3 and 4, walked as a newcomer does on the demo: bob proposes the demo
     run's answer (the demo organization is a sandbox), alice approves it, the CLI gates a new
     run against it, and every step is labelled simulated; the notifications page shows what
     the demo's receiver and mail sink were sent, the webhook's signature checked."""
-    port = free_port()
-    log = tmp_path / "demo.log"
-    start_demo("--port", str(port), "--sim-speed", "50")
-    wait_for(lambda: "The site keeps serving" in log.read_text(), timeout=300,
-             what="the demo's own run to end", every=0.5)  # fmt: skip
-    out = log.read_text()
-    url = f"http://127.0.0.1:{port}"
+    url, out = served_demo.url, served_demo.out
     password = re.search(r"Password: (\S+)", out).group(1)
     token = re.search(r"Authorization: Bearer (\S+)'", out).group(1)
     run_id = re.search(r"/o/demo/runs/([0-9a-f-]{36})/", out).group(1)
@@ -331,19 +357,28 @@ def test_a_newcomer_promotes_the_demo_run_gates_on_it_and_reads_the_inbox(start_
     gated = benchsite(
         *("runs", "start", LLAMA, "--wait", "--poll", "0.5", "--baseline", "promoted"),
         *("--max-regression", "p99_ttft_ms=1000%"),
-        url=url, token=token, org="demo", timeout=240,
-    )  # fmt: skip
+        url=url,
+        token=token,
+        org="demo",
+        timeout=240,
+    )
     # The gate's verdict is the simulator's noise; what it compared against is the point.
     assert gated.code in (0, 1), gated.text
     trial = promotion["trial_index"]
     assert f"promoted (trial {trial}, simulated)" in gated.out, gated.text
 
     inbox = wait_for(
-        lambda: (page := alice.get("/o/demo/settings/notifications/").text).count(
-            "<code>promotion.approved</code>"
-        ) >= 2 and page,  # the delivery log's row and the receiver's
-        timeout=60, every=0.5, what="the approval's webhook",
-    )  # fmt: skip
+        lambda: (
+            (page := alice.get("/o/demo/settings/notifications/").text).count(
+                "<code>promotion.approved</code>"
+            )
+            >= 2
+            and page
+        ),  # the delivery log's row and the receiver's
+        timeout=60,
+        every=0.5,
+        what="the approval's webhook",
+    )
     section = inbox.split('id="demo-inbox"', 1)[1]
     assert "<code>run.finished</code>" in section
     assert '<td class="signature-valid">valid</td>' in section

@@ -49,8 +49,12 @@ def allowed(settings):
 
 
 def add_endpoint(person, base_url: str, **fields):
-    body = {"name": "prod vLLM", "base_url": base_url, "served_model_name": "fake",
-            "api_key": KEY} | fields  # fmt: skip
+    body = {
+        "name": "prod vLLM",
+        "base_url": base_url,
+        "served_model_name": "fake",
+        "api_key": KEY,
+    } | fields
     return person.client().post(f"/api/v1/orgs/{person.org.slug}/endpoints/", body, format="json")
 
 
@@ -58,10 +62,16 @@ def endpoint_experiment(person, endpoint_id, **fields):
     # The SLO is judged at p50, which a level of 6 requests can judge: at p99 each level
     # needs 299, and these tests are about reaching and pricing the endpoint, not windows.
     model = ModelSpec.objects.filter(organization=person.org).first() or make_model(person.org)
-    body = {"name": "prod as it is", "model": str(model.id), "gpu_type": "NVIDIA H100 80GB HBM3",
-            "engine": "endpoint", "endpoint": str(endpoint_id), "workload": WORKLOAD,
-            "slos": {"ttft_ms": 2000, "ttft_percentile": 50},
-            "budget_cap_usd": "5.00"} | fields  # fmt: skip
+    body = {
+        "name": "prod as it is",
+        "model": str(model.id),
+        "gpu_type": "NVIDIA H100 80GB HBM3",
+        "engine": "endpoint",
+        "endpoint": str(endpoint_id),
+        "workload": WORKLOAD,
+        "slos": {"ttft_ms": 2000, "ttft_percentile": 50},
+        "budget_cap_usd": "5.00",
+    } | fields
     return person.client().post(f"/api/v1/orgs/{person.org.slug}/experiments/", body, format="json")
 
 
@@ -80,8 +90,14 @@ def test_it_adds_an_endpoint_it_asked_and_never_shows_the_key_back(alice, server
     stored = Endpoint.objects.get(id=created["id"])
     assert stored.encrypted_api_key and KEY not in stored.encrypted_api_key
     page = signed_in(alice).get(f"/orgs/{alice.org.slug}/audit/").content.decode()
-    for text in (json.dumps(created), listed, detail.content.decode(), caplog.text, page,
-                 json.dumps([event.before, event.after, event.target_repr])):  # fmt: skip
+    for text in (
+        json.dumps(created),
+        listed,
+        detail.content.decode(),
+        caplog.text,
+        page,
+        json.dumps([event.before, event.after, event.target_repr]),
+    ):
         assert KEY not in text
     assert event.after["name"] == "prod vLLM" and event.after["api_key"] is True
 
@@ -120,8 +136,11 @@ def test_saving_an_endpoint_names_the_field_at_fault_and_stores_nothing(
     elif case == "no host allowed":
         allowed.BENCHSITE_ENDPOINT_HOSTS = []
     elif case == "two prices":
-        fields = {"price_usd_per_hour": "1", "price_usd_per_1m_input_tokens": "0.1",
-                  "price_usd_per_1m_output_tokens": "0.2"}  # fmt: skip
+        fields = {
+            "price_usd_per_hour": "1",
+            "price_usd_per_1m_input_tokens": "0.1",
+            "price_usd_per_1m_output_tokens": "0.2",
+        }
     elif case == "half a price":
         fields = {"price_usd_per_1m_input_tokens": "0.1"}
     before = server.auth()
@@ -150,9 +169,12 @@ def test_it_hides_other_tenants_endpoints_and_only_managers_add_them(
 def test_an_endpoint_experiment_refuses_a_serve_grid_by_field(alice, server, allowed):
     endpoint = add_endpoint(alice, server.base_url).json()
     response = endpoint_experiment(
-        alice, endpoint["id"], serve_grid={"max_num_seqs": [8, 16]}, defaults_trial=True,
+        alice,
+        endpoint["id"],
+        serve_grid={"max_num_seqs": [8, 16]},
+        defaults_trial=True,
         engine_image_tag="v0.11.0",
-    )  # fmt: skip
+    )
     assert response.status_code == 400
     errors = response.json()["error"]["fields"]
     assert "not ours to change" in errors["serve_grid"][0]
@@ -184,8 +206,10 @@ def test_a_run_of_an_endpoint_without_a_price_has_an_unknown_cost(alice, server,
     answer = alice.client().get(f"/api/v1/orgs/{alice.org.slug}/runs/{run.id}/").json()
     assert answer["cost_usd"] is None
     assert answer["job_spec"]["engine"] == {
-        **answer["job_spec"]["engine"], "kind": "endpoint", "base_url": server.base_url,
-    }  # fmt: skip
+        **answer["job_spec"]["engine"],
+        "kind": "endpoint",
+        "base_url": server.base_url,
+    }
     assert KEY not in json.dumps(answer)
     page = signed_in(alice).get(f"/o/{alice.org.slug}/runs/{run.id}/").content.decode()
     assert '<output id="spend">unknown</output>' in page and "its cost is unknown" in page
@@ -264,8 +288,13 @@ def test_the_settings_page_adds_an_endpoint_and_never_renders_the_key(
     alice, mallory, server, allowed
 ):
     url = f"/o/{alice.org.slug}/settings/endpoints/"
-    form = {"name": "prod vLLM", "base_url": server.base_url, "served_model_name": "llama",
-            "api_key": KEY, "price_usd_per_hour": "2.5"}  # fmt: skip
+    form = {
+        "name": "prod vLLM",
+        "base_url": server.base_url,
+        "served_model_name": "llama",
+        "api_key": KEY,
+        "price_usd_per_hour": "2.5",
+    }
     # A price the API refuses is refused on the page by the same rule, under its field.
     for price in ("two", "-1", "100001", "0.00001"):
         api_error = add_endpoint(alice, server.base_url, price_usd_per_hour=price).json()
@@ -302,9 +331,12 @@ def test_the_builder_picks_an_endpoint_and_sends_nothing_it_hides(alice, charlie
     # The grid rows, the image tag and the search are the page's defaults for vLLM, hidden
     # for an endpoint: what the page hides is not sent, so it does not refuse the experiment.
     form = builder_form(
-        model, name="prod as it is", engine="endpoint", search_strategy="prune",
+        model,
+        name="prod as it is",
+        engine="endpoint",
+        search_strategy="prune",
         fallback_gpu_types=["NVIDIA A100 80GB PCIe", "", "", ""],
-    )  # fmt: skip
+    )
     unpicked = client.post(f"/o/{alice.org.slug}/experiments/new/", form)
     assert unpicked.status_code == 200 and not Experiment.objects.exists()
     html = unpicked.content.decode()
@@ -452,8 +484,12 @@ def test_the_agent_reaches_the_endpoint_only_at_the_address_the_site_checked(
             f"/api/v1/orgs/{alice.org.slug}/runs/", {"experiment": experiment_id}, format="json"
         )
         run = Run.objects.get(id=started.json()["id"])
-        wait_for(lambda: Run.objects.get(id=run.id).state in TERMINAL_RUN_STATES, 120,
-                 "the run to end", every=0.2)  # fmt: skip
+        wait_for(
+            lambda: Run.objects.get(id=run.id).state in TERMINAL_RUN_STATES,
+            120,
+            "the run to end",
+            every=0.2,
+        )
         run.refresh_from_db()
         agent_log = (tmp_path / "pods" / pod_name(run.id) / "agent.log").read_text()
         assert run.state == "succeeded", (run.failure_reason, agent_log[-3000:])

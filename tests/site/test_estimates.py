@@ -61,9 +61,12 @@ def test_it_counts_one_download_per_run_and_none_from_a_warm_volume(alice):
         alice.org, model=model, name="other", serve_grid=grid, network_volume_id="v2"
     )
     assert experiment_estimate(experiment=other).weights_download_seconds > 0
-    assert experiment_estimate(experiment=make_experiment(
-        alice.org, model=model, name="none", serve_grid=grid
-    )).weights_download_seconds > 0  # fmt: skip
+    assert (
+        experiment_estimate(
+            experiment=make_experiment(alice.org, model=model, name="none", serve_grid=grid)
+        ).weights_download_seconds
+        > 0
+    )
 
 
 def test_it_prices_with_the_organizations_own_rate(alice):

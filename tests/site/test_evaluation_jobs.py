@@ -38,9 +38,13 @@ KEY = "sk-judge-secret-0123456789"
 
 def judge_endpoint(org, base_url="http://127.0.0.1:9") -> Endpoint:
     return Endpoint.objects.create(
-        organization=org, name="judge", base_url=base_url, served_model_name="judge-model",
-        encrypted_api_key=encrypt_secret(KEY), api_key_fingerprint="abcd",
-    )  # fmt: skip
+        organization=org,
+        name="judge",
+        base_url=base_url,
+        served_model_name="judge-model",
+        encrypted_api_key=encrypt_secret(KEY),
+        api_key_fingerprint="abcd",
+    )
 
 
 def test_a_run_names_the_set_by_id_and_digest_and_the_judge_by_address(alice):
@@ -56,8 +60,9 @@ def test_a_run_names_the_set_by_id_and_digest_and_the_judge_by_address(alice):
     assert evaluation is not None and evaluation.pack is None and evaluation.fetched
     assert evaluation.set_jsonl is None
     assert (evaluation.set_id, evaluation.set_sha256) == (
-        str(uploaded.id), hashlib.sha256(JUDGED).hexdigest(),
-    )  # fmt: skip
+        str(uploaded.id),
+        hashlib.sha256(JUDGED).hexdigest(),
+    )
     assert evaluation.judge == protocol.EvaluationJudge(
         base_url="http://127.0.0.1:9", model="judge-model", endpoint_id=str(judge.id)
     )
@@ -81,8 +86,10 @@ def test_a_pack_travels_by_name_and_no_evaluation_leaves_the_job_as_it_was(alice
 def large_set(items: int = 60) -> bytes:
     """A set larger than a job may carry whole: ``items`` long prompts."""
     lines = [json.dumps({"set": {"scorer": {"kind": "exact"}}})]
-    lines += [json.dumps({"id": f"q{i}", "prompt": "word " * 240 + f"Say {i}", "reference": str(i)})
-              for i in range(items)]  # fmt: skip
+    lines += [
+        json.dumps({"id": f"q{i}", "prompt": "word " * 240 + f"Say {i}", "reference": str(i)})
+        for i in range(items)
+    ]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -95,9 +102,11 @@ def agent_client(run: Run) -> APIClient:
 def set_url(run: Run, set_id) -> str:
     """The route the agent builds (``agents.runner.session``), on this site."""
     return protocol.agent_route(
-        "/" + protocol.API_BASE_ROUTE, protocol.AGENT_EVALUATION_SET_ROUTE,
-        run_id=run.id, set_id=set_id,
-    )  # fmt: skip
+        "/" + protocol.API_BASE_ROUTE,
+        protocol.AGENT_EVALUATION_SET_ROUTE,
+        run_id=run.id,
+        set_id=set_id,
+    )
 
 
 def test_a_set_over_64_kib_starts_and_its_agent_gets_it_as_uploaded(alice):

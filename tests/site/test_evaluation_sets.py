@@ -177,7 +177,7 @@ def test_an_unused_set_is_deleted_and_audited(alice):
         ({"pack": "arithmetic", "judge_endpoint_id": "00000000-0000-0000-0000-000000000001"},
          "evaluation.judge_endpoint_id", "No such endpoint"),
     ],
-)  # fmt: skip
+)  # fmt: skip  # a table
 def test_a_bad_evaluation_is_refused_on_its_field(alice, evaluation, field, words):
     model = make_model(alice.org)
     before = database_state()
@@ -193,17 +193,21 @@ def test_a_set_with_judge_items_needs_a_judge_endpoint_of_the_organization(alice
     fields = refused_fields(check(alice, {"set_id": set_id}, model=model))
     assert "needs" not in str(fields) and "judge" in fields["evaluation.judge_endpoint_id"][0]
     theirs = Endpoint.objects.create(
-        organization=charlie.org, name="judge", base_url="https://judge.example",
+        organization=charlie.org,
+        name="judge",
+        base_url="https://judge.example",
         served_model_name="judge",
-    )  # fmt: skip
+    )
     fields = refused_fields(
         check(alice, {"set_id": set_id, "judge_endpoint_id": str(theirs.id)}, model=model)
     )
     assert fields["evaluation.judge_endpoint_id"] == ["No such endpoint in this organization."]
     ours = Endpoint.objects.create(
-        organization=alice.org, name="judge", base_url="https://judge.example",
+        organization=alice.org,
+        name="judge",
+        base_url="https://judge.example",
         served_model_name="judge",
-    )  # fmt: skip
+    )
     judged = {"set_id": set_id, "judge_endpoint_id": str(ours.id)}
     assert check(alice, judged, model=model).status_code == 200
     fields = refused_fields(

@@ -56,8 +56,9 @@ def fed_with_gpus(run, token, *, gpus=True) -> None:
         batch = [message | {"protocol": 6} for message in batch]
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    response = agent.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
-                          format="json")  # fmt: skip
+    response = agent.post(
+        f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch}, format="json"
+    )
     assert response.status_code == 200 and response.json()["rejected"] == []
 
 

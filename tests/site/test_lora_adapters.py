@@ -42,7 +42,7 @@ def test_it_stores_the_adapters_and_sends_them_to_the_agent(alice):
     argv = trial_recipe(trial=trial)["serve_argv"]
     at = argv.index("--enable-lora")
     assert argv[at:] == ["--enable-lora", "--lora-modules", "sql=org/sql-lora",
-                         "chat=org/chat-lora", "--max-loras", "2"]  # fmt: skip
+                         "chat=org/chat-lora", "--max-loras", "2"]  # fmt: skip  # flag, value
 
 
 def test_without_adapters_the_job_carries_no_such_key(alice):
@@ -119,9 +119,11 @@ def test_the_run_page_shows_the_spread_over_adapters(alice):
     spread = measurement | {"result": RESULT | {"lora_requests": {"sql": 3, "chat": 2}}}
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    response = agent.post(f"/api/v1/agent/runs/{run.id}/messages/",
-                          {"messages": [hello, started, phase, spread, finished]},
-                          format="json")  # fmt: skip
+    response = agent.post(
+        f"/api/v1/agent/runs/{run.id}/messages/",
+        {"messages": [hello, started, phase, spread, finished]},
+        format="json",
+    )
     assert response.status_code == 200 and response.json()["rejected"] == []
     page = text_of(signed_in(alice).get(f"/o/acme/runs/{run.id}/").content.decode())
     assert "Requests by LoRA adapter: sql 3 · chat 2" in page

@@ -37,10 +37,15 @@ class FailingBackend(BaseEmailBackend):
 def email_hook(org, name: str) -> NotificationHook:
     """A hook written as it is stored, past the checks a new one goes through, its address
     confirmed."""
-    return addresses_confirmed(NotificationHook.objects.create(
-        organization=org, name=name, kind="email", events=["run.finished"],
-        email_to="ops@acme.example",
-    ))  # fmt: skip
+    return addresses_confirmed(
+        NotificationHook.objects.create(
+            organization=org,
+            name=name,
+            kind="email",
+            events=["run.finished"],
+            email_to="ops@acme.example",
+        )
+    )
 
 
 def test_a_hook_named_over_two_lines_is_mailed_with_a_one_line_subject(
@@ -84,10 +89,9 @@ def test_the_api_refuses_a_hook_name_with_control_characters(alice, name):
     before = database_state()
     response = alice.client().post(
         "/api/v1/orgs/acme/notification-hooks/",
-        {"name": name, "kind": "email", "events": ["run.finished"],
-         "email_to": "ops@acme.example"},
+        {"name": name, "kind": "email", "events": ["run.finished"], "email_to": "ops@acme.example"},
         format="json",
-    )  # fmt: skip
+    )
     assert response.status_code == 400, response.content
     (message,) = response.json()["error"]["fields"]["name"]
     assert "control characters" in message
@@ -96,8 +100,12 @@ def test_the_api_refuses_a_hook_name_with_control_characters(alice, name):
 
 def test_the_page_refuses_a_hook_name_with_control_characters(alice):
     before = database_state()
-    form = {"name": "ops\nBcc: everyone@elsewhere.example", "kind": "email",
-            "email_to": "ops@acme.example", "events": ["run.finished"]}  # fmt: skip
+    form = {
+        "name": "ops\nBcc: everyone@elsewhere.example",
+        "kind": "email",
+        "email_to": "ops@acme.example",
+        "events": ["run.finished"],
+    }
     response = signed_in(alice).post("/o/acme/settings/notifications/", form)
     assert response.status_code == 200
     html = response.content.decode()

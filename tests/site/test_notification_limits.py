@@ -30,8 +30,14 @@ def local_hooks(settings):
 
 
 def slack_hook(org, name: str) -> NotificationHook:
-    return hook_create(org=org, actor=SYSTEM, name=name, kind="slack", events=["run.failed"],
-                       url="http://127.0.0.1:9/hook").hook  # fmt: skip
+    return hook_create(
+        org=org,
+        actor=SYSTEM,
+        name=name,
+        kind="slack",
+        events=["run.failed"],
+        url="http://127.0.0.1:9/hook",
+    ).hook
 
 
 def test_an_organization_holds_no_more_hooks_than_the_cap(alice, charlie, settings, local_hooks):
@@ -39,8 +45,12 @@ def test_an_organization_holds_no_more_hooks_than_the_cap(alice, charlie, settin
     for n in range(3):
         slack_hook(alice.org, f"hook {n}")
     before = database_state()
-    body = {"name": "one more", "kind": "slack", "url": "http://127.0.0.1:9/hook",
-            "events": ["run.failed"]}  # fmt: skip
+    body = {
+        "name": "one more",
+        "kind": "slack",
+        "url": "http://127.0.0.1:9/hook",
+        "events": ["run.failed"],
+    }
     response = alice.client().post(API, body, format="json")
     assert response.status_code == 409, response.json()
     message = response.json()["error"]["message"]

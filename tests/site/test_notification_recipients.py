@@ -72,16 +72,24 @@ def deliveries(person, hook_id) -> list[dict]:
 
 
 def run_failed(org, sent, n: int):
-    sent(lambda: notify(org_id=org.id, event="run.failed", key=f"run.end:{n}",
-                        summary=f"Run {n} failed", data={"n": n}))  # fmt: skip
+    sent(
+        lambda: notify(
+            org_id=org.id,
+            event="run.failed",
+            key=f"run.end:{n}",
+            summary=f"Run {n} failed",
+            data={"n": n},
+        )
+    )
 
 
 def test_addresses_are_asked_first_and_written_to_only_once_they_confirm(alice, sent):
     hook = email_hook(alice, sent)
     # One mail to each address, of fixed words, each with its own link.
     assert sorted(message.to[0] for message in mail.outbox) == [
-        "lead@acme.example", "ops@acme.example",
-    ]  # fmt: skip
+        "lead@acme.example",
+        "ops@acme.example",
+    ]
     asked = links(mail.outbox)
     assert asked["ops@acme.example"] != asked["lead@acme.example"]
     for message in mail.outbox:
@@ -98,9 +106,7 @@ def test_addresses_are_asked_first_and_written_to_only_once_they_confirm(alice, 
     assert mail.outbox == []
     failed = deliveries(alice, hook["id"])[0]
     assert (failed["event"], failed["status"], failed["attempts"]) == ("run.failed", "failed", 1)
-    assert failed["last_error"] == (
-        "awaiting confirmation: ops@acme.example, lead@acme.example"
-    )  # fmt: skip
+    assert failed["last_error"] == ("awaiting confirmation: ops@acme.example, lead@acme.example")
     assert sent(lambda: alice.client().post(f"{API}{hook['id']}/test/")).status_code == 202
     assert [message.subject for message in mail.outbox] == [
         "Confirm notifications from Benchsite"
@@ -109,7 +115,7 @@ def test_addresses_are_asked_first_and_written_to_only_once_they_confirm(alice, 
     assert (test["event"], test["status"]) == ("test", "delivered")
     assert test["last_error"] == (
         "awaiting confirmation: ops@acme.example, lead@acme.example (asked again)"
-    )  # fmt: skip
+    )
 
     # The page needs no sign-in; opening it confirms nothing (mail scanners open links).
     anyone = Client()
@@ -132,8 +138,9 @@ def test_addresses_are_asked_first_and_written_to_only_once_they_confirm(alice, 
     assert message.to == ["ops@acme.example"] and message.subject.endswith("Run 3 failed")
     told = deliveries(alice, hook["id"])[0]
     assert (told["status"], told["last_error"]) == (
-        "delivered", "awaiting confirmation: lead@acme.example",
-    )  # fmt: skip
+        "delivered",
+        "awaiting confirmation: lead@acme.example",
+    )
     listed = alice.client().get(f"{API}{hook['id']}/").json()
     assert listed["awaiting_confirmation"] == ["lead@acme.example"]
     page = signed_in(alice).get("/o/acme/settings/notifications/").content.decode()

@@ -94,8 +94,9 @@ def receiver(settings):
 
 
 def webhook(org, receiver, events=("run.finished", "run.failed"), name="ci"):
-    created = hook_create(org=org, actor=SYSTEM, name=name, kind="webhook", events=list(events),
-                          url=receiver.url)  # fmt: skip
+    created = hook_create(
+        org=org, actor=SYSTEM, name=name, kind="webhook", events=list(events), url=receiver.url
+    )
     receiver.secret = created.secret
     return created.hook
 
@@ -114,8 +115,9 @@ def finished_run(org, *, agent_outcome="succeeded"):
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
 
     def post():
-        return agent.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
-                          format="json")  # fmt: skip
+        return agent.post(
+            f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch}, format="json"
+        )
 
     return run, post
 
@@ -165,8 +167,11 @@ def test_a_failing_receiver_is_retried_and_every_attempt_logged(alice, receiver,
     _, post = finished_run(alice.org)
     sent(post)
     failed = NotificationDelivery.objects.exclude(pk=delivery.pk).get()
-    assert (failed.status, failed.attempts, failed.last_error) == ("failed", MAX_ATTEMPTS,
-                                                                   "HTTP 500")  # fmt: skip
+    assert (failed.status, failed.attempts, failed.last_error) == (
+        "failed",
+        MAX_ATTEMPTS,
+        "HTTP 500",
+    )
     # The page's delivery log shows both; no secret or URL path anywhere.
     page = signed_in(alice).get("/o/acme/settings/notifications/").content.decode()
     assert "Delivered" in page and "Failed (no attempt left)" in page and "HTTP 500" in page
@@ -191,11 +196,22 @@ def test_retries_back_off_exponentially(alice, receiver, django_capture_on_commi
 
 def test_slack_and_email_hooks_get_their_own_formats(alice, receiver, sent, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    hook_create(org=alice.org, actor=SYSTEM, name="slack", kind="slack", events=["run.finished"],
-                url=receiver.url)  # fmt: skip
-    mailed = hook_create(org=alice.org, actor=SYSTEM, name="mail", kind="email",
-                         events=["run.finished"],
-                         email_to="ops@acme.example, lead@acme.example").hook  # fmt: skip
+    hook_create(
+        org=alice.org,
+        actor=SYSTEM,
+        name="slack",
+        kind="slack",
+        events=["run.finished"],
+        url=receiver.url,
+    )
+    mailed = hook_create(
+        org=alice.org,
+        actor=SYSTEM,
+        name="mail",
+        kind="email",
+        events=["run.finished"],
+        email_to="ops@acme.example, lead@acme.example",
+    ).hook
     addresses_confirmed(mailed)  # test_notification_recipients.py: until then, none is sent
     run, post = finished_run(alice.org)
     sent(post)
@@ -211,8 +227,12 @@ def test_slack_and_email_hooks_get_their_own_formats(alice, receiver, sent, sett
 
 def test_send_test_from_the_page_and_the_secret_shown_once(alice, receiver, sent):
     client = signed_in(alice)
-    form = {"name": "ci", "kind": "webhook", "url": receiver.url,
-            "events": ["run.finished", "promotion.approved"]}  # fmt: skip
+    form = {
+        "name": "ci",
+        "kind": "webhook",
+        "url": receiver.url,
+        "events": ["run.finished", "promotion.approved"],
+    }
     page = client.post("/o/acme/settings/notifications/", form).content.decode()
     hook = NotificationHook.objects.get()
     secret = decrypt_secret(hook.encrypted_secret)
@@ -244,8 +264,12 @@ def test_send_test_from_the_page_and_the_secret_shown_once(alice, receiver, sent
     ids=["loopback", "private", "scheme", "credentials", "event", "no-event", "email", "name"],
 )
 def test_a_bad_hook_is_refused_by_field_and_nothing_is_stored(alice, change, field, message):
-    form = {"name": "x", "kind": "webhook", "url": "https://example.com/x",
-            "events": ["run.finished"]} | change  # fmt: skip
+    form = {
+        "name": "x",
+        "kind": "webhook",
+        "url": "https://example.com/x",
+        "events": ["run.finished"],
+    } | change
     before = database_state()
     response = signed_in(alice).post("/o/acme/settings/notifications/", form)
     assert response.status_code == 200
@@ -267,8 +291,16 @@ def test_only_owners_and_admins_see_or_change_hooks(mallory, bob, charlie, alice
 
 
 def test_promotions_and_budget_use_are_told(alice, receiver, sent):
-    webhook(alice.org, receiver, events=("promotion.proposed", "promotion.approved",
-                                         "budget.80_percent", "budget.100_percent"))  # fmt: skip
+    webhook(
+        alice.org,
+        receiver,
+        events=(
+            "promotion.proposed",
+            "promotion.approved",
+            "budget.80_percent",
+            "budget.100_percent",
+        ),
+    )
     history = build_history(alice.org)
     promotion = sent(lambda: propose(alice, history.t64))
     from .conftest import _person
@@ -311,8 +343,10 @@ def test_hooks_over_the_api_for_pipelines(alice, mallory, charlie, receiver, sen
     assert test.status_code == 202
     (delivery,) = client.get(f"{api}{created['id']}/deliveries/").json()
     assert (delivery["event"], delivery["status"], delivery["last_status_code"]) == (
-        "test", "delivered", 200,
-    )  # fmt: skip
+        "test",
+        "delivered",
+        200,
+    )
     assert receiver.verified(receiver.requests[0])["event"] == "test"
     # Refused by field, nothing stored; members may not; other organizations do not see it.
     before = database_state()

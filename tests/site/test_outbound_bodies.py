@@ -93,8 +93,14 @@ def received(monkeypatch):
 def test_a_hook_reads_no_more_than_the_limit_of_a_huge_answer(
     alice, flood, received, kind, django_capture_on_commit_callbacks
 ):
-    hook = hook_create(org=alice.org, actor=SYSTEM, name="ci", kind=kind, events=["run.finished"],
-                       url=f"http://127.0.0.1:{flood.port}/hook").hook  # fmt: skip
+    hook = hook_create(
+        org=alice.org,
+        actor=SYSTEM,
+        name="ci",
+        kind=kind,
+        events=["run.finished"],
+        url=f"http://127.0.0.1:{flood.port}/hook",
+    ).hook
     with django_capture_on_commit_callbacks(execute=True):
         delivery = hook_send_test(hook=hook, actor=SYSTEM)
     assert flood.done.wait(30)
@@ -108,10 +114,9 @@ def test_a_hook_reads_no_more_than_the_limit_of_a_huge_answer(
 def test_the_endpoint_check_reads_no_more_than_its_limit_of_a_huge_answer(alice, flood, received):
     response = alice.client().post(
         f"/api/v1/orgs/{alice.org.slug}/endpoints/",
-        {"name": "prod", "base_url": f"http://127.0.0.1:{flood.port}",
-         "served_model_name": "fake"},
+        {"name": "prod", "base_url": f"http://127.0.0.1:{flood.port}", "served_model_name": "fake"},
         format="json",
-    )  # fmt: skip
+    )
     assert flood.done.wait(30)
     # The API's own answer is read by the test client in process, not from a socket.
     assert received[0] < READ_AT_MOST

@@ -56,8 +56,9 @@ def test_a_worker_posts_a_hook_only_to_the_address_it_checked(
     url = f"http://{HOOK_HOST}:{port}/hooks/s3cr3t-path"
     # Saved while the name answers a public address.
     Rebinding(HOOK_HOST, PUBLIC, PUBLIC).patch(monkeypatch)
-    hook = hook_create(org=alice.org, actor=SYSTEM, name="ci", kind="webhook",
-                       events=["run.finished"], url=url).hook  # fmt: skip
+    hook = hook_create(
+        org=alice.org, actor=SYSTEM, name="ci", kind="webhook", events=["run.finished"], url=url
+    ).hook
     # In the worker, the name answers the public address once, then 127.0.0.1.
     record = tmp_path / "connects"
     rebinding = Rebinding(HOOK_HOST, record=str(record))
@@ -82,9 +83,14 @@ def test_a_hook_to_an_allowed_private_name_keeps_its_host_header(
     settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = [HOOK_HOST]  # the operator's, by name
     port = receiver.server.server_address[1]
     resolver = Rebinding(HOOK_HOST, "127.0.0.1", "127.0.0.1").patch(monkeypatch)
-    created = hook_create(org=alice.org, actor=SYSTEM, name="ci", kind="webhook",
-                          events=["run.finished"],
-                          url=f"http://{HOOK_HOST}:{port}/hooks/s3cr3t-path")  # fmt: skip
+    created = hook_create(
+        org=alice.org,
+        actor=SYSTEM,
+        name="ci",
+        kind="webhook",
+        events=["run.finished"],
+        url=f"http://{HOOK_HOST}:{port}/hooks/s3cr3t-path",
+    )
     receiver.secret = created.secret
     resolver.lookups = 0
     delivery = send_test(created.hook, django_capture_on_commit_callbacks)
@@ -141,9 +147,13 @@ def tls_files(tmp_path, host: str) -> tuple[str, str, str]:
     paths = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
+    paths[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return tuple(str(path) for path in paths)
 
 
@@ -164,9 +174,14 @@ def test_a_https_hook_is_verified_against_its_host_name(
     threading.Thread(target=tls.serve_forever, daemon=True).start()
     try:
         Rebinding(HOOK_HOST, "127.0.0.1", "127.0.0.1").patch(monkeypatch)
-        created = hook_create(org=alice.org, actor=SYSTEM, name="ci", kind="webhook",
-                              events=["run.finished"],
-                              url=f"https://{HOOK_HOST}:{tls.server_address[1]}/h")  # fmt: skip
+        created = hook_create(
+            org=alice.org,
+            actor=SYSTEM,
+            name="ci",
+            kind="webhook",
+            events=["run.finished"],
+            url=f"https://{HOOK_HOST}:{tls.server_address[1]}/h",
+        )
         delivery = send_test(created.hook, django_capture_on_commit_callbacks)
     finally:
         tls.shutdown()
@@ -185,10 +200,14 @@ def test_the_endpoint_check_asks_only_the_address_it_checked(alice, settings, mo
         before = server.auth()
         response = alice.client().post(
             f"/api/v1/orgs/{alice.org.slug}/endpoints/",
-            {"name": "prod", "base_url": f"http://llm.rebind.example:{server.port}",
-             "served_model_name": "fake", "api_key": KEY},
+            {
+                "name": "prod",
+                "base_url": f"http://llm.rebind.example:{server.port}",
+                "served_model_name": "fake",
+                "api_key": KEY,
+            },
             format="json",
-        )  # fmt: skip
+        )
         assert server.auth() == before  # the server on 127.0.0.1 was never asked
     assert response.status_code == 400, response.json()
     (message,) = response.json()["error"]["fields"]["base_url"]
@@ -210,13 +229,21 @@ def test_a_name_of_two_addresses_is_sent_to_the_next_when_one_refuses(
             return real(host, port, *args, **kwargs)
         asked.append(host)
         # Nothing listens on 127.0.0.2: it refuses, as a dead address of a name does.
-        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
-                for address in ("127.0.0.2", "127.0.0.1")]  # fmt: skip
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
+            for address in ("127.0.0.2", "127.0.0.1")
+        ]
 
     monkeypatch.setattr(socket, "getaddrinfo", two_answers)
     port = receiver.server.server_address[1]
-    created = hook_create(org=alice.org, actor=SYSTEM, name="ci", kind="webhook",
-                          events=["run.finished"], url=f"http://{HOOK_HOST}:{port}/h")  # fmt: skip
+    created = hook_create(
+        org=alice.org,
+        actor=SYSTEM,
+        name="ci",
+        kind="webhook",
+        events=["run.finished"],
+        url=f"http://{HOOK_HOST}:{port}/h",
+    )
     asked.clear()
     delivery = send_test(created.hook, django_capture_on_commit_callbacks)
     delivery.refresh_from_db()

@@ -83,7 +83,7 @@ def test_it_builds_the_recipe_from_the_serve_flag_schema(history, mallory):
         "--host", "0.0.0.0", "--port", "8000",
         "--served-model-name", "meta-llama/Llama-3.1-8B-Instruct",
         "--max-num-seqs", "128",
-    ]  # fmt: skip
+    ]  # fmt: skip  # flag, value
     assert shlex.split(recipe["serve_command"]) == recipe["serve_argv"]
     docker = shlex.split(recipe["docker_command"])
     assert docker[:2] == ["docker", "run"] and "vllm/vllm-openai:v0.11.0" in docker
@@ -339,9 +339,13 @@ def promotion_hook(alice, settings):
 
     settings.BENCHSITE_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
     hook_create(
-        org=alice.org, actor=Actor.system("test"), name="promotions", kind="webhook",
-        events=["promotion.proposed", "promotion.approved"], url="http://127.0.0.1:9/hook",
-    )  # fmt: skip
+        org=alice.org,
+        actor=Actor.system("test"),
+        name="promotions",
+        kind="webhook",
+        events=["promotion.proposed", "promotion.approved"],
+        url="http://127.0.0.1:9/hook",
+    )
 
 
 def sandbox(org) -> None:
@@ -378,11 +382,15 @@ def test_it_promotes_a_simulated_trial_in_a_sandbox_labelled_everywhere(
 
     sandbox(alice.org)
     run_page = signed_in(mallory).get(f"/o/acme/runs/{history.tsim.run_id}/").content.decode()
-    assert "Propose <span class=\"visually-hidden\">trial 0 </span>for production (simulated)" \
-        in run_page  # fmt: skip
-    propose_page = signed_in(mallory).get(
-        f"/o/acme/promotions/propose/{history.tsim.run_id}/0/"
-    ).content.decode()  # fmt: skip
+    assert (
+        'Propose <span class="visually-hidden">trial 0 </span>for production (simulated)'
+        in run_page
+    )
+    propose_page = (
+        signed_in(mallory)
+        .get(f"/o/acme/promotions/propose/{history.tsim.run_id}/0/")
+        .content.decode()
+    )
     assert "is a sandbox organization, so it may be promoted" in propose_page
     promotion = approve(alice, propose(mallory, history.tsim))
     assert promotion.state == PromotionState.APPROVED and promotion.simulated

@@ -82,10 +82,14 @@ def test_a_floor_changes_the_model_choices_ranking_and_says_why(alice):
     assert [r["trial"] for r in data["ranked"]] == [0]
     assert data["excluded_for_quality"] == [
         {
-            "run": str(run.id), "trial": 1, "experiment": str(run.experiment.id),
-            "model": run.experiment.model.name, "image_tag": "", "reason": BELOW,
+            "run": str(run.id),
+            "trial": 1,
+            "experiment": str(run.experiment.id),
+            "model": run.experiment.model.name,
+            "image_tag": "",
+            "reason": BELOW,
         }
-    ]  # fmt: skip
+    ]
 
     page = signed_in(alice).get(reverse("report-choice", args=[alice.org.slug, run.experiment.id]))
     text = page.content.decode()

@@ -110,9 +110,10 @@ def test_the_minimum_is_a_setting(settings):
     with pytest.raises(DomainValidationError) as refused:
         spec(daily_at="06:00")
     assert refused.value.fields == {
-        "daily_at": ["Fires 1440 minutes apart at the closest; a schedule fires at most every "
-                     "2880 minutes."]
-    }  # fmt: skip
+        "daily_at": [
+            "Fires 1440 minutes apart at the closest; a schedule fires at most every 2880 minutes."
+        ]
+    }
     settings.SCHEDULE_MIN_INTERVAL_MINUTES = 1
     assert spec(cron="* * * * *").cron_text == "* * * * *"
 
@@ -148,9 +149,10 @@ def test_daily_at_is_cron_in_the_zone():
 def test_setting_pausing_and_removing_write_beats_own_row_and_the_audit(alice, mallory):
     experiment = make_experiment(alice.org)
     schedule = schedule_set(
-        actor=actor(alice), experiment=experiment, spec=spec(cron="0 6 * * 1-5",
-                                                             timezone="Europe/Berlin"),
-    )  # fmt: skip
+        actor=actor(alice),
+        experiment=experiment,
+        spec=spec(cron="0 6 * * 1-5", timezone="Europe/Berlin"),
+    )
     task = PeriodicTask.objects.get(pk=schedule.periodic_task_id)
     assert task.task == "runs.tasks.schedule_fire" and task.enabled
     assert json.loads(task.kwargs) == {"schedule_id": str(schedule.id)}
@@ -172,14 +174,21 @@ def test_setting_pausing_and_removing_write_beats_own_row_and_the_audit(alice, m
     assert not ExperimentSchedule.objects.exists()
     events = AuditEvent.objects.filter(organization=alice.org, event__startswith="schedule.")
     assert [e.event for e in events.order_by("seq")] == [
-        "schedule.set", "schedule.set", "schedule.pause", "schedule.resume", "schedule.delete",
-    ]  # fmt: skip
+        "schedule.set",
+        "schedule.set",
+        "schedule.pause",
+        "schedule.resume",
+        "schedule.delete",
+    ]
     second = events.order_by("seq")[1]
     assert second.before["owner"] == "alice@acme.example"
     assert second.after == {
-        "cron": "15 7 * * *", "timezone": "UTC", "thresholds": THRESHOLDS, "paused": False,
+        "cron": "15 7 * * *",
+        "timezone": "UTC",
+        "thresholds": THRESHOLDS,
+        "paused": False,
         "owner": "mallory@acme.example",
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture
@@ -248,8 +257,9 @@ def test_a_refusal_repeated_for_the_same_reason_is_recorded_once(
     shown = alice.client().get(f"/api/v1/orgs/acme/experiments/{experiment.id}/schedule/")
     newest = shown.json()["firings"][0]
     assert (newest["repeats"], newest["last_fired_at"]) == (
-        3, (start + datetime.timedelta(minutes=60)).isoformat().replace("+00:00", "Z"),
-    )  # fmt: skip
+        3,
+        (start + datetime.timedelta(minutes=60)).isoformat().replace("+00:00", "Z"),
+    )
     page = signed_in(alice).get(f"/o/acme/experiments/{experiment.id}/").content.decode()
     assert "and 3 more times, the last at" in page
     # Another reason is recorded on its own, as is the same one after a run started.
@@ -304,9 +314,13 @@ def scheduled(history, alice, mallory, settings):
         actor=actor(alice), experiment=history.small, spec=spec(cron="0 6 * * *")
     )
     hook_create(
-        org=alice.org, actor=SYSTEM, name="alerts", kind="webhook",
-        events=["regression.detected"], url="http://127.0.0.1:9/benchsite",
-    )  # fmt: skip
+        org=alice.org,
+        actor=SYSTEM,
+        name="alerts",
+        kind="webhook",
+        events=["regression.detected"],
+        url="http://127.0.0.1:9/benchsite",
+    )
     return schedule
 
 
@@ -352,8 +366,10 @@ def test_a_regressed_scheduled_run_is_notified_once(scheduled, waiting_local_pod
     assert (row["metric"], row["level"]) == ("p99_ttft_ms", "concurrency=64")
     assert row["change"] == "worse by 50 % (no interval)"
     [notice] = Notification.objects.filter(event="regression.detected")
-    assert "regressed against the promoted baseline: p99_ttft_ms at max_num_seqs=128 " \
-        "concurrency=64, worse by 50 % (no interval)" in notice.summary  # fmt: skip
+    assert (
+        "regressed against the promoted baseline: p99_ttft_ms at max_num_seqs=128 "
+        "concurrency=64, worse by 50 % (no interval)" in notice.summary
+    )
     assert notice.data["gate"]["baseline_run"] == str(
         scheduled.experiment.runs.earliest("created_at").id
     )
@@ -454,9 +470,10 @@ def test_a_real_beat_fires_the_schedule_and_a_worker_starts_the_run(
         zone = zoneinfo.ZoneInfo("Asia/Kolkata")
         due = (timezone.now() + datetime.timedelta(seconds=70)).astimezone(zone)
         schedule = schedule_set(
-            actor=actor(alice), experiment=experiment,
+            actor=actor(alice),
+            experiment=experiment,
             spec=spec(cron=f"{due.minute} {due.hour} * * *", timezone="Asia/Kolkata"),
-        )  # fmt: skip
+        )
         firing = wait_for(
             lambda: ScheduleFiring.objects.filter(schedule=schedule).first(), 150, "the firing"
         )
@@ -472,8 +489,11 @@ def test_the_api_sets_shows_pauses_and_removes_a_schedule(alice, bob):
     url = f"/api/v1/orgs/acme/experiments/{experiment.id}/schedule/"
     client = alice.client()
     assert client.get(url).status_code == 404
-    bad = client.put(url, {"cron": "0 6 * * 1-5", "timezone": "Mars/Olympus",
-                           "thresholds": "speed=10%"}, format="json")  # fmt: skip
+    bad = client.put(
+        url,
+        {"cron": "0 6 * * 1-5", "timezone": "Mars/Olympus", "thresholds": "speed=10%"},
+        format="json",
+    )
     assert bad.status_code == 400
     assert set(bad.json()["error"]["fields"]) == {"timezone", "thresholds"}
     assert (
@@ -486,8 +506,10 @@ def test_the_api_sets_shows_pauses_and_removes_a_schedule(alice, bob):
     assert set_.status_code == 200, set_.json()
     body = set_.json()
     assert (body["cron"], body["timezone"], body["owner"]) == (
-        "30 6 * * *", "Europe/Berlin", "alice@acme.example",
-    )  # fmt: skip
+        "30 6 * * *",
+        "Europe/Berlin",
+        "alice@acme.example",
+    )
     assert body["thresholds"] == "p99_ttft_ms=10%,output_throughput=-5%"
     assert "06:30" in body["description"] and body["firings"] == []
     due = datetime.datetime.fromisoformat(body["next_fire_at"])
@@ -508,13 +530,16 @@ def test_the_experiment_page_sets_pauses_and_shows_the_history(
     experiment = scheduled.experiment
     page = f"/o/acme/experiments/{experiment.id}/"
     web = signed_in(alice)
-    refused = web.post(page + "schedule/", {"cron": "0 25 * * *", "timezone": "UTC",
-                                            "thresholds": THRESHOLDS})  # fmt: skip
+    refused = web.post(
+        page + "schedule/", {"cron": "0 25 * * *", "timezone": "UTC", "thresholds": THRESHOLDS}
+    )
     assert refused.status_code == 200
     assert 'data-slot="cron"><li>Not a cron expression beat can read' in refused.content.decode()
     assert schedule_settings(ExperimentSchedule.objects.get())["cron"] == "0 6 * * *"
-    saved = web.post(page + "schedule/", {"daily_at": "07:45", "timezone": "Asia/Tokyo",
-                                          "thresholds": "p99_ttft_ms=20%"})  # fmt: skip
+    saved = web.post(
+        page + "schedule/",
+        {"daily_at": "07:45", "timezone": "Asia/Tokyo", "thresholds": "p99_ttft_ms=20%"},
+    )
     assert saved.status_code == 302 and saved["Location"].endswith("#schedule")
     shown = web.get(page).content.decode()
     assert "<code>45 7 * * *</code> in Asia/Tokyo" in shown and "next run" in shown
@@ -532,8 +557,12 @@ def test_the_experiment_page_sets_pauses_and_shows_the_history(
     assert "Regression" in history
     assert "p99_ttft_ms at max_num_seqs=128 concurrency=64: worse by 50 % (no interval)" in history
     run_page = web.get(f"/o/acme/runs/{firing.run_id}/").content.decode()
-    assert "Started by <a href=" in run_page and ">Regression</span> — p99_ttft_ms at " \
-        "max_num_seqs=128 concurrency=64: worse by 50 % (no interval)</p>" in run_page  # fmt: skip
+    assert (
+        "Started by <a href=" in run_page
+        and ">Regression</span> — p99_ttft_ms at "
+        "max_num_seqs=128 concurrency=64: worse by 50 % (no interval)</p>"
+        in run_page
+    )
     by_hand = web.get(f"/o/acme/runs/{scheduled.experiment.runs.earliest('created_at').id}/")
     assert 'id="schedule-gate"' not in by_hand.content.decode()
     # A viewer sees the schedule and its history, not the forms, and cannot post them.
@@ -555,9 +584,11 @@ def test_beat_alive_is_healthy_only_while_beat_writes_back_its_reconcile_pass():
         call_command("beat_alive")
     every = IntervalSchedule.objects.create(every=30, period=IntervalSchedule.SECONDS)
     task = PeriodicTask.objects.create(
-        name="runs-reconcile", task="runs.tasks.runs_reconcile", interval=every,
+        name="runs-reconcile",
+        task="runs.tasks.runs_reconcile",
+        interval=every,
         last_run_at=timezone.now() - datetime.timedelta(seconds=100),
-    )  # fmt: skip
+    )
     call_command("beat_alive", within=600)
     PeriodicTask.objects.filter(pk=task.pk).update(
         last_run_at=timezone.now() - datetime.timedelta(seconds=700)

@@ -107,8 +107,17 @@ def test_it_shows_the_structure_itself_not_an_empty_object(served_schema):
     assert set(request["slos"]["properties"]) == set(Slos.model_fields)
     assert request["slos"]["properties"]["ttft_ms"]["maximum"] == MAX_SLO_MS
     kinds = request["workload"]["properties"]["dataset"]["discriminator"]["mapping"]
-    assert set(kinds) == {"random", "sharegpt", "prefix", "mooncake", "burstgpt", "azure",
-                          "chat_sessions", "agentic", "agentic_trace"}  # fmt: skip
+    assert set(kinds) == {
+        "random",
+        "sharegpt",
+        "prefix",
+        "mooncake",
+        "burstgpt",
+        "azure",
+        "chat_sessions",
+        "agentic",
+        "agentic_trace",
+    }
 
 
 @pytest.mark.parametrize("field", ["serve_grid", "workload", "slos"])

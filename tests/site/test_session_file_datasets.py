@@ -50,8 +50,10 @@ def test_a_session_file_is_uploaded_with_its_summary(alice):
     expected = summarize_sessions(parse_agentic(EXAMPLE.read_bytes()))
     assert body["summary"] == expected
     assert (expected["sessions"], expected["requests"], expected["max_session_requests"]) == (
-        2, 8, 5,
-    )  # fmt: skip
+        2,
+        8,
+        5,
+    )
     assert expected["session_rate"] == 0.5 and expected["mean_rate"] is None
     dataset = WorkloadDataset.objects.get(pk=body["id"])
     with dataset.file.open("rb") as file:
@@ -76,11 +78,13 @@ BAD_SESSION_FILES = {
         "line 2: not JSON (JSON nested deeper than 64 levels)",
     ),
     "a delay past any float": (
-        ROOT + b'{"session": "s2", "id": "b", "delay_ms": 1' + b"0" * 400
+        ROOT
+        + b'{"session": "s2", "id": "b", "delay_ms": 1'
+        + b"0" * 400
         + b', "input_length": 5, "output_length": 5}\n',
         "line 2: delay_ms: must be a finite number",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize(
@@ -94,8 +98,10 @@ def test_a_session_file_the_reader_cannot_hold_is_refused_by_line(alice, raw, me
 
 
 def test_sessions_a_denormal_apart_are_accepted_as_starting_at_once(alice):
-    raw = ROOT + b'{"session": "s2", "id": "b", "delay_ms": 5e-321, "input_length": 5, ' \
-        b'"output_length": 5}\n'  # fmt: skip
+    raw = (
+        ROOT + b'{"session": "s2", "id": "b", "delay_ms": 5e-321, "input_length": 5, '
+        b'"output_length": 5}\n'
+    )
     response = upload(alice, raw)
     assert response.status_code == 201, response.content
     summary = response.json()["summary"]
@@ -133,12 +139,14 @@ def test_the_estimate_uses_the_files_mean_lengths(alice):
         model=model,
         name="random of the same lengths",
         workload={
-            "dataset": {"kind": "random", "input_len": mean_input, "output_len": round(
-                sum(r["output_length"] for r in requests) / len(requests)
-            )},
+            "dataset": {
+                "kind": "random",
+                "input_len": mean_input,
+                "output_len": round(sum(r["output_length"] for r in requests) / len(requests)),
+            },
             "concurrency": [2],
         },
-    )  # fmt: skip
+    )
     assert experiment_estimate(experiment=experiment).sweep_seconds == pytest.approx(
         experiment_estimate(experiment=other).sweep_seconds
     )

@@ -22,10 +22,18 @@ from .test_web_runs import text_of
 
 pytestmark = pytest.mark.django_db
 
-OLD_POD = {"vllm_version": "0.12.0", "image_cuda_version": "12.8", "driver_version": "570.86.15",
-           "image_tag": "v0.12.0"}  # fmt: skip
-HOST = {"hostname": "pod", "vllm_version": "0.13.0", "image_cuda_version": "12.9",
-        "driver_version": "575.57.08"}  # fmt: skip
+OLD_POD = {
+    "vllm_version": "0.12.0",
+    "image_cuda_version": "12.8",
+    "driver_version": "570.86.15",
+    "image_tag": "v0.12.0",
+}
+HOST = {
+    "hostname": "pod",
+    "vllm_version": "0.13.0",
+    "image_cuda_version": "12.9",
+    "driver_version": "575.57.08",
+}
 
 
 def _run(experiment, **fields) -> Run:
@@ -38,8 +46,9 @@ def _hello(run, host: dict) -> None:
     hello = messages(run.id)[0] | {"host": host}
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {run_token_issue(run=run)}")
-    response = agent.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": [hello]},
-                          format="json")  # fmt: skip
+    response = agent.post(
+        f"/api/v1/agent/runs/{run.id}/messages/", {"messages": [hello]}, format="json"
+    )
     assert response.status_code == 200 and response.json()["rejected"] == []
 
 
@@ -58,8 +67,9 @@ def test_a_real_pods_hello_records_its_gpu_types_driver_and_a_simulated_one_does
     _hello(_run(experiment), HOST)
     gpu = GpuType.objects.get(id=H100)
     assert gpu.driver_version == "575.57.08" and gpu.driver_seen_at is not None
-    simulated = make_experiment(alice.org, experiment.model, name=f"s-{uuid.uuid4()}",
-                                engine="sim", engine_image_tag="")  # fmt: skip
+    simulated = make_experiment(
+        alice.org, experiment.model, name=f"s-{uuid.uuid4()}", engine="sim", engine_image_tag=""
+    )
     _hello(_run(simulated), HOST | {"driver_version": "999.1"})
     assert GpuType.objects.get(id=H100).driver_version == "575.57.08"
 

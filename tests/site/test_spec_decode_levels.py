@@ -32,8 +32,9 @@ def _fed(run, token, server) -> None:
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     batch = [hello, started, phase, measurement | {"server": server}, finished]
-    response = agent.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
-                          format="json")  # fmt: skip
+    response = agent.post(
+        f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch}, format="json"
+    )
     assert response.status_code == 200 and response.json()["rejected"] == []
 
 
@@ -71,10 +72,12 @@ def test_the_simulator_needs_an_acceptance_rate_it_has_no_default_for(alice):
     (message,) = fields["serve_grid.speculative_config[0].acceptance_rate"]
     assert message.startswith("the simulator needs the share of proposed tokens ngram")
     # Given one (or MTP's documented default), the simulator models it.
-    given = {"speculative_config": [
-        {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6},
-        {"method": "mtp", "num_speculative_tokens": 1},
-    ]}  # fmt: skip
+    given = {
+        "speculative_config": [
+            {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6},
+            {"method": "mtp", "num_speculative_tokens": 1},
+        ]
+    }
     sim = experiment_payload(model.id, engine="sim", engine_image_tag="", serve_grid=given)
     sim["name"] = "simulated speculation"
     response = alice.client().post("/api/v1/orgs/acme/experiments/", sim, format="json")

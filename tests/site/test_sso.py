@@ -130,8 +130,10 @@ def test_attaching_while_signed_in_links_the_identity_to_that_account(client, is
     assert link.user == alice.user and link.issuer == issuer.base
     assert "alice@corp.example" in client.get("/account/").content.decode()
     event = AuditEvent.objects.get(organization=alice.org, event="sso_identity.link")
-    assert event.actor == alice.user and event.after == {"user": alice.user.email,
-                                                         "issuer": issuer.base}  # fmt: skip
+    assert event.actor == alice.user and event.after == {
+        "user": alice.user.email,
+        "issuer": issuer.base,
+    }
     # From now on the identity signs in to alice's account.
     client.logout()
     assert sign_in_through(client, issuer)["Location"] == "/"
@@ -166,8 +168,9 @@ def test_password_sign_in_can_be_turned_off(client, issuer, alice, settings):
     settings.BENCHSITE_PASSWORD_LOGIN = False
     page = client.get("/login/").content.decode()
     assert 'id="sso-sign-in"' in page and 'name="password"' not in page
-    refused = client.post("/login/", {"username": alice.user.email,
-                                      "password": "correct-horse-battery"})  # fmt: skip
+    refused = client.post(
+        "/login/", {"username": alice.user.email, "password": "correct-horse-battery"}
+    )
     assert refused.status_code == 200 and client.get("/").status_code == 302
     sign_in_through(client, issuer)
     assert client.get("/").status_code == 200

@@ -179,12 +179,18 @@ def test_a_bad_trace_is_refused_by_line_and_field_and_nothing_is_stored(
 @pytest.mark.parametrize(
     ("kind", "raw"),
     [
-        ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                     b"0,ChatGPT,10,10,20,API log\n5e-324,ChatGPT,10,10,20,API log\n"),
-        ("mooncake", b'{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
-                     b'{"timestamp": 5e-321, "input_length": 5, "output_length": 5}\n'),
+        (
+            "burstgpt",
+            b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            b"0,ChatGPT,10,10,20,API log\n5e-324,ChatGPT,10,10,20,API log\n",
+        ),
+        (
+            "mooncake",
+            b'{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
+            b'{"timestamp": 5e-321, "input_length": 5, "output_length": 5}\n',
+        ),
     ],
-)  # fmt: skip
+)
 def test_requests_a_denormal_apart_are_accepted_as_arriving_at_once(alice, kind, raw):
     # Their gap (5e-324 s, the smallest float) over 120 buckets rounds to 0: no bucket width
     # has a logarithm there. They are two requests that arrive together.

@@ -37,23 +37,42 @@ def report(run, seq, trial, items, *, part=0, parts=1, whole=None) -> protocol.E
     items, whose summary each part carries (default: ``items``)."""
     scores = [score for _, _, score in whole or items]
     interval = score_interval(scores)
-    return protocol.parse_agent_message({
-        "type": "evaluation", "run_id": str(run.id), "seq": seq, "trial": trial,
-        "part": part, "parts": parts,
-        "items": [
-            {"id": item_id, "score": score, "output": output,
-             "output_sha256": protocol.evaluation_digest(output), "latency_s": 0.1}
-            for item_id, output, score in items
-        ],
-        "summary": {"score": interval.value, "low": interval.low, "high": interval.high,
-                    "items": ITEMS, "scored": ITEMS, "seconds": 4.0},
-    })  # fmt: skip
+    return protocol.parse_agent_message(
+        {
+            "type": "evaluation",
+            "run_id": str(run.id),
+            "seq": seq,
+            "trial": trial,
+            "part": part,
+            "parts": parts,
+            "items": [
+                {
+                    "id": item_id,
+                    "score": score,
+                    "output": output,
+                    "output_sha256": protocol.evaluation_digest(output),
+                    "latency_s": 0.1,
+                }
+                for item_id, output, score in items
+            ],
+            "summary": {
+                "score": interval.value,
+                "low": interval.low,
+                "high": interval.high,
+                "items": ITEMS,
+                "scored": ITEMS,
+                "seconds": 4.0,
+            },
+        }
+    )
 
 
 # Trial 0 answers items 0-7 right; trial 1 answers items 0 and 1 otherwise, and wrong.
 REFERENCE = [(f"q{i}", f"a{i}", 1.0 if i < 8 else 0.0) for i in range(ITEMS)]
-CANDIDATE = [(f"q{i}", "x" if i < 2 else f"a{i}", 0.0 if i < 2 else s) for i, (_, _, s) in
-             enumerate(REFERENCE)]  # fmt: skip
+CANDIDATE = [
+    (f"q{i}", "x" if i < 2 else f"a{i}", 0.0 if i < 2 else s)
+    for i, (_, _, s) in enumerate(REFERENCE)
+]
 
 
 def ingest(run, *messages):
@@ -77,9 +96,11 @@ def test_it_stores_each_items_outcome_once_whatever_is_resent(alice):
     assert (stored.items, stored.scored, stored.seconds) == (ITEMS, ITEMS, 4.0)
     assert stored.organization_id == alice.org.id
     assert stored.outcomes["q3"] == {
-        "score": 1.0, "output": "a3", "output_sha256": protocol.evaluation_digest("a3"),
+        "score": 1.0,
+        "output": "a3",
+        "output_sha256": protocol.evaluation_digest("a3"),
         "latency_s": 0.1,
-    }  # fmt: skip
+    }
     # The same message again: acknowledged, nothing changes; a part sent again under a new
     # seq (a trial measured again): one outcome per item still.
     assert [o.stored for o in ingest(run, report(run, 1, 0, second, part=1, parts=2))] == [False]
@@ -159,9 +180,14 @@ def priced_run(org, experiment) -> Run:
 def priced_trial(run, index, throughput):
     trial = add_trial(run, index, {"max_num_seqs": 64 * (index + 1)}, [level(20, throughput, 300)])
     trial.capacity = {
-        "axis": "concurrency", "capacity": 20, "bracket_low": 20, "bracket_high": 21,
-        "probes": 3, "stop_reason": "converged", "output_throughput": throughput,
-    }  # fmt: skip
+        "axis": "concurrency",
+        "capacity": 20,
+        "bracket_low": 20,
+        "bracket_high": 21,
+        "probes": 3,
+        "stop_reason": "converged",
+        "output_throughput": throughput,
+    }
     trial.save(update_fields=["capacity"])
 
 
@@ -232,9 +258,11 @@ def test_unjudged_configurations_stay_in_and_say_so(alice):
 def simulated_floored_run(org) -> Run:
     """A simulated run under a floor of 90 %, its one trial priced at $1 per 1M."""
     experiment = make_experiment(
-        org, engine="sim", engine_image_tag="",
+        org,
+        engine="sim",
+        engine_image_tag="",
         evaluation={"pack": "arithmetic", "quality_floor": {"min_score": 0.9}},
-    )  # fmt: skip
+    )
     run = priced_run(org, experiment)
     priced_trial(run, 0, 1000.0)
     return run

@@ -133,8 +133,11 @@ def test_it_accepts_expert_parallelism_for_a_moe_model_across_gpus(alice):
 
 def test_it_refuses_dp_beyond_the_pods_gpus_and_dcp_not_dividing_tp(alice):
     model = make_model(alice.org)
-    grid = {"tensor_parallel_size": [2], "data_parallel_size": [2],
-            "decode_context_parallel_size": [4]}  # fmt: skip
+    grid = {
+        "tensor_parallel_size": [2],
+        "data_parallel_size": [2],
+        "decode_context_parallel_size": [4],
+    }
     response = alice.client().post(
         URL, experiment_payload(model.id, gpu_count=2, serve_grid=grid), format="json"
     )
@@ -149,9 +152,10 @@ def test_it_refuses_dp_beyond_the_pods_gpus_and_dcp_not_dividing_tp(alice):
 def test_it_hides_other_tenants_experiments_trust_setting(alice, charlie):
     experiment = make_experiment(alice.org, trust_remote_code=True)
     response = charlie.client().patch(
-        f"/api/v1/orgs/acme/experiments/{experiment.id}/", {"trust_remote_code": False},
+        f"/api/v1/orgs/acme/experiments/{experiment.id}/",
+        {"trust_remote_code": False},
         format="json",
-    )  # fmt: skip
+    )
     assert response.status_code == 404
     assert Experiment.objects.get(pk=experiment.pk).trust_remote_code is True
     assert signed_in(charlie).get(f"/o/acme/experiments/{experiment.id}/").status_code == 404

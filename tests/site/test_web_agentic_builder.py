@@ -158,7 +158,7 @@ def test_edit_and_duplicate_open_an_agentic_experiment_set_through_the_api(alice
          "workload.dataset.max_turns", "max_turns", "carries up to 4300 tokens"),
     ],
     ids=["turns", "probability", "tool-time", "subagents", "context"],
-)  # fmt: skip
+)  # fmt: skip  # a table
 def test_a_refused_agentic_option_is_shown_beside_its_input(alice, change, path, slot, message):
     model = make_model(alice.org)
     assert_refused_beside(alice, agentic_form(model) | change, path, slot, message)

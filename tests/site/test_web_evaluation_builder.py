@@ -29,9 +29,11 @@ def judged_set(org):
 
 def judge_endpoint(org) -> Endpoint:
     return Endpoint.objects.create(
-        organization=org, name="judge", base_url="https://judge.example",
+        organization=org,
+        name="judge",
+        base_url="https://judge.example",
         served_model_name="judge",
-    )  # fmt: skip
+    )
 
 
 def test_the_builder_saves_a_pack_with_a_floor_as_the_api_stores_it(alice):
@@ -40,15 +42,20 @@ def test_the_builder_saves_a_pack_with_a_floor_as_the_api_stores_it(alice):
     page = client.get("/o/acme/experiments/new/").content.decode()
     assert 'value="pack:arithmetic"' in page and 'id="evaluation-fieldset"' in page
     form = builder_form(
-        model, evaluation_source="pack:arithmetic", evaluation_concurrency="2",
-        evaluation_floor_kind="min_score", evaluation_floor_value="0.9",
-    )  # fmt: skip
+        model,
+        evaluation_source="pack:arithmetic",
+        evaluation_concurrency="2",
+        evaluation_floor_kind="min_score",
+        evaluation_floor_value="0.9",
+    )
     saved = client.post("/o/acme/experiments/new/", form)
     assert saved.status_code == 302, saved.content.decode()[:2000]
     experiment = Experiment.objects.get(organization=alice.org)
     assert experiment.evaluation == {
-        "pack": "arithmetic", "concurrency": 2, "quality_floor": {"min_score": 0.9},
-    }  # fmt: skip
+        "pack": "arithmetic",
+        "concurrency": 2,
+        "quality_floor": {"min_score": 0.9},
+    }
     # Without evaluation inputs, none is stored.
     plain = client.post("/o/acme/experiments/new/", builder_form(model, name="plain"))
     assert plain.status_code == 302
@@ -58,9 +65,11 @@ def test_the_builder_saves_a_pack_with_a_floor_as_the_api_stores_it(alice):
 def test_an_edit_keeps_replaces_or_removes_the_stored_evaluation(alice):
     uploaded, judge = judged_set(alice.org), judge_endpoint(alice.org)
     stored = {
-        "set_id": str(uploaded.id), "judge_endpoint_id": str(judge.id), "concurrency": 3,
+        "set_id": str(uploaded.id),
+        "judge_endpoint_id": str(judge.id),
+        "concurrency": 3,
         "quality_floor": {"max_points_below_best": 2},
-    }  # fmt: skip
+    }
     experiment = make_experiment(alice.org, evaluation=stored)
     shown = builder.builder_form_from_experiment(experiment)
     payload, errors = builder.experiment_payload(shown)
@@ -81,18 +90,25 @@ def test_an_edit_keeps_replaces_or_removes_the_stored_evaluation(alice):
 
     assert save(description="changed elsewhere") == stored  # kept as it was
     replaced = save(
-        evaluation_source="pack:arithmetic", evaluation_judge_endpoint_id="",
-        evaluation_floor_kind="min_score", evaluation_floor_value="0.75",
-    )  # fmt: skip
+        evaluation_source="pack:arithmetic",
+        evaluation_judge_endpoint_id="",
+        evaluation_floor_kind="min_score",
+        evaluation_floor_value="0.75",
+    )
     assert replaced == {
         "pack": "arithmetic",
         "concurrency": 3,
         "quality_floor": {"min_score": 0.75},
     }
-    assert save(
-        evaluation_source="", evaluation_concurrency="", evaluation_floor_kind="",
-        evaluation_floor_value="",
-    ) == {}  # fmt: skip
+    assert (
+        save(
+            evaluation_source="",
+            evaluation_concurrency="",
+            evaluation_floor_kind="",
+            evaluation_floor_value="",
+        )
+        == {}
+    )
 
 
 def post_data(form: builder.BuilderForm) -> dict:
@@ -107,25 +123,49 @@ def post_data(form: builder.BuilderForm) -> dict:
 @pytest.mark.parametrize(
     ("change", "evaluation", "path", "slot"),
     [
-        ({"evaluation_source": f"set:{UNKNOWN}"}, {"set_id": UNKNOWN}, "evaluation.set_id",
-         "evaluation_source"),
-        ({"evaluation_source": "pack:trivia"}, {"pack": "trivia"}, "evaluation.pack",
-         "evaluation_source"),
-        ({"evaluation_source": "pack:arithmetic", "evaluation_concurrency": "0"},
-         {"pack": "arithmetic", "concurrency": 0}, "evaluation.concurrency",
-         "evaluation_concurrency"),
-        ({"evaluation_source": "pack:arithmetic", "evaluation_floor_kind": "min_score",
-          "evaluation_floor_value": "1.5"},
-         {"pack": "arithmetic", "quality_floor": {"min_score": 1.5}},
-         "evaluation.quality_floor.min_score", "evaluation_floor"),
-        ({"evaluation_source": "pack:arithmetic", "evaluation_floor_kind": "min_score"},
-         {"pack": "arithmetic", "quality_floor": {}}, "evaluation.quality_floor",
-         "evaluation_floor"),
-        ({"evaluation_floor_kind": "min_score", "evaluation_floor_value": "0.9"},
-         {"quality_floor": {"min_score": 0.9}}, "evaluation", "evaluation"),
+        (
+            {"evaluation_source": f"set:{UNKNOWN}"},
+            {"set_id": UNKNOWN},
+            "evaluation.set_id",
+            "evaluation_source",
+        ),
+        (
+            {"evaluation_source": "pack:trivia"},
+            {"pack": "trivia"},
+            "evaluation.pack",
+            "evaluation_source",
+        ),
+        (
+            {"evaluation_source": "pack:arithmetic", "evaluation_concurrency": "0"},
+            {"pack": "arithmetic", "concurrency": 0},
+            "evaluation.concurrency",
+            "evaluation_concurrency",
+        ),
+        (
+            {
+                "evaluation_source": "pack:arithmetic",
+                "evaluation_floor_kind": "min_score",
+                "evaluation_floor_value": "1.5",
+            },
+            {"pack": "arithmetic", "quality_floor": {"min_score": 1.5}},
+            "evaluation.quality_floor.min_score",
+            "evaluation_floor",
+        ),
+        (
+            {"evaluation_source": "pack:arithmetic", "evaluation_floor_kind": "min_score"},
+            {"pack": "arithmetic", "quality_floor": {}},
+            "evaluation.quality_floor",
+            "evaluation_floor",
+        ),
+        (
+            {"evaluation_floor_kind": "min_score", "evaluation_floor_value": "0.9"},
+            {"quality_floor": {"min_score": 0.9}},
+            "evaluation",
+            "evaluation",
+        ),
     ],
     ids=["unknown-set", "unknown-pack", "concurrency", "floor-range", "floor-blank", "no-source"],
-)  # fmt: skip
+)
 def test_a_refused_evaluation_is_shown_beside_its_input_with_the_apis_message(
     alice, change, evaluation, path, slot
 ):
@@ -140,15 +180,21 @@ def test_a_set_with_judge_items_needs_a_judge_in_the_builder_too(alice, charlie)
     uploaded, model = judged_set(alice.org), make_model(alice.org)
     form = builder_form(model, evaluation_source=f"set:{uploaded.id}")
     assert_refused_beside(
-        alice, form, "evaluation.judge_endpoint_id", "evaluation_judge_endpoint_id",
+        alice,
+        form,
+        "evaluation.judge_endpoint_id",
+        "evaluation_judge_endpoint_id",
         "The set has items scored by a judge",
-    )  # fmt: skip
+    )
     theirs = judge_endpoint(charlie.org)
     form["evaluation_judge_endpoint_id"] = str(theirs.id)
     assert_refused_beside(
-        alice, form, "evaluation.judge_endpoint_id", "evaluation_judge_endpoint_id",
+        alice,
+        form,
+        "evaluation.judge_endpoint_id",
+        "evaluation_judge_endpoint_id",
         "No such endpoint in this organization.",
-    )  # fmt: skip
+    )
     form["evaluation_judge_endpoint_id"] = str(judge_endpoint(alice.org).id)
     before = database_state()
     assert signed_in(alice).post("/o/acme/experiments/new/", form).status_code == 302
@@ -162,9 +208,12 @@ def test_another_tenants_set_is_not_offered_and_not_accepted(alice, charlie):
     page = signed_in(alice).get(reverse("experiment-new", args=["acme"])).content.decode()
     assert str(theirs.id) not in page
     assert_refused_beside(
-        alice, builder_form(model, evaluation_source=f"set:{theirs.id}"), "evaluation.set_id",
-        "evaluation_source", "No such evaluation set in this organization.",
-    )  # fmt: skip
+        alice,
+        builder_form(model, evaluation_source=f"set:{theirs.id}"),
+        "evaluation.set_id",
+        "evaluation_source",
+        "No such evaluation set in this organization.",
+    )
 
 
 @pytest.mark.parametrize(

@@ -58,8 +58,13 @@ def test_a_member_uploads_a_set_and_sees_its_summary(mallory):
     assert "Uploaded sums: 2 items" in page
     row = page.split(f'id="evaluation-set-{stored.id}"', 1)[1].split("</tr>", 1)[0]
     # Items, scorers by kind, how many have a reference, no judge, the licence stated.
-    for shown in ("<td class=\"num\">2</td>", "numeric 1, regex 1", '<td class="num">1</td>',
-                  "<td>no</td>", "CC0-1.0"):  # fmt: skip
+    for shown in (
+        '<td class="num">2</td>',
+        "numeric 1, regex 1",
+        '<td class="num">1</td>',
+        "<td>no</td>",
+        "CC0-1.0",
+    ):
         assert shown in row, shown
     # The built-in pack is listed beside the uploads, with its licence.
     assert 'id="pack-arithmetic"' in page and "no outside data" in page

@@ -942,15 +942,21 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
 @pytest.mark.parametrize(
     ("change", "path", "slot"),
     [
-        ({"capacity_search": "on", "capacity_max_probes": "0"}, "workload.capacity.max_probes",
-         "capacity_max_probes"),
+        (
+            {"capacity_search": "on", "capacity_max_probes": "0"},
+            "workload.capacity.max_probes",
+            "capacity_max_probes",
+        ),
         ({"slo_ttft_percentile": "42"}, "slos.ttft_percentile", "slo_ttft_percentile"),
         ({"slo_min_attainment_pct": "150"}, "slos.min_attainment_pct", "slo_min_attainment_pct"),
         ({"seed": "-1"}, "workload.seed", "seed"),
         ({"slo_confidence_pct": "100"}, "slos.confidence_pct", "slo_confidence_pct"),
         ({"max_extensions": "-1"}, "workload.max_extensions", "max_extensions"),
-        ({"search_strategy": "prune", "search_max_trials": "0"}, "search.max_trials",
-         "search_max_trials"),
+        (
+            {"search_strategy": "prune", "search_max_trials": "0"},
+            "search.max_trials",
+            "search_max_trials",
+        ),
         ({"search_strategy": "halving"}, "search.strategy", "search_strategy"),
     ],
     ids=[
@@ -963,7 +969,7 @@ def test_the_builder_round_trip_keeps_every_new_value(alice):
         "max-trials",
         "halving-no-capacity",
     ],
-)  # fmt: skip
+)
 def test_it_shows_a_new_inputs_error_beside_it_and_stores_nothing(alice, change, path, slot):
     model = make_model(alice.org)
     client = signed_in(alice)

@@ -36,7 +36,7 @@ SESSIONS = RESULT | {
         {"turn": 2, "requests": 31, "completed": 30, "mean_prompt_tokens": 454.0,
          "median_ttft_ms": 20.4, "p99_ttft_ms": 21.0},  # no TPOT: sent without
     ],
-}  # fmt: skip
+}  # fmt: skip  # a table
 
 
 def _run(org, experiment=None) -> tuple[Run, str]:
@@ -53,8 +53,9 @@ def _fed(run, token) -> None:
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     batch = [hello, started, phase, replayed, sessions, finished | {"seq": 6}]
-    response = agent.post(f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch},
-                          format="json")  # fmt: skip
+    response = agent.post(
+        f"/api/v1/agent/runs/{run.id}/messages/", {"messages": batch}, format="json"
+    )
     assert response.status_code == 200 and response.json()["rejected"] == []
 
 
@@ -94,8 +95,14 @@ def test_the_run_page_and_its_re_read_show_them(alice):
 def test_results_without_the_figures_or_with_them_malformed_show_the_rest(alice):
     run, _ = _run(alice.org)
     old = level(1, 1111.0, 40.0)  # before protocol 6: none of them
-    malformed = level(2, 2222.0, 40.0, send_lateness="soon", replay={"requests": "many"},
-                      turns=[{"turn": "first"}])  # fmt: skip
+    malformed = level(
+        2,
+        2222.0,
+        40.0,
+        send_lateness="soon",
+        replay={"requests": "many"},
+        turns=[{"turn": "first"}],
+    )
     add_trial(run, 0, {"max_num_seqs": 64}, [old, malformed])
     response = signed_in(alice).get(f"/o/acme/runs/{run.id}/")
     assert response.status_code == 200
@@ -109,8 +116,10 @@ def session_run(experiment, ttft_by_turn: tuple[float, float], hit_rate: float) 
     """A run of one trial with a session level (its turns' TTFT p50) and a replayed rate
     level, the server's prefix-cache hit rate on the session level."""
     run, _ = _run(experiment.organization, experiment)
-    turns = [turn | {"median_ttft_ms": ttft} for turn, ttft in zip(SESSIONS["turns"], ttft_by_turn,
-                                                                    strict=True)]  # fmt: skip
+    turns = [
+        turn | {"median_ttft_ms": ttft}
+        for turn, ttft in zip(SESSIONS["turns"], ttft_by_turn, strict=True)
+    ]
     trial = add_trial(run, 0, {"max_num_seqs": 64}, [SESSIONS | {"turns": turns}])
     sessions = trial.measurements.get()
     sessions.server_metrics = {"prefix_cache_hit_rate": hit_rate, "prefix_cache_hits": 1}

@@ -97,7 +97,7 @@ def test_blank_session_inputs_leave_the_protocols_defaults(alice):
         ({"system_len": "many"}, "workload.dataset.system_len", "system_len", "integer"),
     ],
     ids=["endpoint", "turns", "context", "think", "message", "system"],
-)  # fmt: skip
+)  # fmt: skip  # a table
 def test_a_refused_session_option_is_shown_beside_its_input(alice, change, path, slot, message):
     model = make_model(alice.org)
     form = session_form(model) | change

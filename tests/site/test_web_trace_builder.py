@@ -110,7 +110,7 @@ def test_burstgpt_filters_go_through_the_builder_beside_the_experiments_model(al
          "kind &#x27;azure&#x27; needs Azure LLM inference trace (CSV)"),
     ],
     ids=["filter", "window", "format"],
-)  # fmt: skip
+)  # fmt: skip  # a table
 def test_a_refused_trace_option_is_shown_beside_its_input(alice, change, path, slot, message):
     model = make_model(alice.org)
     dataset = trace(alice.org, "burstgpt", "burst")

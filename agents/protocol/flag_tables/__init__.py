@@ -19,8 +19,15 @@ from pathlib import Path
 from agents.protocol.versions import VersionKey, parse_vllm_version
 
 _HERE = Path(__file__).resolve().parent
-_ACTIONS = ("store", "append", "store_true", "store_false", "store_const", "count",
-            "boolean_optional")  # fmt: skip
+_ACTIONS = (
+    "store",
+    "append",
+    "store_true",
+    "store_false",
+    "store_const",
+    "count",
+    "boolean_optional",
+)
 _TYPES = ("int", "float", "str", "bool", "json", "none")
 
 

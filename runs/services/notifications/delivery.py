@@ -58,8 +58,11 @@ def delivery_attempt(delivery_id) -> float | None:
     if error:
         logger.warning(
             "notification %s to hook %s: attempt %d %s",
-            delivery.id, delivery.hook_id, delivery.attempts, error,
-        )  # fmt: skip
+            delivery.id,
+            delivery.hook_id,
+            delivery.attempts,
+            error,
+        )
     return retry_in
 
 

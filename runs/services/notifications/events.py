@@ -67,8 +67,11 @@ def notify_regression(firing) -> None:
     run, gate = firing.run, firing.gate
     name = firing.schedule.experiment.name
     worst = gate["regressions"][0] if gate.get("regressions") else None
-    detail = f": {worst['metric']} at {worst['config']} {worst['level']}, {worst['change']}" \
-        if worst else ""  # fmt: skip
+    detail = (
+        f": {worst['metric']} at {worst['config']} {worst['level']}, {worst['change']}"
+        if worst
+        else ""
+    )
     notify(
         org_id=run.organization_id,
         event=NotificationEvent.REGRESSION_DETECTED,
@@ -110,8 +113,10 @@ def notify_budget_use(*, org: Organization, month: datetime.date) -> None:
     after it records the active runs' costs, and at each run's end."""
     from runs.selectors.spend import budget_capping_month, org_month_spend_usd
 
-    if not any(hooks_for(org.id, event) for event in (NotificationEvent.BUDGET_80,
-                                                        NotificationEvent.BUDGET_100)):  # fmt: skip
+    if not any(
+        hooks_for(org.id, event)
+        for event in (NotificationEvent.BUDGET_80, NotificationEvent.BUDGET_100)
+    ):
         return
     budget = budget_capping_month(org.budgets.all(), month)
     if budget is None or not budget.limit_usd:
@@ -124,9 +129,12 @@ def notify_budget_use(*, org: Organization, month: datetime.date) -> None:
                 event=event,
                 key=f"{event}:{budget.id}:{month.isoformat()}:{budget.limit_usd}",
                 summary=(
-                    f"{share} % of the {month:%B %Y} budget used: ${spend} of "
-                    f"${budget.limit_usd}"
+                    f"{share} % of the {month:%B %Y} budget used: ${spend} of ${budget.limit_usd}"
                 ),
-                data={"month": month.isoformat(), "spend_usd": str(spend),
-                      "budget_usd": str(budget.limit_usd), "share": share},
-            )  # fmt: skip
+                data={
+                    "month": month.isoformat(),
+                    "spend_usd": str(spend),
+                    "budget_usd": str(budget.limit_usd),
+                    "share": share,
+                },
+            )

@@ -77,9 +77,15 @@ def _recipients(text: str) -> tuple[list[str], str | None]:
 
 
 def hook_create(
-    *, org: Organization, actor: Actor, name: str, kind: str, events: list, url: str = "",
+    *,
+    org: Organization,
+    actor: Actor,
+    name: str,
+    kind: str,
+    events: list,
+    url: str = "",
     email_to: str = "",
-) -> HookCreated:  # fmt: skip
+) -> HookCreated:
     """A new hook (checked field by field: ``DomainValidationError`` names each; ``Conflict``
     when the organization has all the hooks it may keep); a webhook gets a signing secret,
     returned once; an e-mail hook's addresses are asked to confirm it (``RateLimited``,
@@ -127,8 +133,13 @@ def hook_create(
         with transaction.atomic():
             hook_cap_check(org=org)
             hook.save()
-            audit_record(org=org, actor=actor, event="notification_hook.create", target=hook,
-                         after=_audited(hook))  # fmt: skip
+            audit_record(
+                org=org,
+                actor=actor,
+                event="notification_hook.create",
+                target=hook,
+                after=_audited(hook),
+            )
             if kind == HookKind.EMAIL:
                 summary = f"Confirmation asked of the addresses of “{hook.name}”."
                 _sent_on_request(hook, NotificationEvent.HOOK_CONFIRM, summary)
@@ -140,14 +151,25 @@ def hook_create(
 
 
 def _audited(hook: NotificationHook) -> dict:
-    return {"name": hook.name, "kind": hook.kind, "host": hook.url_host,
-            "email_to": hook.email_to, "events": hook.events, "enabled": hook.enabled}  # fmt: skip
+    return {
+        "name": hook.name,
+        "kind": hook.kind,
+        "host": hook.url_host,
+        "email_to": hook.email_to,
+        "events": hook.events,
+        "enabled": hook.enabled,
+    }
 
 
 def hook_delete(*, hook: NotificationHook, actor: Actor) -> None:
     with transaction.atomic():
-        audit_record(org=hook.organization, actor=actor, event="notification_hook.delete",
-                     target=hook, before=_audited(hook))  # fmt: skip
+        audit_record(
+            org=hook.organization,
+            actor=actor,
+            event="notification_hook.delete",
+            target=hook,
+            before=_audited(hook),
+        )
         hook.delete()
 
 

@@ -26,9 +26,12 @@ def notify(*, org_id, event: str, key: str, summary: str, data: dict) -> Notific
     try:
         with transaction.atomic():  # a savepoint: a duplicate leaves the caller's work whole
             notification = Notification.objects.create(
-                organization_id=org_id, event=event, key=key[:200], summary=summary[:500],
+                organization_id=org_id,
+                event=event,
+                key=key[:200],
+                summary=summary[:500],
                 data=data,
-            )  # fmt: skip
+            )
     except IntegrityError:
         return None
     deliveries = NotificationDelivery.objects.bulk_create(

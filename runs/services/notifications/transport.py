@@ -81,8 +81,9 @@ def _post(url: str, body: bytes, headers: dict) -> Attempt:
     except OutboundRefused as refused:
         return Attempt(error=f"refused: {refused}")
     try:
-        with outbound_request(target, "POST", headers=headers, content=body,
-                              timeout=TIMEOUT_SECONDS) as response:  # fmt: skip
+        with outbound_request(
+            target, "POST", headers=headers, content=body, timeout=TIMEOUT_SECONDS
+        ) as response:
             status = response.status_code
     except httpx.TimeoutException:
         return Attempt(error="timed out")

@@ -29,8 +29,14 @@ class FakeGpu:
     temperature_c: int = 35
 
     def line(self) -> str:
-        readings = (self.utilization_pct, self.memory_used_mib, self.memory_total_mib,
-                    self.power_mw, self.sm_clock_mhz, self.temperature_c)  # fmt: skip
+        readings = (
+            self.utilization_pct,
+            self.memory_used_mib,
+            self.memory_total_mib,
+            self.power_mw,
+            self.sm_clock_mhz,
+            self.temperature_c,
+        )
         return "|".join((self.name, *map(str, readings)))
 
 
@@ -41,7 +47,7 @@ def build(directory: Path) -> Path:
         ["cc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", f"-Wl,-soname,{SONAME}",
          "-o", str(library), str(SOURCE)],
         check=True,
-    )  # fmt: skip
+    )  # fmt: skip  # flag, value
     return library
 
 
