@@ -7,8 +7,10 @@ Guarantees:
   evaluation): an uploaded set of the organization (``set_id``) or a built-in pack
   (``pack``), never both; a judge endpoint of the organization when the set has judge items;
   the concurrency it is run at; and an optional quality floor.
-- A quality floor is an absolute score (``min_score``, 0–1) or a distance from the best
-  configuration (``max_points_below_best``, percentage points), not both.
+- A quality floor is one of: an absolute score (``min_score``, 0–1), a distance from the
+  run's best configuration (``max_points_below_best``, percentage points), or a distance
+  from the best model's score on the same evaluation (``max_points_below_best_model``,
+  percentage points; ``runs.selectors.model_floor``).
 - ``evaluation_check`` returns the evaluation as it will be stored, or reports every problem
   by field (``evaluation.set_id``, ``evaluation.quality_floor.min_score`` …).
 - ``builtin_packs`` describes every pack an experiment may name, as the pages show them.
@@ -38,11 +40,17 @@ class QualityFloor(protocol.StrictModel):
 
     min_score: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     max_points_below_best: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None
+    max_points_below_best_model: (
+        Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None
+    ) = None
 
     @pydantic.model_validator(mode="after")
     def _one_floor(self) -> QualityFloor:
-        if (self.min_score is None) == (self.max_points_below_best is None):
-            raise ValueError("give min_score or max_points_below_best, one of them")
+        given = [name for name, value in self if value is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give min_score, max_points_below_best or max_points_below_best_model, one of them"
+            )
         return self
 
 

@@ -333,9 +333,17 @@ class EndpointPrice:
 
 
 def run_quality_floor(run: Run) -> dict | None:
-    """The experiment's quality floor as the run started (``min_score`` or
-    ``max_points_below_best``); None: none (also for a run frozen before floors were)."""
+    """The experiment's quality floor as the run started (``min_score``,
+    ``max_points_below_best`` or ``max_points_below_best_model``); None: none (also for a
+    run frozen before floors were)."""
     return run.experiment_snapshot.get("quality_floor") or None
+
+
+def run_evaluation_source(run: Run) -> tuple[str | None, str | None]:
+    """What the run's trials were scored on, as started: (built-in pack, uploaded set's
+    sha256), one of them; (None, None) for a run without an evaluation."""
+    evaluation = run.job_spec.get("evaluation") or {}
+    return evaluation.get("pack"), evaluation.get("set_sha256")
 
 
 def run_endpoint(run: Run) -> dict | None:

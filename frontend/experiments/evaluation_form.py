@@ -19,7 +19,7 @@ CONCURRENCY = "evaluation_concurrency"
 FLOOR_KIND = "evaluation_floor_kind"
 FLOOR_VALUE = "evaluation_floor_value"
 EVALUATION_INPUTS = (SOURCE, JUDGE, CONCURRENCY, FLOOR_KIND, FLOOR_VALUE)
-FLOOR_KINDS = ("min_score", "max_points_below_best")
+FLOOR_KINDS = ("min_score", "max_points_below_best", "max_points_below_best_model")
 
 # Where the API's evaluation paths are shown: evaluation.<name> → the input's error slot.
 EVALUATION_SLOTS = {

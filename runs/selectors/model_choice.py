@@ -7,7 +7,9 @@ their best fixed level's cost; each figure keeps both.
 
 Only configurations that keep their run's quality floor are ranked
 (``runs.selectors.report_quality``: the rule of the run's answer); the others are listed in
-``excluded_for_quality`` with the reason. A ranked configuration without a score is marked
+``excluded_for_quality`` with the reason (a floor below the best model is measured from
+the best score on the same evaluation among the comparable experiments:
+``runs.selectors.model_floor``). A ranked configuration without a score is marked
 ``quality not judged: …`` (``quality_not_judged``), never excluded."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from runs.models import Experiment, Promotion, PromotionState
+from runs.selectors.model_floor import comparable_experiments
 from runs.selectors.report_quality import FigureQuality, figure_json, figures_quality
 from runs.selectors.trial_figures import TENTH, TrialFigure, cost_order, trial_figures
 
@@ -90,12 +93,7 @@ class ModelChoice:
 def model_choice(*, experiment: Experiment) -> ModelChoice:
     """See ``ModelChoice``."""
     org = experiment.organization
-    comparable = [
-        other
-        for other in Experiment.objects.filter(organization=org).select_related("model")
-        if other.id == experiment.id
-        or (other.workload == experiment.workload and (other.slos or {}) == (experiment.slos or {}))
-    ]
+    comparable = comparable_experiments(experiment)
     figures = trial_figures(org=org, experiments=comparable)
     quality = figures_quality(org=org, figures=figures)
     measured = sorted((f for f in figures if not f.simulated), key=cost_order)

@@ -14,7 +14,10 @@ Guarantees:
   that have a cost to rank by (a relative floor's best is that run's): the rule and the
   candidates of the run's answer wherever each candidate has a capacity at the SLOs, so a
   report ranks no configuration that its run's answer excluded for quality. Scores of
-  different runs are never held against each other.
+  different runs are never held against each other, except by a floor below the best model
+  (``max_points_below_best_model``), whose best is the best score on the run's evaluation
+  among its experiment's comparable experiments (``runs.selectors.model_floor
+  .model_bests``, as the run's answer reads it).
 - Each quality names its evaluation (``evaluation_key``: a built-in pack by name, an
   uploaded set by its file's digest; ``evaluation``: in words): scores on different
   evaluations are not on one scale, and the charts keep them apart.
@@ -37,9 +40,11 @@ from runs.run_as_started import (
     QUALITY_FLOOR_PATH,
     frozen_value,
 )
+from runs.selectors.model_floor import evaluation_key, model_bests
 from runs.selectors.trial_quality import (
     SIMULATED_NOTE,
     FloorStanding,
+    is_model_floor,
     quality_floor_standings,
     unjudged_note,
 )
@@ -132,13 +137,14 @@ def _evaluated_runs(org: Organization) -> dict[UUID, _RunEvaluation]:
     }
     runs = {}
     for row in rows:
+        key = evaluation_key(row.frozen_pack, row.frozen_set_sha256) or "set:"
         if row.frozen_pack:
-            key, label = f"pack:{row.frozen_pack}", f"pack {row.frozen_pack}"
+            label = f"pack {row.frozen_pack}"
         else:
             sha = row.frozen_set_sha256 or ""
             # A set deleted since its runs is named by its digest: the runs keep its scores.
             name = names.get(row.frozen_set_id or "")
-            key, label = f"set:{sha}", f"set {name}" if name else f"set {sha[:12]}"
+            label = f"set {name}" if name else f"set {sha[:12]}"
         runs[row.id] = _RunEvaluation(key=key, label=label, floor=row.frozen_floor or None)
     return runs
 
@@ -175,10 +181,19 @@ def figures_quality(
     for figure in figures:
         if figure.ranking_usd_per_million is not None:
             by_run.setdefault(figure.run_id, []).append(figure)
+    # The best models, read once for every run whose floor is measured from them.
+    model_floored = {
+        figures[0].experiment
+        for run_id, figures in by_run.items()
+        if is_model_floor(evaluated[run_id].floor)
+    }
+    bests = model_bests(org=org, experiments=model_floored) if model_floored else {}
     for run_id, priced in by_run.items():
+        run = evaluated[run_id]
         standings = quality_floor_standings(
-            evaluated[run_id].floor,
+            run.floor,
             {f.trial_index: _as_answer_quality(qualities[f.trial_id]) for f in priced},
+            bests.get((priced[0].experiment.id, run.key)),
         )
         for figure in priced:
             if figure.trial_index in standings:

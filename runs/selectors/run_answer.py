@@ -25,8 +25,10 @@ Guarantees:
   experiment's own image when it compares several).
 - A run whose experiment sets a quality floor (frozen when it started,
   ``runs.run_as_started.run_quality_floor``) ranks only the configurations that keep it
-  (``runs.selectors.trial_quality.quality_floor_exclusions``: absolute, or within N
-  percentage points of the best priced configuration's score); the others are listed in
+  (``runs.selectors.trial_quality.quality_floor_exclusions``: absolute, within N
+  percentage points of the best priced configuration's score, or within N points of the
+  best model's score on the run's evaluation among comparable experiments,
+  ``runs.selectors.model_floor.run_model_best``); the others are listed in
   ``excluded_for_quality`` with the reason, after the ranked ones. A configuration without
   a score stays in, marked ``quality not judged`` (why: not scored yet, or simulated) in its
   ``quality_floor`` and in ``quality_not_judged``. Each configuration's ``quality_floor``
@@ -35,7 +37,8 @@ Guarantees:
   candidate, named with its image.
 - Each configuration carries its exact ``vllm serve`` command, as promotion would ship it.
 - Simulated runs say so (``simulated``): their figures are the modelled hardware's.
-- Pure reads of the run's own rows.
+- Pure reads of the run's own rows (and, for a floor below the best model, of its
+  organization's scores on the same evaluation).
 """
 
 from __future__ import annotations
@@ -52,8 +55,11 @@ from runs.models import Run, Trial
 from runs.recipes import trial_recipe
 from runs.run_as_started import run_is_simulated, run_quality_floor
 from runs.selectors.level_results import stored_level_result
+from runs.selectors.model_floor import run_model_best
 from runs.selectors.trial_costs import trial_costs, trial_gpu_share
 from runs.selectors.trial_quality import (
+    ModelBest,
+    is_model_floor,
     quality_floor_standings,
     quality_floor_text,
     run_quality,
@@ -351,7 +357,9 @@ def run_answer(*, run: Run) -> RunAnswer:
         key=lambda c: c.usd_per_million_output_tokens,
     )
     floor = run_quality_floor(run) if quality else None
-    priced, excluded, unjudged = _apply_floor(floor, priced)
+    # A floor below the best model is measured from scores beyond this run's.
+    best_model = run_model_best(run) if is_model_floor(floor) else None
+    priced, excluded, unjudged = _apply_floor(floor, priced, best_model)
     winner = priced[0] if priced else None
     runner_up = priced[1] if len(priced) > 1 else None
     margin = cost_margin(winner, runner_up) if winner and runner_up else None
@@ -387,11 +395,11 @@ def _listed(config: ConfigAnswer, reason: str) -> dict:
 
 
 def _apply_floor(
-    floor: dict | None, priced: list[ConfigAnswer]
+    floor: dict | None, priced: list[ConfigAnswer], best_model: ModelBest | None
 ) -> tuple[list[ConfigAnswer], list[ConfigAnswer], list[ConfigAnswer]]:
     """``priced`` split by ``floor``: those ranked (unjudged ones included), those excluded,
     and the ranked ones without a score; each marked with how it stands."""
-    standings = quality_floor_standings(floor, {c.trial: c.quality for c in priced})
+    standings = quality_floor_standings(floor, {c.trial: c.quality for c in priced}, best_model)
     if not standings:
         return priced, [], []
     kept, excluded, unjudged = [], [], []

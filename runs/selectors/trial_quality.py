@@ -16,7 +16,10 @@ Guarantees:
 - ``quality_floor_exclusions`` applies an experiment's quality floor to the candidates'
   scores: absolute (``min_score``: score ≥ it) or relative (``max_points_below_best``:
   score ≥ the best candidate's score − N points, a point being a percentage point of the
-  0–1 score, 0.01). A candidate without a score is never excluded: it is "quality not
+  0–1 score, 0.01) or model-relative (``max_points_below_best_model``: score ≥ the best
+  model's score on the same evaluation − N points, the best as
+  ``runs.selectors.model_floor`` reads it and the caller passes it; none read: nothing is
+  excluded). A candidate without a score is never excluded: it is "quality not
   judged" and says why. ``quality_floor_standings`` words each candidate's standing: the
   one rule the run's answer, the reports and promotions hold configurations to.
 """
@@ -34,6 +37,8 @@ SIMULATED_NOTE = "quality not judged: simulated"
 MEETS_FLOOR = "meets the quality floor"
 PENDING_NOTE = "not scored yet"
 NOT_JUDGED = "quality not judged"
+# The floor measured from the best model's score on the same evaluation (not the run's).
+MODEL_FLOOR = "max_points_below_best_model"
 # Scores are floats from sums of item scores: a score exactly at the floor meets it.
 _FLOOR_TOLERANCE = 1e-9
 # A trial serves the model's own weights and KV cache at 16 bits unless one of these says
@@ -161,17 +166,40 @@ def _percent(score: float) -> str:
     return f"{score * 100:.1f} %"
 
 
+@dataclass(frozen=True)
+class ModelBest:
+    """The best measured score on one evaluation among comparable experiments' configurations
+    (``runs.selectors.model_floor``) and the model that scored it."""
+
+    score: float
+    model: str
+
+
+def is_model_floor(floor: dict | None) -> bool:
+    """Whether ``floor`` is measured from the best model's score (``MODEL_FLOOR``)."""
+    return bool(floor) and floor.get(MODEL_FLOOR) is not None
+
+
 def quality_floor_text(floor: dict) -> str:
-    """The floor in words: ``a score of at least 90.0 %`` or ``at most 2 points below the
-    best configuration's score``."""
+    """The floor in words: ``a score of at least 90.0 %``, ``at most 2 points below the
+    best configuration's score`` or ``at most 5 points below the best model's score on the
+    same evaluation``."""
     if floor.get("min_score") is not None:
         return f"a score of at least {_percent(floor['min_score'])}"
+    if is_model_floor(floor):
+        return (
+            f"at most {floor[MODEL_FLOOR]:g} points below the best model's score "
+            "on the same evaluation"
+        )
     return f"at most {floor['max_points_below_best']:g} points below the best configuration's score"
 
 
-def quality_floor_exclusions(floor: dict | None, scores: dict[int, float | None]) -> dict[int, str]:
+def quality_floor_exclusions(
+    floor: dict | None, scores: dict[int, float | None], best_model: ModelBest | None = None
+) -> dict[int, str]:
     """The candidates (trial index → score, None: not judged) that ``floor`` excludes, each
-    with the reason in words; {} without a floor (module docstring)."""
+    with the reason in words; {} without a floor (module docstring). ``best_model``: the
+    best model's score for a ``MODEL_FLOOR`` floor (None: none measured, none excluded)."""
     if not floor:
         return {}
     judged = {trial: score for trial, score in scores.items() if score is not None}
@@ -183,6 +211,18 @@ def quality_floor_exclusions(floor: dict | None, scores: dict[int, float | None]
             trial: f"score {_percent(score)} is below the floor of {_percent(least)}"
             for trial, score in judged.items()
             if score < least - _FLOOR_TOLERANCE
+        }
+    if is_model_floor(floor):
+        if best_model is None:
+            return {}
+        allowed = float(floor[MODEL_FLOOR])
+        return {
+            trial: (
+                f"score {_percent(score)} is more than {allowed:g} points below the best "
+                f"model's {_percent(best_model.score)} ({best_model.model})"
+            )
+            for trial, score in judged.items()
+            if score < best_model.score - allowed / 100 - _FLOOR_TOLERANCE
         }
     allowed = float(floor["max_points_below_best"])
     best_trial = max(judged, key=lambda trial: (judged[trial], -trial))
@@ -211,14 +251,15 @@ class FloorStanding:
 
 
 def quality_floor_standings(
-    floor: dict | None, candidates: dict[int, dict | None]
+    floor: dict | None, candidates: dict[int, dict | None], best_model: ModelBest | None = None
 ) -> dict[int, FloorStanding]:
     """Each candidate (trial index → its quality as ``TrialQuality.as_json`` gives it, None:
-    none) against ``floor`` by ``quality_floor_exclusions``; {} without a floor."""
+    none) against ``floor`` by ``quality_floor_exclusions`` (``best_model`` as there); {}
+    without a floor."""
     if not floor:
         return {}
     scores = {trial: (quality or {}).get("score") for trial, quality in candidates.items()}
-    reasons = quality_floor_exclusions(floor, scores)
+    reasons = quality_floor_exclusions(floor, scores, best_model)
     standings = {}
     for trial, quality in candidates.items():
         if trial in reasons:

@@ -152,6 +152,19 @@ def test_an_experiment_names_a_set_or_a_pack_with_a_quality_floor(alice):
     assert check(alice, pack, model=model).status_code == 200
 
 
+def test_a_floor_below_the_best_model_is_stored_as_given(alice):
+    evaluation = {"pack": "arithmetic", "quality_floor": {"max_points_below_best_model": 5}}
+    response = alice.client().post(
+        reverse("experiment-list", kwargs={"org": "acme"}),
+        experiment_payload(make_model(alice.org).id, evaluation=evaluation),
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["evaluation"] == evaluation | {"concurrency": 4}
+    stored = Experiment.objects.get(id=response.json()["id"]).evaluation
+    assert stored["quality_floor"] == {"max_points_below_best_model": 5}
+
+
 def test_an_unused_set_is_deleted_and_audited(alice):
     set_id = upload(alice, pack_bytes("arithmetic")).json()["id"]
     detail = reverse("evaluation-set-detail", kwargs={"org": "acme", "pk": set_id})
@@ -173,6 +186,13 @@ def test_an_unused_set_is_deleted_and_audited(alice):
          "evaluation.quality_floor.min_score", "less than or equal to 1"),
         ({"pack": "arithmetic", "quality_floor": {"min_score": 0.5, "max_points_below_best": 1}},
          "evaluation.quality_floor", "one of them"),
+        ({"pack": "arithmetic",
+          "quality_floor": {"max_points_below_best": 1, "max_points_below_best_model": 1}},
+         "evaluation.quality_floor", "one of them"),
+        ({"pack": "arithmetic", "quality_floor": {"max_points_below_best_model": 0}},
+         "evaluation.quality_floor.max_points_below_best_model", "greater than 0"),
+        ({"pack": "arithmetic", "quality_floor": {"max_points_below_best_model": 101}},
+         "evaluation.quality_floor.max_points_below_best_model", "less than or equal to 100"),
         ({"pack": "arithmetic", "concurrency": 0}, "evaluation.concurrency", "greater than"),
         ({"pack": "arithmetic", "judge_endpoint_id": "00000000-0000-0000-0000-000000000001"},
          "evaluation.judge_endpoint_id", "No such endpoint"),

@@ -12,6 +12,7 @@ import json
 import pytest
 from django.urls import reverse
 
+from agents.evaluation.packs import pack_bytes
 from agents.hardware import MODEL_PRESETS
 from runs.actors import Actor
 from runs.errors import DomainValidationError
@@ -20,9 +21,10 @@ from runs.selectors.model_choice import model_choice
 from runs.selectors.models_report import models_report
 from runs.selectors.run_answer import run_answer
 from runs.selectors.trial_quality import SIMULATED_NOTE
+from runs.services.evaluations import evaluation_set_upload
 from runs.services.promotions import promotion_approve, promotion_propose
 
-from .conftest import make_model, signed_in
+from .conftest import SYSTEM, make_experiment, make_model, signed_in
 from .test_trial_evaluations import (
     REFERENCE,
     floored_run,
@@ -288,3 +290,135 @@ def test_a_trial_is_only_judged_by_its_own_runs_floor(alice):
     assert choice.quality_of(ranked).score == 0.0
     assert choice.quality_of(ranked).standing is None
     assert [f.run_id for f in choice.excluded_for_quality] == [llama.id]
+
+
+# --- A floor below the best model ------------------------------------------------------------
+
+MODEL_FLOOR = {"max_points_below_best_model": 5}
+
+
+def _small(org, floor=None):
+    """Llama: one trial at $0.25 per 1M scoring 80 % on the arithmetic pack, under
+    ``floor`` (default: 5 points below the best model)."""
+    small = floored_run(org, floor or MODEL_FLOOR)
+    priced_trial(small, 0, 4000.0)
+    ingest(small, report(small, 0, 0, REFERENCE))
+    return small
+
+
+def _small_and_big(org, small_floor=None):
+    """``_small`` and Qwen (one trial at $1 per 1M scoring 90 %, no floor), both on the
+    arithmetic pack, for the same workload and SLOs."""
+    small = _small(org, small_floor)
+    big = floored_run(org, None, make_model(org, **MODEL_PRESETS["qwen2.5-7b"].registered))
+    priced_trial(big, 0, 1000.0)
+    ingest(big, report(big, 0, 0, NINE_OF_TEN))
+    return small, big
+
+
+def _model_reason(big) -> str:
+    model = big.experiment.model.name
+    return f"score 80.0 % is more than 5 points below the best model's 90.0 % ({model})"
+
+
+def test_a_floor_below_the_best_model_excludes_the_smaller_model(alice):
+    # Held to its own run's best configuration, the smaller model's only trial keeps it.
+    small, big = _small_and_big(alice.org, {"max_points_below_best": 5})
+    choice = model_choice(experiment=small.experiment)
+    assert [f.run_id for f in choice.measured] == [small.id, big.id]
+    assert choice.excluded_for_quality == []
+
+    small.experiment_snapshot["quality_floor"] = MODEL_FLOOR
+    small.save(update_fields=["experiment_snapshot"])
+    choice = model_choice(experiment=small.experiment)
+    assert [f.run_id for f in choice.measured] == [big.id]
+    assert [f.run_id for f in choice.excluded_for_quality] == [small.id]
+    (excluded,) = choice.excluded_for_quality
+    assert choice.quality_of(excluded).standing.reason == _model_reason(big)
+    data = choice_api(alice, small.experiment)
+    assert data["recommended"]["run"] == str(big.id)
+    assert data["excluded_for_quality"][0]["reason"] == _model_reason(big)
+
+    report_data = api(alice, "reports-models")
+    assert [(x["run"], x["reason"]) for x in report_data["excluded_for_quality"]] == [
+        (str(small.id), _model_reason(big))
+    ]
+
+
+def test_the_runs_answer_and_promotions_hold_the_floor_below_the_best_model(alice, mallory):
+    small, big = _small_and_big(alice.org)
+    answer = run_answer(run=small)
+    assert answer.winner is None
+    assert answer.excluded_for_quality == [
+        {"trial": 0, "image_tag": "", "reason": _model_reason(big)}
+    ]
+    assert answer.quality_floor_text == (
+        "at most 5 points below the best model's score on the same evaluation"
+    )
+    with pytest.raises(DomainValidationError) as refused:
+        promotion_propose(
+            membership=_member(mallory), actor=_actor(mallory), trial=small.trials.get(index=0)
+        )
+    assert _model_reason(big) in refused.value.fields["trial"][0]
+    # Within the allowance, it keeps the floor: 80 % is 10 points below the best.
+    small.experiment_snapshot["quality_floor"] = {"max_points_below_best_model": 10}
+    small.save(update_fields=["experiment_snapshot"])
+    answer = run_answer(run=small)
+    assert answer.winner.trial == 0 and answer.excluded_for_quality == []
+    assert answer.winner.quality_floor == "meets the quality floor"
+
+
+def test_scores_on_another_evaluation_are_never_the_best_models(alice):
+    small, big = _small_and_big(alice.org)
+    uploaded = evaluation_set_upload(
+        org=alice.org, actor=SYSTEM, name="maths", raw=pack_bytes("arithmetic")
+    )
+    # The same items, uploaded as a set: another evaluation (named by its digest).
+    big.job_spec["evaluation"] = {"set_id": str(uploaded.id), "set_sha256": uploaded.sha256}
+    big.save(update_fields=["job_spec"])
+    assert run_answer(run=small).excluded_for_quality == []
+    choice = model_choice(experiment=small.experiment)
+    assert [f.run_id for f in choice.measured] == [small.id, big.id]
+    assert choice.quality_of(choice.measured[0]).floor_text == "meets the quality floor"
+
+
+def test_another_experiments_workload_or_tenants_scores_are_never_the_best_models(alice, charlie):
+    small, big = _small_and_big(alice.org)
+    big.experiment.workload = big.experiment.workload | {"requests_per_level": 50}
+    big.experiment.save(update_fields=["workload"])
+    assert run_answer(run=small).excluded_for_quality == []
+    _, theirs = _small_and_big(charlie.org, {"min_score": 0.1})  # 90 % in charlie's org
+    assert theirs.organization == charlie.org
+    assert run_answer(run=small).excluded_for_quality == []
+    assert model_choice(experiment=small.experiment).excluded_for_quality == []
+
+
+def test_simulated_scores_never_count_toward_the_best_model(alice):
+    small = _small(alice.org)
+    experiment = make_experiment(
+        alice.org,
+        small.experiment.model,
+        name="simulated",
+        engine="sim",
+        engine_image_tag="",
+        evaluation={"pack": "arithmetic", "quality_floor": MODEL_FLOOR},
+    )
+    simulated = priced_run(alice.org, experiment)
+    priced_trial(simulated, 0, 8000.0)
+    # Whatever was stored for it, a simulated trial's score is not a measurement.
+    TrialEvaluation.objects.create(
+        organization=alice.org,
+        trial=simulated.trials.get(index=0),
+        score=1.0,
+        score_low=0.7,
+        score_high=1.0,
+        items=10,
+        scored=10,
+    )
+    assert run_answer(run=small).excluded_for_quality == []
+    choice = model_choice(experiment=small.experiment)
+    assert [f.run_id for f in choice.measured] == [small.id]
+    assert choice.excluded_for_quality == []
+    # Nor is it ever excluded: its quality is not judged.
+    answer = run_answer(run=simulated)
+    assert answer.excluded_for_quality == [] and answer.winner.quality_floor == SIMULATED_NOTE

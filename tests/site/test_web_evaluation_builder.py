@@ -100,6 +100,12 @@ def test_an_edit_keeps_replaces_or_removes_the_stored_evaluation(alice):
         "concurrency": 3,
         "quality_floor": {"min_score": 0.75},
     }
+    below_model = save(
+        evaluation_floor_kind="max_points_below_best_model", evaluation_floor_value="5"
+    )
+    assert below_model["quality_floor"] == {"max_points_below_best_model": 5}
+    page = client.get(edit).content.decode()
+    assert 'value="max_points_below_best_model" selected' in page
     assert (
         save(
             evaluation_source="",
@@ -152,6 +158,16 @@ def post_data(form: builder.BuilderForm) -> dict:
             "evaluation_floor",
         ),
         (
+            {
+                "evaluation_source": "pack:arithmetic",
+                "evaluation_floor_kind": "max_points_below_best_model",
+                "evaluation_floor_value": "0",
+            },
+            {"pack": "arithmetic", "quality_floor": {"max_points_below_best_model": 0}},
+            "evaluation.quality_floor.max_points_below_best_model",
+            "evaluation_floor",
+        ),
+        (
             {"evaluation_source": "pack:arithmetic", "evaluation_floor_kind": "min_score"},
             {"pack": "arithmetic", "quality_floor": {}},
             "evaluation.quality_floor",
@@ -164,7 +180,15 @@ def post_data(form: builder.BuilderForm) -> dict:
             "evaluation",
         ),
     ],
-    ids=["unknown-set", "unknown-pack", "concurrency", "floor-range", "floor-blank", "no-source"],
+    ids=[
+        "unknown-set",
+        "unknown-pack",
+        "concurrency",
+        "floor-range",
+        "model-floor-range",
+        "floor-blank",
+        "no-source",
+    ],
 )
 def test_a_refused_evaluation_is_shown_beside_its_input_with_the_apis_message(
     alice, change, evaluation, path, slot
