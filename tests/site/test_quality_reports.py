@@ -25,6 +25,7 @@ from runs.services.evaluations import evaluation_set_upload
 from runs.services.promotions import promotion_approve, promotion_propose
 
 from .conftest import SYSTEM, make_experiment, make_model, signed_in
+from .report_data import add_trial, level
 from .test_trial_evaluations import (
     REFERENCE,
     floored_run,
@@ -415,6 +416,10 @@ def test_simulated_scores_never_count_toward_the_best_model(alice):
         items=10,
         scored=10,
     )
+    # Nor one whose levels carry the simulator's label, on a real engine's run.
+    labelled = priced_run(alice.org, small.experiment)
+    add_trial(labelled, 0, {}, [level(20, 8000.0, 300, simulated=1.0)])
+    ingest(labelled, report(labelled, 0, 0, NINE_OF_TEN))
     assert run_answer(run=small).excluded_for_quality == []
     choice = model_choice(experiment=small.experiment)
     assert [f.run_id for f in choice.measured] == [small.id]
