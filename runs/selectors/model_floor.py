@@ -105,25 +105,30 @@ def model_bests(
         if level_is_simulated({LEVEL_RESULT_KEY.simulated: label})
     }
     models = {e.id: e.model.name for e in everyone}
+    # Each experiment's best per evaluation, then each group's best of its experiments'.
     best: dict[tuple[UUID, str], tuple[float, str]] = {}
     for trial_id, score, pack, set_sha256, experiment_id in rows:
         key = evaluation_key(pack, set_sha256)
         if key is None or trial_id in simulated:
             continue
-        candidate = (score, models[experiment_id])
         found = best.get((experiment_id, key))
-        if found is None or (-candidate[0], candidate[1]) < (-found[0], found[1]):
-            best[(experiment_id, key)] = candidate
+        candidate = (score, models[experiment_id])
+        best[(experiment_id, key)] = (
+            candidate if found is None else min(found, candidate, key=_rank)
+        )
     bests = {}
     for experiment_id, group in groups.items():
-        keys = {key for other, key in best if other in group}
-        for key in keys:
+        for key in {key for other, key in best if other in group}:
             score, model = min(
-                (best[(other, key)] for other in group if (other, key) in best),
-                key=lambda found: (-found[0], found[1]),
+                (best[(other, key)] for other in group if (other, key) in best), key=_rank
             )
             bests[(experiment_id, key)] = ModelBest(score=score, model=model)
     return bests
+
+
+def _rank(found: tuple[float, str]) -> tuple[float, str]:
+    # The highest score first; among equal scores, the model named first.
+    return -found[0], found[1]
 
 
 def run_model_best(run: Run) -> ModelBest | None:
