@@ -315,3 +315,40 @@ def test_a_released_requests_tail_blocks_are_evicted_before_its_prefix():
     pool.release(request)
     assert pool.take(2)  # evicts two cached blocks: the last two of the prompt
     assert [pool.is_cached(h) for h in (1, 2, 3, 4)] == [True, True, False, False]
+
+
+def test_serve_sim_writes_a_clients_tokens_in_the_order_they_were_made():
+    """Tokens the API server's queue releases at one moment (a backlogged front end) leave
+    in order, the last one last: timers due together run in no set order, and a token
+    written after the stream's end is lost to the client."""
+    import asyncio
+    import random
+
+    from agents.engines.sim.command import argument_parser, build
+    from agents.engines.sim.completions import WORDS, Client
+
+    server = build(argument_parser().parse_args(["llama-3.1-8b", "--gpu", "H100"]))
+    written: list[tuple[int, bool]] = []
+
+    class Connection:
+        closed = False
+
+        def on_token(self, client, request, words, done):
+            written.extend((word, done) for word in words)
+
+    async def emit_twelve_due_together():
+        loop = asyncio.get_running_loop()
+        server.t0 = loop.time()
+        client = Client(Connection(), 0, server.name, True, True, False, random.Random(7))
+        server.clients[0] = client
+        request = SimRequest(0, 10, 12)
+        for index in range(12):
+            request.output = index + 1
+            request.token_times.append(0.05)  # every token released 50 ms from now
+            server._emit(request, 1, done=index == 11)
+        await asyncio.sleep(0.2)
+
+    asyncio.run(emit_twelve_due_together())
+    made = random.Random(7)
+    assert [word for word, _ in written] == [made.randrange(len(WORDS)) for _ in range(12)]
+    assert [done for _, done in written] == [False] * 11 + [True]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from agents.engines.sim.scheduler import SimRequest
@@ -37,7 +38,18 @@ def dumps(payload: object) -> bytes:
 class Client:
     """One request's link back to its HTTP connection."""
 
-    __slots__ = ("chat", "conn", "created", "id", "include_usage", "model", "rng", "stream")
+    __slots__ = (
+        "chat",
+        "conn",
+        "created",
+        "id",
+        "include_usage",
+        "model",
+        "pending",
+        "rng",
+        "started",
+        "stream",
+    )
 
     def __init__(self, conn, request_id, model, chat, stream, include_usage, rng):
         self.conn = conn
@@ -48,6 +60,9 @@ class Client:
         self.include_usage = include_usage
         self.rng = rng
         self.created = int(time.time())
+        # Tokens made but not yet due at the client: (when, words, last), in order.
+        self.pending: deque[tuple[float, tuple[int, ...], bool]] = deque()
+        self.started = False  # its first token has been written
 
 
 class BadRequest(ValueError):
@@ -177,13 +192,14 @@ def stream_chunks(
     request: SimRequest,
     words: tuple[int, ...],
     done: bool,
+    first: bool,
 ) -> bytes:
     """The HTTP chunks (SSE events) that carry the tokens of one step, one word each (several
     when a speculative step kept more than one), in one event as vLLM streams them; the last
     one also ends the stream."""
     head, tail, tail_done, base = template
     out = b""
-    if client.chat and request.output == len(words):
+    if client.chat and first:
         # vLLM's first chat chunk carries the role; it comes with the first token.
         role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
         role.update({"logprobs": None, "finish_reason": None})

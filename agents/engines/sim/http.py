@@ -176,9 +176,11 @@ class Connection(asyncio.Protocol):
         self, client: Client, request: SimRequest, words: tuple[int, ...], done: bool
     ) -> None:
         if client.stream:
-            if request.output == len(words) or self._template is None:
+            first = not client.started
+            client.started = True
+            if first or self._template is None:
                 self._template = stream_template(self.response_id, client)
-            self._write(stream_chunks(self._template, client, request, words, done))
+            self._write(stream_chunks(self._template, client, request, words, done, first))
         else:
             self.text_parts.extend(" " + WORDS[word] for word in words)
             if done:

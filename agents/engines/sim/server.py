@@ -151,17 +151,26 @@ class SimServer:
         # A step may keep several tokens (speculative decoding): one word each, in one chunk.
         words = tuple(client.rng.randrange(len(WORDS)) for _ in range(count))
         # The token leaves when the API server's queue has streamed it (token_times[-1]),
-        # which may be after the step's end.
-        loop = asyncio.get_running_loop()
+        # which may be after the step's end. A client's tokens leave in the order they were
+        # made: timers due at one moment run in no set order, and a token written after the
+        # stream's last would be lost to the client.
         deadline = self.t0 + request.token_times[-1] / self.speed
-        if deadline > loop.time():
-            loop.call_at(deadline, self._write_token, client, request, words, done)
-        else:
-            self._write_token(client, request, words, done)
+        pending = client.pending
+        pending.append((deadline, words, done))
+        if len(pending) == 1:  # else a release is already scheduled for the earlier ones
+            self._release(client, request, on_time=False)
 
-    @staticmethod
-    def _write_token(
-        client: Client, request: SimRequest, words: tuple[int, ...], done: bool
-    ) -> None:
-        if not client.conn.closed:
-            client.conn.on_token(client, request, words, done)
+    @classmethod
+    def _release(cls, client: Client, request: SimRequest, on_time: bool = True) -> None:
+        """Writes the client's tokens that are due, in order, and schedules the next;
+        ``on_time``: called by the timer of the first one (which may fire a hair early)."""
+        loop = asyncio.get_running_loop()
+        pending = client.pending
+        now = loop.time()
+        while pending and (on_time or pending[0][0] <= now):
+            on_time = False
+            _, words, done = pending.popleft()
+            if not client.conn.closed:
+                client.conn.on_token(client, request, words, done)
+        if pending:
+            loop.call_at(pending[0][0], cls._release, client, request)
